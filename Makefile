@@ -1,0 +1,48 @@
+# Two commands on a fresh machine (Python 3.11 and Java 17):
+#   make run    the main job on its embedded defaults
+#   make test   lint, types, docs and the whole test suite (what CI runs)
+# Both build .venv from pyproject.toml first.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+HYPOTHESIS_PROFILE ?= ci
+PYTEST_ARGS ?=
+
+.PHONY: run test lint typecheck docs pytest thorough protos bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/txnmodel run
+
+test: lint typecheck docs pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy spec reference invariants proofs txnmodel
+
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
+
+pytest: $(STAMP)
+	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(BIN)/python -m pytest -n 2 -q $(PYTEST_ARGS)
+
+thorough: $(STAMP)
+	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -n 2 -q $(PYTEST_ARGS)
+
+protos: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python scripts/gen_protos.py
+
+bench: $(STAMP)
+	for script in benchmarks/*.py; do $(BIN)/python $$script || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

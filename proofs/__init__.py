@@ -1,0 +1,1 @@
+"""Z3 proofs that the invariants hold for every state, not just the ones the tests tried."""

@@ -1,0 +1,211 @@
+"""One language-neutral JSON spelling for every domain value: vectors, histories and ``--json``.
+
+Spellings (chosen so another broker's test harness can produce them without our classes):
+
+================  ==============================================  ==========================
+value             JSON                                            example
+================  ==============================================  ==========================
+TxnID             ``[most_sig_bits, least_sig_bits]``             ``[0, 7]``
+Position          ``[ledger_id, entry_id]``                        ``[3, 12]``
+BatchedPosition   ``[ledger_id, entry_id, batch_size, batch_index]`` ``[3, 12, 10, 4]``
+Subscription      ``[topic, subscription]``                       ``["t1", "sub"]``
+enum              its name                                        ``"COMMITTING"``
+dataclass         object of its fields, plus ``"@type"``          ``{"@type": "Ok", ...}``
+tuple, frozenset  array (frozenset sorted)                        ``[1, 2]``
+mapping           array of ``[key, value]`` pairs, sorted by key  ``[[[0, 1], "OPEN"]]``
+bytes             ``{"@bytes": "<hex>"}``
+================  ==============================================  ==========================
+
+Decoding is driven by the target's type hints, so ``[0, 7]`` becomes a TxnID where a TxnID is
+expected and a Position where a Position is expected.  Errors say which JSON path is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+import immutables
+from pyroaring import BitMap, FrozenBitMap
+
+from spec.types import BatchedPosition, Position, Subscription, TxnID
+
+__all__ = ["JsonError", "from_json", "to_json"]
+
+JSON = Any
+
+
+class JsonError(ValueError):
+    """A JSON value that does not fit the expected type; ``path`` is a JSON-path-like location."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}")
+
+
+def to_json(value: object) -> JSON:
+    """Encode any domain value (see the module table)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, TxnID):
+        return [value.most_sig_bits, value.least_sig_bits]
+    if isinstance(value, BatchedPosition):
+        return [value.ledger_id, value.entry_id, value.batch_size, value.batch_index]
+    if isinstance(value, Position):
+        return [value.ledger_id, value.entry_id]
+    if isinstance(value, Subscription):
+        return [value.topic, value.subscription]
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, bytes):
+        return {"@bytes": value.hex()}
+    if isinstance(value, BitMap | FrozenBitMap):
+        return list(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out: dict[str, JSON] = {"@type": type(value).__name__}
+        for f in dataclasses.fields(value):
+            out[f.name] = to_json(getattr(value, f.name))
+        return out
+    if isinstance(value, Mapping | immutables.Map):
+        pairs = [[to_json(k), to_json(v)] for k, v in value.items()]
+        return sorted(pairs, key=_sort_key)
+    if isinstance(value, frozenset | set):
+        return sorted((to_json(v) for v in value), key=_sort_key)
+    if isinstance(value, tuple | list):
+        return [to_json(v) for v in value]
+    raise TypeError(f"no JSON spelling for {type(value).__name__}")
+
+
+def _sort_key(item: JSON) -> str:
+    import json
+
+    return json.dumps(item, sort_keys=True)
+
+
+def from_json(data: JSON, target: Any, path: str = "$") -> Any:
+    """Decode ``data`` as ``target`` (a class or a typing form such as ``tuple[TxnID, ...]``)."""
+    origin = get_origin(target)
+    if target is Any:
+        return data
+    if origin in (Union, types.UnionType):
+        options = get_args(target)
+        if data is None and type(None) in options:
+            return None
+        problems = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return from_json(data, option, path)
+            except JsonError as exc:
+                problems.append(str(exc))
+        raise JsonError(path, f"does not fit {target}: " + "; ".join(problems))
+    if origin is typing.Literal:
+        if data in get_args(target):
+            return data
+        raise JsonError(path, f"expected one of {get_args(target)}, got {data!r}")
+    if target is type(None):
+        if data is not None:
+            raise JsonError(path, f"expected null, got {data!r}")
+        return None
+    if target is bool:
+        if not isinstance(data, bool):
+            raise JsonError(path, f"expected true/false, got {data!r}")
+        return data
+    if target is int:
+        if not isinstance(data, int) or isinstance(data, bool):
+            raise JsonError(path, f"expected an integer, got {data!r}")
+        return data
+    if target is float:
+        if not isinstance(data, int | float) or isinstance(data, bool):
+            raise JsonError(path, f"expected a number, got {data!r}")
+        return float(data)
+    if target is str:
+        if not isinstance(data, str):
+            raise JsonError(path, f"expected a string, got {data!r}")
+        return data
+    if target is bytes:
+        if isinstance(data, dict) and set(data) == {"@bytes"} and isinstance(data["@bytes"], str):
+            try:
+                return bytes.fromhex(data["@bytes"])
+            except ValueError as exc:
+                raise JsonError(path, f"bad hex: {exc}") from None
+        raise JsonError(path, f'expected {{"@bytes": "<hex>"}}, got {data!r}')
+    if target in (TxnID, Position, BatchedPosition, Subscription):
+        return _decode_word(data, target, path)
+    if isinstance(target, type) and issubclass(target, enum.Enum):
+        if isinstance(data, str) and data in target.__members__:
+            return target[data]
+        raise JsonError(path, f"expected one of {', '.join(target.__members__)}, got {data!r}")
+    if origin in (tuple, frozenset, list) or target in (tuple, frozenset):
+        args = get_args(target)
+        if not isinstance(data, list):
+            raise JsonError(path, f"expected an array, got {data!r}")
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(args) != len(data):
+                raise JsonError(path, f"expected {len(args)} items, got {len(data)}")
+            return tuple(from_json(d, a, f"{path}[{i}]") for i, (d, a) in enumerate(zip(data, args, strict=True)))
+        item = args[0] if args else Any
+        items = [from_json(d, item, f"{path}[{i}]") for i, d in enumerate(data)]
+        return frozenset(items) if origin is frozenset or target is frozenset else tuple(items)
+    if origin in (Mapping, dict, immutables.Map) or origin is typing.Mapping:
+        key_t, value_t = get_args(target) or (Any, Any)
+        if not isinstance(data, list):
+            raise JsonError(path, f"expected an array of [key, value] pairs, got {data!r}")
+        pairs = {}
+        for i, pair in enumerate(data):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise JsonError(f"{path}[{i}]", f"expected [key, value], got {pair!r}")
+            pairs[from_json(pair[0], key_t, f"{path}[{i}][0]")] = from_json(pair[1], value_t, f"{path}[{i}][1]")
+        return immutables.Map(pairs) if origin is immutables.Map else pairs
+    if target in (FrozenBitMap, BitMap):
+        if not isinstance(data, list) or not all(isinstance(x, int) and x >= 0 for x in data):
+            raise JsonError(path, f"expected an array of non-negative integers, got {data!r}")
+        return FrozenBitMap(data)
+    if dataclasses.is_dataclass(target) and isinstance(target, type):
+        return _decode_dataclass(data, target, path)
+    raise JsonError(path, f"no JSON decoding for {target!r}")
+
+
+def _decode_word(data: JSON, target: type, path: str) -> Any:
+    width = {TxnID: 2, Position: 2, BatchedPosition: 4, Subscription: 2}[target]
+    if target is TxnID and isinstance(data, str):
+        try:
+            return TxnID.parse(data)
+        except ValueError as exc:
+            raise JsonError(path, str(exc)) from None
+    if not isinstance(data, list) or len(data) != width:
+        raise JsonError(path, f"expected a {target.__name__} as an array of {width}, got {data!r}")
+    kind = str if target is Subscription else int
+    for i, part in enumerate(data):
+        if not isinstance(part, kind) or isinstance(part, bool):
+            raise JsonError(f"{path}[{i}]", f"expected {kind.__name__}, got {part!r}")
+    try:
+        return target(*data)
+    except (TypeError, ValueError) as exc:
+        raise JsonError(path, str(exc)) from None
+
+
+def _decode_dataclass(data: JSON, target: type, path: str) -> Any:
+    if not isinstance(data, dict):
+        raise JsonError(path, f"expected an object for {target.__name__}, got {data!r}")
+    hints = get_type_hints(target)
+    fields = {f.name: f for f in dataclasses.fields(target) if f.init}
+    unknown = set(data) - set(fields) - {"@type"}
+    if unknown:
+        raise JsonError(path, f"{target.__name__} has no field(s) {', '.join(sorted(unknown))}; "
+                              f"fields are {', '.join(fields) or '(none)'}")
+    kwargs = {}
+    for name, f in fields.items():
+        if name in data:
+            kwargs[name] = from_json(data[name], hints[name], f"{path}.{name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise JsonError(path, f"{target.__name__} needs field {name!r}")
+    try:
+        return target(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise JsonError(path, f"{target.__name__}: {exc}") from None

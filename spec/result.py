@@ -1,0 +1,47 @@
+"""The outcome of one step of a machine: ``Ok`` with a value, or ``Err`` with a domain error.
+
+Both carry the *effects* the step asks its runner to carry out (log records to append or delete,
+markers to write, messages to send, timers to arm).  Effects are plain frozen values defined by
+each machine; the engine is the only place that performs them.  An ``Err`` may carry effects too,
+because Pulsar sometimes persists before it checks (the coordinator's log-before-check, the
+pending-ack ACK record written before the conflict check).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from spec.errors import DomainError
+
+__all__ = ["Effect", "Err", "Ok", "Result"]
+
+V = TypeVar("V", covariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """Base class of every effect value."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ok(Generic[V]):
+    value: V
+    effects: tuple[Effect, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class Err:
+    error: DomainError
+    effects: tuple[Effect, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return False
+
+
+Result = Ok[object] | Err

@@ -1,0 +1,3 @@
+from txnmodel.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,294 @@
+"""``txnmodel``: the command line.
+
+Exit codes, the same for every subcommand:
+
+* 0 — everything checked passed;
+* 1 — a check failed (a vector mismatch, a counterexample, an unproved property, a violation);
+* 2 — bad input or usage (unreadable or invalid files, unknown machine, bad config).
+
+Heavy imports (z3, pyspark) happen inside the subcommands that need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from spec.errors import InputError
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+DEFAULT_VECTORS = Path(__file__).resolve().parent.parent / "spec" / "vectors"
+
+
+def _print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, sort_keys=False)
+    sys.stdout.write("\n")
+
+
+# --- vectors -------------------------------------------------------------------------------------
+
+
+def cmd_vectors_run(args: argparse.Namespace) -> int:
+    from reference.conformance import run_paths
+
+    paths = args.paths or [str(DEFAULT_VECTORS)]
+    try:
+        results = run_paths(paths)
+    except InputError as exc:
+        print(f"txnmodel vectors: invalid input: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    failed = [r for r in results if not r.passed]
+    if args.json:
+        _print_json(
+            {"passed": len(results) - len(failed), "failed": len(failed), "results": [r.to_json() for r in results]}
+        )
+    else:
+        for r in results:
+            status = "PASS" if r.passed else "FAIL"
+            print(f"{status} {r.machine:<12} {r.vector_id} ({r.steps} steps)")
+            if r.mismatch is not None:
+                print(f"     {r.path}: {r.mismatch}")
+        print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+# --- prove ---------------------------------------------------------------------------------------
+
+
+def cmd_prove(args: argparse.Namespace) -> int:
+    from proofs.framework import Verdict, available_machines, format_table, prove_machine
+    from spec.machines import machine_info
+
+    machines = available_machines() if args.machine == "all" else [args.machine]
+    rows = []
+    for name in machines:
+        try:
+            machine_info(name)
+            rows.extend(prove_machine(name, timeout_ms=int(args.timeout * 1000), only=args.only))
+        except KeyError as exc:
+            print(f"txnmodel prove: {exc.args[0]}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    if args.json:
+        _print_json([r.to_json() for r in rows])
+    else:
+        print(format_table(rows) if rows else "no proofs available yet")
+    bad = [r for r in rows if r.verdict is not Verdict.PROVED]
+    if not args.json:
+        print(f"{len(rows) - len(bad)} proved, {len(bad)} not proved")
+    return EXIT_FAILED if bad else EXIT_OK
+
+
+# --- inspect -------------------------------------------------------------------------------------
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from google.protobuf import json_format
+
+    from spec.envelope import LogKind, decode_entry
+
+    path = Path(args.path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        print(f"txnmodel inspect: cannot read {path}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.hex:
+        try:
+            raw = bytes.fromhex(raw.decode("ascii").strip())
+        except (UnicodeDecodeError, ValueError) as exc:
+            print(f"txnmodel inspect: {path}: not hex: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    kind = LogKind(args.kind)
+    try:
+        entry = decode_entry(raw, kind, where=str(path))
+    except InputError as exc:
+        print(f"txnmodel inspect: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    records = [
+        json_format.MessageToDict(r, preserving_proto_field_name=True, use_integers_for_enums=False)
+        for r in entry.records
+    ]
+    if args.json:
+        _print_json({"batched": entry.batched, "version": entry.version, "batch_size": entry.batch_size,
+                     "records": records})
+    else:
+        head = f"batched entry, version {entry.version}, {entry.batch_size} records" if entry.batched else "plain entry"
+        print(f"{path}: {head} ({kind.value})")
+        for index, record in enumerate(records):
+            print(f"  [{index}] {json.dumps(record, sort_keys=True)}")
+    return EXIT_OK
+
+
+# --- config --------------------------------------------------------------------------------------
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from spec.config import Config
+
+    try:
+        config = Config.from_broker_conf(Path(args.broker_conf).read_text()) if args.broker_conf else Config()
+        if args.set:
+            config = config.with_overrides(dict(item.split("=", 1) for item in args.set))
+    except (InputError, OSError, ValueError) as exc:
+        print(f"txnmodel config: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    items = dict(config.items())
+    if args.json:
+        _print_json({k: list(v) if isinstance(v, tuple) else v for k, v in items.items()})
+    else:
+        for key, value in items.items():
+            shown = ",".join(value) if isinstance(value, tuple) else value
+            print(f"{key}={str(shown).lower() if isinstance(shown, bool) else shown}")
+    return EXIT_OK
+
+
+# --- the main job --------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Every real check the project has, with a summary table."""
+    from proofs.framework import Verdict, available_machines, prove_machine
+    from reference.conformance import run_paths
+
+    started = time.perf_counter()
+    summary: list[tuple[str, str, str]] = []
+    worst = EXIT_OK
+
+    t0 = time.perf_counter()
+    print("== conformance vectors", flush=True)
+    try:
+        results = run_paths([str(DEFAULT_VECTORS)])
+    except InputError as exc:
+        print(f"invalid vector input: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    failed = [r for r in results if not r.passed]
+    for result in failed:
+        print(f"FAIL {result.vector_id}: {result.mismatch}")
+    summary.append(("conformance vectors", f"{len(results) - len(failed)}/{len(results)} passed",
+                    f"{time.perf_counter() - t0:.1f}s"))
+    if failed:
+        worst = EXIT_FAILED
+
+    print("== proofs", flush=True)
+    for machine in available_machines():
+        t0 = time.perf_counter()
+        rows = prove_machine(machine, timeout_ms=int(args.timeout * 1000))
+        bad = [r for r in rows if r.verdict is not Verdict.PROVED]
+        for row in bad:
+            print(f"NOT PROVED {machine}/{row.name}: {row.verdict.value}\n{row.counterexample or row.reason or ''}")
+        summary.append((f"proofs: {machine}", f"{len(rows) - len(bad)}/{len(rows)} proved",
+                        f"{time.perf_counter() - t0:.1f}s"))
+        if bad:
+            worst = EXIT_FAILED
+
+    width = max(len(s[0]) for s in summary)
+    print("\n== summary")
+    for name, verdict, seconds in summary:
+        print(f"{name.ljust(width)}  {verdict:<20} {seconds}")
+    print(f"{'total'.ljust(width)}  {'PASS' if worst == EXIT_OK else 'FAIL':<20} {time.perf_counter() - started:.1f}s")
+    return worst
+
+
+# --- not yet built -------------------------------------------------------------------------------
+
+
+def _pending(feature: str, issue: str) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        print(f"txnmodel {feature}: not available yet ({issue} has not landed)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    return run
+
+
+# --- parser --------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="txnmodel",
+        description="A formally checked reference for Apache Pulsar's transaction and delayed-delivery "
+        "machinery. Exit codes: 0 passed, 1 a check failed, 2 bad input or usage.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="the main job: every real check the project has, then a summary",
+                         description="Run the conformance vectors and every proof, then print a summary table.")
+    run.add_argument("--timeout", type=float, default=30.0, help="Z3 timeout per property, seconds (default 30)")
+    run.set_defaults(func=cmd_run)
+
+    vectors = sub.add_parser("vectors", help="conformance vectors", description="Conformance vectors.")
+    vsub = vectors.add_subparsers(dest="vectors_command", required=True, metavar="ACTION")
+    vrun = vsub.add_parser(
+        "run",
+        help="run vector files or folders against the reference",
+        description="Run conformance vectors (JSON files, or folders searched for *.json) against the "
+        "reference machines. Each vector is reported PASS or FAIL with its first mismatch "
+        "(step index, expected, actual). Exit 0 all pass, 1 any fails, 2 unreadable or invalid input.",
+    )
+    vrun.add_argument("paths", nargs="*", metavar="PATH", help=f"files or folders (default {DEFAULT_VECTORS})")
+    vrun.add_argument("--json", action="store_true", help="machine-readable output")
+    vrun.set_defaults(func=cmd_vectors_run)
+
+    prove = sub.add_parser(
+        "prove",
+        help="prove a machine's invariants with Z3",
+        description="Prove with Z3 that each invariant holds initially and is preserved by every command, "
+        "and the machine's safety properties. Prints property, verdict (proved / counterexample / "
+        "unknown), bound and seconds; a counterexample is printed as a concrete state and command. "
+        "Exit 0 all proved, 1 otherwise, 2 unknown machine.",
+    )
+    prove.add_argument("machine", nargs="?", default="all", help="a machine name, or 'all' (default)")
+    prove.add_argument("--only", help="only properties whose name contains this text")
+    prove.add_argument("--timeout", type=float, default=30.0, help="Z3 timeout per property, seconds (default 30)")
+    prove.add_argument("--json", action="store_true", help="machine-readable output")
+    prove.set_defaults(func=cmd_prove)
+
+    inspect_ = sub.add_parser(
+        "inspect",
+        help="decode a ledger entry and print it",
+        description="Decode one transaction-log or pending-ack entry (raw bytes, or hex with --hex): the "
+        "PIP-160 envelope if present and every record. Damage is reported with its byte offset (exit 2).",
+    )
+    inspect_.add_argument("path", help="a file holding one entry")
+    inspect_.add_argument("--kind", choices=["transaction_log", "pending_ack"], default="transaction_log")
+    inspect_.add_argument("--hex", action="store_true", help="the file holds the entry as hex text")
+    inspect_.add_argument("--json", action="store_true", help="machine-readable output")
+    inspect_.set_defaults(func=cmd_inspect)
+
+    config = sub.add_parser(
+        "config",
+        help="show every broker.conf key the model uses, with Pulsar's defaults",
+        description="Print every broker.conf key the machines use with its value: Pulsar's default, or "
+        "the value from --broker-conf and --set. A bad key or value exits 2 naming the key.",
+    )
+    config.add_argument("--broker-conf", help="read overrides from a broker.conf file")
+    config.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one key (repeatable)")
+    config.add_argument("--json", action="store_true", help="machine-readable output")
+    config.set_defaults(func=cmd_config)
+
+    simulate = sub.add_parser("simulate", help="simulate workloads with faults and record histories (engine)",
+                              description="Deterministic fault simulation; arrives with the engine.")
+    simulate.set_defaults(func=_pending("simulate", "the engine issue"))
+    verify = sub.add_parser("verify", help="check recorded histories (Spark bulk checker)",
+                            description="History checking; arrives with the bulk-verification issue.")
+    verify.set_defaults(func=_pending("verify", "the bulk-verification issue"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_BAD_INPUT
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
