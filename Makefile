@@ -30,7 +30,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy spec reference invariants proofs txnmodel
 
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 
 pytest: $(STAMP)
 	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(BIN)/python -m pytest -n 2 -q $(PYTEST_ARGS)

@@ -49,6 +49,8 @@ class JsonError(ValueError):
 
 def to_json(value: object) -> JSON:
     """Encode any domain value (see the module table)."""
+    if isinstance(value, enum.Enum):  # before int: IntEnum values are ints too
+        return value.name
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, TxnID):
@@ -59,8 +61,6 @@ def to_json(value: object) -> JSON:
         return [value.ledger_id, value.entry_id]
     if isinstance(value, Subscription):
         return [value.topic, value.subscription]
-    if isinstance(value, enum.Enum):
-        return value.name
     if isinstance(value, bytes):
         return {"@bytes": value.hex()}
     if isinstance(value, BitMap | FrozenBitMap):

@@ -1,0 +1,80 @@
+"""The command line: help texts, exit codes, inspect and config."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spec.envelope import LogKind, encode_batch, encode_plain
+from spec.pb import PulsarTransactionMetadata_pb2 as tc_pb
+from spec.pb import TransactionPendingAck_pb2 as pa_pb
+from txnmodel.cli import main
+
+
+@pytest.mark.parametrize("command", [[], ["vectors"], ["vectors", "run"], ["prove"], ["inspect"], ["config"],
+                                     ["simulate"], ["verify"], ["run"]])
+def test_every_command_explains_itself(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "usage: txnmodel" in out
+
+
+def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["no-such-command"]) == 2
+    assert main(["prove", "kafka"]) == 2
+    assert "unknown machine" in capsys.readouterr().err
+
+
+def _record(seq: int) -> tc_pb.TransactionMetadataEntry:
+    return tc_pb.TransactionMetadataEntry(
+        metadata_op=tc_pb.TransactionMetadataEntry.NEW, txnid_most_bits=1, txnid_least_bits=seq, timeout_ms=1000,
+        start_time=5, max_local_txn_id=seq,
+    )
+
+
+def test_inspect_batched_and_plain_entries(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    batched = tmp_path / "batched.bin"
+    batched.write_bytes(encode_batch([_record(0), _record(1)], LogKind.TRANSACTION_LOG))
+    assert main(["inspect", str(batched), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["batched"] and report["batch_size"] == 2
+    assert report["records"][1]["txnid_least_bits"] == "1" and report["records"][0]["metadata_op"] == "NEW"
+
+    plain = tmp_path / "plain.hex"
+    ack = pa_pb.PendingAckMetadataEntry(pending_ack_op=pa_pb.ACK, txnid_most_bits=0, txnid_least_bits=3)
+    ack.pending_ack_metadata.add(ledgerId=4, entryId=5)
+    plain.write_text(encode_plain(ack).hex())
+    assert main(["inspect", str(plain), "--hex", "--kind", "pending_ack"]) == 0
+    out = capsys.readouterr().out
+    assert "plain entry" in out and '"ledgerId": "4"' in out
+
+
+def test_inspect_damage_names_offset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "torn.bin"
+    path.write_bytes(encode_batch([_record(0)], LogKind.TRANSACTION_LOG)[:-3])
+    assert main(["inspect", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "byte offset" in err
+    assert main(["inspect", str(tmp_path / "missing.bin")]) == 2
+
+
+def test_config_defaults_and_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "--json"]) == 0
+    defaults = json.loads(capsys.readouterr().out)
+    assert defaults["transactionLogBatchedWriteMaxRecords"] == 512
+    conf = tmp_path / "broker.conf"
+    conf.write_text("transactionLogBatchedWriteMaxRecords=8\n")
+    assert main(["config", "--broker-conf", str(conf), "--set", "transactionCoordinatorEnabled=true"]) == 0
+    out = capsys.readouterr().out
+    assert "transactionLogBatchedWriteMaxRecords=8" in out and "transactionCoordinatorEnabled=true" in out
+    assert main(["config", "--set", "transactionLogBatchedWriteMaxRecords=-3"]) == 2
+    assert "transactionLogBatchedWriteMaxRecords" in capsys.readouterr().err
+
+
+def test_console_script_entry_point_runs() -> None:
+    done = subprocess.run([sys.executable, "-m", "txnmodel", "--help"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and "vectors" in done.stdout
