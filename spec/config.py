@@ -170,7 +170,7 @@ class Config:
     # -- broker.conf addressing --------------------------------------------------------------
 
     @classmethod
-    def keys(cls) -> tuple[str, ...]:
+    def broker_conf_keys(cls) -> tuple[str, ...]:
         return tuple(f.metadata["key"] for f in dataclasses.fields(cls))
 
     @classmethod
@@ -201,7 +201,7 @@ class Config:
     def from_broker_conf(cls, text: str) -> Config:
         """Parse broker.conf text (``key=value`` lines, ``#`` comments); keys we do not model
         are ignored because a real broker.conf holds hundreds of them."""
-        known = set(cls.keys())
+        known = set(cls.broker_conf_keys())
         overrides: dict[str, str] = {}
         for number, line in enumerate(text.splitlines(), start=1):
             stripped = line.strip()

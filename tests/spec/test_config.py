@@ -47,12 +47,14 @@ def test_defaults_are_pulsars() -> None:
 
 def test_every_key_round_trips_through_its_broker_conf_name() -> None:
     config = Config()
-    for key in Config.keys():
+    for key in Config.broker_conf_keys():
         assert config.get(key) == Config.defaults()[key]
 
 
 def test_overrides_by_broker_conf_key() -> None:
-    config = Config.from_mapping({"maxActiveTransactionsPerCoordinator": 2, "transactionLogBatchedWriteEnabled": "true"})
+    config = Config.from_mapping(
+        {"maxActiveTransactionsPerCoordinator": 2, "transactionLogBatchedWriteEnabled": "true"}
+    )
     assert config.max_active_transactions_per_coordinator == 2
     assert config.transaction_log_batched_write_enabled is True
 
@@ -78,7 +80,11 @@ def test_broker_conf_text() -> None:
         ({"transactionLogBatchedWriteMaxRecords": "many"}, "transactionLogBatchedWriteMaxRecords", "integer"),
         ({"transactionCoordinatorEnabled": "yes"}, "transactionCoordinatorEnabled", "true or false"),
         ({"transactionCoordinatorEnable": True}, "transactionCoordinatorEnable", "did you mean"),
-        ({"delayedDeliveryMaxIndexesPerBucketSnapshotSegment": 0}, "delayedDeliveryMaxIndexesPerBucketSnapshotSegment", "-1"),
+        (
+            {"delayedDeliveryMaxIndexesPerBucketSnapshotSegment": 0},
+            "delayedDeliveryMaxIndexesPerBucketSnapshotSegment",
+            "-1",
+        ),
         ({"delayedDeliveryTickTimeMillis": True}, "delayedDeliveryTickTimeMillis", "expected int"),
     ],
 )

@@ -35,9 +35,9 @@ samples = st.builds(
     status=st.sampled_from(TxnStatus),
     partitions=st.lists(st.text(max_size=5), max_size=3).map(tuple),
     subs=st.frozensets(st.builds(Subscription, st.text(max_size=3), st.text(max_size=3)), max_size=3),
-    acked=st.dictionaries(st.builds(Position, st.integers(0, 9), st.integers(0, 9)), st.integers(0, 99), max_size=3).map(
-        immutables.Map
-    ),
+    acked=st.dictionaries(
+        st.builds(Position, st.integers(0, 9), st.integers(0, 9)), st.integers(0, 99), max_size=3
+    ).map(immutables.Map),
     bits=st.frozensets(st.integers(0, 2**32 - 1), max_size=5).map(FrozenBitMap),
     note=st.none() | st.text(max_size=4),
     payload=st.binary(max_size=8),
@@ -81,7 +81,9 @@ def test_errors_say_where(data: object, target: object, path_fragment: str) -> N
 
 
 def test_nested_error_path() -> None:
-    bad = to_json(Sample(TxnID(0, 1), Position(1, 1), TxnStatus.OPEN, (), frozenset(), immutables.Map(), FrozenBitMap()))
+    bad = to_json(
+        Sample(TxnID(0, 1), Position(1, 1), TxnStatus.OPEN, (), frozenset(), immutables.Map(), FrozenBitMap())
+    )
     bad["acked"] = [[[1, "x"], 3]]
     with pytest.raises(JsonError) as info:
         from_json(bad, Sample)
