@@ -18,6 +18,7 @@ from spec.errors import BadRecord, TruncatedInput
 __all__ = ["check_message"]
 
 _VARINT, _I64, _LEN, _SGROUP, _EGROUP, _I32 = 0, 1, 2, 3, 4, 5
+_MAX_FIELD_NUMBER = (1 << 29) - 1
 
 _EXPECTED_WIRE_TYPE: dict[int, int] = {}
 for _t in (
@@ -39,21 +40,51 @@ for _t in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES, FieldDescrip
     _EXPECTED_WIRE_TYPE[_t] = _LEN
 
 
-def _read_varint(data: bytes, pos: int, end: int, what: str) -> tuple[int, int]:
+def _read_varint(data: bytes, pos: int, end: int, what: str, base: int = 0) -> tuple[int, int]:
     start = pos
     result = 0
     shift = 0
     while True:
         if pos >= end:
-            raise TruncatedInput(f"{what}: varint runs past the end", offset=start)
+            raise TruncatedInput(f"{what}: varint runs past the end", offset=base + start)
         byte = data[pos]
         pos += 1
+        if shift == 63 and byte > 1:
+            # The runtime would silently drop the bits above 64; the bytes say something else.
+            raise BadRecord(f"{what}: varint does not fit in 64 bits", offset=base + start)
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return result, pos
         shift += 7
         if shift >= 70:
-            raise BadRecord(f"{what}: varint longer than 10 bytes", offset=start)
+            raise BadRecord(f"{what}: varint longer than 10 bytes", offset=base + start)
+
+
+def _check_enum(field: Any, value: int, what: str, offset: int) -> None:
+    """A closed (proto2) enum holds one of its declared numbers.
+
+    The runtime would move any other number to the unknown fields, and the record would then read
+    as if the field were absent: a silent misreading, so it is an error here.
+    """
+    if field.type != FieldDescriptor.TYPE_ENUM or not getattr(field.enum_type, "is_closed", True):
+        return
+    signed = value - (1 << 64) if value >= 1 << 63 else value
+    if signed not in field.enum_type.values_by_number:
+        raise BadRecord(f"{what}: {signed} is not a value of {field.enum_type.full_name}", offset=offset)
+
+
+def _check_packed(data: bytes, start: int, stop: int, wire: int | None, what: str, base: int, field: Any) -> None:
+    """The body of a packed repeated scalar: whole varints, or a multiple of the fixed width."""
+    if wire == _VARINT:
+        pos = start
+        while pos < stop:
+            value_at = pos
+            value, pos = _read_varint(data, pos, stop, f"{what} (packed)", base)
+            _check_enum(field, value, what, base + value_at)
+        return
+    width = 8 if wire == _I64 else 4
+    if (stop - start) % width:
+        raise BadRecord(f"{what}: packed length {stop - start} is not a multiple of {width}", offset=base + start)
 
 
 def check_message(data: bytes, descriptor: Any, *, base: int = 0, start: int = 0,
@@ -70,10 +101,10 @@ def check_message(data: bytes, descriptor: Any, *, base: int = 0, start: int = 0
     pos = start
     while pos < stop:
         tag_at = pos
-        tag, pos = _read_varint(data, pos, stop, f"{name} tag")
+        tag, pos = _read_varint(data, pos, stop, f"{name} tag", base)
         number, wire = tag >> 3, tag & 7
-        if number == 0:
-            raise BadRecord(f"{name}: field number 0 is invalid", offset=base + tag_at)
+        if number == 0 or number > _MAX_FIELD_NUMBER:
+            raise BadRecord(f"{name}: field number {number} is invalid", offset=base + tag_at)
         if wire in (_SGROUP, _EGROUP) or wire > 5:
             raise BadRecord(f"{name}: invalid wire type {wire} for field {number}", offset=base + tag_at)
         field = fields.get(number)
@@ -90,7 +121,10 @@ def check_message(data: bytes, descriptor: Any, *, base: int = 0, start: int = 0
                 )
         what = f"{name}.{field.name if field else number}"
         if wire == _VARINT:
-            _, pos = _read_varint(data, pos, stop, what)
+            value_at = pos
+            value, pos = _read_varint(data, pos, stop, what, base)
+            if field is not None:
+                _check_enum(field, value, what, base + value_at)
         elif wire == _I64:
             if pos + 8 > stop:
                 raise TruncatedInput(f"{what}: 8-byte value runs past the end", offset=base + pos)
@@ -100,7 +134,7 @@ def check_message(data: bytes, descriptor: Any, *, base: int = 0, start: int = 0
                 raise TruncatedInput(f"{what}: 4-byte value runs past the end", offset=base + pos)
             pos += 4
         else:
-            length, body = _read_varint(data, pos, stop, f"{what} length")
+            length, body = _read_varint(data, pos, stop, f"{what} length", base)
             if body + length > stop:
                 raise TruncatedInput(
                     f"{what}: length {length} runs past the end ({stop - body} bytes left)",
@@ -108,11 +142,13 @@ def check_message(data: bytes, descriptor: Any, *, base: int = 0, start: int = 0
                 )
             if field is not None and field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type:
                 check_message(data, field.message_type, base=base, start=body, end=body + length)
+            elif field is not None and expected != _LEN:
+                _check_packed(data, body, body + length, expected, what, base, field)
             elif field is not None and field.type == FieldDescriptor.TYPE_STRING:
                 try:
                     data[body : body + length].decode("utf-8")
                 except UnicodeDecodeError as exc:
-                    raise BadRecord(f"{what}: not UTF-8 ({exc.reason})", offset=base + body) from None
+                    raise BadRecord(f"{what}: not UTF-8 ({exc.reason})", offset=base + body + exc.start) from None
             pos = body + length
         seen.add(number)
     for field in descriptor.fields:

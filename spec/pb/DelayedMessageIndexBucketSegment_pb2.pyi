@@ -3,6 +3,10 @@
 isort:skip_file
 Pulsar's DelayedMessageIndexBucketSegment.proto (PIP-195): entries 1..N of a bucket snapshot
 ledger, one segment each, indexes sorted by (timestamp, ledger_id, entry_id).
+One revision of Pulsar's file adds DelayedIndex field 4 (an enum DelayedOperationType
+{DELAY = 0; CANCEL = 1;}, default DELAY) for delayed-message cancellation, which no tracker
+code reads; it is left out here.  Bytes carrying it still decode (as an unknown field, kept
+on re-encoding), and bytes written here read in Pulsar as the default DELAY.
 """
 
 from collections import abc as _abc

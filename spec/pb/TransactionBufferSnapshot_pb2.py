@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'spec/pb/TransactionBufferSnapshot.proto\x12\x16pulsar.txnmodel.buffer\"d\n\x10\x41\x62ortTxnMetadata\x12\x15\n\rtxnIdMostBits\x18\x01 \x01(\x03\x12\x16\n\x0etxnIdLeastBits\x18\x02 \x01(\x03\x12\x10\n\x08ledgerId\x18\x03 \x01(\x03\x12\x0f\n\x07\x65ntryId\x18\x04 \x01(\x03\"\xbd\x01\n\x19TransactionBufferSnapshot\x12\x11\n\ttopicName\x18\x01 \x01(\t\x12\x12\n\nsequenceId\x18\x02 \x01(\x03\x12\x1f\n\x17maxReadPositionLedgerId\x18\x03 \x01(\x03\x12\x1e\n\x16maxReadPositionEntryId\x18\x04 \x01(\x03\x12\x38\n\x06\x61\x62orts\x18\x05 \x03(\x0b\x32(.pulsar.txnmodel.buffer.AbortTxnMetadata\"6\n\tTxnIDData\x12\x13\n\x0bmostSigBits\x18\x01 \x01(\x03\x12\x14\n\x0cleastSigBits\x18\x02 \x01(\x03\"\xc3\x01\n TransactionBufferSnapshotSegment\x12\x11\n\ttopicName\x18\x01 \x01(\t\x12\x12\n\nsequenceId\x18\x02 \x01(\x03\x12\"\n\x1apersistentPositionLedgerId\x18\x03 \x01(\x03\x12!\n\x19persistentPositionEntryId\x18\x04 \x01(\x03\x12\x31\n\x06\x61\x62orts\x18\x05 \x03(\x0b\x32!.pulsar.txnmodel.buffer.TxnIDData\"\x9e\x01\n\x1eTransactionBufferSnapshotIndex\x12\x12\n\nsequenceID\x18\x01 \x01(\x03\x12\x1b\n\x13\x61\x62ortedMarkLedgerID\x18\x02 \x01(\x03\x12\x1a\n\x12\x61\x62ortedMarkEntryID\x18\x03 \x01(\x03\x12\x17\n\x0fsegmentLedgerID\x18\x04 \x01(\x03\x12\x16\n\x0esegmentEntryID\x18\x05 \x01(\x03\"\x9e\x01\n(TransactionBufferSnapshotIndexesMetadata\x12\x1f\n\x17maxReadPositionLedgerId\x18\x01 \x01(\x03\x12\x1e\n\x16maxReadPositionEntryId\x18\x02 \x01(\x03\x12\x31\n\x06\x61\x62orts\x18\x03 \x03(\x0b\x32!.pulsar.txnmodel.buffer.TxnIDData\"\xd4\x01\n TransactionBufferSnapshotIndexes\x12\x11\n\ttopicName\x18\x01 \x01(\t\x12I\n\tindexList\x18\x02 \x03(\x0b\x32\x36.pulsar.txnmodel.buffer.TransactionBufferSnapshotIndex\x12R\n\x08snapshot\x18\x03 \x01(\x0b\x32@.pulsar.txnmodel.buffer.TransactionBufferSnapshotIndexesMetadata')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'spec/pb/TransactionBufferSnapshot.proto\x12\x16pulsar.txnmodel.buffer\"d\n\x10\x41\x62ortTxnMetadata\x12\x15\n\rtxnIdMostBits\x18\x01 \x01(\x03\x12\x16\n\x0etxnIdLeastBits\x18\x02 \x01(\x03\x12\x10\n\x08ledgerId\x18\x03 \x01(\x03\x12\x0f\n\x07\x65ntryId\x18\x04 \x01(\x03\"\xa9\x01\n\x19TransactionBufferSnapshot\x12\x11\n\ttopicName\x18\x01 \x01(\t\x12\x1f\n\x17maxReadPositionLedgerId\x18\x02 \x01(\x03\x12\x1e\n\x16maxReadPositionEntryId\x18\x03 \x01(\x03\x12\x38\n\x06\x61\x62orts\x18\x04 \x03(\x0b\x32(.pulsar.txnmodel.buffer.AbortTxnMetadata\"6\n\tTxnIDData\x12\x13\n\x0bmostSigBits\x18\x01 \x01(\x03\x12\x14\n\x0cleastSigBits\x18\x02 \x01(\x03\"\xc3\x01\n TransactionBufferSnapshotSegment\x12\x11\n\ttopicName\x18\x01 \x01(\t\x12\x12\n\nsequenceId\x18\x02 \x01(\x03\x12\"\n\x1apersistentPositionLedgerId\x18\x03 \x01(\x03\x12!\n\x19persistentPositionEntryId\x18\x04 \x01(\x03\x12\x31\n\x06\x61\x62orts\x18\x05 \x03(\x0b\x32!.pulsar.txnmodel.buffer.TxnIDData\"\x9e\x01\n\x1eTransactionBufferSnapshotIndex\x12\x12\n\nsequenceID\x18\x01 \x01(\x03\x12\x1b\n\x13\x61\x62ortedMarkLedgerID\x18\x02 \x01(\x03\x12\x1a\n\x12\x61\x62ortedMarkEntryID\x18\x03 \x01(\x03\x12\x17\n\x0fsegmentLedgerID\x18\x04 \x01(\x03\x12\x16\n\x0esegmentEntryID\x18\x05 \x01(\x03\"\x9e\x01\n(TransactionBufferSnapshotIndexesMetadata\x12\x1f\n\x17maxReadPositionLedgerId\x18\x01 \x01(\x03\x12\x1e\n\x16maxReadPositionEntryId\x18\x02 \x01(\x03\x12\x31\n\x06\x61\x62orts\x18\x03 \x03(\x0b\x32!.pulsar.txnmodel.buffer.TxnIDData\"\xd4\x01\n TransactionBufferSnapshotIndexes\x12\x11\n\ttopicName\x18\x01 \x01(\t\x12I\n\tindexList\x18\x02 \x03(\x0b\x32\x36.pulsar.txnmodel.buffer.TransactionBufferSnapshotIndex\x12R\n\x08snapshot\x18\x03 \x01(\x0b\x32@.pulsar.txnmodel.buffer.TransactionBufferSnapshotIndexesMetadata')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,15 +34,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ABORTTXNMETADATA']._serialized_start=67
   _globals['_ABORTTXNMETADATA']._serialized_end=167
   _globals['_TRANSACTIONBUFFERSNAPSHOT']._serialized_start=170
-  _globals['_TRANSACTIONBUFFERSNAPSHOT']._serialized_end=359
-  _globals['_TXNIDDATA']._serialized_start=361
-  _globals['_TXNIDDATA']._serialized_end=415
-  _globals['_TRANSACTIONBUFFERSNAPSHOTSEGMENT']._serialized_start=418
-  _globals['_TRANSACTIONBUFFERSNAPSHOTSEGMENT']._serialized_end=613
-  _globals['_TRANSACTIONBUFFERSNAPSHOTINDEX']._serialized_start=616
-  _globals['_TRANSACTIONBUFFERSNAPSHOTINDEX']._serialized_end=774
-  _globals['_TRANSACTIONBUFFERSNAPSHOTINDEXESMETADATA']._serialized_start=777
-  _globals['_TRANSACTIONBUFFERSNAPSHOTINDEXESMETADATA']._serialized_end=935
-  _globals['_TRANSACTIONBUFFERSNAPSHOTINDEXES']._serialized_start=938
-  _globals['_TRANSACTIONBUFFERSNAPSHOTINDEXES']._serialized_end=1150
+  _globals['_TRANSACTIONBUFFERSNAPSHOT']._serialized_end=339
+  _globals['_TXNIDDATA']._serialized_start=341
+  _globals['_TXNIDDATA']._serialized_end=395
+  _globals['_TRANSACTIONBUFFERSNAPSHOTSEGMENT']._serialized_start=398
+  _globals['_TRANSACTIONBUFFERSNAPSHOTSEGMENT']._serialized_end=593
+  _globals['_TRANSACTIONBUFFERSNAPSHOTINDEX']._serialized_start=596
+  _globals['_TRANSACTIONBUFFERSNAPSHOTINDEX']._serialized_end=754
+  _globals['_TRANSACTIONBUFFERSNAPSHOTINDEXESMETADATA']._serialized_start=757
+  _globals['_TRANSACTIONBUFFERSNAPSHOTINDEXESMETADATA']._serialized_end=915
+  _globals['_TRANSACTIONBUFFERSNAPSHOTINDEXES']._serialized_start=918
+  _globals['_TRANSACTIONBUFFERSNAPSHOTINDEXES']._serialized_end=1130
 # @@protoc_insertion_point(module_scope)

@@ -3,6 +3,13 @@
 isort:skip_file
 Pulsar's TransactionPendingAck.proto: the pending-ack log records of one subscription, and
 PIP-160's batched entry body (same 0x0e01 envelope as the coordinator's log).
+
+Package: Pulsar declares `package pulsar.proto;` here, the package of PulsarApi.proto too.
+Pulsar compiles its protos with LightProto, which tolerates that; protoc and every protobuf
+descriptor pool do not, because proto enum values are scoped to the package and PendingAckOp's
+COMMIT/ABORT would collide with TxnAction's COMMIT/ABORT.  So this file uses its own package.
+A package name never reaches the wire (tags carry field numbers, enums carry numbers), so the
+bytes are exactly Pulsar's; only the full names in this descriptor pool differ.
 """
 
 from collections import abc as _abc
