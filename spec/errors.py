@@ -27,6 +27,7 @@ __all__ = [
     "BucketSnapshotSerialization",
     "CoordinatorNotFound",
     "DomainError",
+    "IllegalArgument",
     "InputError",
     "InvalidTxnStatus",
     "ManagedLedgerAlreadyClosed",
@@ -218,6 +219,11 @@ class BucketSnapshotSerialization(DomainError):
 @dataclass(frozen=True, slots=True)
 class RecoverDelayedDeliveryTracker(DomainError):
     """Bucket recovery failed; the factory falls back to in-memory."""
+
+
+@dataclass(frozen=True, slots=True)
+class IllegalArgument(DomainError):
+    """IllegalArgumentException, e.g. a blank transaction owner (the broker reports UnknownError)."""
 
 
 # Every error value is declared in this module, so the subclass list is the whole taxonomy.
