@@ -9,7 +9,7 @@ Layout of a batched entry (big-endian, outside protobuf)::
 A plain entry is one serialized record with no prefix.  A valid protobuf message can never start
 with byte 0x0E (field 1, wire type 6 does not exist), so the magic cannot collide with a plain
 record.  Pulsar does not check the version on read; this codec does and rejects anything but 1
-(rule BW-ENVELOPE in ``spec/rules/batched_log.md``), because a reader that guesses at a future
+(rule BW-23 in ``spec/rules/batched_log.md``), because a reader that guesses at a future
 layout can only decode it wrongly.
 """
 
