@@ -17,6 +17,7 @@ from :class:`LedgerError`, each mapped to the domain error a Pulsar broker would
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -26,6 +27,8 @@ from spec.types import LedgerInfo, Position
 
 __all__ = [
     "Entry",
+    "InitialPosition",
+    "InvalidCursorPosition",
     "LedgerClosed",
     "LedgerError",
     "LedgerFenced",
@@ -63,6 +66,24 @@ class LedgerFenced(LedgerError):
 
 class NoSuchEntry(LedgerError):
     """A read of a position that does not exist (or was deleted with its ledger)."""
+
+
+class InvalidCursorPosition(LedgerError):
+    """A cursor was asked to delete a position that was never written (beyond the last confirmed
+    entry, or past the end of its ledger); Pulsar's "Invalid mark deleted position".  Nothing of
+    the request was applied."""
+
+
+class InitialPosition(enum.Enum):
+    """Where a new cursor starts (Pulsar's ``CommandSubscribe.InitialPosition``).
+
+    LATEST: the mark-delete position is the last confirmed entry, so only later entries are
+    unconsumed.  EARLIEST: it is just before the first live entry, so every live entry is.
+    Opening a cursor that already exists ignores this and returns it unchanged.
+    """
+
+    LATEST = "latest"
+    EARLIEST = "earliest"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +154,16 @@ class ManagedLedger(Protocol):
 
     def set_property(self, key: str, value: str) -> None: ...
 
-    def open_cursor(self, name: str) -> ManagedCursor: ...
+    def remove_property(self, key: str) -> None:
+        """Remove a managed-ledger property (no-op when absent); durable like ``set_property``."""
+
+    def open_cursor(self, name: str, initial_position: InitialPosition = InitialPosition.LATEST) -> ManagedCursor:
+        """The cursor ``name``, created durably at ``initial_position`` if it does not exist."""
+
+    def delete_cursor(self, name: str) -> None:
+        """Remove a cursor durably (unsubscribe); it no longer holds back ledger deletion."""
 
     def cursors(self) -> tuple[ManagedCursor, ...]: ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the handle; every later operation raises :class:`LedgerClosed`.  Idempotent."""

@@ -1,0 +1,1164 @@
+"""A crash-safe managed ledger on a real file system.
+
+One directory per managed ledger::
+
+    METADATA                    the committed metadata (ledger list, properties, cursors)
+    METADATA.tmp                a metadata version being written; never read, removed at open
+    LOCK                        flock()ed by the one handle that owns the directory
+    ledger-00000000000000000007.log   one file per ledger: a header, then framed entries
+
+The byte layouts, the durability argument and the recovery rules are in
+``docs/engine/ledgers.md``; the short version:
+
+* An append writes one frame (length, entry id, a CRC32C of the frame header, a CRC32C of the
+  payload, the payload) and returns only after ``fdatasync`` of the ledger file.  With
+  ``group_commit=True`` concurrent appenders share one sync: the first waiter syncs everything
+  written so far while the others queue behind it.
+* Metadata is replaced atomically: write ``METADATA.tmp``, sync it, rename it over
+  ``METADATA``, sync the directory.  The rename is the commit point.
+* A new ledger file is created, its header written and synced and the directory synced
+  *before* the metadata that names it is committed, so a committed ledger always exists.
+* Opening the directory recovers: it truncates a torn tail (an incomplete last frame, or a tail
+  of zero bytes) of the last ledger, removes files a crash left behind (an uncommitted new
+  ledger that holds no entry, a deleted ledger whose unlink did not happen, ``METADATA.tmp``),
+  closes the last ledger and opens a new one, as a new owner of a Pulsar topic does.  Anything
+  else that does not check out (a bad CRC, a bad header, a closed ledger of the wrong length, a
+  missing file, corrupt metadata) raises :class:`LedgerCorrupted` naming the file and the byte
+  offset; nothing is skipped.
+
+Every file-system call goes through a :class:`FileSystem` (``OsFileSystem`` by default), so a
+test can record the calls and replay what a power cut at any point would leave.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import re
+import struct
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
+from types import MappingProxyType
+from typing import Final, Protocol
+
+import google_crc32c
+
+from spec.config import Config
+from spec.errors import InputError
+from spec.types import INT64_MAX, INT64_MIN, LedgerInfo, Position
+
+from .ledger import (
+    Entry,
+    InitialPosition,
+    LedgerClosed,
+    LedgerError,
+    LedgerWriteFailed,
+    NoSuchEntry,
+)
+from .memory_ledger import (
+    Cursor,
+    CursorState,
+    check_cursor_name,
+    consumed_ledgers,
+    initial_cursor_state,
+    ledger_is_full,
+)
+
+__all__ = [
+    "FRAME_HEADER",
+    "LEDGER_HEADER",
+    "LEDGER_MAGIC",
+    "LOCK_NAME",
+    "MAX_ENTRY_BYTES",
+    "METADATA_HEADER",
+    "METADATA_MAGIC",
+    "METADATA_NAME",
+    "METADATA_TMP_NAME",
+    "VERSION",
+    "FileLedger",
+    "FileSystem",
+    "FrameInfo",
+    "LedgerCorrupted",
+    "LedgerLocked",
+    "LedgerRecord",
+    "LedgerScan",
+    "Metadata",
+    "OsFileSystem",
+    "RecoveryReport",
+    "crc32c",
+    "decode_metadata",
+    "encode_frame",
+    "encode_ledger_header",
+    "encode_metadata",
+    "ledger_file_name",
+    "parse_ledger_file_name",
+    "scan_ledger",
+]
+
+# ---------------------------------------------------------------------------------------------
+# Errors.
+
+
+class LedgerCorrupted(InputError, LedgerError):
+    """A ledger directory holds bytes that are not what this format wrote: names the file and
+    the byte offset of the first damage.  Raised at open (recovery) and by a read that finds a
+    frame damaged after open.  It is both an :class:`InputError` (bad input, with a location)
+    and a :class:`LedgerError` (so a broker reports it as a persistence error)."""
+
+    def __init__(self, message: str, *, file: str, offset: int) -> None:
+        self.file = file
+        self.offset = offset
+        super().__init__(f"{message} (at byte offset {offset})", where=file)
+
+
+class LedgerLocked(LedgerError):
+    """Another handle (in this process or another) owns the directory."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Formats.
+
+VERSION: Final = 1
+LEDGER_MAGIC: Final = b"TMLL"
+METADATA_MAGIC: Final = b"TMLM"
+METADATA_NAME: Final = "METADATA"
+METADATA_TMP_NAME: Final = "METADATA.tmp"
+LOCK_NAME: Final = "LOCK"
+# magic, version, flags, ledger id, CRC32C of the 16 bytes before it.
+LEDGER_HEADER: Final = struct.Struct(">4sHHQI")
+# payload length, entry id, CRC32C of those 12 bytes, CRC32C of the payload.
+FRAME_HEADER: Final = struct.Struct(">IQII")
+# magic, version, flags, generation, payload length, CRC32C of the 20 bytes before it + payload.
+METADATA_HEADER: Final = struct.Struct(">4sHHQII")
+MAX_ENTRY_BYTES: Final = 0xFFFF_FFFF
+_LEDGER_FILE = re.compile(r"^ledger-(\d{20})\.log$")
+
+
+def crc32c(*parts: bytes) -> int:
+    """CRC32C (Castagnoli) of the concatenated parts, as every checksum of this format."""
+    value = 0
+    for part in parts:
+        value = google_crc32c.extend(value, part)
+    return int(value)
+
+
+def ledger_file_name(ledger_id: int) -> str:
+    return f"ledger-{ledger_id:020d}.log"
+
+
+def parse_ledger_file_name(name: str) -> int | None:
+    match = _LEDGER_FILE.match(name)
+    return int(match.group(1)) if match else None
+
+
+def encode_ledger_header(ledger_id: int) -> bytes:
+    head = struct.pack(">4sHHQ", LEDGER_MAGIC, VERSION, 0, ledger_id)
+    return head + struct.pack(">I", crc32c(head))
+
+
+def encode_frame(entry_id: int, payload: bytes) -> bytes:
+    head = struct.pack(">IQ", len(payload), entry_id)
+    return head + struct.pack(">II", crc32c(head), crc32c(payload)) + payload
+
+
+@dataclass(frozen=True, slots=True)
+class FrameInfo:
+    """One frame of a ledger file: where it starts, its entry id and its payload length."""
+
+    entry_id: int
+    offset: int
+    length: int
+
+    @property
+    def payload_offset(self) -> int:
+        return self.offset + FRAME_HEADER.size
+
+    @property
+    def end(self) -> int:
+        return self.payload_offset + self.length
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerScan:
+    """What a scan of a ledger file found.  ``valid_length`` is where the last good frame ends;
+    ``torn_bytes`` is how many bytes after it form a torn tail (0 when the file ends cleanly)."""
+
+    ledger_id: int
+    frames: tuple[FrameInfo, ...]
+    valid_length: int
+    torn_bytes: int
+    torn_reason: str | None = None
+
+
+ReadAt = Callable[[int, int], bytes]
+
+
+def scan_ledger(
+    read_at: ReadAt, size: int, *, file: str, ledger_id: int | None = None, allow_torn_tail: bool
+) -> LedgerScan:
+    """Check a ledger file frame by frame.
+
+    ``read_at(offset, n)`` returns up to ``n`` bytes at ``offset`` of a file of ``size`` bytes.
+    With ``allow_torn_tail`` (the last ledger only), an incomplete last frame, or a tail of zero
+    bytes after the last good frame, is reported as torn instead of raising: those are what a
+    power cut leaves of writes that were never synced, hence never acknowledged.  A complete
+    frame with a bad CRC is never torn (a sync makes whole frames durable), so it raises, as
+    does every other inconsistency.
+    """
+    if size < LEDGER_HEADER.size:
+        raise LedgerCorrupted(f"file has {size} bytes, shorter than the {LEDGER_HEADER.size}-byte header",
+                              file=file, offset=size)
+    header = read_at(0, LEDGER_HEADER.size)
+    magic, version, flags, found_id, header_crc = LEDGER_HEADER.unpack(header)
+    if magic != LEDGER_MAGIC:
+        raise LedgerCorrupted(f"bad magic {magic!r}, expected {LEDGER_MAGIC!r}", file=file, offset=0)
+    if version != VERSION:
+        raise LedgerCorrupted(f"unsupported ledger file version {version} (this reader knows {VERSION})",
+                              file=file, offset=4)
+    if header_crc != crc32c(header[:16]):
+        raise LedgerCorrupted("ledger file header CRC mismatch", file=file, offset=16)
+    if flags != 0:
+        raise LedgerCorrupted(f"unknown header flags 0x{flags:04x}", file=file, offset=6)
+    if ledger_id is not None and found_id != ledger_id:
+        raise LedgerCorrupted(f"header names ledger {found_id}, file is ledger {ledger_id}", file=file, offset=8)
+    frames: list[FrameInfo] = []
+    offset = LEDGER_HEADER.size
+    while offset < size:
+        remaining = size - offset
+        if remaining < FRAME_HEADER.size:
+            if allow_torn_tail:
+                return LedgerScan(found_id, tuple(frames), offset, remaining, "incomplete frame header")
+            raise LedgerCorrupted(f"file ends inside a frame header ({remaining} of {FRAME_HEADER.size} bytes)",
+                                  file=file, offset=offset)
+        head = read_at(offset, FRAME_HEADER.size)
+        length, entry_id, head_crc, payload_crc = FRAME_HEADER.unpack(head)
+        if head_crc != crc32c(head[:12]):
+            if allow_torn_tail and _zero_tail(read_at, offset, size):
+                return LedgerScan(found_id, tuple(frames), offset, remaining, "zero-filled tail")
+            raise LedgerCorrupted("frame header CRC mismatch", file=file, offset=offset)
+        if entry_id != len(frames):
+            raise LedgerCorrupted(f"frame holds entry {entry_id}, expected entry {len(frames)}", file=file,
+                                  offset=offset + 4)
+        end = offset + FRAME_HEADER.size + length
+        if end > size:
+            if allow_torn_tail:
+                return LedgerScan(found_id, tuple(frames), offset, remaining, "incomplete last frame")
+            raise LedgerCorrupted(f"frame of {length} bytes runs past the end of the file ({size} bytes)",
+                                  file=file, offset=offset)
+        if payload_crc != crc32c(read_at(offset + FRAME_HEADER.size, length)):
+            raise LedgerCorrupted(f"payload CRC mismatch in entry {entry_id}", file=file,
+                                  offset=offset + FRAME_HEADER.size)
+        frames.append(FrameInfo(entry_id, offset, length))
+        offset = end
+    return LedgerScan(found_id, tuple(frames), offset, 0)
+
+
+def _zero_tail(read_at: ReadAt, offset: int, size: int) -> bool:
+    # A file extended by a write whose data never reached the disk reads back as zeros (ext4,
+    # XFS after a power cut).  No intact frame starts with zeros only (the CRC32C of a zero
+    # header is 0x2B6A8F5D, not 0), so a zero tail holds no entry.  Read in chunks to bound memory.
+    position = offset
+    while position < size:
+        chunk = read_at(position, min(1 << 20, size - position))
+        if not chunk or chunk.count(0) != len(chunk):
+            return not chunk
+        position += len(chunk)
+    return True
+
+
+# -- metadata -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRecord:
+    """One ledger in the metadata.  ``entries`` and ``length`` (the file size) are recorded when
+    the ledger is closed; both are None for the open ledger, whose file is the truth."""
+
+    ledger_id: int
+    entries: int | None = None
+    length: int | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self.entries is None
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata:
+    name: str
+    generation: int
+    next_ledger_id: int
+    ledgers: tuple[LedgerRecord, ...]
+    properties: Mapping[str, str]
+    cursors: Mapping[str, CursorState]
+
+
+def _pos(p: Position) -> list[int]:
+    return [p.ledger_id, p.entry_id]
+
+
+def encode_metadata(meta: Metadata) -> bytes:
+    """The metadata file: a header, then canonical JSON (sorted keys, no spaces)."""
+    body = {
+        "name": meta.name,
+        "next_ledger_id": meta.next_ledger_id,
+        "ledgers": [
+            {"id": r.ledger_id} if r.is_open else {"id": r.ledger_id, "entries": r.entries, "length": r.length}
+            for r in meta.ledgers
+        ],
+        "properties": dict(meta.properties),
+        "cursors": {
+            name: {
+                "mark_delete": _pos(state.mark_delete),
+                "individually_deleted": [_pos(p) for p in sorted(state.individually_deleted)],
+                "batch_ack_sets": [[_pos(p), list(words)] for p, words in sorted(state.ack_sets.items())],
+                "properties": dict(state.properties),
+            }
+            for name, state in meta.cursors.items()
+        },
+    }
+    payload = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    head = struct.pack(">4sHHQI", METADATA_MAGIC, VERSION, 0, meta.generation, len(payload))
+    return head + struct.pack(">I", crc32c(head, payload)) + payload
+
+
+class _Bad(Exception):
+    """A schema problem inside the metadata JSON (turned into LedgerCorrupted by the caller)."""
+
+
+def _get(obj: object, key: str, kind: type | tuple[type, ...]) -> object:
+    if not isinstance(obj, dict) or key not in obj:
+        raise _Bad(f"missing {key!r}")
+    value = obj[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise _Bad(f"{key!r} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _int(value: object, what: str, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise _Bad(f"{what} must be an integer in [{low}, {high}], got {value!r}")
+    return value
+
+
+def _position(value: object, what: str) -> Position:
+    if not isinstance(value, list) or len(value) != 2:
+        raise _Bad(f"{what} must be [ledger_id, entry_id], got {value!r}")
+    return Position(_int(value[0], what, -1, INT64_MAX), _int(value[1], what, -1, INT64_MAX))
+
+
+def _string_map(value: object, what: str) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise _Bad(f"{what} must map strings to strings")
+    return dict(value)
+
+
+def decode_metadata(blob: bytes, *, file: str) -> Metadata:
+    """Parse and check a metadata file; any damage is a :class:`LedgerCorrupted`."""
+    size = METADATA_HEADER.size
+    if len(blob) < size:
+        raise LedgerCorrupted(f"metadata has {len(blob)} bytes, shorter than its {size}-byte header",
+                              file=file, offset=len(blob))
+    magic, version, flags, generation, length, crc = METADATA_HEADER.unpack_from(blob)
+    if magic != METADATA_MAGIC:
+        raise LedgerCorrupted(f"bad magic {magic!r}, expected {METADATA_MAGIC!r}", file=file, offset=0)
+    if version != VERSION:
+        raise LedgerCorrupted(f"unsupported metadata version {version} (this reader knows {VERSION})",
+                              file=file, offset=4)
+    if len(blob) != size + length:
+        raise LedgerCorrupted(f"metadata payload should be {length} bytes, file holds {len(blob) - size}",
+                              file=file, offset=min(len(blob), size + length))
+    payload = blob[size:]
+    if crc != crc32c(blob[:20], payload):
+        raise LedgerCorrupted("metadata CRC mismatch", file=file, offset=20)
+    if flags != 0:
+        raise LedgerCorrupted(f"unknown metadata flags 0x{flags:04x}", file=file, offset=6)
+    try:
+        body = json.loads(payload.decode())
+    except UnicodeDecodeError as exc:
+        raise LedgerCorrupted(f"metadata is not UTF-8: {exc.reason}", file=file, offset=size + exc.start) from None
+    except json.JSONDecodeError as exc:
+        raise LedgerCorrupted(f"metadata is not JSON: {exc.msg}", file=file, offset=size + exc.pos) from None
+    try:
+        return _metadata_from_json(body, generation)
+    except (_Bad, ValueError, TypeError) as exc:
+        # The CRC matched, so this is a writer bug or a foreign file, not bit rot; say where.
+        raise LedgerCorrupted(f"metadata does not follow the schema: {exc}", file=file, offset=size) from None
+
+
+def _metadata_from_json(body: object, generation: int) -> Metadata:
+    name = _get(body, "name", str)
+    next_id = _int(_get(body, "next_ledger_id", int), "next_ledger_id", 0, INT64_MAX)
+    records: list[LedgerRecord] = []
+    raw_ledgers = _get(body, "ledgers", list)
+    assert isinstance(raw_ledgers, list)
+    for index, raw in enumerate(raw_ledgers):
+        ledger_id = _int(_get(raw, "id", int), f"ledgers[{index}].id", 0, INT64_MAX)
+        if isinstance(raw, dict) and "entries" in raw:
+            entries = _int(_get(raw, "entries", int), f"ledgers[{index}].entries", 0, INT64_MAX)
+            length = _int(_get(raw, "length", int), f"ledgers[{index}].length", LEDGER_HEADER.size, INT64_MAX)
+            records.append(LedgerRecord(ledger_id, entries, length))
+        else:
+            records.append(LedgerRecord(ledger_id))
+    ids = [r.ledger_id for r in records]
+    if ids != sorted(set(ids)):
+        raise _Bad(f"ledger ids must increase: {ids}")
+    if not records or not records[-1].is_open or any(r.is_open for r in records[:-1]):
+        raise _Bad("exactly the last ledger must be open")
+    if next_id <= ids[-1]:
+        raise _Bad(f"next_ledger_id {next_id} is not above the last ledger {ids[-1]}")
+    cursors: dict[str, CursorState] = {}
+    raw_cursors = _get(body, "cursors", dict)
+    assert isinstance(raw_cursors, dict)
+    for cursor_name, raw in raw_cursors.items():
+        where = f"cursors[{cursor_name!r}]"
+        mark = _position(_get(raw, "mark_delete", list), f"{where}.mark_delete")
+        deleted = frozenset(
+            _position(p, f"{where}.individually_deleted") for p in _as_list(_get(raw, "individually_deleted", list))
+        )
+        ack_sets: dict[Position, tuple[int, ...]] = {}
+        for item in _as_list(_get(raw, "batch_ack_sets", list)):
+            if not isinstance(item, list) or len(item) != 2 or not isinstance(item[1], list):
+                raise _Bad(f"{where}.batch_ack_sets entries are [position, words]")
+            words = tuple(_int(w, f"{where} ack set word", INT64_MIN, INT64_MAX) for w in item[1])
+            ack_sets[_position(item[0], f"{where}.batch_ack_sets")] = words
+        if any(p <= mark for p in deleted) or any(p <= mark or p in deleted for p in ack_sets):
+            raise _Bad(f"{where} records deletions at or below its mark-delete position")
+        props = _string_map(_get(raw, "properties", dict), f"{where}.properties")
+        cursors[cursor_name] = CursorState(mark, deleted, MappingProxyType(ack_sets), MappingProxyType(props))
+    return Metadata(
+        name=str(name),
+        generation=generation,
+        next_ledger_id=next_id,
+        ledgers=tuple(records),
+        properties=MappingProxyType(_string_map(_get(body, "properties", dict), "properties")),
+        cursors=MappingProxyType(cursors),
+    )
+
+
+def _as_list(value: object) -> list[object]:
+    assert isinstance(value, list)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# The file-system layer.
+
+
+class FileSystem(Protocol):
+    """The calls the file ledger makes.  Paths are absolute strings; fds are ints."""
+
+    def makedirs(self, path: str) -> None: ...
+    def listdir(self, path: str) -> list[str]: ...
+    def exists(self, path: str) -> bool: ...
+    def open(self, path: str, *, create: bool = False, truncate: bool = False) -> int: ...
+    def close(self, fd: int) -> None: ...
+    def size(self, fd: int) -> int: ...
+    def pread(self, fd: int, size: int, offset: int) -> bytes: ...
+    def pwrite(self, fd: int, data: bytes, offset: int) -> None: ...
+    def truncate(self, fd: int, length: int) -> None: ...
+    def sync(self, fd: int) -> None: ...
+    def sync_dir(self, path: str) -> None: ...
+    def rename(self, src: str, dst: str) -> None: ...
+    def unlink(self, path: str) -> None: ...
+    def lock(self, path: str) -> int: ...
+    def unlock(self, fd: int) -> None: ...
+
+
+class OsFileSystem:
+    """The real thing: POSIX calls through ``os``."""
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def listdir(self, path: str) -> list[str]:
+        return sorted(os.listdir(path))
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def open(self, path: str, *, create: bool = False, truncate: bool = False) -> int:
+        flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
+        if create:
+            flags |= os.O_CREAT
+        if truncate:
+            flags |= os.O_TRUNC
+        return os.open(path, flags, 0o644)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def size(self, fd: int) -> int:
+        return os.fstat(fd).st_size
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        chunks: list[bytes] = []
+        while size > 0:
+            chunk = os.pread(fd, size, offset)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size -= len(chunk)
+            offset += len(chunk)
+        return b"".join(chunks)
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(fd, view, offset)
+            view = view[written:]
+            offset += written
+
+    def truncate(self, fd: int, length: int) -> None:
+        os.ftruncate(fd, length)
+
+    def sync(self, fd: int) -> None:
+        # fdatasync persists the data and the file size (what a later read needs) without the
+        # timestamps; that is all an append needs.
+        if hasattr(os, "fdatasync"):
+            os.fdatasync(fd)
+        else:  # pragma: no cover - macOS
+            os.fsync(fd)
+
+    def sync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+    def lock(self, path: str) -> int:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise LedgerLocked(f"{path} is locked by another handle") from None
+            raise
+        return fd
+
+    def unlock(self, fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# The ledger.
+
+
+@dataclass
+class _OpenFile:
+    """A ledger file this handle reads (and, for the current ledger, writes)."""
+
+    ledger_id: int
+    path: str
+    fd: int
+    offsets: list[int] = field(default_factory=list)  # frame start of each written entry
+    lengths: list[int] = field(default_factory=list)  # payload length of each written entry
+    durable_entries: int = 0
+    durable_end: int = LEDGER_HEADER.size
+    written_end: int = LEDGER_HEADER.size
+    payload_bytes: int = 0
+    failed: bool = False  # a write or sync failed: no more appends, roll over
+    sealed: bool = False  # rolled over: closed at durable_entries
+    full: bool = False  # full, but the eager roll-over failed: roll before the next append
+
+    @property
+    def written_entries(self) -> int:
+        return len(self.offsets)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What opening the directory repaired (all of it is what a crash can leave behind)."""
+
+    created: bool = False
+    truncated: tuple[tuple[str, int, int], ...] = ()  # (file, new length, bytes removed)
+    removed: tuple[str, ...] = ()
+    closed_ledger: int | None = None
+
+
+class FileLedger:
+    """A file-backed :class:`~reference.engine.ledger.ManagedLedger`; see the module docstring.
+
+    ``directory`` is created if missing.  ``config`` supplies the roll-over limits.
+    ``group_commit`` lets concurrent appenders share one sync.  ``fs`` replaces the OS calls
+    (tests).  Opening recovers the directory (:attr:`recovery` says what it repaired) and starts
+    a new ledger; a second handle on a directory that is open raises :class:`LedgerLocked`.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        config: Config | None = None,
+        *,
+        name: str | None = None,
+        group_commit: bool = False,
+        first_ledger_id: int = 0,
+        fs: FileSystem | None = None,
+    ) -> None:
+        self._dir = os.path.abspath(os.fspath(directory))
+        self._config = config or Config()
+        self._group_commit = group_commit
+        self._fs: FileSystem = fs or OsFileSystem()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._syncing = False
+        self._closed = False
+        self._files: dict[int, _OpenFile] = {}
+        fs_ = self._fs
+        if not fs_.exists(self._dir):
+            fs_.makedirs(self._dir)
+            fs_.sync_dir(os.path.dirname(self._dir))
+        self._lock_fd: int | None = fs_.lock(self._path(LOCK_NAME))
+        try:
+            self._meta, self.recovery = self._recover(name, first_ledger_id)
+        except BaseException:
+            self._release_files()
+            raise
+
+    # -- paths and small helpers ----------------------------------------------------------------
+
+    def _path(self, file_name: str) -> str:
+        return os.path.join(self._dir, file_name)
+
+    @property
+    def directory(self) -> Path:
+        return Path(self._dir)
+
+    @property
+    def name(self) -> str:
+        return self._meta.name
+
+    @property
+    def config(self) -> Config:
+        return self._config
+
+    @property
+    def metadata(self) -> Metadata:
+        """The last committed metadata (its ``generation`` counts commits)."""
+        with self._lock:
+            return self._meta
+
+    @property
+    def _current(self) -> _OpenFile:
+        return self._files[self._meta.ledgers[-1].ledger_id]
+
+    # -- recovery -------------------------------------------------------------------------------
+
+    def _recover(self, name: str | None, first_ledger_id: int) -> tuple[Metadata, RecoveryReport]:
+        """Check everything first, read-only; only then repair (remove leftovers, cut the torn
+        tail), so a :class:`LedgerCorrupted` leaves the directory exactly as it was found."""
+        fs = self._fs
+        names = fs.listdir(self._dir)
+        ledger_names = {lid: n for n in names if (lid := parse_ledger_file_name(n)) is not None}
+        # METADATA.tmp was never committed (the rename is the commit point).
+        leftovers = [METADATA_TMP_NAME] if METADATA_TMP_NAME in names else []
+        if METADATA_NAME not in names:
+            # The first metadata commit never happened: the only files a crash can have left
+            # are ledger files without entries.
+            for ledger_id, file_name in sorted(ledger_names.items()):
+                self._check_entryless_orphan(ledger_id, file_name)
+                leftovers.append(file_name)
+            self._remove(leftovers)
+            fresh = name or os.path.basename(self._dir)
+            meta = Metadata(fresh, 0, first_ledger_id, (), MappingProxyType({}), MappingProxyType({}))
+            return self._open_new_ledger(meta), RecoveryReport(created=True, removed=tuple(leftovers))
+        meta = self._read_metadata()
+        if name is not None and name != meta.name:
+            raise ValueError(f"{self._dir} holds managed ledger {meta.name!r}, not {name!r}")
+        listed = {r.ledger_id for r in meta.ledgers}
+        for ledger_id, file_name in sorted(ledger_names.items()):
+            if ledger_id in listed:
+                continue
+            if ledger_id < meta.ledgers[0].ledger_id:
+                pass  # deleted: the metadata without it was committed, the unlink did not happen
+            elif ledger_id >= meta.next_ledger_id:
+                # A roll-over that created the file but never committed the metadata naming it.
+                self._check_entryless_orphan(ledger_id, file_name)
+            else:
+                raise LedgerCorrupted(
+                    f"ledger file {file_name} is not in the metadata but lies between ledgers it lists",
+                    file=self._path(file_name),
+                    offset=0,
+                )
+            leftovers.append(file_name)
+        torn: list[tuple[_OpenFile, LedgerScan]] = []
+        for record in meta.ledgers:
+            path = self._path(ledger_file_name(record.ledger_id))
+            if record.ledger_id not in ledger_names:
+                raise LedgerCorrupted(f"ledger {record.ledger_id} is in the metadata but its file is missing",
+                                      file=path, offset=0)
+            opened, scan = self._open_existing(record, path)
+            if scan.torn_bytes:
+                torn.append((opened, scan))
+        # Everything checked out: repair.
+        self._remove(leftovers)
+        truncated: list[tuple[str, int, int]] = []
+        for opened, scan in torn:
+            # Only never-acknowledged bytes can be torn: an append returns after its sync.
+            fs.truncate(opened.fd, scan.valid_length)
+            fs.sync(opened.fd)
+            truncated.append((opened.path, scan.valid_length, scan.torn_bytes))
+        # Close the recovered open ledger and start a new one, as Pulsar's new owner does.
+        last = self._files[meta.ledgers[-1].ledger_id]
+        closed = replace(meta.ledgers[-1], entries=last.durable_entries, length=last.durable_end)
+        meta = self._open_new_ledger(replace(meta, ledgers=(*meta.ledgers[:-1], closed)))
+        report = RecoveryReport(truncated=tuple(truncated), removed=tuple(leftovers), closed_ledger=closed.ledger_id)
+        return meta, report
+
+    def _remove(self, file_names: Sequence[str]) -> None:
+        for file_name in file_names:
+            self._fs.unlink(self._path(file_name))
+        if file_names:
+            self._fs.sync_dir(self._dir)
+
+    def _read_metadata(self) -> Metadata:
+        path = self._path(METADATA_NAME)
+        fd = self._fs.open(path)
+        try:
+            blob = self._fs.pread(fd, self._fs.size(fd), 0)
+        finally:
+            self._fs.close(fd)
+        return decode_metadata(blob, file=path)
+
+    def _check_entryless_orphan(self, ledger_id: int, file_name: str) -> None:
+        """A ledger file no committed metadata names may be removed only if it holds no entry:
+        entries are appended only to a ledger the committed metadata names."""
+        path = self._path(file_name)
+        fd = self._fs.open(path)
+        try:
+            size = self._fs.size(fd)
+            if size > LEDGER_HEADER.size:
+                scan = scan_ledger(lambda o, n: self._fs.pread(fd, n, o), size, file=path, ledger_id=ledger_id,
+                                   allow_torn_tail=True)
+                if scan.frames:
+                    raise LedgerCorrupted(
+                        f"ledger file {file_name} holds {len(scan.frames)} entries but no committed metadata names it",
+                        file=path,
+                        offset=scan.frames[0].offset,
+                    )
+        finally:
+            self._fs.close(fd)
+
+    def _open_existing(self, record: LedgerRecord, path: str) -> tuple[_OpenFile, LedgerScan]:
+        fs = self._fs
+        fd = fs.open(path)
+        opened = _OpenFile(record.ledger_id, path, fd)
+        self._files[record.ledger_id] = opened
+        size = fs.size(fd)
+        scan = scan_ledger(lambda o, n: fs.pread(fd, n, o), size, file=path, ledger_id=record.ledger_id,
+                           allow_torn_tail=record.is_open)
+        if not record.is_open and (len(scan.frames) != record.entries or size != record.length):
+            raise LedgerCorrupted(
+                f"closed ledger {record.ledger_id} should hold {record.entries} entries in {record.length} bytes, "
+                f"found {len(scan.frames)} entries in {size} bytes",
+                file=path,
+                offset=min(size, record.length or 0, scan.valid_length),
+            )
+        opened.offsets = [f.offset for f in scan.frames]
+        opened.lengths = [f.length for f in scan.frames]
+        opened.durable_entries = len(scan.frames)
+        opened.durable_end = opened.written_end = scan.valid_length
+        opened.payload_bytes = sum(opened.lengths)
+        opened.sealed = not record.is_open
+        return opened, scan
+
+    # -- metadata commits and new ledgers (callers hold the lock, or are the constructor) ------
+
+    def _commit(self, meta: Metadata) -> Metadata:
+        """Make ``meta`` (with the next generation) the committed metadata; returns it.  Raises
+        :class:`LedgerWriteFailed` if any step fails: the old or the new version is then on disk
+        and this handle keeps the old one."""
+        meta = replace(meta, generation=meta.generation + 1)
+        blob = encode_metadata(meta)
+        fs = self._fs
+        tmp = self._path(METADATA_TMP_NAME)
+        try:
+            fd = fs.open(tmp, create=True, truncate=True)
+            try:
+                fs.pwrite(fd, blob, 0)
+                fs.sync(fd)
+            finally:
+                fs.close(fd)
+            fs.rename(tmp, self._path(METADATA_NAME))
+            fs.sync_dir(self._dir)
+        except OSError as exc:
+            raise LedgerWriteFailed(f"metadata commit of {self._dir} failed: {exc}") from exc
+        self._meta = meta
+        return meta
+
+    def _open_new_ledger(self, meta: Metadata) -> Metadata:
+        """Create the next ledger's file durably, then commit ``meta`` with it as the open
+        ledger.  ``meta`` already records the previous ledger as closed."""
+        fs = self._fs
+        ledger_id = meta.next_ledger_id
+        path = self._path(ledger_file_name(ledger_id))
+        try:
+            fd = fs.open(path, create=True, truncate=True)
+        except OSError as exc:
+            raise LedgerWriteFailed(f"cannot create {path}: {exc}") from exc
+        try:
+            fs.pwrite(fd, encode_ledger_header(ledger_id), 0)
+            fs.sync(fd)
+            fs.sync_dir(self._dir)
+            committed = self._commit(
+                replace(meta, next_ledger_id=ledger_id + 1, ledgers=(*meta.ledgers, LedgerRecord(ledger_id)))
+            )
+        except (OSError, LedgerWriteFailed) as exc:
+            fs.close(fd)
+            _best_effort(lambda: fs.unlink(path))
+            if isinstance(exc, LedgerWriteFailed):
+                raise
+            raise LedgerWriteFailed(f"cannot create {path}: {exc}") from exc
+        self._files[ledger_id] = _OpenFile(ledger_id, path, fd)
+        return committed
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Sync what was written, release the files and the lock.  Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            while self._syncing:
+                self._cond.wait()
+            current = self._current
+            if not current.failed and current.written_entries > current.durable_entries:
+                # Appenders still waiting get their answer from this sync; if it fails they get
+                # LedgerWriteFailed and the handle closes anyway.
+                with contextlib.suppress(LedgerWriteFailed):
+                    self._sync_locked(current)
+            self._closed = True
+            self._cond.notify_all()
+            self._release_files()
+
+    def crash(self) -> None:
+        """Stop as a killed process would: no sync, no metadata, files and lock released.
+        Whatever the OS already has stays (a process crash is not a power cut)."""
+        with self._lock:
+            self._closed = True
+            self._cond.notify_all()
+            self._release_files()
+
+    def _release_files(self) -> None:
+        for opened in self._files.values():
+            _best_effort(partial(self._fs.close, opened.fd))
+        self._files.clear()
+        lock_fd, self._lock_fd = self._lock_fd, None
+        if lock_fd is not None:
+            _best_effort(lambda: self._fs.unlock(lock_fd))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LedgerClosed(f"managed ledger {self.name} is closed")
+
+    # -- appends --------------------------------------------------------------------------------
+
+    def append(self, data: bytes) -> Position:
+        """Append one entry; returns its position once it is durable (after the sync)."""
+        payload = bytes(data)
+        if len(payload) > MAX_ENTRY_BYTES:
+            raise ValueError(f"an entry holds at most {MAX_ENTRY_BYTES} bytes, got {len(payload)}")
+        with self._lock:
+            self._check_open()
+            while self._current.full:
+                # Full, and its roll-over failed or is in progress in another thread (which
+                # may be waiting for a sync): roll it, or find it rolled.
+                self._roll_locked(self._current)
+                self._check_open()
+            ledger = self._current
+            if ledger.failed:
+                raise LedgerClosed(f"ledger {ledger.ledger_id} of {self.name} had a write failure; roll over first")
+            entry_id = ledger.written_entries
+            offset = ledger.written_end
+            frame = encode_frame(entry_id, payload)
+            try:
+                self._fs.pwrite(ledger.fd, frame, offset)
+            except OSError as exc:
+                self._fail_locked(ledger)
+                raise LedgerWriteFailed(f"write to {ledger.path} failed: {exc}") from exc
+            ledger.offsets.append(offset)
+            ledger.lengths.append(len(payload))
+            ledger.written_end = offset + len(frame)
+            ledger.payload_bytes += len(payload)
+            if not self._group_commit:
+                self._sync_locked(ledger)
+            if ledger_is_full(ledger.written_entries, ledger.payload_bytes, self._config):
+                # Mark it first: rolling may wait for a group sync, and no other appender may
+                # write into a full ledger meanwhile.
+                ledger.full = True
+                with contextlib.suppress(LedgerError):
+                    # If the roll fails the entry may still be durable (below); the next append
+                    # retries the roll.
+                    self._roll_locked(ledger)
+            self._await_durable_locked(ledger, entry_id)
+            return Position(ledger.ledger_id, entry_id)
+
+    def _await_durable_locked(self, ledger: _OpenFile, entry_id: int) -> None:
+        # Group commit: the first waiter to find no sync running syncs everything written so
+        # far, with the lock released so others can write and queue; the rest wait for it.
+        while True:
+            if entry_id < ledger.durable_entries:
+                return
+            if ledger.failed or ledger.sealed or self._closed:
+                raise LedgerWriteFailed(f"entry {ledger.ledger_id}:{entry_id} of {self.name} was not made durable")
+            if self._syncing:
+                self._cond.wait()
+                continue
+            self._syncing = True
+            target_entries, target_end = ledger.written_entries, ledger.written_end
+            self._lock.release()
+            error: OSError | None = None
+            try:
+                self._fs.sync(ledger.fd)
+            except OSError as exc:
+                error = exc
+            finally:
+                self._lock.acquire()
+                self._syncing = False
+                self._cond.notify_all()
+            if ledger.failed:
+                # Another writer failed while we synced and cut the unsynced tail off: what we
+                # synced is not all there any more, so nothing past durable_entries counts.
+                continue
+            if error is not None:
+                self._fail_locked(ledger)
+            else:
+                ledger.durable_entries = max(ledger.durable_entries, target_entries)
+                ledger.durable_end = max(ledger.durable_end, target_end)
+
+    def _sync_locked(self, ledger: _OpenFile) -> None:
+        while self._syncing:
+            self._cond.wait()
+        target_entries, target_end = ledger.written_entries, ledger.written_end
+        try:
+            self._fs.sync(ledger.fd)
+        except OSError as exc:
+            self._fail_locked(ledger)
+            raise LedgerWriteFailed(f"sync of {ledger.path} failed: {exc}") from exc
+        ledger.durable_entries, ledger.durable_end = target_entries, target_end
+        self._cond.notify_all()
+
+    def _fail_locked(self, ledger: _OpenFile) -> None:
+        """A write or sync failed: what was not synced is not acknowledged and is cut off the
+        file, so it cannot resurface after a crash as an entry its writer saw fail."""
+        ledger.failed = True
+        del ledger.offsets[ledger.durable_entries :]
+        del ledger.lengths[ledger.durable_entries :]
+        ledger.written_end = ledger.durable_end
+        ledger.payload_bytes = sum(ledger.lengths)
+        _best_effort(lambda: self._truncate_tail(ledger))
+        self._cond.notify_all()
+
+    def _truncate_tail(self, ledger: _OpenFile) -> None:
+        self._fs.truncate(ledger.fd, ledger.durable_end)
+        self._fs.sync(ledger.fd)
+
+    def roll_over(self) -> None:
+        """Close the current ledger at its last durable entry and open the next one."""
+        with self._lock:
+            self._check_open()
+            self._roll_locked(self._current)
+
+    def _roll_locked(self, old: _OpenFile) -> None:
+        while self._syncing:
+            self._cond.wait()
+        if self._closed or self._current is not old:
+            return  # another thread rolled it (or closed the ledger) while we waited
+        if old.failed:
+            try:
+                self._truncate_tail(old)
+            except OSError as exc:
+                raise LedgerWriteFailed(f"cannot cut the failed tail of {old.path}: {exc}") from exc
+        elif old.written_entries > old.durable_entries:
+            self._sync_locked(old)
+        closed = LedgerRecord(old.ledger_id, old.durable_entries, old.durable_end)
+        self._open_new_ledger(replace(self._meta, ledgers=(*self._meta.ledgers[:-1], closed)))
+        old.sealed = True
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def _read_locked(self, ledger: _OpenFile, entry_id: int) -> bytes:
+        offset = ledger.offsets[entry_id]
+        length = ledger.lengths[entry_id]
+        try:
+            frame = self._fs.pread(ledger.fd, FRAME_HEADER.size + length, offset)
+        except OSError as exc:
+            raise LedgerError(f"read of {ledger.path} failed: {exc}") from exc
+        # Verify on every read: damage after open must never be returned as data.
+        if len(frame) != FRAME_HEADER.size + length:
+            raise LedgerCorrupted(f"entry {entry_id} is cut short", file=ledger.path, offset=offset + len(frame))
+        found_length, found_id, head_crc, payload_crc = FRAME_HEADER.unpack_from(frame)
+        if head_crc != crc32c(frame[:12]) or found_length != length or found_id != entry_id:
+            raise LedgerCorrupted(f"frame header of entry {entry_id} changed on disk", file=ledger.path, offset=offset)
+        payload = frame[FRAME_HEADER.size :]
+        if payload_crc != crc32c(payload):
+            raise LedgerCorrupted(f"payload CRC mismatch in entry {entry_id}", file=ledger.path,
+                                  offset=offset + FRAME_HEADER.size)
+        return payload
+
+    def read(self, start: Position, max_entries: int) -> list[Entry]:
+        """Up to ``max_entries`` durable entries at or after ``start``, crossing ledgers."""
+        if max_entries < 0:
+            raise ValueError(f"max_entries must be >= 0, got {max_entries}")
+        with self._lock:
+            self._check_open()
+            out: list[Entry] = []
+            for record in self._meta.ledgers:
+                if len(out) >= max_entries:
+                    break
+                if record.ledger_id < start.ledger_id:
+                    continue
+                ledger = self._files[record.ledger_id]
+                first = max(start.entry_id, 0) if record.ledger_id == start.ledger_id else 0
+                for entry_id in range(first, min(ledger.durable_entries, first + max_entries - len(out))):
+                    out.append(Entry(Position(record.ledger_id, entry_id), self._read_locked(ledger, entry_id)))
+            return out
+
+    def read_entry(self, position: Position) -> bytes:
+        with self._lock:
+            self._check_open()
+            ledger = self._files.get(position.ledger_id)
+            if ledger is None or not 0 <= position.entry_id < ledger.durable_entries:
+                raise NoSuchEntry(f"no entry at {position} in {self.name}")
+            return self._read_locked(ledger, position.entry_id)
+
+    def _infos_locked(self) -> tuple[LedgerInfo, ...]:
+        return tuple(LedgerInfo(r.ledger_id, self._files[r.ledger_id].durable_entries) for r in self._meta.ledgers)
+
+    def _last_confirmed_locked(self) -> Position:
+        current = self._current
+        return Position(current.ledger_id, current.durable_entries - 1)
+
+    def last_confirmed(self) -> Position:
+        with self._lock:
+            self._check_open()
+            return self._last_confirmed_locked()
+
+    def ledgers(self) -> tuple[LedgerInfo, ...]:
+        with self._lock:
+            self._check_open()
+            return self._infos_locked()
+
+    # -- deletion -------------------------------------------------------------------------------
+
+    def delete_consumed_ledgers(self) -> tuple[int, ...]:
+        """Delete every non-current ledger all cursors have mark-deleted.  The metadata without
+        them is committed first; a crash before the unlinks leaves files recovery removes."""
+        with self._lock:
+            self._check_open()
+            doomed = consumed_ledgers(self._infos_locked(), self._current.ledger_id, self._meta.cursors.values())
+            if not doomed:
+                return ()
+            gone = set(doomed)
+            self._commit(replace(self._meta, ledgers=tuple(r for r in self._meta.ledgers if r.ledger_id not in gone)))
+            for ledger_id in doomed:
+                opened = self._files.pop(ledger_id)
+                _best_effort(partial(self._fs.close, opened.fd))
+                _best_effort(partial(self._fs.unlink, opened.path))
+            _best_effort(lambda: self._fs.sync_dir(self._dir))
+            return doomed
+
+    # -- properties -----------------------------------------------------------------------------
+
+    @property
+    def properties(self) -> Mapping[str, str]:
+        with self._lock:
+            return self._meta.properties
+
+    def _set_properties(self, change: Callable[[dict[str, str]], None]) -> None:
+        with self._lock:
+            self._check_open()
+            props = dict(self._meta.properties)
+            change(props)
+            self._commit(replace(self._meta, properties=MappingProxyType(props)))
+
+    def set_property(self, key: str, value: str) -> None:
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"property keys and values are str, got {type(key).__name__}={type(value).__name__}")
+        self._set_properties(lambda props: props.__setitem__(key, value))
+
+    def remove_property(self, key: str) -> None:
+        def remove(props: dict[str, str]) -> None:
+            props.pop(key, None)
+
+        self._set_properties(remove)
+
+    # -- cursors --------------------------------------------------------------------------------
+
+    def open_cursor(self, name: str, initial_position: InitialPosition = InitialPosition.LATEST) -> Cursor:
+        check_cursor_name(name)
+        with self._lock:
+            self._check_open()
+            if name not in self._meta.cursors:
+                state = initial_cursor_state(initial_position, self._infos_locked(), self._last_confirmed_locked())
+                self._commit_cursors({**self._meta.cursors, name: state})
+            return Cursor(self, name)
+
+    def delete_cursor(self, name: str) -> None:
+        with self._lock:
+            self._check_open()
+            if name in self._meta.cursors:
+                self._commit_cursors({k: v for k, v in self._meta.cursors.items() if k != name})
+
+    def cursors(self) -> tuple[Cursor, ...]:
+        with self._lock:
+            return tuple(Cursor(self, name) for name in sorted(self._meta.cursors))
+
+    def _commit_cursors(self, cursors: Mapping[str, CursorState]) -> None:
+        self._commit(replace(self._meta, cursors=MappingProxyType(dict(cursors))))
+
+    def cursor_state(self, name: str) -> CursorState:
+        with self._lock:
+            try:
+                return self._meta.cursors[name]
+            except KeyError:
+                raise LedgerClosed(f"cursor {name} of {self.name} was deleted") from None
+
+    def update_cursor(
+        self, name: str, change: Callable[[CursorState, tuple[LedgerInfo, ...], Position], CursorState]
+    ) -> None:
+        with self._lock:
+            self._check_open()
+            try:
+                state = self._meta.cursors[name]
+            except KeyError:
+                raise LedgerClosed(f"cursor {name} of {self.name} was deleted") from None
+            new = change(state, self._infos_locked(), self._last_confirmed_locked())
+            if new != state:
+                self._commit_cursors({**self._meta.cursors, name: new})
+
+    def __repr__(self) -> str:
+        return f"FileLedger({self._dir!r}, ledgers={[r.ledger_id for r in self._meta.ledgers]})"
+
+
+def _best_effort(action: Callable[[], object]) -> None:
+    # Clean-up after a failure, or of state recovery also repairs: a second error here must
+    # not hide the first, and leaves nothing recovery cannot handle.
+    with contextlib.suppress(OSError):
+        action()
+
+
+def read_metadata_file(path: str | os.PathLike[str]) -> Metadata:
+    """Decode a ``METADATA`` file (read-only; for inspection)."""
+    blob = Path(path).read_bytes()
+    return decode_metadata(blob, file=os.fspath(path))
+
+
+def entries_of(scan: LedgerScan, data: bytes) -> Sequence[bytes]:
+    """The payloads of a scanned in-memory ledger file."""
+    return [data[f.payload_offset : f.end] for f in scan.frames]

@@ -1,0 +1,434 @@
+"""Read-only decoding of a file-ledger directory, a ledger file or one entry, for
+``txnmodel inspect``.
+
+Every function returns plain ``dict``/``list``/``str``/``int``/``bool``/``None`` values, ready
+for ``json.dump``; :func:`render_text` prints the same report for people.  Nothing here writes:
+a torn tail is reported, not truncated, and damage is reported where it is (file, byte offset)
+instead of raised, so one bad frame does not hide the rest of a directory.  Frames whose header
+is intact are all listed, each with its own CRC verdict; a damaged frame header ends the walk
+of that file, because the next frame's position is no longer known.
+
+Entries are decoded through :mod:`spec.envelope`: a PIP-160 batched envelope or a plain record
+of the transaction log or of a pending-ack log.  With ``kind=None`` each entry is tried as both
+and every kind it decodes as is shown (a plain protobuf record can be valid as both).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+
+from spec.envelope import LogKind, decode_entry
+from spec.errors import InputError
+from spec.types import Position
+
+from .file_ledger import (
+    FRAME_HEADER,
+    LEDGER_HEADER,
+    LEDGER_MAGIC,
+    METADATA_NAME,
+    METADATA_TMP_NAME,
+    VERSION,
+    LedgerCorrupted,
+    Metadata,
+    crc32c,
+    decode_metadata,
+    ledger_file_name,
+    parse_ledger_file_name,
+)
+
+__all__ = [
+    "inspect_directory",
+    "inspect_entry",
+    "inspect_ledger_file",
+    "inspect_metadata",
+    "inspect_path",
+    "read_entry",
+    "render_text",
+]
+
+Json = dict[str, Any]
+
+
+def _error(exc: Exception) -> Json:
+    out: Json = {"type": type(exc).__name__, "message": str(exc)}
+    if isinstance(exc, LedgerCorrupted):
+        out.update(file=exc.file, offset=exc.offset)
+    elif (offset := getattr(exc, "offset", None)) is not None:
+        out["offset"] = offset
+    return out
+
+
+def _kinds(kind: LogKind | None) -> Iterable[LogKind]:
+    return (kind,) if kind is not None else tuple(LogKind)
+
+
+# ---------------------------------------------------------------------------------------------
+# One entry.
+
+
+def inspect_entry(data: bytes, *, kind: LogKind | None = None, where: str | None = None) -> Json:
+    """Decode one entry's bytes.
+
+    Returns ``{"length", "hex_prefix", "decoded": {kind: {"batched", "version", "batch_size",
+    "records"}}, "errors": {kind: error}}``; ``records`` are the protobuf records as JSON
+    (proto field names, enums by name).  A kind that does not decode is listed under ``errors``
+    with the byte offset of the problem.
+    """
+    decoded: Json = {}
+    errors: Json = {}
+    for k in _kinds(kind):
+        try:
+            entry = decode_entry(data, k, where=where)
+        except InputError as exc:
+            errors[k.value] = _error(exc)
+            continue
+        decoded[k.value] = {
+            "batched": entry.batched,
+            "version": entry.version,
+            "batch_size": entry.batch_size,
+            "records": [
+                json_format.MessageToDict(r, preserving_proto_field_name=True, use_integers_for_enums=False)
+                for r in entry.records
+            ],
+        }
+    return {"length": len(data), "hex_prefix": data[:32].hex(), "decoded": decoded, "errors": errors}
+
+
+# ---------------------------------------------------------------------------------------------
+# Files.
+
+
+def _walk_frames(data: bytes, file: str, *, open_ledger: bool) -> tuple[list[Json], Json | None, Json | None]:
+    """Frames of a ledger file body: (frames, torn tail or None, error or None).  Same rules
+    as :func:`reference.engine.file_ledger.scan_ledger`, but a payload CRC mismatch is recorded
+    on the frame and the walk goes on (its header, hence its length, is intact)."""
+    frames: list[Json] = []
+    offset = LEDGER_HEADER.size
+    size = len(data)
+    while offset < size:
+        remaining = size - offset
+        if remaining < FRAME_HEADER.size:
+            problem = f"file ends inside a frame header ({remaining} of {FRAME_HEADER.size} bytes)"
+            return frames, *_tail_or_error(open_ledger, file, offset, remaining, "incomplete frame header", problem)
+        head = data[offset : offset + FRAME_HEADER.size]
+        length, entry_id, head_crc, payload_crc = FRAME_HEADER.unpack(head)
+        if head_crc != crc32c(head[:12]):
+            if open_ledger and data[offset:].count(0) == remaining:
+                return frames, {"offset": offset, "bytes": remaining, "reason": "zero-filled tail"}, None
+            return frames, None, _error(LedgerCorrupted("frame header CRC mismatch", file=file, offset=offset))
+        end = offset + FRAME_HEADER.size + length
+        if end > size:
+            problem = f"frame of {length} bytes runs past the end of the file ({size} bytes)"
+            return frames, *_tail_or_error(open_ledger, file, offset, remaining, "incomplete last frame", problem)
+        payload = data[offset + FRAME_HEADER.size : end]
+        frames.append(
+            {
+                "entry_id": entry_id,
+                "expected_entry_id": len(frames),
+                "offset": offset,
+                "length": length,
+                "crc_ok": payload_crc == crc32c(payload),
+                "payload": payload,
+            }
+        )
+        offset = end
+    return frames, None, None
+
+
+def _tail_or_error(
+    open_ledger: bool, file: str, offset: int, remaining: int, reason: str, problem: str
+) -> tuple[Json | None, Json | None]:
+    if open_ledger:
+        return {"offset": offset, "bytes": remaining, "reason": reason}, None
+    return None, _error(LedgerCorrupted(problem, file=file, offset=offset))
+
+
+def inspect_ledger_file(
+    path: str | os.PathLike[str],
+    *,
+    kind: LogKind | None = None,
+    open_ledger: bool = True,
+    decode: bool = True,
+    expected_entries: int | None = None,
+    expected_length: int | None = None,
+) -> Json:
+    """One ledger file: its header, every frame (offset, length, CRC verdict, decoded entry),
+    a torn tail (only an open ledger may have one) and the first damage found.
+
+    ``expected_entries``/``expected_length`` are what the metadata records for a closed ledger;
+    a mismatch is reported as an error, as recovery would.
+    """
+    file = os.fspath(path)
+    data = Path(file).read_bytes()
+    report: Json = {"file": file, "size": len(data), "header": None, "entries": [], "torn_tail": None, "error": None}
+    if len(data) < LEDGER_HEADER.size:
+        report["error"] = _error(
+            LedgerCorrupted(f"file has {len(data)} bytes, shorter than the header", file=file, offset=len(data))
+        )
+        return report
+    magic, version, flags, ledger_id, header_crc = LEDGER_HEADER.unpack_from(data)
+    report["header"] = {
+        "magic": magic.hex(),
+        "version": version,
+        "flags": flags,
+        "ledger_id": ledger_id,
+        "crc_ok": header_crc == crc32c(data[:16]),
+    }
+    named = parse_ledger_file_name(os.path.basename(file))
+    problem: LedgerCorrupted | None = None
+    if magic != LEDGER_MAGIC:
+        problem = LedgerCorrupted(f"bad magic {magic!r}, expected {LEDGER_MAGIC!r}", file=file, offset=0)
+    elif version != VERSION:
+        problem = LedgerCorrupted(f"unsupported ledger file version {version}", file=file, offset=4)
+    elif header_crc != crc32c(data[:16]):
+        problem = LedgerCorrupted("ledger file header CRC mismatch", file=file, offset=16)
+    elif named is not None and named != ledger_id:
+        problem = LedgerCorrupted(f"header names ledger {ledger_id}, file is ledger {named}", file=file, offset=8)
+    if problem is not None:
+        report["error"] = _error(problem)
+        return report
+    frames, torn, error = _walk_frames(data, file, open_ledger=open_ledger)
+    for frame in frames:
+        payload: bytes = frame.pop("payload")
+        frame["position"] = str(Position(ledger_id, frame["entry_id"]))
+        if frame["entry_id"] != frame["expected_entry_id"]:
+            frame["error"] = _error(
+                LedgerCorrupted(f"frame holds entry {frame['entry_id']}, expected {frame['expected_entry_id']}",
+                                file=file, offset=frame["offset"] + 4)
+            )
+        if not frame["crc_ok"]:
+            frame["error"] = _error(
+                LedgerCorrupted(f"payload CRC mismatch in entry {frame['entry_id']}", file=file,
+                                offset=frame["offset"] + FRAME_HEADER.size)
+            )
+        if decode and frame["crc_ok"]:
+            frame["entry"] = inspect_entry(payload, kind=kind)
+        report["entries"].append(frame)
+    report["torn_tail"] = torn
+    first_bad = next((f["error"] for f in report["entries"] if "error" in f), None)
+    report["error"] = first_bad or error
+    mismatch = expected_entries is not None and (len(frames) != expected_entries or len(data) != expected_length)
+    if report["error"] is None and not open_ledger and mismatch:
+        report["error"] = _error(
+            LedgerCorrupted(
+                f"closed ledger should hold {expected_entries} entries in {expected_length} bytes, "
+                f"found {len(frames)} entries in {len(data)} bytes",
+                file=file,
+                offset=min(len(data), expected_length or 0),
+            )
+        )
+    return report
+
+
+def _position_text(p: Position) -> str:
+    return str(p)
+
+
+def _metadata_json(meta: Metadata) -> Json:
+    return {
+        "name": meta.name,
+        "generation": meta.generation,
+        "next_ledger_id": meta.next_ledger_id,
+        "ledgers": [
+            {"ledger_id": r.ledger_id, "state": "open"}
+            if r.is_open
+            else {"ledger_id": r.ledger_id, "state": "closed", "entries": r.entries, "length": r.length}
+            for r in meta.ledgers
+        ],
+        "properties": dict(meta.properties),
+        "cursors": {
+            name: {
+                "mark_delete": _position_text(state.mark_delete),
+                "individually_deleted": [_position_text(p) for p in sorted(state.individually_deleted)],
+                "batch_ack_sets": {_position_text(p): list(w) for p, w in sorted(state.ack_sets.items())},
+                "properties": dict(state.properties),
+            }
+            for name, state in sorted(meta.cursors.items())
+        },
+    }
+
+
+def inspect_metadata(path: str | os.PathLike[str]) -> Json:
+    """A ``METADATA`` file decoded, or ``{"file", "error"}``."""
+    file = os.fspath(path)
+    try:
+        meta = decode_metadata(Path(file).read_bytes(), file=file)
+    except LedgerCorrupted as exc:
+        return {"file": file, "error": _error(exc)}
+    return {"file": file, **_metadata_json(meta), "error": None}
+
+
+def inspect_directory(path: str | os.PathLike[str], *, kind: LogKind | None = None, decode: bool = True) -> Json:
+    """A whole ledger directory: the metadata, each ledger file (in id order, with its state
+    from the metadata: open, closed, or ``unlisted`` for a file the metadata does not name)
+    and any other files.  ``ok`` is true when recovery would open it without an error."""
+    directory = os.fspath(path)
+    names = sorted(os.listdir(directory))
+    report: Json = {"directory": directory, "metadata": None, "ledgers": [], "other_files": [], "ok": True}
+    records: dict[int, Any] = {}
+    meta_path = os.path.join(directory, METADATA_NAME)
+    if METADATA_NAME in names:
+        report["metadata"] = inspect_metadata(meta_path)
+        if report["metadata"]["error"] is None:
+            records = {r["ledger_id"]: r for r in report["metadata"]["ledgers"]}
+        else:
+            report["ok"] = False
+    ledger_ids = sorted(lid for n in names if (lid := parse_ledger_file_name(n)) is not None)
+    for ledger_id in sorted(set(ledger_ids) | set(records)):
+        record = records.get(ledger_id)
+        file = os.path.join(directory, ledger_file_name(ledger_id))
+        state = record["state"] if record else "unlisted"
+        if ledger_id not in ledger_ids:
+            missing = LedgerCorrupted(f"ledger {ledger_id} is in the metadata but its file is missing",
+                                      file=file, offset=0)
+            report["ledgers"].append({"ledger_id": ledger_id, "state": state, "file": file, "error": _error(missing)})
+            report["ok"] = False
+            continue
+        one = inspect_ledger_file(
+            file,
+            kind=kind,
+            open_ledger=state != "closed",
+            decode=decode,
+            expected_entries=record.get("entries") if record else None,
+            expected_length=record.get("length") if record else None,
+        )
+        report["ledgers"].append({"ledger_id": ledger_id, "state": state, **one})
+        if one["error"] is not None and state != "unlisted":
+            report["ok"] = False
+    report["other_files"] = [
+        n for n in names if parse_ledger_file_name(n) is None and n not in (METADATA_NAME,)
+    ]
+    if METADATA_TMP_NAME in names:
+        report["uncommitted_metadata"] = inspect_metadata(os.path.join(directory, METADATA_TMP_NAME))
+    return report
+
+
+def read_entry(directory: str | os.PathLike[str], position: Position) -> bytes:
+    """The payload of one entry of a ledger directory, CRC-checked (read-only)."""
+    file = os.path.join(os.fspath(directory), ledger_file_name(position.ledger_id))
+    report = inspect_ledger_file(file, decode=False)
+    for frame in report["entries"]:
+        if frame["entry_id"] == position.entry_id:
+            if not frame["crc_ok"]:
+                raise LedgerCorrupted(f"payload CRC mismatch in entry {position}", file=file,
+                                      offset=frame["offset"] + FRAME_HEADER.size)
+            start = frame["offset"] + FRAME_HEADER.size
+            with open(file, "rb") as f:
+                f.seek(start)
+                return f.read(frame["length"])
+    if report["error"] is not None:
+        raise LedgerCorrupted(report["error"]["message"], file=file, offset=report["error"].get("offset", 0))
+    raise KeyError(f"no entry {position} in {file}")
+
+
+def inspect_path(
+    path: str | os.PathLike[str], *, entry: Position | None = None, kind: LogKind | None = None
+) -> Json:
+    """What ``txnmodel inspect PATH`` shows: a ledger directory (or one ``--entry L:E`` of it),
+    a ledger file, a ``METADATA`` file, or any other file as one raw entry."""
+    file = os.fspath(path)
+    if os.path.isdir(file):
+        if entry is not None:
+            decoded = inspect_entry(read_entry(file, entry), kind=kind)
+            return {"kind": "directory_entry", "directory": file, "position": str(entry), "entry": decoded}
+        return {"kind": "directory", **inspect_directory(file, kind=kind)}
+    name = os.path.basename(file)
+    if parse_ledger_file_name(name) is not None:
+        return {"kind": "ledger_file", **inspect_ledger_file(file, kind=kind)}
+    if name in (METADATA_NAME, METADATA_TMP_NAME):
+        return {"kind": "metadata", **inspect_metadata(file)}
+    return {"kind": "entry", "file": file, **inspect_entry(Path(file).read_bytes(), kind=kind, where=file)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Text.
+
+
+def _err_text(error: Json | None) -> str:
+    if not error:
+        return ""
+    return f"  !! {error['message']}"
+
+
+def _entry_lines(entry: Json, indent: str) -> list[str]:
+    lines = []
+    for kind, decoded in entry["decoded"].items():
+        head = (
+            f"batched v{decoded['version']}, {decoded['batch_size']} records"
+            if decoded["batched"]
+            else "plain record"
+        )
+        lines.append(f"{indent}{kind}: {head}")
+        for index, record in enumerate(decoded["records"]):
+            lines.append(f"{indent}  [{index}] {record}")
+    if not entry["decoded"]:
+        first = next(iter(entry["errors"].values()), None)
+        lines.append(f"{indent}not a log entry ({first['message'] if first else 'no kind tried'}); "
+                     f"{entry['length']} bytes: {entry['hex_prefix']}{'...' if entry['length'] > 32 else ''}")
+    return lines
+
+
+def render_text(report: Json) -> str:
+    """A human-readable rendering of any report this module returns."""
+    lines: list[str] = []
+    kind = report.get("kind")
+    if kind == "directory_entry":
+        lines.append(f"{report['directory']} entry {report['position']}:")
+        lines.extend(_entry_lines(report["entry"], "  "))
+    elif kind == "entry":
+        lines.append(f"{report['file']}: {report['length']} bytes")
+        lines.extend(_entry_lines(report, "  "))
+    elif kind == "metadata":
+        lines.extend(_metadata_lines(report))
+    elif kind == "ledger_file":
+        lines.extend(_ledger_lines(report, ""))
+    else:
+        lines.append(f"{report['directory']}: {'ok' if report['ok'] else 'DAMAGED'}")
+        if report["metadata"] is not None:
+            lines.extend("  " + line for line in _metadata_lines(report["metadata"]))
+        else:
+            lines.append("  no METADATA")
+        for ledger in report["ledgers"]:
+            lines.extend(_ledger_lines(ledger, "  "))
+        if report["other_files"]:
+            lines.append(f"  other files: {', '.join(report['other_files'])}")
+    return "\n".join(lines)
+
+
+def _metadata_lines(meta: Json) -> list[str]:
+    if meta.get("error"):
+        return [f"{meta['file']}:{_err_text(meta['error'])}"]
+    lines = [
+        f"metadata generation {meta['generation']}: managed ledger {meta['name']!r}, "
+        f"next ledger id {meta['next_ledger_id']}",
+        f"  properties: {meta['properties']}",
+    ]
+    for name, cursor in meta["cursors"].items():
+        lines.append(
+            f"  cursor {name!r}: mark-delete {cursor['mark_delete']}, individually deleted "
+            f"{cursor['individually_deleted']}, batch ack sets {cursor['batch_ack_sets']}, "
+            f"properties {cursor['properties']}"
+        )
+    return lines
+
+
+def _ledger_lines(ledger: Json, indent: str) -> list[str]:
+    state = ledger.get("state", "file")
+    header = ledger.get("header")
+    count = len(ledger.get("entries", []))
+    lines = [f"{indent}ledger {ledger.get('ledger_id', header['ledger_id'] if header else '?')} ({state}): "
+             f"{ledger['file']}, {ledger.get('size', 0)} bytes, {count} entries{_err_text(ledger.get('error'))}"]
+    for frame in ledger.get("entries", []):
+        crc = "crc ok" if frame["crc_ok"] else "CRC BAD"
+        lines.append(f"{indent}  {frame['position']} @{frame['offset']} len {frame['length']} {crc}")
+        if "entry" in frame:
+            lines.extend(_entry_lines(frame["entry"], indent + "    "))
+    if ledger.get("torn_tail"):
+        torn = ledger["torn_tail"]
+        lines.append(f"{indent}  torn tail @{torn['offset']}: {torn['bytes']} bytes ({torn['reason']})")
+    return lines
