@@ -39,7 +39,7 @@ def _record(seq: int) -> tc_pb.TransactionMetadataEntry:
 def test_inspect_batched_and_plain_entries(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     batched = tmp_path / "batched.bin"
     batched.write_bytes(encode_batch([_record(0), _record(1)], LogKind.TRANSACTION_LOG))
-    assert main(["inspect", str(batched), "--json"]) == 0
+    assert main(["inspect", str(batched), "--kind", "transaction_log", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["batched"] and report["batch_size"] == 2
     assert report["records"][1]["txnid_least_bits"] == "1" and report["records"][0]["metadata_op"] == "NEW"
@@ -53,13 +53,40 @@ def test_inspect_batched_and_plain_entries(tmp_path: Path, capsys: pytest.Captur
     assert "plain entry" in out and '"ledgerId": "4"' in out
 
 
+def test_inspect_guesses_the_log_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    batched = tmp_path / "batched.bin"
+    batched.write_bytes(encode_batch([_record(0), _record(1)], LogKind.TRANSACTION_LOG))
+    assert main(["inspect", str(batched), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["decoded"]["transaction_log"]["batch_size"] == 2
+
+
 def test_inspect_damage_names_offset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "torn.bin"
     path.write_bytes(encode_batch([_record(0)], LogKind.TRANSACTION_LOG)[:-3])
-    assert main(["inspect", str(path)]) == 2
+    assert main(["inspect", str(path), "--kind", "transaction_log"]) == 2
     err = capsys.readouterr().err
     assert str(path) in err and "byte offset" in err
+    assert main(["inspect", str(path), "--json"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    assert report["errors"]["transaction_log"]["offset"] > 0
     assert main(["inspect", str(tmp_path / "missing.bin")]) == 2
+
+
+def test_inspect_a_file_ledger_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from reference.engine.file_ledger import FileLedger
+
+    ledger = FileLedger(tmp_path / "log")
+    first = ledger.append(encode_plain(_record(0)))
+    ledger.append(encode_batch([_record(1), _record(2)], LogKind.TRANSACTION_LOG))
+    ledger.close()
+    assert main(["inspect", str(tmp_path / "log")]) == 0
+    out = capsys.readouterr().out
+    assert "ok" in out and "batched" in out
+    assert main(["inspect", str(tmp_path / "log"), "--entry", f"{first.ledger_id}:{first.entry_id}", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["entry"]["decoded"]["transaction_log"]["records"][0]["txnid_least_bits"] == "0"
+    assert main(["inspect", str(tmp_path / "log"), "--entry", "x"]) == 2
 
 
 def test_config_defaults_and_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
