@@ -1,0 +1,91 @@
+"""Jepsen etcd logs (``../shared/data/porcupine/jepsen-etcd``) as histories of the cas-register model.
+
+A log line that records an operation looks like::
+
+    INFO  jepsen.util - 3	:invoke	:cas	[1 4]
+
+(fields separated by tabs or runs of spaces).  Events are paired by :func:`spec.history.pair_events`;
+logical time is the line number.  The mapping, chosen to agree with Porcupine's etcd test:
+
+* ``:ok :read nil|N`` — the read returned nil or N;
+* ``:ok :write N``, ``:ok :cas [a b]`` — took effect; ``:fail :cas [a b]`` — the compare failed;
+* ``:info ... :timed-out`` — outcome unknown: an ``info`` operation (return at +infinity);
+* ``:fail :read :timed-out`` — a read that returned nothing: a ``fail`` with error ``timed-out``
+  (it constrains nothing, as in Porcupine, which gives it an "unknown" output);
+* an invocation never completed — an ``invoke`` operation.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from spec.history import BadHistory, Event, Operation, OpType, object_id, pair_events
+
+__all__ = ["JEPSEN_OBJECT", "parse_jepsen_log", "read_jepsen_log", "read_verdicts"]
+
+JEPSEN_OBJECT = object_id("register", "etcd")
+
+_LINE = re.compile(r"^INFO\s+jepsen\.util\s+-\s+(\d+)\s+:(invoke|ok|fail|info)\s+:(read|write|cas)\s+(.+?)\s*$")
+_CAS = re.compile(r"^\[\s*(-?\d+)\s+(-?\d+)\s*\]$")
+
+
+def _value(text: str, f: str, where: str, row: int) -> object:
+    if text == "nil":
+        return None
+    if text.startswith(":"):
+        return text  # a keyword such as :timed-out
+    if f == "cas":
+        match = _CAS.match(text)
+        if match is None:
+            raise BadHistory(f"a cas value is [from to], got {text!r}", where=where, row=row, column="value")
+        return [int(match.group(1)), int(match.group(2))]
+    try:
+        return int(text)
+    except ValueError:
+        raise BadHistory(f"expected nil or an integer, got {text!r}", where=where, row=row, column="value") from None
+
+
+def parse_jepsen_log(text: str, *, history: str, where: str | None = None) -> list[Operation]:
+    """Parse the text of one log.  Lines that are not operations are skipped (setup, nemesis)."""
+    place = where or history
+    events: list[Event] = []
+    for row, line in enumerate(text.splitlines()):
+        match = _LINE.match(line)
+        if match is None:
+            if "jepsen.util" in line and re.search(r":(invoke|ok|fail|info)\b", line):
+                raise BadHistory(f"an operation line that does not parse: {line.strip()!r}", where=place, row=row)
+            continue
+        process, kind, f, raw = int(match.group(1)), OpType(match.group(2)), match.group(3), match.group(4)
+        value = _value(raw, f, place, row)
+        error = None
+        if isinstance(value, str):  # :timed-out and friends: the completion carries no value
+            error, value = value.lstrip(":"), None
+        if kind is OpType.INVOKE and f == "read":
+            value = None
+        events.append(Event(process, kind, f, value, row, error))
+    return pair_events(history, events, obj=JEPSEN_OBJECT, where=place)
+
+
+def read_jepsen_log(path: str | Path) -> list[Operation]:
+    """Read one ``etcd_NNN.log``; the history id is the file name without ``.log``."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadHistory(f"cannot read: {exc}", where=str(file)) from None
+    return parse_jepsen_log(text, history=file.stem, where=str(file))
+
+
+def read_verdicts(path: str | Path) -> dict[str, bool]:
+    """``VERDICTS.tsv``: file name -> linearizable?"""
+    verdicts: dict[str, bool] = {}
+    for row, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines()):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2 or parts[1] not in ("linearizable", "not-linearizable"):
+            raise BadHistory(f"expected '<file>\\t(linearizable|not-linearizable)', got {line!r}", where=str(path),
+                             row=row)
+        verdicts[parts[0]] = parts[1] == "linearizable"
+    return verdicts

@@ -1,0 +1,350 @@
+"""Sequential models for :mod:`invariants.linearizability`.
+
+* :class:`CasRegister` — Knossos' ``cas-register`` / Porcupine's etcd model: ``read``, ``write``,
+  ``cas [from, to]`` on one register whose initial value is nil.  Reads Jepsen's etcd histories.
+* :class:`KeyValue` — Porcupine's key-value model: ``get``, ``put``, ``append`` on string values,
+  one register per key (partitioned per key: each key is an object).
+* :class:`MachineModel` — the adapter from a reference machine's pure
+  ``step(state, command) -> (state, Ok | Err)`` to a model: an operation's recorded result must be
+  what ``step`` returns.  This is how the engine's per-object histories are checked against
+  ``reference.coordinator`` / ``buffer`` / ``pending_ack`` / ``delayed``.
+
+:func:`random_register_history` simulates concurrent clients of a true register, so it produces
+linearizable histories of any size and concurrency (benchmarks and property tests).
+
+Outputs use three markers besides values: :data:`~invariants.linearizability.UNKNOWN` (the outcome
+is unknown: accept anything), :data:`NO_EFFECT` (the op failed without reaching the object: it did
+nothing and checks nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any
+
+from invariants.linearizability import UNKNOWN, Model, partition_by_object
+from spec.history import BadHistory, Operation, OpType, make_operation, object_id
+
+__all__ = [
+    "MODELS",
+    "NO_EFFECT",
+    "CasRegister",
+    "KeyValue",
+    "MachineModel",
+    "model_by_name",
+    "random_register_history",
+]
+
+
+class _NoEffect:
+    def __repr__(self) -> str:
+        return "NO_EFFECT"
+
+    def __reduce__(self) -> str:
+        return "NO_EFFECT"
+
+
+NO_EFFECT: Any = _NoEffect()
+_NIL = "nil"
+
+
+def _bad(op: Operation, column: str, message: str) -> BadHistory:
+    return BadHistory(f"history {op.history!r} op {op.index}: {message}", row=op.index, column=column)
+
+
+class CasRegister:
+    """A register with read, write and compare-and-set; initial value nil (JSON null).
+
+    Inputs ``("read",)``, ``("write", v)``, ``("cas", from, to)``.  Outputs: the value read; None
+    for a write; ``True``/``False`` for a cas (``fail`` means the compare failed, as in Jepsen's
+    etcd test, and is checked: the register must then hold something other than ``from``).
+    """
+
+    name = "cas-register"
+
+    def init(self) -> Hashable:
+        return None
+
+    def step(self, state: Any, op_input: Any, op_output: Any) -> tuple[bool, Any]:
+        kind = op_input[0]
+        if kind == "read":
+            return op_output is UNKNOWN or op_output == state, state
+        if kind == "write":
+            if op_output is NO_EFFECT:
+                return True, state
+            return True, op_input[1]
+        if op_output is NO_EFFECT:
+            return True, state
+        matches = state == op_input[1]
+        new_state = op_input[2] if matches else state
+        return op_output is UNKNOWN or op_output == matches, new_state
+
+    def decode(self, op: Operation) -> tuple[Any, Any]:
+        args = op.args
+        if op.f == "read":
+            op_input: tuple[Any, ...] = ("read",)
+        elif op.f == "write":
+            op_input = ("write", args)
+        elif op.f == "cas":
+            if not (isinstance(args, list) and len(args) == 2):
+                raise _bad(op, "value", f"a cas takes [from, to], got {op.value}")
+            op_input = ("cas", args[0], args[1])
+        else:
+            raise _bad(op, "f", f"the {self.name} model knows read, write and cas, not {op.f!r}")
+        _check_hashable(op, op_input)
+        if op.type.indeterminate:
+            return op_input, UNKNOWN
+        if op.type is OpType.FAIL:
+            if op.f == "cas" and op.error is None:
+                return op_input, False
+            return op_input, UNKNOWN if op.f == "read" else NO_EFFECT
+        if op.f == "read":
+            return op_input, op.returned
+        return op_input, True if op.f == "cas" else None
+
+    def partition(self, ops: Sequence[Operation]) -> list[list[Operation]]:
+        return partition_by_object(ops)
+
+    def describe_op(self, op_input: Any, op_output: Any) -> str:
+        shown = "?" if op_output is UNKNOWN else "failed" if op_output is NO_EFFECT else _show(op_output)
+        if op_input[0] == "read":
+            return f"read -> {shown}"
+        if op_input[0] == "write":
+            return f"write({_show(op_input[1])}) -> {shown if op_output is not None else 'ok'}"
+        return f"cas({_show(op_input[1])} -> {_show(op_input[2])}) -> {shown}"
+
+    def describe_state(self, state: Any) -> str:
+        return _show(state)
+
+
+class KeyValue:
+    """Porcupine's key-value model: per key a string, initially empty; get, put and append."""
+
+    name = "kv"
+
+    def init(self) -> Hashable:
+        return ""
+
+    def step(self, state: Any, op_input: Any, op_output: Any) -> tuple[bool, Any]:
+        kind = op_input[0]
+        if kind == "get":
+            return op_output is UNKNOWN or op_output == state, state
+        if op_output is NO_EFFECT:
+            return True, state
+        if kind == "put":
+            return True, op_input[1]
+        return True, state + op_input[1]
+
+    def decode(self, op: Operation) -> tuple[Any, Any]:
+        args = op.args
+        if op.f not in ("get", "put", "append"):
+            raise _bad(op, "f", f"the kv model knows get, put and append, not {op.f!r}")
+        if op.f != "get" and not isinstance(args, str):
+            raise _bad(op, "value", f"{op.f} takes a string, got {op.value}")
+        op_input = ("get",) if op.f == "get" else (op.f, args)
+        if op.type.indeterminate:
+            return op_input, UNKNOWN
+        if op.type is OpType.FAIL:
+            return op_input, UNKNOWN if op.f == "get" else NO_EFFECT
+        if op.f == "get":
+            value = op.returned
+            return op_input, "" if value is None else value
+        return op_input, None
+
+    def partition(self, ops: Sequence[Operation]) -> list[list[Operation]]:
+        return partition_by_object(ops)
+
+    def describe_op(self, op_input: Any, op_output: Any) -> str:
+        if op_input[0] == "get":
+            return f"get -> {'?' if op_output is UNKNOWN else _show(op_output)}"
+        return f"{op_input[0]}({_show(op_input[1])})"
+
+    def describe_state(self, state: Any) -> str:
+        return _show(state)
+
+
+class MachineModel:
+    """A reference machine as a model: ``step(state, command) -> (state, Ok | Err)``.
+
+    Decoding an operation: ``f`` names the command (``commands[f]``, the machine's ``VECTORS``
+    table), ``value`` holds its fields in :mod:`spec.jsonvalues` spellings.  Checking: an ``ok``
+    operation must get ``Ok`` whose value, spelled in JSON, equals ``result`` (a null ``result``
+    accepts any ``Ok`` value: the engine had nothing to record); a ``fail`` with an ``error`` must
+    get ``Err`` of that name (a rejected command leaves the state unchanged, by the machines'
+    contract); a ``fail`` without ``error`` never reached the machine and does nothing; an
+    ``info``/``invoke`` is stepped and its result ignored.
+    """
+
+    def __init__(self, name: str, initial_state: Hashable, step: Callable[[Any, Any], tuple[Any, Any]],
+                 commands: Mapping[str, type], *, describe_state: Callable[[Any], str] | None = None) -> None:
+        self.name = name
+        self._initial = initial_state
+        self._step = step
+        self._commands = dict(commands)
+        self._describe_state = describe_state
+
+    @classmethod
+    def from_vectors(cls, vectors: Any, config: Any = None, init: Mapping[str, Any] | None = None) -> MachineModel:
+        """Build from a reference module's ``VECTORS`` (:class:`reference.conformance.MachineVectors`)."""
+        from spec.config import Config
+
+        return cls(vectors.name, vectors.initial(config if config is not None else Config(), dict(init or {})),
+                   vectors.step, vectors.commands)
+
+    def init(self) -> Hashable:
+        return self._initial
+
+    def decode(self, op: Operation) -> tuple[Any, Any]:
+        from spec.jsonvalues import JsonError, from_json
+
+        command_type = self._commands.get(op.f)
+        if command_type is None:
+            raise _bad(op, "f", f"machine {self.name!r} has no command {op.f!r}; commands are "
+                                f"{', '.join(sorted(self._commands))}")
+        args = op.args
+        try:
+            command = from_json({} if args is None else args, command_type)
+        except JsonError as exc:
+            raise _bad(op, "value", f"not a {command_type.__name__}: {exc}") from None
+        if op.type.indeterminate:
+            return command, UNKNOWN
+        if op.type is OpType.FAIL:
+            return command, NO_EFFECT if op.error is None else ("err", op.error)
+        return command, ("ok", None if op.result is None else _canonical(op.returned))
+
+    def step(self, state: Any, op_input: Any, op_output: Any) -> tuple[bool, Any]:
+        if op_output is NO_EFFECT:
+            return True, state
+        new_state, result = self._step(state, op_input)
+        if op_output is UNKNOWN:
+            return True, new_state
+        kind, expected = op_output
+        if result.ok:
+            if kind != "ok":
+                return False, new_state
+            if expected is None:
+                return True, new_state
+            from spec.jsonvalues import to_json
+
+            return _canonical(to_json(result.value)) == expected, new_state
+        return kind == "err" and result.error.name == expected, new_state
+
+    def partition(self, ops: Sequence[Operation]) -> list[list[Operation]]:
+        return partition_by_object(ops)
+
+    def describe_op(self, op_input: Any, op_output: Any) -> str:
+        if op_output is UNKNOWN:
+            shown = "?"
+        elif op_output is NO_EFFECT:
+            shown = "not sent"
+        else:
+            shown = op_output[1] if op_output[0] == "err" else ("ok" if op_output[1] is None else op_output[1])
+        return f"{op_input!r} -> {shown}"
+
+    def describe_state(self, state: Any) -> str:
+        if self._describe_state is not None:
+            return self._describe_state(state)
+        text = repr(state)
+        return text if len(text) <= 400 else text[:397] + "..."
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _check_hashable(op: Operation, value: Any) -> None:
+    try:
+        hash(value)
+    except TypeError:
+        raise _bad(op, "value", f"register values must be scalars, got {op.value}") from None
+
+
+def _show(value: Any) -> str:
+    return _NIL if value is None else json.dumps(value)
+
+
+MODELS: Mapping[str, Callable[[], Model]] = {
+    "cas-register": CasRegister,
+    "register": CasRegister,
+    "kv": KeyValue,
+}
+
+
+def model_by_name(name: str) -> Model:
+    """A model by its ``--model`` name: a generic model, or a reference machine that has ``VECTORS``."""
+    if name in MODELS:
+        return MODELS[name]()
+    import importlib
+
+    try:
+        module = importlib.import_module(f"reference.{name}")
+    except ModuleNotFoundError:
+        module = None
+    vectors = getattr(module, "VECTORS", None) if module is not None else None
+    if vectors is None:
+        known = ", ".join(sorted(MODELS))
+        raise KeyError(f"unknown model {name!r}: not one of {known} nor a reference machine with VECTORS")
+    return MachineModel.from_vectors(vectors)
+
+
+def random_register_history(seed: int, *, ops: int, clients: int, keys: int = 1, crash: float = 0.0,
+                            max_latency: int = 20, values: int = 5, history: str | None = None
+                            ) -> list[Operation]:
+    """A linearizable cas-register history of ``ops`` operations by ``clients`` concurrent clients.
+
+    Each client loops: invoke, wait, take effect at a random instant inside its interval on a true
+    register per key, return.  With probability ``crash`` an operation ends ``info`` (it took effect
+    or not, at random) and its client is replaced by a fresh process, as Jepsen does.
+    """
+    rng = random.Random(seed)
+    name = history if history is not None else f"register-{seed}"
+    registers: dict[int, Any] = {}
+    # Every op is planned as (invoke time, effect time, return time); then applied in effect order.
+    plans: list[dict[str, Any]] = []
+    clock = [0] * clients
+    process_of = list(range(clients))
+    next_process = clients
+    for _ in range(ops):
+        c = rng.randrange(clients)
+        start = clock[c] + rng.randrange(0, 3)
+        end = start + rng.randrange(0, max_latency + 1)
+        effect = rng.uniform(start, end)
+        kind = rng.choice(("read", "write", "cas"))
+        key = rng.randrange(keys)
+        arg: Any = None if kind == "read" else rng.randrange(values) if kind == "write" else [
+            rng.randrange(values), rng.randrange(values)]
+        crashed = rng.random() < crash
+        plans.append({"process": process_of[c], "start": start, "end": end, "effect": effect, "f": kind, "key": key,
+                      "arg": arg, "crashed": crashed, "applies": not crashed or rng.random() < 0.5})
+        clock[c] = end + 1
+        if crashed:
+            process_of[c] = next_process
+            next_process += 1
+    for plan in sorted(plans, key=lambda p: p["effect"]):
+        if not plan["applies"]:
+            continue
+        current = registers.get(plan["key"])
+        if plan["f"] == "read":
+            plan["result"] = current
+        elif plan["f"] == "write":
+            registers[plan["key"]] = plan["arg"]
+        else:
+            plan["result"] = current == plan["arg"][0]
+            if plan["result"]:
+                registers[plan["key"]] = plan["arg"][1]
+    out = []
+    for index, plan in enumerate(sorted(plans, key=lambda p: (p["start"], p["process"]))):
+        obj = object_id("register", str(plan["key"]))
+        if plan["crashed"]:
+            op_type, result, completed = OpType.INFO, None, plan["end"]
+        elif plan["f"] == "cas" and not plan["result"]:
+            op_type, result, completed = OpType.FAIL, None, plan["end"]
+        else:
+            op_type, result, completed = OpType.OK, plan.get("result"), plan["end"]
+            if plan["f"] == "cas":
+                result = None
+        out.append(make_operation(name, index, plan["process"], op_type, plan["f"], obj, plan["arg"], result,
+                                  invoked_at=plan["start"], completed_at=completed, seed=seed))
+    return out

@@ -1,0 +1,578 @@
+"""Transactional properties of a whole history, inferred Elle-style from what clients observed.
+
+No search happens here.  A topic partition is Elle's *list-append* object: every produced message
+carries a unique payload (recoverability) and a position, and a consumer's receives reveal an
+ordered prefix of the partition (traceability).  From the sends, receives, acks and the outcomes of
+commit and abort we infer each transaction's fate and each message's visibility, then look for
+forbidden observations.  Every anomaly names itself, cites the operations that prove it, and says
+in words why each piece of evidence implies the next.
+
+Anomalies (the Adya class each one is the Pulsar analogue of, where there is one):
+
+==========================  ======  ==============================================================
+name                        Adya    what was observed
+==========================  ======  ==============================================================
+garbage-read                        a receive returned a message nobody sent
+aborted-read                G1a     a message of an aborted transaction was delivered
+uncommitted-read            G1a     a message of a transaction that never committed was delivered
+premature-read              G1b     a message was delivered before its transaction's commit began
+                                    (Pulsar: a dispatch beyond maxReadPosition)
+fractured-read                      a subscription read past a committed transaction's messages on
+                                    a partition but saw only some of them (atomic visibility)
+lost-message                        a committed message never reached a subscription that read the
+                                    partition to its end
+duplicate-after-commit              a message acked inside a committed transaction was delivered
+                                    again to the same subscription after the commit completed
+inconsistent-position       G0      a message was delivered at a position other than the one its
+                                    send returned, or two messages share a position
+realtime-order                      a send that completed before another began got a later position
+out-of-order-delivery               a consumer got first deliveries of a partition out of order
+early-delivery                      a delayed message was delivered before its deliver-at time
+commit-and-abort                    one transaction both committed and aborted
+cyclic-information-flow     G1c     committed transactions each consumed (received and acked in
+                                    the transaction) a message another one produced, in a cycle
+==========================  ======  ==============================================================
+
+Soundness comes first: every rule only fires on evidence that cannot be explained by a correct
+broker (indeterminate operations are given the benefit of the doubt).  Logical time is the
+simulated clock: ``deliver_at_ms`` is compared with ``invoked_at`` / ``completed_at``.  The value
+and result shapes of each operation are in ``docs/spec/history.md``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import enum
+import itertools
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from spec.history import BadHistory, Operation, OpType, parse_object, split_subscription
+
+__all__ = ["ANOMALIES", "Anomaly", "TxnFate", "TxnResult", "check_transactional"]
+
+ANOMALIES: dict[str, str | None] = {
+    "garbage-read": None,
+    "aborted-read": "G1a",
+    "uncommitted-read": "G1a",
+    "premature-read": "G1b",
+    "fractured-read": None,
+    "lost-message": None,
+    "duplicate-after-commit": None,
+    "inconsistent-position": "G0",
+    "realtime-order": None,
+    "out-of-order-delivery": None,
+    "early-delivery": None,
+    "commit-and-abort": None,
+    "cyclic-information-flow": "G1c",
+}
+
+
+
+class TxnFate(enum.Enum):
+    COMMITTED = "committed"  # a commit returned ok
+    ABORTED = "aborted"  # an abort returned ok, or every end attempt failed
+    UNKNOWN = "unknown"  # a commit is indeterminate: it may have committed
+    OPEN = "open"  # nobody tried to end it
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    name: str
+    history: str
+    ops: tuple[int, ...]
+    explanation: str
+
+    @property
+    def adya(self) -> str | None:
+        return ANOMALIES.get(self.name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "adya": self.adya, "ops": list(self.ops), "explanation": self.explanation}
+
+    def __str__(self) -> str:
+        tag = f" ({self.adya})" if self.adya else ""
+        return f"{self.name}{tag} ops {list(self.ops)}: {self.explanation}"
+
+
+@dataclass(frozen=True)
+class TxnResult:
+    history: str
+    anomalies: tuple[Anomaly, ...] = ()
+    counts: dict[str, int] = field(default_factory=dict)  # per anomaly name, including ones cut by the cap
+    txns: int = 0
+    messages: int = 0
+    ops: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.counts
+
+
+@dataclass
+class _Message:
+    send: Operation
+    payload: str
+    partition: str
+    txn: tuple[int, int] | None
+    position: tuple[int, int] | None
+    deliver_at: int | None
+
+
+@dataclass
+class _Delivery:
+    op: Operation
+    subscription: str  # object id
+    partition: str
+    payload: str
+    position: tuple[int, int] | None
+    redelivery: int
+
+
+def _field(op: Operation, data: Any, key: str, column: str, kinds: tuple[type, ...], required: bool = True) -> Any:
+    if not isinstance(data, dict):
+        raise BadHistory(f"history {op.history!r} op {op.index} ({op.f}): expected an object, got {data!r}",
+                         row=op.index, column=column)
+    value = data.get(key)
+    if value is None:
+        if required:
+            raise BadHistory(f"history {op.history!r} op {op.index} ({op.f}): needs {key!r}", row=op.index,
+                             column=column)
+        return None
+    if not isinstance(value, kinds) or isinstance(value, bool):
+        raise BadHistory(f"history {op.history!r} op {op.index} ({op.f}): {key!r} has the wrong type: {value!r}",
+                         row=op.index, column=column)
+    return value
+
+
+def _pair(op: Operation, value: Any, key: str, column: str) -> tuple[int, int]:
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(x, int) for x in value)):
+        raise BadHistory(f"history {op.history!r} op {op.index} ({op.f}): {key!r} must be [a, b] integers, "
+                         f"got {value!r}", row=op.index, column=column)
+    return (value[0], value[1])
+
+
+def _txn_of(op: Operation, data: Any, column: str = "value") -> tuple[int, int] | None:
+    raw = _field(op, data, "txn", column, (list,), required=False)
+    return None if raw is None else _pair(op, raw, "txn", column)
+
+
+def _fmt_txn(txn: tuple[int, int] | None) -> str:
+    return "no txn" if txn is None else f"txn ({txn[0]},{txn[1]})"
+
+
+def _fmt_pos(pos: tuple[int, int] | None) -> str:
+    return "?" if pos is None else f"{pos[0]}:{pos[1]}"
+
+
+class _Collector:
+    def __init__(self, history: str, cap: int) -> None:
+        self.history = history
+        self.cap = cap
+        self.found: list[Anomaly] = []
+        self.counts: dict[str, int] = defaultdict(int)
+
+    def add(self, name: str, ops: Iterable[Operation], explanation: str) -> None:
+        assert name in ANOMALIES, name
+        self.counts[name] += 1
+        if self.counts[name] <= self.cap:
+            self.found.append(Anomaly(name, self.history, tuple(sorted({o.index for o in ops})), explanation))
+
+
+def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult:
+    """Every check of the module over one history; ``cap`` anomalies of each kind are kept in full."""
+    history = ops[0].history if ops else ""
+    out = _Collector(history, cap)
+
+    # --- transactions and their fate -----------------------------------------------------------
+    commits: dict[tuple[int, int], list[Operation]] = defaultdict(list)
+    aborts: dict[tuple[int, int], list[Operation]] = defaultdict(list)
+    for op in ops:
+        if op.f in ("commit", "abort"):
+            txn = _txn_of(op, op.args)
+            if txn is None:
+                raise BadHistory(f"history {history!r} op {op.index}: {op.f} needs 'txn'", row=op.index,
+                                 column="value")
+            (commits if op.f == "commit" else aborts)[txn].append(op)
+    fates: dict[tuple[int, int], TxnFate] = {}
+    for txn in set(commits) | set(aborts):
+        c_ok = [o for o in commits[txn] if o.type is OpType.OK]
+        a_ok = [o for o in aborts[txn] if o.type is OpType.OK]
+        if c_ok and a_ok:
+            out.add("commit-and-abort", [c_ok[0], a_ok[0]],
+                    f"{_fmt_txn(txn)}: commit op {c_ok[0].index} returned ok and abort op {a_ok[0].index} returned "
+                    f"ok; a transaction ends exactly once")
+        if c_ok:
+            fates[txn] = TxnFate.COMMITTED
+        elif a_ok:
+            fates[txn] = TxnFate.ABORTED
+        elif any(o.type.indeterminate for o in commits[txn]):
+            fates[txn] = TxnFate.UNKNOWN
+        elif commits[txn] or aborts[txn]:
+            # no commit returned ok and none is indeterminate: the transaction certainly did not commit
+            fates[txn] = TxnFate.ABORTED
+
+    def fate(txn: tuple[int, int]) -> TxnFate:
+        return fates.get(txn, TxnFate.OPEN)
+
+    def first_commit_call(txn: tuple[int, int]) -> int | None:
+        calls = [o.invoked_at for o in commits.get(txn, ())]
+        return min(calls) if calls else None
+
+    def commit_done(txn: tuple[int, int]) -> Operation | None:
+        done = [o for o in commits.get(txn, ()) if o.type is OpType.OK]
+        return min(done, key=lambda o: o.completed_at or 0) if done else None
+
+    # --- messages -------------------------------------------------------------------------------
+    messages: dict[str, _Message] = {}
+    by_position: dict[tuple[str, tuple[int, int]], _Message] = {}
+    for op in ops:
+        if op.f != "send":
+            continue
+        kind, partition = parse_object(op.object)
+        args = op.args
+        payload = _field(op, args, "message", "value", (str,))
+        if payload in messages:
+            raise BadHistory(f"history {history!r} op {op.index}: message {payload!r} was already sent by op "
+                             f"{messages[payload].send.index}; payloads must be unique", row=op.index, column="value")
+        position = None
+        if op.type is OpType.OK and op.returned is not None:
+            position = _pair(op, _field(op, op.returned, "position", "result", (list,)), "position", "result")
+        message = _Message(op, payload, partition, _txn_of(op, args), position,
+                           _field(op, args, "deliver_at_ms", "value", (int,), required=False))
+        messages[payload] = message
+        if position is not None:
+            clash = by_position.get((partition, position))
+            if clash is not None:
+                out.add("inconsistent-position", [clash.send, op],
+                        f"sends op {clash.send.index} ({clash.payload!r}) and op {op.index} ({payload!r}) both "
+                        f"returned position {_fmt_pos(position)} on {partition}; a position holds one entry")
+            else:
+                by_position[(partition, position)] = message
+
+    # --- deliveries -----------------------------------------------------------------------------
+    deliveries: list[_Delivery] = []
+    drains: dict[str, list[Operation]] = defaultdict(list)  # subscription -> receives that found nothing
+    subscribes: dict[str, list[Operation]] = defaultdict(list)
+    acks: list[tuple[Operation, str, tuple[int, int], tuple[int, int], bool]] = []
+    for op in ops:
+        if op.f not in ("receive", "ack", "ack_cumulative", "subscribe"):
+            continue
+        kind, name = parse_object(op.object)
+        if kind != "subscription":
+            raise BadHistory(f"history {history!r} op {op.index}: {op.f} touches a subscription, not {op.object!r}",
+                             row=op.index, column="object")
+        try:
+            partition, _ = split_subscription(name)
+        except ValueError as exc:
+            raise BadHistory(str(exc), row=op.index, column="object") from None
+        if op.f == "subscribe":
+            subscribes[op.object].append(op)
+        elif op.f == "receive" and op.type is OpType.OK:
+            got = op.returned
+            if got is None:
+                drains[op.object].append(op)
+                continue
+            payload = _field(op, got, "message", "result", (str,))
+            raw_position = _field(op, got, "position", "result", (list,), required=False)
+            deliveries.append(_Delivery(op, op.object, partition, payload,
+                                        None if raw_position is None else _pair(op, raw_position, "position",
+                                                                                "result"),
+                                        _field(op, got, "redelivery_count", "result", (int,), required=False) or 0))
+        elif op.f in ("ack", "ack_cumulative") and op.type is OpType.OK:
+            txn = _txn_of(op, op.args)
+            if txn is not None:
+                position = _pair(op, _field(op, op.args, "position", "value", (list,)), "position", "value")
+                acks.append((op, op.object, txn, position, op.f == "ack_cumulative"))
+
+    received: dict[str, dict[str, list[_Delivery]]] = defaultdict(lambda: defaultdict(list))
+    for d in deliveries:
+        received[d.subscription][d.payload].append(d)
+        found = messages.get(d.payload)
+        if found is None or found.partition != d.partition:
+            where = "" if found is None else f" (it was sent to {found.partition}, not {d.partition})"
+            out.add("garbage-read", [d.op],
+                    f"receive op {d.op.index} on {d.subscription} returned {d.payload!r}, which no send of "
+                    f"this partition produced{where}")
+            continue
+        message = found
+        if d.position is not None and message.position is not None and d.position != message.position:
+            out.add("inconsistent-position", [message.send, d.op],
+                    f"send op {message.send.index} put {d.payload!r} at {_fmt_pos(message.position)}, but receive "
+                    f"op {d.op.index} delivered it at {_fmt_pos(d.position)}")
+        if message.deliver_at is not None and d.op.completed_at is not None and d.op.completed_at < message.deliver_at:
+            out.add("early-delivery", [message.send, d.op],
+                    f"send op {message.send.index} asked to deliver {d.payload!r} at {message.deliver_at}; receive "
+                    f"op {d.op.index} had it by {d.op.completed_at}, {message.deliver_at - d.op.completed_at} early")
+        if message.txn is None:
+            continue
+        txn = message.txn
+        status = fate(txn)
+        if status is TxnFate.ABORTED:
+            ended = aborts.get(txn, []) + commits.get(txn, [])
+            how = "; ".join(f"{o.f} op {o.index} {o.type.value}{' ' + o.error if o.error else ''}" for o in ended)
+            out.add("aborted-read", [message.send, d.op, *ended],
+                    f"{d.payload!r} was sent in {_fmt_txn(txn)} (op {message.send.index}), which did not commit "
+                    f"({how}); yet receive op {d.op.index} on {d.subscription} delivered it")
+        elif status is TxnFate.OPEN:
+            out.add("uncommitted-read", [message.send, d.op],
+                    f"{d.payload!r} was sent in {_fmt_txn(txn)} (op {message.send.index}), which nobody ever "
+                    f"committed; yet receive op {d.op.index} on {d.subscription} delivered it")
+        else:
+            start = first_commit_call(txn)
+            if start is not None and d.op.completed_at is not None and d.op.completed_at < start:
+                out.add("premature-read", [message.send, d.op, *commits[txn]],
+                        f"receive op {d.op.index} on {d.subscription} delivered {d.payload!r} of {_fmt_txn(txn)} "
+                        f"at {d.op.completed_at}, before the first commit of that txn was even invoked (at {start}): "
+                        f"the message was dispatched while its transaction was open")
+
+    # --- atomic visibility and loss -----------------------------------------------------------
+    committed_by_partition: dict[str, list[_Message]] = defaultdict(list)
+    for message in messages.values():
+        if message.send.type is not OpType.OK:
+            continue
+        if message.txn is None or fate(message.txn) is TxnFate.COMMITTED:
+            committed_by_partition[message.partition].append(message)
+    subscriptions = set(received) | set(drains)
+    for sub in sorted(subscriptions):
+        partition, _ = split_subscription(parse_object(sub)[1])
+        mine = received.get(sub, {})
+        frontier = max((d.position for got in mine.values() for d in got if d.position is not None), default=None)
+        drain = _final_drain(drains.get(sub, []), committed_by_partition.get(partition, []), commits)
+        latest_start = _latest_start(subscribes.get(sub, []))
+        by_txn: dict[tuple[int, int], list[_Message]] = defaultdict(list)
+        for message in committed_by_partition.get(partition, []):
+            if message.txn is not None:
+                by_txn[message.txn].append(message)
+        # fractured read: some of a committed txn's messages seen here, and read past the rest
+        for txn, group in sorted(by_txn.items()):
+            seen = [m for m in group if m.payload in mine]
+            if not seen or len(seen) == len(group):
+                continue
+            for missing in (m for m in group if m.payload not in mine):
+                passed = drain is not None or (frontier is not None and missing.position is not None
+                                               and frontier > missing.position)
+                if passed and (missing.deliver_at is None or drain is None or missing.deliver_at <= drain.invoked_at):
+                    first = mine[seen[0].payload][0]
+                    out.add("fractured-read", [seen[0].send, first.op, missing.send],
+                            f"{_fmt_txn(txn)} committed with {len(group)} messages on {partition}; {sub} received "
+                            f"{seen[0].payload!r} (op {first.op.index}) and read past "
+                            f"{_fmt_pos(missing.position)} without receiving {missing.payload!r} (sent by op "
+                            f"{missing.send.index}): the transaction became visible only in part")
+        # loss: after a final drain, every committed message must have been received
+        if drain is None:
+            continue
+        for message in committed_by_partition.get(partition, []):
+            if message.payload in mine:
+                continue
+            if message.deliver_at is not None and message.deliver_at > drain.invoked_at:
+                continue
+            if latest_start is not None and message.send.invoked_at < latest_start:
+                continue  # a Latest subscription need not see what was sent before it existed
+            if message.txn is not None and _fractured_reported(out, message):
+                continue
+            why = "" if message.txn is None else f" in {_fmt_txn(message.txn)}, committed"
+            out.add("lost-message", [message.send, drain],
+                    f"send op {message.send.index} put {message.payload!r} on {partition} at "
+                    f"{_fmt_pos(message.position)}{why}; receive op {drain.index} on {sub} found nothing more "
+                    f"after every send and commit had completed, and {sub} never received it")
+
+    # --- duplicates after a committed transactional ack ---------------------------------------
+    for ack, sub, txn, position, cumulative in acks:
+        done = commit_done(txn)
+        if done is None or done.completed_at is None:
+            continue
+        for got in received.get(sub, {}).values():
+            for d in got:
+                if d.position is None or d.op.invoked_at <= done.completed_at:
+                    continue
+                if d.position == position or (cumulative and d.position < position):
+                    out.add("duplicate-after-commit", [ack, done, d.op],
+                            f"{sub} acked {_fmt_pos(position)}{' cumulatively' if cumulative else ''} in "
+                            f"{_fmt_txn(txn)} (op {ack.index}), which committed (op {done.index}, done at "
+                            f"{done.completed_at}); receive op {d.op.index}, invoked later at {d.op.invoked_at}, "
+                            f"delivered {d.payload!r} at {_fmt_pos(d.position)} again")
+
+    # --- information flow between committed transactions (consume-transform-produce) -----------
+    _information_cycles(acks, by_position, fate, out)
+
+    # --- order ----------------------------------------------------------------------------------
+    _realtime_order(messages.values(), out)
+    # Order is judged by the positions the sends returned (the version order); a delivery that
+    # reports another position is already an inconsistent-position and must not cascade.
+    _consumer_order([dataclasses.replace(d, position=messages[d.payload].position or d.position) for d in deliveries
+                     if d.payload in messages and messages[d.payload].deliver_at is None], out)
+
+    return TxnResult(history, tuple(out.found), dict(out.counts), len(set(commits) | set(aborts)), len(messages),
+                     len(ops))
+
+
+def _information_cycles(acks: Sequence[tuple[Operation, str, tuple[int, int], tuple[int, int], bool]],
+                        by_position: dict[tuple[str, tuple[int, int]], _Message],
+                        fate: Any, out: _Collector) -> None:
+    """G1c: a cycle of wr edges between committed transactions.
+
+    Edge ``Tw -> Tr``: Tr acknowledged (inside Tr) the position of a message Tw produced, so Tr
+    consumed Tw's output.  Under read-committed Tr can only have seen it after Tw committed, so Tw
+    committed before Tr did; a cycle of such edges is impossible.
+    """
+    edges: dict[tuple[int, int], dict[tuple[int, int], tuple[_Message, Operation]]] = defaultdict(dict)
+    for ack, sub, reader, position, _ in acks:
+        partition, _ = split_subscription(parse_object(sub)[1])
+        message = by_position.get((partition, position))
+        if message is None or message.txn is None or message.txn == reader:
+            continue
+        if fate(message.txn) is TxnFate.COMMITTED and fate(reader) is TxnFate.COMMITTED:
+            edges[message.txn].setdefault(reader, (message, ack))
+    for cycle in _cycles(edges):
+        steps = []
+        ops: list[Operation] = []
+        for writer, reader in itertools.pairwise([*cycle, cycle[0]]):
+            message, ack = edges[writer][reader]
+            ops += [message.send, ack]
+            steps.append(f"{_fmt_txn(reader)} consumed {message.payload!r} that {_fmt_txn(writer)} produced (send op "
+                         f"{message.send.index}, acked in {_fmt_txn(reader)} by op {ack.index}), so "
+                         f"{_fmt_txn(writer)} committed first")
+        out.add("cyclic-information-flow", ops, "; ".join(steps) + "; a transaction cannot commit before itself")
+
+
+def _cycles(edges: dict[tuple[int, int], dict[tuple[int, int], Any]]) -> list[list[tuple[int, int]]]:
+    """One shortest cycle per strongly connected component (Tarjan, then BFS inside the component)."""
+    index: dict[tuple[int, int], int] = {}
+    low: dict[tuple[int, int], int] = {}
+    stack: list[tuple[int, int]] = []
+    on_stack: set[tuple[int, int]] = set()
+    components: list[list[tuple[int, int]]] = []
+    nodes = sorted(set(edges) | {r for targets in edges.values() for r in targets})
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges.get(root, {}))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, {})))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(sorted(component))
+    cycles = []
+    for component in components:
+        members = set(component)
+        start = component[0]
+        parent: dict[tuple[int, int], tuple[int, int]] = {}
+        queue = [start]
+        found = None
+        while queue and found is None:
+            node = queue.pop(0)
+            for child in sorted(edges.get(node, {})):
+                if child not in members:
+                    continue
+                if child == start:
+                    found = node
+                    break
+                if child not in parent:
+                    parent[child] = node
+                    queue.append(child)
+        if found is None:
+            continue
+        path = [found]
+        while path[-1] != start:
+            path.append(parent[path[-1]])
+        cycles.append(list(reversed(path)))
+    return cycles
+
+
+def _fractured_reported(out: _Collector, message: _Message) -> bool:
+    return any(a.name == "fractured-read" and message.send.index in a.ops for a in out.found)
+
+
+def _latest_start(subscribes: Sequence[Operation]) -> int | None:
+    """When a ``subscribe`` with ``initial_position`` Latest completed (None: Earliest or unrecorded)."""
+    latest = [op for op in subscribes if isinstance(op.args, dict) and op.args.get("initial_position") == "Latest"]
+    if not latest:
+        return None
+    return max(op.completed_at if op.completed_at is not None else op.invoked_at for op in latest)
+
+
+def _final_drain(drains: Sequence[Operation], committed: Sequence[_Message],
+                 commits: dict[tuple[int, int], list[Operation]]) -> Operation | None:
+    """A receive that found nothing, invoked after every ok send and every ok commit of the partition completed."""
+    horizon = 0
+    for message in committed:
+        horizon = max(horizon, message.send.completed_at or 0)
+        if message.txn is not None:
+            for commit in commits.get(message.txn, ()):
+                if commit.type is OpType.OK:
+                    horizon = max(horizon, commit.completed_at or 0)
+    after = [op for op in drains if op.invoked_at > horizon]
+    return min(after, key=lambda o: o.invoked_at) if after else None
+
+
+def _realtime_order(messages: Iterable[_Message], out: _Collector) -> None:
+    """Sends that do not overlap in time are appended in real-time order (Elle's realtime edges)."""
+    by_partition: dict[str, list[_Message]] = defaultdict(list)
+    for message in messages:
+        if message.position is not None and message.send.completed_at is not None:
+            by_partition[message.partition].append(message)
+    for partition, group in by_partition.items():
+        done = sorted(group, key=lambda m: m.send.completed_at or 0)
+        ends = [m.send.completed_at or 0 for m in done]
+        # running maximum position among sends completed by each point
+        best: list[_Message] = []
+        for m in done:
+            best.append(m if not best or m.position > best[-1].position else best[-1])  # type: ignore[operator]
+        for later in group:
+            k = bisect.bisect_left(ends, later.send.invoked_at)  # sends that completed strictly before
+            if k == 0:
+                continue
+            earlier = best[k - 1]
+            assert earlier.position is not None and later.position is not None
+            if earlier.position > later.position:
+                out.add("realtime-order", [earlier.send, later.send],
+                        f"on {partition}, send op {earlier.send.index} ({earlier.payload!r}) completed at "
+                        f"{earlier.send.completed_at} before send op {later.send.index} ({later.payload!r}) was "
+                        f"invoked at {later.send.invoked_at}, yet got the later position "
+                        f"{_fmt_pos(earlier.position)} > {_fmt_pos(later.position)}")
+
+
+def _consumer_order(deliveries: Sequence[_Delivery], out: _Collector) -> None:
+    """A consumer's first deliveries of a partition come in position order.
+
+    Delayed messages are left out by the caller: holding them back reorders delivery on purpose.
+    """
+    last: dict[tuple[str, int], _Delivery] = {}
+    for d in sorted(deliveries, key=lambda d: (d.op.invoked_at, d.op.index)):
+        if d.position is None or d.redelivery:
+            continue
+        key = (d.subscription, d.op.process)
+        before = last.get(key)
+        if before is not None and before.position is not None and before.position >= d.position:
+            out.add("out-of-order-delivery", [before.op, d.op],
+                    f"consumer (process {d.op.process}) of {d.subscription} got {before.payload!r} at "
+                    f"{_fmt_pos(before.position)} (op {before.op.index}) and then, as a first delivery, "
+                    f"{d.payload!r} at {_fmt_pos(d.position)} (op {d.op.index}); a partition is dispatched in order")
+        last[key] = d

@@ -1,0 +1,400 @@
+"""The history contract: what the engine records and what ``invariants/`` checks.
+
+A *history* is everything the clients of one simulated run saw: one row per **operation**, an
+invocation paired with its completion.  The shape is Jepsen's at the boundary (``type``,
+``process``, ``f``, ``value``, ``index``) so that Jepsen and Porcupine data can be read as-is, and
+Porcupine's inside (an operation is a *closed* interval ``[invoked_at, completed_at]`` of logical
+time), because the checkers need intervals, not event streams.
+
+Columns (also the Parquet schema, :data:`PARQUET_COLUMNS`):
+
+==============  =========  ====================================================================
+column          type       meaning
+==============  =========  ====================================================================
+history         string     the history's id (a run: workload, seed, ...); many per file allowed
+index           int64      the operation's number in its history, unique, 0-based
+process         int64      the client (Jepsen's process); at most one operation open per process
+type            string     the outcome: ``ok``, ``fail``, ``info`` or ``invoke`` (see below)
+f               string     the operation, in Pulsar's words: ``new_txn``, ``send``, ``receive``, ...
+object          string     what it touched: ``kind:name`` (see :func:`object_id`)
+value           string     the arguments, JSON text in the spellings of :mod:`spec.jsonvalues`
+result          string?    what it returned, JSON text; null when nothing was returned
+invoked_at      int64      logical time of the invocation
+completed_at    int64?     logical time of the completion; null for ``invoke``
+error           string?    the domain error's name (:mod:`spec.errors`) when the op failed
+seed            int64?     the seed that reproduces the run (the same for every row of a history)
+==============  =========  ====================================================================
+
+Outcome types (Jepsen's, with Jepsen's meaning):
+
+* ``ok`` — the operation took effect, atomically, at some instant in ``[invoked_at, completed_at]``,
+  and returned ``result``.
+* ``fail`` — the operation did **not** take effect.  It completed, with ``error`` (a domain error
+  the server returned) or without one (the client refused it before sending).  A model may still
+  check that the refusal was legitimate: a machine's step must return the same error.
+* ``info`` — the outcome is unknown (crash, timeout): the operation may have taken effect at any
+  instant after ``invoked_at``, or never.  ``completed_at`` is when the client gave up; checkers
+  treat the return as ``+infinity``.  A process that got ``info`` never invokes again.
+* ``invoke`` — the history ended before the operation completed: treated exactly like ``info``.
+
+Pairing rules (:func:`pair_events` turns a Jepsen event stream into operations by them):
+
+1. Every completion (``ok``, ``fail``, ``info``) matches the open invocation of the same process
+   and names the same ``f``.
+2. A process has at most one open invocation; it invokes again only after a completion.
+3. After ``info`` a process is crashed: any later invocation by it is an error.
+4. An invocation still open at the end of the stream becomes an ``invoke`` operation.
+5. Completion values fill in invocation values where the invocation had none (Jepsen's reads
+   invoke with ``nil`` and complete with the value read): the invocation's value is kept in
+   ``value``, the completion's in ``result``.
+
+Objects are ``kind:name``; names may contain ``:`` and ``/`` (Pulsar topic names do).  Kinds:
+``coordinator`` (name: the coordinator id), ``partition`` (a topic partition's full name),
+``subscription`` and ``tracker`` (``<topic partition>#<subscription>``; ``#`` cannot occur in a
+Pulsar topic name), ``register`` and ``key`` (the generic models).
+
+This module is pure: no I/O.  Reading and writing files is :mod:`invariants.history`.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from spec.errors import InputError
+
+__all__ = [
+    "FIELDS",
+    "JSONL_REQUIRED",
+    "NULLABLE",
+    "OBJECT_KINDS",
+    "PARQUET_COLUMNS",
+    "SCHEMA_VERSION",
+    "TXN_FUNCTIONS",
+    "BadHistory",
+    "Event",
+    "OpType",
+    "Operation",
+    "make_operation",
+    "object_id",
+    "pair_events",
+    "parse_object",
+    "split_subscription",
+    "validate_history",
+]
+
+SCHEMA_VERSION: Final = 1
+
+
+class OpType(enum.Enum):
+    """Jepsen's operation types; for an operation (a pair) this is how it completed."""
+
+    INVOKE = "invoke"
+    OK = "ok"
+    FAIL = "fail"
+    INFO = "info"
+
+    @property
+    def completed(self) -> bool:
+        """Whether the client learned the outcome (``ok`` or ``fail``)."""
+        return self in (OpType.OK, OpType.FAIL)
+
+    @property
+    def indeterminate(self) -> bool:
+        """``info`` or ``invoke``: may or may not have taken effect; returns at +infinity."""
+        return self in (OpType.INFO, OpType.INVOKE)
+
+
+class BadHistory(InputError):
+    """A history file or row that breaks the contract; names the file, the row and the field."""
+
+    def __init__(self, message: str, *, where: str | None = None, row: int | None = None,
+                 column: str | None = None) -> None:
+        self.row = row
+        self.column = column
+        place = where or ""
+        if row is not None:
+            place += f" row {row}"
+        if column is not None:
+            place += f" field {column!r}"
+        super().__init__(message, where=place.strip() or None)
+
+
+# Column name -> (Arrow type name, nullable).  invariants.history builds the pyarrow schema from
+# this table, so the contract lives here without importing pyarrow into spec/.
+PARQUET_COLUMNS: Final[tuple[tuple[str, str, bool], ...]] = (
+    ("history", "string", False),
+    ("index", "int64", False),
+    ("process", "int64", False),
+    ("type", "string", False),
+    ("f", "string", False),
+    ("object", "string", False),
+    ("value", "string", False),
+    ("result", "string", True),
+    ("invoked_at", "int64", False),
+    ("completed_at", "int64", True),
+    ("error", "string", True),
+    ("seed", "int64", True),
+)
+FIELDS: Final = tuple(name for name, _, _ in PARQUET_COLUMNS)
+NULLABLE: Final = frozenset(name for name, _, nullable in PARQUET_COLUMNS if nullable)
+# A JSON Lines row may leave out nullable columns; these it must carry.
+JSONL_REQUIRED: Final = tuple(name for name in FIELDS if name not in NULLABLE)
+
+OBJECT_KINDS: Final = frozenset({"coordinator", "partition", "subscription", "tracker", "register", "key"})
+
+# The operations of the transactional vocabulary and the object kind each one touches.  The
+# value/result shapes are in docs/spec/history.md; invariants.transactional reads exactly these.
+TXN_FUNCTIONS: Final[Mapping[str, str]] = {
+    "new_txn": "coordinator",
+    "add_partition": "coordinator",
+    "add_subscription": "coordinator",
+    "commit": "coordinator",
+    "abort": "coordinator",
+    "send": "partition",
+    "receive": "subscription",
+    "ack": "subscription",
+    "ack_cumulative": "subscription",
+    "negative_ack": "subscription",
+    "redeliver_unacknowledged": "subscription",
+}
+
+
+def object_id(kind: str, name: str | int) -> str:
+    """``kind:name``, e.g. ``object_id("partition", "persistent://public/default/t-partition-0")``."""
+    if kind not in OBJECT_KINDS:
+        raise ValueError(f"unknown object kind {kind!r}; kinds are {', '.join(sorted(OBJECT_KINDS))}")
+    return f"{kind}:{name}"
+
+
+def parse_object(text: str) -> tuple[str, str]:
+    """Split ``kind:name`` at the first colon (names may contain colons)."""
+    kind, sep, name = text.partition(":")
+    if not sep or kind not in OBJECT_KINDS or not name:
+        raise ValueError(f"not an object id: {text!r} (expected kind:name with kind one of "
+                         f"{', '.join(sorted(OBJECT_KINDS))})")
+    return kind, name
+
+
+def split_subscription(name: str) -> tuple[str, str]:
+    """``<topic partition>#<subscription>`` -> (topic partition, subscription)."""
+    topic, sep, sub = name.partition("#")
+    if not sep or not topic or not sub:
+        raise ValueError(f"not a subscription name: {name!r} (expected <topic partition>#<subscription>)")
+    return topic, sub
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One row of a history: an invocation paired with its completion."""
+
+    history: str
+    index: int
+    process: int
+    type: OpType
+    f: str
+    object: str
+    value: str = "null"
+    result: str | None = None
+    invoked_at: int = 0
+    completed_at: int | None = None
+    error: str | None = None
+    seed: int | None = None
+    # Decoded JSON, filled once by the constructor's caller (never compared or hashed).
+    _value: Any = field(default=None, compare=False, hash=False, repr=False)
+    _result: Any = field(default=None, compare=False, hash=False, repr=False)
+
+    @property
+    def args(self) -> Any:
+        """``value`` decoded from JSON."""
+        return self._value if self._value is not None or self.value == "null" else json.loads(self.value)
+
+    @property
+    def returned(self) -> Any:
+        """``result`` decoded from JSON (``None`` when there is none)."""
+        if self.result is None:
+            return None
+        return self._result if self._result is not None or self.result == "null" else json.loads(self.result)
+
+    @property
+    def return_time(self) -> float:
+        """When the operation is known to have finished: ``completed_at``, or +inf if indeterminate."""
+        if self.type.indeterminate or self.completed_at is None:
+            return float("inf")
+        return float(self.completed_at)
+
+    def to_row(self) -> dict[str, Any]:
+        """The row as a plain dict of the contract's columns (Parquet / JSON Lines)."""
+        return {
+            "history": self.history, "index": self.index, "process": self.process, "type": self.type.value,
+            "f": self.f, "object": self.object, "value": self.value, "result": self.result,
+            "invoked_at": self.invoked_at, "completed_at": self.completed_at, "error": self.error,
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], *, where: str | None = None, row_number: int | None = None
+                 ) -> Operation:
+        """Build and type-check one row; a problem raises :class:`BadHistory` naming the field."""
+
+        def bad(column: str, message: str) -> BadHistory:
+            return BadHistory(message, where=where, row=row_number, column=column)
+
+        missing = [name for name in FIELDS if name not in NULLABLE and row.get(name) is None]
+        if missing:
+            raise bad(missing[0], "missing (required: " + ", ".join(JSONL_REQUIRED) + ")")
+        unknown = sorted(set(row) - set(FIELDS))
+        if unknown:
+            raise bad(unknown[0], f"unknown column (columns are {', '.join(FIELDS)})")
+        for name, kind, _ in PARQUET_COLUMNS:
+            value = row.get(name)
+            if value is None:
+                continue
+            if kind == "int64" and (not isinstance(value, int) or isinstance(value, bool)):
+                raise bad(name, f"expected an integer, got {value!r}")
+            if kind == "string" and not isinstance(value, str):
+                raise bad(name, f"expected a string, got {value!r}")
+        try:
+            op_type = OpType(row["type"])
+        except ValueError:
+            raise bad("type", f"expected one of invoke, ok, fail, info, got {row['type']!r}") from None
+        try:
+            parse_object(row["object"])
+        except ValueError as exc:
+            raise bad("object", str(exc)) from None
+        decoded: dict[str, Any] = {}
+        for name in ("value", "result"):
+            text = row.get(name)
+            if text is None:
+                continue
+            try:
+                decoded[name] = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise bad(name, f"not JSON text: {exc.msg} at char {exc.pos}") from None
+        if row["index"] < 0:
+            raise bad("index", f"must be >= 0, got {row['index']}")
+        completed = row.get("completed_at")
+        if op_type is OpType.INVOKE and completed is not None:
+            raise bad("completed_at", "an 'invoke' operation never completed; completed_at must be null")
+        if op_type.completed and completed is None:
+            raise bad("completed_at", f"an '{op_type.value}' operation needs completed_at")
+        if completed is not None and completed < row["invoked_at"]:
+            raise bad("completed_at", f"completed_at {completed} is before invoked_at {row['invoked_at']}")
+        if row.get("error") is not None and op_type is OpType.OK:
+            raise bad("error", "an 'ok' operation carries no error")
+        return cls(
+            history=row["history"], index=row["index"], process=row["process"], type=op_type, f=row["f"],
+            object=row["object"], value=row["value"], result=row.get("result"), invoked_at=row["invoked_at"],
+            completed_at=completed, error=row.get("error"), seed=row.get("seed"),
+            _value=decoded.get("value"), _result=decoded.get("result"),
+        )
+
+
+def make_operation(history: str, index: int, process: int, op_type: OpType, f: str, obj: str, value: Any,
+                   result: Any = None, *, invoked_at: int, completed_at: int | None, error: str | None = None,
+                   seed: int | None = None) -> Operation:
+    """Build an operation from already-JSON values (spelled as :mod:`spec.jsonvalues` spells them)."""
+    return Operation(
+        history=history, index=index, process=process, type=op_type, f=f, object=obj,
+        value=json.dumps(value, separators=(",", ":")),
+        result=None if result is None else json.dumps(result, separators=(",", ":")),
+        invoked_at=invoked_at, completed_at=completed_at, error=error, seed=seed,
+        _value=value, _result=result,
+    )
+
+
+def validate_history(ops: Sequence[Operation], *, where: str | None = None) -> None:
+    """Check the cross-row rules of one history (rows are already type-checked).
+
+    Indexes unique; one history id and one seed; per process, operations never overlap in time and
+    nothing follows an ``info`` or ``invoke`` (rules 2 and 3 above).  Raises :class:`BadHistory`.
+    """
+    seen: dict[int, Operation] = {}
+    by_process: dict[int, list[Operation]] = {}
+    seeds = {op.seed for op in ops if op.seed is not None}
+    if len(seeds) > 1:
+        raise BadHistory(f"history {ops[0].history!r} has several seeds {sorted(seeds)}", where=where, column="seed")
+    for op in ops:
+        if op.history != ops[0].history:
+            raise BadHistory(f"mixed histories {ops[0].history!r} and {op.history!r}", where=where,
+                             column="history")
+        if op.index in seen:
+            raise BadHistory(f"history {op.history!r}: index {op.index} appears twice", where=where, column="index")
+        seen[op.index] = op
+        by_process.setdefault(op.process, []).append(op)
+    for process, mine in by_process.items():
+        mine.sort(key=lambda o: (o.invoked_at, o.index))
+        for before, after in itertools.pairwise(mine):
+            if before.type.indeterminate:
+                raise BadHistory(
+                    f"history {before.history!r}: process {process} got '{before.type.value}' for op {before.index} "
+                    f"and invoked op {after.index} afterwards (a crashed process never invokes again)",
+                    where=where, column="process")
+            assert before.completed_at is not None
+            if after.invoked_at < before.completed_at:
+                raise BadHistory(
+                    f"history {before.history!r}: process {process} invoked op {after.index} at {after.invoked_at} "
+                    f"while op {before.index} was open until {before.completed_at}", where=where,
+                    column="invoked_at")
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One Jepsen event: an invocation or a completion, in stream order."""
+
+    process: int
+    type: OpType
+    f: str
+    value: Any
+    time: int
+    error: str | None = None
+
+
+def pair_events(history: str, events: Iterable[Event], *, obj: str, seed: int | None = None,
+                where: str | None = None) -> list[Operation]:
+    """Pair a Jepsen event stream into operations by the module's pairing rules 1-5.
+
+    ``obj`` names the object every event touched (Jepsen's single-register tests have one).
+    Problems raise :class:`BadHistory` with ``row`` = the event's position in the stream.
+    """
+    open_: dict[int, tuple[int, Event]] = {}
+    crashed: set[int] = set()
+    ops: list[tuple[int, Operation]] = []  # (invocation's stream position, op) to keep invoke order
+    for number, event in enumerate(events):
+        if event.type is OpType.INVOKE:
+            if event.process in crashed:
+                raise BadHistory(f"process {event.process} invokes after it got 'info'", where=where, row=number,
+                                 column="process")
+            if event.process in open_:
+                raise BadHistory(f"process {event.process} invokes while op at row {open_[event.process][0]} is "
+                                 f"still open", where=where, row=number, column="process")
+            open_[event.process] = (number, event)
+            continue
+        if event.process not in open_:
+            raise BadHistory(f"'{event.type.value}' from process {event.process} with no open invocation",
+                             where=where, row=number, column="type")
+        start, invocation = open_.pop(event.process)
+        if invocation.f != event.f:
+            raise BadHistory(f"completion {event.f!r} does not match invocation {invocation.f!r} of process "
+                             f"{event.process}", where=where, row=number, column="f")
+        if event.type is OpType.INFO:
+            crashed.add(event.process)
+        result = event.value if event.type is OpType.OK else None
+        ops.append((start, make_operation(
+            history, 0, event.process, event.type, event.f, obj, invocation.value, result,
+            invoked_at=invocation.time, completed_at=event.time, error=event.error, seed=seed)))
+    for start, invocation in open_.values():
+        ops.append((start, make_operation(history, 0, invocation.process, OpType.INVOKE, invocation.f, obj,
+                                          invocation.value, None, invoked_at=invocation.time, completed_at=None,
+                                          seed=seed)))
+    ops.sort(key=lambda pair: pair[0])
+    return [_with_index(op, i) for i, (_, op) in enumerate(ops)]
+
+
+def _with_index(op: Operation, index: int) -> Operation:
+    return Operation(op.history, index, op.process, op.type, op.f, op.object, op.value, op.result, op.invoked_at,
+                     op.completed_at, op.error, op.seed, op._value, op._result)
