@@ -3,8 +3,8 @@
 Both carry the *effects* the step asks its runner to carry out (log records to append or delete,
 markers to write, messages to send, timers to arm).  Effects are plain frozen values defined by
 each machine; the engine is the only place that performs them.  An ``Err`` may carry effects too,
-because Pulsar sometimes persists before it checks (the coordinator's log-before-check, the
-pending-ack ACK record written before the conflict check).
+because Pulsar sometimes persists before it checks (the coordinator's log-before-check writes a
+record and deletes it again when the check fails).
 """
 
 from __future__ import annotations
