@@ -15,7 +15,7 @@ from proofs.framework import Verdict, prove_machine
 from reference import delayed as d
 from spec.result import Ok
 
-from .helpers import bucket
+from .helpers import bucket, config
 
 
 def _value(expr: Any) -> Any:
@@ -150,3 +150,276 @@ def test_every_obligation_is_proved(name: str) -> None:
 def test_mutants_are_refuted(name: str) -> None:
     outcome = proof.MUTANTS[name](30_000)
     assert outcome.verdict is Verdict.COUNTEREXAMPLE and outcome.counterexample
+
+
+# ---- places: one_bitmap_per_bit / every_tracked_reachable (DD-5, DD-10, DD-11) ----------------------
+
+PLACE_POSITIONS = [(1, 0), (1, 1), (2, 0), (3, 0)]
+assert len(PLACE_POSITIONS) == proof.PLACE_POSITIONS
+
+
+def _positions_of(runs: Any) -> set[tuple[int, int]]:
+    return {(ledger, entry) for run in runs for _, ledger, entry in run.indexes()}
+
+
+def _place_state(state: d.BucketTracker, slots: list[int]) -> proof.PlaceState:
+    """The concrete tracker as a ``PlaceState``; bucket slot k holds the bucket starting at
+    ``slots[k]`` (so pre- and post-states of a step line up), a new bucket the first free slot."""
+    no, yes = z3.BoolVal(False), z3.BoolVal(True)
+    slots = list(slots)
+    for bucket_ in state.buckets:
+        if bucket_.start_ledger_id not in slots:
+            slots.append(bucket_.start_ledger_id)
+    assert len(slots) <= proof.PLACE_BUCKETS
+    by_start = {b.start_ledger_id: b for b in state.buckets}
+    m = state.mutable
+    mq, sq = _positions_of(m.runs), _positions_of(state.shared)
+    live, stored, lost, cur, last, cov, bbit, seg = [], [], [], [], [], [], [], []
+    for k in range(proof.PLACE_BUCKETS):
+        b: d.ImmutableBucket | None = by_start.get(slots[k]) if k < len(slots) else None
+        segments: tuple[d.Run, ...] = ()
+        if b is not None and b.pending_create:
+            segments = state.pending_creates[b.pending_create].segments
+        elif b is not None and b.bucket_id >= 0 and b.bucket_id in state.storage.snapshots:
+            segments = state.storage.snapshots[b.bucket_id].segments
+        assert b is None or b.last_segment <= proof.PLACE_SEGMENTS
+        live.append(z3.BoolVal(b is not None))
+        stored.append(z3.BoolVal(b is not None and (bool(b.pending_create) or bool(segments))))
+        lost.append(z3.BoolVal(b is not None and b.bucket_id >= 0 and b.bucket_id not in state.storage.snapshots))
+        cur.append(z3.IntVal(b.current_segment if b is not None else 0))
+        last.append(z3.IntVal(b.last_segment if b is not None else 0))
+        cov.append(tuple(z3.BoolVal(b is not None and b.start_ledger_id <= q[0] <= b.end_ledger_id)
+                         for q in PLACE_POSITIONS))
+        bbit.append(tuple(z3.BoolVal(b is not None and q[0] in b.bitmaps and q[1] in b.bitmaps[q[0]])
+                          for q in PLACE_POSITIONS))
+        seg.append(tuple(
+            tuple(z3.BoolVal(i < len(segments) and q in _positions_of((segments[i],))) for q in PLACE_POSITIONS)
+            for i in range(proof.PLACE_SEGMENTS)
+        ))
+    return proof.PlaceState(
+        mbit=tuple(z3.BoolVal(q[0] in m.bitmaps and q[1] in m.bitmaps[q[0]]) for q in PLACE_POSITIONS),
+        mq=tuple(z3.BoolVal(q in mq) for q in PLACE_POSITIONS),
+        sq=tuple(z3.BoolVal(q in sq) for q in PLACE_POSITIONS),
+        mcov=tuple(yes if m.start_ledger_id != -1 and m.start_ledger_id <= q[0] <= m.end_ledger_id else no
+                   for q in PLACE_POSITIONS),
+        live=tuple(live), stored=tuple(stored), lost=tuple(lost), cur=tuple(cur), last=tuple(last),
+        cov=tuple(cov), bbit=tuple(bbit), seg=tuple(seg),
+    )
+
+
+def _within_bound(state: Any) -> bool:
+    return isinstance(state, d.BucketTracker) and len(state.buckets) <= proof.PLACE_BUCKETS and all(
+        b.last_segment <= proof.PLACE_SEGMENTS for b in state.buckets
+    )
+
+
+_PLACE_KINDS = ["add"] * 4 + ["get"] * 2 + ["advance"] * 2 + ["fail", "lose", "complete", "complete", "mark_delete"] + [
+    "restart", "clear"]
+
+_place_commands = st.sampled_from(_PLACE_KINDS).flatmap(lambda kind: st.tuples(st.just(kind), {
+    "add": st.integers(0, 3),
+    "get": st.sampled_from([1, 2, 100]),
+    "advance": st.integers(0, 30),
+    "fail": st.sampled_from(["create", "load", "delete", "metadata"]),
+    "lose": st.integers(1, 4),
+    "complete": st.booleans(),
+    "mark_delete": st.integers(0, 4),
+    "restart": st.none(),
+    "clear": st.none(),
+}[kind]))
+
+
+@st.composite
+def reachable_runs(
+    draw: Any, *, merges: bool = True, gets: bool = True, faults: bool = True
+) -> tuple[d.BucketTracker, list[int], int, set[int]]:
+    """A bucket tracker reached by random commands over ``PLACE_POSITIONS`` (each message has one
+    deliver-at, the clock only moves forward, a message is re-added only by the dispatcher's
+    replay after a restart or clear), kept within the places bound.  ``gets`` false: no delivery
+    (so the caller's deliveries load segments); ``faults`` false: no injected storage failure
+    and synchronous snapshot creation (so nothing stops a load)."""
+    state = d.initial(
+        config(
+            delayedDeliveryTickTimeMillis=1,
+            isDelayedDeliveryDeliverAtTimeStrict=draw(st.booleans()),
+            delayedDeliveryMinIndexCountPerBucket=draw(st.sampled_from([1, 2])),
+            delayedDeliveryMaxTimeStepPerBucketSnapshotSegmentSeconds=draw(st.sampled_from([0, 0, 1])),
+            delayedDeliveryMaxIndexesPerBucketSnapshotSegment=draw(st.sampled_from([1, 2, -1])),
+            delayedDeliveryMaxNumBuckets=draw(st.sampled_from([-1, 1, 2])) if merges else -1,
+        ),
+        async_create=draw(st.booleans()) if faults else False,
+    )
+    deliver_at: list[int] = [-1] * len(PLACE_POSITIONS)
+    now, added = 0, set()
+    # Publish first (in ledger order or not), then anything.
+    script: list[tuple[str, Any]] = [("fail", "create")] if faults and draw(st.booleans()) else []
+    order = list(range(len(PLACE_POSITIONS))) if draw(st.booleans()) else draw(st.permutations(range(4)))
+    for q in order[: draw(st.integers(2, 4))]:
+        script += [("advance", draw(st.integers(0, 3))), ("add", q)]
+    script += draw(st.lists(_place_commands, max_size=12))
+    for kind, arg in script:
+        command: Any
+        if kind == "add":
+            if arg in added:
+                continue
+            added.add(arg)
+            if deliver_at[arg] < 0:  # a message's deliver-at is fixed when it is published
+                deliver_at[arg] = now + draw(st.integers(1, 40))
+            ledger, entry = PLACE_POSITIONS[arg]
+            command = d.AddMessage(ledger, entry, deliver_at[arg], now)
+        elif kind == "advance":
+            now += arg
+            continue
+        elif kind == "get":
+            if not gets:
+                continue
+            command = d.GetScheduledMessages(arg, now)
+        elif kind == "mark_delete":
+            command = d.MarkDelete(arg)
+        elif kind == "fail":
+            if not faults:
+                continue
+            command = d.InjectStorageFailure(arg, 4)
+        elif kind == "lose":
+            command = d.LoseBucketSnapshot(arg)
+        elif kind == "complete":
+            if not isinstance(state, d.BucketTracker) or not state.pending_creates:
+                continue
+            command = d.CompleteBucketSnapshot(min(state.pending_creates), arg)
+        elif kind == "restart":
+            command, added = d.Restart(now), set()
+        else:
+            command, added = d.Clear(), set()
+        after, _ = d.step(state, command)
+        if _within_bound(after):
+            state = after
+    assert isinstance(state, d.BucketTracker)
+    return state, deliver_at, now, added
+
+
+def reachable_trackers(*, merges: bool = True) -> st.SearchStrategy[d.BucketTracker]:
+    return reachable_runs(merges=merges).map(lambda run: run[0])
+
+
+def _perturb(state: d.BucketTracker, how: str) -> d.BucketTracker:
+    """Break a reachable state so the predicates can disagree (their agreement is then tested)."""
+    ev = d._evolve
+    if how == "drop_shared":
+        return ev(state, shared=())
+    if how == "drop_mutable_queue":
+        return ev(state, mutable=ev(state.mutable, runs=()))
+    owners = [b for b in state.buckets if b.count]
+    if how == "bucket_bits_into_mutable" and owners:
+        bits = d._union((state.mutable.bitmaps, owners[0].bitmaps))
+        return ev(state, mutable=ev(state.mutable, bitmaps=bits))
+    if how == "skip_unloaded" and state.buckets:
+        return ev(state, buckets=tuple(ev(b, current_segment=b.last_segment) for b in state.buckets))
+    if how == "lose_snapshots":
+        return ev(state, storage=ev(state.storage, snapshots=type(state.storage.snapshots)()))
+    return state
+
+
+PERTURBATIONS = ("none", "drop_shared", "drop_mutable_queue", "bucket_bits_into_mutable", "skip_unloaded",
+                 "lose_snapshots")
+
+
+@given(state=reachable_trackers())
+def test_place_predicates_agree_with_invariants(state: d.BucketTracker) -> None:
+    """DD-5, DD-10, DD-11: the Z3 ``one_bitmap_per_bit`` and ``every_tracked_reachable`` equal the
+    Python invariants (the source of truth) on reachable states and on broken variants of them,
+    and every reachable state has each tracked message in exactly one place."""
+    from invariants import delayed as inv
+
+    for how in PERTURBATIONS:
+        s = _perturb(state, how)
+        encoded = _place_state(s, [b.start_ledger_id for b in s.buckets])
+        assert _value(proof.one_bitmap_per_bit(encoded)) == inv._one_bitmap_per_bit(s), how
+        assert _value(proof.every_tracked_reachable(encoded)) == inv._every_tracked_reachable(s), how
+        if how == "none":
+            assert _value(proof.exactly_one_place(encoded))
+
+
+def _in_relation(pre_post: tuple[Any, proof.PlaceState], after: proof.PlaceState) -> bool:
+    """Is the concrete post-state one of the encoding's successors (choices left free)?"""
+    guard, post = pre_post
+    solver = z3.Solver()
+    solver.add(guard, post.equals(after))
+    return bool(solver.check() == z3.sat)
+
+
+@given(run=reachable_runs(merges=False), order=st.permutations(range(len(PLACE_POSITIONS))),
+       gaps=st.lists(st.integers(0, 15), min_size=len(PLACE_POSITIONS), max_size=len(PLACE_POSITIONS)))
+def test_place_add_agrees_with_step(run: tuple[d.BucketTracker, list[int], int, set[int]], order: list[int],
+                                    gaps: list[int]) -> None:
+    """DD-2, DD-3, DD-6, DD-7, DD-8, DD-9, DD-10, DD-14: each reference add (seal and placement)
+    of a message not yet added in this life of the tracker is one of the encoding's successors."""
+    state, deliver_at, now, added = run
+    for p, gap in zip(order, gaps, strict=True):
+        now += gap
+        if p in added:
+            continue
+        added.add(p)
+        at = deliver_at[p] if deliver_at[p] >= 0 else now + 1 + 7 * p
+        after, _ = d.step(state, d.AddMessage(*PLACE_POSITIONS[p], at, now))
+        if not _within_bound(after):
+            return
+        assert isinstance(after, d.BucketTracker)
+        slots = [b.start_ledger_id for b in state.buckets]
+        assert _in_relation(proof.places_add(_place_state(state, slots), p), _place_state(after, slots)), p
+        assert _value(proof.exactly_one_place(_place_state(after, slots)))
+        state = after
+
+
+def _pop_turns(state: d.BucketTracker, command: d.GetScheduledMessages) -> tuple[list[Any], d.BucketTracker]:
+    """``get_scheduled_messages`` turn by turn, through the reference's own helpers."""
+    cutoff = state.params.cutoff(command.now_ms)
+    after = d._move_due(state, cutoff)
+    turns: list[Any] = [("move_due", 0, state, after)]
+    state, n = after, command.max_messages
+    while n > 0 and state.shared:
+        head = state.shared[0].head()
+        ts, ledger, entry = d.unpack(head)
+        below_mark = 0 <= ledger < state.mark_delete_ledger
+        if ts > cutoff and not below_mark:
+            break
+        at = d._boundary_owner(state, head)
+        if at is not None and state.buckets[at].pending_create:
+            break
+        if at is not None:
+            after, progressed, _ = d._load_next(state, at)
+            if not progressed:
+                break
+            kind = "load" if len(after.buckets) == len(state.buckets) else "delete"
+            turns.append((kind, state.buckets[at].start_ledger_id, state, after))
+            state = after
+            continue
+        after, tracked_here = d._drop_bit(d._pop_shared(state), ledger, entry)
+        turns.append(("pop", PLACE_POSITIONS.index((ledger, entry)), state, after))
+        state = after
+        if below_mark or not tracked_here:
+            continue
+        n -= 1
+    return turns, state
+
+
+@given(run=reachable_runs(gets=False, faults=False), max_messages=st.sampled_from([1, 2, 100]),
+       gaps=st.lists(st.integers(0, 30), min_size=1, max_size=4))
+def test_place_pop_turns_agree_with_step(run: tuple[d.BucketTracker, list[int], int, set[int]], max_messages: int,
+                                         gaps: list[int]) -> None:
+    """DD-10, DD-12, DD-15, DD-19, DD-22: each turn of the reference's get_scheduled_messages (move
+    due, load the next segment, delete a finished bucket, pop) is one of the encoding's successors,
+    and the turns end where ``step`` ends."""
+    state, _, now, _ = run
+    for gap in gaps:
+        now += gap
+        command = d.GetScheduledMessages(max_messages, now)
+        stepped, _ = d.step(state, command)
+        assert isinstance(stepped, d.BucketTracker)
+        turns, final = _pop_turns(state, command)
+        assert d._evolve(final, timer=stepped.timer) == stepped
+        slots = [b.start_ledger_id for b in state.buckets]
+        for kind, arg, before, after in turns:
+            index = slots.index(arg) if kind in ("load", "delete") else arg
+            encoded = proof.places_pop_turn(_place_state(before, slots), kind, index)
+            assert _in_relation(encoded, _place_state(after, slots)), (kind, arg)
+        state = stepped
