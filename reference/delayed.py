@@ -267,8 +267,10 @@ def _bit_add(bitmaps: Bitmaps, ledger: int, entry: int) -> Bitmaps:
 
 
 def _bit_remove(bitmaps: Bitmaps, ledger: int, entry: int) -> Bitmaps:
-    """Drop one bit; an emptied ledger bitmap is removed (MB4)."""
-    bm = bitmaps[ledger]
+    """Drop one bit that is set; an emptied ledger bitmap is removed (MB4)."""
+    bm = bitmaps.get(ledger)
+    if bm is None or entry not in bm:
+        raise ValueError(f"bit {ledger}:{entry} is not set")  # callers check first: a bug, not a domain error
     if len(bm) == 1:
         return bitmaps.delete(ledger)
     return bitmaps.set(ledger, bm - FrozenBitMap([entry]))
@@ -794,14 +796,26 @@ def _put_bucket(buckets: tuple[ImmutableBucket, ...], bucket: ImmutableBucket) -
 def _seal(state: BucketTracker) -> tuple[BucketTracker, list[Effect]]:
     """DD-8/DD-9/DD-10: seal the mutable bucket into an immutable one, then trim and merge."""
     mutable = state.mutable
-    keys = sorted(k for run in mutable.runs for k in run.key_list())
-    indexes = [unpack(k) for k in keys]
+    # A due re-add (DD-2) forgets a message's bit but leaves its index in the mutable queue, so the
+    # queue may hold stale indexes (and, after a later re-add, a second copy).  Only indexes whose
+    # bit is still set are sealed, each position once; sealing a stale one would track a message the
+    # dispatcher already delivered (DD-8).
+    indexes: list[Index] = []
+    sealed: set[tuple[int, int]] = set()
+    for key in sorted({k for run in mutable.runs for k in run.key_list()}):
+        index = unpack(key)
+        position = (index[1], index[2])
+        if position not in sealed and _bit_set(mutable.bitmaps, *position):
+            sealed.add(position)
+            indexes.append(index)
     # Only the bits of the sealed indexes move; bits of messages routed straight to the shared
     # queue stay in the mutable bitmap (DD-7).
     bits = mutable.bitmaps
     for _, ledger, entry in indexes:
         bits = _bit_remove(bits, ledger, entry)
     state = _evolve(state, mutable=MutableBucket(bitmaps=bits))
+    if not indexes:
+        return state, []
     state, bucket, effects = _build_bucket(state, mutable.start_ledger_id, mutable.end_ledger_id, indexes)
     state = _evolve(state, buckets=_put_bucket(state.buckets, bucket))
     if 0 < state.params.max_num_buckets < len(state.buckets):

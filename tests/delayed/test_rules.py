@@ -47,6 +47,42 @@ def test_dd2_rejection_forgets_an_existing_bit() -> None:
     assert delivered == []  # the stale queued index is dropped at pop (DD-15)
 
 
+def test_dd2_dd8_seal_after_a_due_readd_raises_nothing() -> None:
+    """DD-2, DD-8: a due re-add leaves a stale index in the mutable queue; sealing skips it."""
+    state = bucket(
+        isDelayedDeliveryDeliverAtTimeStrict=True,
+        delayedDeliveryTickTimeMillis=1,
+        delayedDeliveryMinIndexCountPerBucket=1,
+    )
+    state, _ = add(state, 1, 0, 100, now=0)
+    state, ok = add(state, 1, 0, 100, now=200)
+    assert ok is False and state.count == 0
+    state, ok = add(state, 2, 0, 500, now=200)  # seals the mutable bucket holding only the stale index
+    assert ok is True and state.count == 1 and not d.contains_message(state, 1, 0)
+    state, delivered = get(state, 10, 1000)
+    assert delivered == [(2, 0)]
+
+
+def test_dd2_dd8_seal_never_re_tracks_a_delivered_message() -> None:
+    """DD-2, DD-8: the stale index is not sealed, and the other message of its ledger keeps its bit."""
+    state = bucket(
+        isDelayedDeliveryDeliverAtTimeStrict=True,
+        delayedDeliveryTickTimeMillis=1,
+        delayedDeliveryMinIndexCountPerBucket=2,
+    )
+    state, _ = add(state, 1, 0, 100, now=0)
+    state, _ = add(state, 2, 0, 300, now=0)
+    state, _ = add(state, 1, 1, 300, now=0)  # ledger 1 is below the mutable range: routed to the shared queue
+    state, ok = add(state, 1, 0, 100, now=200)  # due now: delivered directly by the dispatcher
+    assert ok is False
+    state, _ = add(state, 3, 0, 500, now=200)  # seals
+    assert state.count == 3
+    assert d.contains_message(state, 1, 1) and not d.contains_message(state, 1, 0)
+    state, delivered = get(state, 10, 1000)
+    assert sorted(delivered) == [(1, 1), (2, 0), (3, 0)]
+    assert state.count == 0
+
+
 def test_dd3_duplicates_change_nothing() -> None:
     state, _ = add(bucket(), 3, 3, 5000)
     again, ok = add(state, 3, 3, 5000)
@@ -225,9 +261,7 @@ def test_dd18_snapshot_layout_and_portable_bitmaps() -> None:
     for ts, ledger, entry in snapshot.segments[0].indexes():
         segment.indexes.add(timestamp=ts, ledger_id=ledger, entry_id=entry)
     assert d.segment_length(snapshot.segments[0]) == len(segment.SerializeToString())
-    assert snapshot.length == len(metadata.SerializeToString()) + sum(
-        d.segment_length(s) for s in snapshot.segments
-    )
+    assert snapshot.length == len(metadata.SerializeToString()) + sum(d.segment_length(s) for s in snapshot.segments)
 
 
 def test_dd18_pyroaring_serializes_the_portable_format() -> None:
@@ -413,8 +447,9 @@ def test_dd26_overlapping_ranges_on_recovery() -> None:
     without enclosing it and is left alone; [7,7] is recovered."""
     storage = d.Storage(
         snapshots=immutables.Map({1: _snapshot(1, 2), 2: _snapshot(1, 4), 3: _snapshot(3, 6), 4: _snapshot(7, 7)}),
-        properties=immutables.Map({d.bucket_key(1, 2): "1", d.bucket_key(1, 4): "2", d.bucket_key(3, 6): "3",
-                                   d.bucket_key(7, 7): "4"}),
+        properties=immutables.Map(
+            {d.bucket_key(1, 2): "1", d.bucket_key(1, 4): "2", d.bucket_key(3, 6): "3", d.bucket_key(7, 7): "4"}
+        ),
         next_bucket_id=5,
     )
     state, result = d.recover(bucket().params, storage, 0)
