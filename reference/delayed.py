@@ -700,16 +700,23 @@ def _delete_snapshot(state: BucketTracker, bucket_id: int, key: str) -> tuple[Bu
     return _count_op(_evolve(state, storage=storage), "delete", "succeed"), True, effects
 
 
-def _load_segment(state: BucketTracker, bucket_id: int, entry: int) -> tuple[BucketTracker, Run | DomainError | None]:
-    """Read segment ``entry`` (1-based); ``None`` when the snapshot has no such entry."""
+def _load_segment(
+    state: BucketTracker, bucket_id: int, entry: int, *, counted: bool = True
+) -> tuple[BucketTracker, Run | DomainError | None]:
+    """Read segment ``entry`` (1-based); ``None`` when the snapshot has no such entry.  A merge's
+    reads are not ``load`` operations in Pulsar's stats (DD-28), hence ``counted``."""
+
+    def count(state: BucketTracker, outcome: str) -> BucketTracker:
+        return _count_op(state, "load", outcome) if counted else state
+
     storage, ok = _attempt(state.storage, "load")
     state = _evolve(state, storage=storage)
     if not ok:
-        return _count_op(state, "load", "failed"), BucketSnapshotPersistence(f"load of {bucket_id}:{entry} failed")
+        return count(state, "failed"), BucketSnapshotPersistence(f"load of {bucket_id}:{entry} failed")
     snapshot = storage.snapshots.get(bucket_id)
     if snapshot is None:
-        return _count_op(state, "load", "failed"), BucketNotExist(f"bucket snapshot {bucket_id} does not exist")
-    state = _count_op(state, "load", "succeed")
+        return count(state, "failed"), BucketNotExist(f"bucket snapshot {bucket_id} does not exist")
+    state = count(state, "succeed")
     if entry > len(snapshot.segments):
         return state, None
     return state, snapshot.segments[entry - 1]
@@ -865,7 +872,7 @@ def _merge(state: BucketTracker) -> tuple[BucketTracker, list[Effect]]:
     for b in sources:
         keys: list[bytes] = []
         for entry in range(1, b.last_segment + 1):
-            state, run = _load_segment(state, b.bucket_id, entry)
+            state, run = _load_segment(state, b.bucket_id, entry, counted=False)
             if not isinstance(run, Run):
                 return _count_op(state, "merge", "failed"), []  # sources untouched
             # Only still-tracked indexes (bit set) enter the merged snapshot (#26251).

@@ -37,10 +37,9 @@ Where the values come from.  The gauges and op counts are the pure tracker's own
 (:func:`reference.delayed.metrics`, DD-28): this module never recomputes them.  The tracker's
 counters are cumulative since the last restart; :class:`MeteredBucketTracker` turns them into
 Pulsar's per-scrape counts by taking each step's difference (a restart starts a new tracker
-whose counts start from zero, as in Pulsar).  Being the model's counts, they include what DD-28
-counts and Pulsar does not: the segment reads of a merge (``getRemainSnapshotSegment`` records
-no stats in Pulsar) and of recovery count as ``load`` there, so ``load`` counts can exceed the
-``load`` latency count.  Latencies cannot come from the pure machine (it has
+whose counts start from zero, as in Pulsar).  As in Pulsar a merge's segment reads are not
+``load`` operations (DD-28); recovery's reads are, but are not timed, so the ``load`` count can
+exceed the ``load`` latency count after a restart.  Latencies cannot come from the pure machine (it has
 no clock): :class:`TimedBucketSnapshotStorage` measures each ``BucketSnapshotStorage`` operation
 with an injectable clock (``time.monotonic`` by default), whole milliseconds rounded down as
 Pulsar's ``currentTimeMillis`` differences are:
