@@ -1,0 +1,547 @@
+"""A client with the shape of Pulsar's Python client, over the simulated broker.
+
+::
+
+    cluster = Cluster.start(seed=1, topics={"in": 1, "out": 1})
+    client = cluster.client()
+    producer = client.create_producer("in")
+    consumer = client.subscribe("in", "sub", consumer_type=ConsumerType.Shared)
+    producer.send(b"hello")
+    txn = client.new_transaction(timeout_ms=10_000)
+    msg = consumer.receive(timeout_millis=1_000)
+    client.create_producer("out").send(b"HELLO", txn=txn)
+    consumer.acknowledge(msg, txn=txn)
+    txn.commit()
+
+Every call is synchronous: it runs the simulation until its answer arrives (or its operation
+timeout passes).  ``*_async`` variants return a :class:`~reference.engine.sim.Future` for
+processes (workloads) that run many clients at once.  Every call is recorded in the cluster's
+history as an invocation and a completion.
+
+The client-side transaction is :mod:`reference.client`: this module carries out its effects
+(ADD_PARTITION_TO_TXN / ADD_SUBSCRIPTION_TO_TXN before the first use of a partition or a
+subscription, END_TXN once every operation of the txn is answered) and completes the user's
+commit or abort with the machine's verdict (TC-29 .. TC-36).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from reference import client as ct
+from spec.config import CLIENT_DEFAULT_TXN_TIMEOUT_MS, Config
+from spec.errors import DomainError, error_by_name
+from spec.history import object_id
+from spec.result import Err
+from spec.types import ClientTxnState, Position, Subscription, TxnAction, TxnID
+
+from .broker import Broker, BrokerError, Delivered, partition_name
+from .ledger import InitialPosition
+from .recorder import HistoryRecorder, OpenOp
+from .sim import Future, Network, NetworkFaults, Simulation
+from .storage import LedgerFaults, LedgerStore
+
+__all__ = [
+    "Client",
+    "Cluster",
+    "Consumer",
+    "ConsumerType",
+    "Message",
+    "OperationFailed",
+    "OperationTimeout",
+    "Producer",
+    "Transaction",
+]
+
+T = TypeVar("T")
+
+DEFAULT_OPERATION_TIMEOUT_MS = 30_000
+
+
+class ConsumerType(enum.Enum):
+    Exclusive = "Exclusive"
+    Shared = "Shared"
+    Failover = "Failover"
+    KeyShared = "Key_Shared"
+
+
+class OperationFailed(Exception):
+    """The operation did not take effect: the broker (or the client) refused it with ``error``."""
+
+    def __init__(self, error: DomainError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class OperationTimeout(Exception):
+    """No answer within the operation timeout: the outcome is unknown (history type ``info``)."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """A received message (``pulsar.Message``'s accessors)."""
+
+    partition: str
+    subscription: str
+    position: Position
+    payload: bytes
+    txn_id: TxnID | None
+    deliver_at: int | None
+    redelivery_count: int
+
+    def data(self) -> bytes:
+        return self.payload
+
+    def message_id(self) -> Position:
+        return self.position
+
+    def topic_name(self) -> str:
+        return self.partition
+
+
+def _txn_json(txn: TxnID) -> list[int]:
+    return [txn.most_sig_bits, txn.least_sig_bits]
+
+
+def _pos_json(position: Position) -> list[int]:
+    return [position.ledger_id, position.entry_id]
+
+
+class Cluster:
+    """One simulation: the scheduler, the network, the ledgers, one broker and the history."""
+
+    def __init__(self, sim: Simulation, broker: Broker, network: Network, recorder: HistoryRecorder) -> None:
+        self.sim = sim
+        self.broker = broker
+        self.network = network
+        self.recorder = recorder
+        self._next_process = 0
+        self._next_consumer = 0
+
+    @classmethod
+    def start(cls, *, seed: int = 0, topics: dict[str, int] | None = None, config: Config | None = None,
+              ledger: str = "memory", data_dir: str | None = None, batching: bool = False,
+              network_faults: NetworkFaults | None = None, ledger_faults: LedgerFaults | None = None,
+              history: str | None = None) -> Cluster:
+        sim = Simulation(seed)
+        config = config or Config()
+        store = LedgerStore(ledger, config, directory=data_dir, rng=sim.rng, faults=ledger_faults)
+        broker = Broker(sim, store, config, topics=topics or {"topic": 1}, batching=batching)
+        network = Network(sim, faults=network_faults)
+        recorder = HistoryRecorder(history or f"sim-{seed}", seed, lambda: sim.now)
+        return cls(sim, broker, network, recorder)
+
+    def new_process(self) -> int:
+        self._next_process += 1
+        return self._next_process - 1
+
+    def new_consumer_id(self) -> int:
+        self._next_consumer += 1
+        return self._next_consumer
+
+    def client(self, *, operation_timeout_ms: int = DEFAULT_OPERATION_TIMEOUT_MS) -> Client:
+        return Client(self, operation_timeout_ms=operation_timeout_ms)
+
+    def history(self) -> list[Any]:
+        return self.recorder.operations()
+
+    def close(self) -> None:
+        """Release every ledger handle (file ledgers hold file descriptors)."""
+        self.broker.store.close_all()
+
+
+class Client:
+    """``pulsar.Client``: one history process at a time (a new one after an ``info`` outcome)."""
+
+    def __init__(self, cluster: Cluster, *, operation_timeout_ms: int = DEFAULT_OPERATION_TIMEOUT_MS) -> None:
+        self.cluster = cluster
+        self.sim = cluster.sim
+        self.broker = cluster.broker
+        self.network = cluster.network
+        self.recorder = cluster.recorder
+        self.operation_timeout_ms = operation_timeout_ms
+        self.process = cluster.new_process()
+        self._consumers: list[Consumer] = []
+
+    # -- the operation wrapper: record, call, time out ---------------------------------------------
+
+    def _op(self, f: str, obj: str, value: Any, call: Callable[[], Future[T]],
+            render: Callable[[T], Any] = lambda _: None) -> Future[T]:
+        op = self.recorder.begin(self.process, f, obj, value)
+        out: Future[T] = Future()
+        answer = call()
+
+        def finish(done: Future[T]) -> None:
+            if op.done:
+                return
+            if done.error is not None:
+                error = done.error
+                if isinstance(error, BrokerError | OperationFailed):
+                    self.recorder.fail(op, error.error.name)
+                    out.set_exception(OperationFailed(error.error))
+                elif isinstance(error, OperationTimeout):
+                    self._timed_out(op, out)
+                else:
+                    raise error
+                return
+            value = done.result()
+            self.recorder.ok(op, render(value))
+            out.set_result(value)
+
+        answer.add_done_callback(finish)
+        self.sim.schedule(self.operation_timeout_ms, lambda: self._timed_out(op, out))
+        return out
+
+    def _timed_out(self, op: OpenOp, out: Future[Any]) -> None:
+        if op.done:
+            return
+        self.recorder.info(op, "RequestTimeout")
+        self.process = self.cluster.new_process()  # a process that got info never invokes again
+        # A request without an answer means a broken connection: the client reconnects, and the
+        # broker hands every message unacknowledged by its consumers to the dispatcher again.
+        for consumer in self._consumers:
+            consumer.reconnect()
+        out.set_exception(OperationTimeout(f"{op.f} on {op.obj}: no answer in {self.operation_timeout_ms} ms"))
+
+    def _wait(self, future: Future[T]) -> T:
+        """Run the simulation until ``future`` is done; its value, or its exception raised."""
+        self.sim.run_until(lambda: future.done)
+        return future.result()
+
+    # -- pulsar.Client -------------------------------------------------------------------------
+
+    def new_transaction_async(self, timeout_ms: int = CLIENT_DEFAULT_TXN_TIMEOUT_MS) -> Future[Transaction]:
+        coordinator = self.broker.coordinator
+        result: Future[Transaction] = Future()
+        issued = self._op("new_txn", object_id("coordinator", coordinator.coordinator_id),
+                          {"timeout_ms": timeout_ms},
+                          lambda: self.network.call(lambda: coordinator.new_txn(timeout_ms)),
+                          lambda txn: {"txn": _txn_json(txn)})
+
+        def made(done: Future[TxnID]) -> None:
+            if done.error is not None:
+                result.set_exception(done.error)
+            else:
+                result.set_result(Transaction(self, done.result(), timeout_ms))
+
+        issued.add_done_callback(made)
+        return result
+
+    def new_transaction(self, timeout_ms: int = CLIENT_DEFAULT_TXN_TIMEOUT_MS) -> Transaction:
+        return self._wait(self.new_transaction_async(timeout_ms))
+
+    def create_producer(self, topic: str, partition: int = 0) -> Producer:
+        return Producer(self, partition_name(topic, partition) if "-partition-" not in topic else topic)
+
+    def subscribe_async(self, topic: str, subscription_name: str, *, partition: int = 0,
+                        consumer_type: ConsumerType = ConsumerType.Exclusive,
+                        initial_position: InitialPosition = InitialPosition.EARLIEST) -> Future[Consumer]:
+        name = partition_name(topic, partition) if "-partition-" not in topic else topic
+        consumer_id = self.cluster.new_consumer_id()
+        spelled = "Earliest" if initial_position is InitialPosition.EARLIEST else "Latest"
+        result: Future[Consumer] = Future()
+        done_ = self._op("subscribe", object_id("subscription", f"{name}#{subscription_name}"),
+                         {"initial_position": spelled, "sub_type": consumer_type.value},
+                         lambda: self.network.call(lambda: self.broker.subscribe(
+                             name, subscription_name, consumer_type.value, initial_position, consumer_id)))
+
+        def made(done: Future[None]) -> None:
+            if done.error is not None:
+                result.set_exception(done.error)
+            else:
+                consumer = Consumer(self, name, subscription_name, consumer_id, consumer_type)
+                self._consumers.append(consumer)
+                result.set_result(consumer)
+
+        done_.add_done_callback(made)
+        return result
+
+    def subscribe(self, topic: str, subscription_name: str, *, partition: int = 0,
+                  consumer_type: ConsumerType = ConsumerType.Exclusive,
+                  initial_position: InitialPosition = InitialPosition.EARLIEST) -> Consumer:
+        return self._wait(self.subscribe_async(topic, subscription_name, partition=partition,
+                                               consumer_type=consumer_type, initial_position=initial_position))
+
+
+class Transaction:
+    """``pulsar.Transaction``: the client-side state machine :mod:`reference.client` plus its requests."""
+
+    def __init__(self, client: Client, txn_id: TxnID, timeout_ms: int) -> None:
+        self.client = client
+        self.txn_id = txn_id
+        self.state = ct.initial(client.broker.config, txn_id, timeout_ms)
+        self._registered: dict[str, Future[None]] = {}
+        self._end: Future[None] | None = None
+        client.sim.schedule(timeout_ms, self._timeout_fired)
+
+    def _timeout_fired(self) -> None:
+        self._step(ct.TimeoutFired())
+
+    @property
+    def txn_state(self) -> ClientTxnState:
+        return self.state.state
+
+    def _step(self, command: Any) -> ct.Result:
+        self.state, result = ct.step(self.state, command)
+        for effect in result.effects:
+            if isinstance(effect, ct.SendAddPartitionToTxn):
+                self._registered[effect.topic] = self._add_partition(effect.topic)
+            elif isinstance(effect, ct.SendAddSubscriptionToTxn):
+                key = f"{effect.subscription.topic}#{effect.subscription.subscription}"
+                self._registered[key] = self._add_subscription(effect.subscription)
+            elif isinstance(effect, ct.SendEndTxn):
+                self._send_end(effect.action)
+            elif isinstance(effect, ct.CompleteEnd) and self._end is not None:
+                end, self._end = self._end, None
+                if effect.error is None:
+                    end.set_result(None)
+                else:
+                    end.set_exception(OperationFailed(error_by_name(effect.error)(effect.error)))
+        return result
+
+    def _add_partition(self, partition: str) -> Future[None]:
+        coordinator = self.client.broker.coordinator
+        return self.client.network.call(lambda: coordinator.add_partition(self.txn_id, partition), idempotent=True)
+
+    def _add_subscription(self, subscription: Subscription) -> Future[None]:
+        coordinator = self.client.broker.coordinator
+        return self.client.network.call(lambda: coordinator.add_subscription(self.txn_id, subscription),
+                                        idempotent=True)
+
+    def _send_end(self, action: TxnAction) -> None:
+        coordinator = self.client.broker.coordinator
+        # END_TXN is not idempotent in today's Pulsar (a retry after COMMITTED gets TransactionNotFound,
+        # #19629), and the client does not resend it on its own: never duplicated.
+        answer = self.client.network.call(lambda: coordinator.end_txn(self.txn_id, action))
+
+        def answered(done: Future[None]) -> None:
+            error = None if done.error is None else _name(done.error)
+            self._step(ct.EndTxnResponse(error))
+
+        answer.add_done_callback(answered)
+
+    def _registration(self, key: str) -> Future[None]:
+        return self._registered.get(key) or Future.completed(None)
+
+    def _use(self, command: ct.Send | ct.Ack, key: str, then: Callable[[], Future[T]]) -> Future[T]:
+        """Register the partition/subscription (first use), then run the operation (TC-30, TC-31)."""
+        out: Future[T] = Future()
+        result = self._step(command)
+        if not result.ok:
+            assert isinstance(result, Err)
+            out.set_exception(OperationFailed(result.error))
+            return out
+
+        def registered(done: Future[None]) -> None:
+            if done.error is not None:
+                self._step(ct.OpCompleted(failed=True))
+                out.set_exception(done.error)
+                return
+
+            def finished(op: Future[T]) -> None:
+                self._step(ct.OpCompleted(failed=op.error is not None))
+                if op.error is not None:
+                    out.set_exception(op.error)
+                else:
+                    out.set_result(op.result())
+
+            then().add_done_callback(finished)
+
+        self._registration(key).add_done_callback(registered)
+        return out
+
+    def _end_async(self, f: str, command: ct.Commit | ct.Abort) -> Future[None]:
+        obj = object_id("coordinator", self.txn_id.most_sig_bits)
+
+        def call() -> Future[None]:
+            end: Future[None] = Future()
+            self._end = end
+            result = self._step(command)
+            if not result.ok and self._end is end:
+                assert isinstance(result, Err)
+                self._end = None
+                end.set_exception(OperationFailed(result.error))
+            return end
+
+        return self.client._op(f, obj, {"txn": _txn_json(self.txn_id)}, call)
+
+    def commit_async(self) -> Future[None]:
+        return self._end_async("commit", ct.Commit())
+
+    def abort_async(self) -> Future[None]:
+        return self._end_async("abort", ct.Abort())
+
+    def commit(self) -> None:
+        self.client._wait(self.commit_async())
+
+    def abort(self) -> None:
+        self.client._wait(self.abort_async())
+
+
+def _name(error: BaseException) -> str:
+    if isinstance(error, BrokerError | OperationFailed):
+        return error.error.name
+    return "RequestTimeout"
+
+
+class Producer:
+    """``pulsar.Producer`` on one partition."""
+
+    def __init__(self, client: Client, partition: str) -> None:
+        self.client = client
+        self.partition = partition
+
+    def send_async(self, content: bytes | str, *, txn: Transaction | None = None,
+                   deliver_at: int | None = None) -> Future[Position]:
+        text = content.decode() if isinstance(content, bytes) else content
+        payload = text.encode()
+        value: dict[str, Any] = {"message": text}
+        if txn is not None:
+            value["txn"] = _txn_json(txn.txn_id)
+        if deliver_at is not None:
+            value["deliver_at_ms"] = deliver_at
+        self.client.broker.partition(self.partition)  # an unknown partition is a KeyError at once
+        txn_id = None if txn is None else txn.txn_id
+
+        def publish() -> Future[Position]:
+            return self.client.network.call(lambda: self.client.broker.partition(self.partition).publish(
+                payload, txn_id, deliver_at))
+
+        if txn is None:
+            call = publish
+        else:
+            def call() -> Future[Position]:
+                return txn._use(ct.Send(self.partition), self.partition, publish)
+
+        return self.client._op("send", object_id("partition", self.partition), value, call,
+                               lambda p: {"position": _pos_json(p)})
+
+    def send(self, content: bytes | str, *, txn: Transaction | None = None, deliver_at: int | None = None
+             ) -> Position:
+        return self.client._wait(self.send_async(content, txn=txn, deliver_at=deliver_at))
+
+
+class Consumer:
+    """``pulsar.Consumer`` of one subscription on one partition."""
+
+    def __init__(self, client: Client, partition: str, subscription: str, consumer_id: int,
+                 consumer_type: ConsumerType) -> None:
+        self.client = client
+        self.partition = partition
+        self.subscription = subscription
+        self.consumer_id = consumer_id
+        self.consumer_type = consumer_type
+        self.object = object_id("subscription", f"{partition}#{subscription}")
+
+    def _service(self) -> Any:
+        sub = self.client.broker.subscription(self.partition, self.subscription)
+        if sub is None or not self.client.broker.up:
+            return None
+        if self.consumer_id not in sub.consumers and sub.ready:
+            sub.add_consumer(self.consumer_id)  # reconnect after a broker restart
+        return sub
+
+    def reconnect(self) -> None:
+        """The connection broke: the broker forgets this consumer (its unacked messages are
+        redelivered) and the consumer subscribes again."""
+        sub = self.client.broker.subscription(self.partition, self.subscription)
+        if sub is not None and sub.ready and self.client.broker.up:
+            sub.remove_consumer(self.consumer_id)
+            sub.add_consumer(self.consumer_id)
+
+    def close(self) -> None:
+        """``Consumer.close()``: its unacknowledged messages go to the other consumers."""
+        sub = self.client.broker.subscription(self.partition, self.subscription)
+        if sub is not None and sub.ready:
+            sub.remove_consumer(self.consumer_id)
+        if self in self.client._consumers:
+            self.client._consumers.remove(self)
+
+    def _call(self, action: Callable[[Any], Future[T]]) -> Future[T]:
+        def handler() -> Future[T]:
+            sub = self._service()
+            return Future() if sub is None or not sub.ready else action(sub)
+
+        return self.client.network.call(handler)
+
+    def receive_async(self, timeout_millis: int = 100) -> Future[Message | None]:
+        def render(got: Message | None) -> Any:
+            if got is None:
+                return None
+            return {"message": got.payload.decode(), "position": _pos_json(got.position),
+                    "redelivery_count": got.redelivery_count}
+
+        def call() -> Future[Message | None]:
+            out: Future[Message | None] = Future()
+
+            def arrived(done: Future[Delivered | None]) -> None:
+                if done.error is not None:
+                    out.set_exception(done.error)
+                    return
+                d = done.result()
+                out.set_result(None if d is None else Message(self.partition, self.subscription, d.position,
+                                                              d.payload, d.txn_id, d.deliver_at,
+                                                              d.redelivery_count))
+
+            self._call(lambda sub: sub.receive(self.consumer_id, timeout_millis)).add_done_callback(arrived)
+            return out
+
+        return self.client._op("receive", self.object, {}, call, render)
+
+    def receive(self, timeout_millis: int = 100) -> Message | None:
+        """The next message, or None when none arrives in ``timeout_millis`` (Pulsar raises Timeout)."""
+        return self.client._wait(self.receive_async(timeout_millis))
+
+    def _ack_async(self, f: str, message: Message | Position, txn: Transaction | None, cumulative: bool
+                   ) -> Future[None]:
+        position = message.position if isinstance(message, Message) else message
+        value: dict[str, Any] = {"position": _pos_json(position)}
+        if txn is not None:
+            value["txn"] = _txn_json(txn.txn_id)
+
+        def ack() -> Future[None]:
+            return self._call(lambda sub: sub.acknowledge(self.consumer_id, position,
+                                                          None if txn is None else txn.txn_id, cumulative))
+
+        if txn is None:
+            call = ack
+        else:
+            sub = Subscription(self.partition, self.subscription)
+
+            def call() -> Future[None]:
+                return txn._use(ct.Ack(sub), f"{self.partition}#{self.subscription}", ack)
+
+        return self.client._op(f, self.object, value, call)
+
+    def acknowledge_async(self, message: Message | Position, *, txn: Transaction | None = None) -> Future[None]:
+        return self._ack_async("ack", message, txn, False)
+
+    def acknowledge(self, message: Message | Position, *, txn: Transaction | None = None) -> None:
+        self.client._wait(self.acknowledge_async(message, txn=txn))
+
+    def acknowledge_cumulative_async(self, message: Message | Position, *, txn: Transaction | None = None
+                                     ) -> Future[None]:
+        return self._ack_async("ack_cumulative", message, txn, True)
+
+    def acknowledge_cumulative(self, message: Message | Position, *, txn: Transaction | None = None) -> None:
+        self.client._wait(self.acknowledge_cumulative_async(message, txn=txn))
+
+    def negative_acknowledge_async(self, message: Message | Position) -> Future[None]:
+        position = message.position if isinstance(message, Message) else message
+        return self.client._op("negative_ack", self.object, {"position": _pos_json(position)},
+                               lambda: self._call(lambda sub: sub.redeliver(self.consumer_id, [position])))
+
+    def negative_acknowledge(self, message: Message | Position) -> None:
+        self.client._wait(self.negative_acknowledge_async(message))
+
+    def redeliver_unacknowledged_messages_async(self) -> Future[None]:
+        return self.client._op("redeliver_unacknowledged", self.object, {},
+                               lambda: self._call(lambda sub: sub.redeliver(self.consumer_id, None)))
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        self.client._wait(self.redeliver_unacknowledged_messages_async())
+
+

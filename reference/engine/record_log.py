@@ -1,0 +1,173 @@
+"""A record log (the coordinator's transaction log, a subscription's pending-ack log) on a managed ledger.
+
+The writing policy is PIP-160's batched writer, :mod:`reference.batched_log`, stepped here on the
+simulation's logical clock (the threaded :mod:`reference.engine.batched_writer` is for real
+time; the simulation needs every timer to be an event).  With batching off the same machine
+writes one record per entry.  This module only carries out the machine's effects: ledger writes
+(:class:`~reference.batched_log.AsyncAddEntry`, answered one logical millisecond later with
+``AddEntryComplete`` or ``AddEntryFailed``), its timer, cursor deletes at batch-index level, and
+completing the callers' futures.  Replay reads the ledger with the cursor's view through
+:func:`reference.batched_log.replay`.
+
+A crash loses what is buffered or in flight (the futures of those callers never complete); what
+the ledger acknowledged survives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from google.protobuf.message import Message
+
+from reference import batched_log as bl
+from spec.config import Config
+from spec.envelope import LogKind
+from spec.errors import DomainError
+from spec.result import Err, Ok
+from spec.types import BatchedPosition, Position
+
+from .ledger import InitialPosition, LedgerError, ManagedCursor, ManagedLedger
+from .sim import Future, Simulation
+
+__all__ = ["LogWriteFailed", "RecordLog"]
+
+RecordPosition = BatchedPosition | Position
+
+CURSOR_NAME = "__log"
+
+
+class LogWriteFailed(Exception):
+    """A record was not made durable; ``error`` is the domain error the writer reported."""
+
+    def __init__(self, error: DomainError) -> None:
+        super().__init__(f"{error.name}: {error}")
+        self.error = error
+
+
+class RecordLog:
+    """One log of records over ``ledger``; ``batching`` turns PIP-160 batching on or off."""
+
+    def __init__(self, sim: Simulation, ledger: ManagedLedger, kind: LogKind, config: Config, *,
+                 batching: bool) -> None:
+        self.sim = sim
+        self.ledger = ledger
+        self.kind = kind
+        self.cursor: ManagedCursor = ledger.open_cursor(CURSOR_NAME, InitialPosition.EARLIEST)
+        self._pending: dict[int, Future[RecordPosition]] = {}
+        self._alive = True
+        self._idle_due: int | None = None  # the armed timer, while the buffer is empty
+        self.entries_written = 0
+        self.state = bl.recover(config, self._logged(), kind, now_ms=sim.now, enabled=batching)
+        self._arm(self.state.timer_due_ms)
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def _logged(self) -> list[bl.LoggedEntry]:
+        infos = self.ledger.ledgers()
+        if not infos:
+            return []
+        entries = self.ledger.read(Position(infos[0].ledger_id, 0), 1 << 62)
+        return [bl.LoggedEntry(e.position, e.data, self.cursor.batch_ack_set(e.position),
+                               self.cursor.is_deleted(e.position)) for e in entries]
+
+    def replay(self) -> list[tuple[RecordPosition, Message]]:
+        """Every live record in log order with the position its writer got (BW-23, BW-24)."""
+        return [(r.position, r.record) for r in bl.replay(self.kind, self._logged())]
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def add(self, data: bytes) -> Future[RecordPosition]:
+        """``asyncAddData``: the future completes with the record's position once it is durable."""
+        future: Future[RecordPosition] = Future()
+        request_id = self.state.next_request_id
+        self._pending[request_id] = future
+        result = self._step(bl.AsyncAddData(data, self.sim.now))
+        if isinstance(result, Err):
+            self._pending.pop(request_id, None)
+            future.set_exception(LogWriteFailed(result.error))
+        elif self._idle_due is not None and self.state.buffer:
+            self._wake()
+        return future
+
+    def delete(self, positions: Sequence[RecordPosition]) -> None:
+        """Delete records (whole entries or batch indexes); unknown positions are a programming error."""
+        if positions:
+            result = self._step(bl.DeleteRecords(tuple(positions)))
+            if isinstance(result, Err):
+                raise ValueError(f"{self.ledger.name}: delete {positions}: {result.error}")
+
+    def crash(self) -> None:
+        """Forget everything not durable: buffered and in-flight records are lost, their callers hang."""
+        self._alive = False
+        self._pending.clear()
+
+    # -- the machine's effects ------------------------------------------------------------------
+
+    def _step(self, command: Any) -> Ok[Any] | Err:
+        self.state, result = bl.step(self.state, command)
+        for effect in result.effects:
+            if isinstance(effect, bl.AsyncAddEntry):
+                self._write(effect)
+            elif isinstance(effect, bl.AddComplete):
+                future = self._pending.pop(effect.request_id, None)
+                if future is not None:
+                    future.set_result(effect.position)
+            elif isinstance(effect, bl.AddFailed):
+                future = self._pending.pop(effect.request_id, None)
+                if future is not None:
+                    future.set_exception(LogWriteFailed(effect.error))
+            elif isinstance(effect, bl.CursorDelete):
+                whole = [e.position for e in effect.entries if e.ack_set is None]
+                partial = {e.position: e.ack_set for e in effect.entries if e.ack_set is not None}
+                if whole:
+                    self.cursor.delete(whole)
+                if partial:
+                    self.cursor.delete(list(partial), partial)
+            elif isinstance(effect, bl.ArmTimer):
+                self._arm(effect.due_ms)
+            # CancelTimer: a stale timer finds timer_due_ms changed and does nothing.
+            # FlushObserved: metrics only.
+        return result
+
+    def _arm(self, due: int | None) -> None:
+        """The writer's periodic delay timer (BW-12).  While the buffer is empty a firing only re-arms
+        the timer, so those firings are not simulated one by one: the timer sleeps and wakes at the
+        first period boundary after a record is buffered -- the same instant it would have flushed."""
+        if due is None:
+            return
+        if not self.state.buffer:
+            self._idle_due = due
+            return
+        self._idle_due = None
+        self._schedule_fire(due, due)
+
+    def _wake(self) -> None:
+        due = self._idle_due
+        assert due is not None
+        self._idle_due = None
+        period = max(1, self.state.config.max_delay_ms)
+        at = due if self.sim.now <= due else due + -(-(self.sim.now - due) // period) * period
+        self._schedule_fire(due, at)
+
+    def _schedule_fire(self, due: int, at: int) -> None:
+        def fire() -> None:
+            if self._alive and self.state.timer_due_ms == due:
+                self._step(bl.TimerFired(self.sim.now))
+
+        self.sim.schedule(max(0, at - self.sim.now), fire)
+
+    def _write(self, effect: bl.AsyncAddEntry) -> None:
+        try:
+            position = self.ledger.append(effect.data)
+            answer: Any = bl.AddEntryComplete(effect.write_id, position)
+            self.entries_written += 1
+        except LedgerError as exc:
+            error = exc.domain_error()
+            answer = bl.AddEntryFailed(effect.write_id, error.name, str(exc))
+
+        def complete() -> None:
+            if self._alive:
+                self._step(answer)
+
+        self.sim.schedule(1, complete)

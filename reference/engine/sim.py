@@ -1,0 +1,258 @@
+"""The deterministic scheduler every engine component runs on.
+
+One :class:`Simulation` owns the logical clock (milliseconds), one ``random.Random(seed)`` from
+which every random choice of a run is drawn, and one queue of events ordered by ``(due time,
+insertion number)``.  Events run one at a time; nothing runs concurrently and nothing reads a
+wall clock, so the same seed gives the same run, event for event.
+
+Asynchrony is expressed with :class:`Future` (a value that arrives later) and with *processes*:
+generator functions that ``yield`` a future and are resumed, by the scheduler, with its value.
+The synchronous client facade simply runs the scheduler until the future it waits for is done.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+__all__ = ["Future", "Network", "NetworkFaults", "Process", "SimTimeout", "Simulation", "spawn"]
+
+T = TypeVar("T")
+
+
+class SimTimeout(Exception):
+    """The simulation ran out of events or of its time budget before a future completed."""
+
+
+class Future(Generic[T]):
+    """A value that a later event provides.  Completing twice is ignored (a duplicated response)."""
+
+    __slots__ = ("_callbacks", "_done", "_error", "_value")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[Future[T]], None]] = []
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, value: T) -> None:
+        if self._done:
+            return
+        self._done, self._value = True, value
+        self._fire()
+
+    def set_exception(self, error: BaseException) -> None:
+        if self._done:
+            return
+        self._done, self._error = True, error
+        self._fire()
+
+    def result(self) -> T:
+        if not self._done:
+            raise RuntimeError("future is not done")
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[no-any-return]
+
+    @property
+    def error(self) -> BaseException | None:
+        return self._error
+
+    def add_done_callback(self, callback: Callable[[Future[T]], None]) -> None:
+        if self._done:
+            callback(self)
+        else:
+            self._callbacks.append(callback)
+
+    def _fire(self) -> None:
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+    @staticmethod
+    def completed(value: T) -> Future[T]:
+        future: Future[T] = Future()
+        future.set_result(value)
+        return future
+
+
+@dataclass(order=True)
+class _Event:
+    due: int
+    number: int
+    action: Callable[[], None]
+
+
+class Simulation:
+    """Logical time, one seeded random source, and the event queue."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.now = 0
+        self._queue: list[_Event] = []
+        self._number = 0
+        self.events_run = 0
+
+    def schedule(self, delay_ms: int, action: Callable[[], None]) -> None:
+        """Run ``action`` ``delay_ms`` from now (0: after every event already due now)."""
+        if delay_ms < 0:
+            raise ValueError(f"delay_ms={delay_ms} must be >= 0")
+        self._number += 1
+        heapq.heappush(self._queue, _Event(self.now + delay_ms, self._number, action))
+
+    def sleep(self, delay_ms: int) -> Future[None]:
+        future: Future[None] = Future()
+        self.schedule(delay_ms, lambda: future.set_result(None))
+        return future
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def next_due(self) -> int | None:
+        return self._queue[0].due if self._queue else None
+
+    def run_one(self) -> bool:
+        """Run the next event; False when the queue is empty."""
+        if not self._queue:
+            return False
+        event = heapq.heappop(self._queue)
+        self.now = max(self.now, event.due)
+        self.events_run += 1
+        event.action()
+        return True
+
+    def run_until(self, done: Callable[[], bool], *, max_time_ms: int | None = None) -> None:
+        """Run events until ``done()``; raise :class:`SimTimeout` if the queue empties or the clock
+        would pass ``max_time_ms`` first."""
+        while not done():
+            due = self.next_due()
+            if due is None:
+                raise SimTimeout(f"no more events at {self.now} ms")
+            if max_time_ms is not None and due > max_time_ms:
+                self.now = max(self.now, max_time_ms)
+                raise SimTimeout(f"time budget {max_time_ms} ms reached")
+            self.run_one()
+
+    def wait(self, future: Future[T], *, timeout_ms: int | None = None) -> T:
+        """Run the simulation until ``future`` is done and return its value (the synchronous facade)."""
+        limit = None if timeout_ms is None else self.now + timeout_ms
+        self.run_until(lambda: future.done, max_time_ms=limit)
+        return future.result()
+
+    def advance(self, ms: int) -> None:
+        """Run every event due in the next ``ms`` and move the clock there."""
+        target = self.now + ms
+        while (due := self.next_due()) is not None and due <= target:
+            self.run_one()
+        self.now = target
+
+    def run_all(self, *, max_time_ms: int | None = None) -> None:
+        while (due := self.next_due()) is not None:
+            if max_time_ms is not None and due > max_time_ms:
+                break
+            self.run_one()
+
+
+Process = Generator["Future[Any]", Any, None]
+
+
+def spawn(sim: Simulation, process: Process, on_exit: Callable[[BaseException | None], None] | None = None) -> None:
+    """Drive a generator process: each yielded future resumes it with its value (or its exception)."""
+
+    def resume(sent: Future[Any] | None) -> None:
+        try:
+            if sent is None:
+                waiting = next(process)
+            elif sent.error is not None:
+                waiting = process.throw(sent.error)
+            else:
+                waiting = process.send(sent.result())
+        except StopIteration:
+            if on_exit is not None:
+                on_exit(None)
+            return
+        except Exception as exc:  # a workload bug: surface it to whoever drives the run
+            if on_exit is not None:
+                on_exit(exc)
+                return
+            raise
+        waiting.add_done_callback(lambda f: sim.schedule(0, lambda: resume(f)))
+
+    sim.schedule(0, lambda: resume(None))
+
+
+@dataclass
+class NetworkFaults:
+    """Probabilities of the network faults (each drawn from the simulation's random source)."""
+
+    drop_request: float = 0.0
+    drop_response: float = 0.0
+    duplicate_request: float = 0.0
+    max_extra_delay_ms: int = 0
+
+
+class Network:
+    """Client <-> broker messages with a latency, and the faults a network plays.
+
+    :meth:`call` delivers a request to ``handler`` after a latency; the handler returns a future of
+    the response, which travels back after another latency.  A dropped request never reaches the
+    broker; a dropped response took effect but never comes back; a duplicated request runs the
+    handler twice (the second answer is ignored).  Only requests marked ``idempotent`` are ever
+    duplicated (TCP does not duplicate; a client's retry does, and clients retry only those).
+    """
+
+    def __init__(self, sim: Simulation, *, latency_ms: tuple[int, int] = (1, 3),
+                 faults: NetworkFaults | None = None) -> None:
+        self.sim = sim
+        self.latency_ms = latency_ms
+        self.faults = faults or NetworkFaults()
+        self.dropped = 0
+        self.duplicated = 0
+
+    def _latency(self) -> int:
+        low, high = self.latency_ms
+        delay = self.sim.rng.randint(low, high)
+        if self.faults.max_extra_delay_ms and self.sim.rng.random() < 0.1:
+            delay += self.sim.rng.randint(0, self.faults.max_extra_delay_ms)
+        return delay
+
+    def _chance(self, p: float) -> bool:
+        return p > 0 and self.sim.rng.random() < p
+
+    def call(self, handler: Callable[[], Future[T]], *, idempotent: bool = False) -> Future[T]:
+        answer: Future[T] = Future()
+        copies = 2 if idempotent and self._chance(self.faults.duplicate_request) else 1
+        self.duplicated += copies - 1
+        for _ in range(copies):
+            if self._chance(self.faults.drop_request):
+                self.dropped += 1
+                continue
+            self.sim.schedule(self._latency(), lambda: self._deliver(handler, answer))
+        return answer
+
+    def _deliver(self, handler: Callable[[], Future[T]], answer: Future[T]) -> None:
+        response = handler()
+
+        def back(done: Future[T]) -> None:
+            if self._chance(self.faults.drop_response):
+                self.dropped += 1
+                return
+
+            def arrive() -> None:
+                if done.error is not None:
+                    answer.set_exception(done.error)
+                else:
+                    answer.set_result(done.result())
+
+            self.sim.schedule(self._latency(), arrive)
+
+        response.add_done_callback(back)

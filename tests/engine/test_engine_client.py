@@ -1,0 +1,96 @@
+"""The Pulsar-shaped client over the simulated broker, and the history it records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reference.buffer import EntryKind, LogEntry
+from reference.engine.broker import decode_entry, encode_entry, partition_name
+from reference.engine.client import Cluster, ConsumerType, OperationFailed, OperationTimeout
+from reference.engine.sim import NetworkFaults
+from spec.history import OpType, validate_history
+from spec.types import ClientTxnState, Position, TxnID
+
+P0 = partition_name("topic", 0)
+
+
+def test_notebook_flow_and_history_rows() -> None:
+    cluster = Cluster.start(seed=1)
+    client = cluster.client()
+    producer = client.create_producer("topic")
+    consumer = client.subscribe("topic", "sub", consumer_type=ConsumerType.Shared)
+    first = producer.send("plain")
+    txn = client.new_transaction(timeout_ms=5_000)
+    second = producer.send(b"in-txn", txn=txn)
+    assert second > first
+    got = consumer.receive(50)
+    assert got is not None and got.data() == b"plain" and got.topic_name() == P0
+    consumer.acknowledge(got)
+    assert consumer.receive(50) is None
+    txn.commit()
+    assert txn.txn_state is ClientTxnState.COMMITTED
+    got = consumer.receive(50)
+    assert got is not None and got.data() == b"in-txn" and got.txn_id == txn.txn_id
+    consumer.negative_acknowledge(got)
+    again = consumer.receive(50)
+    assert again is not None and again.position == got.position and again.redelivery_count == 1
+    consumer.acknowledge_cumulative(again)
+
+    ops = cluster.history()
+    validate_history(ops)
+    assert [op.f for op in ops] == ["subscribe", "send", "new_txn", "send", "receive", "ack", "receive", "commit",
+                                    "receive", "negative_ack", "receive", "ack_cumulative"]
+    assert all(op.type is OpType.OK for op in ops)
+    send = ops[3]
+    assert send.object == f"partition:{P0}"
+    assert json.loads(send.value) == {"message": "in-txn", "txn": [txn.txn_id.most_sig_bits,
+                                                                   txn.txn_id.least_sig_bits]}
+    assert json.loads(send.result or "null") == {"position": [second.ledger_id, second.entry_id]}
+    receive = ops[4]
+    assert receive.object == f"subscription:{P0}#sub"
+    assert json.loads(receive.result or "null") == {"message": "plain", "position": [0, 0], "redelivery_count": 0}
+    assert ops[6].result is None  # an empty receive has no result
+    assert all(op.seed == 1 and op.completed_at is not None and op.completed_at >= op.invoked_at for op in ops)
+
+
+def test_client_refusals_are_failures() -> None:
+    cluster = Cluster.start(seed=2)
+    client = cluster.client()
+    producer = client.create_producer("topic")
+    txn = client.new_transaction()
+    txn.abort()
+    with pytest.raises(OperationFailed) as refused:
+        producer.send("late", txn=txn)
+    assert refused.value.error.name == "InvalidTxnStatus"
+    with pytest.raises(OperationFailed):
+        txn.commit()  # TC-35: ABORTED cannot commit
+    kinds = [(op.f, op.type) for op in cluster.history()]
+    assert kinds[-2:] == [("send", OpType.FAIL), ("commit", OpType.FAIL)]
+
+
+def test_lost_answers_are_info_and_the_process_is_replaced() -> None:
+    cluster = Cluster.start(seed=3, network_faults=NetworkFaults(drop_response=1.0))
+    client = cluster.client(operation_timeout_ms=1_000)
+    producer = client.create_producer("topic")
+    before = client.process
+    with pytest.raises(OperationTimeout):
+        producer.send("maybe")
+    assert client.process != before  # a process that got info never invokes again
+    cluster.network.faults = NetworkFaults()
+    producer.send("surely")
+    ops = cluster.history()
+    validate_history(ops)
+    assert [op.type for op in ops] == [OpType.INFO, OpType.OK]
+    # The lost answer hid a send that took effect: both messages are on the partition.
+    part = cluster.broker.partition(P0)
+    assert [m.payload for m in part.messages.values()] == [b"maybe", b"surely"]
+
+
+def test_topic_entries_are_message_metadata_frames() -> None:
+    entry = LogEntry(Position(3, 4), EntryKind.TXN_DATA, TxnID(1, 2))
+    decoded = decode_entry(entry.position, encode_entry(entry, b"body", 99))
+    assert decoded.entry == entry and decoded.payload == b"body" and decoded.deliver_at == 99
+    marker = LogEntry(Position(3, 5), EntryKind.TXN_ABORT, TxnID(1, 2))
+    assert decode_entry(marker.position, encode_entry(marker)).entry == marker
