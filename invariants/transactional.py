@@ -256,6 +256,7 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
     # --- deliveries -----------------------------------------------------------------------------
     deliveries: list[_Delivery] = []
     drains: dict[str, list[Operation]] = defaultdict(list)  # subscription -> receives that found nothing
+    unknown_receives: dict[str, list[Operation]] = defaultdict(list)  # receives whose outcome is unknown
     subscribes: dict[str, list[Operation]] = defaultdict(list)
     acks: list[tuple[Operation, str, tuple[int, int], tuple[int, int], bool]] = []
     for op in ops:
@@ -271,6 +272,8 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
             raise BadHistory(str(exc), row=op.index, column="object") from None
         if op.f == "subscribe":
             subscribes[op.object].append(op)
+        elif op.f == "receive" and op.type is not OpType.OK and op.type is not OpType.FAIL:
+            unknown_receives[op.object].append(op)
         elif op.f == "receive" and op.type is OpType.OK:
             got = op.returned
             if got is None:
@@ -362,8 +365,14 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
                             f"{seen[0].payload!r} (op {first.op.index}) and read past "
                             f"{_fmt_pos(missing.position)} without receiving {missing.payload!r} (sent by op "
                             f"{missing.send.index}): the transaction became visible only in part")
-        # loss: after a final drain, every committed message must have been received
-        if drain is None:
+        # loss: after a final drain, every committed message must have been received.  Not judged when
+        # a subscribe or a receive on this subscription has an unknown outcome: the broker may hold a
+        # consumer the history never saw attach (its subscribe response was lost), and messages
+        # dispatched to it stay with it until it disconnects, so an empty receive elsewhere does not
+        # prove the subscription drained.
+        if drain is None or unknown_receives.get(sub) or any(
+            op.type is OpType.INFO for op in subscribes.get(sub, [])
+        ):
             continue
         for message in committed_by_partition.get(partition, []):
             if message.payload in mine:
@@ -404,7 +413,7 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
     # Order is judged by the positions the sends returned (the version order); a delivery that
     # reports another position is already an inconsistent-position and must not cascade.
     _consumer_order([dataclasses.replace(d, position=messages[d.payload].position or d.position) for d in deliveries
-                     if d.payload in messages and messages[d.payload].deliver_at is None], out)
+                     if d.payload in messages and messages[d.payload].deliver_at is None], unknown_receives, out)
 
     return TxnResult(history, tuple(out.found), dict(out.counts), len(set(commits) | set(aborts)), len(messages),
                      len(ops))
@@ -559,14 +568,27 @@ def _realtime_order(messages: Iterable[_Message], out: _Collector) -> None:
                         f"{_fmt_pos(earlier.position)} > {_fmt_pos(later.position)}")
 
 
-def _consumer_order(deliveries: Sequence[_Delivery], out: _Collector) -> None:
+def _consumer_order(
+    deliveries: Sequence[_Delivery], unknown_receives: dict[str, list[Operation]], out: _Collector
+) -> None:
     """A consumer's first deliveries of a partition come in position order.
 
     Delayed messages are left out by the caller: holding them back reorders delivery on purpose.
+    "First" is judged from the history, not from the broker's redelivery count, which lives in
+    the broker's memory and restarts at 0 after a crash: a delivery is first only if no earlier
+    receive on the subscription returned the same message, and only while no receive on it has an
+    unknown outcome (an ``info`` receive may have taken a message the history never shows, whose
+    later redelivery would look like a first delivery out of order).
     """
     last: dict[tuple[str, int], _Delivery] = {}
+    seen: set[tuple[str, str]] = set()
+    blind_from = {sub: min(op.invoked_at for op in ops) for sub, ops in unknown_receives.items() if ops}
     for d in sorted(deliveries, key=lambda d: (d.op.invoked_at, d.op.index)):
-        if d.position is None or d.redelivery:
+        first_time = (d.subscription, d.payload) not in seen
+        seen.add((d.subscription, d.payload))
+        if d.position is None or d.redelivery or not first_time:
+            continue
+        if d.subscription in blind_from and d.op.invoked_at > blind_from[d.subscription]:
             continue
         key = (d.subscription, d.op.process)
         before = last.get(key)

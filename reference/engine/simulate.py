@@ -37,7 +37,7 @@ from .client import Client, Cluster, Consumer, ConsumerType, OperationFailed, Op
 from .sim import Future, NetworkFaults, SimTimeout, spawn
 from .storage import LedgerFaults
 
-__all__ = ["WORKLOADS", "RunResult", "RunSpec", "build_parser", "run", "simulate_main"]
+__all__ = ["WORKLOADS", "RunResult", "RunSpec", "build_parser", "run", "run_simulate", "simulate_main"]
 
 Proc = Generator[Future[Any], Any, None]
 _ERRORS = (OperationFailed, OperationTimeout)
@@ -365,7 +365,11 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 def simulate_main(argv: list[str]) -> int:
     """``txnmodel simulate``: 0 when every run finished (and, with --check, was clean), 1 otherwise."""
-    args = build_parser().parse_args(argv)
+    return run_simulate(build_parser().parse_args(argv))
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    """The body of ``simulate_main`` for arguments already parsed by :func:`build_parser`."""
     out = Path(args.out) if args.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -52,13 +52,10 @@ def test_workloads_under_faults_are_transactionally_clean(workload: str, seed: i
     validate_history(ops)
     assert {op.type for op in ops} >= {OpType.OK}
     verdict = check_transactional(ops)
-    # The one anomaly a correct broker may show here is the checker's, not Pulsar's: a message redelivered
-    # after a broker restart carries redelivery_count 0 (Pulsar's InMemoryRedeliveryTracker does not
-    # survive the broker), which `out-of-order-delivery` takes for a first delivery.
-    real = [a for a in verdict.anomalies if a.name != "out-of-order-delivery"]
-    assert not real, [str(a) for a in real]
-    for anomaly in verdict.anomalies:
-        assert result.crashes > 0, anomaly
+    # A message redelivered after a broker restart carries redelivery_count 0 (Pulsar's in-memory
+    # redelivery tracker does not survive the broker); the checker judges first deliveries from the
+    # history itself, so no anomaly at all is acceptable here.
+    assert verdict.ok, [str(a) for a in verdict.anomalies]
     assert verdict.txns > 0 and verdict.messages > 0
 
 

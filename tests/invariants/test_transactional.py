@@ -193,6 +193,42 @@ def test_out_of_order_first_deliveries() -> None:
     assert check_transactional(redelivered).ok
 
 
+def test_redelivery_after_a_broker_restart_is_not_a_first_delivery() -> None:
+    """The broker's redelivery count restarts at 0 after a crash; the history says "a" was seen."""
+    ops = [
+        op(0, 0, "send", PART, {"message": "a", "txn": None}, {"position": [1, 0]}, at=0),
+        op(1, 0, "send", PART, {"message": "b", "txn": None}, {"position": [1, 1]}, at=2),
+        op(2, 2, "receive", SUB, {}, {"message": "a", "position": [1, 0]}, at=3),
+        op(3, 1, "receive", SUB, {}, {"message": "b", "position": [1, 1]}, at=4),
+        op(4, 1, "receive", SUB, {}, {"message": "a", "position": [1, 0], "redelivery_count": 0}, at=6),
+    ]
+    assert check_transactional(ops).ok
+
+
+def test_order_is_not_judged_after_a_receive_with_unknown_outcome() -> None:
+    """An info receive may have taken "a" unseen; its redelivery after "b" is not an anomaly."""
+    ops = [
+        op(0, 0, "send", PART, {"message": "a", "txn": None}, {"position": [1, 0]}, at=0),
+        op(1, 0, "send", PART, {"message": "b", "txn": None}, {"position": [1, 1]}, at=2),
+        op(2, 2, "receive", SUB, {}, None, at=3, kind=OpType.INFO),
+        op(3, 1, "receive", SUB, {}, {"message": "b", "position": [1, 1]}, at=4),
+        op(4, 1, "receive", SUB, {}, {"message": "a", "position": [1, 0]}, at=6),
+    ]
+    assert check_transactional(ops).ok
+
+
+def test_loss_is_not_judged_when_a_subscribe_outcome_is_unknown() -> None:
+    """A subscribe whose response was lost may have attached a consumer that holds every message."""
+    send = op(0, 0, "send", PART, {"message": "a", "txn": None}, {"position": [1, 0]}, at=0)
+    hidden = op(1, 1, "subscribe", SUB, {"initial_position": "Earliest", "sub_type": "Shared"}, None, at=1,
+                done=50, kind=OpType.INFO, error="RequestTimeout")
+    seen = op(2, 2, "subscribe", SUB, {"initial_position": "Earliest", "sub_type": "Shared"}, None, at=60)
+    drain = op(3, 2, "receive", SUB, {}, None, at=70)
+    assert check_transactional([send, hidden, seen, drain]).ok
+    visible = dataclasses.replace(hidden, type=OpType.OK, completed_at=2, error=None)
+    assert _names([send, visible, seen, drain]) == {"lost-message"}
+
+
 def test_early_delivery_of_a_delayed_message() -> None:
     ops = [
         op(0, 0, "send", PART, {"message": "a", "txn": None, "deliver_at_ms": 100}, {"position": [1, 0]}, at=0),
