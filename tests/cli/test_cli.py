@@ -105,3 +105,13 @@ def test_config_defaults_and_overrides(tmp_path: Path, capsys: pytest.CaptureFix
 def test_console_script_entry_point_runs() -> None:
     done = subprocess.run([sys.executable, "-m", "txnmodel", "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0 and "vectors" in done.stdout
+
+
+def test_main_job_end_to_end_small(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's first command, scaled down: vectors, proofs, simulation, Spark verification."""
+    code = main(["run", "--histories", "1", "--ops", "8", "--seed", "3", "--out", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    for line in ("conformance vectors", "proofs: coordinator", "simulate", "verify: transactional", "total"):
+        assert line in out
+    assert (tmp_path / "run" / "verdicts" / "verdicts.parquet").exists()
