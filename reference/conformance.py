@@ -1,13 +1,11 @@
-"""Run conformance vectors (``spec/vectors/**.json``) against the reference machines.
+"""Run conformance vectors against the reference machines: the pure part.
 
 Each reference module that has vectors exports ``VECTORS``, a :class:`MachineVectors` naming its
-command classes and observers.  The runner is generic: it validates the file against
-``spec/vectors.schema.json``, decodes each step's arguments through the command class's type hints
-(``spec.jsonvalues``), steps the pure machine and compares the JSON spelling of what happened with
-what the vector expects.
-
-Exit-code contract of ``txnmodel vectors run``: 0 all pass, 1 any fails, 2 unreadable or invalid
-input (the message names the file and the JSON path).
+command classes and observers.  :func:`run_vector` is generic: it decodes each step's arguments
+through the command class's type hints (``spec.jsonvalues``), steps the pure machine and compares
+the JSON spelling of what happened with what the vector expects.  It takes an already parsed,
+schema-checked vector; reading and validating files is the command line's job
+(``txnmodel/vectors.py``), so nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -16,9 +14,8 @@ import dataclasses
 import importlib
 import inspect
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -31,16 +28,10 @@ from spec.result import Err, Ok
 __all__ = [
     "MachineVectors",
     "VectorResult",
-    "collect_vector_files",
     "describe_result",
-    "load_vector",
     "matches",
-    "run_paths",
     "run_vector",
 ]
-
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "spec" / "vectors.schema.json"
-
 
 @dataclass(frozen=True)
 class MachineVectors:
@@ -88,43 +79,6 @@ class VectorResult:
         if self.mismatch is not None:
             out["mismatch"] = dataclasses.asdict(self.mismatch)
         return out
-
-
-@cache
-def _validator() -> Any:
-    import jsonschema
-
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    return jsonschema.Draft202012Validator(schema)
-
-
-def collect_vector_files(paths: Iterable[str | Path]) -> list[Path]:
-    """Expand folders to their ``*.json`` files (sorted); a missing path is bad input."""
-    files: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*.json") if p.is_file()))
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise BadVector("no such file or folder", where=str(path))
-    return files
-
-
-def load_vector(path: Path) -> dict[str, Any]:
-    """Read and schema-check one vector; raises :class:`BadVector` with file and JSON path."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadVector(f"cannot read: {exc}", where=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise BadVector(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", where=str(path)) from None
-    errors = sorted(_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
-    if errors:
-        first = errors[0]
-        raise BadVector(f"{first.json_path}: {first.message}", where=str(path))
-    return data  # type: ignore[no-any-return]
 
 
 def _machine_vectors(machine: str) -> MachineVectors | None:
@@ -258,16 +212,3 @@ def _compare_expect(index: int, name: str, expect: Any, actual: dict[str, Any]) 
     if "effects" in expect and not matches(expect["effects"], actual["effects"]):
         return Mismatch(index, name, "effects", expect["effects"], actual["effects"])
     return None
-
-
-def run_paths(paths: Iterable[str | Path]) -> list[VectorResult]:
-    """Run every vector under ``paths``; vector ids must be unique.  Bad input raises BadVector."""
-    results: list[VectorResult] = []
-    seen: dict[str, Path] = {}
-    for path in collect_vector_files(paths):
-        data = load_vector(path)
-        if data["id"] in seen:
-            raise BadVector(f"$.id: {data['id']!r} is also the id of {seen[data['id']]}", where=str(path))
-        seen[data["id"]] = path
-        results.append(run_vector(path, data))
-    return results

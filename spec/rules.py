@@ -4,7 +4,8 @@ A rule is a level-3 heading ``### <PREFIX>-<n>: <title>`` followed by its text. 
 cite a source (a seed section or a Pulsar class from a fact sheet) on a line starting
 ``Source:``; a deliberate difference from today's Pulsar is stated on a line starting
 ``Divergence:``.  ``tests/spec/test_rules.py`` checks the pages parse, ids are unique and
-consecutive, and every id is traced to the reference, the invariants and the tests.
+consecutive, and every id is traced to the reference, the invariants and the tests.  Parsing is
+pure; the callers read the pages (``RULES_DIR`` says where they are).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RULES_DIR", "Rule", "read_rules"]
+__all__ = ["RULES_DIR", "Rule", "parse_rules"]
 
 RULES_DIR = Path(__file__).resolve().parent / "rules"
 _HEADING = re.compile(r"^### (?P<id>(?P<prefix>[A-Z]{2})-(?P<n>\d+)): (?P<title>.+)$")
@@ -31,11 +32,8 @@ class Rule:
     page: str
 
 
-def read_rules(page: str) -> tuple[Rule, ...]:
-    """All rules of ``spec/rules/<page>.md`` in page order; a missing page has no rules."""
-    path = RULES_DIR / f"{page}.md"
-    if not path.exists():
-        return ()
+def parse_rules(text: str, page: str) -> tuple[Rule, ...]:
+    """All rules of one rules page's markdown ``text`` (``spec/rules/<page>.md``), in page order."""
     rules: list[Rule] = []
     current: dict[str, str] | None = None
     body: list[str] = []
@@ -57,7 +55,7 @@ def read_rules(page: str) -> tuple[Rule, ...]:
             )
         )
 
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         match = _HEADING.match(line)
         if match:
             close()

@@ -34,7 +34,7 @@ def _print_json(data: Any) -> None:
 
 
 def cmd_vectors_run(args: argparse.Namespace) -> int:
-    from reference.conformance import run_paths
+    from txnmodel.vectors import run_paths
 
     paths = args.paths or [str(DEFAULT_VECTORS)]
     try:
@@ -189,8 +189,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from invariants.bulk import verify_main
     from proofs.framework import Verdict, available_machines, prove_machine
-    from reference.conformance import run_paths
     from reference.engine.simulate import simulate_main
+    from txnmodel.vectors import run_paths
 
     started = time.perf_counter()
     summary: list[tuple[str, str, str]] = []

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 import reference.conformance as conformance
-from reference.conformance import load_vector, matches, run_paths
+from reference.conformance import matches
 from spec.errors import BadVector
 from txnmodel.cli import main
+from txnmodel.vectors import load_vector, run_paths
 
 from .toy_machine import TOY
 

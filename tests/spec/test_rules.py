@@ -14,11 +14,16 @@ from pathlib import Path
 import pytest
 
 from spec.machines import MACHINES
-from spec.rules import RULES_DIR, read_rules
+from spec.rules import RULES_DIR, Rule, parse_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE_ID = re.compile(r"\b(TC|TB|PA|BW|DD)-(\d+)\b")
 PAGES = sorted({m.rules_page for m in MACHINES})
+
+
+def read_rules(page: str) -> tuple[Rule, ...]:
+    path = RULES_DIR / f"{page}.md"
+    return parse_rules(path.read_text(encoding="utf-8"), page) if path.exists() else ()
 
 
 def _modules_of(page: str) -> list[str]:
