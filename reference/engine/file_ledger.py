@@ -40,6 +40,7 @@ import os
 import re
 import struct
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -137,6 +138,10 @@ FRAME_HEADER: Final = struct.Struct(">IQII")
 # magic, version, flags, generation, payload length, CRC32C of the 20 bytes before it + payload.
 METADATA_HEADER: Final = struct.Struct(">4sHHQII")
 MAX_ENTRY_BYTES: Final = 0xFFFF_FFFF
+# Sealed ledgers are only read (dispatch catching up, recovery, inspection); keeping every one open would
+# cost a descriptor per ledger for the life of the handle, so only the most recently read stay open.
+MAX_OPEN_SEALED_FILES: Final = 8
+
 _LEDGER_FILE = re.compile(r"^ledger-(\d{20})\.log$")
 
 
@@ -565,7 +570,7 @@ class _OpenFile:
 
     ledger_id: int
     path: str
-    fd: int
+    fd: int | None  # None: a sealed ledger whose descriptor was given back; reopened to read
     offsets: list[int] = field(default_factory=list)  # frame start of each written entry
     lengths: list[int] = field(default_factory=list)  # payload length of each written entry
     durable_entries: int = 0
@@ -609,7 +614,13 @@ class FileLedger:
         group_commit: bool = False,
         first_ledger_id: int = 0,
         fs: FileSystem | None = None,
+        max_open_sealed_files: int = MAX_OPEN_SEALED_FILES,
     ) -> None:
+        if max_open_sealed_files < 0:
+            raise ValueError(f"max_open_sealed_files must be >= 0, got {max_open_sealed_files}")
+        # The file being read stays open during the read, so the bound is never below one.
+        self._max_open_sealed = max(1, max_open_sealed_files)
+        self._open_sealed: OrderedDict[int, None] = OrderedDict()  # least recently read first
         self._dir = os.path.abspath(os.fspath(directory))
         self._config = config or Config()
         self._group_commit = group_commit
@@ -710,14 +721,16 @@ class FileLedger:
         truncated: list[tuple[str, int, int]] = []
         for opened, scan in torn:
             # Only never-acknowledged bytes can be torn: an append returns after its sync.
-            fs.truncate(opened.fd, scan.valid_length)
-            fs.sync(opened.fd)
+            fs.truncate(self._fd(opened), scan.valid_length)
+            fs.sync(self._fd(opened))
             truncated.append((opened.path, scan.valid_length, scan.torn_bytes))
         # Close the recovered open ledger and start a new one, as Pulsar's new owner does.
         last = self._files[meta.ledgers[-1].ledger_id]
         closed = replace(meta.ledgers[-1], entries=last.durable_entries, length=last.durable_end)
         meta = self._open_new_ledger(replace(meta, ledgers=(*meta.ledgers[:-1], closed)))
         report = RecoveryReport(truncated=tuple(truncated), removed=tuple(leftovers), closed_ledger=closed.ledger_id)
+        for record in meta.ledgers[:-1]:
+            self._seal_file(self._files[record.ledger_id])
         return meta, report
 
     def _remove(self, file_names: Sequence[str]) -> None:
@@ -856,8 +869,10 @@ class FileLedger:
 
     def _release_files(self) -> None:
         for opened in self._files.values():
-            _best_effort(partial(self._fs.close, opened.fd))
+            if opened.fd is not None:
+                _best_effort(partial(self._fs.close, opened.fd))
         self._files.clear()
+        self._open_sealed.clear()
         lock_fd, self._lock_fd = self._lock_fd, None
         if lock_fd is not None:
             _best_effort(lambda: self._fs.unlock(lock_fd))
@@ -887,7 +902,7 @@ class FileLedger:
             offset = ledger.written_end
             frame = encode_frame(entry_id, payload)
             try:
-                self._fs.pwrite(ledger.fd, frame, offset)
+                self._fs.pwrite(self._fd(ledger), frame, offset)
             except OSError as exc:
                 self._fail_locked(ledger)
                 raise LedgerWriteFailed(f"write to {ledger.path} failed: {exc}") from exc
@@ -924,7 +939,7 @@ class FileLedger:
             self._lock.release()
             error: OSError | None = None
             try:
-                self._fs.sync(ledger.fd)
+                self._fs.sync(self._fd(ledger))
             except OSError as exc:
                 error = exc
             finally:
@@ -946,7 +961,7 @@ class FileLedger:
             self._cond.wait()
         target_entries, target_end = ledger.written_entries, ledger.written_end
         try:
-            self._fs.sync(ledger.fd)
+            self._fs.sync(self._fd(ledger))
         except OSError as exc:
             self._fail_locked(ledger)
             raise LedgerWriteFailed(f"sync of {ledger.path} failed: {exc}") from exc
@@ -965,8 +980,8 @@ class FileLedger:
         self._cond.notify_all()
 
     def _truncate_tail(self, ledger: _OpenFile) -> None:
-        self._fs.truncate(ledger.fd, ledger.durable_end)
-        self._fs.sync(ledger.fd)
+        self._fs.truncate(self._fd(ledger), ledger.durable_end)
+        self._fs.sync(self._fd(ledger))
 
     def roll_over(self) -> None:
         """Close the current ledger at its last durable entry and open the next one."""
@@ -988,7 +1003,36 @@ class FileLedger:
             self._sync_locked(old)
         closed = LedgerRecord(old.ledger_id, old.durable_entries, old.durable_end)
         self._open_new_ledger(replace(self._meta, ledgers=(*self._meta.ledgers[:-1], closed)))
-        old.sealed = True
+        self._seal_file(old)
+
+    # -- descriptors of sealed ledgers ----------------------------------------------------------
+
+    def _seal_file(self, ledger: _OpenFile) -> None:
+        """``ledger`` takes no more appends: its descriptor joins the bounded set kept for reads."""
+        ledger.sealed = True
+        if ledger.fd is not None:
+            self._touch(ledger)
+
+    def _touch(self, ledger: _OpenFile) -> None:
+        self._open_sealed[ledger.ledger_id] = None
+        self._open_sealed.move_to_end(ledger.ledger_id)
+        while len(self._open_sealed) > self._max_open_sealed:
+            victim_id, _ = self._open_sealed.popitem(last=False)
+            victim = self._files.get(victim_id)
+            if victim is not None and victim.fd is not None:
+                fd, victim.fd = victim.fd, None
+                _best_effort(partial(self._fs.close, fd))
+
+    def _fd(self, ledger: _OpenFile) -> int:
+        """The descriptor to read ``ledger`` through, reopening a sealed ledger's file if it was closed."""
+        if ledger.fd is None:
+            try:
+                ledger.fd = self._fs.open(ledger.path)
+            except OSError as exc:
+                raise LedgerError(f"cannot reopen sealed ledger file {ledger.path}: {exc}") from exc
+        if ledger.sealed:
+            self._touch(ledger)
+        return ledger.fd
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -996,7 +1040,7 @@ class FileLedger:
         offset = ledger.offsets[entry_id]
         length = ledger.lengths[entry_id]
         try:
-            frame = self._fs.pread(ledger.fd, FRAME_HEADER.size + length, offset)
+            frame = self._fs.pread(self._fd(ledger), FRAME_HEADER.size + length, offset)
         except OSError as exc:
             raise LedgerError(f"read of {ledger.path} failed: {exc}") from exc
         # Verify on every read: damage after open must never be returned as data.
@@ -1068,7 +1112,9 @@ class FileLedger:
             self._commit(replace(self._meta, ledgers=tuple(r for r in self._meta.ledgers if r.ledger_id not in gone)))
             for ledger_id in doomed:
                 opened = self._files.pop(ledger_id)
-                _best_effort(partial(self._fs.close, opened.fd))
+                self._open_sealed.pop(ledger_id, None)
+                if opened.fd is not None:
+                    _best_effort(partial(self._fs.close, opened.fd))
                 _best_effort(partial(self._fs.unlink, opened.path))
             _best_effort(lambda: self._fs.sync_dir(self._dir))
             return doomed
