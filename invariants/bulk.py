@@ -108,70 +108,140 @@ VERDICT_COLUMNS = (("history", "string"), ("checker", "string"), ("verdict", "st
 # --- the checks, shared by Spark tasks and the local run -------------------------------------------
 
 
-def _model_for(name: str, ops: Sequence[Any]) -> tuple[str, str | None]:
-    """(model name, object kind it checks) for a history; ``auto`` picks by the objects present."""
-    from spec.history import parse_object
+def _models_for(name: str, ops: Sequence[Any]) -> list[tuple[str, str | None]]:
+    """[(model name, object kind it checks)] for a history; ``auto`` picks by the objects present.
+
+    An engine history (machine-level operations present, :func:`spec.history.is_machine_operation`)
+    gets every machine whose object kind it holds, in :data:`MACHINE_KINDS` order."""
+    from spec.history import is_machine_operation, parse_object
 
     if name != "auto":
         if name in GENERIC_KINDS:
-            return name, GENERIC_KINDS[name]
-        return name, MACHINE_KINDS.get(name)
+            return [(name, GENERIC_KINDS[name])]
+        return [(name, MACHINE_KINDS.get(name))]
     kinds = {parse_object(op.object)[0] for op in ops}
     if kinds <= {"register"}:
-        return "cas-register", "register"
+        return [("cas-register", "register")]
     if kinds <= {"key"}:
-        return "kv", "key"
-    return "", None  # a transactional history: no per-object model unless one is named
+        return [("kv", "key")]
+    machine_kinds = {parse_object(op.object)[0] for op in ops if is_machine_operation(op)}
+    # a transactional history without machine-level rows: no per-object model unless one is named
+    return [(machine, kind) for machine, kind in MACHINE_KINDS.items() if kind in machine_kinds]
+
+
+def _model_ops(ops: Sequence[Any], kind: str | None, machine: bool) -> list[Any]:
+    """The operations a model checks: its kind's, and for a machine model of an engine history only
+    the machine-level ones (the clients' ``new_txn``, ``send``, ... are not the machine's commands)."""
+    from spec.history import is_machine_operation, parse_object
+
+    mine = [op for op in ops if kind is None or parse_object(op.object)[0] == kind]
+    if machine and any(is_machine_operation(op) for op in mine):
+        mine = [op for op in mine if is_machine_operation(op)]
+    return mine
+
+
+_RANK = {"ok": 0, "skipped": 1, "unknown": 2, "illegal": 3}
+
+
+def failing_part(model: Any, ops: Sequence[Any], result: Any) -> list[Any]:
+    """The part of ``ops`` (as ``model.partition`` splits them: an object, or one crash epoch of a
+    machine's object) that ``result``, an ``illegal`` object result, is about."""
+    parts: list[list[Any]] = [part for part in model.partition(ops) if part and part[0].object == result.object]
+    for part in parts:
+        if result.blocked in {op.index for op in part}:
+            return part
+    return [op for part in parts for op in part]
+
+
+def _check_models(plan: Sequence[tuple[str, str | None]], ops: Sequence[Any], options: VerifyOptions
+                  ) -> tuple[str, int, int, int, str | None, str, Any, Any]:
+    """Linearizability of each planned model's objects.  Returns (verdict, objects, ops, steps,
+    failing object, detail, counterexample text, html) over all of them: the worst verdict wins,
+    the first illegal object is explained.  The detail is the reasons of the objects not ``ok``; for
+    the machines of an engine history it is JSON: ``{"models": {model: {"objects", "epochs", "ops",
+    "steps", "verdict", "seconds"}}, "reasons": [...]}``, the per-object verdicts by machine."""
+    from invariants.linearizability import Verdict, check_history
+    from invariants.models import model_by_name
+    from invariants.report import counterexample_html, explain, render_text
+
+    rank = {Verdict.OK: 0, Verdict.UNKNOWN: 1, Verdict.ILLEGAL: 2}
+    deadline = None if options.seconds is None else time.monotonic() + options.seconds
+    worst, objects, checked, steps = Verdict.OK, 0, 0, 0
+    failing: str | None = None
+    reasons: list[str] = []
+    per_model: dict[str, dict[str, Any]] = {}
+    text = page = None
+    for model_name, kind in plan:
+        try:
+            model = model_by_name(model_name)
+        except KeyError as exc:
+            raise UnknownModel(exc.args[0]) from None
+        mine = _model_ops(ops, kind, model_name in MACHINE_KINDS)
+        seconds = None if deadline is None else max(0.0, deadline - time.monotonic())
+        started = time.perf_counter()
+        result = check_history(model, mine, step_budget=options.step_budget, seconds=seconds)
+        # A machine's parts are its objects' crash epochs; an object's verdict is its worst epoch's.
+        by_object: dict[str, Verdict] = {}
+        for part in result.objects:
+            known = by_object.get(part.object)
+            if known is None or _RANK[part.verdict.value] > _RANK[known.value]:
+                by_object[part.object] = part.verdict
+        distinct = len(by_object)
+        per_model[model_name] = {"objects": distinct, "epochs": len(result.objects), "ops": len(mine),
+                                 "steps": result.steps, "verdict": result.verdict.value,
+                                 "object_verdicts": dict(Counter(v.value for v in by_object.values())),
+                                 "seconds": round(time.perf_counter() - started, 3)}
+        objects += distinct
+        checked += len(mine)
+        steps += result.steps
+        if rank[result.verdict] > rank[worst]:
+            worst = result.verdict
+        reasons += [f"{o.object}: {o.reason}" for o in result.objects if o.reason and o.verdict is not Verdict.SKIPPED]
+        bad = result.failing()
+        if bad is not None and failing is None:
+            failing = bad.object
+            if options.counterexamples:
+                cx = explain(model, failing_part(model, mine, bad), bad)
+                text = render_text(cx)
+                page = counterexample_html(cx, max_bytes=MAX_HTML_BYTES)
+    detail = "; ".join(reasons)[:2000]
+    if all(model_name in MACHINE_KINDS for model_name, _ in plan):
+        detail = json.dumps({"models": per_model, "reasons": [r[:500] for r in reasons[:4]]})
+    return worst.value, objects, checked, steps, failing, detail, text, page
 
 
 def check_histories(histories: dict[str, list[Any]], file: str, options: VerifyOptions) -> list[VerdictRow]:
     """Every checker on each history of one file."""
-    from invariants.linearizability import Verdict, check_history
-    from invariants.models import model_by_name
-    from invariants.report import counterexample_html, explain, render_text, render_txn_text, txn_html
+    from invariants.report import render_txn_text, txn_html
     from invariants.transactional import check_transactional
     from spec.errors import InputError
-    from spec.history import parse_object
+    from spec.history import is_machine_operation
 
     rows: list[VerdictRow] = []
     for name, ops in histories.items():
         seed = next((op.seed for op in ops if op.seed is not None), None)
         try:
-            model_name, kind = _model_for(options.model, ops)
-            if model_name:
-                try:
-                    model = model_by_name(model_name)
-                except KeyError as exc:
-                    raise UnknownModel(exc.args[0]) from None
-                mine = [op for op in ops if kind is None or parse_object(op.object)[0] == kind]
+            plan = _models_for(options.model, ops)
+            if plan:
                 started = time.perf_counter()
-                result = check_history(model, mine, step_budget=options.step_budget, seconds=options.seconds)
-                elapsed = time.perf_counter() - started
-                failing = result.failing()
-                text = page = None
-                if failing is not None and options.counterexamples:
-                    part = [op for op in mine if op.object == failing.object]
-                    cx = explain(model, part, failing)
-                    text = render_text(cx)
-                    page = counterexample_html(cx, max_bytes=MAX_HTML_BYTES)
-                reasons = [f"{o.object}: {o.reason}" for o in result.objects if o.reason and o.verdict is not
-                           Verdict.SKIPPED]
-                rows.append(VerdictRow(name, "linearizability", result.verdict.value, file, model_name,
-                                       len(result.objects), len(mine), result.steps, elapsed,
-                                       failing.object if failing else None, "; ".join(reasons)[:2000], text, page,
-                                       seed))
-            if any(op.f in TXN_VOCABULARY for op in ops):
+                verdict, objects, checked, steps, failing, reasons, text, page = _check_models(plan, ops, options)
+                rows.append(VerdictRow(name, "linearizability", verdict, file, "+".join(m for m, _ in plan),
+                                       objects, checked, steps, time.perf_counter() - started, failing, reasons,
+                                       text, page, seed))
+            # The transactional checks read what clients saw, not the machines' steps.
+            client_ops = [op for op in ops if not is_machine_operation(op)]
+            if any(op.f in TXN_VOCABULARY for op in client_ops):
                 started = time.perf_counter()
-                txn = check_transactional(ops)
+                txn = check_transactional(client_ops)
                 rows.append(VerdictRow(
-                    name, "transactional", "ok" if txn.ok else "illegal", file, "elle", txn.txns, len(ops), 0,
+                    name, "transactional", "ok" if txn.ok else "illegal", file, "elle", txn.txns, len(client_ops), 0,
                     time.perf_counter() - started, None,
                     json.dumps({"counts": txn.counts, "anomalies": [a.to_json() for a in txn.anomalies]}),
                     None if txn.ok else render_txn_text(txn, seed=seed),
-                    None if txn.ok or not options.counterexamples else txn_html(txn, ops, seed=seed,
+                    None if txn.ok or not options.counterexamples else txn_html(txn, client_ops, seed=seed,
                                                                                 max_bytes=MAX_HTML_BYTES),
                     seed))
-            if not model_name and not any(op.f in TXN_VOCABULARY for op in ops):
+            if not plan and not any(op.f in TXN_VOCABULARY for op in client_ops):
                 rows.append(VerdictRow(name, "input", "bad-input", file, options.model,
                                        detail="no checker applies: no --model for these objects and no "
                                               "transactional operations"))

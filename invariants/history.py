@@ -4,6 +4,12 @@ Every reader returns ``{history id: [Operation, ...]}`` with each history's oper
 ``index`` and checked by :func:`spec.history.validate_history`.  Anything that breaks the contract
 raises :class:`spec.history.BadHistory` (an :class:`spec.errors.InputError`) naming the file, the
 row (0-based, counted over the whole file) and the field; nothing is skipped silently.
+
+A file may carry **run metadata** (how the histories were made: the simulator's run configuration and
+the faults it injected), a JSON object given to the writers' ``metadata=`` parameter: in a Parquet
+file it is the schema's key-value metadata under ``txnmodel.run``; a JSON Lines file gets a sidecar
+``<file>.meta.json`` (a header line would be a row to every other JSON Lines reader).
+:func:`read_metadata` reads and checks it; a malformed one raises :class:`BadMetadata`.
 """
 
 from __future__ import annotations
@@ -13,22 +19,35 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from spec.config import Config
+from spec.errors import BadConfig
 from spec.history import FIELDS, PARQUET_COLUMNS, BadHistory, Operation, validate_history
 
 __all__ = [
     "FORMATS",
+    "METADATA_KEY",
+    "BadMetadata",
     "arrow_schema",
     "group_histories",
     "history_files",
     "read_file",
     "read_jsonl",
+    "read_metadata",
     "read_parquet",
+    "run_config",
     "write_jsonl",
     "write_parquet",
 ]
 
 FORMATS = ("parquet", "jsonl", "jepsen")
 _SUFFIXES = {"parquet": (".parquet",), "jsonl": (".jsonl", ".ndjson"), "jepsen": (".log",)}
+METADATA_KEY = "txnmodel.run"
+_METADATA_VERSION = 1
+_SIDECAR = ".meta.json"
+
+
+class BadMetadata(BadHistory):
+    """A history file's run metadata is not what :func:`read_metadata` documents; names the file and the field."""
 
 
 def arrow_schema() -> Any:
@@ -151,21 +170,139 @@ def _rows(histories: Mapping[str, Sequence[Operation]] | Sequence[Operation]) ->
     return [op.to_row() for op in histories]
 
 
-def write_parquet(path: str | Path, histories: Mapping[str, Sequence[Operation]] | Sequence[Operation]) -> None:
-    """Write operations as one Parquet file with :func:`arrow_schema`."""
+def _metadata_text(metadata: Mapping[str, Any], where: str) -> str:
+    """Canonical JSON (sorted keys, no spaces): the same run gives the same bytes.  Checked as the reader
+    checks it, so a writer never produces a file its reader refuses."""
+    text = json.dumps(metadata, sort_keys=True, separators=(",", ":"))
+    _check_metadata(json.loads(text), where)
+    return text
+
+
+def write_parquet(path: str | Path, histories: Mapping[str, Sequence[Operation]] | Sequence[Operation], *,
+                  metadata: Mapping[str, Any] | None = None) -> None:
+    """Write operations as one Parquet file with :func:`arrow_schema`; ``metadata`` (run metadata, see
+    :func:`read_metadata`) goes into the schema's key-value metadata."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     rows = _rows(histories)
     schema = arrow_schema()
+    if metadata is not None:
+        schema = schema.with_metadata({**schema.metadata,
+                                       METADATA_KEY.encode(): _metadata_text(metadata, str(path)).encode()})
     table = pa.table({name: [row[name] for row in rows] for name in FIELDS}, schema=schema)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path)
 
 
-def write_jsonl(path: str | Path, histories: Mapping[str, Sequence[Operation]] | Sequence[Operation]) -> None:
-    """Write operations as JSON Lines (null columns left out)."""
+def write_jsonl(path: str | Path, histories: Mapping[str, Sequence[Operation]] | Sequence[Operation], *,
+                metadata: Mapping[str, Any] | None = None) -> None:
+    """Write operations as JSON Lines (null columns left out); ``metadata`` goes to the sidecar
+    ``<path>.meta.json`` (an existing sidecar is removed when there is none, so it never describes
+    another run)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
+    sidecar = Path(str(path) + _SIDECAR)
+    if metadata is not None:
+        sidecar.write_text(_metadata_text(metadata, str(sidecar)) + "\n", encoding="utf-8")
+    elif sidecar.exists():
+        sidecar.unlink()
     with open(path, "w", encoding="utf-8") as handle:
         for row in _rows(histories):
             handle.write(json.dumps({k: v for k, v in row.items() if v is not None}, separators=(",", ":")) + "\n")
+
+
+def read_metadata(path: str | Path) -> dict[str, Any] | None:
+    """The run metadata of a history file, or None when it carries none (older files, Jepsen logs).
+
+    The shape (checked; anything else raises :class:`BadMetadata`)::
+
+        {"version": 1,
+         "config": {broker.conf key: value, ...},   # overrides shared by every run of the file
+         "runs": {history id: {"workload": str, "seed": int, "config": {...}, "fault_schedule":
+                               [{"time_ms": int, "kind": str, "target": str}, ...], ...}, ...}}
+
+    ``Config().with_overrides(metadata["config"])`` rebuilds the brokers' configuration
+    (:func:`run_config`).  A run's other keys are the simulator's (``ledger``, ``batching``,
+    ``fault_rates``, ``ops``, ``cut_at_deadline``, ``fault_counts``, ...) and are passed through.
+    """
+    where = str(path)
+    name = Path(path).name
+    if name.endswith(".parquet"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            schema = pq.read_schema(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise BadHistory(f"not a readable Parquet file: {exc}", where=where) from None
+        raw = (schema.metadata or {}).get(METADATA_KEY.encode())
+        if raw is None:
+            return None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadMetadata(f"run metadata is not UTF-8: {exc.reason}", where=where, column=METADATA_KEY) from None
+    elif name.endswith(_SUFFIXES["jsonl"]):
+        sidecar = Path(where + _SIDECAR)
+        if not sidecar.exists():
+            if not Path(path).exists():
+                raise BadHistory("no such file", where=where)
+            return None
+        where = str(sidecar)
+        try:
+            text = sidecar.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadMetadata(f"cannot read the run metadata: {exc}", where=where) from None
+    else:
+        return None
+    try:
+        metadata = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadMetadata(f"run metadata is not JSON: {exc.msg} at char {exc.pos}", where=where) from None
+    return _check_metadata(metadata, where)
+
+
+def run_config(metadata: Mapping[str, Any] | None) -> Config:
+    """The brokers' configuration a file's histories ran with (Pulsar's defaults without metadata)."""
+    if metadata is None:
+        return Config()
+    return Config().with_overrides(metadata["config"])
+
+
+def _check_metadata(metadata: Any, where: str) -> dict[str, Any]:
+    if not isinstance(metadata, dict):
+        raise BadMetadata(f"run metadata must be a JSON object, got {type(metadata).__name__}", where=where)
+    if metadata.get("version") != _METADATA_VERSION:
+        raise BadMetadata(f"unknown run metadata version {metadata.get('version')!r} (this reader knows "
+                          f"{_METADATA_VERSION})", where=where, column="version")
+    _check_config(metadata.get("config"), where, "config")
+    runs = metadata.get("runs")
+    if not isinstance(runs, dict):
+        raise BadMetadata(f"'runs' must be an object of history id -> run, got {runs!r}", where=where, column="runs")
+    for history, spec in runs.items():
+        field = f"runs.{history}"
+        if not isinstance(spec, dict):
+            raise BadMetadata(f"a run must be an object, got {spec!r}", where=where, column=field)
+        for key, kind in (("workload", str), ("seed", int), ("fault_schedule", list)):
+            value = spec.get(key)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise BadMetadata(f"needs {key!r} ({kind.__name__}), got {value!r}", where=where,
+                                  column=f"{field}.{key}")
+        if "config" in spec:
+            _check_config(spec["config"], where, f"{field}.config")
+        for i, event in enumerate(spec["fault_schedule"]):
+            if not (isinstance(event, dict) and isinstance(event.get("time_ms"), int)
+                    and not isinstance(event.get("time_ms"), bool)
+                    and isinstance(event.get("kind"), str) and isinstance(event.get("target"), str)):
+                raise BadMetadata(f"a fault is {{time_ms: int, kind: str, target: str}}, got {event!r}", where=where,
+                                  column=f"{field}.fault_schedule[{i}]")
+    return metadata
+
+
+def _check_config(config: Any, where: str, field: str) -> None:
+    if not isinstance(config, dict):
+        raise BadMetadata(f"must be an object of broker.conf overrides, got {config!r}", where=where, column=field)
+    try:
+        Config().with_overrides(config)
+    except (BadConfig, TypeError, ValueError) as exc:
+        raise BadMetadata(f"not a valid broker.conf override: {exc}", where=where, column=field) from None

@@ -162,7 +162,9 @@ def check_object(model: Model, ops: Sequence[Operation], *, step_budget: int = D
     label = name if name is not None else (ops[0].object if ops else "")
     if not ops:
         return ObjectResult(label, Verdict.OK, 0)
-    decoded = [model.decode(op) for op in ops]
+    # A model may decode a part as a whole (the machine models number crash epochs across it).
+    decode_all = getattr(model, "decode_all", None)
+    decoded = list(decode_all(ops)) if decode_all is not None else [model.decode(op) for op in ops]
     if ignore_outputs:
         decoded = [(d[0], UNKNOWN) if op.index in ignore_outputs else d for op, d in zip(ops, decoded, strict=True)]
     verdict, steps, order, blocked, state = _search(

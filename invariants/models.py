@@ -22,10 +22,11 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from invariants.linearizability import UNKNOWN, Model, partition_by_object
-from spec.history import BadHistory, Operation, OpType, make_operation, object_id
+from spec.history import RECOVER, BadHistory, Operation, OpType, is_machine_operation, make_operation, object_id
 
 __all__ = [
     "MODELS",
@@ -165,6 +166,23 @@ class KeyValue:
         return _show(state)
 
 
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """A command to step, in the component epoch it was recorded in (None: any epoch)."""
+
+    epoch: int | None
+    command: Any
+
+
+@dataclass(frozen=True, slots=True)
+class _Recover:
+    """A ``recover`` row: the component restarts from ``state`` (already built from its inputs)."""
+
+    epoch: int | None
+    state: Any = field(compare=False)
+    text: str = ""
+
+
 class MachineModel:
     """A reference machine as a model: ``step(state, command) -> (state, Ok | Err)``.
 
@@ -175,15 +193,25 @@ class MachineModel:
     get ``Err`` of that name (a rejected command leaves the state unchanged, by the machines'
     contract); a ``fail`` without ``error`` never reached the machine and does nothing; an
     ``info``/``invoke`` is stepped and its result ignored.
+
+    Crashes (``recover`` rows, :data:`spec.history.RECOVER`): the model's state is ``(epoch,
+    machine state)``.  A ``recover`` row replaces the machine state by what the machine's
+    ``VECTORS.recover`` builds from the row's durable inputs (with the row's ``config``) and starts
+    the next epoch.  Every other operation belongs to the epoch of the last ``recover`` row before
+    it in index order (:meth:`decode_all`) and can only be linearized in that epoch: an operation a
+    crash left open (``info``) may have taken effect before the crash, never after the recovery.
     """
 
     def __init__(self, name: str, initial_state: Hashable, step: Callable[[Any, Any], tuple[Any, Any]],
-                 commands: Mapping[str, type], *, describe_state: Callable[[Any], str] | None = None) -> None:
+                 commands: Mapping[str, type], *, describe_state: Callable[[Any], str] | None = None,
+                 vectors: Any = None) -> None:
         self.name = name
         self._initial = initial_state
         self._step = step
         self._commands = dict(commands)
         self._describe_state = describe_state
+        self._vectors = vectors
+        self._recovered: dict[str, Any] = {}  # recover row's value -> the state it builds
 
     @classmethod
     def from_vectors(cls, vectors: Any, config: Any = None, init: Mapping[str, Any] | None = None) -> MachineModel:
@@ -191,33 +219,82 @@ class MachineModel:
         from spec.config import Config
 
         return cls(vectors.name, vectors.initial(config if config is not None else Config(), dict(init or {})),
-                   vectors.step, vectors.commands)
+                   vectors.step, vectors.commands, vectors=vectors)
 
     def init(self) -> Hashable:
-        return self._initial
+        return (0, self._initial)
 
     def decode(self, op: Operation) -> tuple[Any, Any]:
-        from spec.jsonvalues import JsonError, from_json
+        return self._decode(op, None)
 
+    def decode_all(self, ops: Sequence[Operation]) -> list[tuple[Any, Any]]:
+        """Decode one object's operations, each tagged with its epoch: the number of ``recover``
+        rows before it in index order (index order is the order the engine stepped in)."""
+        epochs = [0] * len(ops)
+        count = 0
+        for i in sorted(range(len(ops)), key=lambda i: ops[i].index):
+            epochs[i] = count
+            if ops[i].f == RECOVER and is_machine_operation(ops[i]):
+                count += 1
+        return [self._decode(op, epoch) for op, epoch in zip(ops, epochs, strict=True)]
+
+    def _decode(self, op: Operation, epoch: int | None) -> tuple[Any, Any]:
+        from spec.jsonvalues import JsonError
+
+        if op.f == RECOVER and is_machine_operation(op):
+            return _Recover(epoch, self._recovery(op), op.value), None
         command_type = self._commands.get(op.f)
         if command_type is None:
             raise _bad(op, "f", f"machine {self.name!r} has no command {op.f!r}; commands are "
                                 f"{', '.join(sorted(self._commands))}")
         args = op.args
         try:
-            command = from_json({} if args is None else args, command_type)
+            command = _decode_command({} if args is None else args, command_type)
         except JsonError as exc:
             raise _bad(op, "value", f"not a {command_type.__name__}: {exc}") from None
         if op.type.indeterminate:
-            return command, UNKNOWN
+            return _Step(epoch, command), UNKNOWN
         if op.type is OpType.FAIL:
-            return command, NO_EFFECT if op.error is None else ("err", op.error)
-        return command, ("ok", None if op.result is None else _canonical(op.returned))
+            return _Step(epoch, command), NO_EFFECT if op.error is None else ("err", op.error)
+        return _Step(epoch, command), ("ok", None if op.result is None else _canonical(op.returned))
+
+    def _recovery(self, op: Operation) -> Any:
+        """The machine state a ``recover`` row restarts from."""
+        from spec.config import Config
+        from spec.errors import BadConfig
+        from spec.jsonvalues import JsonError
+
+        known = self._recovered.get(op.value)
+        if known is not None:
+            return known
+        if self._vectors is None:
+            raise _bad(op, "f", f"machine model {self.name!r} was built without VECTORS: it cannot recover")
+        inputs = dict(op.args)
+        inputs.pop("@type", None)
+        machine = inputs.pop("machine", self.name)
+        if machine != self.name:
+            raise _bad(op, "value", f"a recovery of machine {machine!r} on an object checked against {self.name!r}")
+        try:
+            config = Config().with_overrides(inputs.pop("config", {}) or {})
+            build = self._vectors.recover if self._vectors.recover is not None else self._vectors.initial
+            state = build(config, inputs)
+        except (BadConfig, JsonError, KeyError, TypeError, ValueError) as exc:
+            raise _bad(op, "value", f"not the recovery inputs of {self.name}: {exc}") from None
+        self._recovered[op.value] = state
+        return state
 
     def step(self, state: Any, op_input: Any, op_output: Any) -> tuple[bool, Any]:
+        epoch, machine = state
+        if isinstance(op_input, _Recover):
+            if op_input.epoch is not None and op_input.epoch != epoch:
+                return False, state
+            return True, (epoch + 1, op_input.state)
         if op_output is NO_EFFECT:
             return True, state
-        new_state, result = self._step(state, op_input)
+        if op_input.epoch is not None and op_input.epoch != epoch:
+            return False, state
+        new_machine, result = self._step(machine, op_input.command)
+        new_state = (epoch, new_machine)
         if op_output is UNKNOWN:
             return True, new_state
         kind, expected = op_output
@@ -232,22 +309,78 @@ class MachineModel:
         return kind == "err" and result.error.name == expected, new_state
 
     def partition(self, ops: Sequence[Operation]) -> list[list[Operation]]:
-        return partition_by_object(ops)
+        """Per object, then per epoch: a ``recover`` row is a barrier nothing crosses (an op of an
+        earlier epoch stepped before the crash, one of a later epoch after the load) and the state
+        after it depends on its inputs alone, so each epoch is checked on its own from its recovery.
+        Exact, and it keeps the search of an illegal history from backtracking across crashes."""
+        parts: list[list[Operation]] = []
+        for part in partition_by_object(ops):
+            current: list[Operation] = []
+            for op in sorted(part, key=lambda o: o.index):
+                if op.f == RECOVER and is_machine_operation(op) and current:
+                    parts.append(current)
+                    current = []
+                current.append(op)
+            parts.append(current)
+        return parts
 
     def describe_op(self, op_input: Any, op_output: Any) -> str:
+        if isinstance(op_input, _Recover):
+            return "recover" + ("" if op_input.epoch is None else f" (epoch {op_input.epoch + 1})")
         if op_output is UNKNOWN:
             shown = "?"
         elif op_output is NO_EFFECT:
             shown = "not sent"
         else:
             shown = op_output[1] if op_output[0] == "err" else ("ok" if op_output[1] is None else op_output[1])
-        return f"{op_input!r} -> {shown}"
+        command = op_input.command if isinstance(op_input, _Step) else op_input
+        return f"{command!r} -> {shown}"
 
     def describe_state(self, state: Any) -> str:
+        epoch, machine = state if isinstance(state, tuple) and len(state) == 2 else (None, state)
         if self._describe_state is not None:
-            return self._describe_state(state)
-        text = repr(state)
-        return text if len(text) <= 400 else text[:397] + "..."
+            text = self._describe_state(machine)
+        else:
+            text = repr(machine)
+            text = text if len(text) <= 400 else text[:397] + "..."
+        return text if not epoch else f"[epoch {epoch}] {text}"
+
+
+_FIELDS: dict[type, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+
+def _decode_command(data: Any, target: type) -> Any:
+    """``from_json(data, target)`` for a command dataclass, with its fields and type hints looked up
+    once per class: an engine history holds hundreds of thousands of commands, and the hint lookup
+    was most of the time of checking one.  Field values still go through ``from_json``."""
+    import dataclasses
+    import typing
+
+    from spec.jsonvalues import JsonError, from_json
+
+    known = _FIELDS.get(target)
+    if known is None:
+        if not dataclasses.is_dataclass(target):
+            return from_json(data, target)
+        known = _FIELDS[target] = ({f.name: f for f in dataclasses.fields(target) if f.init},
+                                   typing.get_type_hints(target))
+    fields, hints = known
+    if not isinstance(data, dict):
+        raise JsonError("$", f"expected an object for {target.__name__}, got {data!r}")
+    unknown = set(data) - set(fields) - {"@type"}
+    if unknown:
+        raise JsonError("$", f"{target.__name__} has no field(s) {', '.join(sorted(unknown))}; "
+                             f"fields are {', '.join(fields) or '(none)'}")
+    kwargs = {}
+    for name, f in fields.items():
+        if name in data:
+            kwargs[name] = from_json(data[name], hints[name], f"$.{name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise JsonError("$", f"{target.__name__} needs field {name!r}")
+    try:
+        return target(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise JsonError("$", f"{target.__name__}: {exc}") from None
 
 
 def _canonical(value: Any) -> str:

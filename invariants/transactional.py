@@ -23,6 +23,9 @@ lost-message                        a committed message never reached a subscrip
                                     partition to its end
 duplicate-after-commit              a message acked inside a committed transaction was delivered
                                     again to the same subscription after the commit completed
+missing-redelivery                  a message acked individually inside a transaction that aborted
+                                    was not delivered again on its Exclusive subscription before
+                                    the consumer went past it (liveness under a bound, see below)
 inconsistent-position       G0      a message was delivered at a position other than the one its
                                     send returned, or two messages share a position
 realtime-order                      a send that completed before another began got a later position
@@ -34,9 +37,36 @@ cyclic-information-flow     G1c     committed transactions each consumed (receiv
 ==========================  ======  ==============================================================
 
 Soundness comes first: every rule only fires on evidence that cannot be explained by a correct
-broker (indeterminate operations are given the benefit of the doubt).  Logical time is the
+broker (indeterminate operations are given the benefit of the doubt).
+
+``missing-redelivery`` is the one liveness rule, checked under a bound.  Pulsar's pending ack
+redelivers the positions a transaction acked individually when it aborts (PA-13, txn-semantics
+5.5; a cumulative ack is not redelivered, #14371), and it does so before the coordinator answers
+the client's abort.  On an Exclusive subscription the redelivered message is then queued for the
+one consumer ahead of anything dispatched later, so it must be received again before either (a) a
+receive invoked at least :data:`REDELIVERY_BOUND_MS` after the abort completed finds nothing, or
+(b) a receive returns a message whose send was invoked after the abort completed.  A subscription
+with a receive of unknown outcome, or that is not Exclusive throughout, is not judged, and neither
+is a delayed message.  Logical time is the
 simulated clock: ``deliver_at_ms`` is compared with ``invoked_at`` / ``completed_at``.  The value
 and result shapes of each operation are in ``docs/spec/history.md``.
+
+Batch messages (PIP-54).  A message is identified by ``(ledger, entry, batch index)``: a send,
+receive or ack that reports a ``batch_index`` names one message of a batch entry, one without it
+(index -1 below) a whole entry.  Several sends share an entry when their batch indexes differ, and
+order is the order of the triple.  An ``ack`` with a batch index acknowledges that message only;
+one without acknowledges every message of the entry.  An ``ack_cumulative`` at ``(p, i)``
+acknowledges everything before entry ``p`` and indexes ``0..i`` of ``p`` (PA-12: the mark-delete
+position moves to the entry before ``p``, plus the slot's indexes).
+
+Subscription types.  Pulsar holds delayed messages back only on Shared and Key_Shared
+subscriptions (an Exclusive or Failover consumer gets them at once, in order), so
+``early-delivery`` is judged only there, and delayed messages join the order check elsewhere.  A
+Shared subscription hands a message an unresponsive consumer held to another consumer, after
+later ones, so its deliveries are not ordered; a Key_Shared one orders each consumer's deliveries
+per sticky key, which for a batch entry is the key of its first message (a batch is routed whole).
+A subscription without a recorded ``subscribe`` is judged as Exclusive for order and as Shared for
+delays.
 """
 
 from __future__ import annotations
@@ -46,13 +76,13 @@ import dataclasses
 import enum
 import itertools
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from spec.history import BadHistory, Operation, OpType, parse_object, split_subscription
 
-__all__ = ["ANOMALIES", "Anomaly", "TxnFate", "TxnResult", "check_transactional"]
+__all__ = ["ANOMALIES", "REDELIVERY_BOUND_MS", "Anomaly", "TxnFate", "TxnResult", "check_transactional"]
 
 ANOMALIES: dict[str, str | None] = {
     "garbage-read": None,
@@ -62,6 +92,7 @@ ANOMALIES: dict[str, str | None] = {
     "fractured-read": None,
     "lost-message": None,
     "duplicate-after-commit": None,
+    "missing-redelivery": None,
     "inconsistent-position": "G0",
     "realtime-order": None,
     "out-of-order-delivery": None,
@@ -70,6 +101,10 @@ ANOMALIES: dict[str, str | None] = {
     "cyclic-information-flow": "G1c",
 }
 
+
+# Simulated milliseconds after an abort completed by which an Exclusive consumer that keeps receiving
+# must have been given an aborted transaction's acked messages again (see ``missing-redelivery``).
+REDELIVERY_BOUND_MS = 1_000
 
 
 class TxnFate(enum.Enum):
@@ -112,14 +147,21 @@ class TxnResult:
         return not self.counts
 
 
+# A message id: (ledger, entry, batch index), the index WHOLE for a message that is not in a batch
+# or, in an ack, for the whole entry.
+_Id = tuple[int, int, int]
+WHOLE = -1
+
+
 @dataclass
 class _Message:
     send: Operation
     payload: str
     partition: str
     txn: tuple[int, int] | None
-    position: tuple[int, int] | None
+    position: _Id | None
     deliver_at: int | None
+    key: str | None = None
 
 
 @dataclass
@@ -128,7 +170,7 @@ class _Delivery:
     subscription: str  # object id
     partition: str
     payload: str
-    position: tuple[int, int] | None
+    position: _Id | None
     redelivery: int
 
 
@@ -155,6 +197,29 @@ def _pair(op: Operation, value: Any, key: str, column: str) -> tuple[int, int]:
     return (value[0], value[1])
 
 
+def _message_id(op: Operation, data: Any, column: str, required: bool) -> _Id | None:
+    """``position`` plus the optional ``batch_index`` of a send result, receive result or ack value."""
+    raw = _field(op, data, "position", column, (list,), required=required)
+    if raw is None:
+        return None
+    ledger, entry = _pair(op, raw, "position", column)
+    index = _field(op, data, "batch_index", column, (int,), required=False)
+    if index is not None and index < 0:
+        raise BadHistory(f"history {op.history!r} op {op.index} ({op.f}): 'batch_index' must be >= 0, got {index}",
+                         row=op.index, column=column)
+    return (ledger, entry, WHOLE if index is None else index)
+
+
+def _covers(acked: _Id, cumulative: bool, got: _Id) -> bool:
+    """Whether an ack of ``acked`` (cumulative or not) acknowledges the message at ``got``.  An index
+    on one side only means a whole entry on the other (the broker acks a plain entry whole)."""
+    if got[:2] == acked[:2]:
+        if WHOLE in (acked[2], got[2]):
+            return True
+        return got[2] <= acked[2] if cumulative else got[2] == acked[2]
+    return cumulative and got[:2] < acked[:2]
+
+
 def _txn_of(op: Operation, data: Any, column: str = "value") -> tuple[int, int] | None:
     raw = _field(op, data, "txn", column, (list,), required=False)
     return None if raw is None else _pair(op, raw, "txn", column)
@@ -164,8 +229,10 @@ def _fmt_txn(txn: tuple[int, int] | None) -> str:
     return "no txn" if txn is None else f"txn ({txn[0]},{txn[1]})"
 
 
-def _fmt_pos(pos: tuple[int, int] | None) -> str:
-    return "?" if pos is None else f"{pos[0]}:{pos[1]}"
+def _fmt_pos(pos: tuple[int, ...] | None) -> str:
+    if pos is None:
+        return "?"
+    return f"{pos[0]}:{pos[1]}" if len(pos) < 3 or pos[2] == WHOLE else f"{pos[0]}:{pos[1]}#{pos[2]}"
 
 
 class _Collector:
@@ -228,7 +295,7 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
 
     # --- messages -------------------------------------------------------------------------------
     messages: dict[str, _Message] = {}
-    by_position: dict[tuple[str, tuple[int, int]], _Message] = {}
+    by_entry: dict[tuple[str, tuple[int, int]], list[_Message]] = defaultdict(list)  # the sends of each entry
     for op in ops:
         if op.f != "send":
             continue
@@ -240,25 +307,35 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
                              f"{messages[payload].send.index}; payloads must be unique", row=op.index, column="value")
         position = None
         if op.type is OpType.OK and op.returned is not None:
-            position = _pair(op, _field(op, op.returned, "position", "result", (list,)), "position", "result")
+            position = _message_id(op, op.returned, "result", required=True)
         message = _Message(op, payload, partition, _txn_of(op, args), position,
-                           _field(op, args, "deliver_at_ms", "value", (int,), required=False))
+                           _field(op, args, "deliver_at_ms", "value", (int,), required=False),
+                           _field(op, args, "partition_key", "value", (str,), required=False))
         messages[payload] = message
         if position is not None:
-            clash = by_position.get((partition, position))
+            # An entry holds one message, or a batch of them at distinct indexes.
+            sharing = by_entry[(partition, position[:2])]
+            clash = next((m for m in sharing if m.position is not None and (
+                m.position[2] == position[2] or WHOLE in (m.position[2], position[2]))), None)
             if clash is not None:
                 out.add("inconsistent-position", [clash.send, op],
                         f"sends op {clash.send.index} ({clash.payload!r}) and op {op.index} ({payload!r}) both "
-                        f"returned position {_fmt_pos(position)} on {partition}; a position holds one entry")
+                        f"returned position {_fmt_pos(clash.position)} and {_fmt_pos(position)} on {partition}; "
+                        f"a position holds one message, or one batch at distinct indexes")
             else:
-                by_position[(partition, position)] = message
+                sharing.append(message)
+
+    def acked_messages(partition: str, acked: _Id) -> list[_Message]:
+        """The messages an ack names exactly (a cumulative ack's own message, not those before it)."""
+        return [m for m in by_entry.get((partition, acked[:2]), ()) if m.position is not None
+                and _covers(acked, False, m.position)]
 
     # --- deliveries -----------------------------------------------------------------------------
     deliveries: list[_Delivery] = []
     drains: dict[str, list[Operation]] = defaultdict(list)  # subscription -> receives that found nothing
     unknown_receives: dict[str, list[Operation]] = defaultdict(list)  # receives whose outcome is unknown
     subscribes: dict[str, list[Operation]] = defaultdict(list)
-    acks: list[tuple[Operation, str, tuple[int, int], tuple[int, int], bool]] = []
+    acks: list[tuple[Operation, str, tuple[int, int], _Id, bool]] = []
     for op in ops:
         if op.f not in ("receive", "ack", "ack_cumulative", "subscribe"):
             continue
@@ -280,16 +357,15 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
                 drains[op.object].append(op)
                 continue
             payload = _field(op, got, "message", "result", (str,))
-            raw_position = _field(op, got, "position", "result", (list,), required=False)
             deliveries.append(_Delivery(op, op.object, partition, payload,
-                                        None if raw_position is None else _pair(op, raw_position, "position",
-                                                                                "result"),
+                                        _message_id(op, got, "result", required=False),
                                         _field(op, got, "redelivery_count", "result", (int,), required=False) or 0))
         elif op.f in ("ack", "ack_cumulative") and op.type is OpType.OK:
             txn = _txn_of(op, op.args)
             if txn is not None:
-                position = _pair(op, _field(op, op.args, "position", "value", (list,)), "position", "value")
-                acks.append((op, op.object, txn, position, op.f == "ack_cumulative"))
+                acked = _message_id(op, op.args, "value", required=True)
+                assert acked is not None
+                acks.append((op, op.object, txn, acked, op.f == "ack_cumulative"))
 
     received: dict[str, dict[str, list[_Delivery]]] = defaultdict(lambda: defaultdict(list))
     for d in deliveries:
@@ -306,7 +382,8 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
             out.add("inconsistent-position", [message.send, d.op],
                     f"send op {message.send.index} put {d.payload!r} at {_fmt_pos(message.position)}, but receive "
                     f"op {d.op.index} delivered it at {_fmt_pos(d.position)}")
-        if message.deliver_at is not None and d.op.completed_at is not None and d.op.completed_at < message.deliver_at:
+        if (message.deliver_at is not None and d.op.completed_at is not None and d.op.completed_at < message.deliver_at
+                and _delays(subscribes.get(d.subscription, []))):
             out.add("early-delivery", [message.send, d.op],
                     f"send op {message.send.index} asked to deliver {d.payload!r} at {message.deliver_at}; receive "
                     f"op {d.op.index} had it by {d.op.completed_at}, {message.deliver_at - d.op.completed_at} early")
@@ -366,16 +443,22 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
                             f"{_fmt_pos(missing.position)} without receiving {missing.payload!r} (sent by op "
                             f"{missing.send.index}): the transaction became visible only in part")
         # loss: after a final drain, every committed message must have been received.  Not judged when
-        # a subscribe or a receive on this subscription has an unknown outcome: the broker may hold a
-        # consumer the history never saw attach (its subscribe response was lost), and messages
-        # dispatched to it stay with it until it disconnects, so an empty receive elsewhere does not
-        # prove the subscription drained.
-        if drain is None or unknown_receives.get(sub) or any(
-            op.type is OpType.INFO for op in subscribes.get(sub, [])
-        ):
+        # a subscribe on this subscription has an unknown outcome: the broker may hold a consumer the
+        # history never saw attach (its subscribe response was lost), and messages dispatched to it stay
+        # with it until it disconnects, so an empty receive elsewhere does not prove the subscription
+        # drained.  A receive of unknown outcome may have taken one message, which then stays with its
+        # consumer: any message that could have been dispatched before that receive ended -- sent, or
+        # for a transaction's message its first commit invoked, before then -- is not judged.  One
+        # that became dispatchable only after every such receive ended cannot have been taken by it
+        # (a receive waits at the broker for less than the client's operation timeout, after which
+        # the client records it as ended).
+        if drain is None or any(op.type is OpType.INFO for op in subscribes.get(sub, [])):
             continue
+        blind_until = max((_end_or_never(op) for op in unknown_receives.get(sub, ())), default=None)
         for message in committed_by_partition.get(partition, []):
             if message.payload in mine:
+                continue
+            if blind_until is not None and _dispatchable_from(message, first_commit_call) <= blind_until:
                 continue
             if message.deliver_at is not None and message.deliver_at > drain.invoked_at:
                 continue
@@ -396,31 +479,153 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
             continue
         for got in received.get(sub, {}).values():
             for d in got:
-                if d.position is None or d.op.invoked_at <= done.completed_at:
+                # Judged by the id its send returned: a delivery that reports another one is already an
+                # inconsistent-position and must not cascade.
+                sent = messages.get(d.payload)
+                got_id = sent.position if sent is not None and sent.position is not None else d.position
+                if got_id is None or d.op.invoked_at <= done.completed_at:
                     continue
-                if d.position == position or (cumulative and d.position < position):
+                if _covers(position, cumulative, got_id):
                     out.add("duplicate-after-commit", [ack, done, d.op],
                             f"{sub} acked {_fmt_pos(position)}{' cumulatively' if cumulative else ''} in "
                             f"{_fmt_txn(txn)} (op {ack.index}), which committed (op {done.index}, done at "
                             f"{done.completed_at}); receive op {d.op.index}, invoked later at {d.op.invoked_at}, "
-                            f"delivered {d.payload!r} at {_fmt_pos(d.position)} again")
+                            f"delivered {d.payload!r} at {_fmt_pos(got_id)} again")
+
+    # --- redelivery after an abort (liveness under a bound) -------------------------------------
+    _missing_redeliveries(acks, aborts, subscribes, unknown_receives, drains, deliveries, messages, acked_messages,
+                          out)
 
     # --- information flow between committed transactions (consume-transform-produce) -----------
-    _information_cycles(acks, by_position, fate, out)
+    _information_cycles(acks, acked_messages, fate, out)
 
     # --- order ----------------------------------------------------------------------------------
     _realtime_order(messages.values(), out)
     # Order is judged by the positions the sends returned (the version order); a delivery that
     # reports another position is already an inconsistent-position and must not cascade.
-    _consumer_order([dataclasses.replace(d, position=messages[d.payload].position or d.position) for d in deliveries
-                     if d.payload in messages and messages[d.payload].deliver_at is None], unknown_receives, out)
+    ordered: list[tuple[_Delivery, str | None]] = []
+    for d in deliveries:
+        sent = messages.get(d.payload)
+        if sent is None:
+            continue
+        sub_kind = _sub_type(subscribes.get(d.subscription, []))
+        if sub_kind in ("Shared", "mixed") or (sent.deliver_at is not None and sub_kind != "Exclusive"):
+            continue
+        sticky = None
+        if sub_kind == "Key_Shared":
+            sticky = _sticky_key(sent, by_entry)
+            if sticky is None:
+                continue
+        ordered.append((dataclasses.replace(d, position=sent.position or d.position), sticky))
+    _consumer_order(ordered, unknown_receives, out)
 
     return TxnResult(history, tuple(out.found), dict(out.counts), len(set(commits) | set(aborts)), len(messages),
                      len(ops))
 
 
-def _information_cycles(acks: Sequence[tuple[Operation, str, tuple[int, int], tuple[int, int], bool]],
-                        by_position: dict[tuple[str, tuple[int, int]], _Message],
+def _sub_type(subscribes: Sequence[Operation]) -> str | None:
+    """The subscription's type as its subscribes asked for it: Exclusive (Failover too: one active
+    consumer, no delays), Shared, Key_Shared, "mixed", or None when no subscribe was recorded."""
+    kinds = {"Exclusive" if kind in ("Exclusive", "Failover") else str(kind) for kind in
+             (op.args.get("sub_type") if isinstance(op.args, dict) else None for op in subscribes)}
+    if not kinds:
+        return None
+    return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+def _delays(subscribes: Sequence[Operation]) -> bool:
+    """Whether the broker holds delayed messages back on the subscription (Shared and Key_Shared only)."""
+    return _sub_type(subscribes) in (None, "Shared", "Key_Shared")
+
+
+def _sticky_key(message: _Message, by_entry: dict[tuple[str, tuple[int, int]], list[_Message]]) -> str | None:
+    """The key Key_Shared routes ``message`` by: its own, or for a batch message the key of the
+    batch's first message; None when that message is unknown.  Pulsar's NONE_KEY stands for no key."""
+    if message.position is None:
+        return None
+    head = message
+    if message.position[2] not in (WHOLE, 0):
+        found = [m for m in by_entry.get((message.partition, message.position[:2]), ())
+                 if m.position is not None and m.position[2] == 0]
+        if not found:
+            return None
+        head = found[0]
+    return "NONE_KEY" if head.key is None else head.key
+
+
+def _exclusive(subscribes: Sequence[Operation]) -> bool:
+    """Every subscribe on the subscription asked for Exclusive (one consumer at a time)."""
+    return bool(subscribes) and all(isinstance(op.args, dict) and op.args.get("sub_type") == "Exclusive"
+                                    for op in subscribes)
+
+
+def _missing_redeliveries(acks: Sequence[tuple[Operation, str, tuple[int, int], _Id, bool]],
+                          aborts: dict[tuple[int, int], list[Operation]],
+                          subscribes: dict[str, list[Operation]],
+                          unknown_receives: dict[str, list[Operation]],
+                          drains: dict[str, list[Operation]],
+                          deliveries: Sequence[_Delivery],
+                          messages: dict[str, _Message],
+                          acked_messages: Callable[[str, _Id], list[_Message]],
+                          out: _Collector) -> None:
+    """``missing-redelivery``: see the module docstring for the rule and its bound."""
+    by_sub: dict[str, list[_Delivery]] = defaultdict(list)
+    for d in deliveries:
+        by_sub[d.subscription].append(d)
+    for ack, sub, txn, position, cumulative in acks:
+        if cumulative or not _exclusive(subscribes.get(sub, [])):
+            continue
+        done = [o for o in aborts.get(txn, ()) if o.type is OpType.OK and o.completed_at is not None]
+        if not done:
+            continue
+        abort = min(done, key=lambda o: o.completed_at or 0)
+        partition, _ = split_subscription(parse_object(sub)[1])
+        for message in acked_messages(partition, position):
+            if message.deliver_at is None:
+                _missing_redelivery(ack, sub, txn, abort, message, by_sub, unknown_receives, drains, messages, out)
+
+
+def _missing_redelivery(ack: Operation, sub: str, txn: tuple[int, int], abort: Operation, message: _Message,
+                        by_sub: dict[str, list[_Delivery]], unknown_receives: dict[str, list[Operation]],
+                        drains: dict[str, list[Operation]], messages: dict[str, _Message], out: _Collector) -> None:
+    """One message an aborted transaction acked individually on an Exclusive subscription."""
+    aborted_at = abort.completed_at or 0
+    position = message.position
+    ack_done = ack.completed_at or ack.invoked_at
+    back = min((d.op.completed_at or 0 for d in by_sub.get(sub, ()) if d.position == position
+                and (d.op.completed_at or 0) > ack_done), default=None)
+    # The first receive that proves the consumer went past the message.
+    witnesses: list[tuple[int, Operation, str]] = []
+    for empty in drains.get(sub, ()):
+        if empty.invoked_at >= aborted_at + REDELIVERY_BOUND_MS:
+            witnesses.append((empty.completed_at or empty.invoked_at, empty,
+                              f"receive op {empty.index}, invoked at {empty.invoked_at} (at least "
+                              f"{REDELIVERY_BOUND_MS} ms after the abort completed), found nothing"))
+    for d in by_sub.get(sub, ()):
+        later = messages.get(d.payload)
+        if later is not None and later.send.invoked_at > aborted_at and later.deliver_at is None:
+            witnesses.append((d.op.completed_at or d.op.invoked_at, d.op,
+                              f"receive op {d.op.index} returned {d.payload!r}, whose send (op "
+                              f"{later.send.index}) was invoked at {later.send.invoked_at}, after the abort "
+                              f"completed"))
+    if not witnesses:
+        return
+    seen_at, witness, why = min(witnesses, key=lambda w: (w[0], w[1].index))
+    if back is not None and back <= seen_at:
+        return
+    blind = [o for o in unknown_receives.get(sub, ()) if o.invoked_at <= seen_at
+             and (o.completed_at is None or o.completed_at >= ack_done)]
+    if blind:
+        return  # a receive of unknown outcome may have taken the redelivered message
+    out.add("missing-redelivery", [message.send, ack, abort, witness],
+            f"{sub} (Exclusive) acked {message.payload!r} at {_fmt_pos(position)} in {_fmt_txn(txn)} (op "
+            f"{ack.index}), which aborted (op {abort.index}, done at {aborted_at}); an abort redelivers "
+            f"what the transaction acked, ahead of anything dispatched later, yet {why} before "
+            f"{message.payload!r} was received again")
+
+
+def _information_cycles(acks: Sequence[tuple[Operation, str, tuple[int, int], _Id, bool]],
+                        acked_messages: Callable[[str, _Id], list[_Message]],
                         fate: Any, out: _Collector) -> None:
     """G1c: a cycle of wr edges between committed transactions.
 
@@ -431,11 +636,11 @@ def _information_cycles(acks: Sequence[tuple[Operation, str, tuple[int, int], tu
     edges: dict[tuple[int, int], dict[tuple[int, int], tuple[_Message, Operation]]] = defaultdict(dict)
     for ack, sub, reader, position, _ in acks:
         partition, _ = split_subscription(parse_object(sub)[1])
-        message = by_position.get((partition, position))
-        if message is None or message.txn is None or message.txn == reader:
-            continue
-        if fate(message.txn) is TxnFate.COMMITTED and fate(reader) is TxnFate.COMMITTED:
-            edges[message.txn].setdefault(reader, (message, ack))
+        for message in acked_messages(partition, position):
+            if message.txn is None or message.txn == reader:
+                continue
+            if fate(message.txn) is TxnFate.COMMITTED and fate(reader) is TxnFate.COMMITTED:
+                edges[message.txn].setdefault(reader, (message, ack))
     for cycle in _cycles(edges):
         steps = []
         ops: list[Operation] = []
@@ -515,6 +720,19 @@ def _cycles(edges: dict[tuple[int, int], dict[tuple[int, int], Any]]) -> list[li
     return cycles
 
 
+def _end_or_never(op: Operation) -> float:
+    """When an operation of unknown outcome stopped being able to take effect: its completion (the
+    client gave up), or never for one still open."""
+    return float("inf") if op.completed_at is None else op.completed_at
+
+
+def _dispatchable_from(message: _Message, first_commit_call: Any) -> int:
+    """The earliest time a correct broker may dispatch ``message``: its send was invoked, and for a
+    transaction's message the first commit of the transaction was invoked (``premature-read``)."""
+    start: int | None = first_commit_call(message.txn) if message.txn is not None else None
+    return message.send.invoked_at if start is None else max(start, message.send.invoked_at)
+
+
 def _fractured_reported(out: _Collector, message: _Message) -> bool:
     return any(a.name == "fractured-read" and message.send.index in a.ops for a in out.found)
 
@@ -569,32 +787,35 @@ def _realtime_order(messages: Iterable[_Message], out: _Collector) -> None:
 
 
 def _consumer_order(
-    deliveries: Sequence[_Delivery], unknown_receives: dict[str, list[Operation]], out: _Collector
+    deliveries: Sequence[tuple[_Delivery, str | None]], unknown_receives: dict[str, list[Operation]],
+    out: _Collector
 ) -> None:
-    """A consumer's first deliveries of a partition come in position order.
+    """A consumer's first deliveries of a partition come in position order (on Key_Shared, those of
+    each sticky key: the key paired with each delivery, None elsewhere).
 
-    Delayed messages are left out by the caller: holding them back reorders delivery on purpose.
+    Delayed messages the broker holds back are left out by the caller: that reorders on purpose.
     "First" is judged from the history, not from the broker's redelivery count, which lives in
     the broker's memory and restarts at 0 after a crash: a delivery is first only if no earlier
     receive on the subscription returned the same message, and only while no receive on it has an
     unknown outcome (an ``info`` receive may have taken a message the history never shows, whose
     later redelivery would look like a first delivery out of order).
     """
-    last: dict[tuple[str, int], _Delivery] = {}
+    last: dict[tuple[str, int, str | None], _Delivery] = {}
     seen: set[tuple[str, str]] = set()
     blind_from = {sub: min(op.invoked_at for op in ops) for sub, ops in unknown_receives.items() if ops}
-    for d in sorted(deliveries, key=lambda d: (d.op.invoked_at, d.op.index)):
+    for d, sticky in sorted(deliveries, key=lambda pair: (pair[0].op.invoked_at, pair[0].op.index)):
         first_time = (d.subscription, d.payload) not in seen
         seen.add((d.subscription, d.payload))
         if d.position is None or d.redelivery or not first_time:
             continue
         if d.subscription in blind_from and d.op.invoked_at > blind_from[d.subscription]:
             continue
-        key = (d.subscription, d.op.process)
+        key = (d.subscription, d.op.process, sticky)
         before = last.get(key)
         if before is not None and before.position is not None and before.position >= d.position:
             out.add("out-of-order-delivery", [before.op, d.op],
                     f"consumer (process {d.op.process}) of {d.subscription} got {before.payload!r} at "
                     f"{_fmt_pos(before.position)} (op {before.op.index}) and then, as a first delivery, "
-                    f"{d.payload!r} at {_fmt_pos(d.position)} (op {d.op.index}); a partition is dispatched in order")
+                    f"{d.payload!r} at {_fmt_pos(d.position)} (op {d.op.index}); a partition is dispatched in order"
+                    f"{'' if sticky is None else f' (per sticky key: both have key {sticky!r})'}")
         last[key] = d

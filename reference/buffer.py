@@ -1260,10 +1260,48 @@ def _init(config: Config, init: Mapping[str, Any]) -> BufferState:
     return initial(config, **_decode_init(init))
 
 
+def _recover_view(config: Config, inputs: Mapping[str, Any]) -> BufferState:
+    """A history's ``recover`` operation: the view ``Partition.load`` builds before it steps
+    :class:`StartRecovery` (TB-1, TB-24): a fresh buffer (state None) over the topic's ledgers and
+    entries, with the snapshot store folded from the snapshot records written so far.
+
+    ``{"topic": ..., "ledger_id": 3, "ledgers": [LedgerInfo, ...], "entries": [LogEntry, ...],
+    "snapshot_records": [WriteSnapshot | WriteSnapshotSegment | ..., ...]}``."""
+    from spec.jsonvalues import from_json
+
+    unknown = set(inputs) - {"topic", "ledger_id", "ledgers", "entries", "snapshot_records"}
+    if unknown:
+        raise KeyError(f"unknown recovery input(s) {sorted(unknown)}")
+    kinds: dict[str, type] = {cls.__name__: cls for cls in (WriteSnapshot, WriteSnapshotSegment, WriteSnapshotIndexes,
+                                                          DeleteSnapshotSegment, ClearSnapshot)}
+    records = []
+    for i, raw in enumerate(from_json(inputs.get("snapshot_records", []), tuple[Any, ...], "$.snapshot_records")):
+        kind = kinds.get(str(raw.get("@type"))) if isinstance(raw, dict) else None
+        if kind is None:
+            raise KeyError(f"$.snapshot_records[{i}]: not a snapshot record: {raw!r}")
+        records.append(from_json(raw, kind, f"$.snapshot_records[{i}]"))
+    ledgers = from_json(inputs["ledgers"], tuple[LedgerInfo, ...], "$.ledgers")
+    fresh = initial(config, topic=from_json(inputs.get("topic", DEFAULT_TOPIC), str, "$.topic"),
+                    ledger_id=from_json(inputs.get("ledger_id", ledgers[-1].ledger_id), int, "$.ledger_id"),
+                    recovered=False)
+    # Field by field: a topic holds many entries, and decoding each as a dataclass looks its type
+    # hints up again every time (most of a history check's time).
+    entries = []
+    for i, raw in enumerate(from_json(inputs.get("entries", []), tuple[Any, ...], "$.entries")):
+        where = f"$.entries[{i}]"
+        if not isinstance(raw, dict) or "position" not in raw or "kind" not in raw:
+            raise KeyError(f"{where}: not a LogEntry: {raw!r}")
+        entries.append(LogEntry(from_json(raw["position"], Position, f"{where}.position"),
+                                from_json(raw["kind"], EntryKind, f"{where}.kind"),
+                                from_json(raw.get("txn_id"), TxnID | None, f"{where}.txn_id")))
+    return replace(fresh, ledgers=ledgers, entries=tuple(entries), snapshot_store=_fold_store(records))
+
+
 def _vectors() -> MachineVectors:
     return MachineVectors(
         name="buffer",
         initial=_init,
+        recover=_recover_view,
         step=step,
         commands={
             "append_buffer_to_txn": AppendBufferToTxn,

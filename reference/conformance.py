@@ -42,6 +42,10 @@ class MachineVectors:
     step: Callable[[Any, Any], tuple[Any, Ok[Any] | Err]]
     commands: Mapping[str, type]
     observers: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    # The state a component restarts from, built from the durable inputs the engine's load read
+    # (JSON in spec.jsonvalues spellings): what a history's ``recover`` operation resets the model to.
+    # None: the machine has no durable state, and a restart is ``initial(config, inputs)``.
+    recover: Callable[[Config, Mapping[str, Any]], Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -1026,9 +1026,29 @@ def _decode_init(config: Config, init: dict[str, object] | object) -> Coordinato
     return initial(config, coordinator_id, store_state)
 
 
+def _decode_recover(config: Config, inputs: dict[str, object] | object) -> CoordinatorState:
+    """A history's ``recover`` operation: what ``CoordinatorService.load`` recovers from.
+
+    ``{"coordinator_id": 0, "records": [[record_id, TxnLogRecord], ...], "max_local_txn_id": -1,
+    "next_record_id": 3}``: the live log records in log order, the interceptor's value (TC-23), and
+    the record-id counter the engine continues from (the records it numbered while reading)."""
+    from spec.jsonvalues import from_json
+
+    params = dict(inputs) if isinstance(inputs, dict) else {}
+    unknown = set(params) - {"coordinator_id", "records", "max_local_txn_id", "next_record_id"}
+    if unknown:
+        raise KeyError(f"unknown recovery input(s) {sorted(unknown)}")
+    records = from_json(params.get("records", []), tuple[tuple[int, TxnLogRecord], ...], "$.records")
+    state, _ = recover(config, from_json(params.get("coordinator_id", 0), int, "$.coordinator_id"), records,
+                       from_json(params.get("max_local_txn_id", -1), int, "$.max_local_txn_id"))
+    floor = from_json(params.get("next_record_id", 0), int, "$.next_record_id")
+    return replace(state, next_record_id=max(state.next_record_id, floor))
+
+
 VECTORS = MachineVectors(
     name="coordinator",
     initial=lambda config, init: _decode_init(config, init),
+    recover=_decode_recover,
     step=step,
     commands={
         "init_store": InitStore,

@@ -75,6 +75,7 @@ __all__ = [
     "initial",
     "next_delivery_time",
     "recover",
+    "recover_from_json",
     "step",
     "tracked",
 ]
@@ -1495,6 +1496,63 @@ def _decode_init(init: Mapping[str, Any]) -> dict[str, Any]:
     return dict(init)
 
 
+def recover_from_json(config: Config, inputs: Any) -> Tracker:
+    """The state a restarted tracker starts from, decoded from the engine's recovery inputs
+    (DD-24, DD-27, DD-29): its parameters and, for a bucket tracker, what is durable — the cursor's
+    bucket properties, the snapshot ledgers found on storage, the cursor's mark-delete ledger — plus
+    the storage reads that failed after their retries (as queued failures).  Stepping
+    :class:`Restart` on it is the recovery itself; nothing in memory survives.
+
+    JSON (``spec.jsonvalues`` spellings)::
+
+        {"tracker": "bucket", "async_create": false, "mark_delete_ledger": 3, "next_bucket_id": 5,
+         "cursor_properties": [["#pulsar.internal.delayed.bucket_1_2", "4"]],
+         "snapshots": [[4, {"start_ledger_id": 1, "end_ledger_id": 2, "length": 97,
+                            "metadata": [{"min_schedule_timestamp": 10, "max_schedule_timestamp": 19,
+                                          "bitmaps": [[1, [0, 1]], [2, [0]]]}],
+                            "segments": [[[10, 1, 0], [12, 2, 0], [19, 1, 1]]]}]],
+         "failures": [["metadata", 4]]}
+    """
+    from spec.jsonvalues import from_json
+
+    unknown = set(inputs) - {"tracker", "async_create", "mark_delete_ledger", "next_bucket_id",
+                             "cursor_properties", "snapshots", "failures"}
+    if unknown:
+        raise KeyError(f"unknown recovery input(s) {sorted(unknown)}")
+    state = initial(config, tracker=from_json(inputs.get("tracker", "bucket"), str, "$.tracker"),
+                    async_create=from_json(inputs.get("async_create", False), bool, "$.async_create"))
+    if isinstance(state, InMemoryTracker):
+        return state
+    snapshots: dict[int, Snapshot] = {}
+    for i, pair in enumerate(from_json(inputs.get("snapshots", []), tuple[tuple[int, Any], ...], "$.snapshots")):
+        bucket_id, raw = pair
+        where = f"$.snapshots[{i}][1]"
+        metadata = tuple(
+            SegmentMeta(
+                from_json(m["min_schedule_timestamp"], int, f"{where}.metadata[{k}]"),
+                from_json(m["max_schedule_timestamp"], int, f"{where}.metadata[{k}]"),
+                from_json(m["bitmaps"], immutables.Map[int, FrozenBitMap], f"{where}.metadata[{k}].bitmaps"),
+            )
+            for k, m in enumerate(raw["metadata"])
+        )
+        segments = from_json(raw["segments"], tuple[tuple[tuple[int, int, int], ...], ...], f"{where}.segments")
+        snapshots[bucket_id] = Snapshot(
+            from_json(raw["start_ledger_id"], int, f"{where}.start_ledger_id"),
+            from_json(raw["end_ledger_id"], int, f"{where}.end_ledger_id"),
+            metadata,
+            tuple(compact_run(sorted(segment)) for segment in segments),
+            from_json(raw["length"], int, f"{where}.length"),
+        )
+    storage = Storage(
+        immutables.Map(snapshots),
+        from_json(inputs.get("cursor_properties", []), immutables.Map[str, str], "$.cursor_properties"),
+        from_json(inputs.get("next_bucket_id", 1), int, "$.next_bucket_id"),
+        from_json(inputs.get("failures", []), immutables.Map[str, int], "$.failures"),
+    )
+    return _evolve(state, storage=storage,
+                   mark_delete_ledger=from_json(inputs.get("mark_delete_ledger", -1), int, "$.mark_delete_ledger"))
+
+
 _OBSERVERS: dict[str, Callable[..., Any]] = {
     "contains_message": _contains,
     "number_of_delayed_messages": number_of_delayed_messages,
@@ -1525,4 +1583,5 @@ VECTORS = MachineVectors(
         "complete_bucket_snapshot": CompleteBucketSnapshot,
     },
     observers=_OBSERVERS,
+    recover=recover_from_json,
 )

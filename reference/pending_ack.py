@@ -1264,9 +1264,28 @@ def _obs_batch_deleted(state: PendingAckState, position: Position) -> tuple[int,
     return None if bits is None else tuple(_indexes(bits))
 
 
+def _decode_recover(config: Config, inputs: Mapping[str, Any]) -> PendingAckState:
+    """A history's ``recover`` operation: what ``SubscriptionService.load`` starts the handle from.
+
+    ``{"sub_type": "Shared", "cursor": CursorView, "records": [[record_id, PendingAckRecord], ...],
+    "next_record_id": 2}``: the cursor's durable view and the live log records (PA-18 .. PA-20); without
+    ``records`` the subscription has no pending-ack log yet and the handle starts lazily (PA-17)."""
+    unknown = set(inputs) - {"sub_type", "cursor", "records", "next_record_id"}
+    if unknown:
+        raise KeyError(f"unknown recovery input(s) {sorted(unknown)}")
+    sub_type = from_json(inputs.get("sub_type", "Exclusive"), SubType, "$.sub_type")
+    cursor = from_json(inputs.get("cursor", {}), CursorView, "$.cursor")
+    if "records" not in inputs:
+        return initial(config, sub_type=sub_type, cursor=cursor)
+    records = from_json(inputs["records"], tuple[tuple[int, PendingAckRecord], ...], "$.records")
+    next_record_id = from_json(inputs.get("next_record_id"), int | None, "$.next_record_id")
+    return recover(config, records, cursor=cursor, sub_type=sub_type, next_record_id=next_record_id)
+
+
 VECTORS = MachineVectors(
     name="pending_ack",
     initial=_decode_init,
+    recover=_decode_recover,
     step=step,
     commands={
         "individual_ack": IndividualAck,

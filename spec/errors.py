@@ -40,6 +40,7 @@ __all__ = [
     "RequestTimeout",
     "ServerError",
     "ServiceUnitNotReady",
+    "SubscriptionBusy",
     "TransactionConflict",
     "TransactionHasOperationFailed",
     "TransactionMetadataStoreState",
@@ -80,6 +81,9 @@ class DomainError:
     server_error: ClassVar[ServerError] = ServerError.UnknownError
     # Retried by the coordinator's end-transaction loop (TransactionMetadataStoreService).
     retryable: ClassVar[bool] = False
+    # Whether the broker answers the request that failed with it; False: no response is sent and
+    # the client only sees its own request timeout.
+    answered: ClassVar[bool] = True
 
     @property
     def name(self) -> str:
@@ -112,7 +116,9 @@ class TransactionNotFound(DomainError):
 
 @dataclass(frozen=True, slots=True)
 class ReachMaxActiveTxn(DomainError):
-    """maxActiveTransactionsPerCoordinator reached; the broker sends no NEW_TXN response at all."""
+    """maxActiveTransactionsPerCoordinator reached; the broker sends no NEW_TXN response at all (TC-4)."""
+
+    answered: ClassVar[bool] = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +230,13 @@ class RecoverDelayedDeliveryTracker(DomainError):
 @dataclass(frozen=True, slots=True)
 class IllegalArgument(DomainError):
     """IllegalArgumentException, e.g. a blank transaction owner (the broker reports UnknownError)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionBusy(DomainError):
+    """An unsubscribe while other consumers are connected (SubscriptionBusyException)."""
+
+    server_error: ClassVar[ServerError] = ServerError.ConsumerBusy
 
 
 # Every error value is declared in this module, so the subclass list is the whole taxonomy.

@@ -53,6 +53,29 @@ Objects are ``kind:name``; names may contain ``:`` and ``/`` (Pulsar topic names
 ``subscription`` and ``tracker`` (``<topic partition>#<subscription>``; ``#`` cannot occur in a
 Pulsar topic name), ``register`` and ``key`` (the generic models).
 
+Machine-level operations.  Besides what clients did, an engine history records what the reference
+machines inside the broker did, one operation per ``step`` on the machine's object
+(``coordinator``, ``partition`` = the transaction buffer, ``subscription`` = the pending ack,
+``tracker`` = the delayed tracker), so that each object can be checked for linearizability against
+its machine.  They are told apart from client operations by their ``value``: a JSON object with an
+``@type`` key (:func:`is_machine_operation`).
+
+* ``f`` is the machine's ``VECTORS`` command name (``new_txn``, ``append_buffer_to_txn``,
+  ``individual_ack``, ...), ``value`` the command in :mod:`spec.jsonvalues` spelling, ``result`` the
+  JSON of the step's ``Ok`` value, ``error`` the ``Err``'s name.
+* Each operation is its own ``process``.  A step the broker made while handling a client's request
+  spans the request: ``invoked_at`` is when the client sent it, ``completed_at`` when the answer
+  reached the client; ``ok``/``fail`` by the machine's result, ``info`` when the answer was an engine
+  error, ``invoke`` (or ``info`` at a crash) when no answer came.  A step the broker made on its own
+  (ticks, timers, phase 2 of END_TXN, dispatch) is atomic: ``invoked_at == completed_at``.
+* ``f == "recover"`` (:data:`RECOVER`): the component lost its memory and loaded again.  ``value``
+  is ``{"@type": "Recover", "machine": ..., "config": {broker.conf overrides}, ...}`` plus the
+  durable inputs its recovery read (the machine's ``VECTORS.recover`` decodes them); the model
+  restarts from that state.  Machine operations of an object are numbered in step order
+  (``index``), so the operations between two ``recover`` rows are one *epoch* of the component: an
+  operation belongs to the epoch of the last ``recover`` before it and can only have taken effect
+  in that epoch.  Operations still open when a component crashes end ``info`` at the crash.
+
 This module is pure: no I/O.  Reading and writing files is :mod:`invariants.history`.
 """
 
@@ -73,12 +96,14 @@ __all__ = [
     "NULLABLE",
     "OBJECT_KINDS",
     "PARQUET_COLUMNS",
+    "RECOVER",
     "SCHEMA_VERSION",
     "TXN_FUNCTIONS",
     "BadHistory",
     "Event",
     "OpType",
     "Operation",
+    "is_machine_operation",
     "make_operation",
     "object_id",
     "pair_events",
@@ -162,6 +187,18 @@ TXN_FUNCTIONS: Final[Mapping[str, str]] = {
     "negative_ack": "subscription",
     "redeliver_unacknowledged": "subscription",
 }
+
+
+# The ``f`` of a machine-level recovery (see the module docstring).
+RECOVER: Final = "recover"
+
+
+def is_machine_operation(op: Operation) -> bool:
+    """A machine-level operation: its ``value`` is a JSON object carrying ``@type``."""
+    if not op.value.startswith("{"):
+        return False
+    args = op.args
+    return isinstance(args, dict) and "@type" in args
 
 
 def object_id(kind: str, name: str | int) -> str:

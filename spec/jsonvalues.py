@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import types
 import typing
 from collections.abc import Mapping
@@ -46,6 +47,11 @@ class JsonError(ValueError):
         self.path = path
         super().__init__(f"{path}: {message}")
 
+
+
+# Resolving a dataclass's annotations evaluates their strings every time; histories decode the same
+# few command types hundreds of thousands of times, so the answer is kept per type.
+_type_hints = functools.cache(get_type_hints)
 
 def to_json(value: object) -> JSON:
     """Encode any domain value (see the module table)."""
@@ -193,7 +199,7 @@ def _decode_word(data: JSON, target: type, path: str) -> Any:
 def _decode_dataclass(data: JSON, target: type, path: str) -> Any:
     if not isinstance(data, dict):
         raise JsonError(path, f"expected an object for {target.__name__}, got {data!r}")
-    hints = get_type_hints(target)
+    hints = _type_hints(target)
     fields = {f.name: f for f in dataclasses.fields(target) if f.init}
     unknown = set(data) - set(fields) - {"@type"}
     if unknown:

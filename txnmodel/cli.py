@@ -231,7 +231,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"== simulate: {args.histories} seeds x 3 workloads, faults on, file ledgers", flush=True)
             code = simulate_main(["--seed", str(args.seed), "--workload", "all", "--histories", str(args.histories),
                                   "--ops", str(args.ops), "--ledger", "file", "--data", data, "--out",
-                                  str(histories_dir), "--faults", "on", "--quiet"])
+                                  str(histories_dir), "--faults", "on", "--batch-messages", "mixed",
+                                  "--key-shared", "mixed", "--delayed-tracker", "mixed", "--quiet"])
             elapsed = f"{time.perf_counter() - t0:.1f}s"
             summary.append(("simulate", "ok" if code == EXIT_OK else f"exit {code}", elapsed))
             worst = max(worst, code)
@@ -257,7 +258,7 @@ def _verdict_summary(verdicts_dir: Path, seconds: float) -> list[tuple[str, str,
     path = verdicts_dir / "verdicts.parquet"
     if not path.exists():
         return [("verify", "no verdicts written", f"{seconds:.1f}s")]
-    rows = pq.read_table(path, columns=["history", "checker", "verdict", "ops"]).to_pylist()
+    rows = pq.read_table(path, columns=["history", "checker", "verdict", "ops", "detail"]).to_pylist()
     lines = []
     for checker in sorted({r["checker"] for r in rows}):
         mine = [r for r in rows if r["checker"] == checker]
@@ -268,8 +269,31 @@ def _verdict_summary(verdicts_dir: Path, seconds: float) -> list[tuple[str, str,
         histories = len({r["history"] for r in mine})
         ops = sum(r["ops"] or 0 for r in mine)
         lines.append((f"verify: {checker}", f"{histories} histories, {ops} ops: {verdicts}", ""))
+        if checker == "linearizability":
+            lines.extend(_per_machine_summary(mine))
     lines[-1] = (*lines[-1][:2], f"{seconds:.1f}s")
     return lines
+
+
+def _per_machine_summary(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """One line per reference machine: the engine histories' objects checked against it (from the
+    JSON ``detail`` of each linearizability verdict), their crash epochs, operations and verdicts."""
+    totals: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        try:
+            models = json.loads(row["detail"] or "{}").get("models", {})
+        except (json.JSONDecodeError, AttributeError):
+            continue  # a generic model's reasons, not a per-machine summary
+        for name, figures in models.items():
+            total = totals.setdefault(name, {"objects": 0, "epochs": 0, "ops": 0, "seconds": 0.0, "verdicts": {}})
+            for key in ("objects", "epochs", "ops", "seconds"):
+                total[key] += figures[key]
+            for verdict, count in figures.get("object_verdicts", {figures["verdict"]: 1}).items():
+                total["verdicts"][verdict] = total["verdicts"].get(verdict, 0) + count
+    return [(f"  per object: {name}",
+             f"{t['objects']} objects, {t['epochs']} epochs, {t['ops']} ops: "
+             + ", ".join(f"{n} {v}" for v, n in sorted(t["verdicts"].items())), f"{t['seconds']:.1f}s")
+            for name, t in totals.items()]
 
 
 # --- simulate ------------------------------------------------------------------------------------

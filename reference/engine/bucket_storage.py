@@ -21,7 +21,7 @@ runner decides the outcome and steps ``CompleteBucketSnapshot``, whose effects (
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import immutables
 from pyroaring import BitMap, FrozenBitMap
@@ -43,6 +43,7 @@ __all__ = [
     "decode_metadata",
     "decode_segment",
     "encode_segment",
+    "segment_reads",
 ]
 
 OPERATIONS = ("create", "metadata", "load", "delete", "length")
@@ -134,6 +135,10 @@ class BucketSnapshotStorage:
     def _name(self, bucket_id: int) -> str:
         return f"{self._prefix}-{bucket_id}"
 
+    def name_of(self, bucket_id: int) -> str:
+        """The managed ledger holding bucket ``bucket_id``'s snapshot."""
+        return self._name(bucket_id)
+
     def create_bucket_snapshot(self, bucket_id: int, snapshot: dd.Snapshot) -> int:
         """Write entry 0 (metadata) and entries 1..N (segments); a failed write deletes the ledger."""
         self._maybe_fail("create")
@@ -155,8 +160,10 @@ class BucketSnapshotStorage:
         if handle is None:
             raise BucketNotFound(f"bucket snapshot {bucket_id} does not exist")
         ledger, start = handle
-        entries = ledger.read(Position(start.ledger_id, start.entry_id + first), count)
-        return [e.data for e in entries]
+        # Entries are counted from entry 0, not addressed by entry id: a snapshot with more segments
+        # than managedLedgerMaxEntriesPerLedger spans several ledgers of its managed ledger.
+        entries = ledger.read(start, first + count)
+        return [e.data for e in entries[first:]]
 
     def get_bucket_snapshot_metadata(self, bucket_id: int) -> tuple[dd.SegmentMeta, ...]:
         self._maybe_fail("metadata")
@@ -226,6 +233,42 @@ class BucketSnapshotStorage:
 
     def handles(self) -> dict[int, tuple[ManagedLedger, Position]]:
         return dict(self._ledgers)
+
+
+def segment_reads(
+    command: dd.Command, old: dd.Tracker, new: dd.Tracker, merged: bool
+) -> Iterator[tuple[int, int, bool]]:
+    """(bucket id, segment entry, is a "load") of each snapshot segment the step read:
+
+    * a bucket kept its snapshot and its current segment moved forward: each new segment was
+      loaded into the shared queue (a "load");
+    * a bucket left with its snapshot still in the model's storage: if the step merged and a
+      new bucket encloses its range, it was a merge source whose remaining segments the merge
+      read (Pulsar reads them for the merge, not as "load" operations); if the step delivered
+      messages, its remaining segments were loaded and consumed, and the bucket deleted when no
+      segment was left.  (A bucket leaving by trim or clear was not read.)
+    """
+    if not isinstance(old, dd.BucketTracker) or not isinstance(new, dd.BucketTracker):
+        return
+    now = {b.bucket_id: b for b in new.buckets if b.bucket_id >= 0}
+    ranges = {(b.start_ledger_id, b.end_ledger_id) for b in old.buckets}
+    fresh = [b for b in new.buckets if (b.start_ledger_id, b.end_ledger_id) not in ranges]
+    for b in old.buckets:
+        if b.bucket_id < 0:
+            continue
+        kept = now.get(b.bucket_id)
+        if kept is not None:
+            for entry in range(b.current_segment + 1, kept.current_segment + 1):
+                yield b.bucket_id, entry, True
+            continue
+        if b.bucket_id not in old.storage.snapshots:
+            continue  # lost behind the tracker's back: nothing was read
+        source = merged and any(
+            n.start_ledger_id <= b.start_ledger_id and b.end_ledger_id <= n.end_ledger_id for n in fresh
+        )
+        if source or isinstance(command, dd.GetScheduledMessages):
+            for entry in range(b.current_segment + 1, b.last_segment + 1):
+                yield b.bucket_id, entry, not source
 
 
 def clean_residual_snapshots(storage: BucketSnapshotStorage, cursor: ManagedCursor) -> tuple[int, ...]:

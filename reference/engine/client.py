@@ -27,24 +27,26 @@ commit or abort with the machine's verdict (TC-29 .. TC-36).
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
-from dataclasses import dataclass
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from reference import client as ct
 from spec.config import CLIENT_DEFAULT_TXN_TIMEOUT_MS, Config
 from spec.errors import DomainError, error_by_name
-from spec.history import object_id
+from spec.history import is_machine_operation, object_id
 from spec.result import Err
 from spec.types import ClientTxnState, Position, Subscription, TxnAction, TxnID
 
-from .broker import Broker, BrokerError, Delivered, partition_name
+from .broker import BatchedMessage, Broker, BrokerError, Delivered, partition_name
 from .ledger import InitialPosition
-from .recorder import HistoryRecorder, OpenOp
-from .sim import Future, Network, NetworkFaults, Simulation
+from .recorder import HistoryRecorder, MachineObserver, OpenOp
+from .sim import Future, Network, NetworkFaults, SimTimeout, Simulation
 from .storage import LedgerFaults, LedgerStore
 
 __all__ = [
+    "BatchMessageId",
     "Client",
     "Cluster",
     "Consumer",
@@ -80,6 +82,29 @@ class OperationTimeout(Exception):
     """No answer within the operation timeout: the outcome is unknown (history type ``info``)."""
 
 
+@dataclass(frozen=True, slots=True)
+class BatchMessageId(Position):
+    """The id of a message in a batch entry: the entry's position with the message's index and the
+    batch size (as Pulsar's ``BatchMessageIdImpl`` extends ``MessageIdImpl``).  Ordered by position,
+    then index."""
+
+    batch_index: int = 0
+    batch_size: int = 1
+
+    @classmethod
+    def of(cls, position: Position, batch_index: int, batch_size: int) -> BatchMessageId:
+        return cls(position.ledger_id, position.entry_id, batch_index, batch_size)
+
+    @property
+    def position(self) -> Position:
+        return Position(self.ledger_id, self.entry_id)
+
+    def __lt__(self, other: object) -> bool:
+        if isinstance(other, BatchMessageId) and self.position == other.position:
+            return self.batch_index < other.batch_index
+        return Position.__lt__(self, other)
+
+
 @dataclass(frozen=True)
 class Message:
     """A received message (``pulsar.Message``'s accessors)."""
@@ -91,12 +116,20 @@ class Message:
     txn_id: TxnID | None
     deliver_at: int | None
     redelivery_count: int
+    batch_index: int | None = None  # set for a message of a batch entry
+    batch_size: int = 1
+    key: str | None = None
 
     def data(self) -> bytes:
         return self.payload
 
     def message_id(self) -> Position:
-        return self.position
+        if self.batch_index is None:
+            return self.position
+        return BatchMessageId.of(self.position, self.batch_index, self.batch_size)
+
+    def partition_key(self) -> str | None:
+        return self.key
 
     def topic_name(self) -> str:
         return self.partition
@@ -113,30 +146,37 @@ def _pos_json(position: Position) -> list[int]:
 class Cluster:
     """One simulation: the scheduler, the network, the ledgers, one broker and the history."""
 
-    def __init__(self, sim: Simulation, broker: Broker, network: Network, recorder: HistoryRecorder) -> None:
+    def __init__(self, sim: Simulation, broker: Broker, network: Network, recorder: HistoryRecorder,
+                 processes: Iterator[int] | None = None) -> None:
         self.sim = sim
         self.broker = broker
         self.network = network
         self.recorder = recorder
-        self._next_process = 0
+        # One counter for client and machine-level processes, so their ids never collide.
+        self._processes = processes if processes is not None else itertools.count()
         self._next_consumer = 0
+        network.observer = broker.observer
 
     @classmethod
     def start(cls, *, seed: int = 0, topics: dict[str, int] | None = None, config: Config | None = None,
               ledger: str = "memory", data_dir: str | None = None, batching: bool = False,
               network_faults: NetworkFaults | None = None, ledger_faults: LedgerFaults | None = None,
-              history: str | None = None) -> Cluster:
+              history: str | None = None, record_machines: bool = True) -> Cluster:
+        """``record_machines``: also record every machine step and load (spec.history's machine-level
+        operations) in the history, for the per-object linearizability checks."""
         sim = Simulation(seed)
         config = config or Config()
         store = LedgerStore(ledger, config, directory=data_dir, rng=sim.rng, faults=ledger_faults)
-        broker = Broker(sim, store, config, topics=topics or {"topic": 1}, batching=batching)
-        network = Network(sim, faults=network_faults)
         recorder = HistoryRecorder(history or f"sim-{seed}", seed, lambda: sim.now)
-        return cls(sim, broker, network, recorder)
+        processes = itertools.count()
+        # The observer exists before the broker: the broker's first loads are recovery operations.
+        observer = MachineObserver(recorder, lambda: next(processes), config) if record_machines else None
+        broker = Broker(sim, store, config, topics=topics or {"topic": 1}, batching=batching, observer=observer)
+        network = Network(sim, faults=network_faults)
+        return cls(sim, broker, network, recorder, processes)
 
     def new_process(self) -> int:
-        self._next_process += 1
-        return self._next_process - 1
+        return next(self._processes)
 
     def new_consumer_id(self) -> int:
         self._next_consumer += 1
@@ -145,8 +185,22 @@ class Cluster:
     def client(self, *, operation_timeout_ms: int = DEFAULT_OPERATION_TIMEOUT_MS) -> Client:
         return Client(self, operation_timeout_ms=operation_timeout_ms)
 
-    def history(self) -> list[Any]:
-        return self.recorder.operations()
+    def history(self, *, machines: bool = False) -> list[Any]:
+        """The client operations; with ``machines`` also the machine-level ones (the whole history)."""
+        ops = self.recorder.operations()
+        return ops if machines else [op for op in ops if not is_machine_operation(op)]
+
+    def delete_topic(self, topic: str, *, force: bool = False) -> None:
+        """``pulsar-admin topics delete [--force]``: every partition with its subscriptions, buffer
+        snapshots and delayed-index snapshots.  An admin call, not a client operation: not recorded."""
+        answer = self.broker.delete_topic(topic, force=force)
+        try:
+            self.sim.run_until(lambda: answer.done, max_time_ms=self.sim.now + DEFAULT_OPERATION_TIMEOUT_MS)
+        except SimTimeout:
+            raise OperationTimeout(f"delete_topic {topic}: no answer (the broker or the topic is down)") from None
+        if answer.error is not None:
+            error = answer.error
+            raise OperationFailed(error.error) if isinstance(error, BrokerError) else error
 
     def close(self) -> None:
         """Release every ledger handle (file ledgers hold file descriptors)."""
@@ -233,8 +287,11 @@ class Client:
     def new_transaction(self, timeout_ms: int = CLIENT_DEFAULT_TXN_TIMEOUT_MS) -> Transaction:
         return self._wait(self.new_transaction_async(timeout_ms))
 
-    def create_producer(self, topic: str, partition: int = 0) -> Producer:
-        return Producer(self, partition_name(topic, partition) if "-partition-" not in topic else topic)
+    def create_producer(self, topic: str, partition: int = 0, *, batching_enabled: bool = False,
+                        batching_max_messages: int = 1000, batching_max_publish_delay_ms: int = 10) -> Producer:
+        return Producer(self, partition_name(topic, partition) if "-partition-" not in topic else topic,
+                        batching_enabled=batching_enabled, batching_max_messages=batching_max_messages,
+                        batching_max_publish_delay_ms=batching_max_publish_delay_ms)
 
     def subscribe_async(self, topic: str, subscription_name: str, *, partition: int = 0,
                         consumer_type: ConsumerType = ConsumerType.Exclusive,
@@ -243,13 +300,26 @@ class Client:
         consumer_id = self.cluster.new_consumer_id()
         spelled = "Earliest" if initial_position is InitialPosition.EARLIEST else "Latest"
         result: Future[Consumer] = Future()
+        abandoned = [False]
+
+        def attach() -> Future[None]:
+            if abandoned[0]:
+                return Future()  # the connection that carried this request is gone
+            return self.broker.subscribe(name, subscription_name, consumer_type.value, initial_position, consumer_id)
+
         done_ = self._op("subscribe", object_id("subscription", f"{name}#{subscription_name}"),
                          {"initial_position": spelled, "sub_type": consumer_type.value},
-                         lambda: self.network.call(lambda: self.broker.subscribe(
-                             name, subscription_name, consumer_type.value, initial_position, consumer_id)))
+                         lambda: self.network.call(attach))
 
         def made(done: Future[None]) -> None:
             if done.error is not None:
+                # The client gave up on this subscribe and closed its connection: Pulsar drops the
+                # connection's consumers, so one the broker attached (its answer was lost) goes,
+                # and what was dispatched to it is redelivered.
+                abandoned[0] = True
+                sub = self.broker.subscription(name, subscription_name)
+                if sub is not None and sub.ready and self.broker.up:
+                    sub.remove_consumer(consumer_id)
                 result.set_exception(done.error)
             else:
                 consumer = Consumer(self, name, subscription_name, consumer_id, consumer_type)
@@ -381,6 +451,14 @@ class Transaction:
         self.client._wait(self.abort_async())
 
 
+def _message_id(message: Message | Position) -> tuple[Position, int | None]:
+    if isinstance(message, Message):
+        return message.position, message.batch_index
+    if isinstance(message, BatchMessageId):
+        return message.position, message.batch_index
+    return message, None
+
+
 def _name(error: BaseException) -> str:
     if isinstance(error, BrokerError | OperationFailed):
         return error.error.name
@@ -388,14 +466,42 @@ def _name(error: BaseException) -> str:
 
 
 class Producer:
-    """``pulsar.Producer`` on one partition."""
+    """``pulsar.Producer`` on one partition.
 
-    def __init__(self, client: Client, partition: str) -> None:
+    With ``batching_enabled`` sends are collected into a batch, written as one entry
+    (``num_messages_in_batch`` messages) when it holds ``batching_max_messages`` messages or
+    ``batching_max_publish_delay_ms`` after its first message, whichever comes first, or on
+    :meth:`flush`.  A batch carries one transaction (or none): a send of another one, or a delayed
+    message (never batched, as in Pulsar's client), sends the open batch first.  A batched send
+    completes with a :class:`BatchMessageId`.
+
+    A history process has one operation open at a time, so messages from several application
+    threads meet in one batch only through handles of one producer: :meth:`share` gives another
+    client (process) a handle on the same batch container.
+    """
+
+    def __init__(self, client: Client, partition: str, *, batching_enabled: bool = False,
+                 batching_max_messages: int = 1000, batching_max_publish_delay_ms: int = 10) -> None:
+        if batching_max_messages < 1 or batching_max_publish_delay_ms < 0:
+            raise ValueError("batching_max_messages must be >= 1 and batching_max_publish_delay_ms >= 0")
         self.client = client
         self.partition = partition
+        self.batching_enabled = batching_enabled
+        self.batching_max_messages = batching_max_messages
+        self.batching_max_publish_delay_ms = batching_max_publish_delay_ms
+        self._container = _BatchContainer()
+
+    def share(self, client: Client) -> Producer:
+        """This producer as used by ``client``'s process: same partition, same open batch."""
+        handle = Producer(client, self.partition, batching_enabled=self.batching_enabled,
+                          batching_max_messages=self.batching_max_messages,
+                          batching_max_publish_delay_ms=self.batching_max_publish_delay_ms)
+        handle._container = self._container
+        return handle
 
     def send_async(self, content: bytes | str, *, txn: Transaction | None = None,
-                   deliver_at: int | None = None) -> Future[Position]:
+                   deliver_at: int | None = None, partition_key: str | None = None
+                   ) -> Future[Position]:
         text = content.decode() if isinstance(content, bytes) else content
         payload = text.encode()
         value: dict[str, Any] = {"message": text}
@@ -403,12 +509,23 @@ class Producer:
             value["txn"] = _txn_json(txn.txn_id)
         if deliver_at is not None:
             value["deliver_at_ms"] = deliver_at
+        if partition_key is not None:
+            value["partition_key"] = partition_key
         self.client.broker.partition(self.partition)  # an unknown partition is a KeyError at once
         txn_id = None if txn is None else txn.txn_id
+        batched = self.batching_enabled and deliver_at is None
 
         def publish() -> Future[Position]:
-            return self.client.network.call(lambda: self.client.broker.partition(self.partition).publish(
-                payload, txn_id, deliver_at))
+            if batched:
+                return self._add_to_batch(txn_id, BatchedMessage(payload, partition_key))
+            if self.batching_enabled:
+                # What was batched before goes first: a producer's messages stay in send order.
+                self.flush_async()
+                return self._after_previous(lambda: self.client.broker.partition(self.partition).publish(
+                    payload, txn_id, deliver_at, partition_key=partition_key))
+            sent = self.client.network.call(lambda: self.client.broker.partition(self.partition).publish(
+                payload, txn_id, deliver_at, partition_key=partition_key))
+            return sent
 
         if txn is None:
             call = publish
@@ -416,12 +533,113 @@ class Producer:
             def call() -> Future[Position]:
                 return txn._use(ct.Send(self.partition), self.partition, publish)
 
-        return self.client._op("send", object_id("partition", self.partition), value, call,
-                               lambda p: {"position": _pos_json(p)})
+        return self.client._op("send", object_id("partition", self.partition), value, call, _sent_json)
 
-    def send(self, content: bytes | str, *, txn: Transaction | None = None, deliver_at: int | None = None
-             ) -> Position:
-        return self.client._wait(self.send_async(content, txn=txn, deliver_at=deliver_at))
+    def send(self, content: bytes | str, *, txn: Transaction | None = None, deliver_at: int | None = None,
+             partition_key: str | None = None) -> Position:
+        return self.client._wait(self.send_async(content, txn=txn, deliver_at=deliver_at,
+                                                 partition_key=partition_key))
+
+    def _add_to_batch(self, txn_id: TxnID | None, message: BatchedMessage) -> Future[Position]:
+        container = self._container
+        if container.batch is not None and container.batch.txn_id != txn_id:
+            self.flush_async()
+        if container.batch is None:
+            batch = container.batch = _OpenBatch(txn_id)
+
+            def timer() -> None:
+                if container.batch is batch:
+                    self.flush_async()
+
+            self.client.sim.schedule(self.batching_max_publish_delay_ms, timer)
+        batch = container.batch
+        slot: Future[Position] = Future()
+        batch.messages.append(message)
+        batch.waiters.append(slot)
+        if len(batch.messages) >= self.batching_max_messages:
+            self.flush_async()
+        return slot
+
+    def _after_previous(self, request: Callable[[], Future[Position]]) -> Future[Position]:
+        """Send ``request`` once the producer's previous request was answered.  Pulsar keeps a
+        producer's messages in order on its connection; here each request travels on its own, so
+        a batching producer sends one at a time."""
+        container = self._container
+        previous = container.tail
+        out: Future[Position] = Future()
+        # The next request waits for this one's answer, or for the operation timeout: a request lost
+        # on the way (or in a crash) fails on the client's side and must not hold back every later
+        # send, as Pulsar's producer fails a timed-out send and goes on.
+        released: Future[None] = Future()
+        container.tail = released
+
+        def release(_: Any = None) -> None:
+            if not released.done:
+                released.set_result(None)
+
+        out.add_done_callback(release)
+
+        def send(_: Future[Any]) -> None:
+            def answered(w: Future[Position]) -> None:
+                if w.error is not None:
+                    out.set_exception(w.error)
+                else:
+                    out.set_result(w.result())
+
+            self.client.network.call(request).add_done_callback(answered)
+            self.client.sim.schedule(self.client.operation_timeout_ms, release)
+
+        previous.add_done_callback(send)
+        return out
+
+    def flush_async(self) -> Future[None]:
+        """Send the open batch now; completes when it is written (at once when there is none)."""
+        batch, self._container.batch = self._container.batch, None
+        if batch is None:
+            return Future.completed(None)
+        messages = tuple(batch.messages)
+        written = self._after_previous(lambda: self.client.broker.partition(self.partition).publish(
+            b"", batch.txn_id, None, partition_key=messages[0].partition_key, batch=messages))
+        done: Future[None] = Future()
+
+        def answered(w: Future[Position]) -> None:
+            for index, waiter in enumerate(batch.waiters):
+                if w.error is not None:
+                    waiter.set_exception(w.error)
+                else:
+                    position = w.result()
+                    assert isinstance(position, Position)
+                    waiter.set_result(BatchMessageId.of(position, index, len(messages)))
+            if w.error is not None:
+                done.set_exception(w.error)
+            else:
+                done.set_result(None)
+
+        written.add_done_callback(answered)
+        return done
+
+    def flush(self) -> None:
+        self.client._wait(self.flush_async())
+
+
+@dataclass
+class _BatchContainer:
+    batch: _OpenBatch | None = None
+    tail: Future[Any] = field(default_factory=lambda: Future.completed(None))  # the last request sent
+
+
+@dataclass
+class _OpenBatch:
+    txn_id: TxnID | None
+    messages: list[BatchedMessage] = field(default_factory=list)
+    waiters: list[Future[Position]] = field(default_factory=list)
+
+
+def _sent_json(sent: Position) -> dict[str, Any]:
+    if isinstance(sent, BatchMessageId):
+        return {"position": _pos_json(sent.position), "batch_index": sent.batch_index,
+                "batch_size": sent.batch_size}
+    return {"position": _pos_json(sent)}
 
 
 class Consumer:
@@ -452,6 +670,27 @@ class Consumer:
             sub.remove_consumer(self.consumer_id)
             sub.add_consumer(self.consumer_id)
 
+    def unsubscribe_async(self) -> Future[None]:
+        """``Consumer.unsubscribe()``: delete the subscription (its cursor, pending-ack log and
+        delayed-index snapshots); refused with ``SubscriptionBusy`` while other consumers are connected."""
+        def call() -> Future[None]:
+            def handler() -> Future[None]:
+                return self.client.broker.unsubscribe(self.partition, self.subscription, self.consumer_id)
+
+            return self.client.network.call(handler)
+
+        out = self.client._op("unsubscribe", self.object, {}, call)
+
+        def gone(done: Future[None]) -> None:
+            if done.error is None and self in self.client._consumers:
+                self.client._consumers.remove(self)
+
+        out.add_done_callback(gone)
+        return out
+
+    def unsubscribe(self) -> None:
+        self.client._wait(self.unsubscribe_async())
+
     def close(self) -> None:
         """``Consumer.close()``: its unacknowledged messages go to the other consumers."""
         sub = self.client.broker.subscription(self.partition, self.subscription)
@@ -471,8 +710,11 @@ class Consumer:
         def render(got: Message | None) -> Any:
             if got is None:
                 return None
-            return {"message": got.payload.decode(), "position": _pos_json(got.position),
-                    "redelivery_count": got.redelivery_count}
+            rendered = {"message": got.payload.decode(), "position": _pos_json(got.position),
+                        "redelivery_count": got.redelivery_count}
+            if got.batch_index is not None:
+                rendered.update(batch_index=got.batch_index, batch_size=got.batch_size)
+            return rendered
 
         def call() -> Future[Message | None]:
             out: Future[Message | None] = Future()
@@ -484,7 +726,8 @@ class Consumer:
                 d = done.result()
                 out.set_result(None if d is None else Message(self.partition, self.subscription, d.position,
                                                               d.payload, d.txn_id, d.deliver_at,
-                                                              d.redelivery_count))
+                                                              d.redelivery_count, d.batch_index, d.batch_size,
+                                                              d.partition_key))
 
             self._call(lambda sub: sub.receive(self.consumer_id, timeout_millis)).add_done_callback(arrived)
             return out
@@ -495,16 +738,19 @@ class Consumer:
         """The next message, or None when none arrives in ``timeout_millis`` (Pulsar raises Timeout)."""
         return self.client._wait(self.receive_async(timeout_millis))
 
-    def _ack_async(self, f: str, message: Message | Position, txn: Transaction | None, cumulative: bool
-                   ) -> Future[None]:
-        position = message.position if isinstance(message, Message) else message
+    def _ack_async(self, f: str, message: Message | Position, txn: Transaction | None,
+                   cumulative: bool) -> Future[None]:
+        position, batch_index = _message_id(message)
         value: dict[str, Any] = {"position": _pos_json(position)}
+        if batch_index is not None:
+            value["batch_index"] = batch_index
         if txn is not None:
             value["txn"] = _txn_json(txn.txn_id)
 
         def ack() -> Future[None]:
             return self._call(lambda sub: sub.acknowledge(self.consumer_id, position,
-                                                          None if txn is None else txn.txn_id, cumulative))
+                                                          None if txn is None else txn.txn_id, cumulative,
+                                                          batch_index))
 
         if txn is None:
             call = ack
@@ -516,17 +762,19 @@ class Consumer:
 
         return self.client._op(f, self.object, value, call)
 
-    def acknowledge_async(self, message: Message | Position, *, txn: Transaction | None = None) -> Future[None]:
+    def acknowledge_async(self, message: Message | Position, *, txn: Transaction | None = None
+                          ) -> Future[None]:
         return self._ack_async("ack", message, txn, False)
 
     def acknowledge(self, message: Message | Position, *, txn: Transaction | None = None) -> None:
         self.client._wait(self.acknowledge_async(message, txn=txn))
 
-    def acknowledge_cumulative_async(self, message: Message | Position, *, txn: Transaction | None = None
-                                     ) -> Future[None]:
+    def acknowledge_cumulative_async(self, message: Message | Position, *,
+                                     txn: Transaction | None = None) -> Future[None]:
         return self._ack_async("ack_cumulative", message, txn, True)
 
-    def acknowledge_cumulative(self, message: Message | Position, *, txn: Transaction | None = None) -> None:
+    def acknowledge_cumulative(self, message: Message | Position, *,
+                               txn: Transaction | None = None) -> None:
         self.client._wait(self.acknowledge_cumulative_async(message, txn=txn))
 
     def negative_acknowledge_async(self, message: Message | Position) -> Future[None]:

@@ -63,15 +63,15 @@ from __future__ import annotations
 import bisect
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Final
+from collections.abc import Callable, Mapping
+from typing import Final, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from reference import delayed as dd
-from reference.engine.bucket_storage import BucketSnapshotStorage
+from reference.engine.bucket_storage import BucketSnapshotStorage, segment_reads
 from reference.engine.ledger import ManagedCursor, ManagedLedger
 from spec.result import Err, Ok
 
@@ -90,8 +90,10 @@ __all__ = [
     "DelayedIndexMetrics",
     "LatencyBuckets",
     "MeteredBucketTracker",
+    "MeteredTracker",
     "TimedBucketSnapshotStorage",
     "elapsed_ms",
+    "segment_reads",
 ]
 
 BUCKET_TOTAL: Final = "pulsar_delayed_message_index_bucket_total"
@@ -251,40 +253,16 @@ class TimedBucketSnapshotStorage(BucketSnapshotStorage):
         self._done("delete", start)
 
 
-def _segment_reads(
-    command: dd.Command, old: dd.Tracker, new: dd.Tracker, merged: bool
-) -> Iterator[tuple[int, int, bool]]:
-    """(bucket id, segment entry, is a "load") of each snapshot segment the step read:
+class MeteredTracker(Protocol):
+    """What the exporter reads of a subscription's tracker: its stats and its current state
+    (:class:`MeteredBucketTracker`, or the broker's
+    :class:`~reference.engine.delayed_service.DelayedDeliveryService`)."""
 
-    * a bucket kept its snapshot and its current segment moved forward: each new segment was
-      loaded into the shared queue (a "load");
-    * a bucket left with its snapshot still in the model's storage: if the step merged and a
-      new bucket encloses its range, it was a merge source whose remaining segments the merge
-      read (Pulsar reads them for the merge, not as "load" operations); if the step delivered
-      messages, its remaining segments were loaded and consumed, and the bucket deleted when no
-      segment was left.  (A bucket leaving by trim or clear was not read.)
-    """
-    if not isinstance(old, dd.BucketTracker) or not isinstance(new, dd.BucketTracker):
-        return
-    now = {b.bucket_id: b for b in new.buckets if b.bucket_id >= 0}
-    ranges = {(b.start_ledger_id, b.end_ledger_id) for b in old.buckets}
-    fresh = [b for b in new.buckets if (b.start_ledger_id, b.end_ledger_id) not in ranges]
-    for b in old.buckets:
-        if b.bucket_id < 0:
-            continue
-        kept = now.get(b.bucket_id)
-        if kept is not None:
-            for entry in range(b.current_segment + 1, kept.current_segment + 1):
-                yield b.bucket_id, entry, True
-            continue
-        if b.bucket_id not in old.storage.snapshots:
-            continue  # lost behind the tracker's back: nothing was read
-        source = merged and any(
-            n.start_ledger_id <= b.start_ledger_id and b.end_ledger_id <= n.end_ledger_id for n in fresh
-        )
-        if source or isinstance(command, dd.GetScheduledMessages):
-            for entry in range(b.current_segment + 1, b.last_segment + 1):
-                yield b.bucket_id, entry, not source
+    @property
+    def stats(self) -> BucketIndexStats: ...
+
+    @property
+    def state(self) -> dd.Tracker: ...
 
 
 class MeteredBucketTracker:
@@ -329,7 +307,7 @@ class MeteredBucketTracker:
         merged = after.get("op_count_merge_succeed", 0) > before.get("op_count_merge_succeed", 0)
         start = self.clock()
         if not isinstance(command, dd.Restart):  # recovery reads are not Pulsar "load" operations
-            for bucket_id, entry, load in _segment_reads(command, old, new, merged):
+            for bucket_id, entry, load in segment_reads(command, old, new, merged):
                 if load:
                     self.storage.get_bucket_snapshot_segment(bucket_id, entry, entry)
                 else:
@@ -379,12 +357,12 @@ class DelayedIndexMetrics:
         self.cluster = cluster
         self.namespace = namespace
         self.reset_on_scrape = reset_on_scrape
-        self._topics: dict[str, dict[str, MeteredBucketTracker]] = {}
+        self._topics: dict[str, dict[str, MeteredTracker]] = {}
         self._collector = _Collector(self)
         self.registry.register(self._collector)
         self._closed = False
 
-    def add_subscription(self, topic: str, subscription: str, tracker: MeteredBucketTracker) -> None:
+    def add_subscription(self, topic: str, subscription: str, tracker: MeteredTracker) -> None:
         subs = self._topics.setdefault(topic, {})
         if subscription in subs:
             raise ValueError(f"subscription {subscription!r} of {topic!r} is already registered")

@@ -131,11 +131,14 @@ class FaultyLedger:
     """A :class:`ManagedLedger` that fails where it is told to, and otherwise delegates."""
 
     def __init__(
-        self, inner: ManagedLedger, *, rng: random.Random | None = None, roll_after_append_failure: bool = False
+        self, inner: ManagedLedger, *, rng: random.Random | None = None, roll_after_append_failure: bool = False,
+        on_inject: Callable[[InjectedFault], None] | None = None,
     ) -> None:
         self._inner = inner
         self._rng = rng
         self._faults = _Faults(roll_after_append_failure=roll_after_append_failure)
+        # Told of each fault as it is injected, so a run's fault schedule can list it.
+        self.on_inject = on_inject
 
     # -- configuring faults ---------------------------------------------------------------------
 
@@ -228,7 +231,10 @@ class FaultyLedger:
         error = rule.error(operation)
         if rule.after:
             action()
-        faults.injected.append(InjectedFault(operation, error, rule.after))
+        fault = InjectedFault(operation, error, rule.after)
+        faults.injected.append(fault)
+        if self.on_inject is not None:
+            self.on_inject(fault)
         if operation.op is Op.APPEND and faults.roll_after_append_failure:
             faults.append_blocked = True
         raise error
@@ -259,8 +265,9 @@ class FaultyLedger:
         self._run(Operation(Op.ROLL_OVER, self.name), self._inner.roll_over)
         self._faults.append_blocked = False
 
-    def delete_consumed_ledgers(self) -> tuple[int, ...]:
-        return self._run(Operation(Op.DELETE_CONSUMED_LEDGERS, self.name), self._inner.delete_consumed_ledgers)
+    def delete_consumed_ledgers(self, up_to: int | None = None) -> tuple[int, ...]:
+        return self._run(Operation(Op.DELETE_CONSUMED_LEDGERS, self.name),
+                         lambda: self._inner.delete_consumed_ledgers(up_to))
 
     @property
     def properties(self) -> Mapping[str, str]:

@@ -1100,12 +1100,14 @@ class FileLedger:
 
     # -- deletion -------------------------------------------------------------------------------
 
-    def delete_consumed_ledgers(self) -> tuple[int, ...]:
-        """Delete every non-current ledger all cursors have mark-deleted.  The metadata without
-        them is committed first; a crash before the unlinks leaves files recovery removes."""
+    def delete_consumed_ledgers(self, up_to: int | None = None) -> tuple[int, ...]:
+        """Delete every non-current ledger all cursors have mark-deleted (with ``up_to``, only ids
+        at most ``up_to``).  The metadata without them is committed first; a crash before the
+        unlinks leaves files recovery removes."""
         with self._lock:
             self._check_open()
-            doomed = consumed_ledgers(self._infos_locked(), self._current.ledger_id, self._meta.cursors.values())
+            doomed = consumed_ledgers(self._infos_locked(), self._current.ledger_id, self._meta.cursors.values(),
+                                      up_to)
             if not doomed:
                 return ()
             gone = set(doomed)

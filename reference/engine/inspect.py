@@ -11,6 +11,10 @@ of that file, because the next frame's position is no longer known.
 Entries are decoded through :mod:`spec.envelope`: a PIP-160 batched envelope or a plain record
 of the transaction log or of a pending-ack log.  With ``kind=None`` each entry is tried as both
 and every kind it decodes as is shown (a plain protobuf record can be valid as both).
+
+An entry that is a Pulsar message (``[4-byte size][MessageMetadata][payload]``: topic entries and
+the transaction buffer's snapshot records on the namespace system topics) is also shown as one,
+with its key and, for a snapshot topic, the Avro record (:mod:`spec.snapshot_avro`) decoded.
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 
+from spec import snapshot_avro
 from spec.envelope import LogKind, decode_entry
 from spec.errors import InputError
+from spec.pb import PulsarApi_pb2
 from spec.types import Position
 
 from .file_ledger import (
@@ -71,13 +78,76 @@ def _kinds(kind: LogKind | None) -> Iterable[LogKind]:
 # One entry.
 
 
-def inspect_entry(data: bytes, *, kind: LogKind | None = None, where: str | None = None) -> Json:
+_AVRO_DECODERS = {
+    "TransactionBufferSnapshot": snapshot_avro.decode_snapshot,
+    "TransactionBufferSnapshotSegment": snapshot_avro.decode_segment,
+    "TransactionBufferSnapshotIndexes": snapshot_avro.decode_indexes,
+}
+_SYSTEM_TOPICS = {local: name for name, local in snapshot_avro.SNAPSHOT_TOPICS.items()}
+
+
+def _snapshot_schema(topic: str | None) -> str | None:
+    """The Avro record a managed ledger named ``topic`` holds, if it is a snapshot system topic."""
+    if topic is None:
+        return None
+    return _SYSTEM_TOPICS.get(topic.rsplit("/", 1)[-1])
+
+
+def inspect_message(data: bytes, *, topic: str | None = None, where: str | None = None) -> Json | None:
+    """The entry as a Pulsar message, or None if it is not one.
+
+    Returns ``{"key", "null_value", "num_messages_in_batch", "record": {schema: json}, "errors":
+    {schema: error}}``.  The payload is decoded as the snapshot record of ``topic``'s system topic;
+    without ``topic``, as a segment when the key is ``multiple-...``, else as every snapshot
+    schema it fits (a tombstone has no record).
+    """
+    if len(data) < 4:
+        return None
+    size = int.from_bytes(data[:4], "big")
+    if size > len(data) - 4:
+        return None
+    meta = PulsarApi_pb2.MessageMetadata()
+    try:
+        meta.ParseFromString(data[4:4 + size])
+    except DecodeError:
+        return None
+    if not meta.IsInitialized():
+        return None
+    key = meta.partition_key if meta.HasField("partition_key") else None
+    out: Json = {"key": key, "null_value": meta.null_value,
+                 "num_messages_in_batch": meta.num_messages_in_batch if meta.HasField("num_messages_in_batch")
+                 else None, "record": {}, "errors": {}}
+    if meta.null_value:
+        return out
+    schema = _snapshot_schema(topic)
+    if schema is not None:
+        schemas: tuple[str, ...] = (schema,)
+    elif key is not None and key.startswith("multiple-"):
+        schemas = ("TransactionBufferSnapshotSegment",)
+    elif topic is None and key is not None:
+        schemas = ("TransactionBufferSnapshot", "TransactionBufferSnapshotIndexes")
+    else:
+        return out
+    payload = data[4 + size:]
+    for name in schemas:
+        try:
+            record = _AVRO_DECODERS[name](payload, where=where)
+        except InputError as exc:
+            out["errors"][name] = _error(exc)
+            continue
+        out["record"][name] = json_format.MessageToDict(record, preserving_proto_field_name=True)
+    return out
+
+
+def inspect_entry(data: bytes, *, kind: LogKind | None = None, where: str | None = None,
+                  topic: str | None = None) -> Json:
     """Decode one entry's bytes.
 
     Returns ``{"length", "hex_prefix", "decoded": {kind: {"batched", "version", "batch_size",
-    "records"}}, "errors": {kind: error}}``; ``records`` are the protobuf records as JSON
-    (proto field names, enums by name).  A kind that does not decode is listed under ``errors``
-    with the byte offset of the problem.
+    "records"}}, "errors": {kind: error}, "message": ...}``; ``records`` are the protobuf records
+    as JSON (proto field names, enums by name).  A kind that does not decode is listed under
+    ``errors`` with the byte offset of the problem.  ``message`` is :func:`inspect_message`'s
+    view (``topic``: the managed ledger's name, when known).
     """
     decoded: Json = {}
     errors: Json = {}
@@ -96,7 +166,8 @@ def inspect_entry(data: bytes, *, kind: LogKind | None = None, where: str | None
                 for r in entry.records
             ],
         }
-    return {"length": len(data), "hex_prefix": data[:32].hex(), "decoded": decoded, "errors": errors}
+    return {"length": len(data), "hex_prefix": data[:32].hex(), "decoded": decoded, "errors": errors,
+            "message": inspect_message(data, topic=topic, where=where)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,6 +227,7 @@ def inspect_ledger_file(
     decode: bool = True,
     expected_entries: int | None = None,
     expected_length: int | None = None,
+    topic: str | None = None,
 ) -> Json:
     """One ledger file: its header, every frame (offset, length, CRC verdict, decoded entry),
     a torn tail (only an open ledger may have one) and the first damage found.
@@ -207,7 +279,7 @@ def inspect_ledger_file(
                                 offset=frame["offset"] + FRAME_HEADER.size)
             )
         if decode and frame["crc_ok"]:
-            frame["entry"] = inspect_entry(payload, kind=kind)
+            frame["entry"] = inspect_entry(payload, kind=kind, topic=topic)
         report["entries"].append(frame)
     report["torn_tail"] = torn
     first_bad = next((f["error"] for f in report["entries"] if "error" in f), None)
@@ -271,11 +343,13 @@ def inspect_directory(path: str | os.PathLike[str], *, kind: LogKind | None = No
     names = sorted(os.listdir(directory))
     report: Json = {"directory": directory, "metadata": None, "ledgers": [], "other_files": [], "ok": True}
     records: dict[int, Any] = {}
+    topic: str | None = None
     meta_path = os.path.join(directory, METADATA_NAME)
     if METADATA_NAME in names:
         report["metadata"] = inspect_metadata(meta_path)
         if report["metadata"]["error"] is None:
             records = {r["ledger_id"]: r for r in report["metadata"]["ledgers"]}
+            topic = report["metadata"]["name"]
         else:
             report["ok"] = False
     ledger_ids = sorted(lid for n in names if (lid := parse_ledger_file_name(n)) is not None)
@@ -296,6 +370,7 @@ def inspect_directory(path: str | os.PathLike[str], *, kind: LogKind | None = No
             decode=decode,
             expected_entries=record.get("entries") if record else None,
             expected_length=record.get("length") if record else None,
+            topic=topic,
         )
         report["ledgers"].append({"ledger_id": ledger_id, "state": state, **one})
         if one["error"] is not None and state != "unlisted":
@@ -366,6 +441,13 @@ def _entry_lines(entry: Json, indent: str) -> list[str]:
         lines.append(f"{indent}{kind}: {head}")
         for index, record in enumerate(decoded["records"]):
             lines.append(f"{indent}  [{index}] {record}")
+    message = entry.get("message")
+    if message is not None and (message["record"] or message["null_value"] or not entry["decoded"]):
+        what = "tombstone" if message["null_value"] else ", ".join(message["record"]) or "message"
+        lines.append(f"{indent}message key {message['key']!r}: {what}")
+        for record in message["record"].values():
+            lines.append(f"{indent}  {record}")
+        return lines
     if not entry["decoded"]:
         first = next(iter(entry["errors"].values()), None)
         lines.append(f"{indent}not a log entry ({first['message'] if first else 'no kind tried'}); "

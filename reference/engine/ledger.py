@@ -145,9 +145,9 @@ class ManagedLedger(Protocol):
     def roll_over(self) -> None:
         """Close the current ledger and open the next one."""
 
-    def delete_consumed_ledgers(self) -> tuple[int, ...]:
-        """Delete every ledger wholly at or before every cursor's mark-delete position; returns
-        the deleted ledger ids."""
+    def delete_consumed_ledgers(self, up_to: int | None = None) -> tuple[int, ...]:
+        """Delete every ledger wholly at or before every cursor's mark-delete position (never the
+        current one; with ``up_to``, none whose id is above it); returns the deleted ledger ids."""
 
     @property
     def properties(self) -> Mapping[str, str]: ...

@@ -451,13 +451,14 @@ class MemoryLedger:
             self._check_open()
             s.open_ledger()
 
-    def delete_consumed_ledgers(self) -> tuple[int, ...]:
+    def delete_consumed_ledgers(self, up_to: int | None = None) -> tuple[int, ...]:
         """Delete every non-current ledger whose last entry every cursor has deleted (with no
-        cursor, every non-current ledger: nobody can read it any more)."""
+        cursor, every non-current ledger: nobody can read it any more); with ``up_to``, only those
+        whose id is at most ``up_to``."""
         s = self._storage
         with s.lock:
             self._check_open()
-            doomed = consumed_ledgers(s.infos(), s.current, s.cursors.values())
+            doomed = consumed_ledgers(s.infos(), s.current, s.cursors.values(), up_to)
             for ledger_id in doomed:
                 del s.ledgers[ledger_id]
             return doomed
@@ -521,7 +522,7 @@ class MemoryLedger:
 
 
 def consumed_ledgers(
-    ledgers: Sequence[LedgerInfo], current: int, cursors: Iterable[CursorState]
+    ledgers: Sequence[LedgerInfo], current: int, cursors: Iterable[CursorState], up_to: int | None = None
 ) -> tuple[int, ...]:
     """The non-current ledgers whose every entry each cursor has mark-deleted, oldest first.
 
@@ -533,7 +534,7 @@ def consumed_ledgers(
     marks = [c.mark_delete for c in cursors]
     out: list[int] = []
     for info in ledgers:
-        if info.ledger_id == current:
+        if info.ledger_id == current or (up_to is not None and info.ledger_id > up_to):
             break
         last = Position(info.ledger_id, info.entries - 1)
         if all(mark >= last for mark in marks):

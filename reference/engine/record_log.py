@@ -16,7 +16,7 @@ the ledger acknowledged survives.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from google.protobuf.message import Message
 
@@ -30,7 +30,7 @@ from spec.types import BatchedPosition, Position
 from .ledger import InitialPosition, LedgerError, ManagedCursor, ManagedLedger
 from .sim import Future, Simulation
 
-__all__ = ["LogWriteFailed", "RecordLog"]
+__all__ = ["FlushMetrics", "LogWriteFailed", "RecordLog"]
 
 RecordPosition = BatchedPosition | Position
 
@@ -45,12 +45,23 @@ class LogWriteFailed(Exception):
         self.error = error
 
 
+class FlushMetrics(Protocol):
+    """Where a log's batch flushes are counted (BW-19): :class:`~.bufferedwriter_metrics.BufferedWriterMetrics`."""
+
+    def observe(self, flush: bl.FlushObserved) -> None: ...
+
+
 class RecordLog:
-    """One log of records over ``ledger``; ``batching`` turns PIP-160 batching on or off."""
+    """One log of records over ``ledger``; ``batching`` turns PIP-160 batching on or off.
+
+    ``metrics``, when given, receives every batch flush; Pulsar shares one set of collectors per
+    log kind among all the writers of a broker, so the broker passes the same object to each.
+    """
 
     def __init__(self, sim: Simulation, ledger: ManagedLedger, kind: LogKind, config: Config, *,
-                 batching: bool) -> None:
+                 batching: bool, metrics: FlushMetrics | None = None) -> None:
         self.sim = sim
+        self.metrics = metrics
         self.ledger = ledger
         self.kind = kind
         self.cursor: ManagedCursor = ledger.open_cursor(CURSOR_NAME, InitialPosition.EARLIEST)
@@ -126,8 +137,9 @@ class RecordLog:
                     self.cursor.delete(list(partial), partial)
             elif isinstance(effect, bl.ArmTimer):
                 self._arm(effect.due_ms)
+            elif isinstance(effect, bl.FlushObserved) and self.metrics is not None:
+                self.metrics.observe(effect)
             # CancelTimer: a stale timer finds timer_due_ms changed and does nothing.
-            # FlushObserved: metrics only.
         return result
 
     def _arm(self, due: int | None) -> None:

@@ -208,6 +208,10 @@ class Network:
     broker; a dropped response took effect but never comes back; a duplicated request runs the
     handler twice (the second answer is ignored).  Only requests marked ``idempotent`` are ever
     duplicated (TCP does not duplicate; a client's retry does, and clients retry only those).
+
+    ``observer`` (a :class:`~reference.engine.recorder.MachineObserver`, set by the cluster) learns
+    when each delivery's handler runs and when its answer reaches the client, so the machine steps
+    the handler made get the request's window in the history.
     """
 
     def __init__(self, sim: Simulation, *, latency_ms: tuple[int, int] = (1, 3),
@@ -217,6 +221,7 @@ class Network:
         self.faults = faults or NetworkFaults()
         self.dropped = 0
         self.duplicated = 0
+        self.observer: Any = None
 
     def _latency(self) -> int:
         low, high = self.latency_ms
@@ -232,15 +237,25 @@ class Network:
         answer: Future[T] = Future()
         copies = 2 if idempotent and self._chance(self.faults.duplicate_request) else 1
         self.duplicated += copies - 1
+        sent_at = self.sim.now
         for _ in range(copies):
             if self._chance(self.faults.drop_request):
                 self.dropped += 1
                 continue
-            self.sim.schedule(self._latency(), lambda: self._deliver(handler, answer))
+            self.sim.schedule(self._latency(), lambda: self._deliver(handler, answer, sent_at))
         return answer
 
-    def _deliver(self, handler: Callable[[], Future[T]], answer: Future[T]) -> None:
-        response = handler()
+    def _deliver(self, handler: Callable[[], Future[T]], answer: Future[T], sent_at: int = 0) -> None:
+        observer = self.observer
+        context = None
+        if observer is not None:
+            context = observer.begin_request(sent_at)
+            try:
+                response = handler()
+            finally:
+                observer.end_request()
+        else:
+            response = handler()
 
         def back(done: Future[T]) -> None:
             if self._chance(self.faults.drop_response):
@@ -248,6 +263,8 @@ class Network:
                 return
 
             def arrive() -> None:
+                if context is not None:
+                    observer.answered(context, done.error is None)
                 if done.error is not None:
                     answer.set_exception(done.error)
                 else:

@@ -12,10 +12,22 @@ history is complete.  Workloads:
 * ``delayed`` -- delayed delivery mixed with transactions: sends with ``deliver_at`` in and out of
   transactions to a Shared subscription.
 
+Variants (:class:`RunSpec` fields, each also ``mixed`` on the command line: on for some seeds):
+``batch_messages`` -- producers batch messages (PIP-54 batch-index acks), shared by the clients so
+that their sends meet in one batch; ``key_shared`` -- sends carry partition keys and the readers
+are Key_Shared consumers; ``delayed_tracker`` -- the delayed workload on Pulsar's bucket tracker
+(persisted in ledgers) instead of the in-memory default.
+
 Faults (``--faults on``): broker crash and restart, coordinator crash and reload, ledger append
 and read failures, lost / delayed / duplicated requests and responses, and short transaction
 timeouts.  Everything random comes from the run's ``random.Random(seed)``: same seed, same
 history, byte for byte, on either ledger.
+
+Every run carries its metadata (:meth:`RunResult.metadata`): the :class:`RunSpec` (workload, seed,
+ledger, batching, fault rates, broker.conf overrides) and the fault schedule actually injected,
+which ``txnmodel simulate`` writes into each history file (``invariants.history.read_metadata``).
+A run stops at its deadline (``RunSpec.deadline_ms`` of simulated time): operations still open are
+recorded as ``invoke``, so a run that would never end still yields a finite history to check.
 """
 
 from __future__ import annotations
@@ -33,14 +45,53 @@ from typing import Any
 from spec.config import Config
 from spec.history import Operation
 
+from .broker import BrokerFaults
 from .client import Client, Cluster, Consumer, ConsumerType, OperationFailed, OperationTimeout, Producer
+from .delayed_service import BUCKET_FACTORY
+from .fault import InjectedFault
 from .sim import Future, NetworkFaults, SimTimeout, spawn
 from .storage import LedgerFaults
 
-__all__ = ["WORKLOADS", "RunResult", "RunSpec", "build_parser", "run", "run_simulate", "simulate_main"]
+__all__ = ["DEFAULT_DEADLINE_MS", "FAULT_RATES", "KEYS", "TRACKERS", "WORKLOADS", "FaultEvent", "RunResult",
+           "RunSpec", "build_parser", "file_metadata", "file_stem", "run", "run_simulate", "simulate_main", "variant"]
 
 Proc = Generator[Future[Any], Any, None]
 _ERRORS = (OperationFailed, OperationTimeout)
+
+
+# The fault rates of ``--faults on``, in one place so a history's metadata states what the run used.
+FAULT_RATES: dict[str, float | int] = {
+    "drop_request": 0.01, "drop_response": 0.01, "duplicate_request": 0.05, "max_extra_delay_ms": 200,
+    "ledger_append": 0.003, "ledger_read": 0.05, "short_txn_timeout": 0.1, "participant_timeout": 0.0,
+    # Every 1-4 s a component fault is drawn: these are the chances of each kind (the rest: none).
+    "broker_crash": 0.4, "coordinator_crash": 0.4, "topic_unload": 0.2,
+}
+# Far beyond any clean run (the longest of the main job's are under 200 s of simulated time): the
+# deadline only cuts runs that would otherwise never end.
+DEFAULT_DEADLINE_MS = 3_600_000
+
+
+# Partition keys of ``key_shared`` runs: few enough that every Key_Shared consumer gets several.
+KEYS = ("k0", "k1", "k2", "k3", "k4", "k5")
+# Key_Shared consumers per partition in ``key_shared`` runs.
+KEY_SHARED_READERS = 2
+# Producer batching of ``batch_messages`` runs: small batches that fill before the delay runs out.
+BATCH_MAX_MESSAGES = 4
+BATCH_MAX_DELAY_MS = 5
+TRACKERS = ("memory", "bucket")
+# The bucket tracker with buckets small enough to seal and snapshot within one run (Pulsar's
+# defaults, 50 000 indexes per bucket, would keep every bucket in memory).  A bucket seals when the
+# ledger rolls over, hence short ledgers.
+_BUCKET_CONFIG: dict[str, Any] = {"delayedDeliveryTrackerFactoryClassName": BUCKET_FACTORY,
+                                  "delayedDeliveryMinIndexCountPerBucket": 4,
+                                  "delayedDeliveryMaxIndexesPerBucketSnapshotSegment": 3,
+                                  "delayedDeliveryMaxNumBuckets": 6,
+                                  "managedLedgerMaxEntriesPerLedger": 16}
+# How far ahead the delayed workload's messages are due.  On the bucket tracker further: a bucket
+# whose messages are all delivered is deleted, and only one still holding messages when the
+# broker crashes is recovered from its snapshot (most bucket runs then recover at least one).
+MAX_DELAY_MS = 600
+BUCKET_MAX_DELAY_MS = 3_000
 
 
 def _default_config() -> Config:
@@ -64,6 +115,60 @@ class RunSpec:
     batching: bool = False
     partitions: int = 2
     config: Config = field(default_factory=lambda: _default_config())
+    deadline_ms: int = DEFAULT_DEADLINE_MS  # simulated time after which the run stops where it is
+    # Overrides of FAULT_RATES for this run (``--faults on`` only), e.g. a probe that needs more short
+    # transaction timeouts and longer network delays than the default profile.
+    fault_rates: dict[str, float | int] = field(default_factory=dict)
+    batch_messages: bool = False  # batching producers (client batches, not PIP-160's batched log)
+    key_shared: bool = False  # partition keys on every send, Key_Shared readers
+    delayed_tracker: str = "memory"  # the delayed workload's tracker: "memory" or "bucket"
+
+    def broker_config(self) -> Config:
+        """The brokers' configuration: ``config``, with the bucket tracker for a delayed run that asks for it."""
+        if self.delayed_tracker not in TRACKERS:
+            raise ValueError(f"unknown delayed tracker {self.delayed_tracker!r}; trackers are {', '.join(TRACKERS)}")
+        if self.workload == "delayed" and self.delayed_tracker == "bucket":
+            return self.config.with_overrides(_BUCKET_CONFIG)
+        return self.config
+
+    def rates(self) -> dict[str, float | int]:
+        """The fault rates this run injects: FAULT_RATES with the overrides, all 0 with faults off."""
+        unknown = sorted(set(self.fault_rates) - set(FAULT_RATES))
+        if unknown:
+            raise ValueError(f"unknown fault rate(s) {unknown}; rates are {sorted(FAULT_RATES)}")
+        if not self.faults:
+            return dict.fromkeys(FAULT_RATES, 0)
+        return {**FAULT_RATES, **self.fault_rates}
+
+    def to_json(self) -> dict[str, Any]:
+        """The run's configuration as JSON (``data_dir`` left out: it names a scratch folder)."""
+        rates = self.rates()
+        return {"workload": self.workload, "seed": self.seed, "ledger": self.ledger, "ops": self.ops,
+                "duration_ms": self.duration_ms, "clients": self.clients, "faults": self.faults,
+                "batching": self.batching, "partitions": self.partitions, "deadline_ms": self.deadline_ms,
+                "batch_messages": self.batch_messages, "key_shared": self.key_shared,
+                "delayed_tracker": self.delayed_tracker, "fault_rates": rates,
+                "config": config_overrides(self.broker_config())}
+
+
+def config_overrides(config: Config) -> dict[str, Any]:
+    """The broker.conf keys whose value differs from Pulsar's default, as JSON that
+    ``Config().with_overrides`` accepts back."""
+    defaults = Config.defaults()
+    return {key: list(value) if isinstance(value, tuple) else value
+            for key, value in config.items() if value != defaults[key]}
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    """One injected fault of the schedule: when, what, and on which component."""
+
+    time_ms: int
+    kind: str
+    target: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"time_ms": self.time_ms, "kind": self.kind, "target": self.target}
 
 
 @dataclass
@@ -75,6 +180,25 @@ class RunResult:
     committed: int
     aborted: int
     crashes: int
+    faults: list[FaultEvent] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)  # faults drawn per operation, by kind
+    cut: bool = False  # the deadline stopped the run
+
+    def metadata(self) -> dict[str, Any]:
+        """This run's metadata: its configuration, whether the deadline cut it, and the faults injected."""
+        return {**self.spec.to_json(), "cut_at_deadline": self.cut, "sim_time_ms": self.sim_time_ms,
+                "fault_schedule": [f.to_json() for f in self.faults],
+                "fault_counts": dict(sorted(self.counters.items()))}
+
+
+def file_metadata(runs: dict[str, RunResult]) -> dict[str, Any]:
+    """The metadata of a history file holding ``runs`` (history id -> run): each run's, and the broker.conf
+    overrides they share under ``"config"``.  Runs with different overrides cannot share a file."""
+    configs = {json.dumps(r.spec.to_json()["config"], sort_keys=True) for r in runs.values()}
+    if len(configs) > 1:
+        raise ValueError("the runs of one history file must share their broker.conf overrides")
+    shared = json.loads(configs.pop()) if configs else {}
+    return {"version": 1, "config": shared, "runs": {name: runs[name].metadata() for name in sorted(runs)}}
 
 
 class _Budget:
@@ -101,23 +225,37 @@ def _attempt(body: Callable[[], Proc]) -> Proc:
 class _Run:
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
-        net = NetworkFaults(drop_request=0.01, drop_response=0.01, duplicate_request=0.05,
-                            max_extra_delay_ms=200) if spec.faults else None
-        ledger_faults = LedgerFaults(append=0.003, read=0.05) if spec.faults else None
+        rates = spec.rates()
+        net = NetworkFaults(drop_request=float(rates["drop_request"]), drop_response=float(rates["drop_response"]),
+                            duplicate_request=float(rates["duplicate_request"]),
+                            max_extra_delay_ms=int(rates["max_extra_delay_ms"])) if spec.faults else None
+        ledger_faults = LedgerFaults(append=float(rates["ledger_append"]),
+                                     read=float(rates["ledger_read"])) if spec.faults else None
         topics = {"ctp": {"in": spec.clients, "out": spec.partitions}, "multi": {"multi": spec.partitions},
                   "delayed": {"delayed": 1}}[spec.workload]
-        self.cluster = Cluster.start(seed=spec.seed, topics=topics, config=spec.config, ledger=spec.ledger,
+        self.cluster = Cluster.start(seed=spec.seed, topics=topics, config=spec.broker_config(), ledger=spec.ledger,
                                      data_dir=spec.data_dir, batching=spec.batching, network_faults=net,
                                      ledger_faults=ledger_faults,
                                      history=f"{spec.workload}-{spec.ledger}-seed{spec.seed}")
+        if rates["participant_timeout"]:
+            # END_TXN_ON_* requests time out in the TB client (retryable: the coordinator re-drives the end).
+            self.cluster.broker.faults = BrokerFaults(participant_timeout=float(rates["participant_timeout"]))
         self.sim = self.cluster.sim
         self.rng = self.sim.rng
+        self.rates = rates
+        self.faults: list[FaultEvent] = []
+        self.cut = False
         self.budget = _Budget(spec.ops, lambda: self.sim.now, spec.duration_ms)
         self.running = 0
         self.committed = 0
         self.aborted = 0
         self.faults_on = spec.faults
         self.errors: list[BaseException] = []
+        self.producers: dict[tuple[str, int, Client | None], Producer] = {}  # (topic, partition, owner)
+        self.ledger_faults: dict[str, int] = {}
+        bucket = spec.workload == "delayed" and spec.delayed_tracker == "bucket"
+        self.max_delay_ms = BUCKET_MAX_DELAY_MS if bucket else MAX_DELAY_MS
+        self.cluster.broker.store.on_fault = self.ledger_fault
 
     # -- helpers ------------------------------------------------------------------------------------
 
@@ -131,9 +269,57 @@ class _Run:
 
         spawn(self.sim, proc, exit_)
 
-    def txn_timeout(self) -> int:
-        if self.faults_on and self.rng.random() < 0.1:
-            return self.rng.randint(50, 400)  # some transactions time out (TC-18, TC-19, TC-36)
+    def producer(self, client: Client, topic: str, partition: int, *, shared: bool) -> Producer:
+        """A producer for ``client``.  With ``batch_messages`` a batching one: ``shared``, a handle on
+        the run's one producer of the partition, so every client's sends can meet in one batch;
+        otherwise the client's own.  Only sends outside a transaction share: a batch carries one
+        transaction, so transactions of different clients never meet in one, and a shared producer
+        sends one request at a time for every client, which would only slow them down."""
+        if not self.spec.batch_messages:
+            return client.create_producer(topic, partition)
+        key = (topic, partition, None if shared else client)
+        mine = self.producers.get(key)
+        if mine is None:
+            mine = self.producers[key] = client.create_producer(
+                topic, partition, batching_enabled=True, batching_max_messages=BATCH_MAX_MESSAGES,
+                batching_max_publish_delay_ms=BATCH_MAX_DELAY_MS)
+            return mine
+        return mine if mine.client is client else mine.share(client)
+
+    def send(self, client: Client, topic: str, partition: int, text: str, *, txn: Any = None,
+             deliver_at: int | None = None) -> Generator[Future[Any], Any, Any]:
+        """One send through :meth:`producer`.  A batching producer sends one request at a time, so a
+        request that is never answered (lost, or a broker crash) would hold every later send through
+        it back forever; a timed-out send retires the producer, and the next send opens a new one
+        (as Pulsar's producer reconnects and carries on)."""
+        key = (topic, partition, None if txn is None else client)
+        before = self.producers.get(key)
+        producer = self.producer(client, topic, partition, shared=txn is None)
+        try:
+            return (yield producer.send_async(text, txn=txn, deliver_at=deliver_at, partition_key=self.key()))
+        except OperationTimeout:
+            if self.spec.batch_messages and self.producers.get(key) is (before or producer):
+                del self.producers[key]
+            raise
+
+    def key(self) -> str | None:
+        """A send's partition key (``key_shared`` runs only: other runs draw nothing, so they stay as they were)."""
+        return self.rng.choice(KEYS) if self.spec.key_shared else None
+
+    def ledger_fault(self, fault: InjectedFault) -> None:
+        """An injected ledger failure, as it fires: into the schedule, and counted per operation."""
+        op = fault.operation.op.value
+        self.injected(f"ledger-{op.replace('_', '-')}-failed", fault.operation.ledger)
+        self.ledger_faults[f"ledger_{op}_failed"] = self.ledger_faults.get(f"ledger_{op}_failed", 0) + 1
+
+    def injected(self, kind: str, target: str) -> None:
+        self.faults.append(FaultEvent(self.sim.now, kind, target))
+
+    def txn_timeout(self, process: int) -> int:
+        if self.faults_on and self.rng.random() < float(self.rates["short_txn_timeout"]):
+            timeout = self.rng.randint(50, 400)  # some transactions time out (TC-18, TC-19, TC-36)
+            self.injected(f"short-txn-timeout-{timeout}ms", f"process-{process}")
+            return timeout
         return 10_000
 
     def end(self, txn: Any) -> Proc:
@@ -156,14 +342,13 @@ class _Run:
 
     # -- workloads ----------------------------------------------------------------------------------
 
-    def feeder(self, topic: str, count: int) -> Proc:
+    def feeder(self, topic: str, count: int, first: int = 0, feeders: int = 1) -> Proc:
+        """Messages ``first``, ``first + feeders``, ... of ``count``; the feeders' k-th messages go to
+        the same partition, so that several feeders' sends meet in a batch."""
         client = self.cluster.client()
-        producers = [client.create_producer(topic, p) for p in range(self.spec.clients)]
-        for i in range(count):
-            producer = producers[i % len(producers)]
-
-            def send(producer: Producer = producer, i: int = i) -> Proc:
-                yield producer.send_async(f"{topic}-{i}")
+        for i in range(first, count, feeders):
+            def send(i: int = i) -> Proc:
+                yield from self.send(client, topic, (i // feeders) % self.spec.clients, f"{topic}-{i}")
 
             yield from _attempt(send)
             yield self.sim.sleep(self.rng.randint(0, 5))
@@ -172,19 +357,18 @@ class _Run:
         client = self.cluster.client()
         # Each processor owns one input partition (Exclusive), so its empty receive means "nothing left".
         consumer: Consumer = yield from self.subscribe(client, "in", "ctp", w, ConsumerType.Exclusive)
-        out = [client.create_producer("out", p) for p in range(self.spec.partitions)]
         n = 0
         while self.budget.take():
             n += 1
 
             def one(n: int = n) -> Proc:
-                txn = yield client.new_transaction_async(self.txn_timeout())
+                txn = yield client.new_transaction_async(self.txn_timeout(client.process))
                 msg = yield consumer.receive_async(20)
                 if msg is None:
                     yield txn.abort_async()
                     return
-                target = out[self.rng.randrange(len(out))]
-                yield target.send_async(f"{msg.payload.decode()}>w{w}.{n}", txn=txn)
+                target = self.rng.randrange(self.spec.partitions)
+                yield from self.send(client, "out", target, f"{msg.payload.decode()}>w{w}.{n}", txn=txn)
                 yield consumer.acknowledge_async(msg, txn=txn)
                 yield from self.end(txn)
 
@@ -193,15 +377,14 @@ class _Run:
 
     def multi_writer(self, w: int) -> Proc:
         client = self.cluster.client()
-        producers = [client.create_producer("multi", p) for p in range(self.spec.partitions)]
         n = 0
         while self.budget.take():
             n += 1
 
             def one(n: int = n) -> Proc:
-                txn = yield client.new_transaction_async(self.txn_timeout())
-                for p, producer in enumerate(producers):
-                    yield producer.send_async(f"w{w}.{n}.p{p}", txn=txn)
+                txn = yield client.new_transaction_async(self.txn_timeout(client.process))
+                for p in range(self.spec.partitions):
+                    yield from self.send(client, "multi", p, f"w{w}.{n}.p{p}", txn=txn)
                 yield from self.end(txn)
 
             yield from _attempt(one)
@@ -209,18 +392,21 @@ class _Run:
 
     def delayed_writer(self, w: int) -> Proc:
         client = self.cluster.client()
-        producer = client.create_producer("delayed", 0)
         n = 0
         while self.budget.take():
             n += 1
 
             def one(n: int = n) -> Proc:
-                at = self.sim.now + self.rng.randint(0, 600)
+                at: int | None = self.sim.now + self.rng.randint(0, self.max_delay_ms)
                 if self.rng.random() < 0.5:
-                    yield producer.send_async(f"w{w}.{n}", deliver_at=at)
+                    # A delayed message is never batched: with batching producers some plain sends
+                    # carry no deliver-at, so batches form between the delayed ones.
+                    if self.spec.batch_messages and self.rng.random() < 0.4:
+                        at = None
+                    yield from self.send(client, "delayed", 0, f"w{w}.{n}", deliver_at=at)
                     return
-                txn = yield client.new_transaction_async(self.txn_timeout())
-                yield producer.send_async(f"w{w}.{n}.t", txn=txn, deliver_at=at)
+                txn = yield client.new_transaction_async(self.txn_timeout(client.process))
+                yield from self.send(client, "delayed", 0, f"w{w}.{n}.t", txn=txn, deliver_at=at)
                 yield from self.end(txn)
 
             yield from _attempt(one)
@@ -252,18 +438,27 @@ class _Run:
             if not self.faults_on:
                 break
             roll = self.rng.random()
-            if roll < 0.4:
+            crash, reload = float(self.rates["broker_crash"]), float(self.rates["coordinator_crash"])
+            unload = float(self.rates["topic_unload"])
+            if roll < crash:
                 broker.crash()
+                self.injected("broker-crash", "broker")
                 yield self.sim.sleep(self.rng.randint(20, 300))
                 broker.restart()
-            elif roll < 0.8:
+                self.injected("broker-restart", "broker")
+            elif roll < crash + reload:
                 broker.coordinator.crash()
+                self.injected("coordinator-crash", "coordinator")
                 yield self.sim.sleep(self.rng.randint(20, 300))
-                if broker.up and not broker.coordinator.ready and not broker.coordinator.load():
-                    broker.restart_later(broker.coordinator)
-            else:
+                if broker.up and not broker.coordinator.ready:
+                    loaded = broker.coordinator.load()
+                    self.injected("coordinator-reload" if loaded else "coordinator-reload-failed", "coordinator")
+                    if not loaded:
+                        broker.restart_later(broker.coordinator)
+            elif roll < crash + reload + unload:
                 partition = self.rng.choice(sorted(broker.partitions))
                 broker.partitions[partition].crash()
+                self.injected("topic-unload", partition)
                 broker.restart_later(broker.partitions[partition])
 
     def heal(self) -> None:
@@ -271,8 +466,23 @@ class _Run:
         self.faults_on = False
         self.cluster.network.faults = NetworkFaults()
         self.cluster.broker.store.set_faults(False)
+        self.cluster.broker.faults = BrokerFaults()
+        if self.spec.faults:
+            self.injected("heal", "cluster")
         if not self.cluster.broker.up:
             self.cluster.broker.restart()
+            self.injected("broker-restart", "broker")
+
+    def past_deadline(self) -> bool:
+        """The run's deadline: the next event is due after it (the clock stops there)."""
+        due = self.sim.next_due()
+        if due is None or due <= self.spec.deadline_ms:
+            return False
+        if not self.cut:
+            self.cut = True
+            self.sim.now = max(self.sim.now, self.spec.deadline_ms)
+            self.injected("deadline", "run")
+        return True
 
     # -- the run ------------------------------------------------------------------------------------
 
@@ -281,18 +491,27 @@ class _Run:
         writers_done = [False]
         workers: list[Proc] = []
         readers: list[Proc] = []
+        # Key_Shared runs read every partition with several consumers; the others with one.
+        copies = KEY_SHARED_READERS if spec.key_shared else 1
+
+        def kind(otherwise: ConsumerType) -> ConsumerType:
+            return ConsumerType.KeyShared if spec.key_shared else otherwise
+
         if spec.workload == "ctp":
-            self.start(self.feeder("in", spec.ops + spec.ops // 4))
+            feeders = spec.clients if spec.batch_messages else 1
+            for first in range(feeders):
+                self.start(self.feeder("in", spec.ops + spec.ops // 4, first, feeders))
             workers = [self.ctp_worker(w) for w in range(spec.clients)]
-            readers = [self.reader("out", "verify", p, ConsumerType.Exclusive, lambda: writers_done[0])
-                       for p in range(spec.partitions)]
+            readers = [self.reader("out", "verify", p, kind(ConsumerType.Exclusive), lambda: writers_done[0])
+                       for p in range(spec.partitions) for _ in range(copies)]
         elif spec.workload == "multi":
             workers = [self.multi_writer(w) for w in range(spec.clients)]
-            readers = [self.reader("multi", "read", p, ConsumerType.Exclusive, lambda: writers_done[0])
-                       for p in range(spec.partitions)]
+            readers = [self.reader("multi", "read", p, kind(ConsumerType.Exclusive), lambda: writers_done[0])
+                       for p in range(spec.partitions) for _ in range(copies)]
         else:
             workers = [self.delayed_writer(w) for w in range(spec.clients)]
-            readers = [self.reader("delayed", "read", 0, ConsumerType.Shared, lambda: writers_done[0])]
+            readers = [self.reader("delayed", "read", 0, kind(ConsumerType.Shared), lambda: writers_done[0])
+                       for _ in range(copies)]
         worker_count = len(workers)
         finished = [0]
 
@@ -308,23 +527,31 @@ class _Run:
         if spec.faults:
             spawn(self.sim, self.fault_process())
         last_report = time.monotonic()
-        while finished[0] < worker_count:
+        while finished[0] < worker_count and not self.past_deadline():
             if not self.sim.run_one():
                 raise SimTimeout("the run stalled with workers still running")
             if progress is not None and time.monotonic() - last_report > 2:
                 last_report = time.monotonic()
                 progress(f"  {spec.workload} seed {spec.seed}: t={self.sim.now} ms, {len(self.cluster.recorder)} ops, "
                          f"{spec.ops - max(self.budget.left, 0)}/{spec.ops} txns")
-        self.heal()
-        self.sim.advance(12_000)  # every open transaction times out, every end is re-driven
+        if not self.cut:
+            self.heal()
+            heal_until = self.sim.now + 12_000  # every open transaction times out, every end is re-driven
+            while (due := self.sim.next_due()) is not None and due <= heal_until and not self.past_deadline():
+                self.sim.run_one()
+            if not self.cut:
+                self.sim.now = heal_until
         writers_done[0] = True
-        while self.running > 0:
+        while self.running > 0 and not self.past_deadline():
             if not self.sim.run_one():
                 break
         if self.errors:
             raise self.errors[0]
+        counters = {"network_dropped": self.cluster.network.dropped,
+                    "network_duplicated": self.cluster.network.duplicated, **self.ledger_faults}
         return RunResult(spec, self.cluster.recorder.operations(), self.sim.now, self.sim.events_run,
-                         self.committed, self.aborted, self.cluster.broker.crashes)
+                         self.committed, self.aborted, self.cluster.broker.crashes, list(self.faults),
+                         counters, self.cut)
 
 
 WORKLOADS = ("ctp", "multi", "delayed")
@@ -352,15 +579,40 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--ops", type=int, default=200, help="transactions attempted per history")
     parser.add_argument("--duration", type=int, default=None, metavar="MS",
                         help="also stop starting transactions after MS of simulated time")
+    parser.add_argument("--deadline", type=int, default=DEFAULT_DEADLINE_MS, metavar="MS",
+                        help="stop a run at MS of simulated time; its open operations are recorded as invoke "
+                        f"(default {DEFAULT_DEADLINE_MS})")
     parser.add_argument("--clients", type=int, default=4, help="concurrent transactional clients")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--faults", choices=("on", "off"), default="on")
     parser.add_argument("--batching", choices=("on", "off"), default="off", help="PIP-160 batched log writes")
+    parser.add_argument("--batch-messages", choices=("on", "off", "mixed"), default="mixed",
+                        help="batching producers shared by the clients (batch messages, PIP-54 acks); mixed "
+                        "(default): odd seeds")
+    parser.add_argument("--key-shared", choices=("on", "off", "mixed"), default="mixed",
+                        help=f"partition keys on every send and {KEY_SHARED_READERS} Key_Shared consumers per "
+                        "partition instead of the workload's readers; mixed (default): seeds = 1 mod 3")
+    parser.add_argument("--delayed-tracker", choices=(*TRACKERS, "mixed"), default="mixed",
+                        help="the delayed workload's tracker: Pulsar's in-memory default or the bucket tracker "
+                        "(its runs go to delayed-bucket.parquet); mixed (default): bucket on seeds 2, 3, 6, 7, ... "
+                        "(seed // 2 odd)")
     parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
     parser.add_argument("--check", action="store_true", help="check each history's transactional properties "
                         "(exit 1 on any anomaly)")
     parser.add_argument("--quiet", action="store_true")
     return parser
+
+
+def variant(choice: str, seed: int, modulus: int, step: int = 1) -> bool:
+    """An on/off/mixed command-line choice for one seed: mixed is on when ``(seed // step) % modulus
+    == 1``, so seed 0 (the default single run) is always the plain workload."""
+    return choice == "on" or (choice == "mixed" and (seed // step) % modulus == 1)
+
+
+def file_stem(spec: RunSpec) -> str:
+    """The history file a run goes to: one per workload, and the delayed workload's bucket-tracker
+    runs apart (a file's runs share their broker.conf overrides)."""
+    return f"{spec.workload}-bucket" if spec.broker_config() != spec.config else spec.workload
 
 
 def simulate_main(argv: list[str]) -> int:
@@ -378,20 +630,26 @@ def run_simulate(args: argparse.Namespace) -> int:
     status = 0
     with tempfile.TemporaryDirectory(prefix="txnmodel-sim-") as scratch:
         for workload in workloads:
-            histories: dict[str, list[Operation]] = {}
+            files: dict[str, dict[str, RunResult]] = {}
             for k in range(args.histories):
                 seed = args.seed + k
                 data = None
                 if args.ledger == "file":
                     data = str(Path(args.data or scratch) / f"{workload}-seed{seed}")
+                tracker = {"bucket": "on", "memory": "off"}.get(args.delayed_tracker, args.delayed_tracker)
                 spec = RunSpec(workload=workload, seed=seed, ledger=args.ledger, data_dir=data, ops=args.ops,
                                clients=args.clients, faults=args.faults == "on", batching=args.batching == "on",
-                               partitions=args.partitions, duration_ms=args.duration)
+                               partitions=args.partitions, duration_ms=args.duration, deadline_ms=args.deadline,
+                               batch_messages=variant(args.batch_messages, seed, 2),
+                               key_shared=variant(args.key_shared, seed, 3),
+                               delayed_tracker="bucket" if workload == "delayed" and variant(tracker, seed, 2, step=2)
+                               else "memory")
                 result = run(spec, say)
                 history = result.operations[0].history if result.operations else f"{workload}-{seed}"
-                histories[history] = result.operations
+                files.setdefault(file_stem(spec), {})[history] = result
                 line = (f"{history}: {len(result.operations)} ops, {result.committed} commits, {result.aborted} "
-                        f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated")
+                        f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated"
+                        f"{' (cut at the deadline)' if result.cut else ''}")
                 if args.check:
                     from invariants.transactional import check_transactional
 
@@ -405,10 +663,13 @@ def run_simulate(args: argparse.Namespace) -> int:
             if out is not None:
                 from invariants.history import write_jsonl, write_parquet
 
-                write_parquet(out / f"{workload}.parquet", histories)
-                if args.jsonl:
-                    write_jsonl(out / f"{workload}.jsonl", histories)
-                say(f"wrote {out / f'{workload}.parquet'}")
+                for stem, runs in sorted(files.items()):
+                    histories = {name: result.operations for name, result in runs.items()}
+                    metadata = file_metadata(runs)
+                    write_parquet(out / f"{stem}.parquet", histories, metadata=metadata)
+                    if args.jsonl:
+                        write_jsonl(out / f"{stem}.jsonl", histories, metadata=metadata)
+                    say(f"wrote {out / f'{stem}.parquet'}")
     return status
 
 

@@ -14,12 +14,14 @@ import hashlib
 import os
 import random
 import re
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from spec.config import Config
 
-from .fault import FaultyLedger, Op
+from .fault import FaultyLedger, InjectedFault, Op
 from .file_ledger import FileLedger
 from .ledger import ManagedLedger
 from .memory_ledger import MemoryLedger, MemoryLedgerStorage
@@ -58,6 +60,8 @@ class LedgerStore:
         self._open: dict[str, ManagedLedger] = {}
         self._faulty: list[FaultyLedger] = []
         self._enabled = True
+        # Told of each fault injected on any handle this store opened, so a run's fault schedule lists them.
+        self.on_fault: Callable[[InjectedFault], None] | None = None
 
     def open(self, name: str) -> ManagedLedger:
         """A new owner's handle on ``name`` (created empty if it never existed)."""
@@ -80,7 +84,7 @@ class LedgerStore:
         if self.faults.append or self.faults.read:
             if self.rng is None:
                 raise ValueError("injected ledger faults need the simulation's random source")
-            faulty = FaultyLedger(ledger, rng=self.rng)
+            faulty = FaultyLedger(ledger, rng=self.rng, on_inject=self._injected)
             if self.faults.append:
                 faulty.fail_randomly(self.faults.append, ops={Op.APPEND})
             if self.faults.read:
@@ -89,12 +93,41 @@ class LedgerStore:
             return faulty
         return ledger
 
+    def _injected(self, fault: InjectedFault) -> None:
+        if self.on_fault is not None:
+            self.on_fault(fault)
+
     def exists(self, name: str) -> bool:
         """Whether a managed ledger ``name`` was ever created (Pulsar's ledger-exists check)."""
         if self.kind == "memory":
             return name in self._memory
         assert self.directory is not None
         return (self.directory / _file_name(name)).exists()
+
+    def delete(self, name: str) -> None:
+        """Delete the managed ledger ``name`` for good (missing is fine), as a BookKeeper client
+        deletes a bucket snapshot's ledger.  On files the directory is first renamed out of the
+        way (one atomic step, then the parent is synced), so a crash mid-way leaves either the whole
+        ledger or a tombstone no ``open`` will ever read, never a half-deleted ledger."""
+        handle = self._open.pop(name, None)
+        if handle is not None:
+            handle.close()
+        if self.kind == "memory":
+            self._memory.pop(name, None)
+            return
+        assert self.directory is not None
+        path = self.directory / _file_name(name)
+        if not path.exists():
+            return
+        tombstone = path.with_name(path.name + ".deleted")
+        shutil.rmtree(tombstone, ignore_errors=True)
+        os.rename(path, tombstone)
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        shutil.rmtree(tombstone, ignore_errors=True)
 
     def set_faults(self, enabled: bool) -> None:
         """Suspend or resume injected faults (a run heals before its final checks)."""

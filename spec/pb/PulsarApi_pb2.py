@@ -24,29 +24,31 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17spec/pb/PulsarApi.proto\x12\x0cpulsar.proto\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\t\"\xc4\x01\n\rMessageIdData\x12\x10\n\x08ledgerId\x18\x01 \x02(\x04\x12\x0f\n\x07\x65ntryId\x18\x02 \x02(\x04\x12\x15\n\tpartition\x18\x03 \x01(\x05:\x02-1\x12\x17\n\x0b\x62\x61tch_index\x18\x04 \x01(\x05:\x02-1\x12\x0f\n\x07\x61\x63k_set\x18\x05 \x03(\x03\x12\x12\n\nbatch_size\x18\x06 \x01(\x05\x12;\n\x16\x66irst_chunk_message_id\x18\x07 \x01(\x0b\x32\x1b.pulsar.proto.MessageIdData\"\xe9\x03\n\x0fMessageMetadata\x12\x15\n\rproducer_name\x18\x01 \x02(\t\x12\x13\n\x0bsequence_id\x18\x02 \x02(\x04\x12\x14\n\x0cpublish_time\x18\x03 \x02(\x04\x12*\n\nproperties\x18\x04 \x03(\x0b\x32\x16.pulsar.proto.KeyValue\x12\x17\n\x0freplicated_from\x18\x05 \x01(\t\x12\x15\n\rpartition_key\x18\x06 \x01(\t\x12\x14\n\x0creplicate_to\x18\x07 \x03(\t\x12\x1c\n\x11uncompressed_size\x18\t \x01(\r:\x01\x30\x12 \n\x15num_messages_in_batch\x18\x0b \x01(\x05:\x01\x31\x12\x15\n\nevent_time\x18\x0c \x01(\x04:\x01\x30\x12\x17\n\x0f\x64\x65liver_at_time\x18\x13 \x01(\x03\x12\x13\n\x0bmarker_type\x18\x14 \x01(\x05\x12\x18\n\x10txnid_least_bits\x18\x16 \x01(\x04\x12\x17\n\x0ftxnid_most_bits\x18\x17 \x01(\x04\x12\x1e\n\x13highest_sequence_id\x18\x18 \x01(\x04:\x01\x30\x12\x19\n\nnull_value\x18\x19 \x01(\x08:\x05\x66\x61lse\x12\x0c\n\x04uuid\x18\x1a \x01(\t\x12!\n\x12null_partition_key\x18\x1e \x01(\x08:\x05\x66\x61lse\"3\n\x0cSubscription\x12\r\n\x05topic\x18\x01 \x02(\t\x12\x14\n\x0csubscription\x18\x02 \x02(\t\"\xfe\x01\n\nCommandAck\x12\x13\n\x0b\x63onsumer_id\x18\x01 \x02(\x04\x12\x32\n\x08\x61\x63k_type\x18\x02 \x02(\x0e\x32 .pulsar.proto.CommandAck.AckType\x12/\n\nmessage_id\x18\x03 \x03(\x0b\x32\x1b.pulsar.proto.MessageIdData\x12\x1b\n\x10txnid_least_bits\x18\x06 \x01(\x04:\x01\x30\x12\x1a\n\x0ftxnid_most_bits\x18\x07 \x01(\x04:\x01\x30\x12\x12\n\nrequest_id\x18\x08 \x01(\x04\")\n\x07\x41\x63kType\x12\x0e\n\nIndividual\x10\x00\x12\x0e\n\nCumulative\x10\x01\"\xce\x01\n\x18\x43ommandEndTxnOnPartition\x12\x12\n\nrequest_id\x18\x01 \x02(\x04\x12\x1b\n\x10txnid_least_bits\x18\x02 \x01(\x04:\x01\x30\x12\x1a\n\x0ftxnid_most_bits\x18\x03 \x01(\x04:\x01\x30\x12\r\n\x05topic\x18\x04 \x01(\t\x12+\n\ntxn_action\x18\x05 \x01(\x0e\x32\x17.pulsar.proto.TxnAction\x12)\n!txnid_least_bits_of_low_watermark\x18\x06 \x01(\x04\"\xf4\x01\n\x1b\x43ommandEndTxnOnSubscription\x12\x12\n\nrequest_id\x18\x01 \x02(\x04\x12\x1b\n\x10txnid_least_bits\x18\x02 \x01(\x04:\x01\x30\x12\x1a\n\x0ftxnid_most_bits\x18\x03 \x01(\x04:\x01\x30\x12\x30\n\x0csubscription\x18\x04 \x01(\x0b\x32\x1a.pulsar.proto.Subscription\x12+\n\ntxn_action\x18\x05 \x01(\x0e\x32\x17.pulsar.proto.TxnAction\x12)\n!txnid_least_bits_of_low_watermark\x18\x06 \x01(\x04*\"\n\tTxnAction\x12\n\n\x06\x43OMMIT\x10\x00\x12\t\n\x05\x41\x42ORT\x10\x01')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17spec/pb/PulsarApi.proto\x12\x0cpulsar.proto\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\t\"\xc4\x01\n\rMessageIdData\x12\x10\n\x08ledgerId\x18\x01 \x02(\x04\x12\x0f\n\x07\x65ntryId\x18\x02 \x02(\x04\x12\x15\n\tpartition\x18\x03 \x01(\x05:\x02-1\x12\x17\n\x0b\x62\x61tch_index\x18\x04 \x01(\x05:\x02-1\x12\x0f\n\x07\x61\x63k_set\x18\x05 \x03(\x03\x12\x12\n\nbatch_size\x18\x06 \x01(\x05\x12;\n\x16\x66irst_chunk_message_id\x18\x07 \x01(\x0b\x32\x1b.pulsar.proto.MessageIdData\"\xe9\x03\n\x0fMessageMetadata\x12\x15\n\rproducer_name\x18\x01 \x02(\t\x12\x13\n\x0bsequence_id\x18\x02 \x02(\x04\x12\x14\n\x0cpublish_time\x18\x03 \x02(\x04\x12*\n\nproperties\x18\x04 \x03(\x0b\x32\x16.pulsar.proto.KeyValue\x12\x17\n\x0freplicated_from\x18\x05 \x01(\t\x12\x15\n\rpartition_key\x18\x06 \x01(\t\x12\x14\n\x0creplicate_to\x18\x07 \x03(\t\x12\x1c\n\x11uncompressed_size\x18\t \x01(\r:\x01\x30\x12 \n\x15num_messages_in_batch\x18\x0b \x01(\x05:\x01\x31\x12\x15\n\nevent_time\x18\x0c \x01(\x04:\x01\x30\x12\x17\n\x0f\x64\x65liver_at_time\x18\x13 \x01(\x03\x12\x13\n\x0bmarker_type\x18\x14 \x01(\x05\x12\x18\n\x10txnid_least_bits\x18\x16 \x01(\x04\x12\x17\n\x0ftxnid_most_bits\x18\x17 \x01(\x04\x12\x1e\n\x13highest_sequence_id\x18\x18 \x01(\x04:\x01\x30\x12\x19\n\nnull_value\x18\x19 \x01(\x08:\x05\x66\x61lse\x12\x0c\n\x04uuid\x18\x1a \x01(\t\x12!\n\x12null_partition_key\x18\x1e \x01(\x08:\x05\x66\x61lse\"\xb8\x02\n\x15SingleMessageMetadata\x12*\n\nproperties\x18\x01 \x03(\x0b\x32\x16.pulsar.proto.KeyValue\x12\x15\n\rpartition_key\x18\x02 \x01(\t\x12\x14\n\x0cpayload_size\x18\x03 \x02(\x05\x12\x1c\n\rcompacted_out\x18\x04 \x01(\x08:\x05\x66\x61lse\x12\x15\n\nevent_time\x18\x05 \x01(\x04:\x01\x30\x12(\n\x19partition_key_b64_encoded\x18\x06 \x01(\x08:\x05\x66\x61lse\x12\x14\n\x0cordering_key\x18\x07 \x01(\x0c\x12\x13\n\x0bsequence_id\x18\x08 \x01(\x04\x12\x19\n\nnull_value\x18\t \x01(\x08:\x05\x66\x61lse\x12!\n\x12null_partition_key\x18\n \x01(\x08:\x05\x66\x61lse\"3\n\x0cSubscription\x12\r\n\x05topic\x18\x01 \x02(\t\x12\x14\n\x0csubscription\x18\x02 \x02(\t\"\xfe\x01\n\nCommandAck\x12\x13\n\x0b\x63onsumer_id\x18\x01 \x02(\x04\x12\x32\n\x08\x61\x63k_type\x18\x02 \x02(\x0e\x32 .pulsar.proto.CommandAck.AckType\x12/\n\nmessage_id\x18\x03 \x03(\x0b\x32\x1b.pulsar.proto.MessageIdData\x12\x1b\n\x10txnid_least_bits\x18\x06 \x01(\x04:\x01\x30\x12\x1a\n\x0ftxnid_most_bits\x18\x07 \x01(\x04:\x01\x30\x12\x12\n\nrequest_id\x18\x08 \x01(\x04\")\n\x07\x41\x63kType\x12\x0e\n\nIndividual\x10\x00\x12\x0e\n\nCumulative\x10\x01\"\xce\x01\n\x18\x43ommandEndTxnOnPartition\x12\x12\n\nrequest_id\x18\x01 \x02(\x04\x12\x1b\n\x10txnid_least_bits\x18\x02 \x01(\x04:\x01\x30\x12\x1a\n\x0ftxnid_most_bits\x18\x03 \x01(\x04:\x01\x30\x12\r\n\x05topic\x18\x04 \x01(\t\x12+\n\ntxn_action\x18\x05 \x01(\x0e\x32\x17.pulsar.proto.TxnAction\x12)\n!txnid_least_bits_of_low_watermark\x18\x06 \x01(\x04\"\xf4\x01\n\x1b\x43ommandEndTxnOnSubscription\x12\x12\n\nrequest_id\x18\x01 \x02(\x04\x12\x1b\n\x10txnid_least_bits\x18\x02 \x01(\x04:\x01\x30\x12\x1a\n\x0ftxnid_most_bits\x18\x03 \x01(\x04:\x01\x30\x12\x30\n\x0csubscription\x18\x04 \x01(\x0b\x32\x1a.pulsar.proto.Subscription\x12+\n\ntxn_action\x18\x05 \x01(\x0e\x32\x17.pulsar.proto.TxnAction\x12)\n!txnid_least_bits_of_low_watermark\x18\x06 \x01(\x04*\"\n\tTxnAction\x12\n\n\x06\x43OMMIT\x10\x00\x12\t\n\x05\x41\x42ORT\x10\x01')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'spec.pb.PulsarApi_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TXNACTION']._serialized_start=1538
-  _globals['_TXNACTION']._serialized_end=1572
+  _globals['_TXNACTION']._serialized_start=1853
+  _globals['_TXNACTION']._serialized_end=1887
   _globals['_KEYVALUE']._serialized_start=41
   _globals['_KEYVALUE']._serialized_end=79
   _globals['_MESSAGEIDDATA']._serialized_start=82
   _globals['_MESSAGEIDDATA']._serialized_end=278
   _globals['_MESSAGEMETADATA']._serialized_start=281
   _globals['_MESSAGEMETADATA']._serialized_end=770
-  _globals['_SUBSCRIPTION']._serialized_start=772
-  _globals['_SUBSCRIPTION']._serialized_end=823
-  _globals['_COMMANDACK']._serialized_start=826
-  _globals['_COMMANDACK']._serialized_end=1080
-  _globals['_COMMANDACK_ACKTYPE']._serialized_start=1039
-  _globals['_COMMANDACK_ACKTYPE']._serialized_end=1080
-  _globals['_COMMANDENDTXNONPARTITION']._serialized_start=1083
-  _globals['_COMMANDENDTXNONPARTITION']._serialized_end=1289
-  _globals['_COMMANDENDTXNONSUBSCRIPTION']._serialized_start=1292
-  _globals['_COMMANDENDTXNONSUBSCRIPTION']._serialized_end=1536
+  _globals['_SINGLEMESSAGEMETADATA']._serialized_start=773
+  _globals['_SINGLEMESSAGEMETADATA']._serialized_end=1085
+  _globals['_SUBSCRIPTION']._serialized_start=1087
+  _globals['_SUBSCRIPTION']._serialized_end=1138
+  _globals['_COMMANDACK']._serialized_start=1141
+  _globals['_COMMANDACK']._serialized_end=1395
+  _globals['_COMMANDACK_ACKTYPE']._serialized_start=1354
+  _globals['_COMMANDACK_ACKTYPE']._serialized_end=1395
+  _globals['_COMMANDENDTXNONPARTITION']._serialized_start=1398
+  _globals['_COMMANDENDTXNONPARTITION']._serialized_end=1604
+  _globals['_COMMANDENDTXNONSUBSCRIPTION']._serialized_start=1607
+  _globals['_COMMANDENDTXNONSUBSCRIPTION']._serialized_end=1851
 # @@protoc_insertion_point(module_scope)

@@ -176,6 +176,57 @@ class MessageMetadata(_message.Message):
 Global___MessageMetadata: _TypeAlias = MessageMetadata  # noqa: Y015
 
 @_typing.final
+class SingleMessageMetadata(_message.Message):
+    """The per-message header inside a batch entry (num_messages_in_batch > 1): the entry's payload is,
+    for each message, [4-byte big-endian size][SingleMessageMetadata][payload of payload_size bytes].
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROPERTIES_FIELD_NUMBER: _builtins.int
+    PARTITION_KEY_FIELD_NUMBER: _builtins.int
+    PAYLOAD_SIZE_FIELD_NUMBER: _builtins.int
+    COMPACTED_OUT_FIELD_NUMBER: _builtins.int
+    EVENT_TIME_FIELD_NUMBER: _builtins.int
+    PARTITION_KEY_B64_ENCODED_FIELD_NUMBER: _builtins.int
+    ORDERING_KEY_FIELD_NUMBER: _builtins.int
+    SEQUENCE_ID_FIELD_NUMBER: _builtins.int
+    NULL_VALUE_FIELD_NUMBER: _builtins.int
+    NULL_PARTITION_KEY_FIELD_NUMBER: _builtins.int
+    partition_key: _builtins.str
+    payload_size: _builtins.int
+    compacted_out: _builtins.bool
+    event_time: _builtins.int
+    partition_key_b64_encoded: _builtins.bool
+    ordering_key: _builtins.bytes
+    sequence_id: _builtins.int
+    null_value: _builtins.bool
+    null_partition_key: _builtins.bool
+    @_builtins.property
+    def properties(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyValue]: ...
+    def __init__(
+        self,
+        *,
+        properties: _abc.Iterable[Global___KeyValue] | None = ...,
+        partition_key: _builtins.str | None = ...,
+        payload_size: _builtins.int | None = ...,
+        compacted_out: _builtins.bool | None = ...,
+        event_time: _builtins.int | None = ...,
+        partition_key_b64_encoded: _builtins.bool | None = ...,
+        ordering_key: _builtins.bytes | None = ...,
+        sequence_id: _builtins.int | None = ...,
+        null_value: _builtins.bool | None = ...,
+        null_partition_key: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["compacted_out", b"compacted_out", "event_time", b"event_time", "null_partition_key", b"null_partition_key", "null_value", b"null_value", "ordering_key", b"ordering_key", "partition_key", b"partition_key", "partition_key_b64_encoded", b"partition_key_b64_encoded", "payload_size", b"payload_size", "sequence_id", b"sequence_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compacted_out", b"compacted_out", "event_time", b"event_time", "null_partition_key", b"null_partition_key", "null_value", b"null_value", "ordering_key", b"ordering_key", "partition_key", b"partition_key", "partition_key_b64_encoded", b"partition_key_b64_encoded", "payload_size", b"payload_size", "properties", b"properties", "sequence_id", b"sequence_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SingleMessageMetadata: _TypeAlias = SingleMessageMetadata  # noqa: Y015
+
+@_typing.final
 class Subscription(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -112,6 +112,8 @@ def test_main_job_end_to_end_small(tmp_path: Path, capsys: pytest.CaptureFixture
     code = main(["run", "--histories", "1", "--ops", "8", "--seed", "3", "--out", str(tmp_path / "run")])
     out = capsys.readouterr().out
     assert code == 0, out
-    for line in ("conformance vectors", "proofs: coordinator", "simulate", "verify: transactional", "total"):
+    for line in ("conformance vectors", "proofs: coordinator", "simulate", "verify: transactional",
+                 "verify: linearizability", "per object: coordinator", "per object: buffer",
+                 "per object: pending_ack", "per object: delayed", "total"):
         assert line in out
     assert (tmp_path / "run" / "verdicts" / "verdicts.parquet").exists()

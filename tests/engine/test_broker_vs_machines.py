@@ -83,6 +83,17 @@ class Pure:
             return outcome.position  # type: ignore[no-any-return]
         return result.value  # type: ignore[no-any-return]
 
+    def trim(self) -> None:
+        """Topic retention (TB-23): closed ledgers the cursor's mark-delete passed go, oldest first,
+        while the buffer agrees."""
+        for info in self.buffer.ledgers[:-1]:
+            if self.ml_cursor.mark_delete < Position(info.ledger_id, info.entries - 1):
+                return
+            buffer, result = tb.step(self.buffer, tb.DeleteLedger(info.ledger_id))
+            if isinstance(result, Err):
+                return
+            self.buffer = buffer
+
     # -- the pending ack ----------------------------------------------------------------------------
 
     def _cursor(self, effects: tuple[Any, ...]) -> None:
@@ -286,6 +297,7 @@ class BrokerVersusMachines(RuleBasedStateMachine):
     def agree(self) -> None:
         self.cluster.sim.advance(5)  # let the answers of the last step settle
         self.model.dispatch()
+        self.model.trim()
         broker = self.cluster.broker
         engine_tc, model_tc = broker.coordinator.state, self.model.coordinator
         assert engine_tc is not None

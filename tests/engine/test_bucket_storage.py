@@ -161,3 +161,27 @@ def test_unsubscribe_cleans_residual_snapshots() -> None:
     assert len(ledgers.open) == 4
     assert len(clean_residual_snapshots(storage, cursor)) == 4
     assert ledgers.open == {} and dict(cursor.properties) == {}
+
+
+def test_dd18_a_snapshot_spanning_several_ledgers_reads_back_in_order() -> None:
+    """DD-18: entries are counted from entry 0 across the snapshot's rolled-over ledgers."""
+    small = Config().with_overrides({"managedLedgerMaxEntriesPerLedger": 2})
+    ledgers: dict[str, MemoryLedger] = {}
+
+    def open_ledger(name: str) -> ManagedLedger:
+        return ledgers.setdefault(name, MemoryLedger(name, small))
+
+    def delete_ledger(name: str) -> None:
+        ledgers.pop(name, None)
+
+    storage = BucketSnapshotStorage(open_ledger, delete_ledger, MemoryLedger("topic").open_cursor("sub"))
+    runs = tuple(dd.compact_run([(1000 + 10 * k + i, 5, 3 * k + i) for i in range(3)]) for k in range(5))
+    metadata = tuple(dd.SegmentMeta(r.index(0)[0], r.index(len(r) - 1)[0], dd._freeze({})) for r in runs)
+    storage.create_bucket_snapshot(1, dd.Snapshot(5, 5, metadata, runs, 0))
+    assert len(ledgers["delayed-bucket-1"].ledgers()) >= 3  # metadata + 5 segments, two entries a ledger
+    assert storage.get_bucket_snapshot_metadata(1) == metadata
+    for k in range(5):
+        (run,) = storage.get_bucket_snapshot_segment(1, k + 1, k + 1)
+        assert list(run.indexes()) == list(runs[k].indexes())
+    assert [list(r.indexes()) for r in storage.get_bucket_snapshot_segment(1, 2, 9)] == \
+        [list(r.indexes()) for r in runs[1:]]

@@ -4,6 +4,8 @@ Each test drives the simulated broker through the Pulsar-shaped client, exactly 
 and checks what the client observed (and, where the scenario says so, the broker's durable state:
 cursor positions, coordinator status).  Scenario ids are those of
 ``pulsar-txn-semantics.md`` section 7.6; rule ids name the rules the scenario exercises.
+More scenarios are in ``test_e2e_catalogue_txn.py`` and ``test_e2e_catalogue_pip.py``;
+``docs/engine/catalogue.md`` maps every scenario of the fact sheets to its test or vector.
 """
 
 from __future__ import annotations

@@ -94,3 +94,97 @@ def test_topic_entries_are_message_metadata_frames() -> None:
     assert decoded.entry == entry and decoded.payload == b"body" and decoded.deliver_at == 99
     marker = LogEntry(Position(3, 5), EntryKind.TXN_ABORT, TxnID(1, 2))
     assert decode_entry(marker.position, encode_entry(marker)).entry == marker
+
+
+def test_a_consumer_whose_subscribe_answer_was_lost_is_dropped_with_its_connection() -> None:
+    cluster = Cluster.start(seed=11)
+    client = cluster.client(operation_timeout_ms=1_000)
+    producer = client.create_producer("topic")
+    for text in ("a", "b", "c"):
+        producer.send(text)
+    cluster.network.faults = NetworkFaults(drop_response=1.0)
+    with pytest.raises(OperationTimeout):
+        client.subscribe("topic", "sub", consumer_type=ConsumerType.Shared)
+    cluster.network.faults = NetworkFaults()
+    sub = cluster.broker.subscription(P0, "sub")
+    # The broker did attach the lost attempt's consumer (and dispatched to it); giving up on the
+    # subscribe closed the connection, so it is gone and its messages are back with the dispatcher.
+    assert sub is not None and sub.consumers == {}
+    consumer = client.subscribe("topic", "sub", consumer_type=ConsumerType.Shared)
+    got = [consumer.receive(50) for _ in range(3)]
+    assert [m.data() for m in got if m is not None] == [b"a", b"b", b"c"]
+    assert list(sub.consumers) == [consumer.consumer_id]
+    ops = cluster.history()
+    validate_history(ops)
+    assert [op.type for op in ops if op.f == "subscribe"] == [OpType.INFO, OpType.OK]
+
+
+def test_a_subscribe_request_arriving_after_the_client_gave_up_attaches_nothing() -> None:
+    cluster = Cluster.start(seed=12)
+    client = cluster.client(operation_timeout_ms=2)
+    cluster.network.latency_ms = (5, 5)  # the request is still travelling when the client gives up
+    with pytest.raises(OperationTimeout):
+        client.subscribe("topic", "sub", consumer_type=ConsumerType.Shared)
+    cluster.sim.advance(20)
+    sub = cluster.broker.subscription(P0, "sub")
+    assert sub is None or sub.consumers == {}
+
+
+def test_a_lost_subscribe_retried_leaves_one_consumer_per_attempt_that_succeeded() -> None:
+    cluster = Cluster.start(seed=13)
+    client = cluster.client(operation_timeout_ms=500)
+    producer = client.create_producer("topic")
+    producer.send("only")
+    cluster.network.faults = NetworkFaults(drop_response=1.0)
+    for _ in range(3):
+        with pytest.raises(OperationTimeout):
+            client.subscribe("topic", "sub", consumer_type=ConsumerType.Exclusive)
+    cluster.network.faults = NetworkFaults()
+    consumer = client.subscribe("topic", "sub", consumer_type=ConsumerType.Exclusive)
+    msg = consumer.receive(50)
+    # Exclusive: had a lost attempt's consumer stayed, it would be the active one and hold the message.
+    assert msg is not None and msg.data() == b"only"
+
+
+def test_unsubscribe_deletes_the_subscription_and_a_new_one_starts_clean() -> None:
+    """CommandUnsubscribe: refused while another consumer is connected; then the cursor and the
+    pending-ack log go, and a subscription of the same name starts over at its initial position."""
+    from reference.engine.broker import partition_name
+    from reference.engine.client import Cluster, ConsumerType, OperationFailed
+
+    cluster = Cluster.start(seed=5, topics={"in": 1})
+    client = cluster.client()
+    producer = client.create_producer("in")
+    first = client.subscribe("in", "sub", consumer_type=ConsumerType.Shared)
+    second = client.subscribe("in", "sub", consumer_type=ConsumerType.Shared)
+    producer.send("m0")
+    receiver = first
+    msg = first.receive(100)
+    if msg is None:
+        receiver, msg = second, second.receive(100)
+    assert msg is not None
+    txn = client.new_transaction(60_000)
+    receiver.acknowledge(msg, txn=txn)  # creates the pending-ack log
+    txn.commit()
+    part = partition_name("in", 0)
+    sub = cluster.broker.subscription(part, "sub")
+    assert sub is not None and cluster.broker.store.exists(sub.log_name)
+    try:
+        first.unsubscribe()
+        raise AssertionError("unsubscribe with another consumer connected must fail")
+    except OperationFailed as refused:
+        assert refused.error.name == "SubscriptionBusy"
+    second.close()
+    first.unsubscribe()
+    assert cluster.broker.subscription(part, "sub") is None
+    assert not cluster.broker.store.exists(sub.log_name)
+    ledger = cluster.broker.partition(part).ledger
+    assert ledger is not None and "sub" not in {c.name for c in ledger.cursors()}
+    ops = [op for op in cluster.history() if op.f == "unsubscribe"]
+    assert [(op.type.value, op.error) for op in ops] == [("fail", "SubscriptionBusy"), ("ok", None)]
+    again = client.subscribe("in", "sub", consumer_type=ConsumerType.Shared)
+    producer.send("m1")
+    got = [again.receive(100), again.receive(100)]
+    # A new cursor at the client's initial position (EARLIEST): m0, acked by the deleted
+    # subscription, is new to this one.
+    assert [m.data() if m else None for m in got] == [b"m0", b"m1"]

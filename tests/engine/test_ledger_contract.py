@@ -224,6 +224,17 @@ def test_without_cursors_every_closed_ledger_is_consumed(harness: Harness) -> No
     assert ml.last_confirmed() == P(3, -1)
 
 
+def test_deletion_can_stop_at_a_ledger(harness: Harness) -> None:
+    """``up_to``: the owner (the transaction buffer, TB-23) may keep consumed ledgers above a bound."""
+    ml = harness.make(entries_per_ledger(1))
+    fill(ml, 4)
+    assert ml.delete_consumed_ledgers(up_to=-1) == ()
+    assert ml.delete_consumed_ledgers(up_to=1) == (0, 1)
+    assert [i.ledger_id for i in ml.ledgers()] == [2, 3, 4]
+    assert ml.delete_consumed_ledgers(up_to=100) == (2, 3)
+    assert ml.ledgers() == (LedgerInfo(4, 0),)
+
+
 def test_a_deleted_cursor_no_longer_holds_ledgers(harness: Harness) -> None:
     ml = harness.make(entries_per_ledger(1))
     ml.open_cursor("gone", InitialPosition.EARLIEST)

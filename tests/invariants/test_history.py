@@ -183,3 +183,73 @@ def test_history_files(tmp_path: Path) -> None:
         history_files(tmp_path, "jsonl")
     with pytest.raises(BadHistory, match="no such file"):
         history_files(tmp_path / "missing", "parquet")
+
+
+# --- run metadata ------------------------------------------------------------------------------
+
+
+def _metadata(**run: object) -> dict[str, object]:
+    spec = {"workload": "ctp", "seed": 3, "config": {"managedLedgerMaxEntriesPerLedger": 64},
+            "fault_schedule": [{"time_ms": 1200, "kind": "broker-crash", "target": "broker"}], **run}
+    return {"version": 1, "config": {"managedLedgerMaxEntriesPerLedger": 64}, "runs": {"h": spec}}
+
+
+def test_run_metadata_round_trips_in_parquet_and_jsonl(tmp_path: Path) -> None:
+    from invariants.history import read_metadata, run_config
+
+    ops = generate(1)
+    meta = _metadata(batching=True, fault_rates={"drop_request": 0.01})
+    write_parquet(tmp_path / "h.parquet", ops, metadata=meta)
+    write_jsonl(tmp_path / "h.jsonl", ops, metadata=meta)
+    assert read_metadata(tmp_path / "h.parquet") == meta
+    assert read_metadata(tmp_path / "h.jsonl") == meta
+    assert (tmp_path / "h.jsonl.meta.json").exists()
+    # The rows are untouched, and the metadata sidecar is not a history file.
+    assert read_parquet(tmp_path / "h.parquet") == read_jsonl(tmp_path / "h.jsonl")
+    assert history_files(tmp_path, "jsonl") == [tmp_path / "h.jsonl"]
+    assert run_config(read_metadata(tmp_path / "h.parquet")).managed_ledger_max_entries_per_ledger == 64
+    # Without metadata: None (and a stale sidecar goes away with a rewrite).
+    write_parquet(tmp_path / "plain.parquet", ops)
+    write_jsonl(tmp_path / "h.jsonl", ops)
+    assert read_metadata(tmp_path / "plain.parquet") is None and read_metadata(tmp_path / "h.jsonl") is None
+    assert run_config(None).managed_ledger_max_entries_per_ledger == 50000
+
+
+@pytest.mark.parametrize(("meta", "column"), [
+    ({"version": 2, "config": {}, "runs": {}}, "version"),
+    ({"version": 1, "config": {"noSuchKey": 1}, "runs": {}}, "config"),
+    ({"version": 1, "config": {"managedLedgerMaxEntriesPerLedger": "many"}, "runs": {}}, "config"),
+    ({"version": 1, "config": {}, "runs": []}, "runs"),
+    (_metadata(seed="3"), "runs.h.seed"),
+    (_metadata(fault_schedule=[{"time_ms": "soon", "kind": "x", "target": "y"}]), "runs.h.fault_schedule[0]"),
+    (_metadata(config={"transactionCoordinatorEnabled": "maybe"}), "runs.h.config"),
+])
+def test_malformed_run_metadata_is_a_typed_error(tmp_path: Path, meta: dict[str, object], column: str) -> None:
+    from invariants.history import METADATA_KEY, BadMetadata, read_metadata
+
+    ops = generate(2)
+    with pytest.raises(BadMetadata) as refused:
+        write_parquet(tmp_path / "w.parquet", ops, metadata=meta)
+    assert refused.value.column == column
+    # A file written by someone else carries it anyway: the reader names the file and the field.
+    path = tmp_path / "x.parquet"
+    write_parquet(path, ops)
+    table = pq.read_table(path)
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata,
+                                                  METADATA_KEY.encode(): json.dumps(meta).encode()}), path)
+    with pytest.raises(BadMetadata) as caught:
+        read_metadata(path)
+    assert caught.value.column == column and str(path) in str(caught.value)
+    assert isinstance(caught.value, BadHistory) and isinstance(caught.value, InputError)
+
+
+def test_run_metadata_that_is_not_json(tmp_path: Path) -> None:
+    from invariants.history import BadMetadata, read_metadata
+
+    write_jsonl(tmp_path / "h.jsonl", generate(2))
+    (tmp_path / "h.jsonl.meta.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(BadMetadata, match="not JSON"):
+        read_metadata(tmp_path / "h.jsonl")
+    (tmp_path / "h.jsonl.meta.json").write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(BadMetadata, match="JSON object"):
+        read_metadata(tmp_path / "h.jsonl")

@@ -368,3 +368,303 @@ def test_cyclic_information_flow_g1c() -> None:
     assert "txn (0,1) consumed 'y' that txn (0,2) produced" in anomaly.explanation
     # one direction alone is ordinary consume-transform-produce
     assert check_transactional([o for o in ops if o.index != 7]).ok
+
+
+# --- missing-redelivery: liveness under REDELIVERY_BOUND_MS --------------------------------------
+
+EXCL = {"initial_position": "Earliest", "sub_type": "Exclusive"}
+
+
+def _acked_then_aborted(*after: Operation) -> list[Operation]:
+    """a and b are sent; the Exclusive consumer receives a, acks it in T2, and T2 aborts (done at 11)."""
+    return [
+        op(0, 0, "send", PART, {"message": "a", "txn": None}, {"position": [1, 0]}, at=0),
+        op(1, 1, "subscribe", SUB, EXCL, at=1),
+        op(2, 1, "receive", SUB, {}, {"message": "a", "position": [1, 0]}, at=4),
+        op(3, 1, "ack", SUB, {"position": [1, 0], "txn": T2}, at=6),
+        op(4, 1, "abort", TC, {"txn": T2}, at=8, done=11),
+        *after,
+    ]
+
+
+def test_missing_redelivery_an_empty_receive_past_the_bound() -> None:
+    from invariants.transactional import REDELIVERY_BOUND_MS
+
+    late = 11 + REDELIVERY_BOUND_MS
+    ops = _acked_then_aborted(op(5, 1, "receive", SUB, {}, None, at=late))
+    result = check_transactional(ops)
+    assert set(result.counts) == {"missing-redelivery"}
+    assert result.anomalies[0].ops == (0, 3, 4, 5)
+    assert "found nothing" in result.anomalies[0].explanation
+    # Within the bound an empty receive proves nothing (the redelivery may still be on its way).
+    assert check_transactional(_acked_then_aborted(op(5, 1, "receive", SUB, {}, None, at=late - 1))).ok
+    # Received again first: redelivered as promised.
+    again = op(5, 1, "receive", SUB, {}, {"message": "a", "position": [1, 0], "redelivery_count": 1}, at=12)
+    assert check_transactional(_acked_then_aborted(again, op(6, 1, "receive", SUB, {}, None, at=late))).ok
+
+
+def test_missing_redelivery_a_message_sent_after_the_abort_overtakes_it() -> None:
+    ops = _acked_then_aborted(
+        op(5, 0, "send", PART, {"message": "b", "txn": None}, {"position": [1, 1]}, at=20),
+        op(6, 1, "receive", SUB, {}, {"message": "b", "position": [1, 1]}, at=30),
+    )
+    result = check_transactional(ops)
+    assert set(result.counts) == {"missing-redelivery"}
+    assert "after the abort completed" in result.anomalies[0].explanation
+
+
+def test_missing_redelivery_is_not_judged_where_it_cannot_be_proved() -> None:
+    late = op(5, 1, "receive", SUB, {}, None, at=5_000)
+    base = _acked_then_aborted(late)
+    # A cumulative ack is not redelivered on abort (#14371).
+    cumulative = [dataclasses.replace(o, f="ack_cumulative") if o.index == 3 else o for o in base]
+    assert check_transactional(cumulative).ok
+    # A Shared subscription: another consumer may hold the redelivered message.
+    shared = [dataclasses.replace(o, value='{"initial_position":"Earliest","sub_type":"Shared"}', _value=None)
+              if o.index == 1 else o for o in base]
+    assert check_transactional(shared).ok
+    # A receive of unknown outcome may have taken it.
+    blind = [*base[:5], op(5, 2, "receive", SUB, {}, None, at=12, kind=OpType.INFO), dataclasses.replace(late, index=6)]
+    assert check_transactional(blind).ok
+    # The abort did not return ok: nothing says when (or whether) the pending ack released it.
+    unknown = [dataclasses.replace(o, type=OpType.INFO) if o.index == 4 else o for o in base]
+    assert check_transactional(unknown).ok
+
+
+def test_loss_is_judged_for_messages_visible_only_after_an_unknown_receive_ended() -> None:
+    """An info receive may have taken a message dispatchable before it ended, not one committed after."""
+    blind = op(0, 2, "receive", SUB, {}, None, at=0, done=30, kind=OpType.INFO)
+    ops = [
+        blind,
+        op(1, 0, "send", PART, {"message": "a", "txn": T1}, {"position": [1, 0]}, at=1),
+        op(2, 0, "commit", TC, {"txn": T1}, at=40),
+        op(3, 1, "receive", SUB, {}, None, at=50),
+    ]
+    assert _names(ops) == {"lost-message"}
+    early = [*ops[:2], dataclasses.replace(ops[2], invoked_at=20, completed_at=21), ops[3]]
+    assert check_transactional(early).ok  # committed while the receive could still take it
+    still_open = [dataclasses.replace(blind, type=OpType.INVOKE, completed_at=None), *ops[1:]]
+    assert check_transactional(still_open).ok
+
+
+# --- batch messages (PIP-54): the message id is (ledger, entry, batch index) --------------------
+
+
+def _batch_sends(*, txn: list[int] | None = None) -> list[Operation]:
+    """Three sends that met in one batch: entry 1:0, indexes 0..2, all completed when it was written."""
+    return [op(i, i, "send", PART, {"message": f"m{i}", "txn": txn},
+               {"position": [1, 0], "batch_index": i, "batch_size": 3}, at=i, done=5) for i in range(3)]
+
+
+def _batch_receive(index: int, process: int, batch_index: int, at: int, redelivery: int = 0) -> Operation:
+    result = {"message": f"m{batch_index}", "position": [1, 0], "redelivery_count": redelivery,
+              "batch_index": batch_index, "batch_size": 3}
+    made: Operation = op(index, process, "receive", SUB, {}, result, at=at)
+    return made
+
+
+def test_a_batch_shares_one_entry_and_is_delivered_in_index_order() -> None:
+    ops = [*_batch_sends(), *(_batch_receive(3 + i, 9, i, 10 + 2 * i) for i in range(3)),
+           op(6, 9, "receive", SUB, {}, None, at=20)]
+    result = check_transactional(ops)
+    assert result.ok, [str(a) for a in result.anomalies]
+    assert result.messages == 3
+    # The same batch, read backwards: the index is part of the order.
+    backwards = [*_batch_sends(), *(_batch_receive(3 + i, 9, 2 - i, 10 + 2 * i) for i in range(3))]
+    result = check_transactional(backwards)
+    assert set(result.counts) == {"out-of-order-delivery"}
+    assert "1:0#2" in result.anomalies[0].explanation and "1:0#1" in result.anomalies[0].explanation
+
+
+def test_sends_clash_on_one_batch_index_or_with_a_plain_message_of_the_entry() -> None:
+    sends = _batch_sends()
+    same_index = dataclasses.replace(sends[2], result='{"position":[1,0],"batch_index":1,"batch_size":3}',
+                                     _result=None)
+    assert _names([*sends[:2], same_index]) == {"inconsistent-position"}
+    plain = dataclasses.replace(sends[2], result='{"position":[1,0]}', _result=None)
+    assert _names([*sends[:2], plain]) == {"inconsistent-position"}
+
+
+def test_a_receive_at_another_batch_index_is_inconsistent() -> None:
+    moved = op(3, 9, "receive", SUB, {}, {"message": "m0", "position": [1, 0], "batch_index": 2}, at=10)
+    result = check_transactional([*_batch_sends(), moved])
+    assert set(result.counts) == {"inconsistent-position"}
+    assert "1:0#0" in result.anomalies[0].explanation and "1:0#2" in result.anomalies[0].explanation
+    unbatched = op(3, 9, "receive", SUB, {}, {"message": "m0", "position": [1, 0]}, at=10)
+    assert _names([*_batch_sends(), unbatched]) == {"inconsistent-position"}
+
+
+def _acked_in_txn(f: str, value: dict[str, object]) -> list[Operation]:
+    """The batch is received; T1 acks ``value`` (``f``: ack or ack_cumulative) and commits by 14."""
+    return [*_batch_sends(), *(_batch_receive(3 + i, 9, i, 6 + i) for i in range(3)),
+            op(6, 9, f, SUB, {**value, "txn": T1}, at=10),
+            op(7, 9, "commit", TC, {"txn": T1}, at=12, done=14)]
+
+
+def _redelivered(ops: list[Operation], batch_index: int) -> list[Operation]:
+    return [*ops, _batch_receive(len(ops), 9, batch_index, 20, redelivery=1)]
+
+
+def test_an_ack_with_a_batch_index_acks_that_message_only() -> None:
+    ops = _acked_in_txn("ack", {"position": [1, 0], "batch_index": 1})
+    assert check_transactional(ops).ok
+    assert check_transactional(_redelivered(ops, 0)).ok  # index 0 was never acked: it may come back
+    assert check_transactional(_redelivered(ops, 2)).ok
+    assert _names(_redelivered(ops, 1)) == {"duplicate-after-commit"}
+    # Without a batch index the ack takes the whole entry.
+    whole = _acked_in_txn("ack", {"position": [1, 0]})
+    assert _names(_redelivered(whole, 0)) == {"duplicate-after-commit"}
+    assert _names(_redelivered(whole, 2)) == {"duplicate-after-commit"}
+
+
+def test_a_cumulative_ack_of_a_batch_index_covers_the_indexes_up_to_it() -> None:
+    ops = _acked_in_txn("ack_cumulative", {"position": [1, 0], "batch_index": 1})
+    assert _names(_redelivered(ops, 0)) == {"duplicate-after-commit"}
+    assert _names(_redelivered(ops, 1)) == {"duplicate-after-commit"}
+    assert check_transactional(_redelivered(ops, 2)).ok  # PA-12: indexes 0..i of the entry, not i+1
+    # Entries before the acked one are covered whole.
+    later = [*_batch_sends(), op(3, 3, "send", PART, {"message": "n", "txn": None}, {"position": [1, 1]}, at=3, done=5)]
+    cumulative = [*later, op(4, 9, "receive", SUB, {}, {"message": "n", "position": [1, 1]}, at=6),
+                  op(5, 9, "ack_cumulative", SUB, {"position": [1, 1], "batch_index": 0, "txn": T1}, at=10),
+                  op(6, 9, "commit", TC, {"txn": T1}, at=12, done=14)]
+    assert _names(_redelivered(cumulative, 2)) == {"duplicate-after-commit"}
+
+
+def test_missing_redelivery_of_one_batch_index() -> None:
+    base = [*_batch_sends(),
+            op(3, 9, "subscribe", SUB, EXCL, at=5),
+            _batch_receive(4, 9, 0, 6), _batch_receive(5, 9, 1, 7),
+            op(6, 9, "ack", SUB, {"position": [1, 0], "batch_index": 1, "txn": T2}, at=8),
+            op(7, 9, "abort", TC, {"txn": T2}, at=9, done=11),
+            op(8, 0, "send", PART, {"message": "late", "txn": None}, {"position": [1, 1]}, at=20)]
+    overtaken = [*base, op(9, 9, "receive", SUB, {}, {"message": "late", "position": [1, 1]}, at=30)]
+    result = check_transactional(overtaken)
+    assert set(result.counts) == {"missing-redelivery"}
+    assert "'m1' at 1:0#1" in result.anomalies[0].explanation
+    again = [*base, _batch_receive(9, 9, 1, 25, redelivery=1),
+             op(10, 9, "receive", SUB, {}, {"message": "late", "position": [1, 1]}, at=30)]
+    assert check_transactional(again).ok
+
+
+def test_malformed_batch_index_is_bad_input() -> None:
+    for bad in ('{"position":[1,0],"batch_index":-1}', '{"position":[1,0],"batch_index":"0"}'):
+        send = op(0, 0, "send", PART, {"message": "a", "txn": None}, {"position": [1, 0]}, at=0)
+        with pytest.raises(BadHistory) as info:
+            check_transactional([dataclasses.replace(send, result=bad, _result=None)])
+        assert info.value.column == "result" and info.value.row == 0
+
+
+# --- subscription types --------------------------------------------------------------------------
+
+
+def _subscribed(sub_type: str) -> Operation:
+    made: Operation = op(0, 1, "subscribe", SUB, {"initial_position": "Earliest", "sub_type": sub_type}, at=0)
+    return made
+
+
+def test_early_delivery_is_judged_only_where_pulsar_delays() -> None:
+    """Pulsar holds delayed messages back on Shared and Key_Shared subscriptions only (C.2 #57)."""
+    def history(sub_type: str) -> list[Operation]:
+        return [_subscribed(sub_type),
+                op(1, 0, "send", PART, {"message": "a", "txn": None, "deliver_at_ms": 100}, {"position": [1, 0]},
+                   at=1),
+                op(2, 1, "receive", SUB, {}, {"message": "a", "position": [1, 0]}, at=40, done=60)]
+
+    assert check_transactional(history("Exclusive")).ok
+    assert check_transactional(history("Failover")).ok
+    assert _names(history("Shared")) == {"early-delivery"}
+    assert _names(history("Key_Shared")) == {"early-delivery"}
+
+
+def test_delayed_messages_keep_their_order_where_pulsar_does_not_delay() -> None:
+    sends = [op(i, 0, "send", PART, {"message": f"d{i}", "txn": None, "deliver_at_ms": 500 - i},
+                {"position": [1, i]}, at=1 + i) for i in range(2)]
+    swapped = [op(3, 1, "receive", SUB, {}, {"message": "d1", "position": [1, 1]}, at=10),
+               op(4, 1, "receive", SUB, {}, {"message": "d0", "position": [1, 0]}, at=12)]
+    exclusive = [dataclasses.replace(_subscribed("Exclusive"), index=2), *sends, *swapped]
+    assert _names(exclusive) == {"out-of-order-delivery"}
+    shared = [dataclasses.replace(_subscribed("Shared"), index=2), *sends, *swapped]
+    assert _names(shared) == {"early-delivery"}  # held back on purpose: order is not judged
+
+
+def _keyed(i: int, key: str, position: list[int], batch_index: int | None = None) -> Operation:
+    result: dict[str, object] = {"position": position}
+    if batch_index is not None:
+        result.update(batch_index=batch_index, batch_size=2)
+    made: Operation = op(i, 0, "send", PART, {"message": f"m{i}", "txn": None, "partition_key": key}, result, at=i,
+                         done=i)
+    return made
+
+
+def _got(index: int, message: str, position: list[int], at: int, batch_index: int | None = None) -> Operation:
+    result: dict[str, object] = {"message": message, "position": position}
+    if batch_index is not None:
+        result["batch_index"] = batch_index
+    made: Operation = op(index, 1, "receive", SUB, {}, result, at=at)
+    return made
+
+
+def test_key_shared_orders_each_sticky_key_and_shared_orders_nothing() -> None:
+    sends = [_keyed(1, "a", [1, 0]), _keyed(2, "b", [1, 1]), _keyed(3, "a", [1, 2])]
+    # Across keys a consumer may get a later entry first (another consumer's messages came back to it).
+    across = [_subscribed("Key_Shared"), *sends, _got(4, "m2", [1, 1], 10), _got(5, "m1", [1, 0], 12)]
+    assert check_transactional(across).ok
+    within = [_subscribed("Key_Shared"), *sends, _got(4, "m3", [1, 2], 10), _got(5, "m1", [1, 0], 12)]
+    result = check_transactional(within)
+    assert set(result.counts) == {"out-of-order-delivery"}
+    assert "key 'a'" in result.anomalies[0].explanation
+    assert check_transactional([_subscribed("Shared"), *within[1:]]).ok
+    # Without a recorded subscribe the subscription is judged as Exclusive: across keys too.
+    assert _names(across[1:]) == {"out-of-order-delivery"}
+
+
+def test_key_shared_routes_a_batch_by_its_first_message_key() -> None:
+    # Entry 1:0 is a batch keyed "a" (its index 0) holding a "b" message at index 1: the consumer of
+    # "a" gets it, so it is ordered with the "a" messages, not with "b".
+    sends = [_keyed(1, "a", [1, 0], 0), _keyed(2, "b", [1, 0], 1), _keyed(3, "b", [1, 1])]
+    ok = [_subscribed("Key_Shared"), *sends, _got(4, "m3", [1, 1], 10), _got(5, "m2", [1, 0], 12, 1)]
+    assert check_transactional(ok).ok
+    sends_a = [_keyed(1, "a", [1, 0], 0), _keyed(2, "b", [1, 0], 1), _keyed(3, "a", [1, 1])]
+    bad = [_subscribed("Key_Shared"), *sends_a, _got(4, "m3", [1, 1], 10), _got(5, "m2", [1, 0], 12, 1)]
+    assert _names(bad) == {"out-of-order-delivery"}
+
+
+def _as_batches(ops: list[Operation], size: int) -> list[Operation]:
+    """The same history with every ``size`` consecutive entries of a ledger packed into one batch
+    entry: (l, e) becomes (l, e // size) at batch index e % size.  The map keeps the order of message
+    ids, and an ack of (l, e) acks the same messages afterwards (a cumulative one: everything before
+    entry e // size and indexes 0..e % size of it), so every verdict must stay the same."""
+    import json
+
+    def pack(data: object) -> object:
+        if isinstance(data, dict) and isinstance(data.get("position"), list):
+            ledger, entry = data["position"]
+            return {**data, "position": [ledger, entry // size], "batch_index": entry % size, "batch_size": size}
+        return data
+
+    out = []
+    for o in ops:
+        if o.f in ("send", "receive", "ack", "ack_cumulative"):
+            o = dataclasses.replace(o, value=json.dumps(pack(o.args)), _value=None,
+                                    result=None if o.result is None else json.dumps(pack(o.returned)), _result=None)
+        out.append(o)
+    return out
+
+
+@given(st.integers(0, 10_000), st.sampled_from([2, 3, 5]))
+def test_generated_histories_packed_into_batches_keep_their_verdicts(seed: int, size: int) -> None:
+    ops = generate(seed)
+    assert check_transactional(_as_batches(ops, size)).ok
+    # A planted duplicate is still one: an acked message delivered again after the commit.
+    receives = {o.returned["message"]: o for o in _receives(ops)}
+    acked = [o for o in ops if o.f == "ack" and o.args.get("txn")]
+    if not acked:
+        return
+    ack = acked[0]
+    end = max(o.completed_at or 0 for o in ops) + 10
+    message = next(m for m, r in receives.items() if r.object == ack.object
+                   and r.returned["position"] == ack.args["position"])
+    again = op(len(ops), 99, "receive", ack.object, {}, {"message": message, "position": ack.args["position"],
+                                                         "redelivery_count": 1}, at=end)
+    plain = set(check_transactional(renumber([*ops, again])).counts)
+    assert plain == set(check_transactional(_as_batches(renumber([*ops, again]), size)).counts)

@@ -11,7 +11,9 @@ Where the broker looks names up: ``reference/engine/broker.py`` imports the mach
 ``reference.buffer._commit_txn`` would have no effect.  The helpers those handlers call
 (``_update_max_read_position``, ``_add_aborted``, ``_entry_visible``, ``_handle_low_water_mark``,
 ``_commit_individual``, ``_abort_individual``, ``_end_transaction``, ...) are module globals looked
-up at call time, so the mutants replace those.  The delayed-delivery mutant replaces the method
+up at call time, so the mutants replace those.  Where the bug lives in a top-level handler itself
+(a normal publish, a commit), the mutant replaces that one entry of the ``_HANDLERS`` table
+(``key=``), which ``step`` reads at call time.  The delayed-delivery mutant replaces the method
 ``Params.cutoff`` on the class, which every tracker calls through its ``params`` value.
 """
 
@@ -29,6 +31,7 @@ from reference import coordinator as tc
 from reference import delayed as dl
 from reference import pending_ack as pa
 from reference.engine.simulate import RunSpec, run
+from spec.result import Ok
 
 __all__ = ["DETECTABLE", "MUTANTS", "Mutant", "Probe", "applied", "check", "detection", "first_detection"]
 
@@ -40,12 +43,26 @@ class Probe:
     workload: str
     faults: bool
     ops: int = 40
+    partitions: int = 2
+    clients: int = 4
+    rates: tuple[tuple[str, float | int], ...] = ()  # fault-rate overrides (RunSpec.fault_rates)
+    config: tuple[tuple[str, Any], ...] = ()  # broker.conf overrides on top of the simulator's defaults
 
     def spec(self, seed: int) -> RunSpec:
-        return RunSpec(workload=self.workload, seed=seed, ops=self.ops, faults=self.faults)
+        spec = RunSpec(workload=self.workload, seed=seed, ops=self.ops, faults=self.faults,
+                       partitions=self.partitions, clients=self.clients, fault_rates=dict(self.rates))
+        if self.config:
+            spec.config = spec.config.with_overrides(dict(self.config))
+        return spec
 
     def __str__(self) -> str:
-        return f"{self.workload}/faults-{'on' if self.faults else 'off'}/ops={self.ops}"
+        extra = "" if self.partitions == 2 else f"/partitions={self.partitions}"
+        extra += "" if self.clients == 4 else f"/clients={self.clients}"
+        extra += "".join(f"/{k}={v}" for k, v in self.config)
+        faults = "on" if self.faults else "off"
+        if self.faults and self.rates:
+            faults = "only " + ",".join(f"{k}={v}" for k, v in self.rates if v)
+        return f"{self.workload}/faults-{faults}/ops={self.ops}{extra}"
 
 
 @dataclass(frozen=True)
@@ -60,23 +77,37 @@ class Mutant:
     seeds: tuple[int, ...] = ()  # the seeds the test asserts detection at (smallest set found, plus one)
     not_detectable: str = ""  # why the workloads cannot flag it (then it is documented, not tested)
     runnable: bool = True  # False: a run with the mutant does not terminate, so the report skips it
+    key: Any = None  # set: the attribute is a table (``_HANDLERS``) and the mutant replaces this entry
 
     @property
     def where(self) -> str:
         if isinstance(self.target, type):
-            return f"{self.target.__module__}.{self.target.__name__}.{self.attribute}"
-        return f"{self.target.__name__}.{self.attribute}"
+            place = f"{self.target.__module__}.{self.target.__name__}.{self.attribute}"
+        else:
+            place = f"{self.target.__name__}.{self.attribute}"
+        return place if self.key is None else f"{place}[{getattr(self.key, '__name__', self.key)}]"
+
+    def current(self) -> Any:
+        """The function the mutant replaces, as the machine would look it up now."""
+        holder = getattr(self.target, self.attribute)
+        return holder if self.key is None else holder[self.key]
 
 
 @contextlib.contextmanager
 def applied(mutant: Mutant) -> Iterator[None]:
-    """Patch the one attribute with the buggy replacement; restore it on exit."""
-    original = getattr(mutant.target, mutant.attribute)
-    setattr(mutant.target, mutant.attribute, mutant.make(original))
+    """Patch the one attribute (or table entry) with the buggy replacement; restore it on exit."""
+    original = mutant.current()
+    if mutant.key is None:
+        setattr(mutant.target, mutant.attribute, mutant.make(original))
+    else:
+        getattr(mutant.target, mutant.attribute)[mutant.key] = mutant.make(original)
     try:
         yield
     finally:
-        setattr(mutant.target, mutant.attribute, original)
+        if mutant.key is None:
+            setattr(mutant.target, mutant.attribute, original)
+        else:
+            getattr(mutant.target, mutant.attribute)[mutant.key] = original
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,6 +200,90 @@ def _non_strict_cutoff(original: Callable[..., Any]) -> Callable[..., Any]:
     return buggy
 
 
+def _commit_not_removing_ongoing(original: Callable[..., Any]) -> Callable[..., Any]:
+    def buggy(state: tb.BufferState, cmd: tb.CommitTxn) -> tuple[tb.BufferState, Any]:
+        first = state.ongoing.get(cmd.txn_id)
+        new, result = original(state, cmd)
+        if first is None or not isinstance(result, Ok) or cmd.txn_id in new.ongoing:
+            return new, result
+        # The commit marker is written but the txn stays ongoing: maxReadPosition stays before its
+        # first message until the low watermark passes it and the buffer aborts it (TB-13).
+        new = replace(new, ongoing=new.ongoing.set(cmd.txn_id, first))
+        return tb._update_max_read_position(new), result
+    return buggy
+
+
+def _publish_moves_mrp(original: Callable[..., Any]) -> Callable[..., Any]:
+    def buggy(state: tb.BufferState, cmd: tb.PublishMessage) -> tuple[tb.BufferState, Any]:
+        new, result = original(state, cmd)
+        if isinstance(result, Ok) and new.status is tb.BufferStatus.READY and new.ongoing:
+            # syncMaxReadPositionForNormalPublish moves to the new LAC although txns are ongoing
+            new = tb._move_max_read_position(new, result.value)
+        return new, result
+    return buggy
+
+
+def _recovery_keeps_snapshot_mrp(original: Callable[..., Any]) -> Callable[..., Any]:
+    def buggy(config: Any, topic: str, ledgers: Any, entries: Any, store: tb.SnapshotStore
+              ) -> tuple[tb.BufferState, tuple[Any, ...]]:
+        state, effects = original(config, topic, ledgers, entries, store)
+        if state.status is not tb.BufferStatus.READY or state.ongoing:
+            return state, effects
+        if config.transaction_buffer_segmented_snapshot_enabled and store.indexes is not None:
+            start = store.indexes.snapshot.max_read_position
+        elif store.snapshot is not None:
+            start = store.snapshot.max_read_position
+        else:
+            return state, effects
+        # Nothing ongoing after the replay, yet maxReadPosition stays at the snapshot's, not the LAC.
+        return replace(state, max_read_position=start), effects
+    return buggy
+
+
+def _recovery_no_redrive(original: Callable[..., Any]) -> Callable[..., Any]:
+    def buggy(state: tc.CoordinatorState) -> tuple[tc.CoordinatorState, Any]:
+        new, result = original(state)
+        if not isinstance(result, Ok):
+            return new, result
+        # The re-driven ends run before the store is published, fail with "coordinator not found" and
+        # are dropped: COMMITTING/ABORTING txns stay so for good.
+        kept = tuple(e for e in result.effects if not isinstance(e, tc.ScheduleResumeEndTxn))
+        return new, replace(result, effects=kept)
+    return buggy
+
+
+def _timeouts_never_fire(original: Callable[..., Any]) -> Callable[..., Any]:
+    def buggy(state: tc.CoordinatorState, cmd: tc.Tick) -> tuple[tc.CoordinatorState, Any]:
+        return state, Ok(())  # the timer is never re-armed: no open txn is ever timed out
+    return buggy
+
+
+# The engine places a buffer step's entries at the positions the machine chose; a step that writes a commit
+# marker and then low-watermark abort markers can straddle a ledger roll-over, which the engine does not
+# follow yet (it asserts).  Probes that reach the low-watermark abort path keep one ledger per topic.
+_ONE_LEDGER: tuple[tuple[str, Any], ...] = (("managedLedgerMaxEntriesPerLedger", 50_000),)
+
+
+def _only(**rates: float) -> tuple[tuple[str, float | int], ...]:
+    """A fault profile with only the named faults: no lost requests or responses, no ledger failures and
+    no component faults unless named.  A receive whose answer never comes (a lost response, a crash while
+    it waits) blinds the loss check for what it may have taken, so probes for bugs that show up as
+    loss keep the readers' receives answered."""
+    quiet: dict[str, float | int] = {"drop_request": 0.0, "drop_response": 0.0, "duplicate_request": 0.0,
+                                     "ledger_append": 0.0, "ledger_read": 0.0, "short_txn_timeout": 0.0,
+                                     "broker_crash": 0.0, "coordinator_crash": 0.0, "topic_unload": 0.0}
+    return tuple(sorted({**quiet, **rates}.items()))
+
+
+# The low-watermark abort (TB-13) needs a buffer holding an ongoing txn its coordinator already finished.
+# Within the fault model that is a late append: a txn with a short timeout sends to a partition whose
+# buffer has no snapshot yet; the send is delayed past the txn's timeout abort, which a buffer without a
+# snapshot acknowledges without writing or remembering anything (Q6), so the late message re-opens the
+# txn there.  Many fresh partitions, many short timeouts and long network delays make that likely.
+_LATE_APPEND = Probe("multi", True, partitions=8, rates=_only(short_txn_timeout=0.5, max_extra_delay_ms=400),
+                     config=_ONE_LEDGER)
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("mrp-ignores-ongoing", "#12386 / #14192 (txn-semantics §4.3; reference rule TB-7)",
            "maxReadPosition follows the LAC even while a transaction is ongoing, so uncommitted data is readable.",
@@ -182,34 +297,59 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("end-not-removing-ongoing", "txn-semantics §4.3; reference rules TB-11/TB-12",
            "a commit/abort marker does not remove the txn from ongoing, so maxReadPosition never passes it.",
            tb, "_remove_and_update", _end_not_removing_ongoing, Probe("ctp", False),
-           not_detectable="a run with this mutant never terminates: the readers and the final drain wait for "
-                          "committed data that maxReadPosition never exposes, so no finite history exists to "
-                          "check; it is a liveness failure the simulator would need a drain deadline to record",
+           not_detectable="a run with this mutant never returns from one machine step: the first commit whose "
+                          "low watermark passes a txn left ongoing enters _handle_low_water_mark, whose loop "
+                          "aborts the first ongoing txn until none is at or below the mark, and with this "
+                          "mutant the abort never removes it (Pulsar's asynchronous loop would write abort "
+                          "markers forever instead).  The run deadline bounds simulated time, which a pure "
+                          "step that never returns does not advance.  commit-not-removing-ongoing is the "
+                          "commit-path half of this bug, which terminates and is detected",
            runnable=False),
     Mutant("lwm-aborts-wrong-txn", "#12312 (txn-semantics §4.6; reference rule TB-13)",
            "when the first ongoing txn is at or below the low watermark, the abort is written for the txn being ended "
            "instead of that first ongoing txn.",
-           tb, "_handle_low_water_mark", _lwm_aborts_wrong_txn, Probe("ctp", True),
-           not_detectable="the low-watermark abort path is never reached: instrumenting the correct "
-                          "_handle_low_water_mark over 20 fault-on ctp/multi histories (ops=60) gave 1386 calls "
-                          "and 0 aborts, because no buffer ever holds an ongoing txn at or below its "
-                          "coordinator's mark (the mark trails the oldest open txn and markers arrive first)"),
+           tb, "_handle_low_water_mark", _lwm_aborts_wrong_txn, _LATE_APPEND, (4, 7)),
     Mutant("pa-commit-not-deleting", "txn-semantics §5 commit path; reference rule PA-12",
            "a pending-ack commit forgets the txn without acknowledging its positions on the cursor.",
-           pa, "_commit_individual", _pa_commit_not_deleting, Probe("ctp", True), (0, 1)),
+           pa, "_commit_individual", _pa_commit_not_deleting, Probe("ctp", True), (0, 2)),
     Mutant("pa-abort-not-redelivering", "txn-semantics §5 abort path; reference rule PA-13",
            "a pending-ack abort releases the positions but never redelivers them.",
-           pa, "_abort_individual", _pa_abort_not_redelivering, Probe("ctp", True),
-           not_detectable="nothing is lost, only delayed: the released input stays unacknowledged on the "
-                          "cursor, and the ctp worker never asks for redelivery, so it is dispatched again when "
-                          "the consumer closes and the final drain subscribes; the checker has no bound on "
-                          "redelivery latency, so the history is clean"),
+           pa, "_abort_individual", _pa_abort_not_redelivering, Probe("ctp", False), (0, 1)),
     Mutant("end-txn-skips-participant", "txn-semantics §2.4 endTransaction fan-out; reference rule TC-14",
            "the coordinator's END_TXN fan-out omits the last produced partition.",
            tc, "_end_transaction", _end_txn_skips_participant, Probe("multi", False), (0, 1)),
     Mutant("non-strict-cutoff", "pip160-pip195 timer rules; reference rule DD-1 (strict cutoff)",
            "the tracker uses now+tick as cutoff in strict mode, so messages are delivered before deliver_at.",
            dl.Params, "cutoff", _non_strict_cutoff, Probe("delayed", False), (0, 1)),
+    Mutant("commit-not-removing-ongoing", "txn-semantics §4.3 rule 5 / §4.5; reference rule TB-11",
+           "a commit marker does not remove the txn from ongoing (the abort path still does), so maxReadPosition "
+           "stays before its messages until the low watermark passes it and the buffer aborts it.",
+           tb, "_HANDLERS", _commit_not_removing_ongoing, Probe("ctp", False, config=_ONE_LEDGER), (0, 1),
+           key=tb.CommitTxn),
+    Mutant("publish-moves-mrp-while-ongoing", "#12386 (txn-semantics §4.3 rule 3); reference rule TB-9",
+           "a normal publish moves maxReadPosition to the new LAC even while transactions are ongoing on the "
+           "partition, exposing their messages.",
+           tb, "_HANDLERS", _publish_moves_mrp, Probe("delayed", False), (0, 1), key=tb.PublishMessage),
+    Mutant("recovery-keeps-snapshot-mrp", "#14192 (txn-semantics §4.3 rule 2); reference rule TB-24",
+           "after recovery with nothing ongoing, maxReadPosition stays at the snapshot's position instead of the "
+           "LAC, so committed messages written after the snapshot stay invisible until the next transaction.",
+           tb, "_recover_with_effects", _recovery_keeps_snapshot_mrp,
+           Probe("ctp", True, rates=_only(topic_unload=1.0)),
+           not_detectable="the stale maxReadPosition lasts only until the partition's next write (a txn append "
+                          "moves it to just before the first ongoing txn, a normal publish with nothing ongoing "
+                          "to the LAC), and every workload keeps writing to every partition until the heal, so "
+                          "the bug delays visibility by milliseconds and loses nothing: 0 of 20 ctp histories "
+                          "with topic unloads only (ops=40), 0 of 8 with ops=300; the checker has no bound on "
+                          "how soon a committed message becomes visible"),
+    Mutant("recovery-no-redrive", "#18923 / #19201 (txn-semantics §2.6 rule 5); reference rule TC-24",
+           "after a coordinator reload the COMMITTING/ABORTING transactions are not re-driven (the re-drive ran "
+           "before the store was published and failed), so their markers never reach the participants.",
+           tc, "_replay_complete", _recovery_no_redrive,
+           Probe("ctp", True, rates=_only(coordinator_crash=1.0, participant_timeout=0.2)), (0, 1)),
+    Mutant("timeouts-never-fire", "#10366 (txn-semantics §2.5 rule 1); reference rule TC-18",
+           "the timeout tracker's timer is not re-armed, so an open transaction whose client went away is "
+           "never aborted and pins maxReadPosition on its partitions (modelled as a tick that aborts nothing).",
+           tc, "_tick", _timeouts_never_fire, Probe("ctp", True, rates=_only(short_txn_timeout=0.3)), (1, 2)),
 )
 
 DETECTABLE: tuple[Mutant, ...] = tuple(m for m in MUTANTS if not m.not_detectable)

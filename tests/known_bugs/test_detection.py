@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from .catalogue import DETECTABLE, Mutant, applied, check
+from .catalogue import DETECTABLE, MUTANTS, Mutant, applied, check
 
 
 @pytest.mark.parametrize("mutant", DETECTABLE, ids=lambda m: m.name)
@@ -22,9 +22,19 @@ def test_mutant_is_flagged(mutant: Mutant) -> None:
             assert counts, f"{mutant.name}: flagged but no anomaly counted at seed {seed}"
 
 
-@pytest.mark.parametrize("mutant", DETECTABLE, ids=lambda m: m.name)
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_patch_is_restored(mutant: Mutant) -> None:
-    before = getattr(mutant.target, mutant.attribute)
+    before = mutant.current()
     with applied(mutant):
-        assert getattr(mutant.target, mutant.attribute) is not before
-    assert getattr(mutant.target, mutant.attribute) is before
+        assert mutant.current() is not before
+    assert mutant.current() is before
+
+
+def test_the_catalogue() -> None:
+    names = [m.name for m in MUTANTS]
+    assert len(set(names)) == len(names) >= 12
+    assert len(DETECTABLE) >= 12
+    for m in MUTANTS:
+        assert m.reference and m.summary
+        assert bool(m.not_detectable) != bool(m.seeds), f"{m.name}: either seeds it is flagged at, or why not"
+        assert m.runnable or m.not_detectable

@@ -1,0 +1,180 @@
+"""``MachineModel`` on machine-level histories: ``recover`` rows, crash epochs, unknown outcomes,
+and the bulk checker's per-machine verdicts (spec.history's machine-level operations)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from invariants.bulk import VerifyOptions, check_histories
+from invariants.linearizability import Verdict, check_history
+from invariants.models import MachineModel, model_by_name
+from reference import coordinator as tc
+from reference import pending_ack as pa
+from reference.conformance import MachineVectors
+from spec.config import Config
+from spec.history import RECOVER, Operation, OpType, is_machine_operation, make_operation
+from spec.jsonvalues import to_json
+from spec.types import Position, TxnID
+
+OBJ = "coordinator:0"
+
+
+class _History:
+    """A hand-written machine-level history of one coordinator: each op its own process."""
+
+    def __init__(self) -> None:
+        self.ops: list[Operation] = []
+
+    def add(self, f: str, value: Any, op_type: OpType = OpType.OK, result: Any = None, *, at: int,
+            until: int | None = None, error: str | None = None, obj: str = OBJ) -> Operation:
+        done = None if op_type is OpType.INVOKE else (at if until is None else until)
+        op = make_operation("h", len(self.ops), len(self.ops), op_type, f, obj, value, result, invoked_at=at,
+                            completed_at=done, error=error)
+        self.ops.append(op)
+        return op
+
+    def recover(self, at: int, records: list[Any] | None = None, **config: Any) -> Operation:
+        return self.add(RECOVER, {"@type": "Recover", "machine": "coordinator", "config": config,
+                                  "coordinator_id": 0, "records": records or [], "max_local_txn_id": -1,
+                                  "next_record_id": len(records or [])}, at=at)
+
+    def new_txn(self, at: int, txn: int | None, op_type: OpType = OpType.OK, until: int | None = None) -> Operation:
+        result = None if txn is None else [0, txn]
+        return self.add("new_txn", to_json(tc.NewTxn(60_000, at)), op_type, result, at=at, until=until)
+
+
+def _verdict(ops: list[Operation]) -> Verdict:
+    return check_history(model_by_name("coordinator"), ops).verdict
+
+
+def test_machine_ops_are_told_apart_by_their_type_tag() -> None:
+    h = _History()
+    machine = h.new_txn(1, 0)
+    client = make_operation("h", 9, 9, OpType.OK, "new_txn", OBJ, {"timeout_ms": 1}, {"txn": [0, 0]},
+                            invoked_at=1, completed_at=2)
+    assert is_machine_operation(machine) and is_machine_operation(h.recover(0))
+    assert not is_machine_operation(client)
+
+
+def test_a_recover_row_resets_the_model() -> None:
+    h = _History()
+    h.recover(0)
+    h.new_txn(1, 0)
+    h.new_txn(2, 1)
+    h.recover(10)  # the NEW records were never durable: the sequence starts again
+    h.new_txn(11, 0)
+    assert _verdict(h.ops) is Verdict.OK
+    without = [op for op in h.ops if op.index != 3]
+    assert _verdict(without) is Verdict.ILLEGAL  # without the reset TxnID (0,0) cannot come twice
+
+
+def test_recovery_restarts_from_the_durable_records() -> None:
+    record = tc.TxnLogRecord(tc.TxnMetadataOp.NEW, TxnID(0, 0), new_status=None, start_time=1,
+                             last_modification_time=1, timeout_ms=60_000, max_local_txn_id=0)
+    for issued, verdict in ((1, Verdict.OK), (0, Verdict.ILLEGAL)):
+        h = _History()
+        h.recover(0, records=[[0, to_json(record)]])
+        h.new_txn(1, issued)  # the durable NEW of (0,0) moved the sequence on
+        assert _verdict(h.ops) is verdict, issued
+
+
+def test_an_unknown_op_may_be_applied_or_not() -> None:
+    for later in (0, 1):
+        h = _History()
+        h.recover(0)
+        h.new_txn(1, None, OpType.INFO, until=3)
+        h.new_txn(5, later)
+        assert _verdict(h.ops) is Verdict.OK, later  # 1: it took effect first; 0: it never did (or later)
+    h = _History()
+    h.recover(0)
+    h.new_txn(1, None, OpType.INVOKE)
+    h.new_txn(5, 2)
+    assert _verdict(h.ops) is Verdict.ILLEGAL  # one unknown op cannot account for two TxnIDs
+
+
+def test_an_op_left_open_by_a_crash_cannot_take_effect_after_the_recovery() -> None:
+    for issued, verdict in ((0, Verdict.OK), (1, Verdict.ILLEGAL)):
+        h = _History()
+        h.recover(0)
+        h.new_txn(1, None, OpType.INFO, until=4)  # stepped, then the coordinator crashed at 4
+        h.recover(10)
+        h.new_txn(11, issued)
+        # (0,1) would need the open op applied after the reload, on the recovered state: not allowed
+        assert _verdict(h.ops) is verdict, issued
+
+
+def test_each_crash_epoch_is_its_own_part() -> None:
+    h = _History()
+    h.recover(0)
+    h.new_txn(1, 0)
+    h.recover(5)
+    h.new_txn(6, 0)
+    h.new_txn(7, 1)
+    model = model_by_name("coordinator")
+    assert [[op.index for op in part] for part in model.partition(h.ops)] == [[0, 1], [2, 3, 4]]
+    result = check_history(model, h.ops)
+    assert result.verdict is Verdict.OK and len(result.objects) == 2
+
+
+def test_the_recover_row_carries_the_config() -> None:
+    h = _History()
+    h.recover(0, maxActiveTransactionsPerCoordinator=1)
+    h.new_txn(1, 0)
+    h.add("new_txn", to_json(tc.NewTxn(60_000, 2)), OpType.FAIL, at=2, error="ReachMaxActiveTxn")
+    assert _verdict(h.ops) is Verdict.OK  # the second one is over the limit the recovered config sets
+    h.ops.pop()
+    h.new_txn(2, 1)
+    assert _verdict(h.ops) is Verdict.ILLEGAL
+
+
+def test_a_model_without_vectors_cannot_recover() -> None:
+    from spec.history import BadHistory
+
+    h = _History()
+    h.recover(0)
+    model = MachineModel("coordinator", tc.initial(Config()), tc.step, tc.VECTORS.commands)
+    with pytest.raises(BadHistory):
+        check_history(model, h.ops)
+
+
+@pytest.mark.parametrize("module", [tc, pa])
+def test_the_recover_entries_decode_what_the_engine_records(module: Any) -> None:
+    vectors: MachineVectors = module.VECTORS
+    assert vectors.recover is not None
+    if module is tc:
+        state = vectors.recover(Config(), {"coordinator_id": 0, "records": [], "max_local_txn_id": 4,
+                                           "next_record_id": 0})
+        assert state == tc.recover(Config(), 0, [], 4)[0]
+    else:
+        cursor = pa.CursorView(Position(0, 3), frozenset({Position(0, 5)}))
+        lazy = vectors.recover(Config(), {"sub_type": "Shared", "cursor": to_json(cursor)})
+        assert lazy == pa.initial(Config(), sub_type=pa.SubType.Shared, cursor=cursor)
+        loaded = vectors.recover(Config(), {"sub_type": "Shared", "cursor": to_json(cursor), "records": [],
+                                            "next_record_id": 0})
+        assert loaded == pa.recover(Config(), [], cursor=cursor, sub_type=pa.SubType.Shared, next_record_id=0)
+    with pytest.raises(KeyError):
+        vectors.recover(Config(), {"no_such_input": 1})
+
+
+def test_bulk_checks_machine_ops_per_machine_and_clients_transactionally() -> None:
+    h = _History()
+    h.recover(0)
+    h.new_txn(1, 0, until=3)
+    client = make_operation("h", len(h.ops), 99, OpType.OK, "new_txn", OBJ, {"timeout_ms": 60_000},
+                            {"txn": [0, 0]}, invoked_at=1, completed_at=3)
+    rows = check_histories({"h": [*h.ops, client]}, "f", VerifyOptions())
+    lin = next(r for r in rows if r.checker == "linearizability")
+    assert lin.verdict == "ok" and lin.model == "coordinator" and lin.ops == 2 and lin.objects == 1
+    figures = json.loads(lin.detail)["models"]["coordinator"]
+    assert figures["object_verdicts"] == {"ok": 1} and figures["epochs"] == 1
+    bad = _History()
+    bad.recover(0)
+    bad.new_txn(1, 7)
+    rows = check_histories({"h": bad.ops}, "f", VerifyOptions())
+    lin = next(r for r in rows if r.checker == "linearizability")
+    assert lin.verdict == "illegal" and lin.failing_object == OBJ and lin.counterexample
+    explicit = check_histories({"h": [*h.ops, client]}, "f", VerifyOptions(model="coordinator"))
+    assert next(r for r in explicit if r.checker == "linearizability").ops == 2  # the client's op is not fed
