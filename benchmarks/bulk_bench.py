@@ -9,7 +9,9 @@ Prints, in one run:
    the Python workers, then timed), and their ratio (target >= 1.6x on 2 cores);
 2. single-process check time against history length (fixed clients) and against the number of
    concurrent clients (fixed length), on simulated cas-register histories (median of a few seeds);
-3. the time to check the 103 Jepsen etcd histories, with and without counterexample shrinking.
+3. the time to check the 103 Jepsen etcd histories, with and without counterexample shrinking;
+4. the ratio of (1) on simulated engine histories (what the main job checks): per-object
+   linearizability against the reference machines plus the transactional checks.
 
 A PNG plot of (2) is written to docs/img/bulk-scaling.png (matplotlib, a dev dependency); without it the
 tables are the output.  Absolute times depend on the machine's load; read the ratios.
@@ -48,7 +50,7 @@ def _write_corpus(folder: Path, histories: int, ops: int, per_file: int) -> tupl
     return [str(p) for p in history_files(folder, "parquet")], total
 
 
-def spark_vs_local(histories: int, ops: int) -> None:
+def spark_vs_local(histories: int, ops: int, engine: int = 0) -> None:
     options = VerifyOptions(counterexamples=False)
     with tempfile.TemporaryDirectory() as tmp:
         files, total = _write_corpus(Path(tmp), histories, ops, per_file=max(1, histories // 24))
@@ -94,8 +96,47 @@ def spark_vs_local(histories: int, ops: int) -> None:
         check_files_spark([str(p) for p in sorted(JEPSEN.glob("*.log"))], "jepsen",
                           VerifyOptions(model="cas-register", counterexamples=False), spark=spark, progress=False)
         jepsen_spark = time.perf_counter() - started
+        engine_histories(spark, engine)
         spark.stop()
     jepsen(jepsen_spark)
+
+
+def engine_histories(spark: object, per_workload: int) -> None:
+    """The main job's kind of data: simulated engine histories (faults on, every workload, the
+    batch / Key_Shared / bucket-tracker variants), checked per object against the reference machines
+    and transactionally, in one process and on Spark with warm workers."""
+    if per_workload <= 0:
+        return
+    from reference.engine.simulate import simulate_main
+
+    options = VerifyOptions(counterexamples=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        code = simulate_main(["--seed", "1", "--workload", "all", "--histories", str(per_workload), "--ops", "60",
+                              "--ledger", "memory", "--out", tmp, "--faults", "on", "--batch-messages", "mixed",
+                              "--key-shared", "mixed", "--delayed-tracker", "mixed", "--quiet"])
+        assert code == 0, code
+        simulated = time.perf_counter() - started
+        files = [str(p) for p in history_files(Path(tmp), "parquet")]
+        started = time.perf_counter()
+        local_rows = check_files_local(files, "parquet", options)
+        local = time.perf_counter() - started
+        check_files_spark(files, "parquet", options, spark=spark, progress=False)  # warm the workers
+        runs = []
+        for _ in range(2):
+            started = time.perf_counter()
+            spark_rows = check_files_spark(files, "parquet", options, spark=spark, progress=False)
+            runs.append(time.perf_counter() - started)
+        on_spark = min(runs)
+        assert sorted((r.history, r.checker, r.verdict) for r in spark_rows) == sorted(
+            (r.history, r.checker, r.verdict) for r in local_rows)
+        assert {r.verdict for r in local_rows} == {"ok"}, {r.verdict for r in local_rows}
+        total = sum(r.ops for r in local_rows if r.checker == "linearizability")
+        print(f"== engine histories: {3 * per_workload} simulated runs ({simulated:.1f}s to simulate), "
+              f"{len(files)} Parquet files, {total} operations, per-object linearizability + transactional")
+        print(f"{'single process':<22} {local:>9.2f} s {total / local:>10.0f} ops/s")
+        print(f"{'spark local[2]':<22} {on_spark:>9.2f} s {total / on_spark:>10.0f} ops/s")
+        print(f"ratio spark/single on engine histories: {local / on_spark:.2f}x\n")
 
 
 def _makespan(costs: list[float], slots: int) -> float:
@@ -108,16 +149,18 @@ def _makespan(costs: list[float], slots: int) -> float:
 
 def _spark_cpu(spark: object, files: list[str], options: VerifyOptions) -> tuple[float, list[float]]:
     """The same job instrumented: wall time and the CPU seconds its Python workers actually got."""
-    from invariants.bulk import _pack, check_file
+    from invariants.bulk import _pack, _units, check_file
 
-    def task(paths: list[str]) -> list[float]:
+    def task(units: list[tuple[str, tuple[str, ...] | None]]) -> list[float]:
         cpu = time.process_time()
-        for path in paths:
-            check_file(path, "parquet", options)
+        for path, names in units:
+            check_file(path, "parquet", options, names)
         return [time.process_time() - cpu]
 
     sc = spark.sparkContext  # type: ignore[attr-defined]
-    bins = _pack(files, 3 * sc.defaultParallelism)
+    slots = 3 * sc.defaultParallelism
+    units = _units(files, "parquet", slots)
+    bins = _pack(units, max(1, min(len(units), slots)))
     started = time.perf_counter()
     used = sc.parallelize(bins, len(bins)).flatMap(task).collect()
     return time.perf_counter() - started, used
@@ -204,9 +247,13 @@ def main() -> None:
     parser.add_argument("--histories", type=int, default=240)
     parser.add_argument("--ops", type=int, default=300)
     parser.add_argument("--quick", action="store_true", help="smaller corpus and curves")
+    parser.add_argument("--engine", type=int, default=None,
+                        help="simulated engine histories per workload for the engine-history ratio (0: skip; "
+                             "default 10 with --quick, else 30)")
     args = parser.parse_args()
     histories = 60 if args.quick else args.histories
-    spark_vs_local(histories, args.ops)
+    engine = args.engine if args.engine is not None else (10 if args.quick else 30)
+    spark_vs_local(histories, args.ops, engine)
     plot(scaling(args.quick))
 
 

@@ -9,7 +9,8 @@ Four configurations of the same PIP-31 consume-transform-produce transaction (re
                      txn, coordinator, buffer of ``out``, pending ack of ``in``, END_TXN phases);
                      no ledger, no scheduler, no network: the floor.
 * ``memory``      -- the simulated broker through the client API on the in-memory ledger, with
-                     ``--clients`` concurrent processors (one input partition each).
+                     ``--clients`` concurrent processors (one input partition each), recording the
+                     machine-level history as simulations do; ``memory-norec`` without it.
 * ``file``        -- the same on the file ledger (fsync per append), PIP-160 batching off.
 * ``file+batch``  -- the file ledger with batching on for the transaction log and pending-ack logs.
 
@@ -88,12 +89,12 @@ def pure_ctp(txns: int) -> float:
     return time.perf_counter() - start
 
 
-def engine_ctp(txns: int, ledger: str, batching: bool, clients: int) -> float:
+def engine_ctp(txns: int, ledger: str, batching: bool, clients: int, record_machines: bool = True) -> float:
     """The broker through the client API, ``clients`` concurrent processors (one input partition each);
     returns wall seconds for ``txns`` committed transactions."""
     with tempfile.TemporaryDirectory(prefix="engine-bench-") as data:
         cluster = Cluster.start(seed=1, topics={"in": clients, "out": 1}, ledger=ledger, data_dir=data,
-                                batching=batching)
+                                batching=batching, record_machines=record_machines)
         try:
             feeder = cluster.client()
             for i in range(txns):
@@ -137,6 +138,7 @@ def main(argv: list[str]) -> int:
     measures: dict[str, Callable[[], float]] = {
         "pure": lambda: pure_ctp(n),
         "memory": lambda: engine_ctp(n, "memory", False, args.clients),
+        "memory-norec": lambda: engine_ctp(n, "memory", False, args.clients, record_machines=False),
         "file": lambda: engine_ctp(n, "file", False, args.clients),
         "file+batch": lambda: engine_ctp(n, "file", True, args.clients),
     }
@@ -146,7 +148,9 @@ def main(argv: list[str]) -> int:
         for name, measure in measures.items():
             seconds[name] = min(seconds[name], measure())
     rate = {name: n / s for name, s in seconds.items()}
-    ratios = {"memory/pure": rate["memory"] / rate["pure"], "file+batch/file": rate["file+batch"] / rate["file"]}
+    ratios = {"memory/pure": rate["memory"] / rate["pure"],
+              "memory-norec/pure": rate["memory-norec"] / rate["pure"],
+              "file+batch/file": rate["file+batch"] / rate["file"]}
     if args.json:
         print(json.dumps({"txns": n, "clients": args.clients, "txns_per_s": rate, "ratios": ratios}, indent=2))
     else:

@@ -262,13 +262,15 @@ class UnknownModel(Exception):
     """``--model`` names neither a generic model nor a reference machine with ``VECTORS``."""
 
 
-def check_file(path: str, fmt: str, options: VerifyOptions) -> list[VerdictRow]:
-    """Read one file and check every history in it; bad input becomes a ``bad-input`` row."""
+def check_file(path: str, fmt: str, options: VerifyOptions, only: Sequence[str] | None = None
+               ) -> list[VerdictRow]:
+    """Read one file and check every history in it (or those named in ``only``, Parquet only); bad
+    input becomes a ``bad-input`` row."""
     from invariants.history import read_file
     from spec.errors import InputError
 
     try:
-        histories = read_file(path, fmt)
+        histories = read_file(path, fmt, only)
     except InputError as exc:
         return [VerdictRow(Path(path).name, "input", "bad-input", path, options.model, detail=str(exc))]
     return check_histories(histories, path, options)
@@ -416,14 +418,18 @@ def check_files_spark(files: Sequence[str], fmt: str, options: VerifyOptions, ma
     """
     session = spark if spark is not None else spark_session(master)
     sc = session.sparkContext
-    # A Spark task costs tens of milliseconds: pack the files into a few tasks per core, balanced by size.
+    # A Spark task costs tens of milliseconds: pack the work into a few tasks per core, balanced by size.
     slots = 3 * sc.defaultParallelism
-    bins = _pack(files, max(1, min(len(files), slots)))
-    rdd = sc.parallelize(bins, len(bins))
     if not group_by_history:
-        with _Progress(sc, len(bins), progress):
-            return rdd.flatMap(lambda paths: [row for path in paths  # type: ignore[no-any-return]
-                                              for row in check_file(path, fmt, options)]).collect()
+        units = _units(files, fmt, slots)
+        work = _pack(units, max(1, min(len(units), slots)))
+        with _Progress(sc, len(work), progress):
+            return sc.parallelize(work, len(work)).flatMap(  # type: ignore[no-any-return]
+                lambda part: [row for path, names in part for row in check_file(path, fmt, options, names)]
+            ).collect()
+    whole = [((path, None), float(_size(path) or 1)) for path in files]
+    bins = [[path for path, _ in part] for part in _pack(whole, max(1, min(len(files), slots)))]
+    rdd = sc.parallelize(bins, len(bins))
     keyed = rdd.flatMap(lambda paths: [pair for path in paths for pair in read_groups(path, fmt, options)])
     bad = keyed.filter(lambda pair: pair[0] is None).values()
     checked = (keyed.filter(lambda pair: pair[0] is not None)
@@ -433,14 +439,45 @@ def check_files_spark(files: Sequence[str], fmt: str, options: VerifyOptions, ma
         return bad.union(checked).collect()  # type: ignore[no-any-return]
 
 
-def _pack(files: Sequence[str], count: int) -> list[list[str]]:
-    """Greedy bin packing by file size (largest first into the lightest bin)."""
-    bins: list[list[str]] = [[] for _ in range(count)]
-    loads = [0] * count
-    for path in sorted(files, key=lambda p: -_size(p)):
+Unit = tuple[str, "tuple[str, ...] | None"]  # a file, and the histories of it to check (None: all)
+
+
+def _units(files: Sequence[str], fmt: str, slots: int) -> list[tuple[Unit, float]]:
+    """The work items with their estimated cost: whole files, except that with fewer files than
+    task slots a large Parquet file is split by history into about its share of the slots (each
+    task then reads only its histories' rows, filtered in Arrow), so a few big files still keep
+    every core busy."""
+    from invariants.history import parquet_history_names
+    from spec.errors import InputError
+
+    if fmt != "parquet" or len(files) >= slots:
+        return [((path, None), float(_size(path) or 1)) for path in files]
+    total = sum(_size(path) for path in files) or 1
+    units: list[tuple[Unit, float]] = []
+    for path in files:
+        size = float(_size(path) or 1)
+        shards = max(1, round(size / total * slots))
+        try:
+            names = parquet_history_names(path) if shards > 1 else []
+        except InputError:
+            names = []  # the task reads the whole file and reports what is wrong with it
+        if len(names) < 2:
+            units.append(((path, None), size))
+            continue
+        shards = min(shards, len(names))
+        units.extend(((path, tuple(names[i::shards])), size * len(names[i::shards]) / len(names))
+                     for i in range(shards))
+    return units
+
+
+def _pack(units: Sequence[tuple[Unit, float]], count: int) -> list[list[Unit]]:
+    """Greedy bin packing by estimated cost (largest first into the lightest bin)."""
+    bins: list[list[Unit]] = [[] for _ in range(count)]
+    loads = [0.0] * count
+    for unit, cost in sorted(units, key=lambda pair: -pair[1]):
         lightest = loads.index(min(loads))
-        bins[lightest].append(path)
-        loads[lightest] += _size(path) or 1
+        bins[lightest].append(unit)
+        loads[lightest] += cost
     return [b for b in bins if b]
 
 

@@ -15,7 +15,7 @@ file it is the schema's key-value metadata under ``txnmodel.run``; a JSON Lines 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ __all__ = [
     "arrow_schema",
     "group_histories",
     "history_files",
+    "parquet_history_names",
     "read_file",
     "read_jsonl",
     "read_metadata",
@@ -86,14 +87,31 @@ def group_histories(ops: Iterable[Operation], *, where: str | None = None) -> di
     return grouped
 
 
-def read_parquet(path: str | Path) -> dict[str, list[Operation]]:
-    """Read one Parquet history file (any number of histories)."""
-    return group_histories(iter_parquet(path), where=str(path))
+def read_parquet(path: str | Path, histories: Collection[str] | None = None) -> dict[str, list[Operation]]:
+    """Read one Parquet history file (any number of histories; with ``histories``, only those)."""
+    return group_histories(iter_parquet(path, histories), where=str(path))
 
 
-def iter_parquet(path: str | Path) -> Iterator[Operation]:
-    """The rows of a Parquet file as operations, type-checked row by row."""
+def parquet_history_names(path: str | Path) -> list[str]:
+    """The histories a Parquet file holds, sorted, reading only the ``history`` column (cheap: the
+    bulk job splits a large file into tasks by history without reading the rest)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        column = pq.read_table(path, columns=["history"]).column("history")
+    except (OSError, KeyError, pa.ArrowException) as exc:
+        raise BadHistory(f"not a readable Parquet history file: {exc}", where=str(path)) from None
+    return sorted(str(name) for name in pc.unique(column).to_pylist() if name is not None)
+
+
+def iter_parquet(path: str | Path, histories: Collection[str] | None = None) -> Iterator[Operation]:
+    """The rows of a Parquet file as operations, type-checked row by row; with ``histories``, only
+    the rows of those histories (filtered in Arrow before any row becomes Python; row numbers in
+    errors stay the file's)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     where = str(path)
@@ -116,9 +134,14 @@ def iter_parquet(path: str | Path) -> Iterator[Operation]:
                 pa.types.is_string(want) and (pa.types.is_large_string(got) or pa.types.is_dictionary(got))) \
                 and not pa.types.is_null(got):  # a column with no value at all (every seed null, say)
             raise BadHistory(f"column has type {got}, the schema says {want}", where=where, column=name)
+    rows: list[int] | range = range(table.num_rows)
+    if histories is not None and "history" in names:
+        mask = pc.is_in(table.column("history"), value_set=pa.array(sorted(histories), type=pa.string()))
+        rows = pc.indices_nonzero(mask).to_pylist()
+        table = table.filter(mask)
     columns = {name: table.column(name).to_pylist() for name in names}
-    for row in range(table.num_rows):
-        record = {name: values[row] for name, values in columns.items()}
+    for index, row in enumerate(rows):
+        record = {name: values[index] for name, values in columns.items()}
         yield Operation.from_row(record, where=where, row_number=row)
 
 
@@ -150,10 +173,12 @@ def iter_jsonl(path: str | Path) -> Iterator[Operation]:
             raise BadHistory(f"not UTF-8 text: {exc.reason}", where=where, row=row + 1) from None
 
 
-def read_file(path: str | Path, fmt: str) -> dict[str, list[Operation]]:
-    """Read one file of any supported format."""
+def read_file(path: str | Path, fmt: str, histories: Collection[str] | None = None) -> dict[str, list[Operation]]:
+    """Read one file of any supported format (``histories``: only those, Parquet only)."""
     if fmt == "parquet":
-        return read_parquet(path)
+        return read_parquet(path, histories)
+    if histories is not None:
+        raise ValueError("reading a subset of histories is for Parquet files")
     if fmt == "jsonl":
         return read_jsonl(path)
     if fmt == "jepsen":

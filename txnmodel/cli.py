@@ -117,9 +117,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             _print_json(report)
         else:
             print(render_text(report))
+        one = report.get("entry", report)
         damaged = report.get("ok") is False or (
             report.get("kind") in ("entry", "directory_entry")
-            and not (report.get("entry", report).get("decoded"))
+            and not one.get("decoded") and one.get("message") is None  # neither a log record nor a message
         )
         return EXIT_BAD_INPUT if damaged else EXIT_OK
     # One raw entry of a known kind: decode strictly, so damage is a typed error with its offset.

@@ -116,7 +116,12 @@ def inspect_message(data: bytes, *, topic: str | None = None, where: str | None 
     key = meta.partition_key if meta.HasField("partition_key") else None
     out: Json = {"key": key, "null_value": meta.null_value,
                  "num_messages_in_batch": meta.num_messages_in_batch if meta.HasField("num_messages_in_batch")
-                 else None, "record": {}, "errors": {}}
+                 else None, "record": {}, "errors": {},
+                 "txn": [meta.txnid_most_bits, meta.txnid_least_bits] if meta.HasField("txnid_most_bits") else None,
+                 "marker": _MARKERS.get(meta.marker_type, str(meta.marker_type)) if meta.HasField("marker_type")
+                 else None,
+                 "deliver_at": meta.deliver_at_time if meta.HasField("deliver_at_time") else None,
+                 "publish_time": meta.publish_time, "payload": None, "batch": None}
     if meta.null_value:
         return out
     schema = _snapshot_schema(topic)
@@ -124,9 +129,10 @@ def inspect_message(data: bytes, *, topic: str | None = None, where: str | None 
         schemas: tuple[str, ...] = (schema,)
     elif key is not None and key.startswith("multiple-"):
         schemas = ("TransactionBufferSnapshotSegment",)
-    elif topic is None and key is not None:
+    elif topic is None and key is not None and out["txn"] is None and out["marker"] is None:
         schemas = ("TransactionBufferSnapshot", "TransactionBufferSnapshotIndexes")
     else:
+        _topic_payload(out, data[4 + size:], where)
         return out
     payload = data[4 + size:]
     for name in schemas:
@@ -137,6 +143,47 @@ def inspect_message(data: bytes, *, topic: str | None = None, where: str | None 
             continue
         out["record"][name] = json_format.MessageToDict(record, preserving_proto_field_name=True)
     return out
+
+
+_MARKERS = {21: "TXN_COMMIT", 22: "TXN_ABORT"}
+
+
+def _text(payload: bytes) -> str:
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return "0x" + payload[:32].hex() + ("..." if len(payload) > 32 else "")
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _topic_payload(out: Json, payload: bytes, where: str | None) -> None:
+    """A topic entry's payload: one message, or a batch of ``[size][SingleMessageMetadata][payload]``."""
+    count = out["num_messages_in_batch"]
+    if out["marker"] is not None:
+        return
+    if count is None:
+        out["payload"] = _text(payload)
+        return
+    messages: list[Json] = []
+    pos = 0
+    for index in range(count):
+        if pos + 4 > len(payload):
+            out["errors"]["batch"] = {"message": f"batch message {index} is cut short", "offset": pos}
+            break
+        size = int.from_bytes(payload[pos:pos + 4], "big")
+        single = PulsarApi_pb2.SingleMessageMetadata()
+        try:
+            single.ParseFromString(payload[pos + 4:pos + 4 + size])
+        except DecodeError as exc:
+            out["errors"]["batch"] = {"message": f"SingleMessageMetadata of message {index}: {exc}",
+                                      "offset": pos + 4}
+            break
+        pos += 4 + size
+        body = payload[pos:pos + single.payload_size]
+        pos += single.payload_size
+        messages.append({"index": index, "key": single.partition_key if single.HasField("partition_key") else None,
+                         "payload": _text(body)})
+    out["batch"] = messages
 
 
 def inspect_entry(data: bytes, *, kind: LogKind | None = None, where: str | None = None,
@@ -401,6 +448,24 @@ def read_entry(directory: str | os.PathLike[str], position: Position) -> bytes:
     raise KeyError(f"no entry {position} in {file}")
 
 
+def _is_store(directory: str) -> bool:
+    """A folder of managed ledgers (what ``txnmodel simulate --data`` writes), not one ledger."""
+    names = os.listdir(directory)
+    if METADATA_NAME in names or any(parse_ledger_file_name(n) is not None for n in names):
+        return False
+    return any(os.path.isfile(os.path.join(directory, n, METADATA_NAME)) for n in names)
+
+
+def inspect_store(path: str | os.PathLike[str], *, kind: LogKind | None = None) -> Json:
+    """Every managed ledger of a ledger store, by name; ``ok`` when each would open."""
+    directory = os.fspath(path)
+    ledgers = [inspect_directory(os.path.join(directory, n), kind=kind) for n in sorted(os.listdir(directory))
+               if os.path.isdir(os.path.join(directory, n))]
+    others = [n for n in sorted(os.listdir(directory)) if not os.path.isdir(os.path.join(directory, n))]
+    return {"kind": "store", "directory": directory, "managed_ledgers": ledgers, "other_files": others,
+            "ok": all(one["ok"] for one in ledgers)}
+
+
 def inspect_path(
     path: str | os.PathLike[str], *, entry: Position | None = None, kind: LogKind | None = None
 ) -> Json:
@@ -411,6 +476,8 @@ def inspect_path(
         if entry is not None:
             decoded = inspect_entry(read_entry(file, entry), kind=kind)
             return {"kind": "directory_entry", "directory": file, "position": str(entry), "entry": decoded}
+        if _is_store(file):
+            return inspect_store(file, kind=kind)
         return {"kind": "directory", **inspect_directory(file, kind=kind)}
     name = os.path.basename(file)
     if parse_ledger_file_name(name) is not None:
@@ -443,16 +510,42 @@ def _entry_lines(entry: Json, indent: str) -> list[str]:
             lines.append(f"{indent}  [{index}] {record}")
     message = entry.get("message")
     if message is not None and (message["record"] or message["null_value"] or not entry["decoded"]):
-        what = "tombstone" if message["null_value"] else ", ".join(message["record"]) or "message"
-        lines.append(f"{indent}message key {message['key']!r}: {what}")
+        lines.append(f"{indent}{_message_head(message)}")
         for record in message["record"].values():
             lines.append(f"{indent}  {record}")
+        for one in message.get("batch") or ():
+            lines.append(f"{indent}  [{one['index']}] key {one['key']!r}: {one['payload']!r}")
+        for error in message["errors"].values():
+            lines.append(f"{indent}  !! {error['message']}")
         return lines
     if not entry["decoded"]:
         first = next(iter(entry["errors"].values()), None)
         lines.append(f"{indent}not a log entry ({first['message'] if first else 'no kind tried'}); "
                      f"{entry['length']} bytes: {entry['hex_prefix']}{'...' if entry['length'] > 32 else ''}")
     return lines
+
+
+def _message_head(message: Json) -> str:
+    if message["null_value"]:
+        return f"message key {message['key']!r}: tombstone"
+    if message["record"]:
+        return f"message key {message['key']!r}: {', '.join(message['record'])}"
+    parts = []
+    if message.get("marker"):
+        parts.append(f"marker {message['marker']}")
+    elif message.get("batch") is not None:
+        parts.append(f"batch of {len(message['batch'])}")
+    else:
+        parts.append("message")
+    if message.get("txn") is not None:
+        parts.append(f"txn ({message['txn'][0]},{message['txn'][1]})")
+    if message["key"] is not None:
+        parts.append(f"key {message['key']!r}")
+    if message.get("deliver_at") is not None:
+        parts.append(f"deliver at {message['deliver_at']}")
+    if message.get("payload") is not None:
+        parts.append(f"payload {message['payload']!r}")
+    return ", ".join(parts)
 
 
 def render_text(report: Json) -> str:
@@ -469,6 +562,15 @@ def render_text(report: Json) -> str:
         lines.extend(_metadata_lines(report))
     elif kind == "ledger_file":
         lines.extend(_ledger_lines(report, ""))
+    elif kind == "store":
+        damaged = sum(1 for one in report["managed_ledgers"] if not one["ok"])
+        lines.append(f"{report['directory']}: ledger store, {len(report['managed_ledgers'])} managed ledgers, "
+                     f"{'ok' if report['ok'] else f'{damaged} DAMAGED'}")
+        for one in report["managed_ledgers"]:
+            lines.append("")
+            lines.extend("  " + line for line in render_text({"kind": "directory", **one}).splitlines())
+        if report["other_files"]:
+            lines.append(f"  other files: {', '.join(report['other_files'])}")
     else:
         lines.append(f"{report['directory']}: {'ok' if report['ok'] else 'DAMAGED'}")
         if report["metadata"] is not None:

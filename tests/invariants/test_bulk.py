@@ -173,3 +173,33 @@ def test_group_by_history_across_files_on_spark(spark: Any, tmp_path: Path) -> N
         ("bad-register-5", "linearizability", "illegal"), ("part-2.parquet", "input", "bad-input"),
         ("split", "linearizability", "ok")])
     assert next(r for r in on_spark if r.history == "split").ops == 40
+
+
+def test_a_large_file_is_split_by_history_and_each_part_reads_only_its_rows(tmp_path: Path) -> None:
+    """With fewer files than task slots, a Parquet file becomes several work units, one per group of
+    its histories; together they cover every history once, and a unit's read is filtered."""
+    from invariants.bulk import _pack, _units, check_file
+    from invariants.history import parquet_history_names, read_file
+
+    big = {f"h{i}": random_register_history(i, ops=40, clients=4) for i in range(8)}
+    big = {name: [dataclasses.replace(op, history=name) for op in ops] for name, ops in big.items()}
+    write_parquet(tmp_path / "big.parquet", big)
+    small = {"s0": [dataclasses.replace(op, history="s0") for op in random_register_history(99, ops=10, clients=2)]}
+    write_parquet(tmp_path / "small.parquet", small)
+    files = [str(tmp_path / "big.parquet"), str(tmp_path / "small.parquet")]
+    assert parquet_history_names(files[0]) == sorted(big)
+    units = _units(files, "parquet", 6)
+    parts = [names for (path, names), _ in units if path == files[0]]
+    assert len(parts) > 1 and all(parts)
+    assert sorted(name for names in parts for name in names or ()) == sorted(big)
+    assert [names for (path, names), _ in units if path == files[1]] == [None]
+    assert sorted(u for part in _pack(units, 3) for u in part) == sorted(u for u, _ in units)
+    first = parts[0]
+    assert first is not None
+    assert set(read_file(files[0], "parquet", first)) == set(first)
+    rows = check_file(files[0], "parquet", VerifyOptions(model="cas-register"), first)
+    assert {r.history for r in rows} == set(first) and {r.verdict for r in rows} == {"ok"}
+    # Enough files for the slots: whole files, nothing read on the driver.
+    assert [names for (_, names), _ in _units(files, "parquet", 2)] == [None, None]
+    with pytest.raises(ValueError, match="Parquet"):
+        read_file(files[0], "jsonl", first)
