@@ -430,6 +430,11 @@ class _Run:
                 empty += 1
             elif got is not None:
                 empty = 0
+        # A reader that is done closes its consumer, as an application would: on a subscription with
+        # several consumers (Key_Shared) what it still held goes to the others, which read to the end.
+        # (A consumer that stayed connected without reading would keep its keys' messages for good,
+        # in Pulsar too, and the drain of another consumer would then prove nothing.)
+        consumer.close()
 
     def fault_process(self) -> Proc:
         broker = self.cluster.broker
