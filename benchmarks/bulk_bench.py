@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -61,13 +62,7 @@ def spark_vs_local(histories: int, ops: int, engine: int = 0) -> None:
         started = time.perf_counter()
         spark = spark_session("local[2]")
         session = time.perf_counter() - started
-        check_files_spark(files, "parquet", options, spark=spark, progress=False)  # warm the workers
-        runs = []
-        for _ in range(2):
-            started = time.perf_counter()
-            spark_rows = check_files_spark(files, "parquet", options, spark=spark, progress=False)
-            runs.append(time.perf_counter() - started)
-        on_spark = min(runs)
+        on_spark, spark_rows = _best_spark_run(spark, files, options)
         cpu_wall, task_cpu = _spark_cpu(spark, files, options)
         cpu_used = sum(task_cpu)
         makespan = _makespan(task_cpu, spark.sparkContext.defaultParallelism)
@@ -121,13 +116,7 @@ def engine_histories(spark: object, per_workload: int) -> None:
         started = time.perf_counter()
         local_rows = check_files_local(files, "parquet", options)
         local = time.perf_counter() - started
-        check_files_spark(files, "parquet", options, spark=spark, progress=False)  # warm the workers
-        runs = []
-        for _ in range(2):
-            started = time.perf_counter()
-            spark_rows = check_files_spark(files, "parquet", options, spark=spark, progress=False)
-            runs.append(time.perf_counter() - started)
-        on_spark = min(runs)
+        on_spark, spark_rows = _best_spark_run(spark, files, options)
         assert sorted((r.history, r.checker, r.verdict) for r in spark_rows) == sorted(
             (r.history, r.checker, r.verdict) for r in local_rows)
         assert {r.verdict for r in local_rows} == {"ok"}, {r.verdict for r in local_rows}
@@ -137,6 +126,17 @@ def engine_histories(spark: object, per_workload: int) -> None:
         print(f"{'single process':<22} {local:>9.2f} s {total / local:>10.0f} ops/s")
         print(f"{'spark local[2]':<22} {on_spark:>9.2f} s {total / on_spark:>10.0f} ops/s")
         print(f"ratio spark/single on engine histories: {local / on_spark:.2f}x\n")
+
+
+def _best_spark_run(spark: object, files: list[str], options: VerifyOptions) -> tuple[float, list[Any]]:
+    """The Spark job once to warm the Python workers, then the best of two timed runs."""
+    check_files_spark(files, "parquet", options, spark=spark, progress=False)
+    best, rows = float("inf"), []
+    for _ in range(2):
+        started = time.perf_counter()
+        rows = check_files_spark(files, "parquet", options, spark=spark, progress=False)
+        best = min(best, time.perf_counter() - started)
+    return best, rows
 
 
 def _makespan(costs: list[float], slots: int) -> float:
