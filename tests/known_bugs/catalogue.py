@@ -258,10 +258,6 @@ def _timeouts_never_fire(original: Callable[..., Any]) -> Callable[..., Any]:
     return buggy
 
 
-# The engine places a buffer step's entries at the positions the machine chose; a step that writes a commit
-# marker and then low-watermark abort markers can straddle a ledger roll-over, which the engine does not
-# follow yet (it asserts).  Probes that reach the low-watermark abort path keep one ledger per topic.
-_ONE_LEDGER: tuple[tuple[str, Any], ...] = (("managedLedgerMaxEntriesPerLedger", 50_000),)
 
 
 def _only(**rates: float) -> tuple[tuple[str, float | int], ...]:
@@ -280,8 +276,7 @@ def _only(**rates: float) -> tuple[tuple[str, float | int], ...]:
 # buffer has no snapshot yet; the send is delayed past the txn's timeout abort, which a buffer without a
 # snapshot acknowledges without writing or remembering anything (Q6), so the late message re-opens the
 # txn there.  Many fresh partitions, many short timeouts and long network delays make that likely.
-_LATE_APPEND = Probe("multi", True, partitions=8, rates=_only(short_txn_timeout=0.5, max_extra_delay_ms=400),
-                     config=_ONE_LEDGER)
+_LATE_APPEND = Probe("multi", True, partitions=8, rates=_only(short_txn_timeout=0.5, max_extra_delay_ms=400))
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -324,7 +319,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("commit-not-removing-ongoing", "txn-semantics §4.3 rule 5 / §4.5; reference rule TB-11",
            "a commit marker does not remove the txn from ongoing (the abort path still does), so maxReadPosition "
            "stays before its messages until the low watermark passes it and the buffer aborts it.",
-           tb, "_HANDLERS", _commit_not_removing_ongoing, Probe("ctp", False, config=_ONE_LEDGER), (0, 1),
+           tb, "_HANDLERS", _commit_not_removing_ongoing, Probe("ctp", False), (0, 1),
            key=tb.CommitTxn),
     Mutant("publish-moves-mrp-while-ongoing", "#12386 (txn-semantics §4.3 rule 3); reference rule TB-9",
            "a normal publish moves maxReadPosition to the new LAC even while transactions are ongoing on the "
