@@ -9,10 +9,15 @@ Every decision is a ``step`` of a pure machine; this module carries out what the
   the timeout tracker every ``TIMEOUT_TRACKER_TICK_MS``.
 * :class:`Partition` -- one topic partition: its managed ledger and :mod:`reference.buffer`.  The
   buffer assigns every entry's position; the engine writes the entry and checks the ledger agrees.
-  Snapshot records go to the partition's snapshot ledger and are read back on load.
+  Snapshot records are keyed Avro messages on the namespace's system topics, read back on load;
+  consumed ledgers go when the buffer agrees (TB-23).
 * :class:`SubscriptionService` -- a durable cursor on the partition, :mod:`reference.pending_ack`
-  with its pending-ack log, the dispatcher, and (for Shared subscriptions) the delayed-delivery
-  tracker :mod:`reference.delayed`.
+  with its pending-ack log, the dispatcher (Key_Shared routing, batch entries handed out per
+  index), and for Shared and Key_Shared subscriptions the delayed-delivery service
+  (:mod:`reference.engine.delayed_service` over :mod:`reference.delayed`).
+
+Every machine step and every load is reported to ``Broker.observer`` when one is set (the
+machine-level history the bulk checker replays against the reference machines).
 
 Failure policy.  A machine's new state is adopted as soon as it steps (Pulsar's in-memory
 structures move before the write completes, too).  When a write the step asked for fails, the
