@@ -4,6 +4,7 @@ One directory per managed ledger::
 
     METADATA                    the committed metadata (ledger list, properties, cursors)
     METADATA.tmp                a metadata version being written; never read, removed at open
+    CURSORS.log                 the cursor journal: a header, then framed cursor states
     LOCK                        flock()ed by the one handle that owns the directory
     ledger-00000000000000000007.log   one file per ledger: a header, then framed entries
 
@@ -16,11 +17,19 @@ The byte layouts, the durability argument and the recovery rules are in
   written so far while the others queue behind it.
 * Metadata is replaced atomically: write ``METADATA.tmp``, sync it, rename it over
   ``METADATA``, sync the directory.  The rename is the commit point.
+* A cursor change (create, mark-delete, individual deletes, properties, delete) appends one
+  framed record holding that cursor's whole new state (or its deletion) and the metadata
+  generation it applies on top of to ``CURSORS.log``, and returns after one ``fdatasync`` of it.
+  Every metadata commit folds the current cursors in, so records of an older generation are
+  stale; the journal is then cut back to its header (best effort: stale records are ignored).
+  A journal past its bound (records or bytes) is folded by a metadata commit instead.
 * A new ledger file is created, its header written and synced and the directory synced
   *before* the metadata that names it is committed, so a committed ledger always exists.
 * Opening the directory recovers: it truncates a torn tail (an incomplete last frame, or a tail
-  of zero bytes) of the last ledger, removes files a crash left behind (an uncommitted new
-  ledger that holds no entry, a deleted ledger whose unlink did not happen, ``METADATA.tmp``),
+  of zero bytes) of the last ledger, applies the journal's records of the committed generation
+  in order (a torn journal tail is cut the same way; a record of a newer generation is damage),
+  removes files a crash left behind (an uncommitted new ledger that holds no entry, a deleted
+  ledger whose unlink did not happen, ``METADATA.tmp``),
   closes the last ledger and opens a new one, as a new owner of a Pulsar topic does.  Anything
   else that does not check out (a bad CRC, a bad header, a closed ledger of the wrong length, a
   missing file, corrupt metadata) raises :class:`LedgerCorrupted` naming the file and the byte
@@ -73,6 +82,9 @@ from .memory_ledger import (
 
 __all__ = [
     "FRAME_HEADER",
+    "JOURNAL_HEADER",
+    "JOURNAL_MAGIC",
+    "JOURNAL_NAME",
     "LEDGER_HEADER",
     "LEDGER_MAGIC",
     "LOCK_NAME",
@@ -85,6 +97,8 @@ __all__ = [
     "FileLedger",
     "FileSystem",
     "FrameInfo",
+    "JournalRecord",
+    "JournalScan",
     "LedgerCorrupted",
     "LedgerLocked",
     "LedgerRecord",
@@ -92,13 +106,17 @@ __all__ = [
     "Metadata",
     "OsFileSystem",
     "RecoveryReport",
+    "apply_journal",
     "crc32c",
     "decode_metadata",
     "encode_frame",
+    "encode_journal_header",
+    "encode_journal_record",
     "encode_ledger_header",
     "encode_metadata",
     "ledger_file_name",
     "parse_ledger_file_name",
+    "scan_journal",
     "scan_ledger",
 ]
 
@@ -131,6 +149,14 @@ METADATA_MAGIC: Final = b"TMLM"
 METADATA_NAME: Final = "METADATA"
 METADATA_TMP_NAME: Final = "METADATA.tmp"
 LOCK_NAME: Final = "LOCK"
+JOURNAL_NAME: Final = "CURSORS.log"
+JOURNAL_MAGIC: Final = b"TMLC"
+# magic, version, flags, CRC32C of the 8 bytes before it.
+JOURNAL_HEADER: Final = struct.Struct(">4sHHI")
+# A journal record is a FRAME_HEADER frame whose 8-byte id slot holds the metadata generation.
+# Past either bound a cursor change is folded into a metadata commit, which empties the journal.
+MAX_JOURNAL_RECORDS: Final = 1000
+MAX_JOURNAL_BYTES: Final = 1 << 20
 # magic, version, flags, ledger id, CRC32C of the 16 bytes before it.
 LEDGER_HEADER: Final = struct.Struct(">4sHHQI")
 # payload length, entry id, CRC32C of those 12 bytes, CRC32C of the payload.
@@ -308,6 +334,19 @@ def _pos(p: Position) -> list[int]:
     return [p.ledger_id, p.entry_id]
 
 
+def _cursor_json(state: CursorState) -> dict[str, object]:
+    return {
+        "mark_delete": _pos(state.mark_delete),
+        "individually_deleted": [_pos(p) for p in sorted(state.individually_deleted)],
+        "batch_ack_sets": [[_pos(p), list(words)] for p, words in sorted(state.ack_sets.items())],
+        "properties": dict(state.properties),
+    }
+
+
+def _canonical_json(body: object) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def encode_metadata(meta: Metadata) -> bytes:
     """The metadata file: a header, then canonical JSON (sorted keys, no spaces)."""
     body = {
@@ -318,17 +357,9 @@ def encode_metadata(meta: Metadata) -> bytes:
             for r in meta.ledgers
         ],
         "properties": dict(meta.properties),
-        "cursors": {
-            name: {
-                "mark_delete": _pos(state.mark_delete),
-                "individually_deleted": [_pos(p) for p in sorted(state.individually_deleted)],
-                "batch_ack_sets": [[_pos(p), list(words)] for p, words in sorted(state.ack_sets.items())],
-                "properties": dict(state.properties),
-            }
-            for name, state in meta.cursors.items()
-        },
+        "cursors": {name: _cursor_json(state) for name, state in meta.cursors.items()},
     }
-    payload = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    payload = _canonical_json(body)
     head = struct.pack(">4sHHQI", METADATA_MAGIC, VERSION, 0, meta.generation, len(payload))
     return head + struct.pack(">I", crc32c(head, payload)) + payload
 
@@ -422,21 +453,7 @@ def _metadata_from_json(body: object, generation: int) -> Metadata:
     raw_cursors = _get(body, "cursors", dict)
     assert isinstance(raw_cursors, dict)
     for cursor_name, raw in raw_cursors.items():
-        where = f"cursors[{cursor_name!r}]"
-        mark = _position(_get(raw, "mark_delete", list), f"{where}.mark_delete")
-        deleted = frozenset(
-            _position(p, f"{where}.individually_deleted") for p in _as_list(_get(raw, "individually_deleted", list))
-        )
-        ack_sets: dict[Position, tuple[int, ...]] = {}
-        for item in _as_list(_get(raw, "batch_ack_sets", list)):
-            if not isinstance(item, list) or len(item) != 2 or not isinstance(item[1], list):
-                raise _Bad(f"{where}.batch_ack_sets entries are [position, words]")
-            words = tuple(_int(w, f"{where} ack set word", INT64_MIN, INT64_MAX) for w in item[1])
-            ack_sets[_position(item[0], f"{where}.batch_ack_sets")] = words
-        if any(p <= mark for p in deleted) or any(p <= mark or p in deleted for p in ack_sets):
-            raise _Bad(f"{where} records deletions at or below its mark-delete position")
-        props = _string_map(_get(raw, "properties", dict), f"{where}.properties")
-        cursors[cursor_name] = CursorState(mark, deleted, MappingProxyType(ack_sets), MappingProxyType(props))
+        cursors[cursor_name] = _cursor_from_json(raw, f"cursors[{cursor_name!r}]")
     return Metadata(
         name=str(name),
         generation=generation,
@@ -445,6 +462,143 @@ def _metadata_from_json(body: object, generation: int) -> Metadata:
         properties=MappingProxyType(_string_map(_get(body, "properties", dict), "properties")),
         cursors=MappingProxyType(cursors),
     )
+
+
+def _cursor_from_json(raw: object, where: str) -> CursorState:
+    mark = _position(_get(raw, "mark_delete", list), f"{where}.mark_delete")
+    deleted = frozenset(
+        _position(p, f"{where}.individually_deleted") for p in _as_list(_get(raw, "individually_deleted", list))
+    )
+    ack_sets: dict[Position, tuple[int, ...]] = {}
+    for item in _as_list(_get(raw, "batch_ack_sets", list)):
+        if not isinstance(item, list) or len(item) != 2 or not isinstance(item[1], list):
+            raise _Bad(f"{where}.batch_ack_sets entries are [position, words]")
+        words = tuple(_int(w, f"{where} ack set word", INT64_MIN, INT64_MAX) for w in item[1])
+        ack_sets[_position(item[0], f"{where}.batch_ack_sets")] = words
+    if any(p <= mark for p in deleted) or any(p <= mark or p in deleted for p in ack_sets):
+        raise _Bad(f"{where} records deletions at or below its mark-delete position")
+    props = _string_map(_get(raw, "properties", dict), f"{where}.properties")
+    return CursorState(mark, deleted, MappingProxyType(ack_sets), MappingProxyType(props))
+
+
+# -- the cursor journal ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRecord:
+    """One journal record: cursor ``name``'s whole new state (None: deleted), applying on top of
+    the metadata of ``generation``; ``offset`` is where its frame starts."""
+
+    generation: int
+    name: str
+    state: CursorState | None
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class JournalScan:
+    """What a scan of the journal found.  ``valid_length`` is where the last good record ends (0
+    when not even the header is there: a creation a crash cut short); ``torn_bytes`` follow it."""
+
+    records: tuple[JournalRecord, ...]
+    valid_length: int
+    torn_bytes: int
+    torn_reason: str | None = None
+
+
+def encode_journal_header() -> bytes:
+    head = struct.pack(">4sHH", JOURNAL_MAGIC, VERSION, 0)
+    return head + struct.pack(">I", crc32c(head))
+
+
+def encode_journal_record(generation: int, name: str, state: CursorState | None) -> bytes:
+    body = {"cursor": name, "state": None if state is None else _cursor_json(state)}
+    return encode_frame(generation, _canonical_json(body))
+
+
+def scan_journal(read_at: ReadAt, size: int, *, file: str) -> JournalScan:
+    """Check the cursor journal record by record, as :func:`scan_ledger` checks the open ledger:
+    an incomplete last record or a zero tail is torn (never synced, never acknowledged), any
+    other damage raises.  Record generations never decrease (a commit only raises it)."""
+    if size < JOURNAL_HEADER.size or _zero_tail(read_at, 0, size):
+        # The header is synced before any record is written: a creation a crash cut short (a
+        # prefix of the header, or zeros) holds none.  Other short bytes are not ours.
+        start = read_at(0, min(size, JOURNAL_HEADER.size))
+        if start.count(0) != len(start) and not encode_journal_header().startswith(start):
+            at = next(i for i, (a, b) in enumerate(zip(start, encode_journal_header(), strict=False)) if a != b)
+            raise LedgerCorrupted("journal shorter than its header, and not a prefix of one", file=file, offset=at)
+        return JournalScan((), 0, size, "incomplete journal header" if size else None)
+    header = read_at(0, JOURNAL_HEADER.size)
+    magic, version, flags, header_crc = JOURNAL_HEADER.unpack(header)
+    if magic != JOURNAL_MAGIC:
+        raise LedgerCorrupted(f"bad magic {magic!r}, expected {JOURNAL_MAGIC!r}", file=file, offset=0)
+    if version != VERSION:
+        raise LedgerCorrupted(f"unsupported journal version {version} (this reader knows {VERSION})",
+                              file=file, offset=4)
+    if header_crc != crc32c(header[:8]):
+        raise LedgerCorrupted("journal header CRC mismatch", file=file, offset=8)
+    if flags != 0:
+        raise LedgerCorrupted(f"unknown journal header flags 0x{flags:04x}", file=file, offset=6)
+    records: list[JournalRecord] = []
+    offset = JOURNAL_HEADER.size
+    while offset < size:
+        remaining = size - offset
+        if remaining < FRAME_HEADER.size:
+            return JournalScan(tuple(records), offset, remaining, "incomplete record header")
+        head = read_at(offset, FRAME_HEADER.size)
+        length, generation, head_crc, payload_crc = FRAME_HEADER.unpack(head)
+        if head_crc != crc32c(head[:12]):
+            if _zero_tail(read_at, offset, size):
+                return JournalScan(tuple(records), offset, remaining, "zero-filled tail")
+            raise LedgerCorrupted("journal record header CRC mismatch", file=file, offset=offset)
+        end = offset + FRAME_HEADER.size + length
+        if end > size:
+            return JournalScan(tuple(records), offset, remaining, "incomplete last record")
+        payload = read_at(offset + FRAME_HEADER.size, length)
+        if payload_crc != crc32c(payload):
+            raise LedgerCorrupted("journal record payload CRC mismatch", file=file, offset=offset + FRAME_HEADER.size)
+        if records and generation < records[-1].generation:
+            raise LedgerCorrupted(f"journal record of generation {generation} follows one of generation "
+                                  f"{records[-1].generation}", file=file, offset=offset + 4)
+        name, state = _journal_body(payload, file=file, offset=offset + FRAME_HEADER.size)
+        records.append(JournalRecord(generation, name, state, offset))
+        offset = end
+    return JournalScan(tuple(records), offset, 0)
+
+
+def _journal_body(payload: bytes, *, file: str, offset: int) -> tuple[str, CursorState | None]:
+    try:
+        body = json.loads(payload.decode())
+        name = _get(body, "cursor", str)
+        assert isinstance(body, dict) and isinstance(name, str)
+        if "state" not in body:
+            raise _Bad("missing 'state'")
+        raw = body["state"]
+        return name, None if raw is None else _cursor_from_json(raw, f"journal cursor {name!r}")
+    except UnicodeDecodeError as exc:
+        raise LedgerCorrupted(f"journal record is not UTF-8: {exc.reason}", file=file,
+                              offset=offset + exc.start) from None
+    except json.JSONDecodeError as exc:
+        raise LedgerCorrupted(f"journal record is not JSON: {exc.msg}", file=file, offset=offset + exc.pos) from None
+    except (_Bad, ValueError, TypeError) as exc:
+        raise LedgerCorrupted(f"journal record does not follow the schema: {exc}", file=file, offset=offset) from None
+
+
+def apply_journal(meta: Metadata, scan: JournalScan, *, file: str) -> Metadata:
+    """``meta`` with the journal's records of its generation applied in order; older records
+    are stale (a later commit folded them in), a newer one cannot have been written."""
+    cursors = dict(meta.cursors)
+    for record in scan.records:
+        if record.generation > meta.generation:
+            raise LedgerCorrupted(f"journal record of generation {record.generation} is newer than the metadata "
+                                  f"(generation {meta.generation})", file=file, offset=record.offset + 4)
+        if record.generation < meta.generation:
+            continue
+        if record.state is None:
+            cursors.pop(record.name, None)
+        else:
+            cursors[record.name] = record.state
+    return replace(meta, cursors=MappingProxyType(cursors))
 
 
 def _as_list(value: object) -> list[object]:
@@ -600,7 +754,9 @@ class FileLedger:
     """A file-backed :class:`~reference.engine.ledger.ManagedLedger`; see the module docstring.
 
     ``directory`` is created if missing.  ``config`` supplies the roll-over limits.
-    ``group_commit`` lets concurrent appenders share one sync.  ``fs`` replaces the OS calls
+    ``group_commit`` lets concurrent appenders share one sync.  Past ``max_journal_records``
+    records or ``max_journal_bytes`` bytes in the cursor journal, a cursor change is folded into
+    a metadata commit instead (0 folds every change).  ``fs`` replaces the OS calls
     (tests).  Opening recovers the directory (:attr:`recovery` says what it repaired) and starts
     a new ledger; a second handle on a directory that is open raises :class:`LedgerLocked`.
     """
@@ -615,7 +771,19 @@ class FileLedger:
         first_ledger_id: int = 0,
         fs: FileSystem | None = None,
         max_open_sealed_files: int = MAX_OPEN_SEALED_FILES,
+        max_journal_records: int = MAX_JOURNAL_RECORDS,
+        max_journal_bytes: int = MAX_JOURNAL_BYTES,
     ) -> None:
+        if max_journal_records < 0 or max_journal_bytes < 0:
+            raise ValueError(f"journal bounds must be >= 0, got {max_journal_records}, {max_journal_bytes}")
+        self._max_journal_records = max_journal_records
+        self._max_journal_bytes = max_journal_bytes
+        # The journal's descriptor is opened at the first record, not at open, so a ledger that
+        # never changes a cursor holds no extra descriptor.
+        self._journal_fd: int | None = None
+        self._journal_end = 0  # where the next record goes; 0: the journal is not known good
+        self._journal_records = 0
+        self._journal_ready = False  # recovery has not yet reset the journal: commits leave it alone
         if max_open_sealed_files < 0:
             raise ValueError(f"max_open_sealed_files must be >= 0, got {max_open_sealed_files}")
         # The file being read stays open during the read, so the bound is never below one.
@@ -660,7 +828,8 @@ class FileLedger:
 
     @property
     def metadata(self) -> Metadata:
-        """The last committed metadata (its ``generation`` counts commits)."""
+        """The last committed metadata (its ``generation`` counts commits) with the cursor
+        changes journaled since applied: the durable state as recovery would rebuild it."""
         with self._lock:
             return self._meta
 
@@ -684,13 +853,29 @@ class FileLedger:
             for ledger_id, file_name in sorted(ledger_names.items()):
                 self._check_entryless_orphan(ledger_id, file_name)
                 leftovers.append(file_name)
+            if JOURNAL_NAME in names:
+                # The journal is created after the first commit; without one it can hold no record.
+                orphan = self._scan_journal()
+                if orphan.records:
+                    raise LedgerCorrupted("the cursor journal holds records but there is no METADATA",
+                                          file=self._path(JOURNAL_NAME), offset=orphan.records[0].offset)
+                leftovers.append(JOURNAL_NAME)
             self._remove(leftovers)
             fresh = name or os.path.basename(self._dir)
             meta = Metadata(fresh, 0, first_ledger_id, (), MappingProxyType({}), MappingProxyType({}))
-            return self._open_new_ledger(meta), RecoveryReport(created=True, removed=tuple(leftovers))
+            meta = self._open_new_ledger(meta)
+            self._reset_journal()
+            return meta, RecoveryReport(created=True, removed=tuple(leftovers))
         meta = self._read_metadata()
         if name is not None and name != meta.name:
             raise ValueError(f"{self._dir} holds managed ledger {meta.name!r}, not {name!r}")
+        journal_torn: tuple[tuple[str, int, int], ...] = ()
+        if JOURNAL_NAME in names:
+            journal = self._scan_journal()
+            meta = apply_journal(meta, journal, file=self._path(JOURNAL_NAME))
+            if journal.torn_bytes:
+                # Cut by the reset below, after the commit that folds the records in.
+                journal_torn = ((self._path(JOURNAL_NAME), journal.valid_length, journal.torn_bytes),)
         listed = {r.ledger_id for r in meta.ledgers}
         for ledger_id, file_name in sorted(ledger_names.items()):
             if ledger_id in listed:
@@ -727,7 +912,10 @@ class FileLedger:
         # Close the recovered open ledger and start a new one, as Pulsar's new owner does.
         last = self._files[meta.ledgers[-1].ledger_id]
         closed = replace(meta.ledgers[-1], entries=last.durable_entries, length=last.durable_end)
+        # This commit folds the journal's records in; only then may the journal be emptied.
         meta = self._open_new_ledger(replace(meta, ledgers=(*meta.ledgers[:-1], closed)))
+        self._reset_journal()
+        truncated.extend(journal_torn)
         report = RecoveryReport(truncated=tuple(truncated), removed=tuple(leftovers), closed_ledger=closed.ledger_id)
         for record in meta.ledgers[:-1]:
             self._seal_file(self._files[record.ledger_id])
@@ -747,6 +935,29 @@ class FileLedger:
         finally:
             self._fs.close(fd)
         return decode_metadata(blob, file=path)
+
+    def _scan_journal(self) -> JournalScan:
+        path = self._path(JOURNAL_NAME)
+        fd = self._fs.open(path)
+        try:
+            return scan_journal(lambda o, n: self._fs.pread(fd, n, o), self._fs.size(fd), file=path)
+        finally:
+            self._fs.close(fd)
+
+    def _reset_journal(self) -> None:
+        """Start an empty journal (recovery, after the commit that folded the old records in)."""
+        fs = self._fs
+        path = self._path(JOURNAL_NAME)
+        fd = fs.open(path, create=True, truncate=True)
+        try:
+            fs.pwrite(fd, encode_journal_header(), 0)
+            fs.sync(fd)
+        finally:
+            fs.close(fd)
+        # A record is acknowledged only in a journal the directory durably names.  Synced even
+        # when the file was there: a crashed earlier recovery may have created it unsynced.
+        fs.sync_dir(self._dir)
+        self._journal_end, self._journal_records, self._journal_ready = JOURNAL_HEADER.size, 0, True
 
     def _check_entryless_orphan(self, ledger_id: int, file_name: str) -> None:
         """A ledger file no committed metadata names may be removed only if it holds no entry:
@@ -810,9 +1021,68 @@ class FileLedger:
             fs.rename(tmp, self._path(METADATA_NAME))
             fs.sync_dir(self._dir)
         except OSError as exc:
+            # METADATA may now be of the next generation: a record of this one would be stale
+            # at recovery, so the next cursor change must commit (fold) instead.
+            self._journal_end = 0
             raise LedgerWriteFailed(f"metadata commit of {self._dir} failed: {exc}") from exc
         self._meta = meta
+        self._empty_journal()
         return meta
+
+    def _empty_journal(self) -> None:
+        """Cut the journal back to its header after a commit folded its records in.  Best effort:
+        its records are stale now, so a crash (or a failure) before the cut is harmless; after a
+        failure the journal is not trusted until a later commit cuts it."""
+        if not self._journal_ready or (self._journal_end == JOURNAL_HEADER.size and not self._journal_records):
+            return
+        self._journal_end = 0
+        fs = self._fs
+        try:
+            if self._journal_fd is None:
+                self._journal_fd = fs.open(self._path(JOURNAL_NAME))
+            fs.truncate(self._journal_fd, JOURNAL_HEADER.size)
+            # Synced before the next record overwrites the cut bytes, so no stale record can
+            # show through a torn write of a new one.
+            fs.sync(self._journal_fd)
+        except OSError:
+            return
+        self._journal_end, self._journal_records = JOURNAL_HEADER.size, 0
+
+    def _cut_journal(self, fd: int, length: int) -> None:
+        self._fs.truncate(fd, length)
+        self._fs.sync(fd)
+
+    def _journal_cursor(self, name: str, state: CursorState | None) -> None:
+        """Make cursor ``name``'s new state (None: deleted) durable: one journal record and one
+        sync, or a metadata commit when the journal is full or not trusted."""
+        cursors = dict(self._meta.cursors)
+        if state is None:
+            cursors.pop(name, None)
+        else:
+            cursors[name] = state
+        record = encode_journal_record(self._meta.generation, name, state)
+        end = self._journal_end
+        if (not self._journal_ready or end == 0 or self._journal_records >= self._max_journal_records
+                or end + len(record) > self._max_journal_bytes):
+            self._commit_cursors(cursors)
+            return
+        fs = self._fs
+        try:
+            if self._journal_fd is None:
+                self._journal_fd = fs.open(self._path(JOURNAL_NAME))
+            fs.pwrite(self._journal_fd, record, end)
+            fs.sync(self._journal_fd)
+        except OSError as exc:
+            # Not acknowledged: cut it off so it cannot resurface, and fold the next change so a
+            # new generation makes it stale should the cut not have reached the disk.
+            self._journal_end = 0
+            fd = self._journal_fd
+            if fd is not None:
+                _best_effort(partial(self._cut_journal, fd, end))
+            raise LedgerWriteFailed(f"cursor journal write of {self._dir} failed: {exc}") from exc
+        self._journal_end = end + len(record)
+        self._journal_records += 1
+        self._meta = replace(self._meta, cursors=MappingProxyType(cursors))
 
     def _open_new_ledger(self, meta: Metadata) -> Metadata:
         """Create the next ledger's file durably, then commit ``meta`` with it as the open
@@ -855,6 +1125,11 @@ class FileLedger:
                 # LedgerWriteFailed and the handle closes anyway.
                 with contextlib.suppress(LedgerWriteFailed):
                     self._sync_locked(current)
+            if self._journal_records:
+                # Fold the journal so a cleanly closed directory's METADATA is the whole state;
+                # if the commit fails the journal still holds it.
+                with contextlib.suppress(LedgerWriteFailed):
+                    self._commit(self._meta)
             self._closed = True
             self._cond.notify_all()
             self._release_files()
@@ -873,6 +1148,9 @@ class FileLedger:
                 _best_effort(partial(self._fs.close, opened.fd))
         self._files.clear()
         self._open_sealed.clear()
+        journal_fd, self._journal_fd = self._journal_fd, None
+        if journal_fd is not None:
+            _best_effort(partial(self._fs.close, journal_fd))
         lock_fd, self._lock_fd = self._lock_fd, None
         if lock_fd is not None:
             _best_effort(lambda: self._fs.unlock(lock_fd))
@@ -1154,14 +1432,14 @@ class FileLedger:
             self._check_open()
             if name not in self._meta.cursors:
                 state = initial_cursor_state(initial_position, self._infos_locked(), self._last_confirmed_locked())
-                self._commit_cursors({**self._meta.cursors, name: state})
+                self._journal_cursor(name, state)
             return Cursor(self, name)
 
     def delete_cursor(self, name: str) -> None:
         with self._lock:
             self._check_open()
             if name in self._meta.cursors:
-                self._commit_cursors({k: v for k, v in self._meta.cursors.items() if k != name})
+                self._journal_cursor(name, None)
 
     def cursors(self) -> tuple[Cursor, ...]:
         with self._lock:
@@ -1188,7 +1466,7 @@ class FileLedger:
                 raise LedgerClosed(f"cursor {name} of {self.name} was deleted") from None
             new = change(state, self._infos_locked(), self._last_confirmed_locked())
             if new != state:
-                self._commit_cursors({**self._meta.cursors, name: new})
+                self._journal_cursor(name, new)
 
     def __repr__(self) -> str:
         return f"FileLedger({self._dir!r}, ledgers={[r.ledger_id for r in self._meta.ledgers]})"

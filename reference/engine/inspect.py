@@ -35,6 +35,7 @@ from spec.types import Position
 
 from .file_ledger import (
     FRAME_HEADER,
+    JOURNAL_NAME,
     LEDGER_HEADER,
     LEDGER_MAGIC,
     METADATA_NAME,
@@ -42,15 +43,19 @@ from .file_ledger import (
     VERSION,
     LedgerCorrupted,
     Metadata,
+    apply_journal,
     crc32c,
     decode_metadata,
     ledger_file_name,
     parse_ledger_file_name,
+    scan_journal,
 )
+from .memory_ledger import CursorState
 
 __all__ = [
     "inspect_directory",
     "inspect_entry",
+    "inspect_journal",
     "inspect_ledger_file",
     "inspect_metadata",
     "inspect_path",
@@ -360,16 +365,55 @@ def _metadata_json(meta: Metadata) -> Json:
             for r in meta.ledgers
         ],
         "properties": dict(meta.properties),
-        "cursors": {
-            name: {
-                "mark_delete": _position_text(state.mark_delete),
-                "individually_deleted": [_position_text(p) for p in sorted(state.individually_deleted)],
-                "batch_ack_sets": {_position_text(p): list(w) for p, w in sorted(state.ack_sets.items())},
-                "properties": dict(state.properties),
-            }
-            for name, state in sorted(meta.cursors.items())
-        },
+        "cursors": {name: _cursor_json(state) for name, state in sorted(meta.cursors.items())},
     }
+
+
+def _cursor_json(state: CursorState) -> Json:
+    return {
+        "mark_delete": _position_text(state.mark_delete),
+        "individually_deleted": [_position_text(p) for p in sorted(state.individually_deleted)],
+        "batch_ack_sets": {_position_text(p): list(w) for p, w in sorted(state.ack_sets.items())},
+        "properties": dict(state.properties),
+    }
+
+
+def inspect_journal(path: str | os.PathLike[str], *, metadata: Metadata | None = None) -> Json:
+    """The cursor journal decoded: each record (its generation, cursor and new state, or
+    ``null`` for a deletion) and whether it is ``current`` or ``stale`` against ``metadata``
+    (``null`` without one).  Damage, or a record newer than the metadata, is the ``error``."""
+    file = os.fspath(path)
+    data = Path(file).read_bytes()
+    report: Json = {"file": file, "size": len(data), "records": [], "torn_tail": None, "error": None}
+    try:
+        scan = scan_journal(lambda o, n: data[o : o + n], len(data), file=file)
+    except LedgerCorrupted as exc:
+        report["error"] = _error(exc)
+        # List the records before the damage: the bytes up to it scan as a journal with a torn tail.
+        cut = exc.offset
+        try:
+            scan = scan_journal(lambda o, n: data[o : min(o + n, cut)], cut, file=file)
+        except LedgerCorrupted:
+            return report
+    for record in scan.records:
+        status = None
+        if metadata is not None:
+            status = "current" if record.generation == metadata.generation else "stale"
+        report["records"].append({
+            "offset": record.offset,
+            "generation": record.generation,
+            "cursor": record.name,
+            "state": None if record.state is None else _cursor_json(record.state),
+            "status": status,
+        })
+    if scan.torn_bytes and report["error"] is None:
+        report["torn_tail"] = {"offset": scan.valid_length, "bytes": scan.torn_bytes, "reason": scan.torn_reason}
+    if metadata is not None and report["error"] is None:
+        try:
+            apply_journal(metadata, scan, file=file)
+        except LedgerCorrupted as exc:
+            report["error"] = _error(exc)
+    return report
 
 
 def inspect_metadata(path: str | os.PathLike[str]) -> Json:
@@ -388,16 +432,24 @@ def inspect_directory(path: str | os.PathLike[str], *, kind: LogKind | None = No
     and any other files.  ``ok`` is true when recovery would open it without an error."""
     directory = os.fspath(path)
     names = sorted(os.listdir(directory))
-    report: Json = {"directory": directory, "metadata": None, "ledgers": [], "other_files": [], "ok": True}
+    report: Json = {"directory": directory, "metadata": None, "cursor_journal": None, "ledgers": [],
+                    "other_files": [], "ok": True}
     records: dict[int, Any] = {}
     topic: str | None = None
     meta_path = os.path.join(directory, METADATA_NAME)
+    meta: Metadata | None = None
     if METADATA_NAME in names:
         report["metadata"] = inspect_metadata(meta_path)
         if report["metadata"]["error"] is None:
             records = {r["ledger_id"]: r for r in report["metadata"]["ledgers"]}
             topic = report["metadata"]["name"]
+            meta = decode_metadata(Path(meta_path).read_bytes(), file=meta_path)
         else:
+            report["ok"] = False
+    if JOURNAL_NAME in names:
+        journal = inspect_journal(os.path.join(directory, JOURNAL_NAME), metadata=meta)
+        report["cursor_journal"] = journal
+        if journal["error"] is not None or (meta is None and journal["records"]):
             report["ok"] = False
     ledger_ids = sorted(lid for n in names if (lid := parse_ledger_file_name(n)) is not None)
     for ledger_id in sorted(set(ledger_ids) | set(records)):
@@ -423,7 +475,7 @@ def inspect_directory(path: str | os.PathLike[str], *, kind: LogKind | None = No
         if one["error"] is not None and state != "unlisted":
             report["ok"] = False
     report["other_files"] = [
-        n for n in names if parse_ledger_file_name(n) is None and n not in (METADATA_NAME,)
+        n for n in names if parse_ledger_file_name(n) is None and n not in (METADATA_NAME, JOURNAL_NAME)
     ]
     if METADATA_TMP_NAME in names:
         report["uncommitted_metadata"] = inspect_metadata(os.path.join(directory, METADATA_TMP_NAME))
@@ -484,6 +536,8 @@ def inspect_path(
         return {"kind": "ledger_file", **inspect_ledger_file(file, kind=kind)}
     if name in (METADATA_NAME, METADATA_TMP_NAME):
         return {"kind": "metadata", **inspect_metadata(file)}
+    if name == JOURNAL_NAME:
+        return {"kind": "cursor_journal", **inspect_journal(file)}
     return {"kind": "entry", "file": file, **inspect_entry(Path(file).read_bytes(), kind=kind, where=file)}
 
 
@@ -562,6 +616,8 @@ def render_text(report: Json) -> str:
         lines.extend(_metadata_lines(report))
     elif kind == "ledger_file":
         lines.extend(_ledger_lines(report, ""))
+    elif kind == "cursor_journal":
+        lines.extend(_journal_lines(report, ""))
     elif kind == "store":
         damaged = sum(1 for one in report["managed_ledgers"] if not one["ok"])
         lines.append(f"{report['directory']}: ledger store, {len(report['managed_ledgers'])} managed ledgers, "
@@ -577,6 +633,8 @@ def render_text(report: Json) -> str:
             lines.extend("  " + line for line in _metadata_lines(report["metadata"]))
         else:
             lines.append("  no METADATA")
+        if report.get("cursor_journal") is not None:
+            lines.extend(_journal_lines(report["cursor_journal"], "  "))
         for ledger in report["ledgers"]:
             lines.extend(_ledger_lines(ledger, "  "))
         if report["other_files"]:
@@ -598,6 +656,23 @@ def _metadata_lines(meta: Json) -> list[str]:
             f"{cursor['individually_deleted']}, batch ack sets {cursor['batch_ack_sets']}, "
             f"properties {cursor['properties']}"
         )
+    return lines
+
+
+def _journal_lines(journal: Json, indent: str) -> list[str]:
+    lines = [f"{indent}cursor journal: {journal['file']}, {journal['size']} bytes, {len(journal['records'])} records"
+             f"{_err_text(journal.get('error'))}"]
+    for record in journal["records"]:
+        status = f" ({record['status']})" if record["status"] else ""
+        state = record["state"]
+        change = "deleted" if state is None else (
+            f"mark-delete {state['mark_delete']}, individually deleted {state['individually_deleted']}, "
+            f"batch ack sets {state['batch_ack_sets']}, properties {state['properties']}")
+        lines.append(f"{indent}  @{record['offset']} generation {record['generation']}{status}: "
+                     f"cursor {record['cursor']!r} {change}")
+    if journal.get("torn_tail"):
+        torn = journal["torn_tail"]
+        lines.append(f"{indent}  torn tail @{torn['offset']}: {torn['bytes']} bytes ({torn['reason']})")
     return lines
 
 

@@ -17,6 +17,10 @@ one entirely or not at all, nothing else.  The raw ``METADATA`` a cut leaves mus
 byte, a version that was committed: the last one before the in-flight operation or one it wrote.
 
 The workload reopens the ledger in the middle, so cuts inside recovery itself are covered too.
+It runs with the default cursor-journal bound and with a tiny one, so cursor changes land on
+both sides of journal folds (a metadata commit, then the journal cut back to its header).  The
+checker itself is checked: with a sync removed by hand (the cursor journal's, a ledger's,
+``METADATA.tmp``'s, the directory's) some cut must recover the wrong state.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from typing import Any
 import pytest
 
 from reference.engine.file_ledger import (
+    FRAME_HEADER,
+    JOURNAL_HEADER,
+    JOURNAL_NAME,
     LEDGER_HEADER,
     METADATA_NAME,
     FileLedger,
@@ -40,6 +47,8 @@ from reference.engine.file_ledger import (
     OsFileSystem,
     decode_metadata,
     encode_frame,
+    encode_journal_header,
+    encode_journal_record,
     ledger_file_name,
 )
 from reference.engine.ledger import (
@@ -242,7 +251,22 @@ WORKLOAD: tuple[Op, ...] = (
     ("remove_property", "max_local_txn_id"),
     ("delete_cursor", "bucket"),
     ("append", b"a8"),
+    # Cursor changes only: with the tiny journal bound they cross fold points on their own.
+    ("cursor_set_property", "sub", "k1", "1"),
+    ("open_cursor", "late", InitialPosition.EARLIEST),
+    ("cursor_set_property", "late", "k", "v"),
+    ("mark_delete_last", "sub"),
+    ("set_property", "p", "1"),  # a fold for another reason: the records so far are stale
+    ("cursor_set_property", "sub", "k1", "2"),
+    ("delete_cursor", "late"),
+    ("append", b"a9"),
+    ("reopen",),
+    ("cursor_set_property", "sub", "k2", "3"),
+    ("mark_delete_last", "sub"),
 )
+CURSOR_OPS = frozenset({"open_cursor", "delete", "mark_delete", "mark_delete_last", "cursor_set_property",
+                        "delete_cursor"})
+TINY_JOURNAL = 2  # records before a cursor change folds the journal into a metadata commit
 
 
 def run_op(ml: ManagedLedger, op: Op) -> None:
@@ -259,6 +283,8 @@ def run_op(ml: ManagedLedger, op: Op) -> None:
         ml.open_cursor(args[0]).delete(args[1], args[2])
     elif kind == "mark_delete":
         ml.open_cursor(args[0]).mark_delete(args[1])
+    elif kind == "mark_delete_last":
+        ml.open_cursor(args[0]).mark_delete(ml.last_confirmed())
     elif kind == "cursor_set_property":
         ml.open_cursor(args[0]).set_property(args[1], args[2])
     elif kind == "roll_over":
@@ -298,21 +324,23 @@ def snapshot(ml: ManagedLedger, *, reopened: bool) -> Snapshot:
     )
 
 
-def run_workload(directory: Path, timeline: Timeline, *, group_commit: bool) -> list[Snapshot]:
+def run_workload(directory: Path, timeline: Timeline, *, group_commit: bool, journal: int | None = None,
+                 fs: RecordingFileSystem | None = None) -> list[Snapshot]:
     """Run WORKLOAD; return the model's snapshot before the first op and after each op.  The
-    file ledger's first op is its creation (op -1)."""
-    fs = RecordingFileSystem(directory, timeline)
+    file ledger's first op is its creation (op -1).  ``journal`` bounds the cursor journal."""
+    fs = fs or RecordingFileSystem(directory, timeline)
     model = MemoryLedger("topic", CONFIG)
     snapshots = [snapshot(model, reopened=False)]  # before the file ledger exists
     timeline.events.append(("invoke", -1))
-    ml = FileLedger(directory, CONFIG, name="topic", group_commit=group_commit, fs=fs)
+    bound: dict[str, Any] = {} if journal is None else {"max_journal_records": journal}
+    ml = FileLedger(directory, CONFIG, name="topic", group_commit=group_commit, fs=fs, **bound)
     timeline.events.append(("ok", -1))
     snapshots.append(snapshot(model, reopened=False))
     for index, op in enumerate(WORKLOAD):
         timeline.events.append(("invoke", index))
         if op[0] == "reopen":
             ml.close()
-            ml = FileLedger(directory, CONFIG, group_commit=group_commit, fs=fs)
+            ml = FileLedger(directory, CONFIG, group_commit=group_commit, fs=fs, **bound)
             model = model.reopen()
         elif op[0] == "crash_with_torn_tail":
             current = ml.ledgers()[-1]
@@ -322,7 +350,7 @@ def run_workload(directory: Path, timeline: Timeline, *, group_commit: bool) -> 
             fs.pwrite(fd, encode_frame(current.entries, b"never acknowledged")[:23], fs.size(fd))
             fs.sync(fd)  # the torn bytes are on disk for good: only recovery can remove them
             fs.close(fd)
-            ml = FileLedger(directory, CONFIG, group_commit=group_commit, fs=fs)
+            ml = FileLedger(directory, CONFIG, group_commit=group_commit, fs=fs, **bound)
             assert ml.recovery.truncated, "the torn tail was not cut"
             model = model.reopen()
         else:
@@ -331,17 +359,102 @@ def run_workload(directory: Path, timeline: Timeline, *, group_commit: bool) -> 
         timeline.events.append(("ok", index))
         snapshots.append(snapshot(model, reopened=False))
         assert snapshot(ml, reopened=False) == snapshots[-1], f"file ledger and model disagree after {op}"
+    # Closing folds the cursor journal into a metadata commit: an operation of its own.
+    timeline.events.append(("invoke", len(WORKLOAD)))
     ml.close()
+    timeline.events.append(("ok", len(WORKLOAD)))
+    snapshots.append(snapshots[-1])
     return snapshots
 
 
+@pytest.mark.parametrize("journal", [None, TINY_JOURNAL], ids=["journal-default", "journal-tiny"])
 @pytest.mark.parametrize("group_commit", [False, True], ids=["sync-per-append", "group-commit"])
-def test_recovery_after_a_power_cut_at_every_call(tmp_path: Path, group_commit: bool) -> None:
+def test_recovery_after_a_power_cut_at_every_call(tmp_path: Path, group_commit: bool, journal: int | None) -> None:
     live = tmp_path / "live"
     live.mkdir()
     timeline = Timeline()
-    snapshots = run_workload(live, timeline, group_commit=group_commit)
+    snapshots = run_workload(live, timeline, group_commit=group_commit, journal=journal)
+    calls = calls_by_op(timeline)
+    cursor_ops = [i for i, op in enumerate(WORKLOAD) if op[0] in CURSOR_OPS]
+    journal_cuts = [c for cs in calls.values() for c in cs if c[:2] == ("truncate", JOURNAL_NAME)]
+    assert any(c[2] == JOURNAL_HEADER.size for c in journal_cuts), "no fold cut the journal back"
+    folded = [i for i in cursor_ops if ("rename", "METADATA.tmp", METADATA_NAME) in calls[i]]
+    if journal is None:
+        # One journal write and one sync per cursor change, and no metadata commit.
+        assert folded == [], [WORKLOAD[i] for i in folded]
+        for i in cursor_ops:
+            assert [c[:2] for c in calls[i] if c[0] in ("write", "sync", "sync_dir")] == [
+                ("write", JOURNAL_NAME), ("sync", JOURNAL_NAME)], (WORKLOAD[i], calls[i])
+    else:
+        # Some cursor changes found the journal full and folded it; later ones journal again.
+        assert folded and any(i > folded[0] and ("write", JOURNAL_NAME) in {c[:2] for c in calls[i]}
+                              for i in cursor_ops), folded
+    checked, failures = replay_power_cuts(tmp_path, timeline, snapshots)
+    assert not failures, "\n".join(failures[:3])
+    assert checked > 8 * 100, checked  # the workload really exercised many cut points
 
+
+def calls_by_op(timeline: Timeline) -> dict[int, list[tuple[Any, ...]]]:
+    """The file-system calls each op made, with file names in place of descriptors:
+    (call, file name, first argument)."""
+    names: dict[int, str] = {}
+    out: dict[int, list[tuple[Any, ...]]] = {}
+    current: list[tuple[Any, ...]] = []
+    for event in timeline.events:
+        if event[0] == "invoke":
+            current = out.setdefault(event[1], [])
+        elif event[0] == "fs":
+            kind = event[1]
+            if kind == "open":
+                names[event[2]] = event[3]
+                current.append(("open", event[3], event[4]))
+            elif kind in ("write", "truncate", "sync", "close"):
+                arg = event[3] if kind in ("write", "truncate") else None
+                current.append((kind, names[event[2]], len(arg) if isinstance(arg, bytes) else arg))
+            else:
+                current.append((kind, *event[2:]))
+    return out
+
+
+class SyncDroppingFileSystem(RecordingFileSystem):
+    """A ledger with a sync removed by hand: the chosen file's syncs (or the directory's, for
+    ``"<dir>"``) neither happen nor appear in the timeline, as if the code never made them."""
+
+    def __init__(self, directory: Path, timeline: Timeline, drop: Callable[[str], bool]) -> None:
+        super().__init__(directory, timeline)
+        self.drop = drop
+        self.names: dict[int, str] = {}
+
+    def open(self, path: str, *, create: bool = False, truncate: bool = False) -> int:
+        fd = super().open(path, create=create, truncate=truncate)
+        self.names[fd] = os.path.basename(path)
+        return fd
+
+    def sync(self, fd: int) -> None:
+        if not self.drop(self.names[fd]):
+            super().sync(fd)
+
+    def sync_dir(self, path: str) -> None:
+        if not (path == self.directory and self.drop("<dir>")):
+            super().sync_dir(path)
+
+
+@pytest.mark.parametrize("dropped", [JOURNAL_NAME, "ledger", "METADATA.tmp", "<dir>"])
+def test_a_hand_removed_sync_is_caught(tmp_path: Path, dropped: str) -> None:
+    live = tmp_path / "live"
+    live.mkdir()
+    timeline = Timeline()
+    fs = SyncDroppingFileSystem(live, timeline, lambda name: name.startswith(dropped))
+    snapshots = run_workload(live, timeline, group_commit=False, fs=fs)
+    _, failures = replay_power_cuts(tmp_path, timeline, snapshots, stop_at_first=True)
+    assert failures, f"the crash checker missed the removed sync of {dropped}"
+
+
+def replay_power_cuts(tmp_path: Path, timeline: Timeline, snapshots: list[Snapshot], *,
+                      stop_at_first: bool = False) -> tuple[int, list[str]]:
+    """Recover every crash image of every prefix of the timeline; returns how many were
+    checked and what went wrong (a message per bad image)."""
+    failures: list[str] = []
     disk = DiskModel()
     committed: list[bytes] = []  # METADATA versions in commit order, while replaying
     last_done = -2  # index of the last completed op (-1 is the creation)
@@ -368,22 +481,30 @@ def test_recovery_after_a_power_cut_at_every_call(tmp_path: Path, group_commit: 
         for variant, files in disk.crash_images():
             where = f"cut before call {position} ({event}) [{variant}], op {inflight} in flight"
             target = str(tmp_path / "cut")
+            checked += 1
             if METADATA_NAME in files:
-                assert files[METADATA_NAME] in allowed_metadata, f"{where}: METADATA is no committed version"
-            else:
-                assert last_done == -2, f"{where}: METADATA vanished"
-            recovered = FileLedger(target, CONFIG, fs=ImageFileSystem(target, files))
+                if files[METADATA_NAME] not in allowed_metadata:
+                    failures.append(f"{where}: METADATA is no committed version")
+            elif last_done != -2:
+                failures.append(f"{where}: METADATA vanished")
+            try:
+                recovered = FileLedger(target, CONFIG, fs=ImageFileSystem(target, files))
+            except LedgerCorrupted as exc:
+                failures.append(f"{where}: recovery failed: {exc}")
+                continue
             try:
                 state = snapshot(recovered, reopened=True)
-                assert state in acceptable, f"{where}: recovered {state}\nexpected one of {acceptable}"
+                if state not in acceptable:
+                    failures.append(f"{where}: recovered {state}\nexpected one of {acceptable}")
             finally:
                 recovered.close()
-            checked += 1
+            if failures and stop_at_first:
+                return checked, failures
         if event[0] == "fs":
             disk.apply(event)
             if event[1] == "rename" and event[3] == METADATA_NAME:
                 committed.append(files_now(disk, METADATA_NAME))
-    assert checked > 8 * 100, checked  # the workload really exercised many cut points
+    return checked, failures
 
 
 class ImageFileSystem:
@@ -705,3 +826,200 @@ def test_the_test_file_systems_are_file_systems(tmp_path: Path) -> None:
     recording: FileSystem = RecordingFileSystem(tmp_path, Timeline())
     image: FileSystem = ImageFileSystem(str(tmp_path), {})
     assert recording is not image
+
+
+# ---------------------------------------------------------------------------------------------
+# The cursor journal's recovery rules, one at a time.
+
+
+def _journaled(directory: Path) -> tuple[CursorState, int]:
+    """A ledger whose last cursor changes are only in the journal (the handle was killed, so
+    nothing folded them); returns the acknowledged cursor state and the metadata generation."""
+    ml = FileLedger(directory, Config())
+    for data in (b"x", b"y", b"z"):
+        ml.append(data)
+    cursor = ml.open_cursor("sub", InitialPosition.EARLIEST)
+    generation = ml.metadata.generation
+    cursor.delete([P(0, 1)])
+    cursor.set_property("k", "v")
+    state = cursor.state()
+    ml.crash()
+    return state, generation
+
+
+def test_cursor_changes_live_in_the_journal_until_a_commit_folds_them(tmp_path: Path) -> None:
+    directory = tmp_path / "ml"
+    state, generation = _journaled(directory)
+    journal = directory / JOURNAL_NAME
+    assert decode_metadata((directory / METADATA_NAME).read_bytes(), file="m").cursors == {}
+    assert len(journal.read_bytes()) > JOURNAL_HEADER.size
+    ml = FileLedger(directory)
+    assert ml.open_cursor("sub").state() == state
+    assert ml.metadata.generation == generation + 1  # recovery's commit folded the journal in
+    assert decode_metadata((directory / METADATA_NAME).read_bytes(), file="m").cursors == {"sub": state}
+    assert journal.read_bytes() == encode_journal_header()
+    ml.close()
+
+
+def _restore(directory: Path, files: dict[str, bytes]) -> None:
+    for path in directory.iterdir():
+        if path.name != "LOCK":
+            path.unlink()
+    for name, data in files.items():
+        (directory / name).write_bytes(data)
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in directory.iterdir() if p.name != "LOCK"}
+
+
+def test_a_torn_journal_tail_is_cut(tmp_path: Path) -> None:
+    directory = tmp_path / "ml"
+    state, generation = _journaled(directory)
+    pristine = _files(directory)
+    journal = directory / JOURNAL_NAME
+    good = pristine[JOURNAL_NAME]
+    never_acknowledged = encode_journal_record(generation, "sub", None)
+    for torn in (never_acknowledged[:9], never_acknowledged[:-1], bytes(len(never_acknowledged))):
+        _restore(directory, {**pristine, JOURNAL_NAME: good + torn})
+        ml = FileLedger(directory)
+        assert ml.open_cursor("sub").state() == state, torn
+        assert (str(journal), len(good), len(torn)) in ml.recovery.truncated
+        assert journal.read_bytes() == encode_journal_header()
+        ml.close()
+    # A journal whose creation a crash cut short (shorter than its header, or zeros) holds nothing.
+    for short in (b"", encode_journal_header()[:5], bytes(40)):
+        _restore(directory, {**pristine, JOURNAL_NAME: short})
+        ml = FileLedger(directory)
+        assert ml.cursors() == ()  # even the cursor's creation was only in the journal
+        ml.close()
+
+
+def test_a_missing_journal_holds_no_records(tmp_path: Path) -> None:
+    directory = tmp_path / "ml"
+    _journaled(directory)
+    (directory / JOURNAL_NAME).unlink()
+    ml = FileLedger(directory)
+    assert ml.cursors() == ()  # what METADATA holds: the cursor's creation was journaled
+    assert (directory / JOURNAL_NAME).read_bytes() == encode_journal_header()
+    ml.close()
+
+
+def test_damage_inside_the_journal_names_file_and_offset(tmp_path: Path) -> None:
+    directory = tmp_path / "ml"
+    _journaled(directory)
+    pristine = _files(directory)
+    journal = directory / JOURNAL_NAME
+    good = pristine[JOURNAL_NAME]
+    first_payload = JOURNAL_HEADER.size + FRAME_HEADER.size
+    cases = [
+        (0, "bad magic", 0),
+        (4, "version", 4),
+        (9, "journal header CRC", 8),
+        (JOURNAL_HEADER.size + 5, "record header CRC", JOURNAL_HEADER.size),
+        (first_payload + 3, "payload CRC", first_payload),
+        # The last record is complete: synced whole, so a bad byte in it is damage, not a tear.
+        (len(good) - 1, "payload CRC", None),
+    ]
+    for at, message, offset in cases:
+        damaged = bytearray(good)
+        damaged[at] ^= 0x10
+        _restore(directory, {**pristine, JOURNAL_NAME: bytes(damaged)})
+        before = _files(directory)
+        with pytest.raises(LedgerCorrupted, match=message) as caught:
+            FileLedger(directory)
+        assert caught.value.file == str(journal)
+        if offset is not None:
+            assert caught.value.offset == offset, (message, caught.value)
+        assert _files(directory) == before  # nothing repaired on a corrupt directory
+
+
+def test_journal_generations_newer_than_the_metadata_or_going_back_are_corrupt(tmp_path: Path) -> None:
+    directory = tmp_path / "ml"
+    state, generation = _journaled(directory)
+    pristine = _files(directory)
+    good = pristine[JOURNAL_NAME]
+    newer = encode_journal_record(generation + 1, "sub", None)
+    _restore(directory, {**pristine, JOURNAL_NAME: good + newer})
+    with pytest.raises(LedgerCorrupted, match="newer than the metadata") as caught:
+        FileLedger(directory)
+    assert caught.value.file == str(directory / JOURNAL_NAME) and caught.value.offset == len(good) + 4
+    backwards = good + encode_journal_record(generation - 1, "sub", None)
+    _restore(directory, {**pristine, JOURNAL_NAME: backwards})
+    with pytest.raises(LedgerCorrupted, match="follows one of generation") as caught:
+        FileLedger(directory)
+    assert caught.value.offset == len(good) + 4
+    # Records of an older generation before the current ones are stale: a commit folded them.
+    stale = encode_journal_record(generation - 1, "sub", None) + encode_journal_record(generation - 1, "gone", None)
+    _restore(directory, {**pristine, JOURNAL_NAME: encode_journal_header() + stale + good[JOURNAL_HEADER.size :]})
+    ml = FileLedger(directory)
+    assert ml.open_cursor("sub").state() == state
+    assert [c.name for c in ml.cursors()] == ["sub"]
+    ml.close()
+
+
+def test_a_journal_without_metadata(tmp_path: Path) -> None:
+    directory = tmp_path / "ml"
+    directory.mkdir()
+    # A creation cut short: an empty journal is removed with the rest.
+    (directory / JOURNAL_NAME).write_bytes(encode_journal_header())
+    ml = FileLedger(directory)
+    assert ml.recovery.created and JOURNAL_NAME in ml.recovery.removed
+    ml.close()
+    (directory / METADATA_NAME).unlink()
+    (directory / JOURNAL_NAME).write_bytes(encode_journal_header() + encode_journal_record(1, "sub", None))
+    with pytest.raises(LedgerCorrupted, match="no METADATA"):
+        FileLedger(directory)
+
+
+def test_a_full_journal_folds_into_a_metadata_commit(tmp_path: Path) -> None:
+    directory = tmp_path / "ml"
+    ml = FileLedger(directory, Config(), max_journal_records=3)
+    ml.append(b"x")
+    cursor = ml.open_cursor("sub", InitialPosition.EARLIEST)  # journal record 1
+    generation = ml.metadata.generation
+    cursor.set_property("a", "1")  # 2
+    cursor.set_property("b", "2")  # 3: the journal is full
+    assert ml.metadata.generation == generation
+    cursor.set_property("c", "3")  # folded into a commit; the journal is cut back
+    assert ml.metadata.generation == generation + 1
+    assert (directory / JOURNAL_NAME).read_bytes() == encode_journal_header()
+    cursor.set_property("d", "4")  # journaled again, on top of the new generation
+    assert ml.metadata.generation == generation + 1
+    state = cursor.state()
+    ml.crash()
+    again = FileLedger(directory)
+    assert again.open_cursor("sub").state() == state
+    again.close()
+    by_bytes = FileLedger(tmp_path / "b", Config(), max_journal_bytes=JOURNAL_HEADER.size)
+    generation = by_bytes.metadata.generation
+    by_bytes.open_cursor("sub")
+    assert by_bytes.metadata.generation == generation + 1  # no record fits: every change commits
+    by_bytes.close()
+    with pytest.raises(ValueError, match="journal bounds"):
+        FileLedger(tmp_path / "c", max_journal_records=-1)
+
+
+def test_a_failed_journal_write_is_not_acknowledged_and_the_next_change_commits(tmp_path: Path) -> None:
+    fs = FailingFileSystem()
+    ml = FileLedger(tmp_path / "ml", fs=fs)
+    ml.append(b"x")
+    cursor = ml.open_cursor("sub", InitialPosition.EARLIEST)
+    generation = ml.metadata.generation
+    for call in ("pwrite", "sync"):
+        fs.fail = lambda name, call=call: name == call  # type: ignore[misc]
+        with pytest.raises(LedgerWriteFailed):
+            cursor.set_property("lost", call)
+        fs.fail = lambda name: False
+        assert cursor.state().properties == {}
+        # The journal is not trusted after a failure: the next change is a metadata commit,
+        # whose new generation makes anything the failed write left stale.
+        cursor.set_property("kept", call)
+        assert ml.metadata.generation > generation
+        generation = ml.metadata.generation
+        cursor.remove_property("kept")
+    state = cursor.state()
+    ml.crash()
+    again = FileLedger(tmp_path / "ml")
+    assert again.open_cursor("sub").state() == state
+    again.close()

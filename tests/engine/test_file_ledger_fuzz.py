@@ -1,10 +1,12 @@
 """The file ledger's reader on corrupted bytes.
 
-Flip bits, truncate and insert bytes at random offsets of a ledger file or the metadata, then
+Flip bits, truncate and insert bytes at random offsets of a ledger file, the metadata or the
+cursor journal, then
 open the directory (recovery) or read after open.  The outcome is always one of:
 
 * a correct read of what was acknowledged: the closed ledger unchanged, the open ledger a prefix
-  of its entries (a shorter prefix only when the open ledger itself lost its tail: a torn tail);
+  of its entries (a shorter prefix only when the open ledger itself lost its tail: a torn tail),
+  the cursor one of its acknowledged states (an earlier one only when the journal lost its tail);
 * a :class:`LedgerCorrupted` (an ``InputError``) naming the damaged file and a byte offset in it.
 
 Never another exception type, and never different bytes, positions, properties or cursors.
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -23,20 +25,32 @@ from hypothesis import strategies as st
 
 from reference.engine.file_ledger import (
     FRAME_HEADER,
+    JOURNAL_HEADER,
+    JOURNAL_NAME,
     METADATA_NAME,
     FileLedger,
     LedgerCorrupted,
     LedgerRecord,
     Metadata,
     OsFileSystem,
+    apply_journal,
     decode_metadata,
     encode_frame,
+    encode_journal_header,
+    encode_journal_record,
     encode_ledger_header,
     encode_metadata,
     ledger_file_name,
+    scan_journal,
     scan_ledger,
 )
-from reference.engine.inspect import inspect_directory, inspect_entry, inspect_path, read_entry, render_text
+from reference.engine.inspect import (
+    inspect_directory,
+    inspect_entry,
+    inspect_path,
+    read_entry,
+    render_text,
+)
 from reference.engine.ledger import InitialPosition
 from reference.engine.memory_ledger import CursorState
 from spec.errors import InputError
@@ -127,6 +141,7 @@ def _build(directory: Path) -> dict[str, bytes]:
     sub.delete([P(0, 1)])
     sub.delete([P(1, 2)], {P(1, 2): bits_to_words(0b1101)})
     sub.set_property("bucket", "1")
+    # The three cursor changes above are only in the cursor journal: nothing folded them yet.
     ml.crash()  # leave ledger 1 open, as after a power cut with everything synced
     return {p.name: p.read_bytes() for p in directory.iterdir() if p.name != "LOCK"}
 
@@ -147,7 +162,15 @@ class NoSyncFileSystem(OsFileSystem):
 
 NO_SYNC = NoSyncFileSystem()
 _counter = itertools.count()
-TARGETS = [ledger_file_name(0), ledger_file_name(1), METADATA_NAME]
+TARGETS = [ledger_file_name(0), ledger_file_name(1), METADATA_NAME, JOURNAL_NAME]
+# The cursor's acknowledged states, oldest first: the first is what METADATA holds, each later
+# one is a journal record of _build.
+SUB_HISTORY = [
+    CursorState(P(0, -1)),
+    CursorState(P(0, -1), frozenset({P(0, 1)})),
+    CursorState(P(0, -1), frozenset({P(0, 1)}), {P(1, 2): bits_to_words(0b1101)}),
+    CursorState(P(0, -1), frozenset({P(0, 1)}), {P(1, 2): bits_to_words(0b1101)}, {"bucket": "1"}),
+]
 
 
 def _state(ml: FileLedger) -> tuple[object, ...]:
@@ -193,7 +216,16 @@ def test_recovery_reads_an_acknowledged_prefix_or_names_the_damage(
         assert ml.name == "fuzzed"
         assert dict(ml.properties) == {"max_local_txn_id": "41"}
         sub = ml.open_cursor("sub").state()
-        assert sub == CursorState(P(0, -1), frozenset({P(0, 1)}), {P(1, 2): bits_to_words(0b1101)}, {"bucket": "1"})
+        if target == JOURNAL_NAME:
+            # Only a torn tail may be cut: an acknowledged state, an earlier one only when the
+            # journal was cut short (then maybe damaged in its torn tail) or zero-extended; a
+            # flip or an insert elsewhere leaves a complete record that is damage.
+            assert sub in SUB_HISTORY, sub
+            if sub != SUB_HISTORY[-1]:
+                assert len(damaged) < len(original) or original.startswith(damaged.rstrip(b"\x00")), chosen
+        else:
+            assert sub == CursorState(P(0, -1), frozenset({P(0, 1)}), {P(1, 2): bits_to_words(0b1101)},
+                                      {"bucket": "1"})
     finally:
         ml.close()
 
@@ -253,6 +285,62 @@ def test_scan_of_damaged_ledger_bytes(payloads: list[bytes], chosen: list[Mutati
     assert scan.valid_length + scan.torn_bytes == len(damaged)
     if not torn_allowed:
         assert scan.torn_bytes == 0
+
+
+_JOURNAL_STATES = [
+    None,
+    CursorState(P(3, 4), frozenset({P(3, 6)}), {P(3, 7): (-1, 5)}, {"k": "v", "é": "ü"}),
+    CursorState(P(2, -1)),
+]
+
+
+@given(
+    records=st.lists(
+        st.tuples(st.integers(0, 3), st.sampled_from(["sub", "other"]), st.sampled_from(range(len(_JOURNAL_STATES)))),
+        min_size=1, max_size=6,
+    ),
+    chosen=few_mutations,
+)
+@example(records=[(1, "sub", 1), (1, "sub", 0)], chosen=[Truncate(JOURNAL_HEADER.size + 20)])
+@example(records=[(1, "sub", 1)], chosen=[Insert(1 << 20, bytes(9))])
+@example(records=[(1, "sub", 1)], chosen=[Flip(JOURNAL_HEADER.size + FRAME_HEADER.size + 2, 3)])
+def test_scan_of_damaged_journal_bytes(records: list[tuple[int, str, int]], chosen: list[Mutation]) -> None:
+    records = sorted(records, key=lambda r: r[0])  # generations never decrease in a journal
+    written = [(g, name, _JOURNAL_STATES[i]) for g, name, i in records]
+    original = encode_journal_header() + b"".join(encode_journal_record(*r) for r in written)
+    damaged = mutate(original, chosen)
+    damage_at = first_difference(original, damaged)
+    try:
+        scan = scan_journal(lambda o, n: damaged[o : o + n], len(damaged), file="j")
+    except LedgerCorrupted as exc:
+        assert exc.file == "j" and 0 <= exc.offset <= len(damaged)
+        assert exc.offset <= damage_at + FRAME_HEADER.size, (exc, damage_at)
+        return
+    found = [(r.generation, r.name, r.state) for r in scan.records]
+    assert found == written[: len(found)]
+    assert scan.valid_length + scan.torn_bytes == len(damaged)
+    # What is kept is the original bytes; what is cut is a torn tail, never a whole record.
+    assert original.startswith(damaged[: scan.valid_length])
+    if len(found) < len(written):
+        # Only cutting the journal short (then maybe a bad byte in its torn tail), or a zero
+        # tail, loses records.
+        tail = damaged[scan.valid_length :]
+        assert len(damaged) < len(original) or tail.count(0) == len(tail), chosen
+    meta = replace(_metadata(), generation=2)
+    try:
+        applied = apply_journal(meta, scan, file="j")
+    except LedgerCorrupted as exc:
+        assert any(g > 2 for g, _, _ in found) and exc.offset == next(r.offset for r in scan.records
+                                                                      if r.generation > 2) + 4
+        return
+    expected = dict(meta.cursors)
+    for g, name, state in found:
+        if g == 2:
+            if state is None:
+                expected.pop(name, None)
+            else:
+                expected[name] = state
+    assert dict(applied.cursors) == expected
 
 
 def _metadata() -> Metadata:
@@ -348,3 +436,47 @@ def test_inspect_reports_damage_without_raising(tmp_path: Path) -> None:
     with pytest.raises(LedgerCorrupted):
         read_entry(directory, P(0, 0))
     assert read_entry(directory, P(0, 2)) == b"three"
+
+
+def test_inspect_shows_the_cursor_journal(pristine: dict[str, bytes], tmp_path: Path) -> None:
+    directory = tmp_path / "ml"
+    directory.mkdir()
+    for name, data in pristine.items():
+        (directory / name).write_bytes(data)
+    report = inspect_path(directory)
+    json.dumps(report)
+    assert report["ok"] and JOURNAL_NAME not in report["other_files"]
+    journal = report["cursor_journal"]
+    generation = report["metadata"]["generation"]
+    assert journal["error"] is None and journal["torn_tail"] is None
+    records = [(r["cursor"], r["generation"], r["status"]) for r in journal["records"]]
+    assert records == [("sub", generation, "current")] * 3
+    assert journal["records"][0]["offset"] == JOURNAL_HEADER.size
+    assert journal["records"][-1]["state"] == {
+        "mark_delete": "0:-1", "individually_deleted": ["0:1"], "batch_ack_sets": {"1:2": [13]},
+        "properties": {"bucket": "1"},
+    }
+    text = render_text(report)
+    assert "cursor journal: " in text and "3 records" in text and "(current): cursor 'sub' mark-delete 0:-1" in text
+    # The journal file on its own, and its damage, reported without raising.
+    alone = inspect_path(directory / JOURNAL_NAME)
+    assert alone["kind"] == "cursor_journal" and len(alone["records"]) == 3 and alone["records"][0]["status"] is None
+    assert "cursor journal" in render_text(alone)
+    bad = bytearray(pristine[JOURNAL_NAME])
+    bad[-1] ^= 0x01
+    (directory / JOURNAL_NAME).write_bytes(bytes(bad) + b"\x00\x01")
+    damaged = inspect_directory(directory)
+    assert not damaged["ok"]
+    assert damaged["cursor_journal"]["error"]["file"] == str(directory / JOURNAL_NAME)
+    assert len(damaged["cursor_journal"]["records"]) == 2  # the records before the damage
+    assert "journal record payload CRC mismatch" in render_text({"kind": "directory", **damaged})
+    (directory / JOURNAL_NAME).write_bytes(pristine[JOURNAL_NAME] + b"\x00\x01")
+    torn = inspect_directory(directory)
+    assert torn["ok"] and torn["cursor_journal"]["torn_tail"] == {
+        "offset": len(pristine[JOURNAL_NAME]), "bytes": 2, "reason": "incomplete record header"}
+    # A record newer than the metadata: recovery refuses it, so the inspector flags it.
+    newer = encode_journal_record(generation + 1, "sub", None)
+    (directory / JOURNAL_NAME).write_bytes(pristine[JOURNAL_NAME] + newer)
+    flagged = inspect_directory(directory)
+    assert not flagged["ok"] and "newer than the metadata" in flagged["cursor_journal"]["error"]["message"]
+    assert [r["status"] for r in flagged["cursor_journal"]["records"]] == ["current"] * 3 + ["stale"]

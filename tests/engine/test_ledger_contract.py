@@ -67,6 +67,24 @@ def _file_harness(tmp: Path, *, group_commit: bool = False) -> Harness:
     return Harness("file-group-commit" if group_commit else "file", make, reopen)
 
 
+def _killed_file_harness(tmp: Path) -> Harness:
+    # Reopened after the process was killed (no close, so nothing folds the cursor journal),
+    # with a journal so small that cursor changes keep crossing fold points.
+    directory = tmp / "ml"
+    configs: list[Config] = []
+
+    def make(config: Config) -> ManagedLedger:
+        configs.append(config)
+        return FileLedger(directory, config, name="topic", max_journal_records=2)
+
+    def reopen(ml: ManagedLedger) -> ManagedLedger:
+        assert isinstance(ml, FileLedger)
+        ml.crash()
+        return FileLedger(directory, configs[-1], max_journal_records=2)
+
+    return Harness("file-killed-tiny-journal", make, reopen)
+
+
 def _faulty_memory_harness(_tmp: Path) -> Harness:
     # A fault wrapper with no rules is a transparent ledger: it must pass the whole contract.
     def reopen(ml: ManagedLedger) -> ManagedLedger:
@@ -80,6 +98,7 @@ HARNESSES = {
     "memory": _memory_harness,
     "file": _file_harness,
     "file-group-commit": partial(_file_harness, group_commit=True),
+    "file-killed-tiny-journal": _killed_file_harness,
     "faulty-memory": _faulty_memory_harness,
 }
 
@@ -682,6 +701,14 @@ def test_file_ledger_matches_memory_ledger_step_by_step(tmp_path: Path) -> None:
             assert isinstance(self.memory, MemoryLedger)
             self.memory = self.memory.reopen()
             self.file.close()
+            self.file = FileLedger(self.directory, config, fs=self.fs)
+
+        @rule()
+        def kill_and_reopen(self) -> None:
+            # No close: the cursor changes since the last commit come back from the journal.
+            assert isinstance(self.memory, MemoryLedger) and isinstance(self.file, FileLedger)
+            self.memory = self.memory.reopen()
+            self.file.crash()
             self.file = FileLedger(self.directory, config, fs=self.fs)
 
         @invariant()
