@@ -85,6 +85,7 @@ __all__ = [
     "last_dispatchable_position",
     "readable_max_read_position",
     "recover",
+    "recovery_view",
     "restart",
     "segment_capacity",
     "step",
@@ -1103,6 +1104,23 @@ def recover(
     return state
 
 
+def recovery_view(
+    config: Config,
+    *,
+    topic: str,
+    ledger_id: int,
+    ledgers: tuple[LedgerInfo, ...],
+    entries: tuple[LogEntry, ...],
+    snapshot_records: Iterable[Effect],
+) -> BufferState:
+    """What a loading topic's buffer starts from, before it steps :class:`StartRecovery` (TB-1,
+    TB-24): a fresh, unrecovered buffer over the topic's ledgers and entries, with the snapshot
+    store folded from the snapshot records written so far.  The broker's load builds it, and a
+    history's ``recover`` operation rebuilds the same state from the same inputs."""
+    fresh = initial(config, topic=topic, ledger_id=ledger_id, recovered=False)
+    return replace(fresh, ledgers=ledgers, entries=entries, snapshot_store=_fold_store(snapshot_records))
+
+
 def _recover_with_effects(
     config: Config,
     topic: str,
@@ -1261,9 +1279,7 @@ def _init(config: Config, init: Mapping[str, Any]) -> BufferState:
 
 
 def _recover_view(config: Config, inputs: Mapping[str, Any]) -> BufferState:
-    """A history's ``recover`` operation: the view ``Partition.load`` builds before it steps
-    :class:`StartRecovery` (TB-1, TB-24): a fresh buffer (state None) over the topic's ledgers and
-    entries, with the snapshot store folded from the snapshot records written so far.
+    """A history's ``recover`` operation: :func:`recovery_view` from its JSON inputs.
 
     ``{"topic": ..., "ledger_id": 3, "ledgers": [LedgerInfo, ...], "entries": [LogEntry, ...],
     "snapshot_records": [WriteSnapshot | WriteSnapshotSegment | ..., ...]}``."""
@@ -1281,20 +1297,10 @@ def _recover_view(config: Config, inputs: Mapping[str, Any]) -> BufferState:
             raise KeyError(f"$.snapshot_records[{i}]: not a snapshot record: {raw!r}")
         records.append(from_json(raw, kind, f"$.snapshot_records[{i}]"))
     ledgers = from_json(inputs["ledgers"], tuple[LedgerInfo, ...], "$.ledgers")
-    fresh = initial(config, topic=from_json(inputs.get("topic", DEFAULT_TOPIC), str, "$.topic"),
-                    ledger_id=from_json(inputs.get("ledger_id", ledgers[-1].ledger_id), int, "$.ledger_id"),
-                    recovered=False)
-    # Field by field: a topic holds many entries, and decoding each as a dataclass looks its type
-    # hints up again every time (most of a history check's time).
-    entries = []
-    for i, raw in enumerate(from_json(inputs.get("entries", []), tuple[Any, ...], "$.entries")):
-        where = f"$.entries[{i}]"
-        if not isinstance(raw, dict) or "position" not in raw or "kind" not in raw:
-            raise KeyError(f"{where}: not a LogEntry: {raw!r}")
-        entries.append(LogEntry(from_json(raw["position"], Position, f"{where}.position"),
-                                from_json(raw["kind"], EntryKind, f"{where}.kind"),
-                                from_json(raw.get("txn_id"), TxnID | None, f"{where}.txn_id")))
-    return replace(fresh, ledgers=ledgers, entries=tuple(entries), snapshot_store=_fold_store(records))
+    return recovery_view(config, topic=from_json(inputs.get("topic", DEFAULT_TOPIC), str, "$.topic"),
+                         ledger_id=from_json(inputs.get("ledger_id", ledgers[-1].ledger_id), int, "$.ledger_id"),
+                         ledgers=ledgers, snapshot_records=records,
+                         entries=from_json(inputs.get("entries", []), tuple[LogEntry, ...], "$.entries"))
 
 
 def _vectors() -> MachineVectors:

@@ -958,6 +958,8 @@ def recover(
     coordinator_id: int,
     records: Iterable[tuple[int, TxnLogRecord]],
     max_local_txn_id: int = -1,
+    *,
+    next_record_id: int = 0,
 ) -> tuple[CoordinatorState, tuple[Effect, ...]]:
     """Load a coordinator from its log: the fold of :class:`HandleMetadataEntry` over the
     ``(record_id, record)`` pairs still live, in log order (TC-21 .. TC-24).
@@ -965,7 +967,8 @@ def recover(
     ``max_local_txn_id`` is what the sequence-id interceptor recovered: the value on the log's
     last entry (live or not) or the ledger property written at roll-over (TC-23).  Returns the
     Ready state and the effects replay asked for: deletion of orphan and invalid records and the
-    re-drives of committing/aborting txns."""
+    re-drives of committing/aborting txns.  ``next_record_id`` is a floor for the record-id counter:
+    the ids the reader already numbered (records it read but replay dropped must not be reused)."""
     state = initial(config, coordinator_id, StoreState.NONE)
     state, result = step(state, InitStore(max_local_txn_id))
     effects: list[Effect] = []
@@ -974,7 +977,7 @@ def recover(
         effects.extend(result.effects)
     state, result = step(state, ReplayComplete())
     effects.extend(result.effects)
-    return state, tuple(effects)
+    return replace(state, next_record_id=max(state.next_record_id, next_record_id)), tuple(effects)
 
 
 def after_crash(state: CoordinatorState) -> CoordinatorState:
@@ -1040,9 +1043,9 @@ def _decode_recover(config: Config, inputs: dict[str, object] | object) -> Coord
         raise KeyError(f"unknown recovery input(s) {sorted(unknown)}")
     records = from_json(params.get("records", []), tuple[tuple[int, TxnLogRecord], ...], "$.records")
     state, _ = recover(config, from_json(params.get("coordinator_id", 0), int, "$.coordinator_id"), records,
-                       from_json(params.get("max_local_txn_id", -1), int, "$.max_local_txn_id"))
-    floor = from_json(params.get("next_record_id", 0), int, "$.next_record_id")
-    return replace(state, next_record_id=max(state.next_record_id, floor))
+                       from_json(params.get("max_local_txn_id", -1), int, "$.max_local_txn_id"),
+                       next_record_id=from_json(params.get("next_record_id", 0), int, "$.next_record_id"))
+    return state
 
 
 VECTORS = MachineVectors(

@@ -48,10 +48,10 @@ class JsonError(ValueError):
         super().__init__(f"{path}: {message}")
 
 
-
 # Resolving a dataclass's annotations evaluates their strings every time; histories decode the same
 # few command types hundreds of thousands of times, so the answer is kept per type.
 _type_hints = functools.cache(get_type_hints)
+
 
 def to_json(value: object) -> JSON:
     """Encode any domain value (see the module table)."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +75,7 @@ from spec.types import (
 from .bufferedwriter_metrics import BufferedWriterMetrics
 from .delayed_service import DelayedDeliveryService
 from .ledger import InitialPosition, LedgerError, ManagedCursor, ManagedLedger
+from .memory_ledger import consumed_ledgers
 from .record_log import LogWriteFailed, RecordLog, RecordPosition
 from .sim import Future, Simulation
 from .storage import LedgerStore
@@ -437,8 +438,8 @@ class CoordinatorService:
                 if record.HasField("max_local_txn_id"):
                     max_local = max(max_local, record.max_local_txn_id)
         self.log = log
-        state, effects = tc.recover(self.config, self.coordinator_id, records, max_local)
-        self.state = replace(state, next_record_id=max(state.next_record_id, len(records)))
+        self.state, effects = tc.recover(self.config, self.coordinator_id, records, max_local,
+                                         next_record_id=len(records))
         _observe_recovery(self.broker, self.obj, "coordinator", {
             "coordinator_id": self.coordinator_id, "records": records, "max_local_txn_id": max_local,
             "next_record_id": len(records)})
@@ -755,15 +756,14 @@ class Partition:
         if not marks:
             return ()
         allowed: int | None = None
-        for info in self.ledger.ledgers()[:-1]:
-            if not all(mark >= Position(info.ledger_id, info.entries - 1) for mark in marks):
-                break
-            result, held = self._step(tb.DeleteLedger(info.ledger_id))
+        infos = self.ledger.ledgers()
+        for ledger_id in consumed_ledgers(infos, infos[-1].ledger_id, marks):
+            result, held = self._step(tb.DeleteLedger(ledger_id))
             if not held:
                 return ()
             if isinstance(result, Err):
                 break
-            allowed = info.ledger_id
+            allowed = ledger_id
         if allowed is None:
             return ()
         try:
@@ -791,14 +791,13 @@ class Partition:
             return False
         self.ledger = ledger
         self.messages = {m.entry.position: m for m in entries}
-        fresh = tb.initial(self.config, topic=self.name, ledger_id=ledger.ledgers()[-1].ledger_id, recovered=False)
         # The managed-ledger view the buffer reads: what the topic's ledger holds.
-        view = replace(fresh, ledgers=ledger.ledgers(), entries=tuple(m.entry for m in entries),
-                       snapshot_store=tb.recover(self.config, topic=self.name, ledgers=ledger.ledgers(),
-                                                 entries=(), snapshot_records=records).snapshot_store)
+        ledgers, current = ledger.ledgers(), ledger.ledgers()[-1].ledger_id
+        view = tb.recovery_view(self.config, topic=self.name, ledger_id=current, ledgers=ledgers,
+                                entries=tuple(m.entry for m in entries), snapshot_records=records)
         _observe_recovery(self.broker, self.obj, "buffer", {
-            "topic": self.name, "ledger_id": fresh.ledgers[-1].ledger_id, "ledgers": view.ledgers,
-            "entries": view.entries, "snapshot_records": tuple(records)})
+            "topic": self.name, "ledger_id": current, "ledgers": ledgers, "entries": view.entries,
+            "snapshot_records": tuple(records)})
         self.state, started = tb.step(view, tb.StartRecovery())
         _observe_step(self.broker, self.obj, "buffer", tb.StartRecovery(), started)
         self._parked = []

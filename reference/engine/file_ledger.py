@@ -1384,7 +1384,8 @@ class FileLedger:
         unlinks leaves files recovery removes."""
         with self._lock:
             self._check_open()
-            doomed = consumed_ledgers(self._infos_locked(), self._current.ledger_id, self._meta.cursors.values(),
+            doomed = consumed_ledgers(self._infos_locked(), self._current.ledger_id,
+                                      [c.mark_delete for c in self._meta.cursors.values()],
                                       up_to)
             if not doomed:
                 return ()

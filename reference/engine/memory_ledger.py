@@ -458,7 +458,7 @@ class MemoryLedger:
         s = self._storage
         with s.lock:
             self._check_open()
-            doomed = consumed_ledgers(s.infos(), s.current, s.cursors.values(), up_to)
+            doomed = consumed_ledgers(s.infos(), s.current, [c.mark_delete for c in s.cursors.values()], up_to)
             for ledger_id in doomed:
                 del s.ledgers[ledger_id]
             return doomed
@@ -522,7 +522,7 @@ class MemoryLedger:
 
 
 def consumed_ledgers(
-    ledgers: Sequence[LedgerInfo], current: int, cursors: Iterable[CursorState], up_to: int | None = None
+    ledgers: Sequence[LedgerInfo], current: int, marks: Iterable[Position], up_to: int | None = None
 ) -> tuple[int, ...]:
     """The non-current ledgers whose every entry each cursor has mark-deleted, oldest first.
 
@@ -531,7 +531,7 @@ def consumed_ledgers(
     mark-delete position counts: an individually deleted tail does not free a ledger until the
     mark-delete position passes it.
     """
-    marks = [c.mark_delete for c in cursors]
+    marks = list(marks)  # each cursor's mark-delete position
     out: list[int] = []
     for info in ledgers:
         if info.ledger_id == current or (up_to is not None and info.ledger_id > up_to):

@@ -86,10 +86,9 @@ class Pure:
     def trim(self) -> None:
         """Topic retention (TB-23): closed ledgers the cursor's mark-delete passed go, oldest first,
         while the buffer agrees."""
-        for info in self.buffer.ledgers[:-1]:
-            if self.ml_cursor.mark_delete < Position(info.ledger_id, info.entries - 1):
-                return
-            buffer, result = tb.step(self.buffer, tb.DeleteLedger(info.ledger_id))
+        ledgers = self.buffer.ledgers
+        for ledger_id in ml.consumed_ledgers(ledgers, ledgers[-1].ledger_id, [self.ml_cursor.mark_delete]):
+            buffer, result = tb.step(self.buffer, tb.DeleteLedger(ledger_id))
             if isinstance(result, Err):
                 return
             self.buffer = buffer
