@@ -25,6 +25,7 @@ test: lint typecheck docs pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
 	$(BIN)/mypy spec reference invariants proofs txnmodel

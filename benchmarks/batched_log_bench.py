@@ -140,8 +140,9 @@ class BufferWaits:
         self.delays.append(flush.delay_ms)
 
 
-def run_engine(directory: Path, *, enabled: bool, writers: int, window: int, seconds: float,
-               closed_loop: bool) -> dict[str, Any]:
+def run_engine(
+    directory: Path, *, enabled: bool, writers: int, window: int, seconds: float, closed_loop: bool
+) -> dict[str, Any]:
     shutil.rmtree(directory, ignore_errors=True)
     ledger = FileLedger(directory, group_commit=False)
     config = Config().with_overrides({"transactionLogBatchedWriteEnabled": enabled})
@@ -226,37 +227,63 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             # Interleaved, so that a disk whose speed drifts (shared machines) affects every
             # configuration of a round alike; each ratio is taken within its round.
-            rounds.append({
-                "disk": disk_limits(base, min(args.seconds, 1.0)),
-                "unbatched": run_engine(base / "unbatched", enabled=False, writers=args.writers,
-                                        window=args.window, seconds=args.seconds, closed_loop=False),
-                "batched": run_engine(base / "batched", enabled=True, writers=args.writers, window=args.window,
-                                      seconds=args.seconds, closed_loop=False),
-                "latency": run_engine(base / "latency", enabled=True, writers=args.writers, window=1,
-                                      seconds=args.seconds, closed_loop=True),
-            })
+            rounds.append(
+                {
+                    "disk": disk_limits(base, min(args.seconds, 1.0)),
+                    "unbatched": run_engine(
+                        base / "unbatched",
+                        enabled=False,
+                        writers=args.writers,
+                        window=args.window,
+                        seconds=args.seconds,
+                        closed_loop=False,
+                    ),
+                    "batched": run_engine(
+                        base / "batched",
+                        enabled=True,
+                        writers=args.writers,
+                        window=args.window,
+                        seconds=args.seconds,
+                        closed_loop=False,
+                    ),
+                    "latency": run_engine(
+                        base / "latency",
+                        enabled=True,
+                        writers=args.writers,
+                        window=1,
+                        seconds=args.seconds,
+                        closed_loop=True,
+                    ),
+                }
+            )
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
 
     max_delay_ms = Config().transaction_log_batched_write_max_delay_in_millis
-    print(f"PIP-160 batched log benchmark: file ledger, fsync per entry, {args.writers} writers, "
-          f"{RECORD_BYTES}-byte records, defaults 512 records / 4 MiB / {max_delay_ms} ms, "
-          f"{args.rounds} interleaved rounds of {args.seconds:g} s")
+    print(
+        f"PIP-160 batched log benchmark: file ledger, fsync per entry, {args.writers} writers, "
+        f"{RECORD_BYTES}-byte records, defaults 512 records / 4 MiB / {max_delay_ms} ms, "
+        f"{args.rounds} interleaved rounds of {args.seconds:g} s"
+    )
     print(f"policy ceiling: {ceiling:.0f} records/s (pure step, one thread, no I/O)")
     for i, r in enumerate(rounds, start=1):
         d = r["disk"]
-        print(f"round {i}: disk {d['fsyncs_per_s']:.0f} fsyncs/s (p50 {d['fsync_p50_ms']:.2f} ms, p99 "
-              f"{d['fsync_p99_ms']:.2f} ms), {d['bytes_per_s'] / 1e6:.1f} MB/s with fsync per MiB")
+        print(
+            f"round {i}: disk {d['fsyncs_per_s']:.0f} fsyncs/s (p50 {d['fsync_p50_ms']:.2f} ms, p99 "
+            f"{d['fsync_p99_ms']:.2f} ms), {d['bytes_per_s'] / 1e6:.1f} MB/s with fsync per MiB"
+        )
         for name in ("unbatched", "batched", "latency"):
             e = r[name]
             window = 1 if name == "latency" else args.window
             label = f"{'batched' if name == 'latency' else name}, {window} outstanding/writer"
-            print(f"  {label:<32} {e['records_per_s']:>8.0f} records/s {e['entries_per_s']:>7.0f} entries/s "
-                  f"{e['records_per_entry']:>6.1f} rec/entry  latency p50 {e['p50_ms']:7.2f} ms "
-                  f"p99 {e['p99_ms']:7.2f} ms"
-                  f"  buffer wait p99 {e['wait_p99_ms']:.0f} ms max {e['wait_max_ms']} ms  failed {e['failed']}  "
-                  f"triggers {e['triggers']}")
+            print(
+                f"  {label:<32} {e['records_per_s']:>8.0f} records/s {e['entries_per_s']:>7.0f} entries/s "
+                f"{e['records_per_entry']:>6.1f} rec/entry  latency p50 {e['p50_ms']:7.2f} ms "
+                f"p99 {e['p99_ms']:7.2f} ms"
+                f"  buffer wait p99 {e['wait_p99_ms']:.0f} ms max {e['wait_max_ms']} ms  failed {e['failed']}  "
+                f"triggers {e['triggers']}"
+            )
 
     speedups = [r["batched"]["records_per_s"] / r["unbatched"]["records_per_s"] for r in rounds]
     per_entry = [r["batched"]["records_per_entry"] for r in rounds]
@@ -276,23 +303,33 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print("ratios (median of rounds; each round's value follows)")
-    print(f"  batched / unbatched durable records/s        {median(speedups):8.1f}x  [{show(speedups)}]  "
-          "target >= 50x")
-    print(f"  records per entry, batched                   {median(per_entry):8.1f}   [{show(per_entry)}]  "
-          "target >= 100")
-    print(f"  added latency (buffer wait) p99 / maxDelay   {median(wait_p99) / max_delay_ms:8.2f}   "
-          f"[{show([w / max_delay_ms for w in wait_p99])}]  target <= 1 (+ clock ms rounding)")
-    print(f"  same, writers saturating the writer thread   {median(wait_p99_saturated) / max_delay_ms:8.2f}   "
-          f"[{show([w / max_delay_ms for w in wait_p99_saturated])}]  (executor queueing)")
-    print(f"  end-to-end p99 / (maxDelay + p50 fsync)      "
-          f"{median([a / b for a, b in zip(e2e_p99, bound, strict=True)]):8.2f}   "
-          f"[{show([a / b for a, b in zip(e2e_p99, bound, strict=True)])}]  target <= 1")
-    print(f"  end-to-end p99 / (maxDelay + p99 fsync)      "
-          f"{median([a / b for a, b in zip(e2e_p99, bound99, strict=True)]):8.2f}   "
-          f"[{show([a / b for a, b in zip(e2e_p99, bound99, strict=True)])}]")
+    print(f"  batched / unbatched durable records/s        {median(speedups):8.1f}x  [{show(speedups)}]  target >= 50x")
+    print(
+        f"  records per entry, batched                   {median(per_entry):8.1f}   [{show(per_entry)}]  target >= 100"
+    )
+    print(
+        f"  added latency (buffer wait) p99 / maxDelay   {median(wait_p99) / max_delay_ms:8.2f}   "
+        f"[{show([w / max_delay_ms for w in wait_p99])}]  target <= 1 (+ clock ms rounding)"
+    )
+    print(
+        f"  same, writers saturating the writer thread   {median(wait_p99_saturated) / max_delay_ms:8.2f}   "
+        f"[{show([w / max_delay_ms for w in wait_p99_saturated])}]  (executor queueing)"
+    )
+    print(
+        f"  end-to-end p99 / (maxDelay + p50 fsync)      "
+        f"{median([a / b for a, b in zip(e2e_p99, bound, strict=True)]):8.2f}   "
+        f"[{show([a / b for a, b in zip(e2e_p99, bound, strict=True)])}]  target <= 1"
+    )
+    print(
+        f"  end-to-end p99 / (maxDelay + p99 fsync)      "
+        f"{median([a / b for a, b in zip(e2e_p99, bound99, strict=True)]):8.2f}   "
+        f"[{show([a / b for a, b in zip(e2e_p99, bound99, strict=True)])}]"
+    )
     print(f"  batched records/s / disk fsyncs/s            {median(vs_fsync):8.1f}x  [{show(vs_fsync)}]")
-    print(f"  unbatched records/s / disk fsyncs/s          {median(unbatched_vs_fsync):8.2f}   "
-          f"[{show(unbatched_vs_fsync)}]")
+    print(
+        f"  unbatched records/s / disk fsyncs/s          {median(unbatched_vs_fsync):8.2f}   "
+        f"[{show(unbatched_vs_fsync)}]"
+    )
     print(f"  batched entries/s / disk fsyncs/s           {median(entries_vs_fsync):8.2f}   [{show(entries_vs_fsync)}]")
     print(f"  batched payload bytes/s / disk bytes/s       {median(bytes_vs_disk):8.3f}   [{show(bytes_vs_disk)}]")
     print(f"  batched records/s / policy ceiling           {median(vs_ceiling):8.2f}   [{show(vs_ceiling)}]")

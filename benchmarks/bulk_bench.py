@@ -69,27 +69,44 @@ def spark_vs_local(histories: int, ops: int, engine: int = 0) -> None:
         assert sorted((r.history, r.verdict) for r in spark_rows) == sorted((r.history, r.verdict) for r in local_rows)
         assert {r.verdict for r in local_rows} == {"ok"}
 
-        print(f"== Spark local[2] vs single process: {histories} cas-register histories x {ops} ops "
-              f"(12 clients, 5% crashed ops), {len(files)} Parquet files")
+        print(
+            f"== Spark local[2] vs single process: {histories} cas-register histories x {ops} ops "
+            f"(12 clients, 5% crashed ops), {len(files)} Parquet files"
+        )
         print(f"{'runner':<22} {'seconds':>9} {'ops/s':>10}")
         print(f"{'single process':<22} {local:>9.2f} {total / local:>10.0f}")
-        print(f"{'spark local[2]':<22} {on_spark:>9.2f} {total / on_spark:>10.0f}   (session start {session:.1f}s, "
-              f"not included)")
+        print(
+            f"{'spark local[2]':<22} {on_spark:>9.2f} {total / on_spark:>10.0f}   (session start {session:.1f}s, "
+            f"not included)"
+        )
         print(f"ratio spark/single: {local / on_spark:.2f}x (target >= 1.6x)")
-        print(f"single process: {local_cpu:.2f} CPU s in {local:.2f} s wall = {local_cpu / local:.2f} cores; "
-              f"spark tasks: {cpu_used:.2f} CPU s in {cpu_wall:.2f} s wall = {cpu_used / cpu_wall:.2f} cores "
-              f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
-        print(f"ratio of CPU-normalized throughput (ops per CPU second, spark/single): "
-              f"{(total / cpu_used) / (total / local_cpu):.2f}x")
-        print(f"projection for idle cores (a model, not a measurement): the {len(task_cpu)} tasks' CPU times "
-              f"scheduled on {spark.sparkContext.defaultParallelism} slots finish in {makespan:.2f} CPU s, "
-              f"so spark/single = {local_cpu / makespan:.2f}x before Spark's fixed job cost")
-        print("(processes of one session share one scheduler autogroup: on a busy machine more worker "
-              "processes do not get this job more CPU)\n")
+        print(
+            f"single process: {local_cpu:.2f} CPU s in {local:.2f} s wall = {local_cpu / local:.2f} cores; "
+            f"spark tasks: {cpu_used:.2f} CPU s in {cpu_wall:.2f} s wall = {cpu_used / cpu_wall:.2f} cores "
+            f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+        )
+        print(
+            f"ratio of CPU-normalized throughput (ops per CPU second, spark/single): "
+            f"{(total / cpu_used) / (total / local_cpu):.2f}x"
+        )
+        print(
+            f"projection for idle cores (a model, not a measurement): the {len(task_cpu)} tasks' CPU times "
+            f"scheduled on {spark.sparkContext.defaultParallelism} slots finish in {makespan:.2f} CPU s, "
+            f"so spark/single = {local_cpu / makespan:.2f}x before Spark's fixed job cost"
+        )
+        print(
+            "(processes of one session share one scheduler autogroup: on a busy machine more worker "
+            "processes do not get this job more CPU)\n"
+        )
 
         started = time.perf_counter()
-        check_files_spark([str(p) for p in sorted(JEPSEN.glob("*.log"))], "jepsen",
-                          VerifyOptions(model="cas-register", counterexamples=False), spark=spark, progress=False)
+        check_files_spark(
+            [str(p) for p in sorted(JEPSEN.glob("*.log"))],
+            "jepsen",
+            VerifyOptions(model="cas-register", counterexamples=False),
+            spark=spark,
+            progress=False,
+        )
         jepsen_spark = time.perf_counter() - started
         engine_histories(spark, engine)
         spark.stop()
@@ -107,9 +124,31 @@ def engine_histories(spark: object, per_workload: int) -> None:
     options = VerifyOptions(counterexamples=False)
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
-        code = simulate_main(["--seed", "1", "--workload", "all", "--histories", str(per_workload), "--ops", "60",
-                              "--ledger", "memory", "--out", tmp, "--faults", "on", "--batch-messages", "mixed",
-                              "--key-shared", "mixed", "--delayed-tracker", "mixed", "--quiet"])
+        code = simulate_main(
+            [
+                "--seed",
+                "1",
+                "--workload",
+                "all",
+                "--histories",
+                str(per_workload),
+                "--ops",
+                "60",
+                "--ledger",
+                "memory",
+                "--out",
+                tmp,
+                "--faults",
+                "on",
+                "--batch-messages",
+                "mixed",
+                "--key-shared",
+                "mixed",
+                "--delayed-tracker",
+                "mixed",
+                "--quiet",
+            ]
+        )
         assert code == 0, code
         simulated = time.perf_counter() - started
         files = [str(p) for p in history_files(Path(tmp), "parquet")]
@@ -118,11 +157,14 @@ def engine_histories(spark: object, per_workload: int) -> None:
         local = time.perf_counter() - started
         on_spark, spark_rows = _best_spark_run(spark, files, options)
         assert sorted((r.history, r.checker, r.verdict) for r in spark_rows) == sorted(
-            (r.history, r.checker, r.verdict) for r in local_rows)
+            (r.history, r.checker, r.verdict) for r in local_rows
+        )
         assert {r.verdict for r in local_rows} == {"ok"}, {r.verdict for r in local_rows}
         total = sum(r.ops for r in local_rows if r.checker == "linearizability")
-        print(f"== engine histories: {3 * per_workload} simulated runs ({simulated:.1f}s to simulate), "
-              f"{len(files)} Parquet files, {total} operations, per-object linearizability + transactional")
+        print(
+            f"== engine histories: {3 * per_workload} simulated runs ({simulated:.1f}s to simulate), "
+            f"{len(files)} Parquet files, {total} operations, per-object linearizability + transactional"
+        )
         print(f"{'single process':<22} {local:>9.2f} s {total / local:>10.0f} ops/s")
         print(f"{'spark local[2]':<22} {on_spark:>9.2f} s {total / on_spark:>10.0f} ops/s")
         print(f"ratio spark/single on engine histories: {local / on_spark:.2f}x\n")
@@ -178,8 +220,10 @@ def jepsen(on_spark: float) -> None:
         times[shrink] = time.perf_counter() - started
     verdicts = [r.verdict for r in rows]
     ops = sum(r.ops for r in rows)
-    print(f"== Jepsen etcd: {len(logs)} logs, {ops} operations, {verdicts.count('ok')} ok, "
-          f"{verdicts.count('illegal')} illegal, {verdicts.count('unknown')} unknown")
+    print(
+        f"== Jepsen etcd: {len(logs)} logs, {ops} operations, {verdicts.count('ok')} ok, "
+        f"{verdicts.count('illegal')} illegal, {verdicts.count('unknown')} unknown"
+    )
     print(f"single process, verdicts only:        {times[False]:.2f}s")
     print(f"single process, with counterexamples: {times[True]:.2f}s")
     print(f"spark local[2], verdicts only:        {on_spark:.2f}s\n")
@@ -247,9 +291,13 @@ def main() -> None:
     parser.add_argument("--histories", type=int, default=240)
     parser.add_argument("--ops", type=int, default=300)
     parser.add_argument("--quick", action="store_true", help="smaller corpus and curves")
-    parser.add_argument("--engine", type=int, default=None,
-                        help="simulated engine histories per workload for the engine-history ratio (0: skip; "
-                             "default 10 with --quick, else 30)")
+    parser.add_argument(
+        "--engine",
+        type=int,
+        default=None,
+        help="simulated engine histories per workload for the engine-history ratio (0: skip; "
+        "default 10 with --quick, else 30)",
+    )
     args = parser.parse_args()
     histories = 60 if args.quick else args.histories
     engine = args.engine if args.engine is not None else (10 if args.quick else 30)

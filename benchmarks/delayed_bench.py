@@ -126,8 +126,9 @@ def recover_from_bytes(tracker: d.BucketTracker) -> tuple[d.BucketTracker, Any, 
         metadata = decode_metadata(metadata_bytes)
         first = decode_segment(segment_bytes)
         segments = (first, *([placeholder] * (n_segments - 1)))
-        snapshots[bucket_id] = d.Snapshot(snapshot.start_ledger_id, snapshot.end_ledger_id, metadata, segments,
-                                          snapshot.length)
+        snapshots[bucket_id] = d.Snapshot(
+            snapshot.start_ledger_id, snapshot.end_ledger_id, metadata, segments, snapshot.length
+        )
     storage = d.Storage(immutables.Map(snapshots), tracker.storage.properties, tracker.storage.next_bucket_id)
     recovered, result = d.recover(tracker.params, storage, 0)
     return recovered, result, time.process_time() - started
@@ -170,24 +171,34 @@ def main() -> int:
     print()
     print("memory (resident state, snapshot store excluded)")
     print(f"  bucket      {bucket_bytes / n:8.3f} B/message  ({bucket_bytes / 2**20:,.1f} MiB)   target < 2")
-    print(f"  in-memory   {memory_bytes / n:8.3f} B/message  ({memory_bytes / 2**20:,.1f} MiB)"
-          f"   Pulsar's TripleLongPriorityQueue: {PULSAR_IN_MEMORY_BYTES}")
+    print(
+        f"  in-memory   {memory_bytes / n:8.3f} B/message  ({memory_bytes / 2**20:,.1f} MiB)"
+        f"   Pulsar's TripleLongPriorityQueue: {PULSAR_IN_MEMORY_BYTES}"
+    )
     print(f"  ratio in-memory / bucket: {memory_bytes / bucket_bytes:.1f}x")
     print("recovery of the whole index")
-    print(f"  from bucket snapshots  {recover_s:8.3f} s  ({recovered.count:,} messages indexed,"
-          f" {n / recover_s:,.0f} msg/s)")
+    print(
+        f"  from bucket snapshots  {recover_s:8.3f} s  ({recovered.count:,} messages indexed,"
+        f" {n / recover_s:,.0f} msg/s)"
+    )
     print(f"  replay into in-memory  {replay_s:8.2f} s  ({n / replay_s:,.0f} msg/s)")
     print(f"  ratio replay / snapshots: {replay_s / recover_s:.1f}x   target >= 50")
     pub_mem = PUBLISHED_IN_MEMORY[0] / PUBLISHED_IN_MEMORY[1]
     pub_bucket = PUBLISHED_BUCKET[0] / PUBLISHED_BUCKET[1]
-    print(f"  published (Pulsar 3.0.4): in-memory 35 M in 6,120 s ({pub_mem:,.0f} msg/s), "
-          f"buckets 100 M in 90 s ({pub_bucket:,.0f} msg/s): {pub_bucket / pub_mem:.0f}x")
+    print(
+        f"  published (Pulsar 3.0.4): in-memory 35 M in 6,120 s ({pub_mem:,.0f} msg/s), "
+        f"buckets 100 M in 90 s ({pub_bucket:,.0f} msg/s): {pub_bucket / pub_mem:.0f}x"
+    )
     print("throughput")
-    print(f"  add      bucket {n / bucket_add_s:10,.0f} msg/s   in-memory {n / memory_add_s:10,.0f} msg/s"
-          f"   ratio {memory_add_s / bucket_add_s:.2f}")
-    print(f"  get      bucket {bucket_got / bucket_get_s:10,.0f} msg/s   in-memory {memory_got / memory_get_s:10,.0f}"
-          f" msg/s   ratio {memory_get_s * bucket_got / (bucket_get_s * memory_got):.2f}"
-          f"  ({bucket_got:,} / {memory_got:,} delivered)")
+    print(
+        f"  add      bucket {n / bucket_add_s:10,.0f} msg/s   in-memory {n / memory_add_s:10,.0f} msg/s"
+        f"   ratio {memory_add_s / bucket_add_s:.2f}"
+    )
+    print(
+        f"  get      bucket {bucket_got / bucket_get_s:10,.0f} msg/s   in-memory {memory_got / memory_get_s:10,.0f}"
+        f" msg/s   ratio {memory_get_s * bucket_got / (bucket_get_s * memory_got):.2f}"
+        f"  ({bucket_got:,} / {memory_got:,} delivered)"
+    )
     return 0
 
 

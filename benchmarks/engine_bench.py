@@ -93,8 +93,14 @@ def engine_ctp(txns: int, ledger: str, batching: bool, clients: int, record_mach
     """The broker through the client API, ``clients`` concurrent processors (one input partition each);
     returns wall seconds for ``txns`` committed transactions."""
     with tempfile.TemporaryDirectory(prefix="engine-bench-") as data:
-        cluster = Cluster.start(seed=1, topics={"in": clients, "out": 1}, ledger=ledger, data_dir=data,
-                                batching=batching, record_machines=record_machines)
+        cluster = Cluster.start(
+            seed=1,
+            topics={"in": clients, "out": 1},
+            ledger=ledger,
+            data_dir=data,
+            batching=batching,
+            record_machines=record_machines,
+        )
         try:
             feeder = cluster.client()
             for i in range(txns):
@@ -148,14 +154,15 @@ def main(argv: list[str]) -> int:
         for name, measure in measures.items():
             seconds[name] = min(seconds[name], measure())
     rate = {name: n / s for name, s in seconds.items()}
-    ratios = {"memory/pure": rate["memory"] / rate["pure"],
-              "memory-norec/pure": rate["memory-norec"] / rate["pure"],
-              "file+batch/file": rate["file+batch"] / rate["file"]}
+    ratios = {
+        "memory/pure": rate["memory"] / rate["pure"],
+        "memory-norec/pure": rate["memory-norec"] / rate["pure"],
+        "file+batch/file": rate["file+batch"] / rate["file"],
+    }
     if args.json:
         print(json.dumps({"txns": n, "clients": args.clients, "txns_per_s": rate, "ratios": ratios}, indent=2))
     else:
-        print(f"consume-transform-produce, {n} txns, {args.clients} concurrent clients (engine), best of "
-              f"{args.repeat}")
+        print(f"consume-transform-produce, {n} txns, {args.clients} concurrent clients (engine), best of {args.repeat}")
         for name, value in rate.items():
             print(f"  {name:<11} {value:>10.0f} txn/s")
         for name, value in ratios.items():

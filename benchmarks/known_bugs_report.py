@@ -27,13 +27,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print("| bug | reference | probe | detected | rate | histories to first detection "
-          "| clean without mutant | anomalies |")
+    print(
+        "| bug | reference | probe | detected | rate | histories to first detection "
+        "| clean without mutant | anomalies |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         first = "-" if r["first"] is None else str(r["first"])
-        print(f"| {r['bug']} | {r['reference']} | {r['probe']} | {'yes' if r['detected'] else 'no'} | {r['rate']} "
-              f"| {first} | {r['clean_without']} | {', '.join(r['anomalies']) or '-'} |")
+        print(
+            f"| {r['bug']} | {r['reference']} | {r['probe']} | {'yes' if r['detected'] else 'no'} | {r['rate']} "
+            f"| {first} | {r['clean_without']} | {', '.join(r['anomalies']) or '-'} |"
+        )
     print(f"\n{args.seeds} seeds per mutant, {time.perf_counter() - started:.1f} s")
     return 0
 

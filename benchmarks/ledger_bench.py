@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     base = tempfile.mkdtemp(prefix="ledger-bench-", dir=args.dir)
     rows: list[tuple[str, float, str]] = []
     try:
+
         def timed(name: str, make: Callable[[], ManagedLedger], note: Callable[[int], str] = lambda n: "") -> float:
             ml = make()
             try:
@@ -110,8 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
-    print(f"appends of {args.size}-byte entries, {args.threads} threads, {args.seconds:g} s each, "
-          f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    print(
+        f"appends of {args.size}-byte entries, {args.threads} threads, {args.seconds:g} s each, "
+        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
+    )
     print(f"{'variant':<34} {'appends/s':>12}  notes")
     for name, rate, note in rows:
         print(f"{name:<34} {rate:>12,.0f}  {note}")

@@ -59,8 +59,12 @@ __all__ = [
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 # Which object kind a reference machine's model checks (the engine's per-object histories).
-MACHINE_KINDS = {"coordinator": "coordinator", "buffer": "partition", "pending_ack": "subscription",
-                 "delayed": "tracker"}
+MACHINE_KINDS = {
+    "coordinator": "coordinator",
+    "buffer": "partition",
+    "pending_ack": "subscription",
+    "delayed": "tracker",
+}
 GENERIC_KINDS = {"register": "register", "cas-register": "register", "kv": "key"}
 TXN_VOCABULARY = frozenset({"send", "receive", "commit", "abort", "ack", "ack_cumulative"})
 MAX_HTML_BYTES = 300_000
@@ -99,10 +103,21 @@ class VerdictRow:
         return out
 
 
-VERDICT_COLUMNS = (("history", "string"), ("checker", "string"), ("verdict", "string"), ("file", "string"),
-                   ("model", "string"), ("objects", "int64"), ("ops", "int64"), ("steps", "int64"),
-                   ("seconds", "float64"), ("failing_object", "string"), ("detail", "string"),
-                   ("counterexample", "string"), ("seed", "int64"))
+VERDICT_COLUMNS = (
+    ("history", "string"),
+    ("checker", "string"),
+    ("verdict", "string"),
+    ("file", "string"),
+    ("model", "string"),
+    ("objects", "int64"),
+    ("ops", "int64"),
+    ("steps", "int64"),
+    ("seconds", "float64"),
+    ("failing_object", "string"),
+    ("detail", "string"),
+    ("counterexample", "string"),
+    ("seed", "int64"),
+)
 
 
 # --- the checks, shared by Spark tasks and the local run -------------------------------------------
@@ -153,8 +168,9 @@ def failing_part(model: Any, ops: Sequence[Any], result: Any) -> list[Any]:
     return [op for part in parts for op in part]
 
 
-def _check_models(plan: Sequence[tuple[str, str | None]], ops: Sequence[Any], options: VerifyOptions
-                  ) -> tuple[str, int, int, int, str | None, str, Any, Any]:
+def _check_models(
+    plan: Sequence[tuple[str, str | None]], ops: Sequence[Any], options: VerifyOptions
+) -> tuple[str, int, int, int, str | None, str, Any, Any]:
     """Linearizability of each planned model's objects.  Returns (verdict, objects, ops, steps,
     failing object, detail, counterexample text, html) over all of them: the worst verdict wins,
     the first illegal object is explained.  The detail is the reasons of the objects not ``ok``; for
@@ -187,10 +203,15 @@ def _check_models(plan: Sequence[tuple[str, str | None]], ops: Sequence[Any], op
             if known is None or _RANK[part.verdict.value] > _RANK[known.value]:
                 by_object[part.object] = part.verdict
         distinct = len(by_object)
-        per_model[model_name] = {"objects": distinct, "epochs": len(result.objects), "ops": len(mine),
-                                 "steps": result.steps, "verdict": result.verdict.value,
-                                 "object_verdicts": dict(Counter(v.value for v in by_object.values())),
-                                 "seconds": round(time.perf_counter() - started, 3)}
+        per_model[model_name] = {
+            "objects": distinct,
+            "epochs": len(result.objects),
+            "ops": len(mine),
+            "steps": result.steps,
+            "verdict": result.verdict.value,
+            "object_verdicts": dict(Counter(v.value for v in by_object.values())),
+            "seconds": round(time.perf_counter() - started, 3),
+        }
         objects += distinct
         checked += len(mine)
         steps += result.steps
@@ -225,36 +246,78 @@ def check_histories(histories: dict[str, list[Any]], file: str, options: VerifyO
             if plan:
                 started = time.perf_counter()
                 verdict, objects, checked, steps, failing, reasons, text, page = _check_models(plan, ops, options)
-                rows.append(VerdictRow(name, "linearizability", verdict, file, "+".join(m for m, _ in plan),
-                                       objects, checked, steps, time.perf_counter() - started, failing, reasons,
-                                       text, page, seed))
+                rows.append(
+                    VerdictRow(
+                        name,
+                        "linearizability",
+                        verdict,
+                        file,
+                        "+".join(m for m, _ in plan),
+                        objects,
+                        checked,
+                        steps,
+                        time.perf_counter() - started,
+                        failing,
+                        reasons,
+                        text,
+                        page,
+                        seed,
+                    )
+                )
             # The transactional checks read what clients saw, not the machines' steps.
             client_ops = [op for op in ops if not is_machine_operation(op)]
             if any(op.f in TXN_VOCABULARY for op in client_ops):
                 started = time.perf_counter()
                 txn = check_transactional(client_ops)
-                rows.append(VerdictRow(
-                    name, "transactional", "ok" if txn.ok else "illegal", file, "elle", txn.txns, len(client_ops), 0,
-                    time.perf_counter() - started, None,
-                    json.dumps({"counts": txn.counts, "anomalies": [a.to_json() for a in txn.anomalies]}),
-                    None if txn.ok else render_txn_text(txn, seed=seed),
-                    None if txn.ok or not options.counterexamples else txn_html(txn, client_ops, seed=seed,
-                                                                                max_bytes=MAX_HTML_BYTES),
-                    seed))
+                rows.append(
+                    VerdictRow(
+                        name,
+                        "transactional",
+                        "ok" if txn.ok else "illegal",
+                        file,
+                        "elle",
+                        txn.txns,
+                        len(client_ops),
+                        0,
+                        time.perf_counter() - started,
+                        None,
+                        json.dumps({"counts": txn.counts, "anomalies": [a.to_json() for a in txn.anomalies]}),
+                        None if txn.ok else render_txn_text(txn, seed=seed),
+                        None
+                        if txn.ok or not options.counterexamples
+                        else txn_html(txn, client_ops, seed=seed, max_bytes=MAX_HTML_BYTES),
+                        seed,
+                    )
+                )
             if not plan and not any(op.f in TXN_VOCABULARY for op in client_ops):
-                rows.append(VerdictRow(name, "input", "bad-input", file, options.model,
-                                       detail="no checker applies: no --model for these objects and no "
-                                              "transactional operations"))
+                rows.append(
+                    VerdictRow(
+                        name,
+                        "input",
+                        "bad-input",
+                        file,
+                        options.model,
+                        detail="no checker applies: no --model for these objects and no transactional operations",
+                    )
+                )
         except InputError as exc:
-            rows.append(VerdictRow(name, "input", "bad-input", file, options.model, detail=f"{file}: {exc}",
-                                   seed=seed))
+            rows.append(VerdictRow(name, "input", "bad-input", file, options.model, detail=f"{file}: {exc}", seed=seed))
         except UnknownModel as exc:
             rows.append(VerdictRow(name, "input", "bad-input", file, options.model, detail=str(exc), seed=seed))
         except Exception as exc:  # a model or machine raised: a programming error, reported, never hidden
             import traceback
 
-            rows.append(VerdictRow(name, "crash", "error", file, options.model, seed=seed,
-                                   detail=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"))
+            rows.append(
+                VerdictRow(
+                    name,
+                    "crash",
+                    "error",
+                    file,
+                    options.model,
+                    seed=seed,
+                    detail=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}",
+                )
+            )
     return rows
 
 
@@ -262,8 +325,7 @@ class UnknownModel(Exception):
     """``--model`` names neither a generic model nor a reference machine with ``VECTORS``."""
 
 
-def check_file(path: str, fmt: str, options: VerifyOptions, only: Sequence[str] | None = None
-               ) -> list[VerdictRow]:
+def check_file(path: str, fmt: str, options: VerifyOptions, only: Sequence[str] | None = None) -> list[VerdictRow]:
     """Read one file and check every history in it (or those named in ``only``, Parquet only); bad
     input becomes a ``bad-input`` row."""
     from invariants.history import read_file
@@ -288,7 +350,7 @@ def read_groups(path: str, fmt: str, options: VerifyOptions) -> list[tuple[str |
         if fmt == "jepsen":
             return [(name, [(path, ops)]) for name, ops in read_file(path, fmt).items()]
         groups: dict[str, list[Any]] = {}
-        for op in (iter_parquet(path) if fmt == "parquet" else iter_jsonl(path)):
+        for op in iter_parquet(path) if fmt == "parquet" else iter_jsonl(path):
             groups.setdefault(op.history, []).append(op)
     except InputError as exc:
         return [(None, VerdictRow(Path(path).name, "input", "bad-input", path, options.model, detail=str(exc)))]
@@ -317,16 +379,20 @@ def spark_session(master: str = "local[2]", app: str = "txnmodel-verify") -> Any
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if "PYSPARK_SUBMIT_ARGS" not in os.environ:
         # The driver JVM starts before any SparkConf applies: quiet its log4j from the command line.
-        os.environ["PYSPARK_SUBMIT_ARGS"] = (f"--driver-java-options -Dlog4j2.configurationFile={_log4j_config()} "
-                                             "pyspark-shell")
+        os.environ["PYSPARK_SUBMIT_ARGS"] = (
+            f"--driver-java-options -Dlog4j2.configurationFile={_log4j_config()} pyspark-shell"
+        )
     from pyspark.sql import SparkSession
 
-    builder = (SparkSession.builder.master(master).appName(app)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "8")
-               .config("spark.python.worker.reuse", "true")
-               .config("spark.executor.extraJavaOptions", "-Dlog4j2.level=ERROR"))
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "8")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.executor.extraJavaOptions", "-Dlog4j2.level=ERROR")
+    )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if not master.startswith("local"):
@@ -407,8 +473,15 @@ class _Progress:
                 last = done
 
 
-def check_files_spark(files: Sequence[str], fmt: str, options: VerifyOptions, master: str = "local[2]",
-                      progress: bool = True, spark: Any = None, group_by_history: bool = False) -> list[VerdictRow]:
+def check_files_spark(
+    files: Sequence[str],
+    fmt: str,
+    options: VerifyOptions,
+    master: str = "local[2]",
+    progress: bool = True,
+    spark: Any = None,
+    group_by_history: bool = False,
+) -> list[VerdictRow]:
     """Check on Spark; the verdicts come back to the driver.
 
     Default: each task runs :func:`check_file` on a few files (a history lives in one file, so no
@@ -424,17 +497,22 @@ def check_files_spark(files: Sequence[str], fmt: str, options: VerifyOptions, ma
         units = _units(files, fmt, slots)
         work = _pack(units, max(1, min(len(units), slots)))
         with _Progress(sc, len(work), progress):
-            return sc.parallelize(work, len(work)).flatMap(  # type: ignore[no-any-return]
-                lambda part: [row for path, names in part for row in check_file(path, fmt, options, names)]
-            ).collect()
+            rows: list[VerdictRow] = (
+                sc.parallelize(work, len(work))
+                .flatMap(lambda part: [row for path, names in part for row in check_file(path, fmt, options, names)])
+                .collect()
+            )
+            return rows
     whole = [((path, None), float(_size(path) or 1)) for path in files]
     bins = [[path for path, _ in part] for part in _pack(whole, max(1, min(len(files), slots)))]
     rdd = sc.parallelize(bins, len(bins))
     keyed = rdd.flatMap(lambda paths: [pair for path in paths for pair in read_groups(path, fmt, options)])
     bad = keyed.filter(lambda pair: pair[0] is None).values()
-    checked = (keyed.filter(lambda pair: pair[0] is not None)
-               .reduceByKey(lambda left, right: left + right, numPartitions=slots)
-               .flatMap(lambda pair: check_group(pair[0], pair[1], options)))
+    checked = (
+        keyed.filter(lambda pair: pair[0] is not None)
+        .reduceByKey(lambda left, right: left + right, numPartitions=slots)
+        .flatMap(lambda pair: check_group(pair[0], pair[1], options))
+    )
     with _Progress(sc, len(bins) + slots, progress):
         return bad.union(checked).collect()  # type: ignore[no-any-return]
 
@@ -465,8 +543,9 @@ def _units(files: Sequence[str], fmt: str, slots: int) -> list[tuple[Unit, float
             units.append(((path, None), size))
             continue
         shards = min(shards, len(names))
-        units.extend(((path, tuple(names[i::shards])), size * len(names[i::shards]) / len(names))
-                     for i in range(shards))
+        units.extend(
+            ((path, tuple(names[i::shards])), size * len(names[i::shards]) / len(names)) for i in range(shards)
+        )
     return units
 
 
@@ -488,8 +567,9 @@ def _size(path: str) -> int:
         return 0
 
 
-def check_files_local(files: Sequence[str], fmt: str, options: VerifyOptions, progress: bool = False,
-                      group_by_history: bool = False) -> list[VerdictRow]:
+def check_files_local(
+    files: Sequence[str], fmt: str, options: VerifyOptions, progress: bool = False, group_by_history: bool = False
+) -> list[VerdictRow]:
     """The same work in this process, file after file."""
     rows: list[VerdictRow] = []
     if group_by_history:
@@ -540,9 +620,17 @@ def _duplicates(rows: Sequence[VerdictRow]) -> list[VerdictRow]:
     for row in rows:
         if row.checker != "input":
             files.setdefault(row.history, set()).add(row.file)
-    return [VerdictRow(history, "input", "bad-input", ", ".join(sorted(where)),
-                       detail=f"history {history!r} appears in several files: {', '.join(sorted(where))}")
-            for history, where in sorted(files.items()) if len(where) > 1]
+    return [
+        VerdictRow(
+            history,
+            "input",
+            "bad-input",
+            ", ".join(sorted(where)),
+            detail=f"history {history!r} appears in several files: {', '.join(sorted(where))}",
+        )
+        for history, where in sorted(files.items())
+        if len(where) > 1
+    ]
 
 
 @dataclass
@@ -555,8 +643,10 @@ class Summary:
     def table(self) -> str:
         lines = [f"{'checker':<16} {'ok':>6} {'illegal':>8} {'unknown':>8} {'error':>6} {'bad-input':>10}"]
         for checker, counts in sorted(self.by_checker.items()):
-            lines.append(f"{checker:<16} {counts['ok']:>6} {counts['illegal']:>8} {counts['unknown']:>8} "
-                         f"{counts['error']:>6} {counts['bad-input']:>10}")
+            lines.append(
+                f"{checker:<16} {counts['ok']:>6} {counts['illegal']:>8} {counts['unknown']:>8} "
+                f"{counts['error']:>6} {counts['bad-input']:>10}"
+            )
         lines.append(f"{self.histories} histories, {self.ops} operations, {self.seconds:.1f}s")
         return "\n".join(lines)
 
@@ -590,9 +680,15 @@ def history_results(rows: Sequence[VerdictRow]) -> list[dict[str, Any]]:
     out = []
     for history, mine in sorted(grouped.items()):
         worst = max((r.verdict for r in mine), key=lambda v: rank.get(v, 0))
-        out.append({"history": history, "verdict": worst, "seed": next((r.seed for r in mine if r.seed is not None),
-                                                                         None),
-                    "file": mine[0].file, "checkers": {r.checker: r.to_json() for r in mine}})
+        out.append(
+            {
+                "history": history,
+                "verdict": worst,
+                "seed": next((r.seed for r in mine if r.seed is not None), None),
+                "file": mine[0].file,
+                "checkers": {r.checker: r.to_json() for r in mine},
+            }
+        )
     return out
 
 
@@ -602,23 +698,39 @@ def history_results(rows: Sequence[VerdictRow]) -> list[dict[str, Any]]:
 def add_verify_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The options of ``txnmodel verify`` (for the CLI's subparser)."""
     parser.add_argument("path", metavar="PATH", help="a history file, or a folder searched for them")
-    parser.add_argument("--format", choices=["parquet", "jsonl", "jepsen"], default="parquet",
-                        help="history format (default parquet; jepsen: Jepsen etcd logs)")
-    parser.add_argument("--model", default="auto",
-                        help="linearizability model: register / cas-register (Jepsen registers), kv, or a reference "
-                             "machine (coordinator, buffer, pending_ack, delayed); auto (default) picks a generic "
-                             "model from the objects, and transactional histories get the Elle-style checks")
+    parser.add_argument(
+        "--format",
+        choices=["parquet", "jsonl", "jepsen"],
+        default="parquet",
+        help="history format (default parquet; jepsen: Jepsen etcd logs)",
+    )
+    parser.add_argument(
+        "--model",
+        default="auto",
+        help="linearizability model: register / cas-register (Jepsen registers), kv, or a reference "
+        "machine (coordinator, buffer, pending_ack, delayed); auto (default) picks a generic "
+        "model from the objects, and transactional histories get the Elle-style checks",
+    )
     parser.add_argument("--master", default="local[2]", help="Spark master URL, passed unchanged (default local[2])")
     parser.add_argument("--local", action="store_true", help="check in this process without Spark")
-    parser.add_argument("--group-by-history", action="store_true",
-                        help="histories may be spread over several files (Spark part files): group rows by history "
-                             "across files with a shuffle before checking (default: a history lives in one file)")
-    parser.add_argument("--out", default="verdicts", help="folder for verdicts.parquet and counterexamples/ "
-                                                          "(default ./verdicts)")
-    parser.add_argument("--budget", type=int, default=2_000_000,
-                        help="search steps per object before the verdict is unknown (default 2,000,000)")
-    parser.add_argument("--seconds", type=float, default=60.0,
-                        help="wall-clock budget per history's linearizability check (default 60)")
+    parser.add_argument(
+        "--group-by-history",
+        action="store_true",
+        help="histories may be spread over several files (Spark part files): group rows by history "
+        "across files with a shuffle before checking (default: a history lives in one file)",
+    )
+    parser.add_argument(
+        "--out", default="verdicts", help="folder for verdicts.parquet and counterexamples/ (default ./verdicts)"
+    )
+    parser.add_argument(
+        "--budget",
+        type=int,
+        default=2_000_000,
+        help="search steps per object before the verdict is unknown (default 2,000,000)",
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=60.0, help="wall-clock budget per history's linearizability check (default 60)"
+    )
     parser.add_argument("--unknown-ok", action="store_true", help="exit 0 even if some verdict is unknown")
     parser.add_argument("--no-counterexamples", action="store_true", help="skip shrinking and rendering")
     parser.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
@@ -630,9 +742,10 @@ def build_parser(prog: str = "txnmodel verify") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Check histories: linearizability of each object against a model (Wing-Gong-Lowe, split per "
-                    "object, budgeted) and the transactional properties (read-committed, atomic visibility, no "
-                    "loss, no duplicates, order, delayed never early), on Spark or locally. Writes verdicts as "
-                    "Parquet. Exit 0 all ok, 1 a violation or an unknown verdict, 2 bad input.")
+        "object, budgeted) and the transactional properties (read-committed, atomic visibility, no "
+        "loss, no duplicates, order, delayed never early), on Spark or locally. Writes verdicts as "
+        "Parquet. Exit 0 all ok, 1 a violation or an unknown verdict, 2 bad input.",
+    )
     return add_verify_arguments(parser)
 
 
@@ -647,8 +760,7 @@ def run_verify(args: argparse.Namespace) -> int:
     try:
         out_dir = Path(args.out).resolve()
         # never read our own output back as input (an --out folder inside PATH)
-        files = [str(p) for p in history_files(args.path, args.format)
-                 if out_dir not in p.resolve().parents]
+        files = [str(p) for p in history_files(args.path, args.format) if out_dir not in p.resolve().parents]
         if not files:
             raise BadHistory(f"no {args.format} history files outside the output folder {out_dir}", where=args.path)
         if args.model != "auto":
@@ -660,15 +772,17 @@ def run_verify(args: argparse.Namespace) -> int:
         print(f"txnmodel verify: {exc.args[0]}", file=sys.stderr)
         return EXIT_BAD_INPUT
     model = "cas-register" if args.format == "jepsen" and args.model == "auto" else args.model
-    options = VerifyOptions(model=model, step_budget=args.budget, seconds=args.seconds,
-                            counterexamples=not args.no_counterexamples)
+    options = VerifyOptions(
+        model=model, step_budget=args.budget, seconds=args.seconds, counterexamples=not args.no_counterexamples
+    )
     progress = not args.no_progress
     grouped = args.group_by_history
     if args.local:
         rows = check_files_local(files, args.format, options, progress=progress, group_by_history=grouped)
     else:
-        rows = check_files_spark(files, args.format, options, master=args.master, progress=progress,
-                                 group_by_history=grouped)
+        rows = check_files_spark(
+            files, args.format, options, master=args.master, progress=progress, group_by_history=grouped
+        )
     if not grouped:
         rows = list(rows) + _duplicates(rows)
     elapsed = time.perf_counter() - started
@@ -676,11 +790,20 @@ def run_verify(args: argparse.Namespace) -> int:
     code = exit_code(rows, unknown_ok=args.unknown_ok)
     summary = summarize(rows, elapsed)
     if args.json:
-        json.dump({"exit_code": code, "histories": history_results(rows),
-                   "summary": {"histories": summary.histories, "operations": summary.ops,
-                               "seconds": round(elapsed, 3),
-                               "verdicts": {k: dict(v) for k, v in summary.by_checker.items()}}},
-                  sys.stdout, indent=2)
+        json.dump(
+            {
+                "exit_code": code,
+                "histories": history_results(rows),
+                "summary": {
+                    "histories": summary.histories,
+                    "operations": summary.ops,
+                    "seconds": round(elapsed, 3),
+                    "verdicts": {k: dict(v) for k, v in summary.by_checker.items()},
+                },
+            },
+            sys.stdout,
+            indent=2,
+        )
         sys.stdout.write("\n")
         return code
     _print_report(rows, summary, Path(args.out))

@@ -74,9 +74,7 @@ def _rejected_changes_nothing(before: CoordinatorState, command: Any, result: An
 
 def _statuses_follow_table(before: CoordinatorState, command: Any, result: Any, after: CoordinatorState) -> bool:
     """TC-6: a txn live before and after moved along the transition table."""
-    return all(
-        can_transition(m.status, after.txns[seq].status) for seq, m in before.txns.items() if seq in after.txns
-    )
+    return all(can_transition(m.status, after.txns[seq].status) for seq, m in before.txns.items() if seq in after.txns)
 
 
 def _removed_only_when_finished(before: CoordinatorState, command: Any, result: Any, after: CoordinatorState) -> bool:

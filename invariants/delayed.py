@@ -272,6 +272,7 @@ def _add_preserves(before: Tracker, command: Any, result: Any, after: Tracker) -
         expected[position] = command.deliver_at
     elif isinstance(result, Ok) and result.value is False:
         expected.pop(position, None)  # DD-2: a due message is forgotten, the dispatcher delivers it
+
     def above(m: dict[tuple[int, int], int]) -> dict[tuple[int, int], int]:
         return {p: t for p, t in m.items() if not p[0] < after.mark_delete_ledger}
 

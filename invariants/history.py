@@ -56,8 +56,10 @@ def arrow_schema() -> Any:
     import pyarrow as pa
 
     types = {"string": pa.string(), "int64": pa.int64()}
-    return pa.schema([pa.field(name, types[kind], nullable=nullable) for name, kind, nullable in PARQUET_COLUMNS],
-                     metadata={b"txnmodel.history.schema_version": b"1"})
+    return pa.schema(
+        [pa.field(name, types[kind], nullable=nullable) for name, kind, nullable in PARQUET_COLUMNS],
+        metadata={b"txnmodel.history.schema_version": b"1"},
+    )
 
 
 def history_files(path: str | Path, fmt: str) -> list[Path]:
@@ -69,8 +71,13 @@ def history_files(path: str | Path, fmt: str) -> list[Path]:
         return [root]
     if not root.is_dir():
         raise BadHistory("no such file or directory", where=str(root))
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(_SUFFIXES[fmt])
-                   and not any(part.startswith((".", "_")) for part in p.relative_to(root).parts))
+    files = sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file()
+        and p.name.endswith(_SUFFIXES[fmt])
+        and not any(part.startswith((".", "_")) for part in p.relative_to(root).parts)
+    )
     if not files:
         raise BadHistory(f"no {fmt} files (*{', *'.join(_SUFFIXES[fmt])}) under this folder", where=str(root))
     return files
@@ -130,9 +137,12 @@ def iter_parquet(path: str | Path, histories: Collection[str] | None = None) -> 
     for name in (n for n in FIELDS if n in names):
         want = expected.field(name).type
         got = table.schema.field(name).type
-        if got != want and not (pa.types.is_integer(want) and pa.types.is_integer(got)) and not (
-                pa.types.is_string(want) and (pa.types.is_large_string(got) or pa.types.is_dictionary(got))) \
-                and not pa.types.is_null(got):  # a column with no value at all (every seed null, say)
+        if (
+            got != want
+            and not (pa.types.is_integer(want) and pa.types.is_integer(got))
+            and not (pa.types.is_string(want) and (pa.types.is_large_string(got) or pa.types.is_dictionary(got)))
+            and not pa.types.is_null(got)
+        ):  # a column with no value at all (every seed null, say)
             raise BadHistory(f"column has type {got}, the schema says {want}", where=where, column=name)
     rows: list[int] | range = range(table.num_rows)
     if histories is not None and "history" in names:
@@ -203,8 +213,12 @@ def _metadata_text(metadata: Mapping[str, Any], where: str) -> str:
     return text
 
 
-def write_parquet(path: str | Path, histories: Mapping[str, Sequence[Operation]] | Sequence[Operation], *,
-                  metadata: Mapping[str, Any] | None = None) -> None:
+def write_parquet(
+    path: str | Path,
+    histories: Mapping[str, Sequence[Operation]] | Sequence[Operation],
+    *,
+    metadata: Mapping[str, Any] | None = None,
+) -> None:
     """Write operations as one Parquet file with :func:`arrow_schema`; ``metadata`` (run metadata, see
     :func:`read_metadata`) goes into the schema's key-value metadata."""
     import pyarrow as pa
@@ -213,15 +227,20 @@ def write_parquet(path: str | Path, histories: Mapping[str, Sequence[Operation]]
     rows = _rows(histories)
     schema = arrow_schema()
     if metadata is not None:
-        schema = schema.with_metadata({**schema.metadata,
-                                       METADATA_KEY.encode(): _metadata_text(metadata, str(path)).encode()})
+        schema = schema.with_metadata(
+            {**schema.metadata, METADATA_KEY.encode(): _metadata_text(metadata, str(path)).encode()}
+        )
     table = pa.table({name: [row[name] for row in rows] for name in FIELDS}, schema=schema)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path)
 
 
-def write_jsonl(path: str | Path, histories: Mapping[str, Sequence[Operation]] | Sequence[Operation], *,
-                metadata: Mapping[str, Any] | None = None) -> None:
+def write_jsonl(
+    path: str | Path,
+    histories: Mapping[str, Sequence[Operation]] | Sequence[Operation],
+    *,
+    metadata: Mapping[str, Any] | None = None,
+) -> None:
     """Write operations as JSON Lines (null columns left out); ``metadata`` goes to the sidecar
     ``<path>.meta.json`` (an existing sidecar is removed when there is none, so it never describes
     another run)."""
@@ -298,8 +317,11 @@ def _check_metadata(metadata: Any, where: str) -> dict[str, Any]:
     if not isinstance(metadata, dict):
         raise BadMetadata(f"run metadata must be a JSON object, got {type(metadata).__name__}", where=where)
     if metadata.get("version") != _METADATA_VERSION:
-        raise BadMetadata(f"unknown run metadata version {metadata.get('version')!r} (this reader knows "
-                          f"{_METADATA_VERSION})", where=where, column="version")
+        raise BadMetadata(
+            f"unknown run metadata version {metadata.get('version')!r} (this reader knows {_METADATA_VERSION})",
+            where=where,
+            column="version",
+        )
     _check_config(metadata.get("config"), where, "config")
     runs = metadata.get("runs")
     if not isinstance(runs, dict):
@@ -311,16 +333,24 @@ def _check_metadata(metadata: Any, where: str) -> dict[str, Any]:
         for key, kind in (("workload", str), ("seed", int), ("fault_schedule", list)):
             value = spec.get(key)
             if not isinstance(value, kind) or isinstance(value, bool):
-                raise BadMetadata(f"needs {key!r} ({kind.__name__}), got {value!r}", where=where,
-                                  column=f"{field}.{key}")
+                raise BadMetadata(
+                    f"needs {key!r} ({kind.__name__}), got {value!r}", where=where, column=f"{field}.{key}"
+                )
         if "config" in spec:
             _check_config(spec["config"], where, f"{field}.config")
         for i, event in enumerate(spec["fault_schedule"]):
-            if not (isinstance(event, dict) and isinstance(event.get("time_ms"), int)
-                    and not isinstance(event.get("time_ms"), bool)
-                    and isinstance(event.get("kind"), str) and isinstance(event.get("target"), str)):
-                raise BadMetadata(f"a fault is {{time_ms: int, kind: str, target: str}}, got {event!r}", where=where,
-                                  column=f"{field}.fault_schedule[{i}]")
+            if not (
+                isinstance(event, dict)
+                and isinstance(event.get("time_ms"), int)
+                and not isinstance(event.get("time_ms"), bool)
+                and isinstance(event.get("kind"), str)
+                and isinstance(event.get("target"), str)
+            ):
+                raise BadMetadata(
+                    f"a fault is {{time_ms: int, kind: str, target: str}}, got {event!r}",
+                    where=where,
+                    column=f"{field}.fault_schedule[{i}]",
+                )
     return metadata
 
 

@@ -85,7 +85,8 @@ def read_verdicts(path: str | Path) -> dict[str, bool]:
             continue
         parts = line.split("\t")
         if len(parts) != 2 or parts[1] not in ("linearizable", "not-linearizable"):
-            raise BadHistory(f"expected '<file>\\t(linearizable|not-linearizable)', got {line!r}", where=str(path),
-                             row=row)
+            raise BadHistory(
+                f"expected '<file>\\t(linearizable|not-linearizable)', got {line!r}", where=str(path), row=row
+            )
         verdicts[parts[0]] = parts[1] == "linearizable"
     return verdicts

@@ -127,9 +127,17 @@ class ObjectResult:
     reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"object": self.object, "verdict": self.verdict.value, "ops": self.ops, "steps": self.steps,
-                "seconds": round(self.seconds, 6), "linearization": list(self.linearization),
-                "blocked": self.blocked, "state_after": self.state_after, "reason": self.reason}
+        return {
+            "object": self.object,
+            "verdict": self.verdict.value,
+            "ops": self.ops,
+            "steps": self.steps,
+            "seconds": round(self.seconds, 6),
+            "linearization": list(self.linearization),
+            "blocked": self.blocked,
+            "state_after": self.state_after,
+            "reason": self.reason,
+        }
 
 
 @dataclass(frozen=True)
@@ -150,9 +158,15 @@ class HistoryResult:
         return next((o for o in self.objects if o.verdict is Verdict.ILLEGAL), None)
 
 
-def check_object(model: Model, ops: Sequence[Operation], *, step_budget: int = DEFAULT_STEP_BUDGET,
-                 deadline: float | None = None, name: str | None = None,
-                 ignore_outputs: frozenset[int] = frozenset()) -> ObjectResult:
+def check_object(
+    model: Model,
+    ops: Sequence[Operation],
+    *,
+    step_budget: int = DEFAULT_STEP_BUDGET,
+    deadline: float | None = None,
+    name: str | None = None,
+    ignore_outputs: frozenset[int] = frozenset(),
+) -> ObjectResult:
     """Wing-Gong-Lowe search over one part; ``deadline`` is a ``time.monotonic()`` instant.
 
     ``ignore_outputs`` (history indexes) makes those operations' outputs :data:`UNKNOWN` while
@@ -168,24 +182,42 @@ def check_object(model: Model, ops: Sequence[Operation], *, step_budget: int = D
     if ignore_outputs:
         decoded = [(d[0], UNKNOWN) if op.index in ignore_outputs else d for op, d in zip(ops, decoded, strict=True)]
     verdict, steps, order, blocked, state = _search(
-        model.init(), model.step, decoded, [op.invoked_at for op in ops], [op.return_time for op in ops],
-        step_budget, deadline)
+        model.init(),
+        model.step,
+        decoded,
+        [op.invoked_at for op in ops],
+        [op.return_time for op in ops],
+        step_budget,
+        deadline,
+    )
     indexes = tuple(ops[i].index for i in order)
     blocked_index = ops[blocked].index if blocked is not None else None
     reason = ""
     if verdict is Verdict.ILLEGAL and blocked is not None:
         inp, out = decoded[blocked]
-        reason = (f"after {len(order)} linearized operations the state is {model.describe_state(state)}; "
-                  f"op {blocked_index} ({model.describe_op(inp, out)}) cannot be placed: every order that "
-                  f"fits it before its return is rejected by the model")
+        reason = (
+            f"after {len(order)} linearized operations the state is {model.describe_state(state)}; "
+            f"op {blocked_index} ({model.describe_op(inp, out)}) cannot be placed: every order that "
+            f"fits it before its return is rejected by the model"
+        )
     elif verdict is Verdict.UNKNOWN:
         reason = f"budget exhausted after {steps} search steps"
-    return ObjectResult(label, verdict, len(ops), steps, time.perf_counter() - started, indexes, blocked_index,
-                        model.describe_state(state), reason)
+    return ObjectResult(
+        label,
+        verdict,
+        len(ops),
+        steps,
+        time.perf_counter() - started,
+        indexes,
+        blocked_index,
+        model.describe_state(state),
+        reason,
+    )
 
 
-def check_history(model: Model, ops: Sequence[Operation], *, step_budget: int = DEFAULT_STEP_BUDGET,
-                  seconds: float | None = None) -> HistoryResult:
+def check_history(
+    model: Model, ops: Sequence[Operation], *, step_budget: int = DEFAULT_STEP_BUDGET, seconds: float | None = None
+) -> HistoryResult:
     """Split ``ops`` (one history) with the model's partition and check each part.
 
     ``step_budget`` applies per part; ``seconds`` is a wall-clock budget for the whole history.
@@ -198,29 +230,45 @@ def check_history(model: Model, ops: Sequence[Operation], *, step_budget: int = 
     illegal = False
     for part in parts:
         if illegal:
-            results.append(ObjectResult(part[0].object, Verdict.SKIPPED, len(part),
-                                        reason="not checked: another object of this history is illegal"))
+            results.append(
+                ObjectResult(
+                    part[0].object,
+                    Verdict.SKIPPED,
+                    len(part),
+                    reason="not checked: another object of this history is illegal",
+                )
+            )
             continue
         result = check_object(model, part, step_budget=step_budget, deadline=deadline)
         results.append(result)
         illegal = result.verdict is Verdict.ILLEGAL
     verdicts = {r.verdict for r in results}
-    overall = (Verdict.ILLEGAL if Verdict.ILLEGAL in verdicts else Verdict.UNKNOWN if Verdict.UNKNOWN in verdicts
-               else Verdict.OK)
+    overall = (
+        Verdict.ILLEGAL
+        if Verdict.ILLEGAL in verdicts
+        else Verdict.UNKNOWN
+        if Verdict.UNKNOWN in verdicts
+        else Verdict.OK
+    )
     return HistoryResult(history, overall, tuple(results))
 
 
-def _search(init: Any, step: Callable[[Any, Any, Any], tuple[bool, Any]], decoded: Sequence[tuple[Any, Any]],
-            calls: Sequence[int], returns: Sequence[float], budget: int, deadline: float | None
-            ) -> tuple[Verdict, int, list[int], int | None, Any]:
+def _search(
+    init: Any,
+    step: Callable[[Any, Any, Any], tuple[bool, Any]],
+    decoded: Sequence[tuple[Any, Any]],
+    calls: Sequence[int],
+    returns: Sequence[float],
+    budget: int,
+    deadline: float | None,
+) -> tuple[Verdict, int, list[int], int | None, Any]:
     """The search loop.  Returns (verdict, steps, linearization or longest prefix, blocked op, state).
 
     Entries are numbered 1..2n (0 is the head sentinel, 2n+1 the tail); entry ``2i+1`` is op i's
     call and ``2i+2`` its return.
     """
     n = len(decoded)
-    events = sorted(
-        [(calls[i], 0, 2 * i + 1) for i in range(n)] + [(returns[i], 1, 2 * i + 2) for i in range(n)])
+    events = sorted([(calls[i], 0, 2 * i + 1) for i in range(n)] + [(returns[i], 1, 2 * i + 2) for i in range(n)])
     end = 2 * n + 1
     nxt = [0] * (end + 1)
     prv = [0] * (end + 1)

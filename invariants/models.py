@@ -202,9 +202,16 @@ class MachineModel:
     crash left open (``info``) may have taken effect before the crash, never after the recovery.
     """
 
-    def __init__(self, name: str, initial_state: Hashable, step: Callable[[Any, Any], tuple[Any, Any]],
-                 commands: Mapping[str, type], *, describe_state: Callable[[Any], str] | None = None,
-                 vectors: Any = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        initial_state: Hashable,
+        step: Callable[[Any, Any], tuple[Any, Any]],
+        commands: Mapping[str, type],
+        *,
+        describe_state: Callable[[Any], str] | None = None,
+        vectors: Any = None,
+    ) -> None:
         self.name = name
         self._initial = initial_state
         self._step = step
@@ -218,8 +225,13 @@ class MachineModel:
         """Build from a reference module's ``VECTORS`` (:class:`reference.conformance.MachineVectors`)."""
         from spec.config import Config
 
-        return cls(vectors.name, vectors.initial(config if config is not None else Config(), dict(init or {})),
-                   vectors.step, vectors.commands, vectors=vectors)
+        return cls(
+            vectors.name,
+            vectors.initial(config if config is not None else Config(), dict(init or {})),
+            vectors.step,
+            vectors.commands,
+            vectors=vectors,
+        )
 
     def init(self) -> Hashable:
         return (0, self._initial)
@@ -245,8 +257,11 @@ class MachineModel:
             return _Recover(epoch, self._recovery(op), op.value), None
         command_type = self._commands.get(op.f)
         if command_type is None:
-            raise _bad(op, "f", f"machine {self.name!r} has no command {op.f!r}; commands are "
-                                f"{', '.join(sorted(self._commands))}")
+            raise _bad(
+                op,
+                "f",
+                f"machine {self.name!r} has no command {op.f!r}; commands are {', '.join(sorted(self._commands))}",
+            )
         args = op.args
         try:
             command = _decode_command({} if args is None else args, command_type)
@@ -362,15 +377,20 @@ def _decode_command(data: Any, target: type) -> Any:
     if known is None:
         if not dataclasses.is_dataclass(target):
             return from_json(data, target)
-        known = _FIELDS[target] = ({f.name: f for f in dataclasses.fields(target) if f.init},
-                                   typing.get_type_hints(target))
+        known = _FIELDS[target] = (
+            {f.name: f for f in dataclasses.fields(target) if f.init},
+            typing.get_type_hints(target),
+        )
     fields, hints = known
     if not isinstance(data, dict):
         raise JsonError("$", f"expected an object for {target.__name__}, got {data!r}")
     unknown = set(data) - set(fields) - {"@type"}
     if unknown:
-        raise JsonError("$", f"{target.__name__} has no field(s) {', '.join(sorted(unknown))}; "
-                             f"fields are {', '.join(fields) or '(none)'}")
+        raise JsonError(
+            "$",
+            f"{target.__name__} has no field(s) {', '.join(sorted(unknown))}; "
+            f"fields are {', '.join(fields) or '(none)'}",
+        )
     kwargs = {}
     for name, f in fields.items():
         if name in data:
@@ -422,9 +442,17 @@ def model_by_name(name: str) -> Model:
     return MachineModel.from_vectors(vectors)
 
 
-def random_register_history(seed: int, *, ops: int, clients: int, keys: int = 1, crash: float = 0.0,
-                            max_latency: int = 20, values: int = 5, history: str | None = None
-                            ) -> list[Operation]:
+def random_register_history(
+    seed: int,
+    *,
+    ops: int,
+    clients: int,
+    keys: int = 1,
+    crash: float = 0.0,
+    max_latency: int = 20,
+    values: int = 5,
+    history: str | None = None,
+) -> list[Operation]:
     """A linearizable cas-register history of ``ops`` operations by ``clients`` concurrent clients.
 
     Each client loops: invoke, wait, take effect at a random instant inside its interval on a true
@@ -446,11 +474,27 @@ def random_register_history(seed: int, *, ops: int, clients: int, keys: int = 1,
         effect = rng.uniform(start, end)
         kind = rng.choice(("read", "write", "cas"))
         key = rng.randrange(keys)
-        arg: Any = None if kind == "read" else rng.randrange(values) if kind == "write" else [
-            rng.randrange(values), rng.randrange(values)]
+        arg: Any = (
+            None
+            if kind == "read"
+            else rng.randrange(values)
+            if kind == "write"
+            else [rng.randrange(values), rng.randrange(values)]
+        )
         crashed = rng.random() < crash
-        plans.append({"process": process_of[c], "start": start, "end": end, "effect": effect, "f": kind, "key": key,
-                      "arg": arg, "crashed": crashed, "applies": not crashed or rng.random() < 0.5})
+        plans.append(
+            {
+                "process": process_of[c],
+                "start": start,
+                "end": end,
+                "effect": effect,
+                "f": kind,
+                "key": key,
+                "arg": arg,
+                "crashed": crashed,
+                "applies": not crashed or rng.random() < 0.5,
+            }
+        )
         clock[c] = end + 1
         if crashed:
             process_of[c] = next_process
@@ -478,6 +522,19 @@ def random_register_history(seed: int, *, ops: int, clients: int, keys: int = 1,
             op_type, result, completed = OpType.OK, plan.get("result"), plan["end"]
             if plan["f"] == "cas":
                 result = None
-        out.append(make_operation(name, index, plan["process"], op_type, plan["f"], obj, plan["arg"], result,
-                                  invoked_at=plan["start"], completed_at=completed, seed=seed))
+        out.append(
+            make_operation(
+                name,
+                index,
+                plan["process"],
+                op_type,
+                plan["f"],
+                obj,
+                plan["arg"],
+                result,
+                invoked_at=plan["start"],
+                completed_at=completed,
+                seed=seed,
+            )
+        )
     return out

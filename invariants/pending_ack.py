@@ -154,24 +154,55 @@ def log_index_well_formed(state: PendingAckState) -> bool:
 
 
 INVARIANTS: tuple[Invariant[PendingAckState], ...] = (
-    Invariant("individual_acks_exclusive", ("PA-6",), individual_acks_exclusive,
-              "A position or batch index is pending for at most one txn."),
-    Invariant("combined_is_union", ("PA-8", "PA-12", "PA-13"), combined_is_union,
-              "individualAckPositions is the union of the txns' individual acks."),
-    Invariant("pending_never_deleted", ("PA-1", "PA-3", "PA-11"), pending_never_deleted,
-              "No pending index is deleted on the cursor."),
-    Invariant("cumulative_slot_above_mark_delete", ("PA-9", "PA-11"), cumulative_slot_above_mark_delete,
-              "At most one txn holds a cumulative pending ack, and it is above the mark-delete position."),
-    Invariant("ack_bits_well_formed", ("PA-2", "PA-3", "PA-7"), ack_bits_well_formed,
-              "Holdings are non-empty and inside their batch; the cursor view is normalized."),
-    Invariant("no_empty_holdings", ("PA-8", "PA-11"), no_empty_holdings,
-              "Every registered txn holds something."),
-    Invariant("txn_order_is_registry", ("PA-8", "PA-14"), txn_order_is_registry,
-              "The insertion order lists exactly the registered txns."),
-    Invariant("queue_only_before_ready", ("PA-17",), queue_only_before_ready,
-              "Requests queue only while the handle is None or Initializing."),
-    Invariant("log_index_well_formed", ("PA-16",), log_index_well_formed,
-              "The sparse log index is ordered and its lag follows LogIndexLagBackoff."),
+    Invariant(
+        "individual_acks_exclusive",
+        ("PA-6",),
+        individual_acks_exclusive,
+        "A position or batch index is pending for at most one txn.",
+    ),
+    Invariant(
+        "combined_is_union",
+        ("PA-8", "PA-12", "PA-13"),
+        combined_is_union,
+        "individualAckPositions is the union of the txns' individual acks.",
+    ),
+    Invariant(
+        "pending_never_deleted",
+        ("PA-1", "PA-3", "PA-11"),
+        pending_never_deleted,
+        "No pending index is deleted on the cursor.",
+    ),
+    Invariant(
+        "cumulative_slot_above_mark_delete",
+        ("PA-9", "PA-11"),
+        cumulative_slot_above_mark_delete,
+        "At most one txn holds a cumulative pending ack, and it is above the mark-delete position.",
+    ),
+    Invariant(
+        "ack_bits_well_formed",
+        ("PA-2", "PA-3", "PA-7"),
+        ack_bits_well_formed,
+        "Holdings are non-empty and inside their batch; the cursor view is normalized.",
+    ),
+    Invariant("no_empty_holdings", ("PA-8", "PA-11"), no_empty_holdings, "Every registered txn holds something."),
+    Invariant(
+        "txn_order_is_registry",
+        ("PA-8", "PA-14"),
+        txn_order_is_registry,
+        "The insertion order lists exactly the registered txns.",
+    ),
+    Invariant(
+        "queue_only_before_ready",
+        ("PA-17",),
+        queue_only_before_ready,
+        "Requests queue only while the handle is None or Initializing.",
+    ),
+    Invariant(
+        "log_index_well_formed",
+        ("PA-16",),
+        log_index_well_formed,
+        "The sparse log index is ordered and its lag follows LogIndexLagBackoff.",
+    ),
 )
 
 
@@ -292,8 +323,12 @@ def abort_returns_exactly_its_acks(before: PendingAckState, command: Any, result
         if not redelivered or redelivered[0].positions != tuple(sorted(held)):
             return False
     slot = before.cumulative_ack
-    if slot is not None and slot.txn_id == txn and after.cumulative_ack is not None \
-            and after.cumulative_ack.txn_id == txn:
+    if (
+        slot is not None
+        and slot.txn_id == txn
+        and after.cumulative_ack is not None
+        and after.cumulative_ack.txn_id == txn
+    ):
         return False
     return _others_untouched(before, txn, after)
 

@@ -31,8 +31,16 @@ from invariants.models import NO_EFFECT
 from invariants.transactional import TxnResult
 from spec.history import Operation, OpType
 
-__all__ = ["Counterexample", "counterexample_html", "ddmin", "explain", "render_html", "render_text",
-           "render_txn_text", "txn_html"]
+__all__ = [
+    "Counterexample",
+    "counterexample_html",
+    "ddmin",
+    "explain",
+    "render_html",
+    "render_text",
+    "render_txn_text",
+    "txn_html",
+]
 
 MAX_HTML_OPS = 400
 MAX_HTML_BYTES = 1_000_000
@@ -55,9 +63,17 @@ class Counterexample:
     original_ops: int = 0  # operations of the object before the cut
 
     def to_json(self) -> dict[str, Any]:
-        return {"history": self.history, "object": self.object, "model": self.model, "seed": self.seed,
-                "core": list(self.core), "prefix": list(self.prefix), "blocked": self.blocked,
-                "state_after": self.state_after, "reason": self.reason}
+        return {
+            "history": self.history,
+            "object": self.object,
+            "model": self.model,
+            "seed": self.seed,
+            "core": list(self.core),
+            "prefix": list(self.prefix),
+            "blocked": self.blocked,
+            "state_after": self.state_after,
+            "reason": self.reason,
+        }
 
 
 def _weaken(op: Operation) -> Operation:
@@ -75,7 +91,7 @@ def ddmin(items: Sequence[int], fails: Callable[[Sequence[int]], bool], *, max_t
     n = 2
     while len(current) >= 2 and tests < max_tests:
         size = math.ceil(len(current) / n)
-        chunks = [current[i:i + size] for i in range(0, len(current), size)]
+        chunks = [current[i : i + size] for i in range(0, len(current), size)]
         reduced = False
         for chunk in chunks:
             tests += 1
@@ -102,8 +118,15 @@ def ddmin(items: Sequence[int], fails: Callable[[Sequence[int]], bool], *, max_t
     return current
 
 
-def explain(model: Model, ops: Sequence[Operation], result: ObjectResult, *, step_budget: int = 50_000,
-            max_tests: int = 200, seconds: float = 10.0) -> Counterexample:
+def explain(
+    model: Model,
+    ops: Sequence[Operation],
+    result: ObjectResult,
+    *,
+    step_budget: int = 50_000,
+    max_tests: int = 200,
+    seconds: float = 10.0,
+) -> Counterexample:
     """The counterexample of an ``illegal`` object result (``ops``: that object's operations).
 
     Two sound reductions, each of which keeps "not linearizable" true of the original history:
@@ -124,14 +147,19 @@ def explain(model: Model, ops: Sequence[Operation], result: ObjectResult, *, ste
     step_budget = max(step_budget, 2 * result.steps)
 
     def cut(at: int) -> list[Operation]:
-        return [op if op.type.indeterminate or (op.completed_at or 0) <= at else _weaken(op)
-                for op in ops if op.invoked_at <= at]
+        return [
+            op if op.type.indeterminate or (op.completed_at or 0) <= at else _weaken(op)
+            for op in ops
+            if op.invoked_at <= at
+        ]
 
     def illegal(history: Sequence[Operation], ignore: frozenset[int] = frozenset()) -> bool:
         nonlocal searches
         searches += 1
-        return check_object(model, history, step_budget=step_budget, ignore_outputs=ignore,
-                            deadline=deadline).verdict is Verdict.ILLEGAL
+        return (
+            check_object(model, history, step_budget=step_budget, ignore_outputs=ignore, deadline=deadline).verdict
+            is Verdict.ILLEGAL
+        )
 
     # 1. the shortest illegal prefix: binary search over completion times (prefix-closure makes
     #    "the prefix up to t is illegal" monotone in t; a budget-limited search only errs long).
@@ -149,8 +177,11 @@ def explain(model: Model, ops: Sequence[Operation], result: ObjectResult, *, ste
     if best is not None:
         current = best
     decoded = {op.index: model.decode(op)[1] for op in current}
-    candidates = [op.index for op in current if not op.type.indeterminate
-                  and decoded[op.index] is not UNKNOWN and decoded[op.index] is not NO_EFFECT]
+    candidates = [
+        op.index
+        for op in current
+        if not op.type.indeterminate and decoded[op.index] is not UNKNOWN and decoded[op.index] is not NO_EFFECT
+    ]
     everything = frozenset(candidates)
 
     def fails(core: Sequence[int]) -> bool:
@@ -166,10 +197,20 @@ def explain(model: Model, ops: Sequence[Operation], result: ObjectResult, *, ste
         inp, out = model.decode(op)
         descriptions[op.index] = model.describe_op(inp, out)
     return Counterexample(
-        history=ops[0].history, object=ops[0].object, model=getattr(model, "name", type(model).__name__),
-        seed=next((op.seed for op in ops if op.seed is not None), None), ops=tuple(current),
-        core=tuple(sorted(core)), prefix=final.linearization, blocked=final.blocked, state_after=final.state_after,
-        reason=final.reason, descriptions=descriptions, searches=searches, original_ops=len(ops))
+        history=ops[0].history,
+        object=ops[0].object,
+        model=getattr(model, "name", type(model).__name__),
+        seed=next((op.seed for op in ops if op.seed is not None), None),
+        ops=tuple(current),
+        core=tuple(sorted(core)),
+        prefix=final.linearization,
+        blocked=final.blocked,
+        state_after=final.state_after,
+        reason=final.reason,
+        descriptions=descriptions,
+        searches=searches,
+        original_ops=len(ops),
+    )
 
 
 def _op_line(op: Operation, text: str) -> str:
@@ -183,10 +224,14 @@ def render_text(cx: Counterexample, *, max_lines: int = 60) -> str:
     lines = [f"history {cx.history}  object {cx.object}  model {cx.model}  NOT LINEARIZABLE"]
     if cx.seed is not None:
         lines.append(f"reproduce with seed {cx.seed}")
-    lines.append(f"shortest illegal prefix: {len(cx.ops)} of {cx.original_ops} operations (later ones dropped, "
-                 f"ones still open at the cut made indeterminate)")
-    lines.append(f"smallest failing core: {len(cx.core)} operation(s) whose outputs cannot all be true (the other "
-                 f"operations still took effect in their intervals, their outputs ignored; {cx.searches} searches)")
+    lines.append(
+        f"shortest illegal prefix: {len(cx.ops)} of {cx.original_ops} operations (later ones dropped, "
+        f"ones still open at the cut made indeterminate)"
+    )
+    lines.append(
+        f"smallest failing core: {len(cx.core)} operation(s) whose outputs cannot all be true (the other "
+        f"operations still took effect in their intervals, their outputs ignored; {cx.searches} searches)"
+    )
     for index in cx.core[:max_lines]:
         lines.append(_op_line(by_index[index], cx.descriptions.get(index, by_index[index].f)))
     if len(cx.core) > max_lines:
@@ -211,8 +256,10 @@ def render_txn_text(result: TxnResult, *, seed: int | None = None) -> str:
     """A transactional verdict as text: each anomaly with its evidence in words."""
     if result.ok:
         return f"history {result.history}: no transactional anomaly ({result.txns} txns, {result.messages} messages)"
-    lines = [f"history {result.history}: TRANSACTIONAL ANOMALIES "
-             + ", ".join(f"{name} x{count}" for name, count in sorted(result.counts.items()))]
+    lines = [
+        f"history {result.history}: TRANSACTIONAL ANOMALIES "
+        + ", ".join(f"{name} x{count}" for name, count in sorted(result.counts.items()))
+    ]
     if seed is not None:
         lines.append(f"reproduce with seed {seed}")
     for anomaly in result.anomalies:
@@ -237,9 +284,18 @@ table{border-collapse:collapse;margin-top:12px} td,th{border:1px solid #ddd;padd
 """
 
 
-def render_html(ops: Sequence[Operation], *, title: str, descriptions: dict[int, str] | None = None,
-                core: Sequence[int] = (), prefix: Sequence[int] = (), blocked: int | None = None,
-                notes: Sequence[str] = (), max_ops: int = MAX_HTML_OPS, max_bytes: int = MAX_HTML_BYTES) -> str:
+def render_html(
+    ops: Sequence[Operation],
+    *,
+    title: str,
+    descriptions: dict[int, str] | None = None,
+    core: Sequence[int] = (),
+    prefix: Sequence[int] = (),
+    blocked: int | None = None,
+    notes: Sequence[str] = (),
+    max_ops: int = MAX_HTML_OPS,
+    max_bytes: int = MAX_HTML_BYTES,
+) -> str:
     """A self-contained HTML timeline: one lane per process, one box per operation.
 
     Boxes: green ok, grey fail, dashed open-ended info; red outline = in the failing core; red fill
@@ -282,15 +338,19 @@ def render_html(ops: Sequence[Operation], *, title: str, descriptions: dict[int,
         if op.index == blocked:
             classes.append("blocked")
         text = descriptions.get(op.index, f"{op.f} {op.value}")
-        tip = (f"op {op.index} process {op.process} {op.type.value} [{op.invoked_at}, "
-               f"{'∞' if op.type.indeterminate else op.completed_at}] {text}"
-               + (f" error {op.error}" if op.error else "") + (f" (#{order[op.index]} linearized)"
-                                                               if op.index in order else ""))
+        tip = (
+            f"op {op.index} process {op.process} {op.type.value} [{op.invoked_at}, "
+            f"{'∞' if op.type.indeterminate else op.completed_at}] {text}"
+            + (f" error {op.error}" if op.error else "")
+            + (f" (#{order[op.index]} linearized)" if op.index in order else "")
+        )
         label = (f"{order[op.index]}: " if op.index in order else "") + text
         label = label if len(label) * 6 < w else label[: max(int(w / 6) - 1, 0)]
-        piece = (f'<g><title>{html.escape(tip)}</title><rect class="{" ".join(classes)}" x="{x:.1f}" y="{y}" '
-                 f'width="{w:.1f}" height="{row_h - 8}" rx="3"/><text x="{x + 3:.1f}" y="{y + 13}">'
-                 f'{html.escape(label)}</text></g>')
+        piece = (
+            f'<g><title>{html.escape(tip)}</title><rect class="{" ".join(classes)}" x="{x:.1f}" y="{y}" '
+            f'width="{w:.1f}" height="{row_h - 8}" rx="3"/><text x="{x + 3:.1f}" y="{y + 13}">'
+            f"{html.escape(label)}</text></g>"
+        )
         if used + len(piece) > budget:
             omitted += len(chosen) - drawn
             break
@@ -301,28 +361,53 @@ def render_html(ops: Sequence[Operation], *, title: str, descriptions: dict[int,
     if omitted:
         all_notes.append(f"{omitted} operations not drawn (size cap: {max_ops} ops, {max_bytes} bytes)")
     body = "".join(f'<p class="note">{html.escape(n)}</p>' for n in all_notes)
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>{body}{''.join(parts)}"
-            f"<p class='note'>green ok · grey fail · dashed: outcome unknown (open-ended) · red outline: failing "
-            f"core · red fill: cannot be placed · n: position in the linearizable prefix</p></body></html>")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>{body}{''.join(parts)}"
+        f"<p class='note'>green ok · grey fail · dashed: outcome unknown (open-ended) · red outline: failing "
+        f"core · red fill: cannot be placed · n: position in the linearizable prefix</p></body></html>"
+    )
 
 
 def counterexample_html(cx: Counterexample, **caps: int) -> str:
     notes = [cx.reason] + ([f"reproduce with seed {cx.seed}"] if cx.seed is not None else [])
     notes.append(f"state after the prefix: {cx.state_after}")
-    return render_html(cx.ops, title=f"{cx.history} · {cx.object} · not linearizable ({cx.model})",
-                       descriptions=cx.descriptions, core=cx.core, prefix=cx.prefix, blocked=cx.blocked,
-                       notes=notes, **caps)
+    return render_html(
+        cx.ops,
+        title=f"{cx.history} · {cx.object} · not linearizable ({cx.model})",
+        descriptions=cx.descriptions,
+        core=cx.core,
+        prefix=cx.prefix,
+        blocked=cx.blocked,
+        notes=notes,
+        **caps,
+    )
 
 
-def txn_html(result: TxnResult, ops: Sequence[Operation], *, seed: int | None = None, max_ops: int = MAX_HTML_OPS,
-             max_bytes: int = MAX_HTML_BYTES) -> str:
+def txn_html(
+    result: TxnResult,
+    ops: Sequence[Operation],
+    *,
+    seed: int | None = None,
+    max_ops: int = MAX_HTML_OPS,
+    max_bytes: int = MAX_HTML_BYTES,
+) -> str:
     """A transactional verdict as a timeline: the evidence of every listed anomaly outlined in red."""
     evidence = sorted({index for anomaly in result.anomalies for index in anomaly.ops})
     notes = [str(anomaly) for anomaly in result.anomalies[:20]]
     if seed is not None:
         notes.insert(0, f"reproduce with seed {seed}")
-    descriptions = {op.index: f"{op.f} {op.object.split(':', 1)[0]} {op.value}"
-                    + (f" -> {op.result}" if op.result is not None else "") for op in ops}
-    return render_html(ops, title=f"{result.history} · transactional anomalies", descriptions=descriptions,
-                       core=evidence, notes=notes, max_ops=max_ops, max_bytes=max_bytes)
+    descriptions = {
+        op.index: f"{op.f} {op.object.split(':', 1)[0]} {op.value}"
+        + (f" -> {op.result}" if op.result is not None else "")
+        for op in ops
+    }
+    return render_html(
+        ops,
+        title=f"{result.history} · transactional anomalies",
+        descriptions=descriptions,
+        core=evidence,
+        notes=notes,
+        max_ops=max_ops,
+        max_bytes=max_bytes,
+    )

@@ -176,24 +176,34 @@ class _Delivery:
 
 def _field(op: Operation, data: Any, key: str, column: str, kinds: tuple[type, ...], required: bool = True) -> Any:
     if not isinstance(data, dict):
-        raise BadHistory(f"history {op.history!r} op {op.index} ({op.f}): expected an object, got {data!r}",
-                         row=op.index, column=column)
+        raise BadHistory(
+            f"history {op.history!r} op {op.index} ({op.f}): expected an object, got {data!r}",
+            row=op.index,
+            column=column,
+        )
     value = data.get(key)
     if value is None:
         if required:
-            raise BadHistory(f"history {op.history!r} op {op.index} ({op.f}): needs {key!r}", row=op.index,
-                             column=column)
+            raise BadHistory(
+                f"history {op.history!r} op {op.index} ({op.f}): needs {key!r}", row=op.index, column=column
+            )
         return None
     if not isinstance(value, kinds) or isinstance(value, bool):
-        raise BadHistory(f"history {op.history!r} op {op.index} ({op.f}): {key!r} has the wrong type: {value!r}",
-                         row=op.index, column=column)
+        raise BadHistory(
+            f"history {op.history!r} op {op.index} ({op.f}): {key!r} has the wrong type: {value!r}",
+            row=op.index,
+            column=column,
+        )
     return value
 
 
 def _pair(op: Operation, value: Any, key: str, column: str) -> tuple[int, int]:
     if not (isinstance(value, list) and len(value) == 2 and all(isinstance(x, int) for x in value)):
-        raise BadHistory(f"history {op.history!r} op {op.index} ({op.f}): {key!r} must be [a, b] integers, "
-                         f"got {value!r}", row=op.index, column=column)
+        raise BadHistory(
+            f"history {op.history!r} op {op.index} ({op.f}): {key!r} must be [a, b] integers, got {value!r}",
+            row=op.index,
+            column=column,
+        )
     return (value[0], value[1])
 
 
@@ -205,8 +215,11 @@ def _message_id(op: Operation, data: Any, column: str, required: bool) -> _Id | 
     ledger, entry = _pair(op, raw, "position", column)
     index = _field(op, data, "batch_index", column, (int,), required=False)
     if index is not None and index < 0:
-        raise BadHistory(f"history {op.history!r} op {op.index} ({op.f}): 'batch_index' must be >= 0, got {index}",
-                         row=op.index, column=column)
+        raise BadHistory(
+            f"history {op.history!r} op {op.index} ({op.f}): 'batch_index' must be >= 0, got {index}",
+            row=op.index,
+            column=column,
+        )
     return (ledger, entry, WHOLE if index is None else index)
 
 
@@ -261,17 +274,19 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
         if op.f in ("commit", "abort"):
             txn = _txn_of(op, op.args)
             if txn is None:
-                raise BadHistory(f"history {history!r} op {op.index}: {op.f} needs 'txn'", row=op.index,
-                                 column="value")
+                raise BadHistory(f"history {history!r} op {op.index}: {op.f} needs 'txn'", row=op.index, column="value")
             (commits if op.f == "commit" else aborts)[txn].append(op)
     fates: dict[tuple[int, int], TxnFate] = {}
     for txn in set(commits) | set(aborts):
         c_ok = [o for o in commits[txn] if o.type is OpType.OK]
         a_ok = [o for o in aborts[txn] if o.type is OpType.OK]
         if c_ok and a_ok:
-            out.add("commit-and-abort", [c_ok[0], a_ok[0]],
-                    f"{_fmt_txn(txn)}: commit op {c_ok[0].index} returned ok and abort op {a_ok[0].index} returned "
-                    f"ok; a transaction ends exactly once")
+            out.add(
+                "commit-and-abort",
+                [c_ok[0], a_ok[0]],
+                f"{_fmt_txn(txn)}: commit op {c_ok[0].index} returned ok and abort op {a_ok[0].index} returned "
+                f"ok; a transaction ends exactly once",
+            )
         if c_ok:
             fates[txn] = TxnFate.COMMITTED
         elif a_ok:
@@ -303,32 +318,55 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
         args = op.args
         payload = _field(op, args, "message", "value", (str,))
         if payload in messages:
-            raise BadHistory(f"history {history!r} op {op.index}: message {payload!r} was already sent by op "
-                             f"{messages[payload].send.index}; payloads must be unique", row=op.index, column="value")
+            raise BadHistory(
+                f"history {history!r} op {op.index}: message {payload!r} was already sent by op "
+                f"{messages[payload].send.index}; payloads must be unique",
+                row=op.index,
+                column="value",
+            )
         position = None
         if op.type is OpType.OK and op.returned is not None:
             position = _message_id(op, op.returned, "result", required=True)
-        message = _Message(op, payload, partition, _txn_of(op, args), position,
-                           _field(op, args, "deliver_at_ms", "value", (int,), required=False),
-                           _field(op, args, "partition_key", "value", (str,), required=False))
+        message = _Message(
+            op,
+            payload,
+            partition,
+            _txn_of(op, args),
+            position,
+            _field(op, args, "deliver_at_ms", "value", (int,), required=False),
+            _field(op, args, "partition_key", "value", (str,), required=False),
+        )
         messages[payload] = message
         if position is not None:
             # An entry holds one message, or a batch of them at distinct indexes.
             sharing = by_entry[(partition, position[:2])]
-            clash = next((m for m in sharing if m.position is not None and (
-                m.position[2] == position[2] or WHOLE in (m.position[2], position[2]))), None)
+            clash = next(
+                (
+                    m
+                    for m in sharing
+                    if m.position is not None
+                    and (m.position[2] == position[2] or WHOLE in (m.position[2], position[2]))
+                ),
+                None,
+            )
             if clash is not None:
-                out.add("inconsistent-position", [clash.send, op],
-                        f"sends op {clash.send.index} ({clash.payload!r}) and op {op.index} ({payload!r}) both "
-                        f"returned position {_fmt_pos(clash.position)} and {_fmt_pos(position)} on {partition}; "
-                        f"a position holds one message, or one batch at distinct indexes")
+                out.add(
+                    "inconsistent-position",
+                    [clash.send, op],
+                    f"sends op {clash.send.index} ({clash.payload!r}) and op {op.index} ({payload!r}) both "
+                    f"returned position {_fmt_pos(clash.position)} and {_fmt_pos(position)} on {partition}; "
+                    f"a position holds one message, or one batch at distinct indexes",
+                )
             else:
                 sharing.append(message)
 
     def acked_messages(partition: str, acked: _Id) -> list[_Message]:
         """The messages an ack names exactly (a cumulative ack's own message, not those before it)."""
-        return [m for m in by_entry.get((partition, acked[:2]), ()) if m.position is not None
-                and _covers(acked, False, m.position)]
+        return [
+            m
+            for m in by_entry.get((partition, acked[:2]), ())
+            if m.position is not None and _covers(acked, False, m.position)
+        ]
 
     # --- deliveries -----------------------------------------------------------------------------
     deliveries: list[_Delivery] = []
@@ -341,8 +379,11 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
             continue
         kind, name = parse_object(op.object)
         if kind != "subscription":
-            raise BadHistory(f"history {history!r} op {op.index}: {op.f} touches a subscription, not {op.object!r}",
-                             row=op.index, column="object")
+            raise BadHistory(
+                f"history {history!r} op {op.index}: {op.f} touches a subscription, not {op.object!r}",
+                row=op.index,
+                column="object",
+            )
         try:
             partition, _ = split_subscription(name)
         except ValueError as exc:
@@ -357,9 +398,16 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
                 drains[op.object].append(op)
                 continue
             payload = _field(op, got, "message", "result", (str,))
-            deliveries.append(_Delivery(op, op.object, partition, payload,
-                                        _message_id(op, got, "result", required=False),
-                                        _field(op, got, "redelivery_count", "result", (int,), required=False) or 0))
+            deliveries.append(
+                _Delivery(
+                    op,
+                    op.object,
+                    partition,
+                    payload,
+                    _message_id(op, got, "result", required=False),
+                    _field(op, got, "redelivery_count", "result", (int,), required=False) or 0,
+                )
+            )
         elif op.f in ("ack", "ack_cumulative") and op.type is OpType.OK:
             txn = _txn_of(op, op.args)
             if txn is not None:
@@ -373,20 +421,33 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
         found = messages.get(d.payload)
         if found is None or found.partition != d.partition:
             where = "" if found is None else f" (it was sent to {found.partition}, not {d.partition})"
-            out.add("garbage-read", [d.op],
-                    f"receive op {d.op.index} on {d.subscription} returned {d.payload!r}, which no send of "
-                    f"this partition produced{where}")
+            out.add(
+                "garbage-read",
+                [d.op],
+                f"receive op {d.op.index} on {d.subscription} returned {d.payload!r}, which no send of "
+                f"this partition produced{where}",
+            )
             continue
         message = found
         if d.position is not None and message.position is not None and d.position != message.position:
-            out.add("inconsistent-position", [message.send, d.op],
-                    f"send op {message.send.index} put {d.payload!r} at {_fmt_pos(message.position)}, but receive "
-                    f"op {d.op.index} delivered it at {_fmt_pos(d.position)}")
-        if (message.deliver_at is not None and d.op.completed_at is not None and d.op.completed_at < message.deliver_at
-                and _delays(subscribes.get(d.subscription, []))):
-            out.add("early-delivery", [message.send, d.op],
-                    f"send op {message.send.index} asked to deliver {d.payload!r} at {message.deliver_at}; receive "
-                    f"op {d.op.index} had it by {d.op.completed_at}, {message.deliver_at - d.op.completed_at} early")
+            out.add(
+                "inconsistent-position",
+                [message.send, d.op],
+                f"send op {message.send.index} put {d.payload!r} at {_fmt_pos(message.position)}, but receive "
+                f"op {d.op.index} delivered it at {_fmt_pos(d.position)}",
+            )
+        if (
+            message.deliver_at is not None
+            and d.op.completed_at is not None
+            and d.op.completed_at < message.deliver_at
+            and _delays(subscribes.get(d.subscription, []))
+        ):
+            out.add(
+                "early-delivery",
+                [message.send, d.op],
+                f"send op {message.send.index} asked to deliver {d.payload!r} at {message.deliver_at}; receive "
+                f"op {d.op.index} had it by {d.op.completed_at}, {message.deliver_at - d.op.completed_at} early",
+            )
         if message.txn is None:
             continue
         txn = message.txn
@@ -394,20 +455,29 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
         if status is TxnFate.ABORTED:
             ended = aborts.get(txn, []) + commits.get(txn, [])
             how = "; ".join(f"{o.f} op {o.index} {o.type.value}{' ' + o.error if o.error else ''}" for o in ended)
-            out.add("aborted-read", [message.send, d.op, *ended],
-                    f"{d.payload!r} was sent in {_fmt_txn(txn)} (op {message.send.index}), which did not commit "
-                    f"({how}); yet receive op {d.op.index} on {d.subscription} delivered it")
+            out.add(
+                "aborted-read",
+                [message.send, d.op, *ended],
+                f"{d.payload!r} was sent in {_fmt_txn(txn)} (op {message.send.index}), which did not commit "
+                f"({how}); yet receive op {d.op.index} on {d.subscription} delivered it",
+            )
         elif status is TxnFate.OPEN:
-            out.add("uncommitted-read", [message.send, d.op],
-                    f"{d.payload!r} was sent in {_fmt_txn(txn)} (op {message.send.index}), which nobody ever "
-                    f"committed; yet receive op {d.op.index} on {d.subscription} delivered it")
+            out.add(
+                "uncommitted-read",
+                [message.send, d.op],
+                f"{d.payload!r} was sent in {_fmt_txn(txn)} (op {message.send.index}), which nobody ever "
+                f"committed; yet receive op {d.op.index} on {d.subscription} delivered it",
+            )
         else:
             start = first_commit_call(txn)
             if start is not None and d.op.completed_at is not None and d.op.completed_at < start:
-                out.add("premature-read", [message.send, d.op, *commits[txn]],
-                        f"receive op {d.op.index} on {d.subscription} delivered {d.payload!r} of {_fmt_txn(txn)} "
-                        f"at {d.op.completed_at}, before the first commit of that txn was even invoked (at {start}): "
-                        f"the message was dispatched while its transaction was open")
+                out.add(
+                    "premature-read",
+                    [message.send, d.op, *commits[txn]],
+                    f"receive op {d.op.index} on {d.subscription} delivered {d.payload!r} of {_fmt_txn(txn)} "
+                    f"at {d.op.completed_at}, before the first commit of that txn was even invoked (at {start}): "
+                    f"the message was dispatched while its transaction was open",
+                )
 
     # --- atomic visibility and loss -----------------------------------------------------------
     committed_by_partition: dict[str, list[_Message]] = defaultdict(list)
@@ -433,15 +503,19 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
             if not seen or len(seen) == len(group):
                 continue
             for missing in (m for m in group if m.payload not in mine):
-                passed = drain is not None or (frontier is not None and missing.position is not None
-                                               and frontier > missing.position)
+                passed = drain is not None or (
+                    frontier is not None and missing.position is not None and frontier > missing.position
+                )
                 if passed and (missing.deliver_at is None or drain is None or missing.deliver_at <= drain.invoked_at):
                     first = mine[seen[0].payload][0]
-                    out.add("fractured-read", [seen[0].send, first.op, missing.send],
-                            f"{_fmt_txn(txn)} committed with {len(group)} messages on {partition}; {sub} received "
-                            f"{seen[0].payload!r} (op {first.op.index}) and read past "
-                            f"{_fmt_pos(missing.position)} without receiving {missing.payload!r} (sent by op "
-                            f"{missing.send.index}): the transaction became visible only in part")
+                    out.add(
+                        "fractured-read",
+                        [seen[0].send, first.op, missing.send],
+                        f"{_fmt_txn(txn)} committed with {len(group)} messages on {partition}; {sub} received "
+                        f"{seen[0].payload!r} (op {first.op.index}) and read past "
+                        f"{_fmt_pos(missing.position)} without receiving {missing.payload!r} (sent by op "
+                        f"{missing.send.index}): the transaction became visible only in part",
+                    )
         # loss: after a final drain, every committed message must have been received.  Not judged when
         # a subscribe on this subscription has an unknown outcome: the broker may hold a consumer the
         # history never saw attach (its subscribe response was lost), and messages dispatched to it stay
@@ -467,10 +541,13 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
             if message.txn is not None and _fractured_reported(out, message):
                 continue
             why = "" if message.txn is None else f" in {_fmt_txn(message.txn)}, committed"
-            out.add("lost-message", [message.send, drain],
-                    f"send op {message.send.index} put {message.payload!r} on {partition} at "
-                    f"{_fmt_pos(message.position)}{why}; receive op {drain.index} on {sub} found nothing more "
-                    f"after every send and commit had completed, and {sub} never received it")
+            out.add(
+                "lost-message",
+                [message.send, drain],
+                f"send op {message.send.index} put {message.payload!r} on {partition} at "
+                f"{_fmt_pos(message.position)}{why}; receive op {drain.index} on {sub} found nothing more "
+                f"after every send and commit had completed, and {sub} never received it",
+            )
 
     # --- duplicates after a committed transactional ack ---------------------------------------
     for ack, sub, txn, position, cumulative in acks:
@@ -486,15 +563,17 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
                 if got_id is None or d.op.invoked_at <= done.completed_at:
                     continue
                 if _covers(position, cumulative, got_id):
-                    out.add("duplicate-after-commit", [ack, done, d.op],
-                            f"{sub} acked {_fmt_pos(position)}{' cumulatively' if cumulative else ''} in "
-                            f"{_fmt_txn(txn)} (op {ack.index}), which committed (op {done.index}, done at "
-                            f"{done.completed_at}); receive op {d.op.index}, invoked later at {d.op.invoked_at}, "
-                            f"delivered {d.payload!r} at {_fmt_pos(got_id)} again")
+                    out.add(
+                        "duplicate-after-commit",
+                        [ack, done, d.op],
+                        f"{sub} acked {_fmt_pos(position)}{' cumulatively' if cumulative else ''} in "
+                        f"{_fmt_txn(txn)} (op {ack.index}), which committed (op {done.index}, done at "
+                        f"{done.completed_at}); receive op {d.op.index}, invoked later at {d.op.invoked_at}, "
+                        f"delivered {d.payload!r} at {_fmt_pos(got_id)} again",
+                    )
 
     # --- redelivery after an abort (liveness under a bound) -------------------------------------
-    _missing_redeliveries(acks, aborts, subscribes, unknown_receives, drains, deliveries, messages, acked_messages,
-                          out)
+    _missing_redeliveries(acks, aborts, subscribes, unknown_receives, drains, deliveries, messages, acked_messages, out)
 
     # --- information flow between committed transactions (consume-transform-produce) -----------
     _information_cycles(acks, acked_messages, fate, out)
@@ -519,15 +598,18 @@ def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult
         ordered.append((dataclasses.replace(d, position=sent.position or d.position), sticky))
     _consumer_order(ordered, unknown_receives, out)
 
-    return TxnResult(history, tuple(out.found), dict(out.counts), len(set(commits) | set(aborts)), len(messages),
-                     len(ops))
+    return TxnResult(
+        history, tuple(out.found), dict(out.counts), len(set(commits) | set(aborts)), len(messages), len(ops)
+    )
 
 
 def _sub_type(subscribes: Sequence[Operation]) -> str | None:
     """The subscription's type as its subscribes asked for it: Exclusive (Failover too: one active
     consumer, no delays), Shared, Key_Shared, "mixed", or None when no subscribe was recorded."""
-    kinds = {"Exclusive" if kind in ("Exclusive", "Failover") else str(kind) for kind in
-             (op.args.get("sub_type") if isinstance(op.args, dict) else None for op in subscribes)}
+    kinds = {
+        "Exclusive" if kind in ("Exclusive", "Failover") else str(kind)
+        for kind in (op.args.get("sub_type") if isinstance(op.args, dict) else None for op in subscribes)
+    }
     if not kinds:
         return None
     return kinds.pop() if len(kinds) == 1 else "mixed"
@@ -545,8 +627,11 @@ def _sticky_key(message: _Message, by_entry: dict[tuple[str, tuple[int, int]], l
         return None
     head = message
     if message.position[2] not in (WHOLE, 0):
-        found = [m for m in by_entry.get((message.partition, message.position[:2]), ())
-                 if m.position is not None and m.position[2] == 0]
+        found = [
+            m
+            for m in by_entry.get((message.partition, message.position[:2]), ())
+            if m.position is not None and m.position[2] == 0
+        ]
         if not found:
             return None
         head = found[0]
@@ -555,19 +640,22 @@ def _sticky_key(message: _Message, by_entry: dict[tuple[str, tuple[int, int]], l
 
 def _exclusive(subscribes: Sequence[Operation]) -> bool:
     """Every subscribe on the subscription asked for Exclusive (one consumer at a time)."""
-    return bool(subscribes) and all(isinstance(op.args, dict) and op.args.get("sub_type") == "Exclusive"
-                                    for op in subscribes)
+    return bool(subscribes) and all(
+        isinstance(op.args, dict) and op.args.get("sub_type") == "Exclusive" for op in subscribes
+    )
 
 
-def _missing_redeliveries(acks: Sequence[tuple[Operation, str, tuple[int, int], _Id, bool]],
-                          aborts: dict[tuple[int, int], list[Operation]],
-                          subscribes: dict[str, list[Operation]],
-                          unknown_receives: dict[str, list[Operation]],
-                          drains: dict[str, list[Operation]],
-                          deliveries: Sequence[_Delivery],
-                          messages: dict[str, _Message],
-                          acked_messages: Callable[[str, _Id], list[_Message]],
-                          out: _Collector) -> None:
+def _missing_redeliveries(
+    acks: Sequence[tuple[Operation, str, tuple[int, int], _Id, bool]],
+    aborts: dict[tuple[int, int], list[Operation]],
+    subscribes: dict[str, list[Operation]],
+    unknown_receives: dict[str, list[Operation]],
+    drains: dict[str, list[Operation]],
+    deliveries: Sequence[_Delivery],
+    messages: dict[str, _Message],
+    acked_messages: Callable[[str, _Id], list[_Message]],
+    out: _Collector,
+) -> None:
     """``missing-redelivery``: see the module docstring for the rule and its bound."""
     by_sub: dict[str, list[_Delivery]] = defaultdict(list)
     for d in deliveries:
@@ -585,48 +673,82 @@ def _missing_redeliveries(acks: Sequence[tuple[Operation, str, tuple[int, int], 
                 _missing_redelivery(ack, sub, txn, abort, message, by_sub, unknown_receives, drains, messages, out)
 
 
-def _missing_redelivery(ack: Operation, sub: str, txn: tuple[int, int], abort: Operation, message: _Message,
-                        by_sub: dict[str, list[_Delivery]], unknown_receives: dict[str, list[Operation]],
-                        drains: dict[str, list[Operation]], messages: dict[str, _Message], out: _Collector) -> None:
+def _missing_redelivery(
+    ack: Operation,
+    sub: str,
+    txn: tuple[int, int],
+    abort: Operation,
+    message: _Message,
+    by_sub: dict[str, list[_Delivery]],
+    unknown_receives: dict[str, list[Operation]],
+    drains: dict[str, list[Operation]],
+    messages: dict[str, _Message],
+    out: _Collector,
+) -> None:
     """One message an aborted transaction acked individually on an Exclusive subscription."""
     aborted_at = abort.completed_at or 0
     position = message.position
     ack_done = ack.completed_at or ack.invoked_at
-    back = min((d.op.completed_at or 0 for d in by_sub.get(sub, ()) if d.position == position
-                and (d.op.completed_at or 0) > ack_done), default=None)
+    back = min(
+        (
+            d.op.completed_at or 0
+            for d in by_sub.get(sub, ())
+            if d.position == position and (d.op.completed_at or 0) > ack_done
+        ),
+        default=None,
+    )
     # The first receive that proves the consumer went past the message.
     witnesses: list[tuple[int, Operation, str]] = []
     for empty in drains.get(sub, ()):
         if empty.invoked_at >= aborted_at + REDELIVERY_BOUND_MS:
-            witnesses.append((empty.completed_at or empty.invoked_at, empty,
-                              f"receive op {empty.index}, invoked at {empty.invoked_at} (at least "
-                              f"{REDELIVERY_BOUND_MS} ms after the abort completed), found nothing"))
+            witnesses.append(
+                (
+                    empty.completed_at or empty.invoked_at,
+                    empty,
+                    f"receive op {empty.index}, invoked at {empty.invoked_at} (at least "
+                    f"{REDELIVERY_BOUND_MS} ms after the abort completed), found nothing",
+                )
+            )
     for d in by_sub.get(sub, ()):
         later = messages.get(d.payload)
         if later is not None and later.send.invoked_at > aborted_at and later.deliver_at is None:
-            witnesses.append((d.op.completed_at or d.op.invoked_at, d.op,
-                              f"receive op {d.op.index} returned {d.payload!r}, whose send (op "
-                              f"{later.send.index}) was invoked at {later.send.invoked_at}, after the abort "
-                              f"completed"))
+            witnesses.append(
+                (
+                    d.op.completed_at or d.op.invoked_at,
+                    d.op,
+                    f"receive op {d.op.index} returned {d.payload!r}, whose send (op "
+                    f"{later.send.index}) was invoked at {later.send.invoked_at}, after the abort "
+                    f"completed",
+                )
+            )
     if not witnesses:
         return
     seen_at, witness, why = min(witnesses, key=lambda w: (w[0], w[1].index))
     if back is not None and back <= seen_at:
         return
-    blind = [o for o in unknown_receives.get(sub, ()) if o.invoked_at <= seen_at
-             and (o.completed_at is None or o.completed_at >= ack_done)]
+    blind = [
+        o
+        for o in unknown_receives.get(sub, ())
+        if o.invoked_at <= seen_at and (o.completed_at is None or o.completed_at >= ack_done)
+    ]
     if blind:
         return  # a receive of unknown outcome may have taken the redelivered message
-    out.add("missing-redelivery", [message.send, ack, abort, witness],
-            f"{sub} (Exclusive) acked {message.payload!r} at {_fmt_pos(position)} in {_fmt_txn(txn)} (op "
-            f"{ack.index}), which aborted (op {abort.index}, done at {aborted_at}); an abort redelivers "
-            f"what the transaction acked, ahead of anything dispatched later, yet {why} before "
-            f"{message.payload!r} was received again")
+    out.add(
+        "missing-redelivery",
+        [message.send, ack, abort, witness],
+        f"{sub} (Exclusive) acked {message.payload!r} at {_fmt_pos(position)} in {_fmt_txn(txn)} (op "
+        f"{ack.index}), which aborted (op {abort.index}, done at {aborted_at}); an abort redelivers "
+        f"what the transaction acked, ahead of anything dispatched later, yet {why} before "
+        f"{message.payload!r} was received again",
+    )
 
 
-def _information_cycles(acks: Sequence[tuple[Operation, str, tuple[int, int], _Id, bool]],
-                        acked_messages: Callable[[str, _Id], list[_Message]],
-                        fate: Any, out: _Collector) -> None:
+def _information_cycles(
+    acks: Sequence[tuple[Operation, str, tuple[int, int], _Id, bool]],
+    acked_messages: Callable[[str, _Id], list[_Message]],
+    fate: Any,
+    out: _Collector,
+) -> None:
     """G1c: a cycle of wr edges between committed transactions.
 
     Edge ``Tw -> Tr``: Tr acknowledged (inside Tr) the position of a message Tw produced, so Tr
@@ -647,9 +769,11 @@ def _information_cycles(acks: Sequence[tuple[Operation, str, tuple[int, int], _I
         for writer, reader in itertools.pairwise([*cycle, cycle[0]]):
             message, ack = edges[writer][reader]
             ops += [message.send, ack]
-            steps.append(f"{_fmt_txn(reader)} consumed {message.payload!r} that {_fmt_txn(writer)} produced (send op "
-                         f"{message.send.index}, acked in {_fmt_txn(reader)} by op {ack.index}), so "
-                         f"{_fmt_txn(writer)} committed first")
+            steps.append(
+                f"{_fmt_txn(reader)} consumed {message.payload!r} that {_fmt_txn(writer)} produced (send op "
+                f"{message.send.index}, acked in {_fmt_txn(reader)} by op {ack.index}), so "
+                f"{_fmt_txn(writer)} committed first"
+            )
         out.add("cyclic-information-flow", ops, "; ".join(steps) + "; a transaction cannot commit before itself")
 
 
@@ -745,8 +869,9 @@ def _latest_start(subscribes: Sequence[Operation]) -> int | None:
     return max(op.completed_at if op.completed_at is not None else op.invoked_at for op in latest)
 
 
-def _final_drain(drains: Sequence[Operation], committed: Sequence[_Message],
-                 commits: dict[tuple[int, int], list[Operation]]) -> Operation | None:
+def _final_drain(
+    drains: Sequence[Operation], committed: Sequence[_Message], commits: dict[tuple[int, int], list[Operation]]
+) -> Operation | None:
     """A receive that found nothing, invoked after every ok send and every ok commit of the partition completed."""
     horizon = 0
     for message in committed:
@@ -779,16 +904,18 @@ def _realtime_order(messages: Iterable[_Message], out: _Collector) -> None:
             earlier = best[k - 1]
             assert earlier.position is not None and later.position is not None
             if earlier.position > later.position:
-                out.add("realtime-order", [earlier.send, later.send],
-                        f"on {partition}, send op {earlier.send.index} ({earlier.payload!r}) completed at "
-                        f"{earlier.send.completed_at} before send op {later.send.index} ({later.payload!r}) was "
-                        f"invoked at {later.send.invoked_at}, yet got the later position "
-                        f"{_fmt_pos(earlier.position)} > {_fmt_pos(later.position)}")
+                out.add(
+                    "realtime-order",
+                    [earlier.send, later.send],
+                    f"on {partition}, send op {earlier.send.index} ({earlier.payload!r}) completed at "
+                    f"{earlier.send.completed_at} before send op {later.send.index} ({later.payload!r}) was "
+                    f"invoked at {later.send.invoked_at}, yet got the later position "
+                    f"{_fmt_pos(earlier.position)} > {_fmt_pos(later.position)}",
+                )
 
 
 def _consumer_order(
-    deliveries: Sequence[tuple[_Delivery, str | None]], unknown_receives: dict[str, list[Operation]],
-    out: _Collector
+    deliveries: Sequence[tuple[_Delivery, str | None]], unknown_receives: dict[str, list[Operation]], out: _Collector
 ) -> None:
     """A consumer's first deliveries of a partition come in position order (on Key_Shared, those of
     each sticky key: the key paired with each delivery, None elsewhere).
@@ -813,9 +940,12 @@ def _consumer_order(
         key = (d.subscription, d.op.process, sticky)
         before = last.get(key)
         if before is not None and before.position is not None and before.position >= d.position:
-            out.add("out-of-order-delivery", [before.op, d.op],
-                    f"consumer (process {d.op.process}) of {d.subscription} got {before.payload!r} at "
-                    f"{_fmt_pos(before.position)} (op {before.op.index}) and then, as a first delivery, "
-                    f"{d.payload!r} at {_fmt_pos(d.position)} (op {d.op.index}); a partition is dispatched in order"
-                    f"{'' if sticky is None else f' (per sticky key: both have key {sticky!r})'}")
+            out.add(
+                "out-of-order-delivery",
+                [before.op, d.op],
+                f"consumer (process {d.op.process}) of {d.subscription} got {before.payload!r} at "
+                f"{_fmt_pos(before.position)} (op {before.op.index}) and then, as a first delivery, "
+                f"{d.payload!r} at {_fmt_pos(d.position)} (op {d.op.index}); a partition is dispatched in order"
+                f"{'' if sticky is None else f' (per sticky key: both have key {sticky!r})'}",
+            )
         last[key] = d

@@ -145,21 +145,40 @@ def effective(p: Params, en: Any) -> z3.BoolRef:
 def _flush_to_ledger(s: AbstractState, t: AbstractState, batch: Any, tail: Any = None) -> list[z3.BoolRef]:
     """The batch (and an optional record written after it) goes to the ledger; the buffer empties."""
     written = batch if tail is None else z3.Concat(batch, tail)
-    return [z3.Concat(s.W, written) == t.W, z3.Concat(s.F, written) == t.F,
-            t.B == EMPTY, t.cnt == 0, t.by == 0]
+    return [z3.Concat(s.W, written) == t.W, z3.Concat(s.F, written) == t.F, t.B == EMPTY, t.cnt == 0, t.by == 0]
 
 
 def _add(p: Params, s: AbstractState, t: AbstractState, c: Cmd, mutant: str | None) -> z3.BoolRef:
     """BW-4, BW-5, BW-7, BW-8, BW-9, BW-10."""
     rid = s.nx
-    common = [t.nx == s.nx + 1, z3.Concat(s.A, _unit(rid)) == t.A, t.st == s.st, t.en == s.en, t.tm == s.tm,
-              t.ls == s.ls, t.Ans == s.Ans, t.Dr == s.Dr]
+    common = [
+        t.nx == s.nx + 1,
+        z3.Concat(s.A, _unit(rid)) == t.A,
+        t.st == s.st,
+        t.en == s.en,
+        t.tm == s.tm,
+        t.ls == s.ls,
+        t.Ans == s.Ans,
+        t.Dr == s.Dr,
+    ]
     eff = effective(p, s.en)
-    disabled = z3.And(*common, z3.Concat(s.W, _unit(rid)) == t.W, z3.Concat(s.F, _unit(rid)) == t.F,
-                      t.B == s.B, t.cnt == s.cnt, t.by == s.by)
+    disabled = z3.And(
+        *common,
+        z3.Concat(s.W, _unit(rid)) == t.W,
+        z3.Concat(s.F, _unit(rid)) == t.F,
+        t.B == s.B,
+        t.cnt == s.cnt,
+        t.by == s.by,
+    )
     large_with_buffer = z3.And(*common, *_flush_to_ledger(s, t, s.B, _unit(rid)))
-    large_alone = z3.And(*common, z3.Concat(s.W, _unit(rid)) == t.W, z3.Concat(s.F, _unit(rid)) == t.F,
-                         t.B == s.B, t.cnt == s.cnt, t.by == s.by)
+    large_alone = z3.And(
+        *common,
+        z3.Concat(s.W, _unit(rid)) == t.W,
+        z3.Concat(s.F, _unit(rid)) == t.F,
+        t.B == s.B,
+        t.cnt == s.cnt,
+        t.by == s.by,
+    )
     b1 = z3.Concat(s.B, _unit(rid))
     cnt1 = s.cnt + 1
     by1 = s.by + c.size
@@ -171,9 +190,7 @@ def _add(p: Params, s: AbstractState, t: AbstractState, c: Cmd, mutant: str | No
     accepted = z3.If(
         z3.Not(eff),
         disabled,
-        z3.If(large,
-              z3.If(s.cnt > 0, large_with_buffer, large_alone),
-              z3.If(flush, appended_flush, appended_keep)),
+        z3.If(large, z3.If(s.cnt > 0, large_with_buffer, large_alone), z3.If(flush, appended_flush, appended_keep)),
     )
     rejected = z3.Or(s.st != OPEN, c.bad)
     return z3.And(c.size >= 1, z3.If(rejected, s.same(t), accepted))
@@ -187,7 +204,12 @@ def _tick(p: Params, s: AbstractState, t: AbstractState) -> z3.BoolRef:
     body = z3.And(
         z3.If(s.cnt > 0, z3.If(s.st == OPEN, flush_open, flush_closing), keep),
         t.tm == (s.st == OPEN),
-        t.st == s.st, t.en == s.en, t.nx == s.nx, t.ls == s.ls, t.Ans == s.Ans, t.A == s.A,
+        t.st == s.st,
+        t.en == s.en,
+        t.nx == s.nx,
+        t.ls == s.ls,
+        t.Ans == s.Ans,
+        t.A == s.A,
     )
     return z3.If(s.tm, body, s.same(t))
 
@@ -213,17 +235,29 @@ def _close(p: Params, s: AbstractState, t: AbstractState) -> z3.BoolRef:
 
 def _finish_close(p: Params, s: AbstractState, t: AbstractState) -> z3.BoolRef:
     """BW-18 (the close task)."""
-    body = z3.And(t.st == CLOSED, t.Dr == z3.Concat(s.Dr, s.B), t.B == EMPTY, t.cnt == 0, t.by == 0,
-                  z3.Not(t.tm), s.same(t, except_=("st", "Dr", "B", "cnt", "by", "tm")))
+    body = z3.And(
+        t.st == CLOSED,
+        t.Dr == z3.Concat(s.Dr, s.B),
+        t.B == EMPTY,
+        t.cnt == 0,
+        t.by == 0,
+        z3.Not(t.tm),
+        s.same(t, except_=("st", "Dr", "B", "cnt", "by", "tm")),
+    )
     return z3.If(s.st == CLOSING, body, s.same(t))
 
 
 def _switch(p: Params, s: AbstractState, t: AbstractState, c: Cmd) -> z3.BoolRef:
     """BW-22."""
     was, now = effective(p, s.en), effective(p, c.enable)
-    off = z3.And(z3.If(s.cnt > 0, z3.And(*_flush_to_ledger(s, t, s.B)),
-                       z3.And(t.W == s.W, t.F == s.F, t.B == s.B, t.cnt == s.cnt, t.by == s.by)),
-                 z3.Not(t.tm))
+    off = z3.And(
+        z3.If(
+            s.cnt > 0,
+            z3.And(*_flush_to_ledger(s, t, s.B)),
+            z3.And(t.W == s.W, t.F == s.F, t.B == s.B, t.cnt == s.cnt, t.by == s.by),
+        ),
+        z3.Not(t.tm),
+    )
     on = z3.And(t.tm, t.W == s.W, t.F == s.F, t.B == s.B, t.cnt == s.cnt, t.by == s.by)
     same_mode = z3.And(t.tm == s.tm, t.W == s.W, t.F == s.F, t.B == s.B, t.cnt == s.cnt, t.by == s.by)
     body = z3.And(
@@ -234,8 +268,9 @@ def _switch(p: Params, s: AbstractState, t: AbstractState, c: Cmd) -> z3.BoolRef
     return z3.If(s.st == OPEN, body, s.same(t))
 
 
-def transition(p: Params, s: AbstractState, t: AbstractState, c: Cmd, *, only: str | None = None,
-               mutant: str | None = None) -> z3.BoolRef:
+def transition(
+    p: Params, s: AbstractState, t: AbstractState, c: Cmd, *, only: str | None = None, mutant: str | None = None
+) -> z3.BoolRef:
     """The writer's transition relation; ``only`` restricts it to one command."""
     cases = {
         "add": _add(p, s, t, c, mutant),
@@ -251,8 +286,20 @@ def transition(p: Params, s: AbstractState, t: AbstractState, c: Cmd, *, only: s
 
 def initial_state(p: Params, s: AbstractState) -> z3.BoolRef:
     """BW-3, BW-12: OPEN, empty, timer armed iff batching is effective."""
-    return z3.And(s.st == OPEN, s.cnt == 0, s.by == 0, s.tm == effective(p, s.en), s.nx == 0, s.ls == -1,
-                  s.B == EMPTY, s.F == EMPTY, s.W == EMPTY, s.Ans == EMPTY, s.Dr == EMPTY, s.A == EMPTY)
+    return z3.And(
+        s.st == OPEN,
+        s.cnt == 0,
+        s.by == 0,
+        s.tm == effective(p, s.en),
+        s.nx == 0,
+        s.ls == -1,
+        s.B == EMPTY,
+        s.F == EMPTY,
+        s.W == EMPTY,
+        s.Ans == EMPTY,
+        s.Dr == EMPTY,
+        s.A == EMPTY,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,8 +308,9 @@ def initial_state(p: Params, s: AbstractState) -> z3.BoolRef:
 
 def inv_thresholds(p: Params, s: AbstractState) -> z3.BoolRef:
     """below_thresholds + bytes_size_is_sum (BW-8..BW-11)."""
-    return z3.And(z3.Length(s.B) == s.cnt, s.cnt >= 0, s.cnt < p.R, s.cnt <= s.by, s.by < p.M,
-                  z3.Implies(s.cnt == 0, s.by == 0))
+    return z3.And(
+        z3.Length(s.B) == s.cnt, s.cnt >= 0, s.cnt < p.R, s.cnt <= s.by, s.by < p.M, z3.Implies(s.cnt == 0, s.by == 0)
+    )
 
 
 def inv_buffer_mode(p: Params, s: AbstractState) -> z3.BoolRef:
@@ -272,25 +320,30 @@ def inv_buffer_mode(p: Params, s: AbstractState) -> z3.BoolRef:
 
 def inv_timer(p: Params, s: AbstractState) -> z3.BoolRef:
     """timer_armed_iff_batching_open (BW-12, BW-18)."""
-    return z3.And(s.st >= 0, s.st <= 2,
-                  z3.Implies(s.st == OPEN, s.tm == effective(p, s.en)),
-                  z3.Implies(s.st == CLOSED, z3.Not(s.tm)),
-                  z3.Implies(s.st == CLOSING, effective(p, s.en)))
+    return z3.And(
+        s.st >= 0,
+        s.st <= 2,
+        z3.Implies(s.st == OPEN, s.tm == effective(p, s.en)),
+        z3.Implies(s.st == CLOSED, z3.Not(s.tm)),
+        z3.Implies(s.st == CLOSING, effective(p, s.en)),
+    )
 
 
 def inv_conservation(p: Params, s: AbstractState) -> z3.BoolRef:
     """No record lost, duplicated or reordered (BW-6, BW-8, BW-13, BW-14, BW-18): the records
     handed to the ledger, then those failed by closing, then the buffer, are exactly the accepted
     records in order; nothing is failed by closing while OPEN; the ledger answers in write order."""
-    return z3.And(z3.Concat(s.W, z3.Concat(s.Dr, s.B)) == s.A, z3.Implies(s.st == OPEN, s.Dr == EMPTY),
-                  z3.Concat(s.Ans, s.F) == s.W)
+    return z3.And(
+        z3.Concat(s.W, z3.Concat(s.Dr, s.B)) == s.A,
+        z3.Implies(s.st == OPEN, s.Dr == EMPTY),
+        z3.Concat(s.Ans, s.F) == s.W,
+    )
 
 
 def inv_fresh_ids(p: Params, s: AbstractState) -> z3.BoolRef:
     """Request ids are 0, 1, 2, ... in acceptance order (BW-17), so no id repeats."""
     i = z3.Int("i")
-    return z3.And(s.nx == z3.Length(s.A),
-                  z3.ForAll([i], z3.Implies(z3.And(i >= 0, i < z3.Length(s.A)), s.A[i] == i)))
+    return z3.And(s.nx == z3.Length(s.A), z3.ForAll([i], z3.Implies(z3.And(i >= 0, i < z3.Length(s.A)), s.A[i] == i)))
 
 
 def inv_last_success(p: Params, s: AbstractState) -> z3.BoolRef:
@@ -342,8 +395,11 @@ def _describe(p: Params, s: AbstractState, t: AbstractState, c: Cmd) -> Callable
         names = {v: k for k, v in COMMANDS.items()}
         kind = model.eval(c.kind, model_completion=True)
         command = names.get(kind.as_long() if z3.is_int_value(kind) else -1, val(c.kind))
-        args = {"add": f"size={val(c.size)} bad={val(c.bad)}", "answer": f"n={val(c.n)} ok={val(c.ok)}",
-                "switch": f"enable={val(c.enable)}"}.get(command, "")
+        args = {
+            "add": f"size={val(c.size)} bad={val(c.bad)}",
+            "answer": f"n={val(c.n)} ok={val(c.ok)}",
+            "switch": f"enable={val(c.enable)}",
+        }.get(command, "")
         status = {0: "OPEN", 1: "CLOSING", 2: "CLOSED"}
         before = ", ".join(f"{k}={val(v)}" for k, v in s.fields().items())
         after = ", ".join(f"{k}={val(v)}" for k, v in t.fields().items())
@@ -369,15 +425,22 @@ def _lemma_instances(s: AbstractState, c: Cmd) -> list[z3.BoolRef]:
     return [
         z3.ForAll([k], z3.Implies(z3.And(k >= 0, k < z3.Length(s.A)), grown[k] == s.A[k])),  # L1
         grown[z3.Length(s.A)] == s.nx,  # L2
-        z3.ForAll([k], z3.Implies(z3.And(k >= 0, k < z3.Length(s.F)),
-                                  z3.Concat(s.Ans, s.F)[z3.Length(s.Ans) + k] == s.F[k])),  # L3
+        z3.ForAll(
+            [k], z3.Implies(z3.And(k >= 0, k < z3.Length(s.F)), z3.Concat(s.Ans, s.F)[z3.Length(s.Ans) + k] == s.F[k])
+        ),  # L3
         z3.ForAll([k], z3.Implies(z3.And(k >= 0, k < z3.Length(s.W)), z3.Concat(s.W, rest)[k] == s.W[k])),  # L4
         z3.ForAll([k], z3.Implies(z3.And(k >= 0, k < c.n, c.n <= z3.Length(s.F)), head[k] == s.F[k])),  # L5
     ]
 
 
-def _inductive(name: str, rules: tuple[str, ...], inv: Callable[[Params, AbstractState], z3.BoolRef],
-               command: str, mutant: str | None, strengthen: bool) -> Obligation:
+def _inductive(
+    name: str,
+    rules: tuple[str, ...],
+    inv: Callable[[Params, AbstractState], z3.BoolRef],
+    command: str,
+    mutant: str | None,
+    strengthen: bool,
+) -> Obligation:
     def check(timeout_ms: int) -> Outcome:
         p, s, t, c = Params.fresh(), AbstractState.fresh(""), AbstractState.fresh("'"), Cmd.fresh()
         pre = _all_invariants(p, s) if strengthen else inv(p, s)
@@ -414,8 +477,13 @@ def _successes_in_order() -> Obligation:
             claim,
             timeout_ms=timeout_ms,
             describe=_describe(p, s, t, c),
-            assumptions=[p.valid(), _all_invariants(p, s), *_lemma_instances(s, c),
-                         transition(p, s, t, c, only="answer"), c.ok],
+            assumptions=[
+                p.valid(),
+                _all_invariants(p, s),
+                *_lemma_instances(s, c),
+                transition(p, s, t, c, only="answer"),
+                c.ok,
+            ],
         )
 
     return Obligation("successes in request order", ("BW-15", "BW-17"), "unbounded", check)
@@ -478,8 +546,9 @@ def _deletion_rule() -> Obligation:
         domain = [z3.UGE(n, 2), z3.ULT(n, ACK_BITS), z3.ULT(i, n), rem & ~mask == 0]
         return prove_valid(claim, timeout_ms=timeout_ms, assumptions=domain)
 
-    return Obligation("batch-index delete removes only its index", ("BW-20", "BW-24"), f"batch size < {ACK_BITS}",
-                      check)
+    return Obligation(
+        "batch-index delete removes only its index", ("BW-20", "BW-24"), f"batch size < {ACK_BITS}", check
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -513,8 +582,9 @@ def _envelope_prefix() -> Obligation:
     def check(timeout_ms: int) -> Outcome:
         body = z3.Const("body", BYTES)
         e = z3.Concat(_b(0x0E), _b(0x01), _b(0x00), _b(0x01), body)
-        claim = z3.And(e[0] == 0x0E, e[1] == 0x01, e[2] == 0x00, e[3] == 0x01,
-                       z3.SubSeq(e, 4, z3.Length(e) - 4) == body)
+        claim = z3.And(
+            e[0] == 0x0E, e[1] == 0x01, e[2] == 0x00, e[3] == 0x01, z3.SubSeq(e, 4, z3.Length(e) - 4) == body
+        )
         return prove_valid(claim, timeout_ms=timeout_ms)
 
     return Obligation("envelope prefix then the batch body", ("BW-13", "BW-23"), "unbounded", check)
@@ -529,12 +599,21 @@ def _frame_roundtrip() -> Obligation:
         r, rest = z3.Consts("r rest", BYTES)
         s = z3.Concat(_frame(r), rest)
         n = z3.Length(r)
-        claim = z3.And(s[0] == 0x0A, z3.BV2Int(s[1]) == n, z3.SubSeq(s, 2, n) == r,
-                       z3.SubSeq(s, 2 + n, z3.Length(s) - 2 - n) == rest, z3.Length(s) == 2 + n + z3.Length(rest))
+        claim = z3.And(
+            s[0] == 0x0A,
+            z3.BV2Int(s[1]) == n,
+            z3.SubSeq(s, 2, n) == r,
+            z3.SubSeq(s, 2 + n, z3.Length(s) - 2 - n) == rest,
+            z3.Length(s) == 2 + n + z3.Length(rest),
+        )
         return prove_valid(claim, timeout_ms=timeout_ms, assumptions=[n <= MAX_RECORD_LEN])
 
-    return Obligation("decode(encode(batch)) = batch (frame step)", ("BW-13", "BW-15", "BW-23"),
-                      f"any number of records of <= {MAX_RECORD_LEN} bytes", check)
+    return Obligation(
+        "decode(encode(batch)) = batch (frame step)",
+        ("BW-13", "BW-15", "BW-23"),
+        f"any number of records of <= {MAX_RECORD_LEN} bytes",
+        check,
+    )
 
 
 def _roundtrip(k: int) -> Obligation:
@@ -553,8 +632,12 @@ def _roundtrip(k: int) -> Obligation:
         domain = [z3.Length(r) <= MAX_RECORD_LEN for r in records]
         return prove_valid(z3.And(facts), timeout_ms=timeout_ms, assumptions=domain)
 
-    return Obligation(f"decode(encode(batch)) = batch, {k} records", ("BW-13", "BW-23"),
-                      f"{k} records of <= {MAX_RECORD_LEN} bytes", check)
+    return Obligation(
+        f"decode(encode(batch)) = batch, {k} records",
+        ("BW-13", "BW-23"),
+        f"{k} records of <= {MAX_RECORD_LEN} bytes",
+        check,
+    )
 
 
 def _sequence_lemmas() -> Obligation:
@@ -566,8 +649,9 @@ def _sequence_lemmas() -> Obligation:
         lemmas = z3.And(
             z3.ForAll([x, v, k], z3.Implies(z3.And(k >= 0, k < z3.Length(x)), z3.Concat(x, z3.Unit(v))[k] == x[k])),
             z3.ForAll([x, v], z3.Concat(x, z3.Unit(v))[z3.Length(x)] == v),
-            z3.ForAll([x, y, k], z3.Implies(z3.And(k >= 0, k < z3.Length(y)),
-                                            z3.Concat(x, y)[z3.Length(x) + k] == y[k])),
+            z3.ForAll(
+                [x, y, k], z3.Implies(z3.And(k >= 0, k < z3.Length(y)), z3.Concat(x, y)[z3.Length(x) + k] == y[k])
+            ),
             z3.ForAll([x, y, k], z3.Implies(z3.And(k >= 0, k < z3.Length(x)), z3.Concat(x, y)[k] == x[k])),
             z3.ForAll([f, n, k], z3.Implies(z3.And(k >= 0, k < n, n <= z3.Length(f)), z3.SubSeq(f, 0, n)[k] == f[k])),
         )
@@ -587,8 +671,7 @@ def _plain_never_batched() -> Obligation:
         domain = [z3.UGE(field, 1), z3.ULE(field, (1 << 29) - 1), z3.ULE(wire, 5)]
         return prove_valid(first != 0x0E, timeout_ms=timeout_ms, assumptions=domain)
 
-    return Obligation("a plain record never starts with the magic", ("BW-23",), "unbounded (every field number)",
-                      check)
+    return Obligation("a plain record never starts with the magic", ("BW-23",), "unbounded (every field number)", check)
 
 
 # --------------------------------------------------------------------------------------------
@@ -599,8 +682,16 @@ def build_obligations(mutant: str | None = None) -> tuple[Obligation, ...]:
     for name, (rules, inv) in INVARIANT_ENCODINGS.items():
         for command in COMMANDS:
             obligations.append(_inductive(name, rules, inv, command, mutant, strengthen=name != "thresholds"))
-    obligations += [_sequence_lemmas(), _successes_in_order(), _batch_indexes_distinct(), _ack_set_shape(),
-                    _deletion_rule(), _plain_never_batched(), _envelope_prefix(), _frame_roundtrip()]
+    obligations += [
+        _sequence_lemmas(),
+        _successes_in_order(),
+        _batch_indexes_distinct(),
+        _ack_set_shape(),
+        _deletion_rule(),
+        _plain_never_batched(),
+        _envelope_prefix(),
+        _frame_roundtrip(),
+    ]
     obligations += [_roundtrip(k) for k in range(0, MAX_RECORDS_IN_PROOF + 1)]
     return tuple(obligations)
 

@@ -520,12 +520,18 @@ def abstract(state: Any, base: int = 0) -> AbstractState:
         return rank(position) if position in set(positions) or rank(position) >= base else None
 
     kind_of = {
-        EntryKind.NORMAL: NORMAL, EntryKind.TXN_DATA: DATA, EntryKind.TXN_COMMIT: COMMIT, EntryKind.TXN_ABORT: ABORT
+        EntryKind.NORMAL: NORMAL,
+        EntryKind.TXN_DATA: DATA,
+        EntryKind.TXN_COMMIT: COMMIT,
+        EntryKind.TXN_ABORT: ABORT,
     }
     st = {BufferStatus.READY: READY, BufferStatus.NO_SNAPSHOT: NO_SNAPSHOT}[state.status]
     store = state.snapshot_store
-    snap = store.indexes.snapshot.max_read_position if store.indexes is not None else (
-        store.snapshot.max_read_position if store.snapshot is not None else None)
+    snap = (
+        store.indexes.snapshot.max_read_position
+        if store.indexes is not None
+        else (store.snapshot.max_read_position if store.snapshot is not None else None)
+    )
     return AbstractState(
         st=st,
         lo=base,
@@ -616,8 +622,12 @@ def concretize(model: z3.ModelRef, s: Vars, cmd: Cmd | None = None, command: str
             ids[key] = candidate
         return ids[key]
 
-    kinds = {NORMAL: tb.EntryKind.NORMAL, DATA: tb.EntryKind.TXN_DATA, COMMIT: tb.EntryKind.TXN_COMMIT,
-             ABORT: tb.EntryKind.TXN_ABORT}
+    kinds = {
+        NORMAL: tb.EntryKind.NORMAL,
+        DATA: tb.EntryKind.TXN_DATA,
+        COMMIT: tb.EntryKind.TXN_COMMIT,
+        ABORT: tb.EntryKind.TXN_ABORT,
+    }
     entries = []
     elements: list[z3.ExprRef] = []
     for rank in range(lo, lac + 1):
@@ -737,8 +747,9 @@ def _safety(name: str, rules: tuple[str, ...], claim: Callable[[Vars], z3.BoolRe
     return Obligation(name, rules, UNBOUNDED, check)
 
 
-def _step_property(name: str, rules: tuple[str, ...], command: str,
-                   claim: Callable[[Vars, Vars, Cmd], z3.BoolRef]) -> Obligation:
+def _step_property(
+    name: str, rules: tuple[str, ...], command: str, claim: Callable[[Vars, Vars, Cmd], z3.BoolRef]
+) -> Obligation:
     def check(timeout_ms: int) -> Outcome:
         a, b, c = fresh(""), fresh("'"), _cmd()
         return prove_valid(
@@ -776,9 +787,7 @@ def claim_open_txn_messages_hidden(s: Vars) -> z3.BoolRef:
 
 def claim_normal_behind_open_txn_hidden(s: Vars) -> z3.BoolRef:
     """TB-15: a normal message after the first message of an ongoing txn is not dispatchable."""
-    return z3.ForAll(
-        [_q, _t], z3.Implies(z3.And(s.ongoing[_t], _q >= s.first[_t]), z3.Not(visible(s, _q)))
-    )
+    return z3.ForAll([_q, _t], z3.Implies(z3.And(s.ongoing[_t], _q >= s.first[_t]), z3.Not(visible(s, _q))))
 
 
 def claim_quiescent_all_committed_visible(s: Vars) -> z3.BoolRef:
@@ -800,8 +809,9 @@ def claim_visibility_is_prefix(s: Vars) -> z3.BoolRef:
 def claim_strict_atomic_visibility(s: Vars) -> z3.BoolRef:
     """The *strict* form of atomic visibility - refuted: see TB-19 and tests/buffer/test_proofs.py."""
     p, q = z3.Ints("p_a q_a")
-    same = z3.And(s.kind[p] == DATA, s.kind[q] == DATA, s.owner[p] == s.owner[q], s.lo <= p, p <= s.lac,
-                  s.lo <= q, q <= s.lac)
+    same = z3.And(
+        s.kind[p] == DATA, s.kind[q] == DATA, s.owner[p] == s.owner[q], s.lo <= p, p <= s.lac, s.lo <= q, q <= s.lac
+    )
     return z3.ForAll([p, q], z3.Implies(same, visible(s, p) == visible(s, q)))
 
 
@@ -871,4 +881,3 @@ def _obligations() -> tuple[Obligation, ...]:
 
 
 OBLIGATIONS: tuple[Obligation, ...] = _obligations()
-

@@ -56,8 +56,14 @@ class C:
 
     @staticmethod
     def fresh(suffix: str) -> C:
-        return C(z3.Int(f"st{suffix}"), z3.Int(f"pending{suffix}"), z3.Bool(f"failed{suffix}"),
-                 z3.Int(f"end{suffix}"), z3.Bool(f"sent{suffix}"), z3.Bool(f"became{suffix}"))
+        return C(
+            z3.Int(f"st{suffix}"),
+            z3.Int(f"pending{suffix}"),
+            z3.Bool(f"failed{suffix}"),
+            z3.Int(f"end{suffix}"),
+            z3.Bool(f"sent{suffix}"),
+            z3.Bool(f"became{suffix}"),
+        )
 
     def but(self, **changes: Any) -> C:
         fields = {n: getattr(self, n) for n in ("st", "pending", "failed", "end", "sent", "became")}
@@ -65,8 +71,14 @@ class C:
         return C(**fields)
 
     def equals(self, o: C) -> z3.BoolRef:
-        return z3.And(self.st == o.st, self.pending == o.pending, self.failed == o.failed, self.end == o.end,
-                      self.sent == o.sent, self.became == o.became)
+        return z3.And(
+            self.st == o.st,
+            self.pending == o.pending,
+            self.failed == o.failed,
+            self.end == o.end,
+            self.sent == o.sent,
+            self.became == o.became,
+        )
 
 
 def _if(cond: Any, a: C, b: C) -> C:
@@ -75,8 +87,13 @@ def _if(cond: Any, a: C, b: C) -> C:
 
 def can(current: Any, new: Any) -> z3.BoolRef:
     """TC-29: ``spec.types.client_can_transition`` as a formula, from the one table."""
-    return z3.Or(*[z3.And(current == index(c), new == index(n))
-                   for c, targets in CLIENT_TXN_TRANSITIONS.items() for n in targets])
+    return z3.Or(
+        *[
+            z3.And(current == index(c), new == index(n))
+            for c, targets in CLIENT_TXN_TRANSITIONS.items()
+            for n in targets
+        ]
+    )
 
 
 # --- commands ---------------------------------------------------------------------------------
@@ -140,9 +157,13 @@ def inv_pending_non_negative(c: C) -> z3.BoolRef:
 
 def inv_end_matches_state(c: C) -> z3.BoolRef:
     """TC-32, TC-33 (``end_matches_state``)."""
-    return z3.If(z3.Or(c.st == OPEN, c.st == TIME_OUT), z3.And(c.end == NONE, z3.Not(c.sent)),
-                 z3.If(c.st == COMMITTING, c.end == COMMIT,
-                       z3.If(c.st == ABORTING, c.end == ABORT, z3.And(c.end != NONE, c.sent))))
+    return z3.If(
+        z3.Or(c.st == OPEN, c.st == TIME_OUT),
+        z3.And(c.end == NONE, z3.Not(c.sent)),
+        z3.If(
+            c.st == COMMITTING, c.end == COMMIT, z3.If(c.st == ABORTING, c.end == ABORT, z3.And(c.end != NONE, c.sent))
+        ),
+    )
 
 
 def inv_sent_only_when_drained(c: C) -> z3.BoolRef:
@@ -152,9 +173,15 @@ def inv_sent_only_when_drained(c: C) -> z3.BoolRef:
 
 def inv_commit_with_failed_op_aborts(c: C) -> z3.BoolRef:
     """TC-32 (``commit_with_failed_op_aborts``)."""
-    return z3.If(c.st == COMMITTED, z3.Not(c.failed),
-                 z3.If(c.became, z3.And(z3.Or(c.st == ABORTING, c.st == ABORTED, c.st == ERROR), c.failed),
-                       z3.Not(z3.And(c.st == COMMITTING, c.sent, c.failed))))
+    return z3.If(
+        c.st == COMMITTED,
+        z3.Not(c.failed),
+        z3.If(
+            c.became,
+            z3.And(z3.Or(c.st == ABORTING, c.st == ABORTED, c.st == ERROR), c.failed),
+            z3.Not(z3.And(c.st == COMMITTING, c.sent, c.failed)),
+        ),
+    )
 
 
 INVARIANTS: tuple[tuple[str, tuple[str, ...], Callable[[C], z3.BoolRef]], ...] = (
@@ -183,8 +210,11 @@ class Cmd:
 COMMANDS: tuple[Cmd, ...] = (
     Cmd("send_or_ack", ("TC-30", "TC-31"), lambda a, b, m: b.equals(op_started(a))),
     # The reference refuses (raises on) a completion with nothing pending: that is the guard.
-    Cmd("op_completed", ("TC-32",),
-        lambda a, b, m: z3.And(a.pending > 0, b.equals(op_completed(a, z3.Bool("op_failed"), m)))),
+    Cmd(
+        "op_completed",
+        ("TC-32",),
+        lambda a, b, m: z3.And(a.pending > 0, b.equals(op_completed(a, z3.Bool("op_failed"), m))),
+    ),
     Cmd("commit", ("TC-32", "TC-35"), lambda a, b, m: b.equals(end(a, COMMIT, m))),
     Cmd("abort", ("TC-33", "TC-35"), lambda a, b, m: b.equals(end(a, ABORT, m))),
     Cmd("end_txn_response", ("TC-34",), lambda a, b, m: b.equals(response(a, z3.Int("kind")))),
@@ -197,14 +227,19 @@ def _describe(a: C, b: C) -> Callable[[z3.ModelRef], str]:
         def show(c: C) -> str:
             st = model.eval(c.st, model_completion=True).as_long()
             name = STATES[st].value if 0 <= st < len(STATES) else str(st)
+
             def ev(x: Any) -> Any:
                 return model.eval(x, model_completion=True)
 
-            return (f"state={name} pending={ev(c.pending)} failed={ev(c.failed)} end={ev(c.end)} "
-                    f"sent={ev(c.sent)} became={ev(c.became)}")
+            return (
+                f"state={name} pending={ev(c.pending)} failed={ev(c.failed)} end={ev(c.end)} "
+                f"sent={ev(c.sent)} became={ev(c.became)}"
+            )
 
-        return (f"before: {show(a)}\nafter:  {show(b)}\n  op_failed={model.eval(z3.Bool('op_failed'))} "
-                f"kind={model.eval(z3.Int('kind'))}")
+        return (
+            f"before: {show(a)}\nafter:  {show(b)}\n  op_failed={model.eval(z3.Bool('op_failed'))} "
+            f"kind={model.eval(z3.Int('kind'))}"
+        )
 
     return render
 
@@ -213,13 +248,17 @@ def _rules(*ids: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(ids))
 
 
-def _preserved(name: str, rules: tuple[str, ...], inv: Callable[[C], z3.BoolRef], cmd: Cmd, mutant: bool
-               ) -> Obligation:
+def _preserved(name: str, rules: tuple[str, ...], inv: Callable[[C], z3.BoolRef], cmd: Cmd, mutant: bool) -> Obligation:
     def check(timeout_ms: int) -> Outcome:
         a, b = C.fresh(""), C.fresh("'")
-        return prove_inductive(init=init(a), inv=z3.And(all_invariants(a), inv(a)), trans=cmd.relation(a, b, mutant),
-                               inv_next=z3.And(inv_well_formed(b), inv(b)), timeout_ms=timeout_ms,
-                               describe=_describe(a, b))
+        return prove_inductive(
+            init=init(a),
+            inv=z3.And(all_invariants(a), inv(a)),
+            trans=cmd.relation(a, b, mutant),
+            inv_next=z3.And(inv_well_formed(b), inv(b)),
+            timeout_ms=timeout_ms,
+            describe=_describe(a, b),
+        )
 
     return Obligation(f"{name} preserved by {cmd.name}", _rules(*rules, *cmd.rules), "unbounded", check)
 
@@ -234,17 +273,20 @@ def _follows_table(cmd: Cmd, mutant: bool) -> Obligation:
             describe=_describe(a, b),
         )
 
-    return Obligation(f"state changes follow the table under {cmd.name}", _rules("TC-29", *cmd.rules), "unbounded",
-                      check)
+    return Obligation(
+        f"state changes follow the table under {cmd.name}", _rules("TC-29", *cmd.rules), "unbounded", check
+    )
 
 
 def _table(name: str, claim: Callable[[Any, Any], z3.BoolRef]) -> Obligation:
     def check(timeout_ms: int) -> Outcome:
         c, n = z3.Int("current"), z3.Int("new")
         domain = z3.And(c >= 0, c < len(STATES), n >= 0, n < len(STATES))
-        return prove_valid(z3.Implies(domain, claim(c, n)), timeout_ms=timeout_ms,
-                           describe=lambda m: f"current={STATES[m.eval(c).as_long()].value} "
-                                              f"new={STATES[m.eval(n).as_long()].value}")
+        return prove_valid(
+            z3.Implies(domain, claim(c, n)),
+            timeout_ms=timeout_ms,
+            describe=lambda m: f"current={STATES[m.eval(c).as_long()].value} new={STATES[m.eval(n).as_long()].value}",
+        )
 
     return Obligation(name, ("TC-29",), f"all {len(STATES) ** 2} state pairs", check)
 
@@ -261,8 +303,10 @@ def _closed(members: tuple[int, ...]) -> Callable[[Any, Any], z3.BoolRef]:
 
 
 TABLE_OBLIGATIONS = (
-    _table("COMMITTED, ABORTED, ERROR, TIME_OUT are final",
-           lambda c, n: z3.And(*[_final(s)(c, n) for s in (COMMITTED, ABORTED, ERROR, TIME_OUT)])),
+    _table(
+        "COMMITTED, ABORTED, ERROR, TIME_OUT are final",
+        lambda c, n: z3.And(*[_final(s)(c, n) for s in (COMMITTED, ABORTED, ERROR, TIME_OUT)]),
+    ),
     _table("from ABORTING only {ABORTING, ABORTED, ERROR} is reachable", _closed((ABORTING, ABORTED, ERROR))),
     _table("TIME_OUT is reached only from OPEN", lambda c, n: z3.Implies(z3.And(n == TIME_OUT, can(c, n)), c == OPEN)),
 )

@@ -217,9 +217,7 @@ def inv_issued_below_last(z: Z) -> z3.BoolRef:
 def init(z: Z) -> z3.BoolRef:
     """A new coordinator (``initial``): nothing live or issued, sequence -1, Ready."""
     k = z3.Int("k")
-    return z3.And(
-        z.seq == -1, z.last == -1, z.ready, z3.ForAll([k], z3.And(z3.Not(z.live[k]), z3.Not(z.issued[k])))
-    )
+    return z3.And(z.seq == -1, z.last == -1, z.ready, z3.ForAll([k], z3.And(z3.Not(z.live[k]), z3.Not(z.issued[k]))))
 
 
 def lower_bound(z: Z, c: Any) -> z3.BoolRef:
@@ -255,21 +253,41 @@ def _k() -> Any:
 
 
 COMMANDS: tuple[Cmd, ...] = (
-    Cmd("new_txn", ("TC-3", "TC-4", "TC-5", "TC-19"),
-        lambda a, b, m: b.equals(new_txn(a, z3.Bool("full"), z3.Bool("owner_ok"), z3.Bool("short")))),
-    Cmd("update_txn_status", ("TC-7", "TC-8", "TC-9"),
-        lambda a, b, m: b.equals(update(a, _k(), z3.Int("new"), z3.Int("expected"), keep_finished=m))),
-    Cmd("end_txn", ("TC-12", "TC-13"),
-        lambda a, b, m: b.equals(end_txn(a, _k(), z3.Int("action"), z3.Bool("allowed")))),
-    Cmd("end_txn_in_transaction_buffer_result", ("TC-15", "TC-16"),
-        lambda a, b, m: b.equals(end_result(a, _k(), z3.Int("action"), z3.Bool("failed")))
-        if not m else b.equals(_choose(z3.Not(z3.Bool("failed")),
-                                       update(a, _k(), _final(z3.Int("action")), _ending(z3.Int("action")),
-                                              keep_finished=True), a))),
+    Cmd(
+        "new_txn",
+        ("TC-3", "TC-4", "TC-5", "TC-19"),
+        lambda a, b, m: b.equals(new_txn(a, z3.Bool("full"), z3.Bool("owner_ok"), z3.Bool("short"))),
+    ),
+    Cmd(
+        "update_txn_status",
+        ("TC-7", "TC-8", "TC-9"),
+        lambda a, b, m: b.equals(update(a, _k(), z3.Int("new"), z3.Int("expected"), keep_finished=m)),
+    ),
+    Cmd(
+        "end_txn", ("TC-12", "TC-13"), lambda a, b, m: b.equals(end_txn(a, _k(), z3.Int("action"), z3.Bool("allowed")))
+    ),
+    Cmd(
+        "end_txn_in_transaction_buffer_result",
+        ("TC-15", "TC-16"),
+        lambda a, b, m: (
+            b.equals(end_result(a, _k(), z3.Int("action"), z3.Bool("failed")))
+            if not m
+            else b.equals(
+                _choose(
+                    z3.Not(z3.Bool("failed")),
+                    update(a, _k(), _final(z3.Int("action")), _ending(z3.Int("action")), keep_finished=True),
+                    a,
+                )
+            )
+        ),
+    ),
     Cmd("tick", ("TC-18",), lambda a, b, m: b.equals(tick(a, z3.Array("due", z3.IntSort(), z3.BoolSort())))),
     Cmd("close_store", ("TC-1",), lambda a, b, m: b.equals(close_store(a))),
-    Cmd("recover", ("TC-23", "TC-25"),
-        lambda a, b, m: z3.And(b.equals(recover(a, z3.Int("seq_after"))), z3.Int("seq_after") >= a.last)),
+    Cmd(
+        "recover",
+        ("TC-23", "TC-25"),
+        lambda a, b, m: z3.And(b.equals(recover(a, z3.Int("seq_after"))), z3.Int("seq_after") >= a.last),
+    ),
 )
 
 
@@ -283,11 +301,23 @@ def _describe(pre: Z, post: Z, extra: tuple[Any, ...] = ()) -> Callable[[z3.Mode
             seq = ev(z.seq).as_long()
             window = range(-1, max(seq, 0) + 3)
             live = [k for k in window if z3.is_true(ev(z.live[k]))]
-            statuses = {k: TxnStatus(ev(z.status[k]).as_long()).name for k in live
-                        if 0 <= ev(z.status[k]).as_long() <= 4}
+            statuses = {
+                k: TxnStatus(ev(z.status[k]).as_long()).name for k in live if 0 <= ev(z.status[k]).as_long() <= 4
+            }
             lines.append(f"{label}: sequence_id={seq} ready={ev(z.ready)} last={ev(z.last)} live={statuses}")
-        for name in ("arg_k", "new", "expected", "action", "full", "owner_ok", "short", "allowed", "failed",
-                     "seq_after", *extra):
+        for name in (
+            "arg_k",
+            "new",
+            "expected",
+            "action",
+            "full",
+            "owner_ok",
+            "short",
+            "allowed",
+            "failed",
+            "seq_after",
+            *extra,
+        ):
             const = z3.Int(name) if name in ("arg_k", "new", "expected", "action", "seq_after") else z3.Bool(name)
             lines.append(f"  {name} = {ev(const)}")
         return "\n".join(lines)
@@ -295,8 +325,7 @@ def _describe(pre: Z, post: Z, extra: tuple[Any, ...] = ()) -> Callable[[z3.Mode
     return render
 
 
-def _preserved(name: str, rules: tuple[str, ...], inv: Callable[[Z], z3.BoolRef], cmd: Cmd, mutant: bool
-               ) -> Obligation:
+def _preserved(name: str, rules: tuple[str, ...], inv: Callable[[Z], z3.BoolRef], cmd: Cmd, mutant: bool) -> Obligation:
     def check(timeout_ms: int) -> Outcome:
         a, b = Z.fresh(""), Z.fresh("'")
         return prove_inductive(
@@ -340,15 +369,19 @@ def _follows_table(a: Z, b: Z) -> z3.BoolRef:
     """TC-6, TC-9: a txn live before and after moved along the table; one that disappeared was
     COMMITTING or ABORTING."""
     k = z3.Int("k")
-    return z3.ForAll([k], z3.Implies(a.live[k], z3.If(
-        b.live[k], can(a.status[k], b.status[k]), z3.Or(a.status[k] == COMMITTING, a.status[k] == ABORTING))))
+    return z3.ForAll(
+        [k],
+        z3.Implies(
+            a.live[k],
+            z3.If(b.live[k], can(a.status[k], b.status[k]), z3.Or(a.status[k] == COMMITTING, a.status[k] == ABORTING)),
+        ),
+    )
 
 
 def _fresh_ids(a: Z, b: Z) -> z3.BoolRef:
     """TC-3: a txn that appears takes a sequence never issued before, above every live one."""
     k = z3.Int("k")
-    return z3.ForAll([k], z3.Implies(z3.And(b.live[k], z3.Not(a.live[k])), z3.And(
-        z3.Not(a.issued[k]), k > a.seq)))
+    return z3.ForAll([k], z3.Implies(z3.And(b.live[k], z3.Not(a.live[k])), z3.And(z3.Not(a.issued[k]), k > a.seq)))
 
 
 def _next_id_above_issued(a: Z, b: Z) -> z3.BoolRef:
@@ -364,8 +397,11 @@ def _table(name: str, claim: Callable[[Any, Any], z3.BoolRef]) -> Obligation:
     def check(timeout_ms: int) -> Outcome:
         c, n = z3.Int("current"), z3.Int("new")
         domain = z3.And(c >= 0, c <= 4, n >= 0, n <= 4)
-        return prove_valid(z3.Implies(domain, claim(c, n)), timeout_ms=timeout_ms,
-                           describe=lambda m: f"current={m.eval(c)} new={m.eval(n)}")
+        return prove_valid(
+            z3.Implies(domain, claim(c, n)),
+            timeout_ms=timeout_ms,
+            describe=lambda m: f"current={m.eval(c)} new={m.eval(n)}",
+        )
 
     return Obligation(name, ("TC-6",), "all 25 status pairs", check)
 
@@ -384,8 +420,10 @@ TABLE_OBLIGATIONS = (
     # A set closed under `can` that omits ABORTED: no path of any length from COMMITTING reaches it.
     _table("from COMMITTING only {COMMITTING, COMMITTED} is reachable", _closed((COMMITTING, COMMITTED))),
     _table("from ABORTING only {ABORTING, ABORTED} is reachable", _closed((ABORTING, ABORTED))),
-    _table("OPEN is left only towards COMMITTING or ABORTING",
-           lambda c, n: z3.Implies(z3.And(c == OPEN, n != OPEN, can(c, n)), z3.Or(n == COMMITTING, n == ABORTING))),
+    _table(
+        "OPEN is left only towards COMMITTING or ABORTING",
+        lambda c, n: z3.Implies(z3.And(c == OPEN, n != OPEN, can(c, n)), z3.Or(n == COMMITTING, n == ABORTING)),
+    ),
 )
 
 
@@ -414,8 +452,9 @@ def _replay_obligation() -> Obligation:
         inv2 = z3.And(xl2 == yl2, z3.Implies(xl2, x2 == y2))
         return prove_valid(z3.Implies(inv, inv2), timeout_ms=timeout_ms, describe=lambda m: str(m))
 
-    return Obligation("replay reproduces each txn's status", ("TC-21", "TC-22", "TC-25"),
-                      "one txn, any number of updates", check)
+    return Obligation(
+        "replay reproduces each txn's status", ("TC-21", "TC-22", "TC-25"), "one txn, any number of updates", check
+    )
 
 
 def _lwm_is_effective() -> Obligation:

@@ -104,9 +104,7 @@ def ranges_inv(s: RangeState) -> z3.BoolRef:
     for i in range(SLOTS):
         parts.append(z3.Implies(s.live[i], z3.And(s.start[i] >= 0, s.start[i] <= s.end[i])))
         for j in range(i + 1, SLOTS):
-            parts.append(
-                z3.Implies(z3.And(s.live[i], s.live[j]), z3.Or(s.end[i] < s.start[j], s.end[j] < s.start[i]))
-            )
+            parts.append(z3.Implies(z3.And(s.live[i], s.live[j]), z3.Or(s.end[i] < s.start[j], s.end[j] < s.start[i])))
         parts.append(z3.Implies(z3.And(s.live[i], s.ms != -1), s.ms > s.end[i]))
     parts.append(z3.If(s.ms == -1, z3.And(s.me == -1, s.size == 0), z3.And(s.ms >= 0, s.ms <= s.me, s.size >= 0)))
     return z3.And(parts)
@@ -210,7 +208,11 @@ def _ranges_obligation(transition: str, *, mutant: bool = False) -> Callable[[in
             nxt = range_add(s, ledger, min_index, mutant=mutant)
             trans = z3.And(ledger >= 0, min_index >= 1, _has_free_slot(s))
             return prove_inductive(
-                init=init, inv=ranges_inv(s), trans=trans, inv_next=ranges_inv(nxt), timeout_ms=timeout_ms,
+                init=init,
+                inv=ranges_inv(s),
+                trans=trans,
+                inv_next=ranges_inv(nxt),
+                timeout_ms=timeout_ms,
                 describe=_describe(["s_", "ledger", "min_index"]),
             )
         outcomes = []
@@ -223,7 +225,11 @@ def _ranges_obligation(transition: str, *, mutant: bool = False) -> Callable[[in
         for pre, nxt in cases:
             outcomes.append(
                 prove_inductive(
-                    init=init, inv=ranges_inv(s), trans=pre, inv_next=ranges_inv(nxt), timeout_ms=timeout_ms,
+                    init=init,
+                    inv=ranges_inv(s),
+                    trans=pre,
+                    inv_next=ranges_inv(nxt),
+                    timeout_ms=timeout_ms,
                     describe=_describe(["s_", "a", "b"]),
                 )
             )
@@ -288,8 +294,12 @@ def _count_obligation(transition: str, *, mutant: bool = False) -> Callable[[int
             else:
                 nxt = count_trim(s, drops)
             outcome = prove_inductive(
-                init=init, inv=count_inv(s), trans=z3.BoolVal(True), inv_next=count_inv(nxt),
-                timeout_ms=timeout_ms, describe=_describe(["s_", "due", "trim"]),
+                init=init,
+                inv=count_inv(s),
+                trans=z3.BoolVal(True),
+                inv_next=count_inv(nxt),
+                timeout_ms=timeout_ms,
+                describe=_describe(["s_", "due", "trim"]),
             )
             if outcome.verdict.value != "proved":
                 return outcome
@@ -346,7 +356,9 @@ def _cutting(prop: str, *, mutant: bool = False) -> Callable[[int], Outcome]:
             if prop == "window":
                 claims.append(ts[i] - first[i] <= z3.If(step >= 1, step - 1, 0))
         return prove_valid(
-            z3.And(claims), timeout_ms=timeout_ms, assumptions=assumptions,
+            z3.And(claims),
+            timeout_ms=timeout_ms,
+            assumptions=assumptions,
             describe=_describe(["t", "step", "max_indexes"]),
         )
 
@@ -373,8 +385,9 @@ def _never_early(*, mutant: bool = False) -> Callable[[int], Outcome]:
                 now > added_at,  # never returned by the call that accepted it
             ),
         )
-        return prove_valid(claim, timeout_ms=timeout_ms, describe=_describe(["deliver_at", "added_at", "now", "tick",
-                                                                              "strict"]))
+        return prove_valid(
+            claim, timeout_ms=timeout_ms, describe=_describe(["deliver_at", "added_at", "now", "tick", "strict"])
+        )
 
     return check
 
@@ -393,9 +406,7 @@ def _merge_preserves(*, mutant: bool = False) -> Callable[[int], Outcome]:
         q = z3.Const("q", pos)
         # Every tracked message of a persisted bucket is in its snapshot (every_tracked_reachable);
         # the snapshot is the loaded segment plus the unloaded ones.
-        background = [
-            z3.ForAll([q], z3.Implies(tracked[k][q], z3.Or(loaded[k][q], unloaded[k][q]))) for k in range(2)
-        ]
+        background = [z3.ForAll([q], z3.Implies(tracked[k][q], z3.Or(loaded[k][q], unloaded[k][q]))) for k in range(2)]
 
         def in_snapshot(k: int, x: Any) -> Any:
             read = unloaded[k][x] if mutant else z3.Or(loaded[k][x], unloaded[k][x])
@@ -404,8 +415,9 @@ def _merge_preserves(*, mutant: bool = False) -> Callable[[int], Outcome]:
         merged = z3.Or(in_snapshot(0, p), in_snapshot(1, p))
         merged_ts = ts[p]  # indexes are copied, never rewritten
         claim = z3.And(merged == z3.Or(tracked[0][p], tracked[1][p]), merged_ts == ts[p])
-        return prove_valid(claim, timeout_ms=timeout_ms, assumptions=background, describe=_describe(["tracked",
-                                                                                                     "loaded"]))
+        return prove_valid(
+            claim, timeout_ms=timeout_ms, assumptions=background, describe=_describe(["tracked", "loaded"])
+        )
 
     return check
 
@@ -461,7 +473,10 @@ class PlaceState:
             return tuple(z3.Bool(f"{tag}_{name}{q}") for q in _P)
 
         return cls(
-            bools("mbit"), bools("mq"), bools("sq"), bools("mcov"),
+            bools("mbit"),
+            bools("mq"),
+            bools("sq"),
+            bools("mcov"),
             tuple(z3.Bool(f"{tag}_live{k}") for k in _B),
             tuple(z3.Bool(f"{tag}_stored{k}") for k in _B),
             tuple(z3.Bool(f"{tag}_lost{k}") for k in _B),
@@ -482,11 +497,19 @@ class PlaceState:
         segments do not matter."""
         parts: list[Any] = []
         for q in _P:
-            parts += [self.mbit[q] == other.mbit[q], self.mq[q] == other.mq[q], self.sq[q] == other.sq[q],
-                      self.mcov[q] == other.mcov[q]]
+            parts += [
+                self.mbit[q] == other.mbit[q],
+                self.mq[q] == other.mq[q],
+                self.sq[q] == other.sq[q],
+                self.mcov[q] == other.mcov[q],
+            ]
         for k in _B:
-            same = [self.stored[k] == other.stored[k], self.lost[k] == other.lost[k], self.cur[k] == other.cur[k],
-                    self.last[k] == other.last[k]]
+            same = [
+                self.stored[k] == other.stored[k],
+                self.lost[k] == other.lost[k],
+                self.cur[k] == other.cur[k],
+                self.last[k] == other.last[k],
+            ]
             for q in _P:
                 same += [self.cov[k][q] == other.cov[k][q], self.bbit[k][q] == other.bbit[k][q]]
                 same += [z3.Implies(self.stored[k], self.seg[k][s][q] == other.seg[k][s][q]) for s in _S]
@@ -524,9 +547,9 @@ def _unloaded(s: PlaceState, k: int, q: int) -> Any:
 def one_bitmap_per_bit(s: PlaceState) -> z3.BoolRef:
     """``invariants.delayed.one_bitmap_per_bit`` (DD-11): a bucket's bits lie in its range, and no
     bit is both in the mutable bitmap and in a bucket's."""
-    return z3.And([
-        z3.Implies(z3.And(s.live[k], s.bbit[k][q]), z3.And(s.cov[k][q], z3.Not(s.mbit[q]))) for k in _B for q in _P
-    ])
+    return z3.And(
+        [z3.Implies(z3.And(s.live[k], s.bbit[k][q]), z3.And(s.cov[k][q], z3.Not(s.mbit[q]))) for k in _B for q in _P]
+    )
 
 
 def every_tracked_reachable(s: PlaceState) -> z3.BoolRef:
@@ -535,7 +558,9 @@ def every_tracked_reachable(s: PlaceState) -> z3.BoolRef:
     parts = []
     for q in _P:
         reach = z3.Or(
-            s.mq[q], s.sq[q], *[_unloaded(s, k, q) for k in _B],
+            s.mq[q],
+            s.sq[q],
+            *[_unloaded(s, k, q) for k in _B],
             *[z3.And(s.live[k], s.lost[k], s.cov[k][q]) for k in _B],
         )
         parts.append(z3.Implies(_tracked_place(s, q), reach))
@@ -548,17 +573,30 @@ def places_wf(s: PlaceState) -> z3.BoolRef:
     inside its range and holding its bits (DD-9, DD-18), no bits in a dead slot."""
     parts: list[Any] = []
     for k in _B:
-        parts.append(z3.Implies(s.live[k], z3.And(
-            s.cur[k] >= 1, s.cur[k] <= s.last[k], s.last[k] <= PLACE_SEGMENTS, z3.Not(z3.And(s.stored[k], s.lost[k])),
-            z3.Implies(z3.And(z3.Not(s.stored[k]), z3.Not(s.lost[k])), s.cur[k] == s.last[k]),
-        )))
+        parts.append(
+            z3.Implies(
+                s.live[k],
+                z3.And(
+                    s.cur[k] >= 1,
+                    s.cur[k] <= s.last[k],
+                    s.last[k] <= PLACE_SEGMENTS,
+                    z3.Not(z3.And(s.stored[k], s.lost[k])),
+                    z3.Implies(z3.And(z3.Not(s.stored[k]), z3.Not(s.lost[k])), s.cur[k] == s.last[k]),
+                ),
+            )
+        )
         for q in _P:
             parts.append(z3.Implies(z3.Not(s.live[k]), z3.Not(s.bbit[k][q])))
             for i in _S:
-                parts.append(z3.Implies(z3.And(s.live[k], s.stored[k], s.seg[k][i][q]),
-                                        z3.And(s.cov[k][q], i < s.last[k])))
-            parts.append(z3.Implies(z3.And(s.live[k], s.stored[k], s.bbit[k][q]),
-                                    z3.Or([z3.And(i < s.last[k], s.seg[k][i][q]) for i in _S])))
+                parts.append(
+                    z3.Implies(z3.And(s.live[k], s.stored[k], s.seg[k][i][q]), z3.And(s.cov[k][q], i < s.last[k]))
+                )
+            parts.append(
+                z3.Implies(
+                    z3.And(s.live[k], s.stored[k], s.bbit[k][q]),
+                    z3.Or([z3.And(i < s.last[k], s.seg[k][i][q]) for i in _S]),
+                )
+            )
             for j in _B:
                 if j < k:
                     parts.append(z3.Not(z3.And(s.live[j], s.live[k], s.cov[j][q], s.cov[k][q])))
@@ -566,8 +604,7 @@ def places_wf(s: PlaceState) -> z3.BoolRef:
         # A mutable bit's index is queued; a bucket's bit is queued, unloaded in it, or lost with it.
         parts.append(z3.Implies(s.mbit[q], z3.Or(s.mq[q], s.sq[q])))
         for k in _B:
-            parts.append(z3.Implies(z3.And(s.live[k], s.bbit[k][q]),
-                                    z3.Or(s.sq[q], _unloaded(s, k, q), s.lost[k])))
+            parts.append(z3.Implies(z3.And(s.live[k], s.bbit[k][q]), z3.Or(s.sq[q], _unloaded(s, k, q), s.lost[k])))
         parts.append(z3.Implies(s.mq[q], s.mcov[q]))
         parts.append(z3.Implies(s.mcov[q], z3.Not(_covered_live(s, q))))
     return z3.And(parts)
@@ -580,10 +617,12 @@ def exactly_one_place(s: PlaceState) -> z3.BoolRef:
     for q in _P:
         owners = [s.mbit[q], *[z3.And(s.live[k], s.bbit[k][q]) for k in _B]]
         parts.append(z3.AtMost(*owners, 1))
-        parts.append(z3.Implies(
-            _tracked_place(s, q),
-            z3.AtMost(*[z3.Or([z3.And(_unloaded(s, k, q), s.seg[k][i][q]) for i in _S]) for k in _B], 1),
-        ))
+        parts.append(
+            z3.Implies(
+                _tracked_place(s, q),
+                z3.AtMost(*[z3.Or([z3.And(_unloaded(s, k, q), s.seg[k][i][q]) for i in _S]) for k in _B], 1),
+            )
+        )
     return z3.And(parts)
 
 
@@ -647,9 +686,15 @@ def places_add(s: PlaceState, p: int, tag: str = "c") -> tuple[Any, PlaceState]:
     sealed_pre: list[Any] = []
     for k in _B:
         pre_k, built = _build_place_bucket(
-            s.replace(mbit=tuple(z3.And(s.mbit[q], z3.Not(s.mq[q])) for q in _P),
-                      mq=tuple(z3.BoolVal(False) for _ in _P), mcov=tuple(z3.BoolVal(False) for _ in _P)),
-            k, s.mq, s.mcov, f"{tag}_b{k}",
+            s.replace(
+                mbit=tuple(z3.And(s.mbit[q], z3.Not(s.mq[q])) for q in _P),
+                mq=tuple(z3.BoolVal(False) for _ in _P),
+                mcov=tuple(z3.BoolVal(False) for _ in _P),
+            ),
+            k,
+            s.mq,
+            s.mcov,
+            f"{tag}_b{k}",
         )
         sealed_pre.append(z3.Implies(z3.And(seal_now, free[k]), pre_k))
         sealed = _ite_places(z3.And(seal_now, free[k]), built, sealed)
@@ -660,9 +705,11 @@ def places_add(s: PlaceState, p: int, tag: str = "c") -> tuple[Any, PlaceState]:
         return tuple(value if q == p else row[q] for q in _P)
 
     joined = t.replace(
-        mq=with_p(t.mq, z3.BoolVal(True)), mbit=with_p(t.mbit, z3.BoolVal(True)),
-        mcov=tuple(z3.BoolVal(True) if q == p else z3.Or(t.mcov[q], z3.And(ext[q], z3.Not(_covered_live(t, q))))
-                   for q in _P),
+        mq=with_p(t.mq, z3.BoolVal(True)),
+        mbit=with_p(t.mbit, z3.BoolVal(True)),
+        mcov=tuple(
+            z3.BoolVal(True) if q == p else z3.Or(t.mcov[q], z3.And(ext[q], z3.Not(_covered_live(t, q)))) for q in _P
+        ),
     )
     routed = t.replace(sq=with_p(t.sq, z3.BoolVal(True)), mbit=with_p(t.mbit, z3.BoolVal(True)))
     placed = _ite_places(joins, joined, routed)
@@ -709,8 +756,9 @@ def places_pop_turn(
     return s.sq[p], dropped.replace(sq=tuple(more if q == p else s.sq[q] for q in _P))
 
 
-def places_merge(s: PlaceState, window: Sequence[int], slot: int, tag: str = "c", *,
-                 mutant: bool = False) -> tuple[Any, PlaceState]:
+def places_merge(
+    s: PlaceState, window: Sequence[int], slot: int, tag: str = "c", *, mutant: bool = False
+) -> tuple[Any, PlaceState]:
     """DD-20, DD-21: merge the buckets of ``window`` (all created, each with an unloaded segment)
     into ``slot``: the merged bucket covers their ranges and the gap ledgers between them, holds
     every still-tracked index of their segments (loaded ones included), cut anew; the sources
@@ -723,15 +771,18 @@ def places_merge(s: PlaceState, window: Sequence[int], slot: int, tag: str = "c"
     ]
     others = [k for k in _B if k not in window]
     cov = [
-        z3.Or(*[s.cov[k][q] for k in window],
-              z3.And(gap[q], z3.Not(s.mcov[q]), *[z3.Not(z3.And(s.live[k], s.cov[k][q])) for k in others]))
+        z3.Or(
+            *[s.cov[k][q] for k in window],
+            z3.And(gap[q], z3.Not(s.mcov[q]), *[z3.Not(z3.And(s.live[k], s.cov[k][q])) for k in others]),
+        )
         for q in _P
     ]
     kept = window[-1] if window[-1] != slot else window[0]
     removed = s.replace(
         live=tuple(z3.BoolVal(False) if k in window and (not mutant or k != kept) else s.live[k] for k in _B),
-        bbit=tuple(tuple(z3.BoolVal(False) for _ in _P) if k in window and (not mutant or k != kept) else s.bbit[k]
-                   for k in _B),
+        bbit=tuple(
+            tuple(z3.BoolVal(False) for _ in _P) if k in window and (not mutant or k != kept) else s.bbit[k] for k in _B
+        ),
     )
     built_pre, post = _build_place_bucket(removed, slot, stream, cov, tag)
     return z3.And(pre, built_pre), post
@@ -749,8 +800,9 @@ def places_trim(s: PlaceState, tag: str = "c") -> PlaceState:
 def places_clear(s: PlaceState) -> PlaceState:
     """DD-23: every bucket, queue and bitmap emptied."""
     no = tuple(z3.BoolVal(False) for _ in _P)
-    return s.replace(mbit=no, mq=no, sq=no, mcov=no, live=tuple(z3.BoolVal(False) for _ in _B),
-                     bbit=tuple(no for _ in _B))
+    return s.replace(
+        mbit=no, mq=no, sq=no, mcov=no, live=tuple(z3.BoolVal(False) for _ in _B), bbit=tuple(no for _ in _B)
+    )
 
 
 def places_recover(store: PlaceState, tag: str = "c", *, mutant: bool = False) -> tuple[Any, PlaceState]:
@@ -763,14 +815,24 @@ def places_recover(store: PlaceState, tag: str = "c", *, mutant: bool = False) -
     live = tuple(z3.And(store.live[k], store.stored[k], skip[k] < store.last[k]) for k in _B)
     # The mutant also counts the skipped (expired) segments' bits.
     bbit = tuple(
-        tuple(z3.And(live[k], z3.Or([z3.And(i >= (0 if mutant else skip[k]), i < store.last[k], store.seg[k][i][q])
-                                     for i in _S])) for q in _P)
+        tuple(
+            z3.And(
+                live[k],
+                z3.Or([z3.And(i >= (0 if mutant else skip[k]), i < store.last[k], store.seg[k][i][q]) for i in _S]),
+            )
+            for q in _P
+        )
         for k in _B
     )
     no = tuple(z3.BoolVal(False) for _ in _P)
     return pre, store.replace(
-        live=live, lost=tuple(z3.BoolVal(False) for _ in _B), cur=tuple(skip[k] + 1 for k in _B), bbit=bbit,
-        mbit=no, mq=no, mcov=no,
+        live=live,
+        lost=tuple(z3.BoolVal(False) for _ in _B),
+        cur=tuple(skip[k] + 1 for k in _B),
+        bbit=bbit,
+        mbit=no,
+        mq=no,
+        mcov=no,
         sq=tuple(z3.Or([z3.And(live[k], _seg_at(store, k, skip[k], q)) for k in _B]) for q in _P),
     )
 
@@ -801,8 +863,9 @@ def _places_obligation(command: str, *, mutant: bool = False) -> Callable[[int],
         cases: list[tuple[Any, PlaceState]] = []
         if command == "recover":
             pre, post = places_recover(s, mutant=mutant)
-            return prove_valid(exactly_one_place(post), timeout_ms=timeout_ms, describe=describe,
-                               assumptions=[_store_wf(s), pre])
+            return prove_valid(
+                exactly_one_place(post), timeout_ms=timeout_ms, describe=describe, assumptions=[_store_wf(s), pre]
+            )
         if command == "add":
             cases = [places_add(s, p) for p in _P]
         elif command == "pop":
@@ -820,8 +883,12 @@ def _places_obligation(command: str, *, mutant: bool = False) -> Callable[[int],
         outcome = Outcome(Verdict.PROVED)
         for pre, post in cases:
             outcome = prove_inductive(
-                init=_places_initial(s), inv=exactly_one_place(s), trans=pre, inv_next=exactly_one_place(post),
-                timeout_ms=timeout_ms, describe=describe,
+                init=_places_initial(s),
+                inv=exactly_one_place(s),
+                trans=pre,
+                inv_next=exactly_one_place(post),
+                timeout_ms=timeout_ms,
+                describe=describe,
             )
             if outcome.verdict is not Verdict.PROVED:
                 return outcome
@@ -831,13 +898,22 @@ def _places_obligation(command: str, *, mutant: bool = False) -> Callable[[int],
 
 
 OBLIGATIONS: tuple[Obligation, ...] = (
-    Obligation("ranges disjoint: add (seal + placement)", ("DD-5", "DD-6", "DD-8"), f"<= {SLOTS} buckets",
-               _ranges_obligation("add")),
+    Obligation(
+        "ranges disjoint: add (seal + placement)",
+        ("DD-5", "DD-6", "DD-8"),
+        f"<= {SLOTS} buckets",
+        _ranges_obligation("add"),
+    ),
     Obligation("ranges disjoint: merge window", ("DD-5", "DD-20"), f"<= {SLOTS} buckets", _ranges_obligation("merge")),
-    Obligation("ranges disjoint: delete / trim / clear", ("DD-5", "DD-19", "DD-22", "DD-23"), f"<= {SLOTS} buckets",
-               _ranges_obligation("delete")),
-    Obligation("ranges disjoint: recovery insert", ("DD-5", "DD-26"), f"<= {SLOTS} buckets",
-               _ranges_obligation("recover")),
+    Obligation(
+        "ranges disjoint: delete / trim / clear",
+        ("DD-5", "DD-19", "DD-22", "DD-23"),
+        f"<= {SLOTS} buckets",
+        _ranges_obligation("delete"),
+    ),
+    Obligation(
+        "ranges disjoint: recovery insert", ("DD-5", "DD-26"), f"<= {SLOTS} buckets", _ranges_obligation("recover")
+    ),
     Obligation("count = tracked: add", ("DD-2", "DD-3", "DD-4"), f"<= {POSITIONS} positions", _count_obligation("add")),
     Obligation("count = tracked: pop", ("DD-4", "DD-15"), f"<= {POSITIONS} positions", _count_obligation("pop")),
     Obligation("count = tracked: trim", ("DD-4", "DD-22"), f"<= {POSITIONS} positions", _count_obligation("trim")),
@@ -847,20 +923,42 @@ OBLIGATIONS: tuple[Obligation, ...] = (
     Obligation("segment within max indexes", ("DD-9",), f"streams of {STREAM}", _cutting("max")),
     Obligation("never delivered early", ("DD-1", "DD-13"), "unbounded", _never_early()),
     Obligation("merge preserves tracked messages", ("DD-21",), "unbounded", _merge_preserves()),
-    Obligation("one_bitmap_per_bit + every_tracked_reachable: add (seal + placement)",
-               ("DD-2", "DD-3", "DD-5", "DD-6", "DD-7", "DD-8", "DD-9", "DD-10", "DD-11", "DD-14"), PLACES_BOUND,
-               _places_obligation("add")),
-    Obligation("one_bitmap_per_bit + every_tracked_reachable: get_scheduled_messages turn",
-               ("DD-10", "DD-11", "DD-12", "DD-15", "DD-16", "DD-19", "DD-22"), PLACES_BOUND,
-               _places_obligation("pop")),
-    Obligation("one_bitmap_per_bit + every_tracked_reachable: merge", ("DD-5", "DD-11", "DD-20", "DD-21"),
-               PLACES_BOUND, _places_obligation("merge")),
-    Obligation("one_bitmap_per_bit + every_tracked_reachable: trim / mark-delete", ("DD-11", "DD-19", "DD-22"),
-               PLACES_BOUND, _places_obligation("trim")),
-    Obligation("one_bitmap_per_bit + every_tracked_reachable: clear", ("DD-11", "DD-23"), PLACES_BOUND,
-               _places_obligation("clear")),
-    Obligation("one_bitmap_per_bit + every_tracked_reachable: recovery", ("DD-5", "DD-11", "DD-24", "DD-26"),
-               PLACES_BOUND, _places_obligation("recover")),
+    Obligation(
+        "one_bitmap_per_bit + every_tracked_reachable: add (seal + placement)",
+        ("DD-2", "DD-3", "DD-5", "DD-6", "DD-7", "DD-8", "DD-9", "DD-10", "DD-11", "DD-14"),
+        PLACES_BOUND,
+        _places_obligation("add"),
+    ),
+    Obligation(
+        "one_bitmap_per_bit + every_tracked_reachable: get_scheduled_messages turn",
+        ("DD-10", "DD-11", "DD-12", "DD-15", "DD-16", "DD-19", "DD-22"),
+        PLACES_BOUND,
+        _places_obligation("pop"),
+    ),
+    Obligation(
+        "one_bitmap_per_bit + every_tracked_reachable: merge",
+        ("DD-5", "DD-11", "DD-20", "DD-21"),
+        PLACES_BOUND,
+        _places_obligation("merge"),
+    ),
+    Obligation(
+        "one_bitmap_per_bit + every_tracked_reachable: trim / mark-delete",
+        ("DD-11", "DD-19", "DD-22"),
+        PLACES_BOUND,
+        _places_obligation("trim"),
+    ),
+    Obligation(
+        "one_bitmap_per_bit + every_tracked_reachable: clear",
+        ("DD-11", "DD-23"),
+        PLACES_BOUND,
+        _places_obligation("clear"),
+    ),
+    Obligation(
+        "one_bitmap_per_bit + every_tracked_reachable: recovery",
+        ("DD-5", "DD-11", "DD-24", "DD-26"),
+        PLACES_BOUND,
+        _places_obligation("recover"),
+    ),
 )
 
 MUTANTS: dict[str, Callable[[int], Outcome]] = {

@@ -201,9 +201,7 @@ def prove_machine(machine: str, *, timeout_ms: int = 30_000, only: str | None = 
 
 def format_table(rows: Sequence[Row]) -> str:
     headers = ("machine", "property", "rules", "verdict", "bound", "seconds")
-    body = [
-        (r.machine, r.name, ",".join(r.rules), r.verdict.value, r.bound, f"{r.seconds:.3f}") for r in rows
-    ]
+    body = [(r.machine, r.name, ",".join(r.rules), r.verdict.value, r.bound, f"{r.seconds:.3f}") for r in rows]
     widths = [max(len(h), *(len(line[i]) for line in body)) if body else len(h) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines.append("  ".join("-" * w for w in widths))
@@ -215,4 +213,3 @@ def format_table(rows: Sequence[Row]) -> str:
         elif r.reason:
             lines.append(f"\n{r.machine}/{r.name}: {r.verdict.value} ({r.reason})")
     return "\n".join(lines)
-

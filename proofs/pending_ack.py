@@ -85,13 +85,18 @@ TC = 1
 
 # Command kinds.
 IND, CUM, NIND, NCUM, COMMIT, ABORT = range(6)
-KIND_NAMES = ("individual_ack", "cumulative_ack", "normal_individual_ack", "normal_cumulative_ack", "commit_txn",
-              "abort_txn")
+KIND_NAMES = (
+    "individual_ack",
+    "cumulative_ack",
+    "normal_individual_ack",
+    "normal_cumulative_ack",
+    "commit_txn",
+    "abort_txn",
+)
 
 _W = 64
 ZERO = z3.BitVecVal(0, _W)
 ONE = z3.BitVecVal(1, _W)
-
 
 
 @dataclass(frozen=True)
@@ -212,8 +217,7 @@ def _cursor_delete(s: ZState, e: int, guard: Any, whole: Any, bits: Any) -> ZSta
     live = z3.And(guard, z3.Not(deleted(s, e)))
     idel = tuple(z3.Or(s.idel[x], z3.And(live, whole)) if x == e else s.idel[x] for x in range(ENTRIES))
     cdel = tuple(
-        z3.If(z3.And(live, z3.Not(whole)), s.cdel[x] | bits, s.cdel[x]) if x == e else s.cdel[x]
-        for x in range(ENTRIES)
+        z3.If(z3.And(live, z3.Not(whole)), s.cdel[x] | bits, s.cdel[x]) if x == e else s.cdel[x] for x in range(ENTRIES)
     )
     return replace(s, idel=idel, cdel=cdel)
 
@@ -267,8 +271,12 @@ def _apply_ind(s: ZState, c: ZCommand) -> ZState:
     add_b = tuple(z3.If(z3.And(use[e], z3.Not(c.wh[e])), bits[e], ZERO) for e in rng)
     whole = tuple(tuple(z3.Or(s.whole[k][e], z3.And(c.txn == k, add_w[e])) for e in rng) for k in range(TXNS))
     own = tuple(
-        tuple(z3.If(z3.And(c.txn == k, z3.Not(whole[k][e])), s.own[k][e] | add_b[e],
-                    z3.If(whole[k][e], ZERO, s.own[k][e])) for e in rng)
+        tuple(
+            z3.If(
+                z3.And(c.txn == k, z3.Not(whole[k][e])), s.own[k][e] | add_b[e], z3.If(whole[k][e], ZERO, s.own[k][e])
+            )
+            for e in rng
+        )
         for k in range(TXNS)
     )
     cw = tuple(z3.Or(s.cw[e], add_w[e]) for e in rng)
@@ -337,13 +345,17 @@ def encode_step(
     after_cum = replace(s, co=c.txn, ce=c.entry)
     ok = z3.If(c.kind == IND, ind_ok, z3.If(c.kind == CUM, cum_ok, z3.BoolVal(True)))
     post = _ite_state(
-        c.kind == IND, after_ind,
+        c.kind == IND,
+        after_ind,
         _ite_state(
-            c.kind == CUM, after_cum,
+            c.kind == CUM,
+            after_cum,
             _ite_state(
-                c.kind == NIND, _normal(s, c, full, False),
+                c.kind == NIND,
+                _normal(s, c, full, False),
                 _ite_state(
-                    c.kind == NCUM, _normal(s, c, full, True),
+                    c.kind == NCUM,
+                    _normal(s, c, full, True),
                     _ite_state(c.kind == COMMIT, _commit(s, c.txn, full, mutant), _abort(s, c.txn)),
                 ),
             ),
@@ -376,9 +388,11 @@ def encode_replay(s: ZState, c: ZCommand, full: tuple[Any, ...]) -> ZState:
     after_ind = _ite_state(ind_ok, _apply_ind(s, c), s)
     after_cum = _ite_state(cum_ok, replace(s, co=c.txn, ce=c.entry), s)
     post = _ite_state(
-        c.kind == IND, after_ind,
-        _ite_state(c.kind == CUM, after_cum,
-                   _ite_state(c.kind == COMMIT, _commit(s, c.txn, full, None), _abort(s, c.txn))),
+        c.kind == IND,
+        after_ind,
+        _ite_state(
+            c.kind == CUM, after_cum, _ite_state(c.kind == COMMIT, _commit(s, c.txn, full, None), _abort(s, c.txn))
+        ),
     )
     return strip(post)
 
@@ -605,8 +619,13 @@ def _decode(model: z3.ModelRef, s: ZState, c: ZCommand, sizes: tuple[Any, ...]) 
     co = signed(s.co)
     slot = CumulativeSlot(_txn(co), _pos(signed(s.ce))) if co >= 0 else None
     state = replace(
-        initial(Config()), handle_state=HandleState.READY, cursor=cursor, individual_ack_of_transaction=txns,
-        txn_order=tuple(sorted(txns.keys())), individual_ack_positions=comb, cumulative_ack=slot,
+        initial(Config()),
+        handle_state=HandleState.READY,
+        cursor=cursor,
+        individual_ack_of_transaction=txns,
+        txn_order=tuple(sorted(txns.keys())),
+        individual_ack_positions=comb,
+        cumulative_ack=slot,
     )
     kind = signed(c.kind)
     positions = []
@@ -615,16 +634,23 @@ def _decode(model: z3.ModelRef, s: ZState, c: ZCommand, sizes: tuple[Any, ...]) 
             if tru(c.wh[e]):
                 positions.append(AckedPosition(_pos(e), None, n[e]))
             else:
-                positions.append(AckedPosition.of_indexes(_pos(e), n[e], [i for i in range(n[e])
-                                                                            if val(c.bits[e]) >> i & 1]))
+                positions.append(
+                    AckedPosition.of_indexes(_pos(e), n[e], [i for i in range(n[e]) if val(c.bits[e]) >> i & 1])
+                )
     txn = _txn(max(0, signed(c.txn)))
     entry = AckedPosition(_pos(max(0, signed(c.entry))))
     command: Any = (
-        IndividualAck(txn, tuple(positions)) if kind == IND else
-        CumulativeAck(txn, (entry,)) if kind == CUM else
-        NormalAck(AckType.INDIVIDUAL, tuple(positions)) if kind == NIND else
-        NormalAck(AckType.CUMULATIVE, (entry,)) if kind == NCUM else
-        CommitTxn(txn) if kind == COMMIT else AbortTxn(txn)
+        IndividualAck(txn, tuple(positions))
+        if kind == IND
+        else CumulativeAck(txn, (entry,))
+        if kind == CUM
+        else NormalAck(AckType.INDIVIDUAL, tuple(positions))
+        if kind == NIND
+        else NormalAck(AckType.CUMULATIVE, (entry,))
+        if kind == NCUM
+        else CommitTxn(txn)
+        if kind == COMMIT
+        else AbortTxn(txn)
     )
     lines = [
         "state   = PendingAckState(...) with",
@@ -654,8 +680,9 @@ def _setup(kind: int) -> tuple[ZState, ZCommand, tuple[Any, ...], tuple[Any, ...
     return s, c, sizes, full, background
 
 
-def _inductive(name: str, rules: tuple[str, ...], inv: Callable[[ZState, tuple[Any, ...]], Any],
-               mutant: str | None, kind: int) -> Obligation:
+def _inductive(
+    name: str, rules: tuple[str, ...], inv: Callable[[ZState, tuple[Any, ...]], Any], mutant: str | None, kind: int
+) -> Obligation:
     def check(timeout_ms: int) -> Outcome:
         s, c, sizes, full, background = _setup(kind)
         _ok, post = encode_step(s, c, full, mutant, kind)
@@ -672,9 +699,13 @@ def _inductive(name: str, rules: tuple[str, ...], inv: Callable[[ZState, tuple[A
     return Obligation(f"{name} preserved by {KIND_NAMES[kind]}", rules, BOUND, check)
 
 
-def _safety(name: str, rules: tuple[str, ...],
-            claim: Callable[[ZState, ZCommand, Any, ZState, tuple[Any, ...]], Any], mutant: str | None,
-            kind: int) -> Obligation:
+def _safety(
+    name: str,
+    rules: tuple[str, ...],
+    claim: Callable[[ZState, ZCommand, Any, ZState, tuple[Any, ...]], Any],
+    mutant: str | None,
+    kind: int,
+) -> Obligation:
     def check(timeout_ms: int) -> Outcome:
         s, c, sizes, full, background = _setup(kind)
         ok, post = encode_step(s, c, full, mutant, kind)
@@ -689,10 +720,14 @@ def _safety(name: str, rules: tuple[str, ...],
 
 
 def _deleted_absorbing(s: ZState, c: ZCommand, ok: Any, post: ZState, full: tuple[Any, ...]) -> Any:
-    return z3.And(*[
-        z3.And(z3.Implies(deleted(s, e), deleted(post, e)), z3.Or(deleted(post, e), _subset(s.cdel[e], post.cdel[e])))
-        for e in range(ENTRIES)
-    ])
+    return z3.And(
+        *[
+            z3.And(
+                z3.Implies(deleted(s, e), deleted(post, e)), z3.Or(deleted(post, e), _subset(s.cdel[e], post.cdel[e]))
+            )
+            for e in range(ENTRIES)
+        ]
+    )
 
 
 def _commit_exact(s: ZState, c: ZCommand, ok: Any, post: ZState, full: tuple[Any, ...]) -> Any:
@@ -714,11 +749,16 @@ def _commit_exact(s: ZState, c: ZCommand, ok: Any, post: ZState, full: tuple[Any
         # Other txns lose only entries inside the committed cumulative range.
         for u in range(TXNS):
             other = t != u
-            clauses.append(z3.Implies(other, z3.And(
-                post.whole[u][e] == z3.And(s.whole[u][e], z3.Not(deleted(post, e))),
-                post.own[u][e] == z3.If(deleted(post, e), ZERO, s.own[u][e]),
-                z3.Implies(z3.And(held(s, u, e), newly), in_range),
-            )))
+            clauses.append(
+                z3.Implies(
+                    other,
+                    z3.And(
+                        post.whole[u][e] == z3.And(s.whole[u][e], z3.Not(deleted(post, e))),
+                        post.own[u][e] == z3.If(deleted(post, e), ZERO, s.own[u][e]),
+                        z3.Implies(z3.And(held(s, u, e), newly), in_range),
+                    ),
+                )
+            )
     clauses.append(z3.Implies(owned, post.co == -1))
     return z3.Implies(c.kind == COMMIT, z3.And(*clauses))
 
@@ -739,9 +779,13 @@ def _abort_exact(s: ZState, c: ZCommand, ok: Any, post: ZState, full: tuple[Any,
         clauses.append(post.cb[e] == s.cb[e] & ~mine_b)
         clauses.append(post.cw[e] == z3.And(s.cw[e], z3.Not(mine_w)))
         for u in range(TXNS):
-            clauses.append(z3.If(t == u,
-                                 z3.And(z3.Not(post.whole[u][e]), post.own[u][e] == ZERO),
-                                 z3.And(post.whole[u][e] == s.whole[u][e], post.own[u][e] == s.own[u][e])))
+            clauses.append(
+                z3.If(
+                    t == u,
+                    z3.And(z3.Not(post.whole[u][e]), post.own[u][e] == ZERO),
+                    z3.And(post.whole[u][e] == s.whole[u][e], post.own[u][e] == s.own[u][e]),
+                )
+            )
     return z3.Implies(c.kind == ABORT, z3.And(*clauses))
 
 
@@ -758,8 +802,14 @@ def _only_cursor(s: ZState) -> ZState:
     rng = range(ENTRIES)
     no = tuple(tuple(z3.BoolVal(False) for _ in rng) for _ in range(TXNS))
     zero = tuple(tuple(ZERO for _ in rng) for _ in range(TXNS))
-    return replace(s, whole=no, own=zero, cin=tuple(z3.BoolVal(False) for _ in rng),
-                   cw=tuple(z3.BoolVal(False) for _ in rng), cb=tuple(ZERO for _ in rng))
+    return replace(
+        s,
+        whole=no,
+        own=zero,
+        cin=tuple(z3.BoolVal(False) for _ in rng),
+        cw=tuple(z3.BoolVal(False) for _ in rng),
+        cb=tuple(ZERO for _ in rng),
+    )
 
 
 def _same_pending(a: ZState, b: ZState) -> Any:
@@ -785,9 +835,10 @@ def _replay_obligation(mutant: str | None, kind: int) -> Obligation:
             claim = _same_pending(before, after_live)
         else:
             replayed = encode_replay(before, c, full)
-            same_cursor = z3.And(replayed.md == later.md, *[
-                z3.And(replayed.idel[e] == later.idel[e], replayed.cdel[e] == later.cdel[e]) for e in range(ENTRIES)
-            ])
+            same_cursor = z3.And(
+                replayed.md == later.md,
+                *[z3.And(replayed.idel[e] == later.idel[e], replayed.cdel[e] == later.cdel[e]) for e in range(ENTRIES)],
+            )
             claim = z3.Implies(ok, z3.And(_same_pending(replayed, after_live), same_cursor))
         return prove_valid(
             claim,
@@ -812,12 +863,15 @@ def obligations(mutant: str | None = None) -> tuple[Obligation, ...]:
     """Every obligation; with ``mutant`` the transition has that rule broken (for the mutant tests)."""
     kinds = range(len(KIND_NAMES))
     out = [_inductive(name, rules, f, mutant, k) for name, (rules, f) in INVARIANTS.items() for k in kinds]
-    out += [_safety(f"DELETED is absorbing under {KIND_NAMES[k]}", ("PA-3",), _deleted_absorbing, mutant, k)
-            for k in kinds]
-    out.append(_safety("commit deletes exactly the txn's acks, others untouched", ("PA-12",), _commit_exact, mutant,
-                       COMMIT))
-    out.append(_safety("abort returns exactly the txn's individual acks to PENDING", ("PA-13",), _abort_exact,
-                       mutant, ABORT))
+    out += [
+        _safety(f"DELETED is absorbing under {KIND_NAMES[k]}", ("PA-3",), _deleted_absorbing, mutant, k) for k in kinds
+    ]
+    out.append(
+        _safety("commit deletes exactly the txn's acks, others untouched", ("PA-12",), _commit_exact, mutant, COMMIT)
+    )
+    out.append(
+        _safety("abort returns exactly the txn's individual acks to PENDING", ("PA-13",), _abort_exact, mutant, ABORT)
+    )
     out += [_replay_obligation(mutant, k) for k in kinds]
     return tuple(out)
 

@@ -239,8 +239,9 @@ def _evolve(state: WriterState, **changes: Any) -> WriterState:
     return WriterState(**values)
 
 
-def initial(config: Config, kind: LogKind = LogKind.TRANSACTION_LOG, now_ms: int = 0,
-            enabled: bool | None = None) -> WriterState:
+def initial(
+    config: Config, kind: LogKind = LogKind.TRANSACTION_LOG, now_ms: int = 0, enabled: bool | None = None
+) -> WriterState:
     """A freshly constructed writer: OPEN, empty, its timer armed if batching is effective (BW-3, BW-12)."""
     cfg = writer_config(config, kind, enabled=enabled)
     return _fresh(cfg, now_ms, immutables.Map())
@@ -325,7 +326,13 @@ class SetBatchedWrite:
 
 
 Command = (
-    AsyncAddData | TimerFired | AddEntryComplete | AddEntryFailed | Close | FinishClose | DeleteRecords
+    AsyncAddData
+    | TimerFired
+    | AddEntryComplete
+    | AddEntryFailed
+    | Close
+    | FinishClose
+    | DeleteRecords
     | SetBatchedWrite
 )
 
@@ -489,8 +496,9 @@ def async_add_data(state: WriterState, cmd: AsyncAddData) -> tuple[WriterState, 
         return state, Err(record)
     request_id = state.next_request_id
     if not cfg.effective:
-        state, write = _issue_write(_evolve(state, next_request_id=request_id + 1), record, (request_id,),
-                                    batched=False)
+        state, write = _issue_write(
+            _evolve(state, next_request_id=request_id + 1), record, (request_id,), batched=False
+        )
         return state, Ok(AddAccepted(request_id), (write,))
     if len(record) >= cfg.max_size:
         state = _evolve(state, next_request_id=request_id + 1)
@@ -501,9 +509,21 @@ def async_add_data(state: WriterState, cmd: AsyncAddData) -> tuple[WriterState, 
         effects.append(write)
         return state, Ok(AddAccepted(request_id), tuple(effects))
     s = state
-    state = WriterState(s.config, s.status, (*s.buffer, Buffered(request_id, record, cmd.now_ms)),
-                        s.bytes_size + len(record), s.timer_due_ms, s.in_flight, request_id + 1, s.next_write_id,
-                        s.succeeded, s.failed, s.last_succeeded, s.entries, s.stats)
+    state = WriterState(
+        s.config,
+        s.status,
+        (*s.buffer, Buffered(request_id, record, cmd.now_ms)),
+        s.bytes_size + len(record),
+        s.timer_due_ms,
+        s.in_flight,
+        request_id + 1,
+        s.next_write_id,
+        s.succeeded,
+        s.failed,
+        s.last_succeeded,
+        s.entries,
+        s.stats,
+    )
     effects = []
     if len(state.buffer) >= cfg.max_records:
         state = _flush(state, FlushTrigger.MAX_RECORDS, cmd.now_ms, effects)
@@ -706,9 +726,7 @@ def delete_records(state: WriterState, cmd: DeleteRecords) -> tuple[WriterState,
                 del mutable[position]
                 fully.append(position)
         entries = mutable.finish()
-    deletes = tuple(
-        CursorDeleteEntry(p, None if bits is None else bits_to_words(bits)) for p, bits in ack_sets.items()
-    )
+    deletes = tuple(CursorDeleteEntry(p, None if bits is None else bits_to_words(bits)) for p, bits in ack_sets.items())
     return _evolve(state, entries=entries), Ok(Deleted(tuple(fully)), (CursorDelete(deletes),))
 
 
@@ -766,8 +784,13 @@ def replay(kind: LogKind, log: Iterable[LoggedEntry]) -> tuple[ReplayedRecord, .
     return tuple(out)
 
 
-def recover(config: Config, log: Iterable[LoggedEntry], kind: LogKind = LogKind.TRANSACTION_LOG,
-            now_ms: int = 0, enabled: bool | None = None) -> WriterState:
+def recover(
+    config: Config,
+    log: Iterable[LoggedEntry],
+    kind: LogKind = LogKind.TRANSACTION_LOG,
+    now_ms: int = 0,
+    enabled: bool | None = None,
+) -> WriterState:
     """A writer reopened over an existing ledger (BW-25): the durable entries and their live
     indexes come back; buffered and in-flight records of the crashed writer do not."""
     return recover_for(writer_config(config, kind, enabled=enabled), log, now_ms)

@@ -302,8 +302,9 @@ TXN_MARKER_PRODUCER = "pulsar.txn.marker"
 _MARKER_TYPES = {EntryKind.TXN_COMMIT: markers_pb.TXN_COMMIT, EntryKind.TXN_ABORT: markers_pb.TXN_ABORT}
 
 
-def entry_metadata(entry: LogEntry, *, publish_time_ms: int, producer_name: str = "producer",
-                   sequence_id: int = 0) -> api_pb.MessageMetadata:
+def entry_metadata(
+    entry: LogEntry, *, publish_time_ms: int, producer_name: str = "producer", sequence_id: int = 0
+) -> api_pb.MessageMetadata:
     """The ``MessageMetadata`` an entry carries on the wire.  A marker is written by the buffer with
     producer ``pulsar.txn.marker``, sequence id -1 (Java's long, so 2^64-1 as the proto's uint64),
     ``marker_type`` 21 or 22 and the txn id; a transactional message carries the txn id.  (TB-16)"""
@@ -692,9 +693,7 @@ def _snapshot_effect(state: BufferState) -> Effect:
     """The snapshot of the current memory: single record, or the index record in segmented mode.  (TB-20, TB-22)"""
     if state.config.transaction_buffer_segmented_snapshot_enabled:
         return WriteSnapshotIndexes(_indexes(state))
-    aborts = tuple(
-        AbortTxnMetadata(t, p) for t, p in sorted(state.aborted.items(), key=lambda kv: (kv[1], kv[0]))
-    )
+    aborts = tuple(AbortTxnMetadata(t, p) for t, p in sorted(state.aborted.items(), key=lambda kv: (kv[1], kv[0])))
     return WriteSnapshot(TransactionBufferSnapshot(state.topic, state.max_read_position, aborts))
 
 
@@ -761,16 +760,15 @@ def _add_aborted(state: BufferState, txn_id: TxnID, marker: Position) -> tuple[B
         return replace(state, unsealed=unsealed), ()
     seq = state.next_segment_sequence_id
     segment = AbortedSegment(seq, marker, frozenset(unsealed))
-    state = replace(
-        state, unsealed=(), segments=(*state.segments, segment), next_segment_sequence_id=seq + 1
-    )
+    state = replace(state, unsealed=(), segments=(*state.segments, segment), next_segment_sequence_id=seq + 1)
     record = TransactionBufferSnapshotSegment(state.topic, seq, marker, unsealed)
     return _persist(state, (WriteSnapshotSegment(record), WriteSnapshotIndexes(_indexes(state))))
 
 
 def _remove_and_update(state: BufferState, txn_id: TxnID) -> BufferState:
-    return _update_max_read_position(replace(state, ongoing=state.ongoing.delete(txn_id)
-                                             if txn_id in state.ongoing else state.ongoing))
+    return _update_max_read_position(
+        replace(state, ongoing=state.ongoing.delete(txn_id) if txn_id in state.ongoing else state.ongoing)
+    )
 
 
 def _internal_append(state: BufferState, txn_id: TxnID) -> tuple[BufferState, Ok[Position] | Err, _Effects]:
@@ -1288,8 +1286,10 @@ def _recover_view(config: Config, inputs: Mapping[str, Any]) -> BufferState:
     unknown = set(inputs) - {"topic", "ledger_id", "ledgers", "entries", "snapshot_records"}
     if unknown:
         raise KeyError(f"unknown recovery input(s) {sorted(unknown)}")
-    kinds: dict[str, type] = {cls.__name__: cls for cls in (WriteSnapshot, WriteSnapshotSegment, WriteSnapshotIndexes,
-                                                          DeleteSnapshotSegment, ClearSnapshot)}
+    kinds: dict[str, type] = {
+        cls.__name__: cls
+        for cls in (WriteSnapshot, WriteSnapshotSegment, WriteSnapshotIndexes, DeleteSnapshotSegment, ClearSnapshot)
+    }
     records = []
     for i, raw in enumerate(from_json(inputs.get("snapshot_records", []), tuple[Any, ...], "$.snapshot_records")):
         kind = kinds.get(str(raw.get("@type"))) if isinstance(raw, dict) else None
@@ -1297,10 +1297,14 @@ def _recover_view(config: Config, inputs: Mapping[str, Any]) -> BufferState:
             raise KeyError(f"$.snapshot_records[{i}]: not a snapshot record: {raw!r}")
         records.append(from_json(raw, kind, f"$.snapshot_records[{i}]"))
     ledgers = from_json(inputs["ledgers"], tuple[LedgerInfo, ...], "$.ledgers")
-    return recovery_view(config, topic=from_json(inputs.get("topic", DEFAULT_TOPIC), str, "$.topic"),
-                         ledger_id=from_json(inputs.get("ledger_id", ledgers[-1].ledger_id), int, "$.ledger_id"),
-                         ledgers=ledgers, snapshot_records=records,
-                         entries=from_json(inputs.get("entries", []), tuple[LogEntry, ...], "$.entries"))
+    return recovery_view(
+        config,
+        topic=from_json(inputs.get("topic", DEFAULT_TOPIC), str, "$.topic"),
+        ledger_id=from_json(inputs.get("ledger_id", ledgers[-1].ledger_id), int, "$.ledger_id"),
+        ledgers=ledgers,
+        snapshot_records=records,
+        entries=from_json(inputs.get("entries", []), tuple[LogEntry, ...], "$.entries"),
+    )
 
 
 def _vectors() -> MachineVectors:

@@ -151,9 +151,7 @@ Result = Ok[object] | Err
 Step = tuple[ClientTxn, Result]
 
 
-def initial(
-    config: Config, txn_id: TxnID = _FIRST_TXN, timeout_ms: int = CLIENT_DEFAULT_TXN_TIMEOUT_MS
-) -> ClientTxn:
+def initial(config: Config, txn_id: TxnID = _FIRST_TXN, timeout_ms: int = CLIENT_DEFAULT_TXN_TIMEOUT_MS) -> ClientTxn:
     """A transaction the coordinator just issued: OPEN, its timer armed (TC-29)."""
     del config  # the client machine has no broker.conf keys; kept for the common signature
     if timeout_ms < 0:

@@ -33,6 +33,7 @@ __all__ = [
     "run_vector",
 ]
 
+
 @dataclass(frozen=True)
 class MachineVectors:
     """What a reference module tells the runner about itself."""
@@ -149,7 +150,11 @@ def run_vector(path: Path, data: Mapping[str, Any], *, where: str | None = None)
     adapter = _machine_vectors(machine)
     if adapter is None:
         return VectorResult(
-            label, data["id"], machine, len(steps), False,
+            label,
+            data["id"],
+            machine,
+            len(steps),
+            False,
             Mismatch(0, "-", "machine", f"reference.{machine_info(machine).module} with VECTORS", "not implemented"),
         )
     try:
@@ -194,7 +199,11 @@ def run_vector(path: Path, data: Mapping[str, Any], *, where: str | None = None)
             if not matches(check["equals"], observed):
                 what = f"observe {check['observe']}({json.dumps(check.get('args', {}))})"
                 return VectorResult(
-                    label, data["id"], machine, len(steps), False,
+                    label,
+                    data["id"],
+                    machine,
+                    len(steps),
+                    False,
                     Mismatch(index, name, what, check["equals"], observed),
                 )
     return VectorResult(label, data["id"], machine, len(steps), True)

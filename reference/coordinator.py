@@ -710,9 +710,7 @@ def _new_txn(state: CoordinatorState, cmd: NewTxn) -> Step:
         owner=cmd.owner,
         record_ids=(rid,),
     )
-    after = _with_meta(
-        grown, meta, records=1, stats=replace(state.stats, created=state.stats.created + 1)
-    )
+    after = _with_meta(grown, meta, records=1, stats=replace(state.stats, created=state.stats.created + 1))
     effects: tuple[Effect, ...] = (AppendRecord(rid, record),)
     if cmd.timeout_ms < TIMEOUT_TRACKER_TICK_MS:
         # TC-19: the tracker aborts at once instead of queueing.
@@ -750,9 +748,7 @@ def _add_to_txn(state: CoordinatorState, cmd: AddPartitionToTxn | AddSubscriptio
 
 def _ownership_refused(txn_id: TxnID, caller: str | None) -> Err:
     # TC-12: Pulsar hides the txn from a caller who may not touch it.
-    return Err(
-        TransactionNotFound(f"Transaction {txn_id} not found: {caller} is neither the owner nor a super user")
-    )
+    return Err(TransactionNotFound(f"Transaction {txn_id} not found: {caller} is neither the owner nor a super user"))
 
 
 def _update_txn_status(
@@ -789,9 +785,7 @@ def _update_txn_status(
             if new is TxnStatus.COMMITTED
             else replace(stats, aborted=stats.aborted + 1)
         )
-        after = replace(
-            state, txns=state.txns.delete(txn_id.least_sig_bits), next_record_id=rid + 1, stats=stats
-        )
+        after = replace(state, txns=state.txns.delete(txn_id.least_sig_bits), next_record_id=rid + 1, stats=stats)
         return after, Ok(new, (*written, DeleteRecords(record_ids)))
     meta = replace(meta, status=new, last_modification_time=now_ms, record_ids=record_ids)
     return _with_meta(state, meta, records=1, stats=stats), Ok(new, written)
@@ -1042,9 +1036,13 @@ def _decode_recover(config: Config, inputs: dict[str, object] | object) -> Coord
     if unknown:
         raise KeyError(f"unknown recovery input(s) {sorted(unknown)}")
     records = from_json(params.get("records", []), tuple[tuple[int, TxnLogRecord], ...], "$.records")
-    state, _ = recover(config, from_json(params.get("coordinator_id", 0), int, "$.coordinator_id"), records,
-                       from_json(params.get("max_local_txn_id", -1), int, "$.max_local_txn_id"),
-                       next_record_id=from_json(params.get("next_record_id", 0), int, "$.next_record_id"))
+    state, _ = recover(
+        config,
+        from_json(params.get("coordinator_id", 0), int, "$.coordinator_id"),
+        records,
+        from_json(params.get("max_local_txn_id", -1), int, "$.max_local_txn_id"),
+        next_record_id=from_json(params.get("next_record_id", 0), int, "$.next_record_id"),
+    )
     return state
 
 

@@ -692,8 +692,9 @@ def _delete_snapshot(state: BucketTracker, bucket_id: int, key: str) -> tuple[Bu
     state = _evolve(state, storage=storage)
     if not ok:
         return _count_op(state, "delete", "failed"), False, []
-    storage = _evolve(storage, snapshots=storage.snapshots.delete(bucket_id)) if bucket_id in storage.snapshots \
-        else storage
+    storage = (
+        _evolve(storage, snapshots=storage.snapshots.delete(bucket_id)) if bucket_id in storage.snapshots else storage
+    )
     effects: list[Effect] = [DeleteBucketSnapshot(bucket_id)]
     if storage.properties.get(key) == str(bucket_id):
         storage = _evolve(storage, properties=storage.properties.delete(key))
@@ -1274,8 +1275,16 @@ def recover(
         bitmaps = _union(m.bitmaps for m in live)
         count = _cardinality(bitmaps)
         bucket = ImmutableBucket(
-            start, end, bucket_id, bitmaps, count, skipped + 1, len(metadata),
-            tuple(m.min_schedule_timestamp for m in metadata), run.key(len(run) - 1), snapshot.length,
+            start,
+            end,
+            bucket_id,
+            bitmaps,
+            count,
+            skipped + 1,
+            len(metadata),
+            tuple(m.min_schedule_timestamp for m in metadata),
+            run.key(len(run) - 1),
+            snapshot.length,
         )
         state = _evolve(
             state,
@@ -1515,12 +1524,22 @@ def recover_from_json(config: Config, inputs: Any) -> Tracker:
     """
     from spec.jsonvalues import from_json
 
-    unknown = set(inputs) - {"tracker", "async_create", "mark_delete_ledger", "next_bucket_id",
-                             "cursor_properties", "snapshots", "failures"}
+    unknown = set(inputs) - {
+        "tracker",
+        "async_create",
+        "mark_delete_ledger",
+        "next_bucket_id",
+        "cursor_properties",
+        "snapshots",
+        "failures",
+    }
     if unknown:
         raise KeyError(f"unknown recovery input(s) {sorted(unknown)}")
-    state = initial(config, tracker=from_json(inputs.get("tracker", "bucket"), str, "$.tracker"),
-                    async_create=from_json(inputs.get("async_create", False), bool, "$.async_create"))
+    state = initial(
+        config,
+        tracker=from_json(inputs.get("tracker", "bucket"), str, "$.tracker"),
+        async_create=from_json(inputs.get("async_create", False), bool, "$.async_create"),
+    )
     if isinstance(state, InMemoryTracker):
         return state
     snapshots: dict[int, Snapshot] = {}
@@ -1549,8 +1568,11 @@ def recover_from_json(config: Config, inputs: Any) -> Tracker:
         from_json(inputs.get("next_bucket_id", 1), int, "$.next_bucket_id"),
         from_json(inputs.get("failures", []), immutables.Map[str, int], "$.failures"),
     )
-    return _evolve(state, storage=storage,
-                   mark_delete_ledger=from_json(inputs.get("mark_delete_ledger", -1), int, "$.mark_delete_ledger"))
+    return _evolve(
+        state,
+        storage=storage,
+        mark_delete_ledger=from_json(inputs.get("mark_delete_ledger", -1), int, "$.mark_delete_ledger"),
+    )
 
 
 _OBSERVERS: dict[str, Callable[..., Any]] = {

@@ -564,9 +564,7 @@ def message_state(state: PendingAckState, position: Position, batch_index: int |
     if slot is not None:
         if position < slot.position:
             return MessageState.PENDING_ACK
-        if position == slot.position and (
-            batch_index is None or slot.acked is None or slot.acked >> batch_index & 1
-        ):
+        if position == slot.position and (batch_index is None or slot.acked is None or slot.acked >> batch_index & 1):
             return MessageState.PENDING_ACK
     return MessageState.PENDING
 
@@ -662,8 +660,11 @@ def _strip_deleted(state: PendingAckState) -> PendingAckState:
     slot = state.cumulative_ack
     if slot is not None and slot.position <= cursor.mark_delete_position:
         slot = None
-    if txns is state.individual_ack_of_transaction and positions is state.individual_ack_positions \
-            and slot is state.cumulative_ack:
+    if (
+        txns is state.individual_ack_of_transaction
+        and positions is state.individual_ack_positions
+        and slot is state.cumulative_ack
+    ):
         return state
     order = state.txn_order if len(txns) == len(state.txn_order) else tuple(t for t in state.txn_order if t in txns)
     return replace(
@@ -731,8 +732,10 @@ def _clear_useless_log_data(state: PendingAckState) -> tuple[PendingAckState, Tr
     kept = tuple(e for e in state.log_index if e[0] > md)
     last = popped[-1][1]
     trimmed = replace(
-        state, log_index=kept, log_mark_delete=max(state.log_mark_delete, last), max_index_lag=_next_lag(
-            state.config, len(kept))
+        state,
+        log_index=kept,
+        log_mark_delete=max(state.log_mark_delete, last),
+        max_index_lag=_next_lag(state.config, len(kept)),
     )
     return trimmed, TrimPendingAckLog(last)
 
@@ -830,8 +833,9 @@ def _cumulative_conflict(state: PendingAckState, txn: TxnID, acked: AckedPositio
     if slot is not None:
         if slot.txn_id != txn:
             return TransactionConflict(f"the cumulative pending ack is held by {slot.txn_id}")
-        if _cum_key(acked.position, acked.batch_size, acked.acked) <= _cum_key(slot.position, slot.batch_size,
-                                                                                 slot.acked):
+        if _cum_key(acked.position, acked.batch_size, acked.acked) <= _cum_key(
+            slot.position, slot.batch_size, slot.acked
+        ):
             return TransactionConflict(f"{acked.position} is not above the txn's cumulative ack {slot.position}")
     return None
 
@@ -1117,22 +1121,30 @@ def replay_record(state: PendingAckState, record_id: int, record: PendingAckReco
             slot = state.cumulative_ack
             # The mark-delete position is not re-checked: it may have passed the slot since; the
             # strip below drops the slot then, as the live path did (PA-19).
-            if slot is None or (slot.txn_id == txn and _cum_key(acked.position, acked.batch_size, acked.acked)
-                                > _cum_key(slot.position, slot.batch_size, slot.acked)):
-                state = replace(state, cumulative_ack=CumulativeSlot(txn, acked.position, acked.batch_size,
-                                                                     acked.acked))
+            if slot is None or (
+                slot.txn_id == txn
+                and _cum_key(acked.position, acked.batch_size, acked.acked)
+                > _cum_key(slot.position, slot.batch_size, slot.acked)
+            ):
+                state = replace(
+                    state, cumulative_ack=CumulativeSlot(txn, acked.position, acked.batch_size, acked.acked)
+                )
     elif record.ack_type is AckType.CUMULATIVE:
         slot = state.cumulative_ack
         if slot is not None and slot.txn_id == txn:
-            state = _commit_cumulative(state)[0] if record.op is PendingAckOp.COMMIT else replace(
-                state, cumulative_ack=None)
+            state = (
+                _commit_cumulative(state)[0]
+                if record.op is PendingAckOp.COMMIT
+                else replace(state, cumulative_ack=None)
+            )
     elif record.op is PendingAckOp.COMMIT:
         state = _commit_individual(state, txn)[0]
     else:
         state = _abort_individual(state, txn)[0]
     state = _strip_deleted(state)
-    state, _trim = _index_record(replace(state, next_record_id=max(state.next_record_id, record_id + 1)), record,
-                                 record_id)
+    state, _trim = _index_record(
+        replace(state, next_record_id=max(state.next_record_id, record_id + 1)), record, record_id
+    )
     return state
 
 

@@ -70,7 +70,9 @@ class Config:
     )
     transaction_log_batched_write_enabled: bool = _key("transactionLogBatchedWriteEnabled", False)
     transaction_log_batched_write_max_records: int = _key(
-        "transactionLogBatchedWriteMaxRecords", 512, _min(1),
+        "transactionLogBatchedWriteMaxRecords",
+        512,
+        _min(1),
         "Batching is effective only when this is > 1 (PIP-160 W1).",
     )
     transaction_log_batched_write_max_size: int = _key(
@@ -81,7 +83,9 @@ class Config:
     )
     # --- transaction buffer --------------------------------------------------------------------
     transaction_buffer_snapshot_max_transaction_count: int = _key(
-        "transactionBufferSnapshotMaxTransactionCount", 1000, _min(1),
+        "transactionBufferSnapshotMaxTransactionCount",
+        1000,
+        _min(1),
         "Snapshot after a commit/abort once maxReadPosition moved this many times.",
     )
     transaction_buffer_snapshot_min_time_in_millis: int = _key(
@@ -90,9 +94,7 @@ class Config:
     transaction_buffer_snapshot_segment_size: int = _key(
         "transactionBufferSnapshotSegmentSize", 262144, _min(64), "Bytes per snapshot segment."
     )
-    transaction_buffer_segmented_snapshot_enabled: bool = _key(
-        "transactionBufferSegmentedSnapshotEnabled", False
-    )
+    transaction_buffer_segmented_snapshot_enabled: bool = _key("transactionBufferSegmentedSnapshotEnabled", False)
     transaction_buffer_client_max_concurrent_requests: int = _key(
         "transactionBufferClientMaxConcurrentRequests", 1000, _min(1)
     )
@@ -100,12 +102,8 @@ class Config:
         "transactionBufferClientOperationTimeoutInMills", 3000, _min(1)
     )
     # --- pending ack ---------------------------------------------------------------------------
-    transaction_pending_ack_log_index_min_lag: int = _key(
-        "transactionPendingAckLogIndexMinLag", 500, _min(1)
-    )
-    transaction_pending_ack_batched_write_enabled: bool = _key(
-        "transactionPendingAckBatchedWriteEnabled", False
-    )
+    transaction_pending_ack_log_index_min_lag: int = _key("transactionPendingAckLogIndexMinLag", 500, _min(1))
+    transaction_pending_ack_batched_write_enabled: bool = _key("transactionPendingAckBatchedWriteEnabled", False)
     transaction_pending_ack_batched_write_max_records: int = _key(
         "transactionPendingAckBatchedWriteMaxRecords", 512, _min(1)
     )
@@ -115,9 +113,7 @@ class Config:
     transaction_pending_ack_batched_write_max_delay_in_millis: int = _key(
         "transactionPendingAckBatchedWriteMaxDelayInMillis", 1, _min(1)
     )
-    acknowledgment_at_batch_index_level_enabled: bool = _key(
-        "acknowledgmentAtBatchIndexLevelEnabled", True
-    )
+    acknowledgment_at_batch_index_level_enabled: bool = _key("acknowledgmentAtBatchIndexLevelEnabled", True)
     # --- delayed delivery (PIP-195) ------------------------------------------------------------
     delayed_delivery_enabled: bool = _key("delayedDeliveryEnabled", True)
     delayed_delivery_tracker_factory_class_name: str = _key(
@@ -125,22 +121,18 @@ class Config:
         "org.apache.pulsar.broker.delayed.InMemoryDelayedDeliveryTrackerFactory",
     )
     delayed_delivery_tick_time_millis: int = _key("delayedDeliveryTickTimeMillis", 1000, _min(1))
-    is_delayed_delivery_deliver_at_time_strict: bool = _key(
-        "isDelayedDeliveryDeliverAtTimeStrict", False
-    )
-    delayed_delivery_min_index_count_per_bucket: int = _key(
-        "delayedDeliveryMinIndexCountPerBucket", 50000, _min(1)
-    )
+    is_delayed_delivery_deliver_at_time_strict: bool = _key("isDelayedDeliveryDeliverAtTimeStrict", False)
+    delayed_delivery_min_index_count_per_bucket: int = _key("delayedDeliveryMinIndexCountPerBucket", 50000, _min(1))
     delayed_delivery_max_time_step_per_bucket_snapshot_segment_seconds: int = _key(
         "delayedDeliveryMaxTimeStepPerBucketSnapshotSegmentSeconds", 300, _min(0)
     )
     delayed_delivery_max_indexes_per_bucket_snapshot_segment: int = _key(
-        "delayedDeliveryMaxIndexesPerBucketSnapshotSegment", 5000, _positive_or(-1),
+        "delayedDeliveryMaxIndexesPerBucketSnapshotSegment",
+        5000,
+        _positive_or(-1),
         "-1 means unlimited.",
     )
-    delayed_delivery_max_num_buckets: int = _key(
-        "delayedDeliveryMaxNumBuckets", -1, None, "<= 0 disables merging."
-    )
+    delayed_delivery_max_num_buckets: int = _key("delayedDeliveryMaxNumBuckets", -1, None, "<= 0 disables merging.")
     delayed_delivery_fixed_delay_detection_lookahead: int = _key(
         "delayedDeliveryFixedDelayDetectionLookahead", 50000, _min(0), "In-memory tracker only."
     )
@@ -148,12 +140,8 @@ class Config:
         "delayedDeliveryMaxDelayInMillis", 0, _min(0), "0 means unlimited."
     )
     # --- managed ledger and security (what the engine needs) -----------------------------------
-    managed_ledger_max_entries_per_ledger: int = _key(
-        "managedLedgerMaxEntriesPerLedger", 50000, _min(1)
-    )
-    managed_ledger_max_size_per_ledger_mbytes: int = _key(
-        "managedLedgerMaxSizePerLedgerMbytes", 2048, _min(1)
-    )
+    managed_ledger_max_entries_per_ledger: int = _key("managedLedgerMaxEntriesPerLedger", 50000, _min(1))
+    managed_ledger_max_size_per_ledger_mbytes: int = _key("managedLedgerMaxSizePerLedgerMbytes", 2048, _min(1))
     authentication_enabled: bool = _key("authenticationEnabled", False)
     authorization_enabled: bool = _key("authorizationEnabled", False)
     super_user_roles: tuple[str, ...] = _key("superUserRoles", ())

@@ -137,8 +137,9 @@ class OpType(enum.Enum):
 class BadHistory(InputError):
     """A history file or row that breaks the contract; names the file, the row and the field."""
 
-    def __init__(self, message: str, *, where: str | None = None, row: int | None = None,
-                 column: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, where: str | None = None, row: int | None = None, column: str | None = None
+    ) -> None:
         self.row = row
         self.column = column
         place = where or ""
@@ -212,8 +213,9 @@ def parse_object(text: str) -> tuple[str, str]:
     """Split ``kind:name`` at the first colon (names may contain colons)."""
     kind, sep, name = text.partition(":")
     if not sep or kind not in OBJECT_KINDS or not name:
-        raise ValueError(f"not an object id: {text!r} (expected kind:name with kind one of "
-                         f"{', '.join(sorted(OBJECT_KINDS))})")
+        raise ValueError(
+            f"not an object id: {text!r} (expected kind:name with kind one of {', '.join(sorted(OBJECT_KINDS))})"
+        )
     return kind, name
 
 
@@ -267,15 +269,22 @@ class Operation:
     def to_row(self) -> dict[str, Any]:
         """The row as a plain dict of the contract's columns (Parquet / JSON Lines)."""
         return {
-            "history": self.history, "index": self.index, "process": self.process, "type": self.type.value,
-            "f": self.f, "object": self.object, "value": self.value, "result": self.result,
-            "invoked_at": self.invoked_at, "completed_at": self.completed_at, "error": self.error,
+            "history": self.history,
+            "index": self.index,
+            "process": self.process,
+            "type": self.type.value,
+            "f": self.f,
+            "object": self.object,
+            "value": self.value,
+            "result": self.result,
+            "invoked_at": self.invoked_at,
+            "completed_at": self.completed_at,
+            "error": self.error,
             "seed": self.seed,
         }
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any], *, where: str | None = None, row_number: int | None = None
-                 ) -> Operation:
+    def from_row(cls, row: Mapping[str, Any], *, where: str | None = None, row_number: int | None = None) -> Operation:
         """Build and type-check one row; a problem raises :class:`BadHistory` naming the field."""
 
         def bad(column: str, message: str) -> BadHistory:
@@ -324,23 +333,54 @@ class Operation:
         if row.get("error") is not None and op_type is OpType.OK:
             raise bad("error", "an 'ok' operation carries no error")
         return cls(
-            history=row["history"], index=row["index"], process=row["process"], type=op_type, f=row["f"],
-            object=row["object"], value=row["value"], result=row.get("result"), invoked_at=row["invoked_at"],
-            completed_at=completed, error=row.get("error"), seed=row.get("seed"),
-            _value=decoded.get("value"), _result=decoded.get("result"),
+            history=row["history"],
+            index=row["index"],
+            process=row["process"],
+            type=op_type,
+            f=row["f"],
+            object=row["object"],
+            value=row["value"],
+            result=row.get("result"),
+            invoked_at=row["invoked_at"],
+            completed_at=completed,
+            error=row.get("error"),
+            seed=row.get("seed"),
+            _value=decoded.get("value"),
+            _result=decoded.get("result"),
         )
 
 
-def make_operation(history: str, index: int, process: int, op_type: OpType, f: str, obj: str, value: Any,
-                   result: Any = None, *, invoked_at: int, completed_at: int | None, error: str | None = None,
-                   seed: int | None = None) -> Operation:
+def make_operation(
+    history: str,
+    index: int,
+    process: int,
+    op_type: OpType,
+    f: str,
+    obj: str,
+    value: Any,
+    result: Any = None,
+    *,
+    invoked_at: int,
+    completed_at: int | None,
+    error: str | None = None,
+    seed: int | None = None,
+) -> Operation:
     """Build an operation from already-JSON values (spelled as :mod:`spec.jsonvalues` spells them)."""
     return Operation(
-        history=history, index=index, process=process, type=op_type, f=f, object=obj,
+        history=history,
+        index=index,
+        process=process,
+        type=op_type,
+        f=f,
+        object=obj,
         value=json.dumps(value, separators=(",", ":")),
         result=None if result is None else json.dumps(result, separators=(",", ":")),
-        invoked_at=invoked_at, completed_at=completed_at, error=error, seed=seed,
-        _value=value, _result=result,
+        invoked_at=invoked_at,
+        completed_at=completed_at,
+        error=error,
+        seed=seed,
+        _value=value,
+        _result=result,
     )
 
 
@@ -357,8 +397,7 @@ def validate_history(ops: Sequence[Operation], *, where: str | None = None) -> N
         raise BadHistory(f"history {ops[0].history!r} has several seeds {sorted(seeds)}", where=where, column="seed")
     for op in ops:
         if op.history != ops[0].history:
-            raise BadHistory(f"mixed histories {ops[0].history!r} and {op.history!r}", where=where,
-                             column="history")
+            raise BadHistory(f"mixed histories {ops[0].history!r} and {op.history!r}", where=where, column="history")
         if op.index in seen:
             raise BadHistory(f"history {op.history!r}: index {op.index} appears twice", where=where, column="index")
         seen[op.index] = op
@@ -370,13 +409,17 @@ def validate_history(ops: Sequence[Operation], *, where: str | None = None) -> N
                 raise BadHistory(
                     f"history {before.history!r}: process {process} got '{before.type.value}' for op {before.index} "
                     f"and invoked op {after.index} afterwards (a crashed process never invokes again)",
-                    where=where, column="process")
+                    where=where,
+                    column="process",
+                )
             assert before.completed_at is not None
             if after.invoked_at < before.completed_at:
                 raise BadHistory(
                     f"history {before.history!r}: process {process} invoked op {after.index} at {after.invoked_at} "
-                    f"while op {before.index} was open until {before.completed_at}", where=where,
-                    column="invoked_at")
+                    f"while op {before.index} was open until {before.completed_at}",
+                    where=where,
+                    column="invoked_at",
+                )
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,8 +434,9 @@ class Event:
     error: str | None = None
 
 
-def pair_events(history: str, events: Iterable[Event], *, obj: str, seed: int | None = None,
-                where: str | None = None) -> list[Operation]:
+def pair_events(
+    history: str, events: Iterable[Event], *, obj: str, seed: int | None = None, where: str | None = None
+) -> list[Operation]:
     """Pair a Jepsen event stream into operations by the module's pairing rules 1-5.
 
     ``obj`` names the object every event touched (Jepsen's single-register tests have one).
@@ -404,34 +448,92 @@ def pair_events(history: str, events: Iterable[Event], *, obj: str, seed: int | 
     for number, event in enumerate(events):
         if event.type is OpType.INVOKE:
             if event.process in crashed:
-                raise BadHistory(f"process {event.process} invokes after it got 'info'", where=where, row=number,
-                                 column="process")
+                raise BadHistory(
+                    f"process {event.process} invokes after it got 'info'", where=where, row=number, column="process"
+                )
             if event.process in open_:
-                raise BadHistory(f"process {event.process} invokes while op at row {open_[event.process][0]} is "
-                                 f"still open", where=where, row=number, column="process")
+                raise BadHistory(
+                    f"process {event.process} invokes while op at row {open_[event.process][0]} is still open",
+                    where=where,
+                    row=number,
+                    column="process",
+                )
             open_[event.process] = (number, event)
             continue
         if event.process not in open_:
-            raise BadHistory(f"'{event.type.value}' from process {event.process} with no open invocation",
-                             where=where, row=number, column="type")
+            raise BadHistory(
+                f"'{event.type.value}' from process {event.process} with no open invocation",
+                where=where,
+                row=number,
+                column="type",
+            )
         start, invocation = open_.pop(event.process)
         if invocation.f != event.f:
-            raise BadHistory(f"completion {event.f!r} does not match invocation {invocation.f!r} of process "
-                             f"{event.process}", where=where, row=number, column="f")
+            raise BadHistory(
+                f"completion {event.f!r} does not match invocation {invocation.f!r} of process {event.process}",
+                where=where,
+                row=number,
+                column="f",
+            )
         if event.type is OpType.INFO:
             crashed.add(event.process)
         result = event.value if event.type is OpType.OK else None
-        ops.append((start, make_operation(
-            history, 0, event.process, event.type, event.f, obj, invocation.value, result,
-            invoked_at=invocation.time, completed_at=event.time, error=event.error, seed=seed)))
+        ops.append(
+            (
+                start,
+                make_operation(
+                    history,
+                    0,
+                    event.process,
+                    event.type,
+                    event.f,
+                    obj,
+                    invocation.value,
+                    result,
+                    invoked_at=invocation.time,
+                    completed_at=event.time,
+                    error=event.error,
+                    seed=seed,
+                ),
+            )
+        )
     for start, invocation in open_.values():
-        ops.append((start, make_operation(history, 0, invocation.process, OpType.INVOKE, invocation.f, obj,
-                                          invocation.value, None, invoked_at=invocation.time, completed_at=None,
-                                          seed=seed)))
+        ops.append(
+            (
+                start,
+                make_operation(
+                    history,
+                    0,
+                    invocation.process,
+                    OpType.INVOKE,
+                    invocation.f,
+                    obj,
+                    invocation.value,
+                    None,
+                    invoked_at=invocation.time,
+                    completed_at=None,
+                    seed=seed,
+                ),
+            )
+        )
     ops.sort(key=lambda pair: pair[0])
     return [_with_index(op, i) for i, (_, op) in enumerate(ops)]
 
 
 def _with_index(op: Operation, index: int) -> Operation:
-    return Operation(op.history, index, op.process, op.type, op.f, op.object, op.value, op.result, op.invoked_at,
-                     op.completed_at, op.error, op.seed, op._value, op._result)
+    return Operation(
+        op.history,
+        index,
+        op.process,
+        op.type,
+        op.f,
+        op.object,
+        op.value,
+        op.result,
+        op.invoked_at,
+        op.completed_at,
+        op.error,
+        op.seed,
+        op._value,
+        op._result,
+    )

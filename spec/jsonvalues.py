@@ -203,8 +203,11 @@ def _decode_dataclass(data: JSON, target: type, path: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(target) if f.init}
     unknown = set(data) - set(fields) - {"@type"}
     if unknown:
-        raise JsonError(path, f"{target.__name__} has no field(s) {', '.join(sorted(unknown))}; "
-                              f"fields are {', '.join(fields) or '(none)'}")
+        raise JsonError(
+            path,
+            f"{target.__name__} has no field(s) {', '.join(sorted(unknown))}; "
+            f"fields are {', '.join(fields) or '(none)'}",
+        )
     kwargs = {}
     for name, f in fields.items():
         if name in data:

@@ -159,9 +159,7 @@ def previous_position(position: Position, ledgers: Iterable[LedgerInfo]) -> Posi
     """
     if position.entry_id > 0:
         return Position(position.ledger_id, position.entry_id - 1)
-    earlier = sorted(
-        (info for info in ledgers if info.ledger_id < position.ledger_id), key=lambda i: i.ledger_id
-    )
+    earlier = sorted((info for info in ledgers if info.ledger_id < position.ledger_id), key=lambda i: i.ledger_id)
     if not earlier:
         return Position(position.ledger_id, -1)
     for info in reversed(earlier):

@@ -87,8 +87,7 @@ def _check_packed(data: bytes, start: int, stop: int, wire: int | None, what: st
         raise BadRecord(f"{what}: packed length {stop - start} is not a multiple of {width}", offset=base + start)
 
 
-def check_message(data: bytes, descriptor: Any, *, base: int = 0, start: int = 0,
-                  end: int | None = None) -> None:
+def check_message(data: bytes, descriptor: Any, *, base: int = 0, start: int = 0, end: int | None = None) -> None:
     """Check ``data[start:end]`` is a well-formed encoding of ``descriptor``.
 
     ``base`` is added to every reported offset, so callers that strip a prefix still report
@@ -110,15 +109,9 @@ def check_message(data: bytes, descriptor: Any, *, base: int = 0, start: int = 0
         field = fields.get(number)
         expected = _EXPECTED_WIRE_TYPE.get(field.type) if field is not None else None
         if field is not None and expected != wire:
-            packed_ok = (
-                wire == _LEN
-                and field.is_repeated
-                and expected in (_VARINT, _I64, _I32)
-            )
+            packed_ok = wire == _LEN and field.is_repeated and expected in (_VARINT, _I64, _I32)
             if not packed_ok:
-                raise BadRecord(
-                    f"{name}.{field.name}: wire type {wire}, expected {expected}", offset=base + tag_at
-                )
+                raise BadRecord(f"{name}.{field.name}: wire type {wire}, expected {expected}", offset=base + tag_at)
         what = f"{name}.{field.name if field else number}"
         if wire == _VARINT:
             value_at = pos

@@ -120,7 +120,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         one = report.get("entry", report)
         damaged = report.get("ok") is False or (
             report.get("kind") in ("entry", "directory_entry")
-            and not one.get("decoded") and one.get("message") is None  # neither a log record nor a message
+            and not one.get("decoded")
+            and one.get("message") is None  # neither a log record nor a message
         )
         return EXIT_BAD_INPUT if damaged else EXIT_OK
     # One raw entry of a known kind: decode strictly, so damage is a typed error with its offset.
@@ -207,8 +208,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     failed = [r for r in results if not r.passed]
     for result in failed:
         print(f"FAIL {result.vector_id}: {result.mismatch}")
-    summary.append(("conformance vectors", f"{len(results) - len(failed)}/{len(results)} passed",
-                    f"{time.perf_counter() - t0:.1f}s"))
+    summary.append(
+        (
+            "conformance vectors",
+            f"{len(results) - len(failed)}/{len(results)} passed",
+            f"{time.perf_counter() - t0:.1f}s",
+        )
+    )
     if failed:
         worst = EXIT_FAILED
 
@@ -219,8 +225,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         bad = [r for r in rows if r.verdict is not Verdict.PROVED]
         for row in bad:
             print(f"NOT PROVED {machine}/{row.name}: {row.verdict.value}\n{row.counterexample or row.reason or ''}")
-        summary.append((f"proofs: {machine}", f"{len(rows) - len(bad)}/{len(rows)} proved",
-                        f"{time.perf_counter() - t0:.1f}s"))
+        summary.append(
+            (f"proofs: {machine}", f"{len(rows) - len(bad)}/{len(rows)} proved", f"{time.perf_counter() - t0:.1f}s")
+        )
         if bad:
             worst = EXIT_FAILED
 
@@ -230,10 +237,33 @@ def cmd_run(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="txnmodel-run-") as data:
             t0 = time.perf_counter()
             print(f"== simulate: {args.histories} seeds x 3 workloads, faults on, file ledgers", flush=True)
-            code = simulate_main(["--seed", str(args.seed), "--workload", "all", "--histories", str(args.histories),
-                                  "--ops", str(args.ops), "--ledger", "file", "--data", data, "--out",
-                                  str(histories_dir), "--faults", "on", "--batch-messages", "mixed",
-                                  "--key-shared", "mixed", "--delayed-tracker", "mixed", "--quiet"])
+            code = simulate_main(
+                [
+                    "--seed",
+                    str(args.seed),
+                    "--workload",
+                    "all",
+                    "--histories",
+                    str(args.histories),
+                    "--ops",
+                    str(args.ops),
+                    "--ledger",
+                    "file",
+                    "--data",
+                    data,
+                    "--out",
+                    str(histories_dir),
+                    "--faults",
+                    "on",
+                    "--batch-messages",
+                    "mixed",
+                    "--key-shared",
+                    "mixed",
+                    "--delayed-tracker",
+                    "mixed",
+                    "--quiet",
+                ]
+            )
             elapsed = f"{time.perf_counter() - t0:.1f}s"
             summary.append(("simulate", "ok" if code == EXIT_OK else f"exit {code}", elapsed))
             worst = max(worst, code)
@@ -291,10 +321,15 @@ def _per_machine_summary(rows: list[dict[str, Any]]) -> list[tuple[str, str, str
                 total[key] += figures[key]
             for verdict, count in figures.get("object_verdicts", {figures["verdict"]: 1}).items():
                 total["verdicts"][verdict] = total["verdicts"].get(verdict, 0) + count
-    return [(f"  per object: {name}",
-             f"{t['objects']} objects, {t['epochs']} epochs, {t['ops']} ops: "
-             + ", ".join(f"{n} {v}" for v, n in sorted(t["verdicts"].items())), f"{t['seconds']:.1f}s")
-            for name, t in totals.items()]
+    return [
+        (
+            f"  per object: {name}",
+            f"{t['objects']} objects, {t['epochs']} epochs, {t['ops']} ops: "
+            + ", ".join(f"{n} {v}" for v, n in sorted(t["verdicts"].items())),
+            f"{t['seconds']:.1f}s",
+        )
+        for name, t in totals.items()
+    ]
 
 
 # --- simulate ------------------------------------------------------------------------------------
@@ -331,8 +366,12 @@ def build_parser() -> argparse.ArgumentParser:
         "counterexample and its seed. Exit 0 when everything passed, 1 otherwise.",
     )
     run.add_argument("--timeout", type=float, default=30.0, help="Z3 timeout per property, seconds (default 30)")
-    run.add_argument("--histories", type=int, default=70,
-                     help="seeds per workload (3 workloads; default 70, i.e. 210 histories; 0 skips simulation)")
+    run.add_argument(
+        "--histories",
+        type=int,
+        default=70,
+        help="seeds per workload (3 workloads; default 70, i.e. 210 histories; 0 skips simulation)",
+    )
     run.add_argument("--ops", type=int, default=60, help="transactions attempted per history (default 60)")
     run.add_argument("--seed", type=int, default=1, help="the first seed (default 1)")
     run.add_argument("--out", default="out/run", help="where histories and verdicts go (default out/run)")

@@ -382,8 +382,10 @@ def read_log(ledger: ManagedLedger, cursor: ManagedCursor | None = None) -> list
     entries = ledger.read(Position(infos[0].ledger_id, 0), sum(info.entries for info in infos) + 1)
     if cursor is None:
         return [bl.LoggedEntry(e.position, e.data) for e in entries]
-    return [bl.LoggedEntry(e.position, e.data, cursor.batch_ack_set(e.position), cursor.is_deleted(e.position))
-            for e in entries]
+    return [
+        bl.LoggedEntry(e.position, e.data, cursor.batch_ack_set(e.position), cursor.is_deleted(e.position))
+        for e in entries
+    ]
 
 
 def _invoke(callback: Callback, position: BatchedPosition | Position | None, error: DomainError | None) -> None:
@@ -441,8 +443,10 @@ class BatchLogAdmin:
 
     # pulsar-admin transactions --get-txn-tc-batch-log-stat
     def get_txn_tc_batch_log_stat(self) -> Mapping[str, Any]:
-        return {"txnTcBatchLogEnabled": self._enabled[LogKind.TRANSACTION_LOG],
-                "coodinatorArray": self._stat(LogKind.TRANSACTION_LOG)}
+        return {
+            "txnTcBatchLogEnabled": self._enabled[LogKind.TRANSACTION_LOG],
+            "coodinatorArray": self._stat(LogKind.TRANSACTION_LOG),
+        }
 
     # pulsar-admin transactions --set-txn-pending-ack-batch-log --enable [boolean]
     def set_txn_pending_ack_batch_log(self, enable: bool, timeout: float = 30.0) -> None:
@@ -450,5 +454,7 @@ class BatchLogAdmin:
 
     # pulsar-admin transactions --get-txn-pending-ack-batch-log-stat
     def get_txn_pending_ack_batch_log_stat(self) -> Mapping[str, Any]:
-        return {"txnPendingAckBatchLogEnabled": self._enabled[LogKind.PENDING_ACK],
-                "subscriptionArray": self._stat(LogKind.PENDING_ACK)}
+        return {
+            "txnPendingAckBatchLogEnabled": self._enabled[LogKind.PENDING_ACK],
+            "subscriptionArray": self._stat(LogKind.PENDING_ACK),
+        }

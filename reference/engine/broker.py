@@ -175,24 +175,32 @@ def decode_batch_payload(data: bytes, count: int) -> tuple[BatchedMessage, ...]:
         (size,) = _SIZE.unpack_from(data, pos)
         single = PulsarApi_pb2.SingleMessageMetadata()
         try:
-            single.ParseFromString(data[pos + 4:pos + 4 + size])
+            single.ParseFromString(data[pos + 4 : pos + 4 + size])
         except DecodeError as exc:
             raise ValueError(f"SingleMessageMetadata at byte {pos + 4} of a batch: {exc}") from None
         pos += 4 + size
         length = single.payload_size
         key = single.partition_key if single.HasField("partition_key") else None
-        out.append(BatchedMessage(data[pos:pos + length], key))
+        out.append(BatchedMessage(data[pos : pos + length], key))
         pos += length
     if pos != len(data):
         raise ValueError(f"{len(data) - pos} bytes after the {count} messages of a batch")
     return tuple(out)
 
 
-def encode_entry(entry: tb.LogEntry, payload: bytes = b"", deliver_at: int | None = None,
-                 publish_time: int = 0, *, partition_key: str | None = None,
-                 batch: Sequence[BatchedMessage] | None = None, null_value: bool = False) -> bytes:
-    meta = PulsarApi_pb2.MessageMetadata(producer_name="txnmodel", sequence_id=entry.position.entry_id,
-                                         publish_time=publish_time)
+def encode_entry(
+    entry: tb.LogEntry,
+    payload: bytes = b"",
+    deliver_at: int | None = None,
+    publish_time: int = 0,
+    *,
+    partition_key: str | None = None,
+    batch: Sequence[BatchedMessage] | None = None,
+    null_value: bool = False,
+) -> bytes:
+    meta = PulsarApi_pb2.MessageMetadata(
+        producer_name="txnmodel", sequence_id=entry.position.entry_id, publish_time=publish_time
+    )
     if entry.txn_id is not None:
         meta.txnid_most_bits = entry.txn_id.most_sig_bits
         meta.txnid_least_bits = entry.txn_id.least_sig_bits
@@ -223,16 +231,17 @@ def decode_entry(position: Position, data: bytes) -> StoredMessage:
     deliver_at = meta.deliver_at_time if meta.HasField("deliver_at_time") else None
     key = meta.partition_key if meta.HasField("partition_key") else None
     (size,) = _SIZE.unpack_from(data, 0)
-    payload = data[4 + size:]
-    batch = decode_batch_payload(payload, meta.num_messages_in_batch) if meta.HasField("num_messages_in_batch") \
-        else None
+    payload = data[4 + size :]
+    batch = (
+        decode_batch_payload(payload, meta.num_messages_in_batch) if meta.HasField("num_messages_in_batch") else None
+    )
     return StoredMessage(tb.LogEntry(position, kind, txn), payload if batch is None else b"", deliver_at, key, batch)
 
 
 def _entry_metadata(data: bytes) -> PulsarApi_pb2.MessageMetadata:
     (size,) = _SIZE.unpack_from(data, 0)
     meta = PulsarApi_pb2.MessageMetadata()
-    meta.ParseFromString(data[4:4 + size])
+    meta.ParseFromString(data[4 : 4 + size])
     return meta
 
 
@@ -259,15 +268,16 @@ def segment_key(topic: str, sequence_id: int) -> str:
 def _parse_segment_key(key: str) -> tuple[str, int] | None:
     if not key.startswith(_SEGMENT_KEY_PREFIX):
         return None
-    sequence, _, topic = key[len(_SEGMENT_KEY_PREFIX):].partition("-")
+    sequence, _, topic = key[len(_SEGMENT_KEY_PREFIX) :].partition("-")
     return (topic, int(sequence)) if sequence.isdigit() and topic else None
 
 
 def encode_keyed_message(key: str, value: bytes | None, publish_time: int = 0, sequence_id: int = 0) -> bytes:
     """A system-topic message: ``[4-byte size][MessageMetadata with partition_key][payload]``;
     ``value=None`` is a tombstone (``null_value``, empty payload)."""
-    meta = PulsarApi_pb2.MessageMetadata(producer_name="txnmodel-tb-snapshot", sequence_id=sequence_id,
-                                         publish_time=publish_time, partition_key=key)
+    meta = PulsarApi_pb2.MessageMetadata(
+        producer_name="txnmodel-tb-snapshot", sequence_id=sequence_id, publish_time=publish_time, partition_key=key
+    )
     if value is None:
         meta.null_value = True
     raw = meta.SerializeToString()
@@ -280,7 +290,7 @@ def decode_keyed_message(data: bytes) -> tuple[str, bytes | None]:
     if not meta.HasField("partition_key"):
         raise ValueError("a snapshot-topic message without a key")
     (size,) = _SIZE.unpack_from(data, 0)
-    return meta.partition_key, None if meta.null_value else data[4 + size:]
+    return meta.partition_key, None if meta.null_value else data[4 + size :]
 
 
 def snapshot_messages(effect: Any) -> list[tuple[str, str, bytes | None]]:
@@ -290,8 +300,9 @@ def snapshot_messages(effect: Any) -> list[tuple[str, str, bytes | None]]:
         return [(SNAPSHOT_TOPIC, snap.topic_name, snapshot_avro.encode_snapshot(snap.to_pb()))]
     if isinstance(effect, tb.WriteSnapshotSegment):
         seg = effect.segment
-        return [(SEGMENTS_TOPIC, segment_key(seg.topic_name, seg.sequence_id),
-                 snapshot_avro.encode_segment(seg.to_pb()))]
+        return [
+            (SEGMENTS_TOPIC, segment_key(seg.topic_name, seg.sequence_id), snapshot_avro.encode_segment(seg.to_pb()))
+        ]
     if isinstance(effect, tb.WriteSnapshotIndexes):
         return [(INDEXES_TOPIC, effect.indexes.topic_name, snapshot_avro.encode_indexes(effect.indexes.to_pb()))]
     if isinstance(effect, tb.DeleteSnapshotSegment):
@@ -309,20 +320,27 @@ def snapshot_records(topic: str, tables: dict[str, dict[str, bytes]]) -> list[An
     records: list[Any] = []
     value = tables.get(SNAPSHOT_TOPIC, {}).get(topic)
     if value is not None:
-        records.append(tb.WriteSnapshot(tb.TransactionBufferSnapshot.from_pb(
-            snapshot_avro.decode_snapshot(value, where=where))))
+        records.append(
+            tb.WriteSnapshot(tb.TransactionBufferSnapshot.from_pb(snapshot_avro.decode_snapshot(value, where=where)))
+        )
     segments = []
     for key, value in tables.get(SEGMENTS_TOPIC, {}).items():
         parsed = _parse_segment_key(key)
         if parsed is not None and parsed[0] == topic:
             segments.append((parsed[1], value))
     for _, value in sorted(segments):
-        records.append(tb.WriteSnapshotSegment(tb.TransactionBufferSnapshotSegment.from_pb(
-            snapshot_avro.decode_segment(value, where=where))))
+        records.append(
+            tb.WriteSnapshotSegment(
+                tb.TransactionBufferSnapshotSegment.from_pb(snapshot_avro.decode_segment(value, where=where))
+            )
+        )
     value = tables.get(INDEXES_TOPIC, {}).get(topic)
     if value is not None:
-        records.append(tb.WriteSnapshotIndexes(tb.TransactionBufferSnapshotIndexes.from_pb(
-            snapshot_avro.decode_indexes(value, where=where))))
+        records.append(
+            tb.WriteSnapshotIndexes(
+                tb.TransactionBufferSnapshotIndexes.from_pb(snapshot_avro.decode_indexes(value, where=where))
+            )
+        )
     return records
 
 
@@ -415,9 +433,14 @@ class CoordinatorService:
         self._epoch += 1
         try:
             ledger = self.broker.store.open(self.log_name)
-            log = RecordLog(self.sim, ledger, LogKind.TRANSACTION_LOG, self.config,
-                            batching=self.broker.batching,
-                            metrics=self.broker.writer_metrics.get(LogKind.TRANSACTION_LOG))
+            log = RecordLog(
+                self.sim,
+                ledger,
+                LogKind.TRANSACTION_LOG,
+                self.config,
+                batching=self.broker.batching,
+                metrics=self.broker.writer_metrics.get(LogKind.TRANSACTION_LOG),
+            )
             replayed = log.replay()
             last = _read_all(ledger)
         except (LedgerError, LogWriteFailed):
@@ -438,11 +461,20 @@ class CoordinatorService:
                 if record.HasField("max_local_txn_id"):
                     max_local = max(max_local, record.max_local_txn_id)
         self.log = log
-        self.state, effects = tc.recover(self.config, self.coordinator_id, records, max_local,
-                                         next_record_id=len(records))
-        _observe_recovery(self.broker, self.obj, "coordinator", {
-            "coordinator_id": self.coordinator_id, "records": records, "max_local_txn_id": max_local,
-            "next_record_id": len(records)})
+        self.state, effects = tc.recover(
+            self.config, self.coordinator_id, records, max_local, next_record_id=len(records)
+        )
+        _observe_recovery(
+            self.broker,
+            self.obj,
+            "coordinator",
+            {
+                "coordinator_id": self.coordinator_id,
+                "records": records,
+                "max_local_txn_id": max_local,
+                "next_record_id": len(records),
+            },
+        )
         try:
             # Retention: ledgers every record of which is deleted go, once the sequence they carried
             # is kept where the next load finds it (TC-23).
@@ -455,8 +487,9 @@ class CoordinatorService:
         self._schedule_tick(self._epoch)
         # END_TXN requests kept across a reload are re-run, as Pulsar re-runs a failed end (TC-16).
         for txn_id, action in sorted(self._waiters):
-            self._schedule_resume(tc.ScheduleResumeEndTxn(txn_id, action, False, END_TXN_RETRY_INTERVAL_MS),
-                                  self._epoch)
+            self._schedule_resume(
+                tc.ScheduleResumeEndTxn(txn_id, action, False, END_TXN_RETRY_INTERVAL_MS), self._epoch
+            )
         return True
 
     def crash(self) -> None:
@@ -558,8 +591,7 @@ class CoordinatorService:
         def resume() -> None:
             if epoch != self._epoch or self.state is None:
                 return
-            result, written = self._step(tc.ResumeEndTxn(effect.txn_id, effect.action, self.sim.now,
-                                                         effect.is_timeout))
+            result, written = self._step(tc.ResumeEndTxn(effect.txn_id, effect.action, self.sim.now, effect.is_timeout))
             self._settle(effect.txn_id, effect.action, result, written)
 
         self.sim.schedule(effect.delay_ms, resume)
@@ -568,18 +600,21 @@ class CoordinatorService:
         """Phase 2: END_TXN_ON_PARTITION / END_TXN_ON_SUBSCRIPTION to every participant (TC-14)."""
         answers: list[Future[None]] = []
         for name in effect.partitions:
-            answers.append(self.broker.end_txn_on_partition(name, effect.txn_id, effect.action,
-                                                            effect.low_water_mark))
+            answers.append(self.broker.end_txn_on_partition(name, effect.txn_id, effect.action, effect.low_water_mark))
         for sub in effect.subscriptions:
-            answers.append(self.broker.end_txn_on_subscription(sub, effect.txn_id, effect.action,
-                                                               effect.low_water_mark))
+            answers.append(
+                self.broker.end_txn_on_subscription(sub, effect.txn_id, effect.action, effect.low_water_mark)
+            )
 
         def all_answered(_: Future[None]) -> None:
             if epoch != self._epoch or self.state is None:
                 return
             errors = tuple(_error_of(f.error).name for f in answers if f.error is not None)
-            result, written = self._step(tc.EndTxnInTransactionBufferResult(
-                effect.txn_id, effect.action, self.sim.now, effect.is_timeout, errors))
+            result, written = self._step(
+                tc.EndTxnInTransactionBufferResult(
+                    effect.txn_id, effect.action, self.sim.now, effect.is_timeout, errors
+                )
+            )
             self._settle(effect.txn_id, effect.action, result, written)
 
         _all([_quiet(a) for a in answers]).add_done_callback(all_answered)
@@ -784,8 +819,10 @@ class Partition:
             entries = [decode_entry(p, d) for p, d in _read_all(ledger)]
             # The buffer's snapshot records, as a topic's recovery reads them from the namespace's
             # system topics (a table view: the last value per key).
-            tables = {local: latest_by_key(self.broker.system_topic(namespace_topic(self.name, local)))
-                      for local in (SNAPSHOT_TOPIC, SEGMENTS_TOPIC, INDEXES_TOPIC)}
+            tables = {
+                local: latest_by_key(self.broker.system_topic(namespace_topic(self.name, local)))
+                for local in (SNAPSHOT_TOPIC, SEGMENTS_TOPIC, INDEXES_TOPIC)
+            }
             records = snapshot_records(self.name, tables)
         except LedgerError:
             return False
@@ -793,11 +830,26 @@ class Partition:
         self.messages = {m.entry.position: m for m in entries}
         # The managed-ledger view the buffer reads: what the topic's ledger holds.
         ledgers, current = ledger.ledgers(), ledger.ledgers()[-1].ledger_id
-        view = tb.recovery_view(self.config, topic=self.name, ledger_id=current, ledgers=ledgers,
-                                entries=tuple(m.entry for m in entries), snapshot_records=records)
-        _observe_recovery(self.broker, self.obj, "buffer", {
-            "topic": self.name, "ledger_id": current, "ledgers": ledgers, "entries": view.entries,
-            "snapshot_records": tuple(records)})
+        view = tb.recovery_view(
+            self.config,
+            topic=self.name,
+            ledger_id=current,
+            ledgers=ledgers,
+            entries=tuple(m.entry for m in entries),
+            snapshot_records=records,
+        )
+        _observe_recovery(
+            self.broker,
+            self.obj,
+            "buffer",
+            {
+                "topic": self.name,
+                "ledger_id": current,
+                "ledgers": ledgers,
+                "entries": view.entries,
+                "snapshot_records": tuple(records),
+            },
+        )
         self.state, started = tb.step(view, tb.StartRecovery())
         _observe_step(self.broker, self.obj, "buffer", tb.StartRecovery(), started)
         self._parked = []
@@ -859,14 +911,21 @@ class Partition:
                         self._reload()
                         return False
                     carried = body if entry.kind in (tb.EntryKind.NORMAL, tb.EntryKind.TXN_DATA) else NO_BODY
-                    written = self.ledger.append(encode_entry(
-                        entry, carried.payload, carried.deliver_at, self.sim.now,
-                        partition_key=carried.partition_key, batch=carried.batch))
+                    written = self.ledger.append(
+                        encode_entry(
+                            entry,
+                            carried.payload,
+                            carried.deliver_at,
+                            self.sim.now,
+                            partition_key=carried.partition_key,
+                            batch=carried.batch,
+                        )
+                    )
                     if written != entry.position:
-                        raise AssertionError(f"{self.name}: the buffer placed {entry} but the ledger wrote "
-                                             f"{written}")
-                    self.messages[written] = StoredMessage(entry, carried.payload, carried.deliver_at,
-                                                           carried.partition_key, carried.batch)
+                        raise AssertionError(f"{self.name}: the buffer placed {entry} but the ledger wrote {written}")
+                    self.messages[written] = StoredMessage(
+                        entry, carried.payload, carried.deliver_at, carried.partition_key, carried.batch
+                    )
                     self._follow_roll_over()
                 else:
                     for local, key, value in snapshot_messages(effect):
@@ -911,9 +970,15 @@ class Partition:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def publish(self, payload: bytes, txn_id: TxnID | None, deliver_at: int | None, *,
-                partition_key: str | None = None, batch: Sequence[BatchedMessage] | None = None
-                ) -> Future[Position]:
+    def publish(
+        self,
+        payload: bytes,
+        txn_id: TxnID | None,
+        deliver_at: int | None,
+        *,
+        partition_key: str | None = None,
+        batch: Sequence[BatchedMessage] | None = None,
+    ) -> Future[Position]:
         """A producer's send: a normal publish or ``appendBufferToTxn`` (TB-4 .. TB-9).  A batch is
         one entry holding several messages, all of one txn (or none)."""
         body = MessageBody(payload, deliver_at, partition_key, None if batch is None else tuple(batch))
@@ -981,8 +1046,9 @@ class Partition:
         """END_TXN_ON_PARTITION (TB-11 .. TB-14)."""
         if self.state is None:
             return _fail(ServiceUnitNotReady(f"topic {self.name} is not loaded"))
-        command: Any = (tb.CommitTxn(txn_id, low_water_mark) if action is TxnAction.COMMIT
-                        else tb.AbortTxn(txn_id, low_water_mark))
+        command: Any = (
+            tb.CommitTxn(txn_id, low_water_mark) if action is TxnAction.COMMIT else tb.AbortTxn(txn_id, low_water_mark)
+        )
         result, held = self._step(command)
         if isinstance(result, Err):
             return _fail(result.error)
@@ -1053,7 +1119,7 @@ def murmur3_32(data: bytes, seed: int = 0) -> int:
     h = seed & mask
     whole = len(data) - len(data) % 4
     for i in range(0, whole, 4):
-        h ^= mix(int.from_bytes(data[i:i + 4], "little"))
+        h ^= mix(int.from_bytes(data[i : i + 4], "little"))
         h = ((h << 13) | (h >> 19)) & mask
         h = (h * 5 + 0xE6546B64) & mask
     h ^= mix(int.from_bytes(data[whole:], "little"))
@@ -1093,8 +1159,12 @@ def _select(slots: Sequence[ConsumerSlot], hash_slot: int) -> ConsumerSlot:
     return min((s for s in slots if s.hash_range_end >= hash_slot), key=lambda s: s.hash_range_end)
 
 
-_SUB_TYPES = {"Exclusive": pa.SubType.Exclusive, "Shared": pa.SubType.Shared, "Failover": pa.SubType.Failover,
-              "Key_Shared": pa.SubType.Key_Shared}
+_SUB_TYPES = {
+    "Exclusive": pa.SubType.Exclusive,
+    "Shared": pa.SubType.Shared,
+    "Failover": pa.SubType.Failover,
+    "Key_Shared": pa.SubType.Key_Shared,
+}
 
 
 class SubscriptionService:
@@ -1154,8 +1224,9 @@ class SubscriptionService:
                 self.state = pa.initial(self.config, sub_type=self.sub_type, cursor=view)
             else:
                 records = self._open_log()
-                self.state = pa.recover(self.config, records, cursor=view, sub_type=self.sub_type,
-                                        next_record_id=len(records))
+                self.state = pa.recover(
+                    self.config, records, cursor=view, sub_type=self.sub_type, next_record_id=len(records)
+                )
                 recovery.update(records=records, next_record_id=len(records))
                 assert self.log is not None
                 self.log.ledger.delete_consumed_ledgers()  # retention of the pending-ack log (PA-16)
@@ -1188,8 +1259,14 @@ class SubscriptionService:
     def _open_delayed(self) -> DelayedDeliveryService:
         assert self.cursor is not None
         return DelayedDeliveryService.load(
-            self.sim, self.broker.store, self.config, self.cursor, partition=self.partition.name,
-            subscription=self.name, read_more=self.dispatch, failed=self._reload,
+            self.sim,
+            self.broker.store,
+            self.config,
+            self.cursor,
+            partition=self.partition.name,
+            subscription=self.name,
+            read_more=self.dispatch,
+            failed=self._reload,
             observer=lambda: getattr(self.broker, "observer", None),
             async_create=self.broker.delayed_async_create,
         )
@@ -1200,9 +1277,14 @@ class SubscriptionService:
 
     def _open_log(self) -> list[tuple[int, pa.PendingAckRecord]]:
         """Open (create) the pending-ack log and read its live records, numbered in log order."""
-        log = RecordLog(self.sim, self.broker.store.open(self.log_name), LogKind.PENDING_ACK, self.config,
-                        batching=self.broker.batching,
-                        metrics=self.broker.writer_metrics.get(LogKind.PENDING_ACK))
+        log = RecordLog(
+            self.sim,
+            self.broker.store.open(self.log_name),
+            LogKind.PENDING_ACK,
+            self.config,
+            batching=self.broker.batching,
+            metrics=self.broker.writer_metrics.get(LogKind.PENDING_ACK),
+        )
         records = []
         self._positions = {}
         for rid, (position, message) in enumerate(log.replay()):
@@ -1247,8 +1329,9 @@ class SubscriptionService:
                 writes.append(self._append(effect))
             elif isinstance(effect, pa.TrimPendingAckLog):
                 _after(_all(list(writes)), partial(self._trim, effect.record_id))
-            elif isinstance(effect, pa.CursorIndividualAck | pa.CursorCumulativeAck
-                            | pa.RedeliverUnacknowledgedMessages):
+            elif isinstance(
+                effect, pa.CursorIndividualAck | pa.CursorCumulativeAck | pa.RedeliverUnacknowledgedMessages
+            ):
                 # Pulsar touches the cursor (or redelivers) only once the pending-ack record is logged.
                 _after(_all(list(writes)), partial(self._cursor_effect, effect, self._epoch))
             elif isinstance(effect, pa.InitPendingAckStore):
@@ -1388,8 +1471,9 @@ class SubscriptionService:
         if self.delayed is not None:
             self.delayed.clear()
         else:
-            DelayedDeliveryService.clean_residual(self.broker.store, self.cursor, partition=self.partition.name,
-                                                  subscription=self.name)
+            DelayedDeliveryService.clean_residual(
+                self.broker.store, self.cursor, partition=self.partition.name, subscription=self.name
+            )
         self.crash()
         ledger.delete_cursor(self.name)
         self.broker.store.delete(self.log_name)
@@ -1397,8 +1481,11 @@ class SubscriptionService:
     def remove_consumer(self, consumer_id: int) -> None:
         slot = self.consumers.pop(consumer_id, None)
         if slot is not None:
-            if self.sub_type is pa.SubType.Key_Shared and slot.hash_range_end == STICKY_KEY_HASH_RANGE \
-                    and self.consumers:
+            if (
+                self.sub_type is pa.SubType.Key_Shared
+                and slot.hash_range_end == STICKY_KEY_HASH_RANGE
+                and self.consumers
+            ):
                 # The top range goes to the consumer just below it (the selector's removal rule).
                 below = max(self.consumers.values(), key=lambda s: s.hash_range_end)
                 below.hash_range_end = STICKY_KEY_HASH_RANGE
@@ -1437,8 +1524,9 @@ class SubscriptionService:
         message = self.partition.messages.get(position)
         if message is None or message.batch is None:
             return [None] if self._message_state(position) is MessageState.PENDING else []
-        return [i for i in range(message.batch_size)
-                if pa.message_state(self.state, position, i) is MessageState.PENDING]
+        return [
+            i for i in range(message.batch_size) if pa.message_state(self.state, position, i) is MessageState.PENDING
+        ]
 
     def _route(self, position: Position, active: Sequence[ConsumerSlot]) -> ConsumerSlot | None:
         """The consumer an entry goes to, or None while Key_Shared holds it back."""
@@ -1533,11 +1621,25 @@ class SubscriptionService:
             handout.redelivery_count = self.redeliveries.get(position, 0)
             self.redeliveries[position] = handout.redelivery_count + 1
         if message.batch is None or index is None:
-            return Delivered(position, message.payload, message.entry.txn_id, message.deliver_at,
-                             handout.redelivery_count, partition_key=message.partition_key)
+            return Delivered(
+                position,
+                message.payload,
+                message.entry.txn_id,
+                message.deliver_at,
+                handout.redelivery_count,
+                partition_key=message.partition_key,
+            )
         single = message.batch[index]
-        return Delivered(position, single.payload, message.entry.txn_id, message.deliver_at, handout.redelivery_count,
-                         batch_index=index, batch_size=message.batch_size, partition_key=single.partition_key)
+        return Delivered(
+            position,
+            single.payload,
+            message.entry.txn_id,
+            message.deliver_at,
+            handout.redelivery_count,
+            batch_index=index,
+            batch_size=message.batch_size,
+            partition_key=single.partition_key,
+        )
 
     def receive(self, consumer_id: int, wait_ms: int) -> Future[Delivered | None]:
         """The next message for the consumer, or None if none arrives within ``wait_ms``."""
@@ -1562,8 +1664,7 @@ class SubscriptionService:
         for position in positions:
             live = self._deliverable(position)
 
-            def keep(p: Position, i: int | None, position: Position = position, live: list[int | None] = live
-                     ) -> bool:
+            def keep(p: Position, i: int | None, position: Position = position, live: list[int | None] = live) -> bool:
                 return p != position or i in live
 
             for slot in self.consumers.values():
@@ -1592,8 +1693,14 @@ class SubscriptionService:
         indexes = range(batch_index + 1) if cumulative else (batch_index,)
         return pa.AckedPosition.of_indexes(position, message.batch_size, indexes)
 
-    def acknowledge(self, consumer_id: int, position: Position, txn_id: TxnID | None, cumulative: bool,
-                    batch_index: int | None = None) -> Future[None]:
+    def acknowledge(
+        self,
+        consumer_id: int,
+        position: Position,
+        txn_id: TxnID | None,
+        cumulative: bool,
+        batch_index: int | None = None,
+    ) -> Future[None]:
         """CommandAck, with or without a txn (PA-4 .. PA-11); ``batch_index`` acks one message of a batch."""
         if self.state is None:
             return Future()
@@ -1640,8 +1747,9 @@ class SubscriptionService:
         """END_TXN_ON_SUBSCRIPTION (PA-12 .. PA-14)."""
         if self.state is None:
             return _fail(ServiceUnitNotReady(f"subscription {self.name} is not loaded"))
-        command: Any = (pa.CommitTxn(txn_id, low_water_mark) if action is TxnAction.COMMIT
-                        else pa.AbortTxn(txn_id, low_water_mark))
+        command: Any = (
+            pa.CommitTxn(txn_id, low_water_mark) if action is TxnAction.COMMIT else pa.AbortTxn(txn_id, low_water_mark)
+        )
         result, written = self._step(command)
         if isinstance(result, Err):
             return _fail(result.error)
@@ -1672,10 +1780,19 @@ class Broker:
     :class:`~reference.engine.sim.Future`; a component that is down never answers.
     """
 
-    def __init__(self, sim: Simulation, store: LedgerStore, config: Config, *, topics: dict[str, int],
-                 batching: bool = False, faults: BrokerFaults | None = None,
-                 restart_delay_ms: int = 50, observer: MachineObserver | None = None,
-                 delayed_async_create: bool = False) -> None:
+    def __init__(
+        self,
+        sim: Simulation,
+        store: LedgerStore,
+        config: Config,
+        *,
+        topics: dict[str, int],
+        batching: bool = False,
+        faults: BrokerFaults | None = None,
+        restart_delay_ms: int = 50,
+        observer: MachineObserver | None = None,
+        delayed_async_create: bool = False,
+    ) -> None:
         self.sim = sim
         self.store = store
         self.config = config
@@ -1685,8 +1802,13 @@ class Broker:
         # kind on this broker (BW-19); a disabled writer flushes no batches, so none are made then.
         self.metrics_registry = CollectorRegistry()
         self.writer_metrics: dict[LogKind, BufferedWriterMetrics] = (
-            {kind: BufferedWriterMetrics(kind, registry=self.metrics_registry)
-             for kind in (LogKind.TRANSACTION_LOG, LogKind.PENDING_ACK)} if batching else {})
+            {
+                kind: BufferedWriterMetrics(kind, registry=self.metrics_registry)
+                for kind in (LogKind.TRANSACTION_LOG, LogKind.PENDING_ACK)
+            }
+            if batching
+            else {}
+        )
         # The machine-level recorder: every step and every load of a machine is reported to it.
         self.observer = observer
         self.batching = batching
@@ -1775,8 +1897,9 @@ class Broker:
         part = self.partition(partition)
         return part if part.ready else None
 
-    def subscribe(self, partition: str, name: str, sub_type: str, initial_position: InitialPosition,
-                  consumer_id: int) -> Future[None]:
+    def subscribe(
+        self, partition: str, name: str, sub_type: str, initial_position: InitialPosition, consumer_id: int
+    ) -> Future[None]:
         part = self._serving(partition)
         if part is None:
             return Future()
@@ -1838,13 +1961,16 @@ class Broker:
         """An END_TXN_ON_* request from the coordinator's TB client, with its own latency and timeout."""
         answer: Future[None] = Future()
         if self.faults.participant_timeout and self.sim.rng.random() < self.faults.participant_timeout:
-            self.sim.schedule(self.config.transaction_buffer_client_operation_timeout_in_mills,
-                              lambda: answer.set_exception(BrokerError(RequestTimeout("TB client timeout"))))
+            self.sim.schedule(
+                self.config.transaction_buffer_client_operation_timeout_in_mills,
+                lambda: answer.set_exception(BrokerError(RequestTimeout("TB client timeout"))),
+            )
             return answer
 
         def deliver() -> None:
-            call().add_done_callback(lambda f: answer.set_exception(f.error) if f.error is not None
-                                     else answer.set_result(None))
+            call().add_done_callback(
+                lambda f: answer.set_exception(f.error) if f.error is not None else answer.set_result(None)
+            )
 
         self.sim.schedule(1, deliver)
         return answer
@@ -1869,5 +1995,3 @@ class Broker:
             return found.end_txn(txn_id, action, lwm)
 
         return self._participant(call)
-
-

@@ -283,4 +283,3 @@ def clean_residual_snapshots(storage: BucketSnapshotStorage, cursor: ManagedCurs
             storage.delete_bucket_snapshot(int(value))
         deleted.append(int(value))
     return tuple(deleted)
-

@@ -70,19 +70,27 @@ class BufferedWriterMetrics:
         made: list[Counter | Histogram] = []
         try:
             self._records = Histogram(
-                f"{p}_bufferedwriter_batch_records", "Records per batch flushed by the buffered writer.",
-                LABEL_NAMES, registry=self.registry, buckets=BATCH_RECORDS_BUCKETS,
+                f"{p}_bufferedwriter_batch_records",
+                "Records per batch flushed by the buffered writer.",
+                LABEL_NAMES,
+                registry=self.registry,
+                buckets=BATCH_RECORDS_BUCKETS,
             )
             made.append(self._records)
             self._bytes = Histogram(
-                f"{p}_bufferedwriter_batch_size_bytes", "Summed record bytes per batch flushed by the buffered writer.",
-                LABEL_NAMES, registry=self.registry, buckets=BATCH_SIZE_BYTES_BUCKETS,
+                f"{p}_bufferedwriter_batch_size_bytes",
+                "Summed record bytes per batch flushed by the buffered writer.",
+                LABEL_NAMES,
+                registry=self.registry,
+                buckets=BATCH_SIZE_BYTES_BUCKETS,
             )
             made.append(self._bytes)
             self._delay = Histogram(
                 f"{p}_bufferedwriter_batch_oldest_record_delay_seconds",
                 "Time the oldest record of a batch waited in the buffer.",
-                LABEL_NAMES, registry=self.registry, buckets=DELAY_SECONDS_BUCKETS,
+                LABEL_NAMES,
+                registry=self.registry,
+                buckets=DELAY_SECONDS_BUCKETS,
             )
             made.append(self._delay)
             self._triggers: dict[FlushTrigger, Counter] = {}
@@ -90,7 +98,8 @@ class BufferedWriterMetrics:
                 counter = Counter(
                     f"{p}_bufferedwriter_flush_trigger_{trigger.value}",
                     f"Batch flushes triggered by {trigger.value}.",
-                    LABEL_NAMES, registry=self.registry,
+                    LABEL_NAMES,
+                    registry=self.registry,
                 )
                 made.append(counter)
                 self._triggers[trigger] = counter

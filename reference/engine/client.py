@@ -146,8 +146,14 @@ def _pos_json(position: Position) -> list[int]:
 class Cluster:
     """One simulation: the scheduler, the network, the ledgers, one broker and the history."""
 
-    def __init__(self, sim: Simulation, broker: Broker, network: Network, recorder: HistoryRecorder,
-                 processes: Iterator[int] | None = None) -> None:
+    def __init__(
+        self,
+        sim: Simulation,
+        broker: Broker,
+        network: Network,
+        recorder: HistoryRecorder,
+        processes: Iterator[int] | None = None,
+    ) -> None:
         self.sim = sim
         self.broker = broker
         self.network = network
@@ -158,10 +164,20 @@ class Cluster:
         network.observer = broker.observer
 
     @classmethod
-    def start(cls, *, seed: int = 0, topics: dict[str, int] | None = None, config: Config | None = None,
-              ledger: str = "memory", data_dir: str | None = None, batching: bool = False,
-              network_faults: NetworkFaults | None = None, ledger_faults: LedgerFaults | None = None,
-              history: str | None = None, record_machines: bool = True) -> Cluster:
+    def start(
+        cls,
+        *,
+        seed: int = 0,
+        topics: dict[str, int] | None = None,
+        config: Config | None = None,
+        ledger: str = "memory",
+        data_dir: str | None = None,
+        batching: bool = False,
+        network_faults: NetworkFaults | None = None,
+        ledger_faults: LedgerFaults | None = None,
+        history: str | None = None,
+        record_machines: bool = True,
+    ) -> Cluster:
         """``record_machines``: also record every machine step and load (spec.history's machine-level
         operations) in the history, for the per-object linearizability checks."""
         sim = Simulation(seed)
@@ -222,8 +238,9 @@ class Client:
 
     # -- the operation wrapper: record, call, time out ---------------------------------------------
 
-    def _op(self, f: str, obj: str, value: Any, call: Callable[[], Future[T]],
-            render: Callable[[T], Any] = lambda _: None) -> Future[T]:
+    def _op(
+        self, f: str, obj: str, value: Any, call: Callable[[], Future[T]], render: Callable[[T], Any] = lambda _: None
+    ) -> Future[T]:
         op = self.recorder.begin(self.process, f, obj, value)
         out: Future[T] = Future()
         answer = call()
@@ -270,10 +287,13 @@ class Client:
     def new_transaction_async(self, timeout_ms: int = CLIENT_DEFAULT_TXN_TIMEOUT_MS) -> Future[Transaction]:
         coordinator = self.broker.coordinator
         result: Future[Transaction] = Future()
-        issued = self._op("new_txn", object_id("coordinator", coordinator.coordinator_id),
-                          {"timeout_ms": timeout_ms},
-                          lambda: self.network.call(lambda: coordinator.new_txn(timeout_ms)),
-                          lambda txn: {"txn": _txn_json(txn)})
+        issued = self._op(
+            "new_txn",
+            object_id("coordinator", coordinator.coordinator_id),
+            {"timeout_ms": timeout_ms},
+            lambda: self.network.call(lambda: coordinator.new_txn(timeout_ms)),
+            lambda txn: {"txn": _txn_json(txn)},
+        )
 
         def made(done: Future[TxnID]) -> None:
             if done.error is not None:
@@ -287,15 +307,32 @@ class Client:
     def new_transaction(self, timeout_ms: int = CLIENT_DEFAULT_TXN_TIMEOUT_MS) -> Transaction:
         return self._wait(self.new_transaction_async(timeout_ms))
 
-    def create_producer(self, topic: str, partition: int = 0, *, batching_enabled: bool = False,
-                        batching_max_messages: int = 1000, batching_max_publish_delay_ms: int = 10) -> Producer:
-        return Producer(self, partition_name(topic, partition) if "-partition-" not in topic else topic,
-                        batching_enabled=batching_enabled, batching_max_messages=batching_max_messages,
-                        batching_max_publish_delay_ms=batching_max_publish_delay_ms)
+    def create_producer(
+        self,
+        topic: str,
+        partition: int = 0,
+        *,
+        batching_enabled: bool = False,
+        batching_max_messages: int = 1000,
+        batching_max_publish_delay_ms: int = 10,
+    ) -> Producer:
+        return Producer(
+            self,
+            partition_name(topic, partition) if "-partition-" not in topic else topic,
+            batching_enabled=batching_enabled,
+            batching_max_messages=batching_max_messages,
+            batching_max_publish_delay_ms=batching_max_publish_delay_ms,
+        )
 
-    def subscribe_async(self, topic: str, subscription_name: str, *, partition: int = 0,
-                        consumer_type: ConsumerType = ConsumerType.Exclusive,
-                        initial_position: InitialPosition = InitialPosition.EARLIEST) -> Future[Consumer]:
+    def subscribe_async(
+        self,
+        topic: str,
+        subscription_name: str,
+        *,
+        partition: int = 0,
+        consumer_type: ConsumerType = ConsumerType.Exclusive,
+        initial_position: InitialPosition = InitialPosition.EARLIEST,
+    ) -> Future[Consumer]:
         name = partition_name(topic, partition) if "-partition-" not in topic else topic
         consumer_id = self.cluster.new_consumer_id()
         spelled = "Earliest" if initial_position is InitialPosition.EARLIEST else "Latest"
@@ -307,9 +344,12 @@ class Client:
                 return Future()  # the connection that carried this request is gone
             return self.broker.subscribe(name, subscription_name, consumer_type.value, initial_position, consumer_id)
 
-        done_ = self._op("subscribe", object_id("subscription", f"{name}#{subscription_name}"),
-                         {"initial_position": spelled, "sub_type": consumer_type.value},
-                         lambda: self.network.call(attach))
+        done_ = self._op(
+            "subscribe",
+            object_id("subscription", f"{name}#{subscription_name}"),
+            {"initial_position": spelled, "sub_type": consumer_type.value},
+            lambda: self.network.call(attach),
+        )
 
         def made(done: Future[None]) -> None:
             if done.error is not None:
@@ -329,11 +369,24 @@ class Client:
         done_.add_done_callback(made)
         return result
 
-    def subscribe(self, topic: str, subscription_name: str, *, partition: int = 0,
-                  consumer_type: ConsumerType = ConsumerType.Exclusive,
-                  initial_position: InitialPosition = InitialPosition.EARLIEST) -> Consumer:
-        return self._wait(self.subscribe_async(topic, subscription_name, partition=partition,
-                                               consumer_type=consumer_type, initial_position=initial_position))
+    def subscribe(
+        self,
+        topic: str,
+        subscription_name: str,
+        *,
+        partition: int = 0,
+        consumer_type: ConsumerType = ConsumerType.Exclusive,
+        initial_position: InitialPosition = InitialPosition.EARLIEST,
+    ) -> Consumer:
+        return self._wait(
+            self.subscribe_async(
+                topic,
+                subscription_name,
+                partition=partition,
+                consumer_type=consumer_type,
+                initial_position=initial_position,
+            )
+        )
 
 
 class Transaction:
@@ -378,8 +431,9 @@ class Transaction:
 
     def _add_subscription(self, subscription: Subscription) -> Future[None]:
         coordinator = self.client.broker.coordinator
-        return self.client.network.call(lambda: coordinator.add_subscription(self.txn_id, subscription),
-                                        idempotent=True)
+        return self.client.network.call(
+            lambda: coordinator.add_subscription(self.txn_id, subscription), idempotent=True
+        )
 
     def _send_end(self, action: TxnAction) -> None:
         coordinator = self.client.broker.coordinator
@@ -480,8 +534,15 @@ class Producer:
     client (process) a handle on the same batch container.
     """
 
-    def __init__(self, client: Client, partition: str, *, batching_enabled: bool = False,
-                 batching_max_messages: int = 1000, batching_max_publish_delay_ms: int = 10) -> None:
+    def __init__(
+        self,
+        client: Client,
+        partition: str,
+        *,
+        batching_enabled: bool = False,
+        batching_max_messages: int = 1000,
+        batching_max_publish_delay_ms: int = 10,
+    ) -> None:
         if batching_max_messages < 1 or batching_max_publish_delay_ms < 0:
             raise ValueError("batching_max_messages must be >= 1 and batching_max_publish_delay_ms >= 0")
         self.client = client
@@ -493,15 +554,24 @@ class Producer:
 
     def share(self, client: Client) -> Producer:
         """This producer as used by ``client``'s process: same partition, same open batch."""
-        handle = Producer(client, self.partition, batching_enabled=self.batching_enabled,
-                          batching_max_messages=self.batching_max_messages,
-                          batching_max_publish_delay_ms=self.batching_max_publish_delay_ms)
+        handle = Producer(
+            client,
+            self.partition,
+            batching_enabled=self.batching_enabled,
+            batching_max_messages=self.batching_max_messages,
+            batching_max_publish_delay_ms=self.batching_max_publish_delay_ms,
+        )
         handle._container = self._container
         return handle
 
-    def send_async(self, content: bytes | str, *, txn: Transaction | None = None,
-                   deliver_at: int | None = None, partition_key: str | None = None
-                   ) -> Future[Position]:
+    def send_async(
+        self,
+        content: bytes | str,
+        *,
+        txn: Transaction | None = None,
+        deliver_at: int | None = None,
+        partition_key: str | None = None,
+    ) -> Future[Position]:
         text = content.decode() if isinstance(content, bytes) else content
         payload = text.encode()
         value: dict[str, Any] = {"message": text}
@@ -521,24 +591,36 @@ class Producer:
             if self.batching_enabled:
                 # What was batched before goes first: a producer's messages stay in send order.
                 self.flush_async()
-                return self._after_previous(lambda: self.client.broker.partition(self.partition).publish(
-                    payload, txn_id, deliver_at, partition_key=partition_key))
-            sent = self.client.network.call(lambda: self.client.broker.partition(self.partition).publish(
-                payload, txn_id, deliver_at, partition_key=partition_key))
+                return self._after_previous(
+                    lambda: self.client.broker.partition(self.partition).publish(
+                        payload, txn_id, deliver_at, partition_key=partition_key
+                    )
+                )
+            sent = self.client.network.call(
+                lambda: self.client.broker.partition(self.partition).publish(
+                    payload, txn_id, deliver_at, partition_key=partition_key
+                )
+            )
             return sent
 
         if txn is None:
             call = publish
         else:
+
             def call() -> Future[Position]:
                 return txn._use(ct.Send(self.partition), self.partition, publish)
 
         return self.client._op("send", object_id("partition", self.partition), value, call, _sent_json)
 
-    def send(self, content: bytes | str, *, txn: Transaction | None = None, deliver_at: int | None = None,
-             partition_key: str | None = None) -> Position:
-        return self.client._wait(self.send_async(content, txn=txn, deliver_at=deliver_at,
-                                                 partition_key=partition_key))
+    def send(
+        self,
+        content: bytes | str,
+        *,
+        txn: Transaction | None = None,
+        deliver_at: int | None = None,
+        partition_key: str | None = None,
+    ) -> Position:
+        return self.client._wait(self.send_async(content, txn=txn, deliver_at=deliver_at, partition_key=partition_key))
 
     def _add_to_batch(self, txn_id: TxnID | None, message: BatchedMessage) -> Future[Position]:
         container = self._container
@@ -598,8 +680,11 @@ class Producer:
         if batch is None:
             return Future.completed(None)
         messages = tuple(batch.messages)
-        written = self._after_previous(lambda: self.client.broker.partition(self.partition).publish(
-            b"", batch.txn_id, None, partition_key=messages[0].partition_key, batch=messages))
+        written = self._after_previous(
+            lambda: self.client.broker.partition(self.partition).publish(
+                b"", batch.txn_id, None, partition_key=messages[0].partition_key, batch=messages
+            )
+        )
         done: Future[None] = Future()
 
         def answered(w: Future[Position]) -> None:
@@ -637,16 +722,16 @@ class _OpenBatch:
 
 def _sent_json(sent: Position) -> dict[str, Any]:
     if isinstance(sent, BatchMessageId):
-        return {"position": _pos_json(sent.position), "batch_index": sent.batch_index,
-                "batch_size": sent.batch_size}
+        return {"position": _pos_json(sent.position), "batch_index": sent.batch_index, "batch_size": sent.batch_size}
     return {"position": _pos_json(sent)}
 
 
 class Consumer:
     """``pulsar.Consumer`` of one subscription on one partition."""
 
-    def __init__(self, client: Client, partition: str, subscription: str, consumer_id: int,
-                 consumer_type: ConsumerType) -> None:
+    def __init__(
+        self, client: Client, partition: str, subscription: str, consumer_id: int, consumer_type: ConsumerType
+    ) -> None:
         self.client = client
         self.partition = partition
         self.subscription = subscription
@@ -673,6 +758,7 @@ class Consumer:
     def unsubscribe_async(self) -> Future[None]:
         """``Consumer.unsubscribe()``: delete the subscription (its cursor, pending-ack log and
         delayed-index snapshots); refused with ``SubscriptionBusy`` while other consumers are connected."""
+
         def call() -> Future[None]:
             def handler() -> Future[None]:
                 return self.client.broker.unsubscribe(self.partition, self.subscription, self.consumer_id)
@@ -710,8 +796,11 @@ class Consumer:
         def render(got: Message | None) -> Any:
             if got is None:
                 return None
-            rendered = {"message": got.payload.decode(), "position": _pos_json(got.position),
-                        "redelivery_count": got.redelivery_count}
+            rendered = {
+                "message": got.payload.decode(),
+                "position": _pos_json(got.position),
+                "redelivery_count": got.redelivery_count,
+            }
             if got.batch_index is not None:
                 rendered.update(batch_index=got.batch_index, batch_size=got.batch_size)
             return rendered
@@ -724,10 +813,22 @@ class Consumer:
                     out.set_exception(done.error)
                     return
                 d = done.result()
-                out.set_result(None if d is None else Message(self.partition, self.subscription, d.position,
-                                                              d.payload, d.txn_id, d.deliver_at,
-                                                              d.redelivery_count, d.batch_index, d.batch_size,
-                                                              d.partition_key))
+                out.set_result(
+                    None
+                    if d is None
+                    else Message(
+                        self.partition,
+                        self.subscription,
+                        d.position,
+                        d.payload,
+                        d.txn_id,
+                        d.deliver_at,
+                        d.redelivery_count,
+                        d.batch_index,
+                        d.batch_size,
+                        d.partition_key,
+                    )
+                )
 
             self._call(lambda sub: sub.receive(self.consumer_id, timeout_millis)).add_done_callback(arrived)
             return out
@@ -738,8 +839,9 @@ class Consumer:
         """The next message, or None when none arrives in ``timeout_millis`` (Pulsar raises Timeout)."""
         return self.client._wait(self.receive_async(timeout_millis))
 
-    def _ack_async(self, f: str, message: Message | Position, txn: Transaction | None,
-                   cumulative: bool) -> Future[None]:
+    def _ack_async(
+        self, f: str, message: Message | Position, txn: Transaction | None, cumulative: bool
+    ) -> Future[None]:
         position, batch_index = _message_id(message)
         value: dict[str, Any] = {"position": _pos_json(position)}
         if batch_index is not None:
@@ -748,9 +850,11 @@ class Consumer:
             value["txn"] = _txn_json(txn.txn_id)
 
         def ack() -> Future[None]:
-            return self._call(lambda sub: sub.acknowledge(self.consumer_id, position,
-                                                          None if txn is None else txn.txn_id, cumulative,
-                                                          batch_index))
+            return self._call(
+                lambda sub: sub.acknowledge(
+                    self.consumer_id, position, None if txn is None else txn.txn_id, cumulative, batch_index
+                )
+            )
 
         if txn is None:
             call = ack
@@ -762,34 +866,39 @@ class Consumer:
 
         return self.client._op(f, self.object, value, call)
 
-    def acknowledge_async(self, message: Message | Position, *, txn: Transaction | None = None
-                          ) -> Future[None]:
+    def acknowledge_async(self, message: Message | Position, *, txn: Transaction | None = None) -> Future[None]:
         return self._ack_async("ack", message, txn, False)
 
     def acknowledge(self, message: Message | Position, *, txn: Transaction | None = None) -> None:
         self.client._wait(self.acknowledge_async(message, txn=txn))
 
-    def acknowledge_cumulative_async(self, message: Message | Position, *,
-                                     txn: Transaction | None = None) -> Future[None]:
+    def acknowledge_cumulative_async(
+        self, message: Message | Position, *, txn: Transaction | None = None
+    ) -> Future[None]:
         return self._ack_async("ack_cumulative", message, txn, True)
 
-    def acknowledge_cumulative(self, message: Message | Position, *,
-                               txn: Transaction | None = None) -> None:
+    def acknowledge_cumulative(self, message: Message | Position, *, txn: Transaction | None = None) -> None:
         self.client._wait(self.acknowledge_cumulative_async(message, txn=txn))
 
     def negative_acknowledge_async(self, message: Message | Position) -> Future[None]:
         position = message.position if isinstance(message, Message) else message
-        return self.client._op("negative_ack", self.object, {"position": _pos_json(position)},
-                               lambda: self._call(lambda sub: sub.redeliver(self.consumer_id, [position])))
+        return self.client._op(
+            "negative_ack",
+            self.object,
+            {"position": _pos_json(position)},
+            lambda: self._call(lambda sub: sub.redeliver(self.consumer_id, [position])),
+        )
 
     def negative_acknowledge(self, message: Message | Position) -> None:
         self.client._wait(self.negative_acknowledge_async(message))
 
     def redeliver_unacknowledged_messages_async(self) -> Future[None]:
-        return self.client._op("redeliver_unacknowledged", self.object, {},
-                               lambda: self._call(lambda sub: sub.redeliver(self.consumer_id, None)))
+        return self.client._op(
+            "redeliver_unacknowledged",
+            self.object,
+            {},
+            lambda: self._call(lambda sub: sub.redeliver(self.consumer_id, None)),
+        )
 
     def redeliver_unacknowledged_messages(self) -> None:
         self.client._wait(self.redeliver_unacknowledged_messages_async())
-
-

@@ -95,23 +95,32 @@ def delete_managed_ledger(store: LedgerStore, name: str) -> None:
     store.delete(name)
 
 
-def _snapshot_json(start: int, end: int, metadata: tuple[dd.SegmentMeta, ...], segments: list[dd.Run],
-                   length: int) -> dict[str, Any]:
+def _snapshot_json(
+    start: int, end: int, metadata: tuple[dd.SegmentMeta, ...], segments: list[dd.Run], length: int
+) -> dict[str, Any]:
     return {
         "start_ledger_id": start,
         "end_ledger_id": end,
         "length": length,
         "metadata": [
-            {"min_schedule_timestamp": m.min_schedule_timestamp, "max_schedule_timestamp": m.max_schedule_timestamp,
-             "bitmaps": to_json(m.bitmaps)}
+            {
+                "min_schedule_timestamp": m.min_schedule_timestamp,
+                "max_schedule_timestamp": m.max_schedule_timestamp,
+                "bitmaps": to_json(m.bitmaps),
+            }
             for m in metadata
         ],
         "segments": [[list(index) for index in run.indexes()] for run in segments],
     }
 
 
-def recovery_inputs(storage: dd.Storage, *, async_create: bool = False, mark_delete_ledger: int = -1,
-                    failures: Mapping[str, int] | None = None) -> dict[str, Any]:
+def recovery_inputs(
+    storage: dd.Storage,
+    *,
+    async_create: bool = False,
+    mark_delete_ledger: int = -1,
+    failures: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
     """The recovery inputs (see :func:`reference.delayed.recover_from_json`) of a model storage."""
     return {
         "tracker": "bucket",
@@ -145,9 +154,20 @@ class DelayedDeliveryService:
     machine observer, if any.  Build it with :meth:`load`.
     """
 
-    def __init__(self, sim: Simulation, store: LedgerStore, config: Config, cursor: ManagedCursor, *,
-                 partition: str, subscription: str, read_more: Callable[[], None], failed: Callable[[], None],
-                 observer: Callable[[], MachineObserver | None] = lambda: None, async_create: bool = False) -> None:
+    def __init__(
+        self,
+        sim: Simulation,
+        store: LedgerStore,
+        config: Config,
+        cursor: ManagedCursor,
+        *,
+        partition: str,
+        subscription: str,
+        read_more: Callable[[], None],
+        failed: Callable[[], None],
+        observer: Callable[[], MachineObserver | None] = lambda: None,
+        async_create: bool = False,
+    ) -> None:
         self.sim = sim
         self.store = store
         self.config = config
@@ -159,8 +179,14 @@ class DelayedDeliveryService:
         # DD-28: Pulsar's stats of this tracker; latencies on the simulation's clock, so runs stay
         # deterministic (register the service with DelayedIndexMetrics.add_subscription to export them).
         self.stats = BucketIndexStats()
-        self.storage = TimedBucketSnapshotStorage(self._open_fresh, self._delete_ledger, cursor, prefix=self.prefix,
-                                                  clock=self._clock, on_success=self.stats.record_success)
+        self.storage = TimedBucketSnapshotStorage(
+            self._open_fresh,
+            self._delete_ledger,
+            cursor,
+            prefix=self.prefix,
+            clock=self._clock,
+            on_success=self.stats.record_success,
+        )
         self._read_more = read_more
         self._failed = failed
         self._observer = observer
@@ -177,13 +203,33 @@ class DelayedDeliveryService:
     # -- lifecycle --------------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, sim: Simulation, store: LedgerStore, config: Config, cursor: ManagedCursor, *,
-             partition: str, subscription: str, read_more: Callable[[], None], failed: Callable[[], None],
-             observer: Callable[[], MachineObserver | None] = lambda: None,
-             async_create: bool = False) -> DelayedDeliveryService:
+    def load(
+        cls,
+        sim: Simulation,
+        store: LedgerStore,
+        config: Config,
+        cursor: ManagedCursor,
+        *,
+        partition: str,
+        subscription: str,
+        read_more: Callable[[], None],
+        failed: Callable[[], None],
+        observer: Callable[[], MachineObserver | None] = lambda: None,
+        async_create: bool = False,
+    ) -> DelayedDeliveryService:
         """Open the service and recover its tracker from the cursor and the snapshot ledgers (DD-24)."""
-        service = cls(sim, store, config, cursor, partition=partition, subscription=subscription,
-                      read_more=read_more, failed=failed, observer=observer, async_create=async_create)
+        service = cls(
+            sim,
+            store,
+            config,
+            cursor,
+            partition=partition,
+            subscription=subscription,
+            read_more=read_more,
+            failed=failed,
+            observer=observer,
+            async_create=async_create,
+        )
         service._recover()
         return service
 
@@ -193,12 +239,17 @@ class DelayedDeliveryService:
         self._step(dd.Clear())
 
     @staticmethod
-    def clean_residual(store: LedgerStore, cursor: ManagedCursor, *, partition: str, subscription: str
-                       ) -> tuple[int, ...]:
+    def clean_residual(
+        store: LedgerStore, cursor: ManagedCursor, *, partition: str, subscription: str
+    ) -> tuple[int, ...]:
         """A subscription deleted without a live tracker: every bucket its cursor's properties name is
         removed, property first, then ledger (Pulsar's ``cleanResidualSnapshots``, CP4)."""
-        storage = BucketSnapshotStorage(store.open, partial(delete_managed_ledger, store), cursor,
-                                        prefix=f"__delayed_bucket/{partition}/{subscription}")
+        storage = BucketSnapshotStorage(
+            store.open,
+            partial(delete_managed_ledger, store),
+            cursor,
+            prefix=f"__delayed_bucket/{partition}/{subscription}",
+        )
         return clean_residual_snapshots(storage, cursor)
 
     def close(self) -> None:
@@ -233,8 +284,9 @@ class DelayedDeliveryService:
         is handed to the machine as queued failures, and the machine falls back (DD-27)."""
         # A property the tracker could not have written (not a bucket range, not a bucket id) is not
         # part of the catalogue.
-        properties = {k: v for k, v in sorted(self.cursor.properties.items())
-                      if _bucket_range(k) is not None and v.isdigit()}
+        properties = {
+            k: v for k, v in sorted(self.cursor.properties.items()) if _bucket_range(k) is not None and v.isdigit()
+        }
         snapshots: list[list[Any]] = []
         failures: dict[str, int] = {}
         ids = [int(v) for v in properties.values()]
@@ -327,8 +379,11 @@ class DelayedDeliveryService:
                 self.stats.add_op_counts({}, dd.metrics(new))  # a new tracker counts from zero
             elif isinstance(old, dd.BucketTracker) and old.op_counts is not new.op_counts:
                 self.stats.add_op_counts(dd.metrics(old), dd.metrics(new))
-        if not isinstance(command, dd.Restart) and isinstance(old, dd.BucketTracker) \
-                and isinstance(new, dd.BucketTracker):
+        if (
+            not isinstance(command, dd.Restart)
+            and isinstance(old, dd.BucketTracker)
+            and isinstance(new, dd.BucketTracker)
+        ):
             merged = new.op_counts.get("merge.succeed", 0) > old.op_counts.get("merge.succeed", 0)
             for bucket_id, entry, load in segment_reads(command, old, new, merged):
                 if not self._read_back(old, bucket_id, entry, load):
@@ -380,8 +435,11 @@ class DelayedDeliveryService:
     def _read_back(self, old: dd.BucketTracker, bucket_id: int, entry: int, load: bool) -> bool:
         """Read segment ``entry`` of a snapshot the tracker loaded from; it must be what the tracker
         wrote.  False when the ledger cannot be read.  A merge's reads are not timed as loads (DD-28)."""
-        read = self.storage.get_bucket_snapshot_segment if load \
+        read = (
+            self.storage.get_bucket_snapshot_segment
+            if load
             else partial(BucketSnapshotStorage.get_bucket_snapshot_segment, self.storage)
+        )
         runs = self._retry(read, bucket_id, entry, entry)
         if runs is None:
             return False
@@ -429,8 +487,9 @@ class DelayedDeliveryService:
                 return  # a restart loses creations in flight (DD-31)
             bucket_id = self.state.storage.next_bucket_id
             length = dd.metadata_length(request.metadata) + sum(dd.segment_length(r) for r in request.segments)
-            snapshot = dd.Snapshot(request.start_ledger_id, request.end_ledger_id, request.metadata,
-                                   request.segments, length)
+            snapshot = dd.Snapshot(
+                request.start_ledger_id, request.end_ledger_id, request.metadata, request.segments, length
+            )
             written = self._retry(self.storage.create_bucket_snapshot, bucket_id, snapshot) is not None
             if written:
                 self._prewritten.add(bucket_id)

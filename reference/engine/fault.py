@@ -131,7 +131,11 @@ class FaultyLedger:
     """A :class:`ManagedLedger` that fails where it is told to, and otherwise delegates."""
 
     def __init__(
-        self, inner: ManagedLedger, *, rng: random.Random | None = None, roll_after_append_failure: bool = False,
+        self,
+        inner: ManagedLedger,
+        *,
+        rng: random.Random | None = None,
+        roll_after_append_failure: bool = False,
         on_inject: Callable[[InjectedFault], None] | None = None,
     ) -> None:
         self._inner = inner
@@ -266,8 +270,9 @@ class FaultyLedger:
         self._faults.append_blocked = False
 
     def delete_consumed_ledgers(self, up_to: int | None = None) -> tuple[int, ...]:
-        return self._run(Operation(Op.DELETE_CONSUMED_LEDGERS, self.name),
-                         lambda: self._inner.delete_consumed_ledgers(up_to))
+        return self._run(
+            Operation(Op.DELETE_CONSUMED_LEDGERS, self.name), lambda: self._inner.delete_consumed_ledgers(up_to)
+        )
 
     @property
     def properties(self) -> Mapping[str, str]:

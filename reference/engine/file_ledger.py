@@ -243,15 +243,17 @@ def scan_ledger(
     does every other inconsistency.
     """
     if size < LEDGER_HEADER.size:
-        raise LedgerCorrupted(f"file has {size} bytes, shorter than the {LEDGER_HEADER.size}-byte header",
-                              file=file, offset=size)
+        raise LedgerCorrupted(
+            f"file has {size} bytes, shorter than the {LEDGER_HEADER.size}-byte header", file=file, offset=size
+        )
     header = read_at(0, LEDGER_HEADER.size)
     magic, version, flags, found_id, header_crc = LEDGER_HEADER.unpack(header)
     if magic != LEDGER_MAGIC:
         raise LedgerCorrupted(f"bad magic {magic!r}, expected {LEDGER_MAGIC!r}", file=file, offset=0)
     if version != VERSION:
-        raise LedgerCorrupted(f"unsupported ledger file version {version} (this reader knows {VERSION})",
-                              file=file, offset=4)
+        raise LedgerCorrupted(
+            f"unsupported ledger file version {version} (this reader knows {VERSION})", file=file, offset=4
+        )
     if header_crc != crc32c(header[:16]):
         raise LedgerCorrupted("ledger file header CRC mismatch", file=file, offset=16)
     if flags != 0:
@@ -265,8 +267,9 @@ def scan_ledger(
         if remaining < FRAME_HEADER.size:
             if allow_torn_tail:
                 return LedgerScan(found_id, tuple(frames), offset, remaining, "incomplete frame header")
-            raise LedgerCorrupted(f"file ends inside a frame header ({remaining} of {FRAME_HEADER.size} bytes)",
-                                  file=file, offset=offset)
+            raise LedgerCorrupted(
+                f"file ends inside a frame header ({remaining} of {FRAME_HEADER.size} bytes)", file=file, offset=offset
+            )
         head = read_at(offset, FRAME_HEADER.size)
         length, entry_id, head_crc, payload_crc = FRAME_HEADER.unpack(head)
         if head_crc != crc32c(head[:12]):
@@ -274,17 +277,20 @@ def scan_ledger(
                 return LedgerScan(found_id, tuple(frames), offset, remaining, "zero-filled tail")
             raise LedgerCorrupted("frame header CRC mismatch", file=file, offset=offset)
         if entry_id != len(frames):
-            raise LedgerCorrupted(f"frame holds entry {entry_id}, expected entry {len(frames)}", file=file,
-                                  offset=offset + 4)
+            raise LedgerCorrupted(
+                f"frame holds entry {entry_id}, expected entry {len(frames)}", file=file, offset=offset + 4
+            )
         end = offset + FRAME_HEADER.size + length
         if end > size:
             if allow_torn_tail:
                 return LedgerScan(found_id, tuple(frames), offset, remaining, "incomplete last frame")
-            raise LedgerCorrupted(f"frame of {length} bytes runs past the end of the file ({size} bytes)",
-                                  file=file, offset=offset)
+            raise LedgerCorrupted(
+                f"frame of {length} bytes runs past the end of the file ({size} bytes)", file=file, offset=offset
+            )
         if payload_crc != crc32c(read_at(offset + FRAME_HEADER.size, length)):
-            raise LedgerCorrupted(f"payload CRC mismatch in entry {entry_id}", file=file,
-                                  offset=offset + FRAME_HEADER.size)
+            raise LedgerCorrupted(
+                f"payload CRC mismatch in entry {entry_id}", file=file, offset=offset + FRAME_HEADER.size
+            )
         frames.append(FrameInfo(entry_id, offset, length))
         offset = end
     return LedgerScan(found_id, tuple(frames), offset, 0)
@@ -399,17 +405,22 @@ def decode_metadata(blob: bytes, *, file: str) -> Metadata:
     """Parse and check a metadata file; any damage is a :class:`LedgerCorrupted`."""
     size = METADATA_HEADER.size
     if len(blob) < size:
-        raise LedgerCorrupted(f"metadata has {len(blob)} bytes, shorter than its {size}-byte header",
-                              file=file, offset=len(blob))
+        raise LedgerCorrupted(
+            f"metadata has {len(blob)} bytes, shorter than its {size}-byte header", file=file, offset=len(blob)
+        )
     magic, version, flags, generation, length, crc = METADATA_HEADER.unpack_from(blob)
     if magic != METADATA_MAGIC:
         raise LedgerCorrupted(f"bad magic {magic!r}, expected {METADATA_MAGIC!r}", file=file, offset=0)
     if version != VERSION:
-        raise LedgerCorrupted(f"unsupported metadata version {version} (this reader knows {VERSION})",
-                              file=file, offset=4)
+        raise LedgerCorrupted(
+            f"unsupported metadata version {version} (this reader knows {VERSION})", file=file, offset=4
+        )
     if len(blob) != size + length:
-        raise LedgerCorrupted(f"metadata payload should be {length} bytes, file holds {len(blob) - size}",
-                              file=file, offset=min(len(blob), size + length))
+        raise LedgerCorrupted(
+            f"metadata payload should be {length} bytes, file holds {len(blob) - size}",
+            file=file,
+            offset=min(len(blob), size + length),
+        )
     payload = blob[size:]
     if crc != crc32c(blob[:20], payload):
         raise LedgerCorrupted("metadata CRC mismatch", file=file, offset=20)
@@ -533,8 +544,9 @@ def scan_journal(read_at: ReadAt, size: int, *, file: str) -> JournalScan:
     if magic != JOURNAL_MAGIC:
         raise LedgerCorrupted(f"bad magic {magic!r}, expected {JOURNAL_MAGIC!r}", file=file, offset=0)
     if version != VERSION:
-        raise LedgerCorrupted(f"unsupported journal version {version} (this reader knows {VERSION})",
-                              file=file, offset=4)
+        raise LedgerCorrupted(
+            f"unsupported journal version {version} (this reader knows {VERSION})", file=file, offset=4
+        )
     if header_crc != crc32c(header[:8]):
         raise LedgerCorrupted("journal header CRC mismatch", file=file, offset=8)
     if flags != 0:
@@ -558,8 +570,11 @@ def scan_journal(read_at: ReadAt, size: int, *, file: str) -> JournalScan:
         if payload_crc != crc32c(payload):
             raise LedgerCorrupted("journal record payload CRC mismatch", file=file, offset=offset + FRAME_HEADER.size)
         if records and generation < records[-1].generation:
-            raise LedgerCorrupted(f"journal record of generation {generation} follows one of generation "
-                                  f"{records[-1].generation}", file=file, offset=offset + 4)
+            raise LedgerCorrupted(
+                f"journal record of generation {generation} follows one of generation {records[-1].generation}",
+                file=file,
+                offset=offset + 4,
+            )
         name, state = _journal_body(payload, file=file, offset=offset + FRAME_HEADER.size)
         records.append(JournalRecord(generation, name, state, offset))
         offset = end
@@ -576,8 +591,9 @@ def _journal_body(payload: bytes, *, file: str, offset: int) -> tuple[str, Curso
         raw = body["state"]
         return name, None if raw is None else _cursor_from_json(raw, f"journal cursor {name!r}")
     except UnicodeDecodeError as exc:
-        raise LedgerCorrupted(f"journal record is not UTF-8: {exc.reason}", file=file,
-                              offset=offset + exc.start) from None
+        raise LedgerCorrupted(
+            f"journal record is not UTF-8: {exc.reason}", file=file, offset=offset + exc.start
+        ) from None
     except json.JSONDecodeError as exc:
         raise LedgerCorrupted(f"journal record is not JSON: {exc.msg}", file=file, offset=offset + exc.pos) from None
     except (_Bad, ValueError, TypeError) as exc:
@@ -590,8 +606,12 @@ def apply_journal(meta: Metadata, scan: JournalScan, *, file: str) -> Metadata:
     cursors = dict(meta.cursors)
     for record in scan.records:
         if record.generation > meta.generation:
-            raise LedgerCorrupted(f"journal record of generation {record.generation} is newer than the metadata "
-                                  f"(generation {meta.generation})", file=file, offset=record.offset + 4)
+            raise LedgerCorrupted(
+                f"journal record of generation {record.generation} is newer than the metadata "
+                f"(generation {meta.generation})",
+                file=file,
+                offset=record.offset + 4,
+            )
         if record.generation < meta.generation:
             continue
         if record.state is None:
@@ -857,8 +877,11 @@ class FileLedger:
                 # The journal is created after the first commit; without one it can hold no record.
                 orphan = self._scan_journal()
                 if orphan.records:
-                    raise LedgerCorrupted("the cursor journal holds records but there is no METADATA",
-                                          file=self._path(JOURNAL_NAME), offset=orphan.records[0].offset)
+                    raise LedgerCorrupted(
+                        "the cursor journal holds records but there is no METADATA",
+                        file=self._path(JOURNAL_NAME),
+                        offset=orphan.records[0].offset,
+                    )
                 leftovers.append(JOURNAL_NAME)
             self._remove(leftovers)
             fresh = name or os.path.basename(self._dir)
@@ -896,8 +919,9 @@ class FileLedger:
         for record in meta.ledgers:
             path = self._path(ledger_file_name(record.ledger_id))
             if record.ledger_id not in ledger_names:
-                raise LedgerCorrupted(f"ledger {record.ledger_id} is in the metadata but its file is missing",
-                                      file=path, offset=0)
+                raise LedgerCorrupted(
+                    f"ledger {record.ledger_id} is in the metadata but its file is missing", file=path, offset=0
+                )
             opened, scan = self._open_existing(record, path)
             if scan.torn_bytes:
                 torn.append((opened, scan))
@@ -967,8 +991,9 @@ class FileLedger:
         try:
             size = self._fs.size(fd)
             if size > LEDGER_HEADER.size:
-                scan = scan_ledger(lambda o, n: self._fs.pread(fd, n, o), size, file=path, ledger_id=ledger_id,
-                                   allow_torn_tail=True)
+                scan = scan_ledger(
+                    lambda o, n: self._fs.pread(fd, n, o), size, file=path, ledger_id=ledger_id, allow_torn_tail=True
+                )
                 if scan.frames:
                     raise LedgerCorrupted(
                         f"ledger file {file_name} holds {len(scan.frames)} entries but no committed metadata names it",
@@ -984,8 +1009,9 @@ class FileLedger:
         opened = _OpenFile(record.ledger_id, path, fd)
         self._files[record.ledger_id] = opened
         size = fs.size(fd)
-        scan = scan_ledger(lambda o, n: fs.pread(fd, n, o), size, file=path, ledger_id=record.ledger_id,
-                           allow_torn_tail=record.is_open)
+        scan = scan_ledger(
+            lambda o, n: fs.pread(fd, n, o), size, file=path, ledger_id=record.ledger_id, allow_torn_tail=record.is_open
+        )
         if not record.is_open and (len(scan.frames) != record.entries or size != record.length):
             raise LedgerCorrupted(
                 f"closed ledger {record.ledger_id} should hold {record.entries} entries in {record.length} bytes, "
@@ -1062,8 +1088,12 @@ class FileLedger:
             cursors[name] = state
         record = encode_journal_record(self._meta.generation, name, state)
         end = self._journal_end
-        if (not self._journal_ready or end == 0 or self._journal_records >= self._max_journal_records
-                or end + len(record) > self._max_journal_bytes):
+        if (
+            not self._journal_ready
+            or end == 0
+            or self._journal_records >= self._max_journal_records
+            or end + len(record) > self._max_journal_bytes
+        ):
             self._commit_cursors(cursors)
             return
         fs = self._fs
@@ -1329,8 +1359,9 @@ class FileLedger:
             raise LedgerCorrupted(f"frame header of entry {entry_id} changed on disk", file=ledger.path, offset=offset)
         payload = frame[FRAME_HEADER.size :]
         if payload_crc != crc32c(payload):
-            raise LedgerCorrupted(f"payload CRC mismatch in entry {entry_id}", file=ledger.path,
-                                  offset=offset + FRAME_HEADER.size)
+            raise LedgerCorrupted(
+                f"payload CRC mismatch in entry {entry_id}", file=ledger.path, offset=offset + FRAME_HEADER.size
+            )
         return payload
 
     def read(self, start: Position, max_entries: int) -> list[Entry]:
@@ -1384,9 +1415,12 @@ class FileLedger:
         unlinks leaves files recovery removes."""
         with self._lock:
             self._check_open()
-            doomed = consumed_ledgers(self._infos_locked(), self._current.ledger_id,
-                                      [c.mark_delete for c in self._meta.cursors.values()],
-                                      up_to)
+            doomed = consumed_ledgers(
+                self._infos_locked(),
+                self._current.ledger_id,
+                [c.mark_delete for c in self._meta.cursors.values()],
+                up_to,
+            )
             if not doomed:
                 return ()
             gone = set(doomed)

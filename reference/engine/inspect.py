@@ -113,20 +113,25 @@ def inspect_message(data: bytes, *, topic: str | None = None, where: str | None 
         return None
     meta = PulsarApi_pb2.MessageMetadata()
     try:
-        meta.ParseFromString(data[4:4 + size])
+        meta.ParseFromString(data[4 : 4 + size])
     except DecodeError:
         return None
     if not meta.IsInitialized():
         return None
     key = meta.partition_key if meta.HasField("partition_key") else None
-    out: Json = {"key": key, "null_value": meta.null_value,
-                 "num_messages_in_batch": meta.num_messages_in_batch if meta.HasField("num_messages_in_batch")
-                 else None, "record": {}, "errors": {},
-                 "txn": [meta.txnid_most_bits, meta.txnid_least_bits] if meta.HasField("txnid_most_bits") else None,
-                 "marker": _MARKERS.get(meta.marker_type, str(meta.marker_type)) if meta.HasField("marker_type")
-                 else None,
-                 "deliver_at": meta.deliver_at_time if meta.HasField("deliver_at_time") else None,
-                 "publish_time": meta.publish_time, "payload": None, "batch": None}
+    out: Json = {
+        "key": key,
+        "null_value": meta.null_value,
+        "num_messages_in_batch": meta.num_messages_in_batch if meta.HasField("num_messages_in_batch") else None,
+        "record": {},
+        "errors": {},
+        "txn": [meta.txnid_most_bits, meta.txnid_least_bits] if meta.HasField("txnid_most_bits") else None,
+        "marker": _MARKERS.get(meta.marker_type, str(meta.marker_type)) if meta.HasField("marker_type") else None,
+        "deliver_at": meta.deliver_at_time if meta.HasField("deliver_at_time") else None,
+        "publish_time": meta.publish_time,
+        "payload": None,
+        "batch": None,
+    }
     if meta.null_value:
         return out
     schema = _snapshot_schema(topic)
@@ -137,9 +142,9 @@ def inspect_message(data: bytes, *, topic: str | None = None, where: str | None 
     elif topic is None and key is not None and out["txn"] is None and out["marker"] is None:
         schemas = ("TransactionBufferSnapshot", "TransactionBufferSnapshotIndexes")
     else:
-        _topic_payload(out, data[4 + size:], where)
+        _topic_payload(out, data[4 + size :], where)
         return out
-    payload = data[4 + size:]
+    payload = data[4 + size :]
     for name in schemas:
         try:
             record = _AVRO_DECODERS[name](payload, where=where)
@@ -175,24 +180,29 @@ def _topic_payload(out: Json, payload: bytes, where: str | None) -> None:
         if pos + 4 > len(payload):
             out["errors"]["batch"] = {"message": f"batch message {index} is cut short", "offset": pos}
             break
-        size = int.from_bytes(payload[pos:pos + 4], "big")
+        size = int.from_bytes(payload[pos : pos + 4], "big")
         single = PulsarApi_pb2.SingleMessageMetadata()
         try:
-            single.ParseFromString(payload[pos + 4:pos + 4 + size])
+            single.ParseFromString(payload[pos + 4 : pos + 4 + size])
         except DecodeError as exc:
-            out["errors"]["batch"] = {"message": f"SingleMessageMetadata of message {index}: {exc}",
-                                      "offset": pos + 4}
+            out["errors"]["batch"] = {"message": f"SingleMessageMetadata of message {index}: {exc}", "offset": pos + 4}
             break
         pos += 4 + size
-        body = payload[pos:pos + single.payload_size]
+        body = payload[pos : pos + single.payload_size]
         pos += single.payload_size
-        messages.append({"index": index, "key": single.partition_key if single.HasField("partition_key") else None,
-                         "payload": _text(body)})
+        messages.append(
+            {
+                "index": index,
+                "key": single.partition_key if single.HasField("partition_key") else None,
+                "payload": _text(body),
+            }
+        )
     out["batch"] = messages
 
 
-def inspect_entry(data: bytes, *, kind: LogKind | None = None, where: str | None = None,
-                  topic: str | None = None) -> Json:
+def inspect_entry(
+    data: bytes, *, kind: LogKind | None = None, where: str | None = None, topic: str | None = None
+) -> Json:
     """Decode one entry's bytes.
 
     Returns ``{"length", "hex_prefix", "decoded": {kind: {"batched", "version", "batch_size",
@@ -218,8 +228,13 @@ def inspect_entry(data: bytes, *, kind: LogKind | None = None, where: str | None
                 for r in entry.records
             ],
         }
-    return {"length": len(data), "hex_prefix": data[:32].hex(), "decoded": decoded, "errors": errors,
-            "message": inspect_message(data, topic=topic, where=where)}
+    return {
+        "length": len(data),
+        "hex_prefix": data[:32].hex(),
+        "decoded": decoded,
+        "errors": errors,
+        "message": inspect_message(data, topic=topic, where=where),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,13 +337,19 @@ def inspect_ledger_file(
         frame["position"] = str(Position(ledger_id, frame["entry_id"]))
         if frame["entry_id"] != frame["expected_entry_id"]:
             frame["error"] = _error(
-                LedgerCorrupted(f"frame holds entry {frame['entry_id']}, expected {frame['expected_entry_id']}",
-                                file=file, offset=frame["offset"] + 4)
+                LedgerCorrupted(
+                    f"frame holds entry {frame['entry_id']}, expected {frame['expected_entry_id']}",
+                    file=file,
+                    offset=frame["offset"] + 4,
+                )
             )
         if not frame["crc_ok"]:
             frame["error"] = _error(
-                LedgerCorrupted(f"payload CRC mismatch in entry {frame['entry_id']}", file=file,
-                                offset=frame["offset"] + FRAME_HEADER.size)
+                LedgerCorrupted(
+                    f"payload CRC mismatch in entry {frame['entry_id']}",
+                    file=file,
+                    offset=frame["offset"] + FRAME_HEADER.size,
+                )
             )
         if decode and frame["crc_ok"]:
             frame["entry"] = inspect_entry(payload, kind=kind, topic=topic)
@@ -399,13 +420,15 @@ def inspect_journal(path: str | os.PathLike[str], *, metadata: Metadata | None =
         status = None
         if metadata is not None:
             status = "current" if record.generation == metadata.generation else "stale"
-        report["records"].append({
-            "offset": record.offset,
-            "generation": record.generation,
-            "cursor": record.name,
-            "state": None if record.state is None else _cursor_json(record.state),
-            "status": status,
-        })
+        report["records"].append(
+            {
+                "offset": record.offset,
+                "generation": record.generation,
+                "cursor": record.name,
+                "state": None if record.state is None else _cursor_json(record.state),
+                "status": status,
+            }
+        )
     if scan.torn_bytes and report["error"] is None:
         report["torn_tail"] = {"offset": scan.valid_length, "bytes": scan.torn_bytes, "reason": scan.torn_reason}
     if metadata is not None and report["error"] is None:
@@ -432,8 +455,14 @@ def inspect_directory(path: str | os.PathLike[str], *, kind: LogKind | None = No
     and any other files.  ``ok`` is true when recovery would open it without an error."""
     directory = os.fspath(path)
     names = sorted(os.listdir(directory))
-    report: Json = {"directory": directory, "metadata": None, "cursor_journal": None, "ledgers": [],
-                    "other_files": [], "ok": True}
+    report: Json = {
+        "directory": directory,
+        "metadata": None,
+        "cursor_journal": None,
+        "ledgers": [],
+        "other_files": [],
+        "ok": True,
+    }
     records: dict[int, Any] = {}
     topic: str | None = None
     meta_path = os.path.join(directory, METADATA_NAME)
@@ -457,8 +486,9 @@ def inspect_directory(path: str | os.PathLike[str], *, kind: LogKind | None = No
         file = os.path.join(directory, ledger_file_name(ledger_id))
         state = record["state"] if record else "unlisted"
         if ledger_id not in ledger_ids:
-            missing = LedgerCorrupted(f"ledger {ledger_id} is in the metadata but its file is missing",
-                                      file=file, offset=0)
+            missing = LedgerCorrupted(
+                f"ledger {ledger_id} is in the metadata but its file is missing", file=file, offset=0
+            )
             report["ledgers"].append({"ledger_id": ledger_id, "state": state, "file": file, "error": _error(missing)})
             report["ok"] = False
             continue
@@ -489,8 +519,9 @@ def read_entry(directory: str | os.PathLike[str], position: Position) -> bytes:
     for frame in report["entries"]:
         if frame["entry_id"] == position.entry_id:
             if not frame["crc_ok"]:
-                raise LedgerCorrupted(f"payload CRC mismatch in entry {position}", file=file,
-                                      offset=frame["offset"] + FRAME_HEADER.size)
+                raise LedgerCorrupted(
+                    f"payload CRC mismatch in entry {position}", file=file, offset=frame["offset"] + FRAME_HEADER.size
+                )
             start = frame["offset"] + FRAME_HEADER.size
             with open(file, "rb") as f:
                 f.seek(start)
@@ -511,16 +542,22 @@ def _is_store(directory: str) -> bool:
 def inspect_store(path: str | os.PathLike[str], *, kind: LogKind | None = None) -> Json:
     """Every managed ledger of a ledger store, by name; ``ok`` when each would open."""
     directory = os.fspath(path)
-    ledgers = [inspect_directory(os.path.join(directory, n), kind=kind) for n in sorted(os.listdir(directory))
-               if os.path.isdir(os.path.join(directory, n))]
+    ledgers = [
+        inspect_directory(os.path.join(directory, n), kind=kind)
+        for n in sorted(os.listdir(directory))
+        if os.path.isdir(os.path.join(directory, n))
+    ]
     others = [n for n in sorted(os.listdir(directory)) if not os.path.isdir(os.path.join(directory, n))]
-    return {"kind": "store", "directory": directory, "managed_ledgers": ledgers, "other_files": others,
-            "ok": all(one["ok"] for one in ledgers)}
+    return {
+        "kind": "store",
+        "directory": directory,
+        "managed_ledgers": ledgers,
+        "other_files": others,
+        "ok": all(one["ok"] for one in ledgers),
+    }
 
 
-def inspect_path(
-    path: str | os.PathLike[str], *, entry: Position | None = None, kind: LogKind | None = None
-) -> Json:
+def inspect_path(path: str | os.PathLike[str], *, entry: Position | None = None, kind: LogKind | None = None) -> Json:
     """What ``txnmodel inspect PATH`` shows: a ledger directory (or one ``--entry L:E`` of it),
     a ledger file, a ``METADATA`` file, or any other file as one raw entry."""
     file = os.fspath(path)
@@ -555,9 +592,7 @@ def _entry_lines(entry: Json, indent: str) -> list[str]:
     lines = []
     for kind, decoded in entry["decoded"].items():
         head = (
-            f"batched v{decoded['version']}, {decoded['batch_size']} records"
-            if decoded["batched"]
-            else "plain record"
+            f"batched v{decoded['version']}, {decoded['batch_size']} records" if decoded["batched"] else "plain record"
         )
         lines.append(f"{indent}{kind}: {head}")
         for index, record in enumerate(decoded["records"]):
@@ -574,8 +609,10 @@ def _entry_lines(entry: Json, indent: str) -> list[str]:
         return lines
     if not entry["decoded"]:
         first = next(iter(entry["errors"].values()), None)
-        lines.append(f"{indent}not a log entry ({first['message'] if first else 'no kind tried'}); "
-                     f"{entry['length']} bytes: {entry['hex_prefix']}{'...' if entry['length'] > 32 else ''}")
+        lines.append(
+            f"{indent}not a log entry ({first['message'] if first else 'no kind tried'}); "
+            f"{entry['length']} bytes: {entry['hex_prefix']}{'...' if entry['length'] > 32 else ''}"
+        )
     return lines
 
 
@@ -620,8 +657,10 @@ def render_text(report: Json) -> str:
         lines.extend(_journal_lines(report, ""))
     elif kind == "store":
         damaged = sum(1 for one in report["managed_ledgers"] if not one["ok"])
-        lines.append(f"{report['directory']}: ledger store, {len(report['managed_ledgers'])} managed ledgers, "
-                     f"{'ok' if report['ok'] else f'{damaged} DAMAGED'}")
+        lines.append(
+            f"{report['directory']}: ledger store, {len(report['managed_ledgers'])} managed ledgers, "
+            f"{'ok' if report['ok'] else f'{damaged} DAMAGED'}"
+        )
         for one in report["managed_ledgers"]:
             lines.append("")
             lines.extend("  " + line for line in render_text({"kind": "directory", **one}).splitlines())
@@ -660,16 +699,25 @@ def _metadata_lines(meta: Json) -> list[str]:
 
 
 def _journal_lines(journal: Json, indent: str) -> list[str]:
-    lines = [f"{indent}cursor journal: {journal['file']}, {journal['size']} bytes, {len(journal['records'])} records"
-             f"{_err_text(journal.get('error'))}"]
+    lines = [
+        f"{indent}cursor journal: {journal['file']}, {journal['size']} bytes, {len(journal['records'])} records"
+        f"{_err_text(journal.get('error'))}"
+    ]
     for record in journal["records"]:
         status = f" ({record['status']})" if record["status"] else ""
         state = record["state"]
-        change = "deleted" if state is None else (
-            f"mark-delete {state['mark_delete']}, individually deleted {state['individually_deleted']}, "
-            f"batch ack sets {state['batch_ack_sets']}, properties {state['properties']}")
-        lines.append(f"{indent}  @{record['offset']} generation {record['generation']}{status}: "
-                     f"cursor {record['cursor']!r} {change}")
+        change = (
+            "deleted"
+            if state is None
+            else (
+                f"mark-delete {state['mark_delete']}, individually deleted {state['individually_deleted']}, "
+                f"batch ack sets {state['batch_ack_sets']}, properties {state['properties']}"
+            )
+        )
+        lines.append(
+            f"{indent}  @{record['offset']} generation {record['generation']}{status}: "
+            f"cursor {record['cursor']!r} {change}"
+        )
     if journal.get("torn_tail"):
         torn = journal["torn_tail"]
         lines.append(f"{indent}  torn tail @{torn['offset']}: {torn['bytes']} bytes ({torn['reason']})")
@@ -680,8 +728,10 @@ def _ledger_lines(ledger: Json, indent: str) -> list[str]:
     state = ledger.get("state", "file")
     header = ledger.get("header")
     count = len(ledger.get("entries", []))
-    lines = [f"{indent}ledger {ledger.get('ledger_id', header['ledger_id'] if header else '?')} ({state}): "
-             f"{ledger['file']}, {ledger.get('size', 0)} bytes, {count} entries{_err_text(ledger.get('error'))}"]
+    lines = [
+        f"{indent}ledger {ledger.get('ledger_id', header['ledger_id'] if header else '?')} ({state}): "
+        f"{ledger['file']}, {ledger.get('size', 0)} bytes, {count} entries{_err_text(ledger.get('error'))}"
+    ]
     for frame in ledger.get("entries", []):
         crc = "crc ok" if frame["crc_ok"] else "CRC BAD"
         lines.append(f"{indent}  {frame['position']} @{frame['offset']} len {frame['length']} {crc}")

@@ -73,9 +73,7 @@ def next_position(position: Position, ledgers: Sequence[LedgerInfo]) -> Position
 
 def entry_exists(position: Position, ledgers: Sequence[LedgerInfo]) -> bool:
     """Whether ``position`` names an entry of a live ledger."""
-    return any(
-        info.ledger_id == position.ledger_id and 0 <= position.entry_id < info.entries for info in ledgers
-    )
+    return any(info.ledger_id == position.ledger_id and 0 <= position.entry_id < info.entries for info in ledgers)
 
 
 def ledger_is_full(entries: int, size_bytes: int, config: Config) -> bool:

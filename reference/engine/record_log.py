@@ -58,8 +58,16 @@ class RecordLog:
     log kind among all the writers of a broker, so the broker passes the same object to each.
     """
 
-    def __init__(self, sim: Simulation, ledger: ManagedLedger, kind: LogKind, config: Config, *,
-                 batching: bool, metrics: FlushMetrics | None = None) -> None:
+    def __init__(
+        self,
+        sim: Simulation,
+        ledger: ManagedLedger,
+        kind: LogKind,
+        config: Config,
+        *,
+        batching: bool,
+        metrics: FlushMetrics | None = None,
+    ) -> None:
         self.sim = sim
         self.metrics = metrics
         self.ledger = ledger
@@ -79,8 +87,12 @@ class RecordLog:
         if not infos:
             return []
         entries = self.ledger.read(Position(infos[0].ledger_id, 0), 1 << 62)
-        return [bl.LoggedEntry(e.position, e.data, self.cursor.batch_ack_set(e.position),
-                               self.cursor.is_deleted(e.position)) for e in entries]
+        return [
+            bl.LoggedEntry(
+                e.position, e.data, self.cursor.batch_ack_set(e.position), self.cursor.is_deleted(e.position)
+            )
+            for e in entries
+        ]
 
     def replay(self) -> list[tuple[RecordPosition, Message]]:
         """Every live record in log order with the position its writer got (BW-23, BW-24)."""

@@ -76,8 +76,19 @@ class HistoryRecorder:
         if op_type is OpType.INFO:
             self._crashed.add(op.process)
         done = make_operation(
-            self.history, op.index, op.process, op_type, op.f, op.obj, op.value, result,
-            invoked_at=op.invoked_at, completed_at=self._clock(), error=error, seed=self.seed)
+            self.history,
+            op.index,
+            op.process,
+            op_type,
+            op.f,
+            op.obj,
+            op.value,
+            result,
+            invoked_at=op.invoked_at,
+            completed_at=self._clock(),
+            error=error,
+            seed=self.seed,
+        )
         if null and result is None:
             done = replace(done, result="null")  # returned JSON null, which is checked (None: nothing recorded)
         self._ops[op.index] = done
@@ -99,9 +110,19 @@ class HistoryRecorder:
         """Every operation so far, in index order; still-open ones as ``invoke`` rows."""
         out = dict(self._ops)
         for op in self._open.values():
-            out[op.index] = make_operation(self.history, op.index, op.process, OpType.INVOKE, op.f, op.obj,
-                                           op.value, None, invoked_at=op.invoked_at, completed_at=None,
-                                           seed=self.seed)
+            out[op.index] = make_operation(
+                self.history,
+                op.index,
+                op.process,
+                OpType.INVOKE,
+                op.f,
+                op.obj,
+                op.value,
+                None,
+                invoked_at=op.invoked_at,
+                completed_at=None,
+                seed=self.seed,
+            )
         return [out[i] for i in sorted(out)]
 
     def __len__(self) -> int:

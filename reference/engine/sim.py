@@ -214,8 +214,9 @@ class Network:
     the handler made get the request's window in the history.
     """
 
-    def __init__(self, sim: Simulation, *, latency_ms: tuple[int, int] = (1, 3),
-                 faults: NetworkFaults | None = None) -> None:
+    def __init__(
+        self, sim: Simulation, *, latency_ms: tuple[int, int] = (1, 3), faults: NetworkFaults | None = None
+    ) -> None:
         self.sim = sim
         self.latency_ms = latency_ms
         self.faults = faults or NetworkFaults()

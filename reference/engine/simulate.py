@@ -52,8 +52,23 @@ from .fault import InjectedFault
 from .sim import Future, NetworkFaults, SimTimeout, spawn
 from .storage import LedgerFaults
 
-__all__ = ["DEFAULT_DEADLINE_MS", "FAULT_RATES", "KEYS", "TRACKERS", "WORKLOADS", "FaultEvent", "RunResult",
-           "RunSpec", "build_parser", "file_metadata", "file_stem", "run", "run_simulate", "simulate_main", "variant"]
+__all__ = [
+    "DEFAULT_DEADLINE_MS",
+    "FAULT_RATES",
+    "KEYS",
+    "TRACKERS",
+    "WORKLOADS",
+    "FaultEvent",
+    "RunResult",
+    "RunSpec",
+    "build_parser",
+    "file_metadata",
+    "file_stem",
+    "run",
+    "run_simulate",
+    "simulate_main",
+    "variant",
+]
 
 Proc = Generator[Future[Any], Any, None]
 _ERRORS = (OperationFailed, OperationTimeout)
@@ -61,10 +76,18 @@ _ERRORS = (OperationFailed, OperationTimeout)
 
 # The fault rates of ``--faults on``, in one place so a history's metadata states what the run used.
 FAULT_RATES: dict[str, float | int] = {
-    "drop_request": 0.01, "drop_response": 0.01, "duplicate_request": 0.05, "max_extra_delay_ms": 200,
-    "ledger_append": 0.003, "ledger_read": 0.05, "short_txn_timeout": 0.1, "participant_timeout": 0.0,
+    "drop_request": 0.01,
+    "drop_response": 0.01,
+    "duplicate_request": 0.05,
+    "max_extra_delay_ms": 200,
+    "ledger_append": 0.003,
+    "ledger_read": 0.05,
+    "short_txn_timeout": 0.1,
+    "participant_timeout": 0.0,
     # Every 1-4 s a component fault is drawn: these are the chances of each kind (the rest: none).
-    "broker_crash": 0.4, "coordinator_crash": 0.4, "topic_unload": 0.2,
+    "broker_crash": 0.4,
+    "coordinator_crash": 0.4,
+    "topic_unload": 0.2,
 }
 # Far beyond any clean run (the longest of the main job's are under 200 s of simulated time): the
 # deadline only cuts runs that would otherwise never end.
@@ -82,11 +105,13 @@ TRACKERS = ("memory", "bucket")
 # The bucket tracker with buckets small enough to seal and snapshot within one run (Pulsar's
 # defaults, 50 000 indexes per bucket, would keep every bucket in memory).  A bucket seals when the
 # ledger rolls over, hence short ledgers.
-_BUCKET_CONFIG: dict[str, Any] = {"delayedDeliveryTrackerFactoryClassName": BUCKET_FACTORY,
-                                  "delayedDeliveryMinIndexCountPerBucket": 4,
-                                  "delayedDeliveryMaxIndexesPerBucketSnapshotSegment": 3,
-                                  "delayedDeliveryMaxNumBuckets": 6,
-                                  "managedLedgerMaxEntriesPerLedger": 16}
+_BUCKET_CONFIG: dict[str, Any] = {
+    "delayedDeliveryTrackerFactoryClassName": BUCKET_FACTORY,
+    "delayedDeliveryMinIndexCountPerBucket": 4,
+    "delayedDeliveryMaxIndexesPerBucketSnapshotSegment": 3,
+    "delayedDeliveryMaxNumBuckets": 6,
+    "managedLedgerMaxEntriesPerLedger": 16,
+}
 # How far ahead the delayed workload's messages are due.  On the bucket tracker further: a bucket
 # whose messages are all delivered is deleted, and only one still holding messages when the
 # broker crashes is recovered from its snapshot (most bucket runs then recover at least one).
@@ -97,9 +122,13 @@ BUCKET_MAX_DELAY_MS = 3_000
 def _default_config() -> Config:
     """Small ledgers (roll-over happens) and strict delayed delivery, so a message delivered before its
     deliver-at time is an anomaly rather than DD-1's permitted tick of slack."""
-    return Config().with_overrides({"managedLedgerMaxEntriesPerLedger": 64,
-                                    "isDelayedDeliveryDeliverAtTimeStrict": True,
-                                    "delayedDeliveryTickTimeMillis": 100})
+    return Config().with_overrides(
+        {
+            "managedLedgerMaxEntriesPerLedger": 64,
+            "isDelayedDeliveryDeliverAtTimeStrict": True,
+            "delayedDeliveryTickTimeMillis": 100,
+        }
+    )
 
 
 @dataclass
@@ -143,20 +172,34 @@ class RunSpec:
     def to_json(self) -> dict[str, Any]:
         """The run's configuration as JSON (``data_dir`` left out: it names a scratch folder)."""
         rates = self.rates()
-        return {"workload": self.workload, "seed": self.seed, "ledger": self.ledger, "ops": self.ops,
-                "duration_ms": self.duration_ms, "clients": self.clients, "faults": self.faults,
-                "batching": self.batching, "partitions": self.partitions, "deadline_ms": self.deadline_ms,
-                "batch_messages": self.batch_messages, "key_shared": self.key_shared,
-                "delayed_tracker": self.delayed_tracker, "fault_rates": rates,
-                "config": config_overrides(self.broker_config())}
+        return {
+            "workload": self.workload,
+            "seed": self.seed,
+            "ledger": self.ledger,
+            "ops": self.ops,
+            "duration_ms": self.duration_ms,
+            "clients": self.clients,
+            "faults": self.faults,
+            "batching": self.batching,
+            "partitions": self.partitions,
+            "deadline_ms": self.deadline_ms,
+            "batch_messages": self.batch_messages,
+            "key_shared": self.key_shared,
+            "delayed_tracker": self.delayed_tracker,
+            "fault_rates": rates,
+            "config": config_overrides(self.broker_config()),
+        }
 
 
 def config_overrides(config: Config) -> dict[str, Any]:
     """The broker.conf keys whose value differs from Pulsar's default, as JSON that
     ``Config().with_overrides`` accepts back."""
     defaults = Config.defaults()
-    return {key: list(value) if isinstance(value, tuple) else value
-            for key, value in config.items() if value != defaults[key]}
+    return {
+        key: list(value) if isinstance(value, tuple) else value
+        for key, value in config.items()
+        if value != defaults[key]
+    }
 
 
 @dataclass(frozen=True)
@@ -186,9 +229,13 @@ class RunResult:
 
     def metadata(self) -> dict[str, Any]:
         """This run's metadata: its configuration, whether the deadline cut it, and the faults injected."""
-        return {**self.spec.to_json(), "cut_at_deadline": self.cut, "sim_time_ms": self.sim_time_ms,
-                "fault_schedule": [f.to_json() for f in self.faults],
-                "fault_counts": dict(sorted(self.counters.items()))}
+        return {
+            **self.spec.to_json(),
+            "cut_at_deadline": self.cut,
+            "sim_time_ms": self.sim_time_ms,
+            "fault_schedule": [f.to_json() for f in self.faults],
+            "fault_counts": dict(sorted(self.counters.items())),
+        }
 
 
 def file_metadata(runs: dict[str, RunResult]) -> dict[str, Any]:
@@ -226,17 +273,37 @@ class _Run:
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
         rates = spec.rates()
-        net = NetworkFaults(drop_request=float(rates["drop_request"]), drop_response=float(rates["drop_response"]),
-                            duplicate_request=float(rates["duplicate_request"]),
-                            max_extra_delay_ms=int(rates["max_extra_delay_ms"])) if spec.faults else None
-        ledger_faults = LedgerFaults(append=float(rates["ledger_append"]),
-                                     read=float(rates["ledger_read"])) if spec.faults else None
-        topics = {"ctp": {"in": spec.clients, "out": spec.partitions}, "multi": {"multi": spec.partitions},
-                  "delayed": {"delayed": 1}}[spec.workload]
-        self.cluster = Cluster.start(seed=spec.seed, topics=topics, config=spec.broker_config(), ledger=spec.ledger,
-                                     data_dir=spec.data_dir, batching=spec.batching, network_faults=net,
-                                     ledger_faults=ledger_faults,
-                                     history=f"{spec.workload}-{spec.ledger}-seed{spec.seed}")
+        net = (
+            NetworkFaults(
+                drop_request=float(rates["drop_request"]),
+                drop_response=float(rates["drop_response"]),
+                duplicate_request=float(rates["duplicate_request"]),
+                max_extra_delay_ms=int(rates["max_extra_delay_ms"]),
+            )
+            if spec.faults
+            else None
+        )
+        ledger_faults = (
+            LedgerFaults(append=float(rates["ledger_append"]), read=float(rates["ledger_read"]))
+            if spec.faults
+            else None
+        )
+        topics = {
+            "ctp": {"in": spec.clients, "out": spec.partitions},
+            "multi": {"multi": spec.partitions},
+            "delayed": {"delayed": 1},
+        }[spec.workload]
+        self.cluster = Cluster.start(
+            seed=spec.seed,
+            topics=topics,
+            config=spec.broker_config(),
+            ledger=spec.ledger,
+            data_dir=spec.data_dir,
+            batching=spec.batching,
+            network_faults=net,
+            ledger_faults=ledger_faults,
+            history=f"{spec.workload}-{spec.ledger}-seed{spec.seed}",
+        )
         if rates["participant_timeout"]:
             # END_TXN_ON_* requests time out in the TB client (retryable: the coordinator re-drives the end).
             self.cluster.broker.faults = BrokerFaults(participant_timeout=float(rates["participant_timeout"]))
@@ -281,13 +348,18 @@ class _Run:
         mine = self.producers.get(key)
         if mine is None:
             mine = self.producers[key] = client.create_producer(
-                topic, partition, batching_enabled=True, batching_max_messages=BATCH_MAX_MESSAGES,
-                batching_max_publish_delay_ms=BATCH_MAX_DELAY_MS)
+                topic,
+                partition,
+                batching_enabled=True,
+                batching_max_messages=BATCH_MAX_MESSAGES,
+                batching_max_publish_delay_ms=BATCH_MAX_DELAY_MS,
+            )
             return mine
         return mine if mine.client is client else mine.share(client)
 
-    def send(self, client: Client, topic: str, partition: int, text: str, *, txn: Any = None,
-             deliver_at: int | None = None) -> Generator[Future[Any], Any, Any]:
+    def send(
+        self, client: Client, topic: str, partition: int, text: str, *, txn: Any = None, deliver_at: int | None = None
+    ) -> Generator[Future[Any], Any, Any]:
         """One send through :meth:`producer`.  A batching producer sends one request at a time, so a
         request that is never answered (lost, or a broker crash) would hold every later send through
         it back forever; a timed-out send retires the producer, and the next send opens a new one
@@ -330,12 +402,12 @@ class _Run:
             yield txn.commit_async()
             self.committed += 1
 
-    def subscribe(self, client: Client, topic: str, sub: str, partition: int, kind: ConsumerType
-                  ) -> Generator[Future[Any], Any, Consumer]:
+    def subscribe(
+        self, client: Client, topic: str, sub: str, partition: int, kind: ConsumerType
+    ) -> Generator[Future[Any], Any, Consumer]:
         while True:
             try:
-                consumer: Consumer = yield client.subscribe_async(topic, sub, partition=partition,
-                                                                  consumer_type=kind)
+                consumer: Consumer = yield client.subscribe_async(topic, sub, partition=partition, consumer_type=kind)
                 return consumer
             except _ERRORS:
                 yield self.sim.sleep(100)
@@ -347,6 +419,7 @@ class _Run:
         the same partition, so that several feeders' sends meet in a batch."""
         client = self.cluster.client()
         for i in range(first, count, feeders):
+
             def send(i: int = i) -> Proc:
                 yield from self.send(client, topic, (i // feeders) % self.spec.clients, f"{topic}-{i}")
 
@@ -507,16 +580,24 @@ class _Run:
             for first in range(feeders):
                 self.start(self.feeder("in", spec.ops + spec.ops // 4, first, feeders))
             workers = [self.ctp_worker(w) for w in range(spec.clients)]
-            readers = [self.reader("out", "verify", p, kind(ConsumerType.Exclusive), lambda: writers_done[0])
-                       for p in range(spec.partitions) for _ in range(copies)]
+            readers = [
+                self.reader("out", "verify", p, kind(ConsumerType.Exclusive), lambda: writers_done[0])
+                for p in range(spec.partitions)
+                for _ in range(copies)
+            ]
         elif spec.workload == "multi":
             workers = [self.multi_writer(w) for w in range(spec.clients)]
-            readers = [self.reader("multi", "read", p, kind(ConsumerType.Exclusive), lambda: writers_done[0])
-                       for p in range(spec.partitions) for _ in range(copies)]
+            readers = [
+                self.reader("multi", "read", p, kind(ConsumerType.Exclusive), lambda: writers_done[0])
+                for p in range(spec.partitions)
+                for _ in range(copies)
+            ]
         else:
             workers = [self.delayed_writer(w) for w in range(spec.clients)]
-            readers = [self.reader("delayed", "read", 0, kind(ConsumerType.Shared), lambda: writers_done[0])
-                       for _ in range(copies)]
+            readers = [
+                self.reader("delayed", "read", 0, kind(ConsumerType.Shared), lambda: writers_done[0])
+                for _ in range(copies)
+            ]
         worker_count = len(workers)
         finished = [0]
 
@@ -537,8 +618,10 @@ class _Run:
                 raise SimTimeout("the run stalled with workers still running")
             if progress is not None and time.monotonic() - last_report > 2:
                 last_report = time.monotonic()
-                progress(f"  {spec.workload} seed {spec.seed}: t={self.sim.now} ms, {len(self.cluster.recorder)} ops, "
-                         f"{spec.ops - max(self.budget.left, 0)}/{spec.ops} txns")
+                progress(
+                    f"  {spec.workload} seed {spec.seed}: t={self.sim.now} ms, {len(self.cluster.recorder)} ops, "
+                    f"{spec.ops - max(self.budget.left, 0)}/{spec.ops} txns"
+                )
         if not self.cut:
             self.heal()
             heal_until = self.sim.now + 12_000  # every open transaction times out, every end is re-driven
@@ -552,11 +635,23 @@ class _Run:
                 break
         if self.errors:
             raise self.errors[0]
-        counters = {"network_dropped": self.cluster.network.dropped,
-                    "network_duplicated": self.cluster.network.duplicated, **self.ledger_faults}
-        return RunResult(spec, self.cluster.recorder.operations(), self.sim.now, self.sim.events_run,
-                         self.committed, self.aborted, self.cluster.broker.crashes, list(self.faults),
-                         counters, self.cut)
+        counters = {
+            "network_dropped": self.cluster.network.dropped,
+            "network_duplicated": self.cluster.network.duplicated,
+            **self.ledger_faults,
+        }
+        return RunResult(
+            spec,
+            self.cluster.recorder.operations(),
+            self.sim.now,
+            self.sim.events_run,
+            self.committed,
+            self.aborted,
+            self.cluster.broker.crashes,
+            list(self.faults),
+            counters,
+            self.cut,
+        )
 
 
 WORKLOADS = ("ctp", "multi", "delayed")
@@ -582,28 +677,50 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--workload", choices=(*WORKLOADS, "all"), default="ctp")
     parser.add_argument("--histories", type=int, default=1, help="how many seeds to run per workload")
     parser.add_argument("--ops", type=int, default=200, help="transactions attempted per history")
-    parser.add_argument("--duration", type=int, default=None, metavar="MS",
-                        help="also stop starting transactions after MS of simulated time")
-    parser.add_argument("--deadline", type=int, default=DEFAULT_DEADLINE_MS, metavar="MS",
-                        help="stop a run at MS of simulated time; its open operations are recorded as invoke "
-                        f"(default {DEFAULT_DEADLINE_MS})")
+    parser.add_argument(
+        "--duration",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="also stop starting transactions after MS of simulated time",
+    )
+    parser.add_argument(
+        "--deadline",
+        type=int,
+        default=DEFAULT_DEADLINE_MS,
+        metavar="MS",
+        help="stop a run at MS of simulated time; its open operations are recorded as invoke "
+        f"(default {DEFAULT_DEADLINE_MS})",
+    )
     parser.add_argument("--clients", type=int, default=4, help="concurrent transactional clients")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--faults", choices=("on", "off"), default="on")
     parser.add_argument("--batching", choices=("on", "off"), default="off", help="PIP-160 batched log writes")
-    parser.add_argument("--batch-messages", choices=("on", "off", "mixed"), default="mixed",
-                        help="batching producers shared by the clients (batch messages, PIP-54 acks); mixed "
-                        "(default): odd seeds")
-    parser.add_argument("--key-shared", choices=("on", "off", "mixed"), default="mixed",
-                        help=f"partition keys on every send and {KEY_SHARED_READERS} Key_Shared consumers per "
-                        "partition instead of the workload's readers; mixed (default): seeds = 1 mod 3")
-    parser.add_argument("--delayed-tracker", choices=(*TRACKERS, "mixed"), default="mixed",
-                        help="the delayed workload's tracker: Pulsar's in-memory default or the bucket tracker "
-                        "(its runs go to delayed-bucket.parquet); mixed (default): bucket on seeds 2, 3, 6, 7, ... "
-                        "(seed // 2 odd)")
+    parser.add_argument(
+        "--batch-messages",
+        choices=("on", "off", "mixed"),
+        default="mixed",
+        help="batching producers shared by the clients (batch messages, PIP-54 acks); mixed (default): odd seeds",
+    )
+    parser.add_argument(
+        "--key-shared",
+        choices=("on", "off", "mixed"),
+        default="mixed",
+        help=f"partition keys on every send and {KEY_SHARED_READERS} Key_Shared consumers per "
+        "partition instead of the workload's readers; mixed (default): seeds = 1 mod 3",
+    )
+    parser.add_argument(
+        "--delayed-tracker",
+        choices=(*TRACKERS, "mixed"),
+        default="mixed",
+        help="the delayed workload's tracker: Pulsar's in-memory default or the bucket tracker "
+        "(its runs go to delayed-bucket.parquet); mixed (default): bucket on seeds 2, 3, 6, 7, ... "
+        "(seed // 2 odd)",
+    )
     parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
-    parser.add_argument("--check", action="store_true", help="check each history's transactional properties "
-                        "(exit 1 on any anomaly)")
+    parser.add_argument(
+        "--check", action="store_true", help="check each history's transactional properties (exit 1 on any anomaly)"
+    )
     parser.add_argument("--quiet", action="store_true")
     return parser
 
@@ -642,19 +759,32 @@ def run_simulate(args: argparse.Namespace) -> int:
                 if args.ledger == "file":
                     data = str(Path(args.data or scratch) / f"{workload}-seed{seed}")
                 tracker = {"bucket": "on", "memory": "off"}.get(args.delayed_tracker, args.delayed_tracker)
-                spec = RunSpec(workload=workload, seed=seed, ledger=args.ledger, data_dir=data, ops=args.ops,
-                               clients=args.clients, faults=args.faults == "on", batching=args.batching == "on",
-                               partitions=args.partitions, duration_ms=args.duration, deadline_ms=args.deadline,
-                               batch_messages=variant(args.batch_messages, seed, 2),
-                               key_shared=variant(args.key_shared, seed, 3),
-                               delayed_tracker="bucket" if workload == "delayed" and variant(tracker, seed, 2, step=2)
-                               else "memory")
+                spec = RunSpec(
+                    workload=workload,
+                    seed=seed,
+                    ledger=args.ledger,
+                    data_dir=data,
+                    ops=args.ops,
+                    clients=args.clients,
+                    faults=args.faults == "on",
+                    batching=args.batching == "on",
+                    partitions=args.partitions,
+                    duration_ms=args.duration,
+                    deadline_ms=args.deadline,
+                    batch_messages=variant(args.batch_messages, seed, 2),
+                    key_shared=variant(args.key_shared, seed, 3),
+                    delayed_tracker="bucket"
+                    if workload == "delayed" and variant(tracker, seed, 2, step=2)
+                    else "memory",
+                )
                 result = run(spec, say)
                 history = result.operations[0].history if result.operations else f"{workload}-{seed}"
                 files.setdefault(file_stem(spec), {})[history] = result
-                line = (f"{history}: {len(result.operations)} ops, {result.committed} commits, {result.aborted} "
-                        f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated"
-                        f"{' (cut at the deadline)' if result.cut else ''}")
+                line = (
+                    f"{history}: {len(result.operations)} ops, {result.committed} commits, {result.aborted} "
+                    f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated"
+                    f"{' (cut at the deadline)' if result.cut else ''}"
+                )
                 if args.check:
                     from invariants.transactional import check_transactional
 

@@ -45,8 +45,15 @@ def _file_name(name: str) -> str:
 class LedgerStore:
     """Opens managed ledgers by name on one backend (``memory`` or ``file``)."""
 
-    def __init__(self, kind: str, config: Config, *, directory: str | os.PathLike[str] | None = None,
-                 rng: random.Random | None = None, faults: LedgerFaults | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        config: Config,
+        *,
+        directory: str | os.PathLike[str] | None = None,
+        rng: random.Random | None = None,
+        faults: LedgerFaults | None = None,
+    ) -> None:
         if kind not in ("memory", "file"):
             raise ValueError(f"ledger kind must be memory or file, not {kind!r}")
         if kind == "file" and directory is None:

@@ -62,13 +62,17 @@ def _command_values(cmd: object, state: bl.WriterState) -> dict[str, Any]:
     out = {"kind": 0, "size": 1, "bad": False, "n": 1, "ok": True, "enable": False}
     if isinstance(cmd, bl.AsyncAddData):
         record = bl.canonical_record(cmd.data, state.config.kind)
-        out.update(kind=pb.COMMANDS["add"], bad=not isinstance(record, bytes),
-                   size=len(record) if isinstance(record, bytes) else 1)
+        out.update(
+            kind=pb.COMMANDS["add"],
+            bad=not isinstance(record, bytes),
+            size=len(record) if isinstance(record, bytes) else 1,
+        )
     elif isinstance(cmd, bl.TimerFired):
         out.update(kind=pb.COMMANDS["tick"])
     elif isinstance(cmd, bl.AddEntryComplete | bl.AddEntryFailed):
-        out.update(kind=pb.COMMANDS["answer"], n=len(state.in_flight[0].request_ids),
-                   ok=isinstance(cmd, bl.AddEntryComplete))
+        out.update(
+            kind=pb.COMMANDS["answer"], n=len(state.in_flight[0].request_ids), ok=isinstance(cmd, bl.AddEntryComplete)
+        )
     elif isinstance(cmd, bl.Close):
         out.update(kind=pb.COMMANDS["close"])
     elif isinstance(cmd, bl.FinishClose):
@@ -80,8 +84,12 @@ def _command_values(cmd: object, state: bl.WriterState) -> dict[str, Any]:
 
 def _cmd_bind(c: pb.Cmd, values: dict[str, Any]) -> list[tuple[Any, Any]]:
     return [
-        (c.kind, z3.IntVal(values["kind"])), (c.size, z3.IntVal(values["size"])), (c.bad, z3.BoolVal(values["bad"])),
-        (c.n, z3.IntVal(values["n"])), (c.ok, z3.BoolVal(values["ok"])), (c.enable, z3.BoolVal(values["enable"])),
+        (c.kind, z3.IntVal(values["kind"])),
+        (c.size, z3.IntVal(values["size"])),
+        (c.bad, z3.BoolVal(values["bad"])),
+        (c.n, z3.IntVal(values["n"])),
+        (c.ok, z3.BoolVal(values["ok"])),
+        (c.enable, z3.BoolVal(values["enable"])),
     ]
 
 
@@ -140,13 +148,16 @@ def _command(kind: str, arg: int, state: bl.WriterState, now: int, next_entry: i
     max_size=st.integers(8, 64),
     steps=STEPS,
 )
-def test_encoding_agrees_with_reference(enabled: bool, max_records: int, max_size: int,
-                                        steps: list[tuple[str, int]]) -> None:
-    config = Config().with_overrides({
-        "transactionLogBatchedWriteEnabled": enabled,
-        "transactionLogBatchedWriteMaxRecords": max_records,
-        "transactionLogBatchedWriteMaxSize": max_size,
-    })
+def test_encoding_agrees_with_reference(
+    enabled: bool, max_records: int, max_size: int, steps: list[tuple[str, int]]
+) -> None:
+    config = Config().with_overrides(
+        {
+            "transactionLogBatchedWriteEnabled": enabled,
+            "transactionLogBatchedWriteMaxRecords": max_records,
+            "transactionLogBatchedWriteMaxSize": max_size,
+        }
+    )
     state = bl.initial(config, LogKind.TRANSACTION_LOG)
     p = pb.Params(z3.IntVal(max_records), z3.IntVal(max_size))
     s, t, c = pb.AbstractState.fresh(""), pb.AbstractState.fresh("'"), pb.Cmd.fresh()
@@ -218,11 +229,13 @@ def test_broken_threshold_rule_is_refuted(mutant: str) -> None:
     params = dict(part.split("=") for part in text.splitlines()[0].removeprefix("params: ").split())
     max_records, max_size = int(params["maxRecords"]), int(params["maxSize"])
     assert max_records >= 2
-    config = Config().with_overrides({
-        "transactionLogBatchedWriteEnabled": True,
-        "transactionLogBatchedWriteMaxRecords": max_records,
-        "transactionLogBatchedWriteMaxSize": max(max_size, 4 * max_records + 1),
-    })
+    config = Config().with_overrides(
+        {
+            "transactionLogBatchedWriteEnabled": True,
+            "transactionLogBatchedWriteMaxRecords": max_records,
+            "transactionLogBatchedWriteMaxSize": max(max_size, 4 * max_records + 1),
+        }
+    )
     state = bl.initial(config)
     for i in range(max_records):
         state, _ = bl.step(state, bl.AsyncAddData(bl.sample_record(4, i)))

@@ -20,15 +20,23 @@ TC = LogKind.TRANSACTION_LOG
 PA = LogKind.PENDING_ACK
 
 
-def writer(enabled: bool = True, max_records: int = 512, max_size: int = 4 * 1024 * 1024, delay: int = 1,
-           kind: LogKind = TC, now_ms: int = 0) -> bl.WriterState:
+def writer(
+    enabled: bool = True,
+    max_records: int = 512,
+    max_size: int = 4 * 1024 * 1024,
+    delay: int = 1,
+    kind: LogKind = TC,
+    now_ms: int = 0,
+) -> bl.WriterState:
     prefix = "transactionLog" if kind is TC else "transactionPendingAck"
-    config = Config().with_overrides({
-        f"{prefix}BatchedWriteEnabled": enabled,
-        f"{prefix}BatchedWriteMaxRecords": max_records,
-        f"{prefix}BatchedWriteMaxSize": max_size,
-        f"{prefix}BatchedWriteMaxDelayInMillis": delay,
-    })
+    config = Config().with_overrides(
+        {
+            f"{prefix}BatchedWriteEnabled": enabled,
+            f"{prefix}BatchedWriteMaxRecords": max_records,
+            f"{prefix}BatchedWriteMaxSize": max_size,
+            f"{prefix}BatchedWriteMaxDelayInMillis": delay,
+        }
+    )
     return bl.initial(config, kind, now_ms)
 
 
@@ -62,14 +70,16 @@ def test_bw1_each_user_reads_its_own_keys_with_pulsar_defaults() -> None:
     for kind in LogKind:
         cfg = bl.writer_config(defaults, kind)
         assert (cfg.enabled, cfg.max_records, cfg.max_size, cfg.max_delay_ms) == (False, 512, 4194304, 1)
-    config = Config().with_overrides({"transactionLogBatchedWriteEnabled": True,
-                                      "transactionPendingAckBatchedWriteMaxRecords": 7})
+    config = Config().with_overrides(
+        {"transactionLogBatchedWriteEnabled": True, "transactionPendingAckBatchedWriteMaxRecords": 7}
+    )
     assert bl.writer_config(config, TC).enabled and bl.writer_config(config, TC).max_records == 512
     assert not bl.writer_config(config, PA).enabled and bl.writer_config(config, PA).max_records == 7
 
 
-@pytest.mark.parametrize(("enabled", "max_records", "effective"),
-                         [(True, 2, True), (True, 1, False), (False, 512, False)])
+@pytest.mark.parametrize(
+    ("enabled", "max_records", "effective"), [(True, 2, True), (True, 1, False), (False, 512, False)]
+)
 def test_bw2_effective_batching(enabled: bool, max_records: int, effective: bool) -> None:
     """BW-2."""
     state = writer(enabled, max_records)
@@ -199,8 +209,11 @@ def test_bw11_prefix_and_framing_are_not_counted() -> None:
     assert len(write.data) == PREFIX_LENGTH + 4 * (2 + 4) > 16
 
 
-@given(sizes=st.lists(st.integers(4, 60).filter(lambda n: n != 5), max_size=40),
-       max_records=st.integers(2, 6), max_size=st.integers(8, 80))
+@given(
+    sizes=st.lists(st.integers(4, 60).filter(lambda n: n != 5), max_size=40),
+    max_records=st.integers(2, 6),
+    max_size=st.integers(8, 80),
+)
 def test_bw11_buffer_stays_below_both_thresholds(sizes: list[int], max_records: int, max_size: int) -> None:
     """BW-11."""
     state = writer(max_records=max_records, max_size=max_size)
@@ -329,7 +342,11 @@ def test_bw19_each_flush_counts_one_trigger() -> None:
     """BW-19: Fact sheet A.7 M5 arithmetic: maxRecords 2, 100 writes of 4 bytes."""
     state, _ = run(writer(max_records=2), *(add(4, i % 128) for i in range(100)))
     assert (state.stats.max_records, state.stats.max_size, state.stats.max_delay, state.stats.large_data) == (
-        50, 0, 0, 0)
+        50,
+        0,
+        0,
+        0,
+    )
     assert (state.stats.batches, state.stats.records_sum, state.stats.bytes_sum) == (50, 100, 400)
 
 
@@ -424,8 +441,11 @@ def test_bw23_mixed_ledger_reads_both_kinds() -> None:
     """BW-23."""
     plain = bl.sample_record(6, 9)
     batch = encode_batch([tc_pb.TransactionMetadataEntry.FromString(bl.sample_record(4, i)) for i in range(3)], TC)
-    log = [bl.LoggedEntry(Position(1, 0), plain), bl.LoggedEntry(Position(1, 1), batch),
-           bl.LoggedEntry(Position(2, 0), plain)]
+    log = [
+        bl.LoggedEntry(Position(1, 0), plain),
+        bl.LoggedEntry(Position(1, 1), batch),
+        bl.LoggedEntry(Position(2, 0), plain),
+    ]
     positions = [r.position for r in bl.replay(TC, log)]
     assert positions == [Position(1, 0), *[BatchedPosition(1, 1, 3, i) for i in range(3)], Position(2, 0)]
     assert isinstance(positions[0], Position) and not isinstance(positions[0], BatchedPosition)
@@ -454,10 +474,17 @@ def test_bw24_replay_skips_deleted_indexes_and_unbatches_one() -> None:
     batch = encode_batch([tc_pb.TransactionMetadataEntry.FromString(bl.sample_record(4, i)) for i in range(3)], TC)
     one = encode_batch([tc_pb.TransactionMetadataEntry.FromString(bl.sample_record(4, 7))], TC)
     empty = encode_batch([], TC)
-    log = [bl.LoggedEntry(Position(1, 0), batch, (0b101,)), bl.LoggedEntry(Position(1, 1), one),
-           bl.LoggedEntry(Position(1, 2), empty), bl.LoggedEntry(Position(1, 3), batch, deleted=True)]
-    assert [r.position for r in bl.replay(TC, log)] == [BatchedPosition(1, 0, 3, 0), BatchedPosition(1, 0, 3, 2),
-                                                        Position(1, 1)]
+    log = [
+        bl.LoggedEntry(Position(1, 0), batch, (0b101,)),
+        bl.LoggedEntry(Position(1, 1), one),
+        bl.LoggedEntry(Position(1, 2), empty),
+        bl.LoggedEntry(Position(1, 3), batch, deleted=True),
+    ]
+    assert [r.position for r in bl.replay(TC, log)] == [
+        BatchedPosition(1, 0, 3, 0),
+        BatchedPosition(1, 0, 3, 2),
+        Position(1, 1),
+    ]
     assert not isinstance(bl.replay(TC, log)[2].position, BatchedPosition)
 
 
@@ -468,10 +495,18 @@ def test_bw25_recovery_rebuilds_durable_entries_only() -> None:
     """BW-25."""
     state, positions = _written(max_records=3, n=5)  # two records still buffered
     state, _ = run(state, bl.DeleteRecords((positions[0],)))
-    log = [bl.LoggedEntry(Position(1, 0), encode_batch(
-        [tc_pb.TransactionMetadataEntry.FromString(bl.sample_record(4, i)) for i in range(3)], TC), (0b110,))]
-    recovered = bl.recover(Config().with_overrides({"transactionLogBatchedWriteEnabled": True,
-                                                    "transactionLogBatchedWriteMaxRecords": 3}), log, TC)
+    log = [
+        bl.LoggedEntry(
+            Position(1, 0),
+            encode_batch([tc_pb.TransactionMetadataEntry.FromString(bl.sample_record(4, i)) for i in range(3)], TC),
+            (0b110,),
+        )
+    ]
+    recovered = bl.recover(
+        Config().with_overrides({"transactionLogBatchedWriteEnabled": True, "transactionLogBatchedWriteMaxRecords": 3}),
+        log,
+        TC,
+    )
     assert recovered.entries == state.entries
     assert not recovered.buffer and recovered.next_request_id == 0 and recovered.timer_due_ms == 1
 

@@ -91,12 +91,14 @@ class BatchedLogMachine(RuleBasedStateMachine):
     )
     def setup(self, kind: LogKind, enabled: bool, max_records: int, max_size: int, max_delay: int) -> None:
         prefix = "transactionLog" if kind is LogKind.TRANSACTION_LOG else "transactionPendingAck"
-        self.config = Config().with_overrides({
-            f"{prefix}BatchedWriteEnabled": enabled,
-            f"{prefix}BatchedWriteMaxRecords": max_records,
-            f"{prefix}BatchedWriteMaxSize": max_size,
-            f"{prefix}BatchedWriteMaxDelayInMillis": max_delay,
-        })
+        self.config = Config().with_overrides(
+            {
+                f"{prefix}BatchedWriteEnabled": enabled,
+                f"{prefix}BatchedWriteMaxRecords": max_records,
+                f"{prefix}BatchedWriteMaxSize": max_size,
+                f"{prefix}BatchedWriteMaxDelayInMillis": max_delay,
+            }
+        )
         self.kind = kind
         self.now = 0
         self.state = bl.initial(self.config, kind, 0)
@@ -250,10 +252,12 @@ class BatchedLogMachine(RuleBasedStateMachine):
         expected = {}
         for outcome in self.outcomes.values():
             if outcome.success is not None:
-                expected.setdefault(outcome.success.position if isinstance(outcome.success, BatchedPosition)
-                                    else outcome.success, []).append(outcome)
-        seen: list[tuple[object, bytes]] = [(r.position, r.record.SerializeToString(deterministic=True))
-                                            for r in replayed]
+                expected.setdefault(
+                    outcome.success.position if isinstance(outcome.success, BatchedPosition) else outcome.success, []
+                ).append(outcome)
+        seen: list[tuple[object, bytes]] = [
+            (r.position, r.record.SerializeToString(deterministic=True)) for r in replayed
+        ]
         # Every replayed record was reported durable at exactly that position with that content.
         for position, content in seen:
             plain = position.position if isinstance(position, BatchedPosition) else position

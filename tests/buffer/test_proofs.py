@@ -141,8 +141,14 @@ def _mutant_append(a: pb.Vars, b: pb.Vars, c: pb.Cmd) -> z3.BoolRef:
         b.ongoing == z3.If(opens, z3.Store(a.ongoing, t, True), a.ongoing),
         b.first == z3.If(opens, z3.Store(a.first, t, p), a.first),
         b.mrp == z3.If(opens, p, a.mrp),
-        b.st == a.st, b.lo == a.lo, b.aborted == a.aborted, b.marker == a.marker,
-        b.lwm == a.lwm, b.has_lwm == a.has_lwm, b.has_snap == a.has_snap, b.smrp == a.smrp,
+        b.st == a.st,
+        b.lo == a.lo,
+        b.aborted == a.aborted,
+        b.marker == a.marker,
+        b.lwm == a.lwm,
+        b.has_lwm == a.has_lwm,
+        b.has_snap == a.has_snap,
+        b.smrp == a.smrp,
     )
 
 
@@ -186,8 +192,13 @@ def test_partial_visibility_in_the_reference() -> None:
     """The same fact on the reference: T2's first message is visible, its second is not (TB-19)."""
     t1, t2 = TxnID(0, 1), TxnID(0, 2)
     s = tb.initial(Config())
-    for cmd in (tb.AppendBufferToTxn(t2), tb.CompleteFirstSnapshot(), tb.AppendBufferToTxn(t1),
-                tb.AppendBufferToTxn(t2), tb.CommitTxn(t2)):
+    for cmd in (
+        tb.AppendBufferToTxn(t2),
+        tb.CompleteFirstSnapshot(),
+        tb.AppendBufferToTxn(t1),
+        tb.AppendBufferToTxn(t2),
+        tb.CommitTxn(t2),
+    ):
         s, r = tb.step(s, cmd)
         assert r.ok
     visible = tb.dispatchable(s)

@@ -178,8 +178,15 @@ def test_tb6_first_position_is_kept() -> None:
 
 def test_tb7_previous_crosses_ledgers() -> None:
     """TB-7: previous() of entry 0 is the last entry of the nearest earlier non-empty ledger."""
-    s, _ = run(tb.initial(Config()), tb.PublishMessage(), tb.PublishMessage(), tb.RollOverLedger(),
-               tb.RollOverLedger(), tb.AppendBufferToTxn(T0), tb.CompleteFirstSnapshot())
+    s, _ = run(
+        tb.initial(Config()),
+        tb.PublishMessage(),
+        tb.PublishMessage(),
+        tb.RollOverLedger(),
+        tb.RollOverLedger(),
+        tb.AppendBufferToTxn(T0),
+        tb.CompleteFirstSnapshot(),
+    )
     assert dict(s.ongoing) == {T0: Position(3, 0)}
     assert tb.readable_max_read_position(s) == Position(1, 1)
 
@@ -212,8 +219,13 @@ def test_tb8_committed_txn_reopens() -> None:
 
 def test_tb9_normal_publish_behind_open_txn_is_held() -> None:
     """TB-9: Ready with an ongoing txn keeps max_read_position; nothing ongoing follows the LAC."""
-    s, _ = run(tb.initial(Config()), tb.PublishMessage(), tb.AppendBufferToTxn(T0), tb.CompleteFirstSnapshot(),
-               tb.PublishMessage())
+    s, _ = run(
+        tb.initial(Config()),
+        tb.PublishMessage(),
+        tb.AppendBufferToTxn(T0),
+        tb.CompleteFirstSnapshot(),
+        tb.PublishMessage(),
+    )
     assert tb.dispatchable(s) == (Position(1, 0),)
     s, _ = run(s, tb.CommitTxn(T0), tb.PublishMessage())
     assert tb.readable_max_read_position(s) == Position(1, 4)
@@ -326,8 +338,9 @@ def test_tb18_last_message_id_fails_until_recovered() -> None:
 
 def test_tb18_last_dispatchable_skips_markers_and_aborted() -> None:
     """TB-18: scan back from max_read_position."""
-    s, _ = run(tb.initial(Config()), tb.PublishMessage(), tb.AppendBufferToTxn(T0), tb.CompleteFirstSnapshot(),
-               tb.AbortTxn(T0))
+    s, _ = run(
+        tb.initial(Config()), tb.PublishMessage(), tb.AppendBufferToTxn(T0), tb.CompleteFirstSnapshot(), tb.AbortTxn(T0)
+    )
     assert tb.get_last_message_id(s) == Ok(Position(1, 0))
 
 
@@ -357,15 +370,23 @@ def test_tb20_snapshot_record_round_trips_through_protobuf(topic: str, mrp: Posi
 def test_tb22_segment_and_index_records_round_trip(seq: int, mrp: Position, ids: list[TxnID]) -> None:
     """TB-22: segment and index records convert both ways without loss."""
     seg = tb.TransactionBufferSnapshotSegment("t", seq, mrp, tuple(ids))
-    assert tb.TransactionBufferSnapshotSegment.from_pb(
-        snap_pb.TransactionBufferSnapshotSegment.FromString(seg.to_pb().SerializeToString())) == seg
+    assert (
+        tb.TransactionBufferSnapshotSegment.from_pb(
+            snap_pb.TransactionBufferSnapshotSegment.FromString(seg.to_pb().SerializeToString())
+        )
+        == seg
+    )
     idx = tb.TransactionBufferSnapshotIndexes(
         "t",
         (tb.TransactionBufferSnapshotIndex(seq, mrp), tb.TransactionBufferSnapshotIndex(seq + 1, mrp, Position(3, 4))),
         tb.TransactionBufferSnapshotIndexesMetadata(mrp, tuple(ids)),
     )
-    assert tb.TransactionBufferSnapshotIndexes.from_pb(
-        snap_pb.TransactionBufferSnapshotIndexes.FromString(idx.to_pb().SerializeToString())) == idx
+    assert (
+        tb.TransactionBufferSnapshotIndexes.from_pb(
+            snap_pb.TransactionBufferSnapshotIndexes.FromString(idx.to_pb().SerializeToString())
+        )
+        == idx
+    )
 
 
 def test_tb20_snapshot_lists_aborts_in_marker_order() -> None:
@@ -400,8 +421,9 @@ def test_tb22_segmented_take_snapshot_rewrites_index_only() -> None:
 
 def test_tb23_trim_waits_for_next_end_and_is_exact() -> None:
     """TB-23: after deletion the aborted txn is forgotten at the next end, and only it."""
-    s, _ = run(ready(), tb.AbortTxn(T0), tb.RollOverLedger(), tb.AppendBufferToTxn(T1), tb.AbortTxn(T1),
-               tb.DeleteLedger(1))
+    s, _ = run(
+        ready(), tb.AbortTxn(T0), tb.RollOverLedger(), tb.AppendBufferToTxn(T1), tb.AbortTxn(T1), tb.DeleteLedger(1)
+    )
     assert set(s.aborted) == {T0, T1}
     s, _ = run(s, tb.CommitTxn(T2))
     assert set(s.aborted) == {T1}
@@ -416,8 +438,14 @@ def test_tb23_delete_ledger_refused_beyond_max_read_position() -> None:
 
 def test_tb24_recover_fold_from_records() -> None:
     """TB-24: recover() folds snapshot records and replays entries after the snapshot."""
-    s, results = run(ready(), tb.AbortTxn(T0), tb.TakeSnapshot(), tb.AppendBufferToTxn(T1), tb.AppendBufferToTxn(T2),
-                     tb.CommitTxn(T1))
+    s, results = run(
+        ready(),
+        tb.AbortTxn(T0),
+        tb.TakeSnapshot(),
+        tb.AppendBufferToTxn(T1),
+        tb.AppendBufferToTxn(T2),
+        tb.CommitTxn(T1),
+    )
     records = list(ready().snapshot_store.snapshot and [tb.WriteSnapshot(ready().snapshot_store.snapshot)])
     records += [e for r in results for e in r.effects if isinstance(e, tb.WriteSnapshot)]
     rec = tb.recover(s.config, topic=s.topic, ledgers=s.ledgers, entries=s.entries, snapshot_records=records)
@@ -438,8 +466,13 @@ def test_tb24_segmented_recovery_falls_back_to_single_snapshot() -> None:
     s, _ = run(ready(), tb.AbortTxn(T0), tb.TakeSnapshot())
     config = Config().with_overrides({"transactionBufferSegmentedSnapshotEnabled": True})
     assert s.snapshot_store.snapshot is not None
-    rec = tb.recover(config, topic=s.topic, ledgers=s.ledgers, entries=s.entries,
-                     snapshot_records=[tb.WriteSnapshot(s.snapshot_store.snapshot)])
+    rec = tb.recover(
+        config,
+        topic=s.topic,
+        ledgers=s.ledgers,
+        entries=s.entries,
+        snapshot_records=[tb.WriteSnapshot(s.snapshot_store.snapshot)],
+    )
     assert rec.status is tb.BufferStatus.READY and tb.is_txn_aborted(rec, T0)
 
 
@@ -463,8 +496,9 @@ def test_vectors_all_pass() -> None:
     entry=st.integers(0, 2**40),
     publish_time=st.integers(0, 2**50),
 )
-def test_tb16_entry_metadata_round_trips_and_classifies(kind: tb.EntryKind, txn: TxnID, entry: int,
-                                                        publish_time: int) -> None:
+def test_tb16_entry_metadata_round_trips_and_classifies(
+    kind: tb.EntryKind, txn: TxnID, entry: int, publish_time: int
+) -> None:
     """TB-16: markers carry producer pulsar.txn.marker, sequence id -1 and marker_type 21/22; the
     classification of a stored entry reads them back."""
     e = tb.LogEntry(Position(1, entry), kind, None if kind is tb.EntryKind.NORMAL else txn)

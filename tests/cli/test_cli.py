@@ -15,8 +15,10 @@ from spec.pb import TransactionPendingAck_pb2 as pa_pb
 from txnmodel.cli import main
 
 
-@pytest.mark.parametrize("command", [[], ["vectors"], ["vectors", "run"], ["prove"], ["inspect"], ["config"],
-                                     ["simulate"], ["verify"], ["run"]])
+@pytest.mark.parametrize(
+    "command",
+    [[], ["vectors"], ["vectors", "run"], ["prove"], ["inspect"], ["config"], ["simulate"], ["verify"], ["run"]],
+)
 def test_every_command_explains_itself(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*command, "--help"]) == 0
     out = capsys.readouterr().out
@@ -31,8 +33,12 @@ def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 def _record(seq: int) -> tc_pb.TransactionMetadataEntry:
     return tc_pb.TransactionMetadataEntry(
-        metadata_op=tc_pb.TransactionMetadataEntry.NEW, txnid_most_bits=1, txnid_least_bits=seq, timeout_ms=1000,
-        start_time=5, max_local_txn_id=seq,
+        metadata_op=tc_pb.TransactionMetadataEntry.NEW,
+        txnid_most_bits=1,
+        txnid_least_bits=seq,
+        timeout_ms=1000,
+        start_time=5,
+        max_local_txn_id=seq,
     )
 
 
@@ -112,8 +118,17 @@ def test_main_job_end_to_end_small(tmp_path: Path, capsys: pytest.CaptureFixture
     code = main(["run", "--histories", "1", "--ops", "8", "--seed", "3", "--out", str(tmp_path / "run")])
     out = capsys.readouterr().out
     assert code == 0, out
-    for line in ("conformance vectors", "proofs: coordinator", "simulate", "verify: transactional",
-                 "verify: linearizability", "per object: coordinator", "per object: buffer",
-                 "per object: pending_ack", "per object: delayed", "total"):
+    for line in (
+        "conformance vectors",
+        "proofs: coordinator",
+        "simulate",
+        "verify: transactional",
+        "verify: linearizability",
+        "per object: coordinator",
+        "per object: buffer",
+        "per object: pending_ack",
+        "per object: delayed",
+        "total",
+    ):
         assert line in out
     assert (tmp_path / "run" / "verdicts" / "verdicts.parquet").exists()

@@ -22,16 +22,24 @@ commands = st.one_of(
     st.builds(cl.OpCompleted, st.booleans()),
     st.just(cl.Commit()),
     st.just(cl.Abort()),
-    st.builds(cl.EndTxnResponse, st.sampled_from((None, "TransactionNotFound", "InvalidTxnStatus",
-                                                  "CoordinatorNotFound", "RequestTimeout"))),
+    st.builds(
+        cl.EndTxnResponse,
+        st.sampled_from((None, "TransactionNotFound", "InvalidTxnStatus", "CoordinatorNotFound", "RequestTimeout")),
+    ),
     st.just(cl.TimeoutFired()),
 )
 
 
 def concrete(t: cl.ClientTxn) -> pcl.C:
     end = -1 if t.end_action is None else int(t.end_action)
-    return pcl.C(z3.IntVal(pcl.index(t.state)), z3.IntVal(t.pending_ops), z3.BoolVal(t.op_failed), z3.IntVal(end),
-                 z3.BoolVal(t.end_sent), z3.BoolVal(t.commit_became_abort))
+    return pcl.C(
+        z3.IntVal(pcl.index(t.state)),
+        z3.IntVal(t.pending_ops),
+        z3.BoolVal(t.op_failed),
+        z3.IntVal(end),
+        z3.BoolVal(t.end_sent),
+        z3.BoolVal(t.commit_became_abort),
+    )
 
 
 def encode(pre: pcl.C, command: Any) -> pcl.C:
@@ -45,8 +53,12 @@ def encode(pre: pcl.C, command: Any) -> pcl.C:
         case cl.Abort():
             return pcl.end(pre, pcl.ABORT)
         case cl.EndTxnResponse():
-            kind = {None: pcl.R_OK, "TransactionNotFound": pcl.R_FATAL, "InvalidTxnStatus": pcl.R_FATAL,
-                    "CoordinatorNotFound": pcl.R_RESEND}.get(command.error, pcl.R_OTHER)
+            kind = {
+                None: pcl.R_OK,
+                "TransactionNotFound": pcl.R_FATAL,
+                "InvalidTxnStatus": pcl.R_FATAL,
+                "CoordinatorNotFound": pcl.R_RESEND,
+            }.get(command.error, pcl.R_OTHER)
             return pcl.response(pre, z3.IntVal(kind))
         case cl.TimeoutFired():
             return pcl.timeout(pre)

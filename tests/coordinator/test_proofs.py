@@ -45,15 +45,25 @@ statuses = st.sampled_from(TxnStatus)
 actions = st.sampled_from((TxnAction.COMMIT, TxnAction.ABORT, 2))
 callers = st.sampled_from((None, "alice", "admin"))
 commands = st.one_of(
-    st.builds(tc.NewTxn, st.sampled_from((0, 99, 100, 1000, 60_000)), st.integers(0, 5000),
-              st.sampled_from((None, "alice", "", "bob"))),
+    st.builds(
+        tc.NewTxn,
+        st.sampled_from((0, 99, 100, 1000, 60_000)),
+        st.integers(0, 5000),
+        st.sampled_from((None, "alice", "", "bob")),
+    ),
     st.builds(tc.AddPartitionToTxn, txn_ids, st.just(("p",)), st.integers(0, 5000), callers),
     st.builds(tc.AddSubscriptionToTxn, txn_ids, st.just((Subscription("t", "s"),)), st.integers(0, 5000), callers),
     st.builds(tc.UpdateTxnStatus, txn_ids, statuses, statuses, st.integers(0, 5000)),
     st.builds(tc.EndTxn, txn_ids, actions, st.integers(0, 5000), callers),
     st.builds(tc.ResumeEndTxn, txn_ids, st.sampled_from(TxnAction), st.integers(0, 5000), st.booleans()),
-    st.builds(tc.EndTxnInTransactionBufferResult, txn_ids, st.sampled_from(TxnAction), st.integers(0, 5000),
-              st.booleans(), st.sampled_from(((), ("ServiceUnitNotReady",), ("NotAllowed",)))),
+    st.builds(
+        tc.EndTxnInTransactionBufferResult,
+        txn_ids,
+        st.sampled_from(TxnAction),
+        st.integers(0, 5000),
+        st.booleans(),
+        st.sampled_from(((), ("ServiceUnitNotReady",), ("NotAllowed",))),
+    ),
     st.builds(tc.Tick, st.integers(0, 70_000)),
     st.builds(tc.GetTxnStatus, txn_ids),
     st.just(tc.CloseStore()),
@@ -77,8 +87,14 @@ def concrete(state: tc.CoordinatorState, last: int, issued: set[int]) -> pc.Z:
     issued_arr = z3.K(z3.IntSort(), z3.BoolVal(False))
     for seq in issued:
         issued_arr = z3.Store(issued_arr, seq, True)
-    return pc.Z(live=live, status=status, seq=z3.IntVal(state.sequence_id),
-                ready=z3.BoolVal(state.store_state is tc.StoreState.READY), last=z3.IntVal(last), issued=issued_arr)
+    return pc.Z(
+        live=live,
+        status=status,
+        seq=z3.IntVal(state.sequence_id),
+        ready=z3.BoolVal(state.store_state is tc.StoreState.READY),
+        last=z3.IntVal(last),
+        issued=issued_arr,
+    )
 
 
 def _k(state: tc.CoordinatorState, txn: TxnID) -> int:
@@ -95,17 +111,26 @@ def encode(state: tc.CoordinatorState, pre: pc.Z, command: Any) -> pc.Z:
             owner_ok = command.owner is None or bool(command.owner.strip())
             return pc.new_txn(pre, z3.BoolVal(full), z3.BoolVal(owner_ok), z3.BoolVal(command.timeout_ms < 100))
         case tc.UpdateTxnStatus():
-            return pc.update(pre, z3.IntVal(_k(state, command.txn_id)), z3.IntVal(int(command.new_status)),
-                             z3.IntVal(int(command.expected_status)))
+            return pc.update(
+                pre,
+                z3.IntVal(_k(state, command.txn_id)),
+                z3.IntVal(int(command.new_status)),
+                z3.IntVal(int(command.expected_status)),
+            )
         case tc.EndTxn() | tc.ResumeEndTxn():
             meta = tc._meta_of(state, command.txn_id)
             caller = command.caller if isinstance(command, tc.EndTxn) else None
             allowed = not isinstance(command, tc.EndTxn) or meta is None or tc._may_access(state, meta, caller)
-            return pc.end_txn(pre, z3.IntVal(_k(state, command.txn_id)), z3.IntVal(int(command.action)),
-                              z3.BoolVal(allowed))
+            return pc.end_txn(
+                pre, z3.IntVal(_k(state, command.txn_id)), z3.IntVal(int(command.action)), z3.BoolVal(allowed)
+            )
         case tc.EndTxnInTransactionBufferResult():
-            return pc.end_result(pre, z3.IntVal(_k(state, command.txn_id)), z3.IntVal(int(command.action)),
-                                 z3.BoolVal(bool(command.errors)))
+            return pc.end_result(
+                pre,
+                z3.IntVal(_k(state, command.txn_id)),
+                z3.IntVal(int(command.action)),
+                z3.BoolVal(bool(command.errors)),
+            )
         case tc.Tick():
             due = z3.K(z3.IntSort(), z3.BoolVal(False))
             for seq, meta in state.txns.items():

@@ -37,8 +37,9 @@ def err(state: tc.CoordinatorState, command: object, name: str) -> Err:
     return result
 
 
-def new_txn(state: tc.CoordinatorState, timeout_ms: int = 60_000, now: int = 1_000, owner: str | None = None
-            ) -> tuple[tc.CoordinatorState, TxnID]:
+def new_txn(
+    state: tc.CoordinatorState, timeout_ms: int = 60_000, now: int = 1_000, owner: str | None = None
+) -> tuple[tc.CoordinatorState, TxnID]:
     state, result = ok(state, tc.NewTxn(timeout_ms, now, owner))
     assert isinstance(result.value, TxnID)
     return state, result.value
@@ -148,9 +149,18 @@ def test_tc4_max_active_is_checked_before_ready() -> None:
 def test_tc5_new_record_fields() -> None:
     s, r = ok(tc.initial(CONFIG, 4), tc.NewTxn(30_000, 1234, "alice"))
     (append,) = r.effects
-    assert append == tc.AppendRecord(0, tc.TxnLogRecord(
-        tc.TxnMetadataOp.NEW, TxnID(4, 0), timeout_ms=30_000, start_time=1234, last_modification_time=1234,
-        max_local_txn_id=0, owner="alice"))
+    assert append == tc.AppendRecord(
+        0,
+        tc.TxnLogRecord(
+            tc.TxnMetadataOp.NEW,
+            TxnID(4, 0),
+            timeout_ms=30_000,
+            start_time=1234,
+            last_modification_time=1234,
+            max_local_txn_id=0,
+            owner="alice",
+        ),
+    )
     meta = s.txns[0]
     assert (meta.status, meta.owner, meta.record_ids) == (TxnStatus.OPEN, "alice", (0,))
 
@@ -448,13 +458,25 @@ def test_tc20_counters() -> None:
 
 
 def _new(seq: int, start: int = 0, timeout: int = 5000) -> tc.TxnLogRecord:
-    return tc.TxnLogRecord(tc.TxnMetadataOp.NEW, TxnID(0, seq), timeout_ms=timeout, start_time=start,
-                           last_modification_time=start, max_local_txn_id=seq)
+    return tc.TxnLogRecord(
+        tc.TxnMetadataOp.NEW,
+        TxnID(0, seq),
+        timeout_ms=timeout,
+        start_time=start,
+        last_modification_time=start,
+        max_local_txn_id=seq,
+    )
 
 
 def _update(seq: int, expected: TxnStatus, new: TxnStatus, max_id: int) -> tc.TxnLogRecord:
-    return tc.TxnLogRecord(tc.TxnMetadataOp.UPDATE, TxnID(0, seq), expected_status=expected, new_status=new,
-                           last_modification_time=7, max_local_txn_id=max_id)
+    return tc.TxnLogRecord(
+        tc.TxnMetadataOp.UPDATE,
+        TxnID(0, seq),
+        expected_status=expected,
+        new_status=new,
+        last_modification_time=7,
+        max_local_txn_id=max_id,
+    )
 
 
 # Rules: TC-21, TC-24
@@ -501,7 +523,10 @@ def test_tc22_invalid_transitions_are_skipped_and_terminal_deletes_everything() 
     s, effects = tc.recover(CONFIG, 0, records)
     assert not s.txns
     assert effects == (
-        tc.DeleteRecords((1,)), tc.DeleteRecords((2,)), tc.DeleteRecords((3,)), tc.DeleteRecords((5,)),
+        tc.DeleteRecords((1,)),
+        tc.DeleteRecords((2,)),
+        tc.DeleteRecords((3,)),
+        tc.DeleteRecords((5,)),
         tc.DeleteRecords((0, 4, 6)),
     )
 

@@ -93,8 +93,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     # --- client operations -------------------------------------------------------------------
 
-    @rule(timeout=st.sampled_from((0, 50, 100, 1_000, 60_000)), owner=st.sampled_from((*OWNERS, "")),
-          advance=st.integers(0, 500))
+    @rule(
+        timeout=st.sampled_from((0, 50, 100, 1_000, 60_000)),
+        owner=st.sampled_from((*OWNERS, "")),
+        advance=st.integers(0, 500),
+    )
     def new_txn(self, timeout: int, owner: str | None, advance: int) -> None:
         self.now += advance
         result = self.apply(tc.NewTxn(timeout, self.now, owner))
@@ -104,13 +107,19 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert all(txn > old for old in self.issued), "TC-3/TC-23: ids are fresh and increasing"
             self.issued.append(txn)
 
-    @rule(data=st.data(), names=st.lists(st.sampled_from(PARTITIONS), min_size=1, max_size=3),
-          caller=st.sampled_from((*OWNERS, "admin")))
+    @rule(
+        data=st.data(),
+        names=st.lists(st.sampled_from(PARTITIONS), min_size=1, max_size=3),
+        caller=st.sampled_from((*OWNERS, "admin")),
+    )
     def add_partition_to_txn(self, data: st.DataObject, names: list[str], caller: str | None) -> None:
         self.apply(tc.AddPartitionToTxn(self.pick(data), tuple(names), self.now, caller))
 
-    @rule(data=st.data(), subs=st.lists(st.sampled_from(SUBSCRIPTIONS), min_size=1, max_size=3),
-          caller=st.sampled_from((*OWNERS, "admin")))
+    @rule(
+        data=st.data(),
+        subs=st.lists(st.sampled_from(SUBSCRIPTIONS), min_size=1, max_size=3),
+        caller=st.sampled_from((*OWNERS, "admin")),
+    )
     def add_subscription_to_txn(self, data: st.DataObject, subs: list[Subscription], caller: str | None) -> None:
         self.apply(tc.AddSubscriptionToTxn(self.pick(data), tuple(subs), self.now, caller))
 
@@ -118,8 +127,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def update_txn_status(self, data: st.DataObject, new: TxnStatus, expected: TxnStatus) -> None:
         self.apply(tc.UpdateTxnStatus(self.pick(data), new, expected, self.now))
 
-    @rule(data=st.data(), action=st.sampled_from((TxnAction.COMMIT, TxnAction.ABORT, TxnAction.ABORT, 2)),
-          caller=st.sampled_from((*OWNERS, "admin")))
+    @rule(
+        data=st.data(),
+        action=st.sampled_from((TxnAction.COMMIT, TxnAction.ABORT, TxnAction.ABORT, 2)),
+        caller=st.sampled_from((*OWNERS, "admin")),
+    )
     def end_txn(self, data: st.DataObject, action: TxnAction | int, caller: str | None) -> None:
         self.apply(tc.EndTxn(self.pick(data), action, self.now, caller))
 

@@ -32,15 +32,17 @@ def _range_state(state: d.BucketTracker) -> proof.RangeState:
     end = [z3.IntVal(buckets[i].end_ledger_id if i < len(buckets) else 0) for i in range(proof.SLOTS)]
     m = state.mutable
     return proof.RangeState(
-        tuple(live), tuple(start), tuple(end), z3.IntVal(m.start_ledger_id), z3.IntVal(m.end_ledger_id),
+        tuple(live),
+        tuple(start),
+        tuple(end),
+        z3.IntVal(m.start_ledger_id),
+        z3.IntVal(m.end_ledger_id),
         z3.IntVal(m.size),
     )
 
 
 def _ranges_of(s: proof.RangeState) -> tuple[set[tuple[int, int]], tuple[int, int, int]]:
-    ranges = {
-        (_value(s.start[i]), _value(s.end[i])) for i in range(proof.SLOTS) if _value(s.live[i])
-    }
+    ranges = {(_value(s.start[i]), _value(s.end[i])) for i in range(proof.SLOTS) if _value(s.live[i])}
     return ranges, (_value(s.ms), _value(s.me), _value(s.size))
 
 
@@ -188,45 +190,69 @@ def _place_state(state: d.BucketTracker, slots: list[int]) -> proof.PlaceState:
         lost.append(z3.BoolVal(b is not None and b.bucket_id >= 0 and b.bucket_id not in state.storage.snapshots))
         cur.append(z3.IntVal(b.current_segment if b is not None else 0))
         last.append(z3.IntVal(b.last_segment if b is not None else 0))
-        cov.append(tuple(z3.BoolVal(b is not None and b.start_ledger_id <= q[0] <= b.end_ledger_id)
-                         for q in PLACE_POSITIONS))
-        bbit.append(tuple(z3.BoolVal(b is not None and q[0] in b.bitmaps and q[1] in b.bitmaps[q[0]])
-                          for q in PLACE_POSITIONS))
-        seg.append(tuple(
-            tuple(z3.BoolVal(i < len(segments) and q in _positions_of((segments[i],))) for q in PLACE_POSITIONS)
-            for i in range(proof.PLACE_SEGMENTS)
-        ))
+        cov.append(
+            tuple(z3.BoolVal(b is not None and b.start_ledger_id <= q[0] <= b.end_ledger_id) for q in PLACE_POSITIONS)
+        )
+        bbit.append(
+            tuple(z3.BoolVal(b is not None and q[0] in b.bitmaps and q[1] in b.bitmaps[q[0]]) for q in PLACE_POSITIONS)
+        )
+        seg.append(
+            tuple(
+                tuple(z3.BoolVal(i < len(segments) and q in _positions_of((segments[i],))) for q in PLACE_POSITIONS)
+                for i in range(proof.PLACE_SEGMENTS)
+            )
+        )
     return proof.PlaceState(
         mbit=tuple(z3.BoolVal(q[0] in m.bitmaps and q[1] in m.bitmaps[q[0]]) for q in PLACE_POSITIONS),
         mq=tuple(z3.BoolVal(q in mq) for q in PLACE_POSITIONS),
         sq=tuple(z3.BoolVal(q in sq) for q in PLACE_POSITIONS),
-        mcov=tuple(yes if m.start_ledger_id != -1 and m.start_ledger_id <= q[0] <= m.end_ledger_id else no
-                   for q in PLACE_POSITIONS),
-        live=tuple(live), stored=tuple(stored), lost=tuple(lost), cur=tuple(cur), last=tuple(last),
-        cov=tuple(cov), bbit=tuple(bbit), seg=tuple(seg),
+        mcov=tuple(
+            yes if m.start_ledger_id != -1 and m.start_ledger_id <= q[0] <= m.end_ledger_id else no
+            for q in PLACE_POSITIONS
+        ),
+        live=tuple(live),
+        stored=tuple(stored),
+        lost=tuple(lost),
+        cur=tuple(cur),
+        last=tuple(last),
+        cov=tuple(cov),
+        bbit=tuple(bbit),
+        seg=tuple(seg),
     )
 
 
 def _within_bound(state: Any) -> bool:
-    return isinstance(state, d.BucketTracker) and len(state.buckets) <= proof.PLACE_BUCKETS and all(
-        b.last_segment <= proof.PLACE_SEGMENTS for b in state.buckets
+    return (
+        isinstance(state, d.BucketTracker)
+        and len(state.buckets) <= proof.PLACE_BUCKETS
+        and all(b.last_segment <= proof.PLACE_SEGMENTS for b in state.buckets)
     )
 
 
-_PLACE_KINDS = ["add"] * 4 + ["get"] * 2 + ["advance"] * 2 + ["fail", "lose", "complete", "complete", "mark_delete"] + [
-    "restart", "clear"]
+_PLACE_KINDS = (
+    ["add"] * 4
+    + ["get"] * 2
+    + ["advance"] * 2
+    + ["fail", "lose", "complete", "complete", "mark_delete"]
+    + ["restart", "clear"]
+)
 
-_place_commands = st.sampled_from(_PLACE_KINDS).flatmap(lambda kind: st.tuples(st.just(kind), {
-    "add": st.integers(0, 3),
-    "get": st.sampled_from([1, 2, 100]),
-    "advance": st.integers(0, 30),
-    "fail": st.sampled_from(["create", "load", "delete", "metadata"]),
-    "lose": st.integers(1, 4),
-    "complete": st.booleans(),
-    "mark_delete": st.integers(0, 4),
-    "restart": st.none(),
-    "clear": st.none(),
-}[kind]))
+_place_commands = st.sampled_from(_PLACE_KINDS).flatmap(
+    lambda kind: st.tuples(
+        st.just(kind),
+        {
+            "add": st.integers(0, 3),
+            "get": st.sampled_from([1, 2, 100]),
+            "advance": st.integers(0, 30),
+            "fail": st.sampled_from(["create", "load", "delete", "metadata"]),
+            "lose": st.integers(1, 4),
+            "complete": st.booleans(),
+            "mark_delete": st.integers(0, 4),
+            "restart": st.none(),
+            "clear": st.none(),
+        }[kind],
+    )
+)
 
 
 @st.composite
@@ -319,8 +345,14 @@ def _perturb(state: d.BucketTracker, how: str) -> d.BucketTracker:
     return state
 
 
-PERTURBATIONS = ("none", "drop_shared", "drop_mutable_queue", "bucket_bits_into_mutable", "skip_unloaded",
-                 "lose_snapshots")
+PERTURBATIONS = (
+    "none",
+    "drop_shared",
+    "drop_mutable_queue",
+    "bucket_bits_into_mutable",
+    "skip_unloaded",
+    "lose_snapshots",
+)
 
 
 @given(state=reachable_trackers())
@@ -347,10 +379,14 @@ def _in_relation(pre_post: tuple[Any, proof.PlaceState], after: proof.PlaceState
     return bool(solver.check() == z3.sat)
 
 
-@given(run=reachable_runs(merges=False), order=st.permutations(range(len(PLACE_POSITIONS))),
-       gaps=st.lists(st.integers(0, 15), min_size=len(PLACE_POSITIONS), max_size=len(PLACE_POSITIONS)))
-def test_place_add_agrees_with_step(run: tuple[d.BucketTracker, list[int], int, set[int]], order: list[int],
-                                    gaps: list[int]) -> None:
+@given(
+    run=reachable_runs(merges=False),
+    order=st.permutations(range(len(PLACE_POSITIONS))),
+    gaps=st.lists(st.integers(0, 15), min_size=len(PLACE_POSITIONS), max_size=len(PLACE_POSITIONS)),
+)
+def test_place_add_agrees_with_step(
+    run: tuple[d.BucketTracker, list[int], int, set[int]], order: list[int], gaps: list[int]
+) -> None:
     """DD-2, DD-3, DD-6, DD-7, DD-8, DD-9, DD-10, DD-14: each reference add (seal and placement)
     of a message not yet added in this life of the tracker is one of the encoding's successors."""
     state, deliver_at, now, added = run
@@ -402,10 +438,14 @@ def _pop_turns(state: d.BucketTracker, command: d.GetScheduledMessages) -> tuple
     return turns, state
 
 
-@given(run=reachable_runs(gets=False, faults=False), max_messages=st.sampled_from([1, 2, 100]),
-       gaps=st.lists(st.integers(0, 30), min_size=1, max_size=4))
-def test_place_pop_turns_agree_with_step(run: tuple[d.BucketTracker, list[int], int, set[int]], max_messages: int,
-                                         gaps: list[int]) -> None:
+@given(
+    run=reachable_runs(gets=False, faults=False),
+    max_messages=st.sampled_from([1, 2, 100]),
+    gaps=st.lists(st.integers(0, 30), min_size=1, max_size=4),
+)
+def test_place_pop_turns_agree_with_step(
+    run: tuple[d.BucketTracker, list[int], int, set[int]], max_messages: int, gaps: list[int]
+) -> None:
     """DD-10, DD-12, DD-15, DD-19, DD-22: each turn of the reference's get_scheduled_messages (move
     due, load the next segment, delete a finished bucket, pop) is one of the encoding's successors,
     and the turns end where ``step`` ends."""

@@ -79,16 +79,26 @@ class DifferentialDelayed(RuleBasedStateMachine):
         max_buckets=st.sampled_from([-1, 2, 3]),
         async_create=st.booleans(),
     )
-    def setup(self, tick: int, strict: bool, min_index: int, step_seconds: int, max_indexes: int,
-              max_buckets: int, async_create: bool) -> None:
-        config = Config().with_overrides({
-            "delayedDeliveryTickTimeMillis": tick,
-            "isDelayedDeliveryDeliverAtTimeStrict": strict,
-            "delayedDeliveryMinIndexCountPerBucket": min_index,
-            "delayedDeliveryMaxTimeStepPerBucketSnapshotSegmentSeconds": step_seconds,
-            "delayedDeliveryMaxIndexesPerBucketSnapshotSegment": max_indexes,
-            "delayedDeliveryMaxNumBuckets": max_buckets,
-        })
+    def setup(
+        self,
+        tick: int,
+        strict: bool,
+        min_index: int,
+        step_seconds: int,
+        max_indexes: int,
+        max_buckets: int,
+        async_create: bool,
+    ) -> None:
+        config = Config().with_overrides(
+            {
+                "delayedDeliveryTickTimeMillis": tick,
+                "isDelayedDeliveryDeliverAtTimeStrict": strict,
+                "delayedDeliveryMinIndexCountPerBucket": min_index,
+                "delayedDeliveryMaxTimeStepPerBucketSnapshotSegmentSeconds": step_seconds,
+                "delayedDeliveryMaxIndexesPerBucketSnapshotSegment": max_indexes,
+                "delayedDeliveryMaxNumBuckets": max_buckets,
+            }
+        )
         self.bucket = Subscription(d.initial(config, tracker="bucket", async_create=async_create))
         self.memory = Subscription(d.initial(config, tracker="in_memory"))
 
@@ -249,12 +259,14 @@ class DifferentialDelayed(RuleBasedStateMachine):
             self.bucket.step(d.CompleteBucketSnapshot(request, True))
         tracker = self.bucket.tracker
         assert isinstance(tracker, d.BucketTracker)
-        self.bucket.tracker = d.BucketTracker(**{
-            **{f: getattr(tracker, f) for f in d.BucketTracker.__dataclass_fields__},
-            "storage": d.Storage(
-                tracker.storage.snapshots, tracker.storage.properties, tracker.storage.next_bucket_id
-            ),
-        })
+        self.bucket.tracker = d.BucketTracker(
+            **{
+                **{f: getattr(tracker, f) for f in d.BucketTracker.__dataclass_fields__},
+                "storage": d.Storage(
+                    tracker.storage.snapshots, tracker.storage.properties, tracker.storage.next_bucket_id
+                ),
+            }
+        )
         self.now += 1000
         for _ in range(3):
             self.bucket.deliver(10**6, self.now)
@@ -288,16 +300,27 @@ class BucketOnly(RuleBasedStateMachine):
         self.ledger = 1
         self.entry = 0
 
-    @initialize(min_index=st.sampled_from([1, 2, 4]), max_buckets=st.sampled_from([-1, 2]),
-                max_indexes=st.sampled_from([-1, 1, 2]), async_create=st.booleans())
+    @initialize(
+        min_index=st.sampled_from([1, 2, 4]),
+        max_buckets=st.sampled_from([-1, 2]),
+        max_indexes=st.sampled_from([-1, 1, 2]),
+        async_create=st.booleans(),
+    )
     def setup(self, min_index: int, max_buckets: int, max_indexes: int, async_create: bool) -> None:
-        self.sub = Subscription(d.initial(Config().with_overrides({
-            "delayedDeliveryTickTimeMillis": 1,
-            "delayedDeliveryMinIndexCountPerBucket": min_index,
-            "delayedDeliveryMaxNumBuckets": max_buckets,
-            "delayedDeliveryMaxIndexesPerBucketSnapshotSegment": max_indexes,
-            "delayedDeliveryMaxTimeStepPerBucketSnapshotSegmentSeconds": 0,
-        }), async_create=async_create))
+        self.sub = Subscription(
+            d.initial(
+                Config().with_overrides(
+                    {
+                        "delayedDeliveryTickTimeMillis": 1,
+                        "delayedDeliveryMinIndexCountPerBucket": min_index,
+                        "delayedDeliveryMaxNumBuckets": max_buckets,
+                        "delayedDeliveryMaxIndexesPerBucketSnapshotSegment": max_indexes,
+                        "delayedDeliveryMaxTimeStepPerBucketSnapshotSegmentSeconds": 0,
+                    }
+                ),
+                async_create=async_create,
+            )
+        )
 
     @rule(delay=st.integers(-3, 40), new_ledger=st.booleans(), old_ledger=st.integers(0, 3))
     def add_message(self, delay: int, new_ledger: bool, old_ledger: int) -> None:

@@ -35,8 +35,7 @@ def _batch(cluster: Cluster, producer: Producer, texts: list[str], **kwargs: obj
     """Send ``texts`` through handles of ``producer`` on fresh clients (one process each), so they
     meet in one batch, and wait for all of them."""
     handles = [producer.share(cluster.client()) for _ in texts]
-    futures: list[Future[Position]] = [
-        h.send_async(t, **kwargs) for h, t in zip(handles, texts, strict=True)]  # type: ignore[arg-type]
+    futures: list[Future[Position]] = [h.send_async(t, **kwargs) for h, t in zip(handles, texts, strict=True)]  # type: ignore[arg-type]
     cluster.sim.run_until(lambda: all(f.done for f in futures))
     out = [f.result() for f in futures]
     assert all(isinstance(m, BatchMessageId) for m in out)
@@ -53,13 +52,15 @@ def _receive_all(consumer: Consumer, limit: int = 20) -> list[Message]:
     return got
 
 
-def _setup(seed: int, consumer_type: ConsumerType = ConsumerType.Exclusive, max_messages: int = 3
-           ) -> tuple[Cluster, Client, Consumer, Producer]:
+def _setup(
+    seed: int, consumer_type: ConsumerType = ConsumerType.Exclusive, max_messages: int = 3
+) -> tuple[Cluster, Client, Consumer, Producer]:
     cluster = Cluster.start(seed=seed)
     client = cluster.client()
     consumer = client.subscribe("topic", "sub", consumer_type=consumer_type)
-    producer = client.create_producer("topic", batching_enabled=True, batching_max_messages=max_messages,
-                                      batching_max_publish_delay_ms=10)
+    producer = client.create_producer(
+        "topic", batching_enabled=True, batching_max_messages=max_messages, batching_max_publish_delay_ms=10
+    )
     return cluster, client, consumer, producer
 
 
@@ -81,7 +82,8 @@ def test_a_full_batch_is_one_entry_and_each_send_gets_its_batch_index() -> None:
     assert stored.batch is not None and [m.payload for m in stored.batch] == [b"m0", b"m1", b"m2"]
     ops = [op for op in cluster.history() if op.f == "send"]
     assert [json.loads(op.result or "null") for op in ops] == [
-        {"position": [entry.ledger_id, entry.entry_id], "batch_index": i, "batch_size": 3} for i in range(3)]
+        {"position": [entry.ledger_id, entry.entry_id], "batch_index": i, "batch_size": 3} for i in range(3)
+    ]
 
 
 def test_a_partial_batch_is_sent_after_the_publish_delay() -> None:
@@ -105,8 +107,9 @@ def test_consumers_get_each_message_with_its_index_and_ack_one_index() -> None:
     cluster, _, consumer, producer = _setup(4)
     ids = _batch(cluster, producer, ["m0", "m1", "m2"])
     got = _receive_all(consumer)
-    assert [(m.data(), m.message_id()) for m in got] == [(t.encode(), i) for t, i in zip(["m0", "m1", "m2"], ids,
-                                                                                          strict=True)]
+    assert [(m.data(), m.message_id()) for m in got] == [
+        (t.encode(), i) for t, i in zip(["m0", "m1", "m2"], ids, strict=True)
+    ]
     consumer.acknowledge(got[1])
     sub = cluster.broker.subscription(P0, "sub")
     assert sub is not None and sub.cursor is not None
@@ -205,8 +208,7 @@ def test_batch_acks_survive_a_broker_restart() -> None:
 
 def test_key_shared_routes_a_batch_by_its_key() -> None:
     cluster, client, consumer, producer = _setup(10, ConsumerType.KeyShared)
-    consumers = [consumer] + [client.subscribe("topic", "sub", consumer_type=ConsumerType.KeyShared)
-                              for _ in range(2)]
+    consumers = [consumer] + [client.subscribe("topic", "sub", consumer_type=ConsumerType.KeyShared) for _ in range(2)]
     _batch(cluster, producer, ["a", "b", "c"], partition_key="k")
     got = {c.consumer_id: [m.data() for m in _receive_all(c)] for c in consumers}
     assert sorted(got.values()) == [[], [], [b"a", b"b", b"c"]]

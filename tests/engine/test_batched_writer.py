@@ -39,8 +39,9 @@ TC = LogKind.TRANSACTION_LOG
 PA = LogKind.PENDING_ACK
 
 
-def cfg(enabled: bool = True, max_records: int = 512, max_size: int = 1024 * 1024, delay: int = 1,
-        kind: LogKind = TC) -> bl.WriterConfig:
+def cfg(
+    enabled: bool = True, max_records: int = 512, max_size: int = 1024 * 1024, delay: int = 1, kind: LogKind = TC
+) -> bl.WriterConfig:
     return bl.WriterConfig(kind, enabled, max_records, max_size, delay)
 
 
@@ -206,6 +207,7 @@ def test_a_failing_callback_does_not_stop_the_others(caplog: pytest.LogCaptureFi
             seen.append(index)
             if index == 1:
                 raise RuntimeError("caller bug")
+
         return on_done
 
     try:
@@ -255,11 +257,14 @@ def test_one_pending_tick_with_a_slow_writer() -> None:
 
 
 def test_both_users_read_their_own_keys() -> None:
-    config = Config().with_overrides({
-        "transactionLogBatchedWriteEnabled": True, "transactionLogBatchedWriteMaxRecords": 3,
-        "transactionLogBatchedWriteMaxDelayInMillis": 60_000,
-        "transactionPendingAckBatchedWriteEnabled": False,
-    })
+    config = Config().with_overrides(
+        {
+            "transactionLogBatchedWriteEnabled": True,
+            "transactionLogBatchedWriteMaxRecords": 3,
+            "transactionLogBatchedWriteMaxDelayInMillis": 60_000,
+            "transactionPendingAckBatchedWriteEnabled": False,
+        }
+    )
     admin = BatchLogAdmin(config)
     tc = admin.open_writer(TC, "1", MemoryLedger("tc"))
     pa = admin.open_writer(PA, "my-topic-my-subscription", MemoryLedger("pa"))
@@ -285,7 +290,9 @@ def test_admin_switch_and_stats_keep_entries_readable() -> None:
         admin.set_txn_tc_batch_log(True)
         assert admin.get_txn_tc_batch_log_stat() == {"txnTcBatchLogEnabled": True, "coodinatorArray": [{"1": True}]}
         assert admin.get_txn_pending_ack_batch_log_stat() == {
-            "txnPendingAckBatchLogEnabled": False, "subscriptionArray": [{"t-s": False}]}
+            "txnPendingAckBatchLogEnabled": False,
+            "subscriptionArray": [{"t-s": False}],
+        }
         second = outcomes([writer.add(bl.sample_record(4, 5 + i)) for i in range(5)])
         admin.set_txn_tc_batch_log(False)
         third = outcomes([writer.add(bl.sample_record(4, 10 + i)) for i in range(5)])
@@ -381,7 +388,10 @@ def test_metrics_triggered_by_max_delay() -> None:
     m = _metrics_run(cfg(delay=1000), [4])
     assert m.sample("flush_trigger_max_delay_total") == 1
     assert (m.sample("batch_records_count"), m.sample("batch_records_sum"), m.sample("batch_size_bytes_sum")) == (
-        1, 1, 4)
+        1,
+        1,
+        4,
+    )
 
 
 def test_metrics_large_data_alternating() -> None:
@@ -389,7 +399,10 @@ def test_metrics_large_data_alternating() -> None:
     m = _metrics_run(cfg(max_size=1024, delay=60_000), [4 if i % 2 == 0 else 1024 for i in range(100)])
     assert m.sample("flush_trigger_large_data_total") == 50
     assert (m.sample("batch_records_count"), m.sample("batch_records_sum"), m.sample("batch_size_bytes_sum")) == (
-        50, 50, 200)
+        50,
+        50,
+        200,
+    )
 
 
 def test_metrics_disabled_batching_records_nothing() -> None:
@@ -407,14 +420,17 @@ def test_metrics_exposition_names_types_labels_buckets() -> None:
     assert families[p + "batch_oldest_record_delay_seconds"].type == "histogram"
     for trigger in ("max_records", "max_size", "max_delay", "large_data"):
         assert families[p + "flush_trigger_" + trigger].type == "counter"
-    for name, buckets in (("batch_records", BATCH_RECORDS_BUCKETS), ("batch_size_bytes", BATCH_SIZE_BYTES_BUCKETS),
-                          ("batch_oldest_record_delay_seconds", DELAY_SECONDS_BUCKETS)):
+    for name, buckets in (
+        ("batch_records", BATCH_RECORDS_BUCKETS),
+        ("batch_size_bytes", BATCH_SIZE_BYTES_BUCKETS),
+        ("batch_oldest_record_delay_seconds", DELAY_SECONDS_BUCKETS),
+    ):
         les = [s.labels["le"] for s in families[p + name].samples if s.name.endswith("_bucket")]
         assert [float(le) for le in les] == [float(b) for b in buckets] + [float("inf")]
     sample = families[p + "batch_records"].samples[0]
     assert sample.labels["cluster"] == "c1" and sample.labels["broker"] == "b1"
     text = m.exposition()
-    assert "pulsar_txn_tc_bufferedwriter_flush_trigger_max_records_total{broker=\"b1\",cluster=\"c1\"} 10.0" in text
+    assert 'pulsar_txn_tc_bufferedwriter_flush_trigger_max_records_total{broker="b1",cluster="c1"} 10.0' in text
 
 
 def test_metrics_pending_ack_prefix_duplicate_registration_and_close() -> None:
@@ -450,8 +466,10 @@ def test_file_ledger_batched_then_replayed(tmp_path: Path) -> None:
         entries = reopened.read(Position(first, 0), 10_000)
         replayed = bl.replay(TC, [bl.LoggedEntry(e.position, e.data) for e in entries])
         assert [r.record.SerializeToString(deterministic=True) for r in replayed] == records
-        expected = [r if not (isinstance(r, BatchedPosition) and r.batch_size == 1) else
-                    Position(r.ledger_id, r.entry_id) for r in results]
+        expected = [
+            r if not (isinstance(r, BatchedPosition) and r.batch_size == 1) else Position(r.ledger_id, r.entry_id)
+            for r in results
+        ]
         assert [r.position for r in replayed] == expected
         recovered = bl.recover(Config(), [bl.LoggedEntry(e.position, e.data) for e in entries])
         assert sum(len(v.remaining) for v in recovered.entries.values()) == 200

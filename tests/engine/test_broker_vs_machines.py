@@ -38,8 +38,9 @@ from spec.types import EARLIEST, AckType, Position, Subscription, TxnAction, Txn
 
 P = partition_name("t", 0)
 S = "sub"
-CONFIG = Config().with_overrides({"managedLedgerMaxEntriesPerLedger": 4,
-                                  "transactionBufferSnapshotMaxTransactionCount": 3})
+CONFIG = Config().with_overrides(
+    {"managedLedgerMaxEntriesPerLedger": 4, "transactionBufferSnapshotMaxTransactionCount": 3}
+)
 
 
 @dataclass
@@ -100,8 +101,9 @@ class Pure:
         ledgers, lac = self.buffer.ledgers, tb.last_confirmed_entry(self.buffer)
         for effect in effects:
             if isinstance(effect, pa.CursorIndividualAck):
-                self.ml_cursor = ml.apply_delete(self.ml_cursor, [a.position for a in effect.positions], None,
-                                                 ledgers, lac)
+                self.ml_cursor = ml.apply_delete(
+                    self.ml_cursor, [a.position for a in effect.positions], None, ledgers, lac
+                )
             elif isinstance(effect, pa.CursorCumulativeAck):
                 self.ml_cursor = ml.apply_mark_delete(self.ml_cursor, effect.position.position, ledgers, lac)
 
@@ -135,8 +137,9 @@ class Pure:
                 self.coordinator, added = tc.step(self.coordinator, tc.AddPartitionToTxn(txn, (effect.topic,), 0))
                 assert isinstance(added, Ok), added
             elif isinstance(effect, ct.SendAddSubscriptionToTxn):
-                self.coordinator, added = tc.step(self.coordinator,
-                                                  tc.AddSubscriptionToTxn(txn, (effect.subscription,), 0))
+                self.coordinator, added = tc.step(
+                    self.coordinator, tc.AddSubscriptionToTxn(txn, (effect.subscription,), 0)
+                )
                 assert isinstance(added, Ok), added
         return result
 
@@ -155,15 +158,18 @@ class Pure:
             (phase2,) = [e for e in ended.effects if isinstance(e, tc.EndTxnInTransactionBuffer)]
             lwm = phase2.low_water_mark
             for _ in phase2.partitions:
-                done = self.buffer_step(tb.CommitTxn(txn, lwm) if phase2.action is TxnAction.COMMIT
-                                        else tb.AbortTxn(txn, lwm))
+                done = self.buffer_step(
+                    tb.CommitTxn(txn, lwm) if phase2.action is TxnAction.COMMIT else tb.AbortTxn(txn, lwm)
+                )
                 assert isinstance(done, Ok), done
             for _ in phase2.subscriptions:
-                done = self.pending_step(pa.CommitTxn(txn, lwm) if phase2.action is TxnAction.COMMIT
-                                         else pa.AbortTxn(txn, lwm))
+                done = self.pending_step(
+                    pa.CommitTxn(txn, lwm) if phase2.action is TxnAction.COMMIT else pa.AbortTxn(txn, lwm)
+                )
                 assert isinstance(done, Ok), done
-            self.coordinator, finished = tc.step(self.coordinator, tc.EndTxnInTransactionBufferResult(
-                txn, phase2.action, 0))
+            self.coordinator, finished = tc.step(
+                self.coordinator, tc.EndTxnInTransactionBufferResult(txn, phase2.action, 0)
+            )
             assert isinstance(finished, Ok), finished
         _, answered = ct.step(self.clients[txn], ct.EndTxnResponse(error))
         self.clients[txn] = _
@@ -258,13 +264,15 @@ class BrokerVersusMachines(RuleBasedStateMachine):
         acked = (pa.AckedPosition(position),)
         model_error = None
         if txn is None:
-            result = self.model.pending_step(pa.NormalAck(AckType.CUMULATIVE if cumulative else AckType.INDIVIDUAL,
-                                                          acked))
+            result = self.model.pending_step(
+                pa.NormalAck(AckType.CUMULATIVE if cumulative else AckType.INDIVIDUAL, acked)
+            )
         else:
             result = self.model.client_step(txn.txn_id, ct.Ack(Subscription(P, S)))
             if isinstance(result, Ok):
-                result = self.model.pending_step(pa.CumulativeAck(txn.txn_id, acked) if cumulative
-                                                 else pa.IndividualAck(txn.txn_id, acked))
+                result = self.model.pending_step(
+                    pa.CumulativeAck(txn.txn_id, acked) if cumulative else pa.IndividualAck(txn.txn_id, acked)
+                )
                 self.model.client_step(txn.txn_id, ct.OpCompleted(failed=isinstance(result, Err)))
         if isinstance(result, Err):
             model_error = result.error.name

@@ -123,12 +123,14 @@ def test_dd24_recovery_from_ledgers_equals_recovery_from_the_model(
     the one recovered from the model's storage (creations completed late, or failed)."""
     _, _, storage = _setup()
     state = dd.initial(
-        Config().with_overrides({
-            "delayedDeliveryMinIndexCountPerBucket": 3,
-            "delayedDeliveryMaxTimeStepPerBucketSnapshotSegmentSeconds": 0,
-            "delayedDeliveryMaxNumBuckets": 3,
-            "delayedDeliveryTickTimeMillis": 1,
-        }),
+        Config().with_overrides(
+            {
+                "delayedDeliveryMinIndexCountPerBucket": 3,
+                "delayedDeliveryMaxTimeStepPerBucketSnapshotSegmentSeconds": 0,
+                "delayedDeliveryMaxNumBuckets": 3,
+                "delayedDeliveryTickTimeMillis": 1,
+            }
+        ),
         async_create=async_create,
     )
     ledger = 1
@@ -183,5 +185,6 @@ def test_dd18_a_snapshot_spanning_several_ledgers_reads_back_in_order() -> None:
     for k in range(5):
         (run,) = storage.get_bucket_snapshot_segment(1, k + 1, k + 1)
         assert list(run.indexes()) == list(runs[k].indexes())
-    assert [list(r.indexes()) for r in storage.get_bucket_snapshot_segment(1, 2, 9)] == \
-        [list(r.indexes()) for r in runs[1:]]
+    assert [list(r.indexes()) for r in storage.get_bucket_snapshot_segment(1, 2, 9)] == [
+        list(r.indexes()) for r in runs[1:]
+    ]

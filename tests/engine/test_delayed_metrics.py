@@ -79,8 +79,14 @@ class Ledgers:
         self.open.pop(name, None)
 
 
-def _tracker(clock: FakeClock | None = None, *, subscription: str = "sub", costs: dict[str, int] | None = None,
-             topic: MemoryLedger | None = None, **overrides: object) -> MeteredBucketTracker:
+def _tracker(
+    clock: FakeClock | None = None,
+    *,
+    subscription: str = "sub",
+    costs: dict[str, int] | None = None,
+    topic: MemoryLedger | None = None,
+    **overrides: object,
+) -> MeteredBucketTracker:
     clock = clock or FakeClock()
     ledgers = Ledgers(clock, **(costs or {}))
     cursor = (topic or MemoryLedger("topic")).open_cursor(subscription)
@@ -119,8 +125,9 @@ def test_c55_bucket_total_per_subscription_and_topic_sum() -> None:
     topic = MemoryLedger("topic")
     clock = FakeClock()
     for sub in ("test_sub", "test_sub2"):
-        tracker = _tracker(clock, subscription=sub, topic=topic, costs={"append": 20},
-                           delayedDeliveryMinIndexCountPerBucket=50)
+        tracker = _tracker(
+            clock, subscription=sub, topic=topic, costs={"append": 20}, delayedDeliveryMinIndexCountPerBucket=50
+        )
         metrics.add_subscription(TOPIC, sub, tracker)
         _add_c55(tracker)
     series = _scrape(metrics)
@@ -136,8 +143,11 @@ def test_c55_bucket_total_per_subscription_and_topic_sum() -> None:
         assert _get(series, OP_LATENCY + "_sum", subscription=sub, type="create") == 80
     assert _get(series, BUCKET_TOTAL) == 6
     for name, labels in [
-        (LOADED, {}), (SNAPSHOT_SIZE_BYTES, {}), (OP_COUNT, {"state": "succeed", "type": "create"}),
-        (OP_LATENCY, {"type": "create", "quantile": "50"}), (OP_LATENCY + "_sum", {"type": "create"}),
+        (LOADED, {}),
+        (SNAPSHOT_SIZE_BYTES, {}),
+        (OP_COUNT, {"state": "succeed", "type": "create"}),
+        (OP_LATENCY, {"type": "create", "quantile": "50"}),
+        (OP_LATENCY + "_sum", {"type": "create"}),
     ]:
         subs = [_get(series, name, subscription=s, **labels) or 0 for s in ("test_sub", "test_sub2")]
         assert _get(series, name, **labels) == sum(subs)
@@ -154,8 +164,11 @@ def test_op_counts_after_injected_failures() -> None:
     """DD-28, DD-17: a create that fails on every attempt counts failed + all, no latency; the
     delete and load failures likewise; the values equal the tracker's own counters."""
     metrics = DelayedIndexMetrics(registry=CollectorRegistry())
-    tracker = _tracker(costs={"append": 10, "delete": 5}, delayedDeliveryMinIndexCountPerBucket=2,
-                       delayedDeliveryMaxIndexesPerBucketSnapshotSegment=1)
+    tracker = _tracker(
+        costs={"append": 10, "delete": 5},
+        delayedDeliveryMinIndexCountPerBucket=2,
+        delayedDeliveryMaxIndexesPerBucketSnapshotSegment=1,
+    )
     metrics.add_subscription(TOPIC, "sub", tracker)
     tracker.step(dd.InjectStorageFailure("create", dd.ATTEMPTS))
     for ledger, entry in [(1, 0), (1, 1), (2, 0), (2, 1), (3, 0)]:  # seals [1..1] (fails), [2..2]
@@ -212,8 +225,11 @@ def test_latency_of_create_load_delete_with_a_fake_clock() -> None:
     """DD-28: create = metadata + segment appends, load = one segment read, delete = the ledger
     delete, each measured by the injected clock and bucketed as Pulsar does."""
     metrics = DelayedIndexMetrics(registry=CollectorRegistry())
-    tracker = _tracker(costs={"append": 35, "read": 600, "delete": 40_000},
-                       delayedDeliveryMinIndexCountPerBucket=4, delayedDeliveryMaxIndexesPerBucketSnapshotSegment=2)
+    tracker = _tracker(
+        costs={"append": 35, "read": 600, "delete": 40_000},
+        delayedDeliveryMinIndexCountPerBucket=4,
+        delayedDeliveryMaxIndexesPerBucketSnapshotSegment=2,
+    )
     metrics.add_subscription(TOPIC, "sub", tracker)
     for entry in range(4):
         tracker.step(dd.AddMessage(1, entry, 10_000 + entry, 0))
@@ -233,9 +249,12 @@ def test_merge_latency_and_counts() -> None:
     """DD-28, DD-21: a merge counts merge and a create for the merged snapshot; its latency is
     the engine work of the merging step."""
     metrics = DelayedIndexMetrics(registry=CollectorRegistry())
-    tracker = _tracker(costs={"append": 1, "read": 2, "delete": 3},
-                       delayedDeliveryMinIndexCountPerBucket=2, delayedDeliveryMaxNumBuckets=2,
-                       delayedDeliveryMaxIndexesPerBucketSnapshotSegment=1)
+    tracker = _tracker(
+        costs={"append": 1, "read": 2, "delete": 3},
+        delayedDeliveryMinIndexCountPerBucket=2,
+        delayedDeliveryMaxNumBuckets=2,
+        delayedDeliveryMaxIndexesPerBucketSnapshotSegment=1,
+    )
     metrics.add_subscription(TOPIC, "sub", tracker)
     for ledger in range(1, 5):  # buckets of two one-index segments: mergeable (unloaded segments)
         for entry in range(2):
@@ -246,8 +265,10 @@ def test_merge_latency_and_counts() -> None:
     assert _get(series, OP_COUNT, subscription="sub", state="succeed", type="merge") == merges
     assert _get(series, OP_LATENCY + "_count", subscription="sub", type="merge") == merges
     assert (_get(series, OP_LATENCY + "_sum", subscription="sub", type="merge") or 0) > 0
-    assert _get(series, OP_COUNT, subscription="sub", state="succeed", type="create") == \
-        dd.metrics(tracker.state)["op_count_create_succeed"]
+    assert (
+        _get(series, OP_COUNT, subscription="sub", state="succeed", type="create")
+        == dd.metrics(tracker.state)["op_count_create_succeed"]
+    )
 
 
 def test_op_counts_and_latencies_are_read_and_reset_per_scrape() -> None:
@@ -302,8 +323,9 @@ def test_non_bucket_trackers_export_nothing() -> None:
     metrics = DelayedIndexMetrics(registry=CollectorRegistry())
     ledgers = Ledgers(FakeClock())
     cursor = MemoryLedger("topic").open_cursor("sub")
-    in_memory = MeteredBucketTracker(dd.initial(Config(), tracker="in_memory"), ledgers.open_ledger,
-                                     ledgers.delete_ledger, cursor)
+    in_memory = MeteredBucketTracker(
+        dd.initial(Config(), tracker="in_memory"), ledgers.open_ledger, ledgers.delete_ledger, cursor
+    )
     in_memory.step(dd.AddMessage(1, 0, 50_000, 0))
     metrics.add_subscription(TOPIC, "sub", in_memory)
     assert _scrape(metrics) == {}

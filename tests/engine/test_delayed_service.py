@@ -68,8 +68,9 @@ def _config(**overrides: Any) -> Config:
 class Harness:
     """One broker with topic ``t`` and a Shared subscription, driven without the client."""
 
-    def __init__(self, config: Config, ledger: str = "memory", directory: Path | None = None,
-                 *, async_create: bool = False) -> None:
+    def __init__(
+        self, config: Config, ledger: str = "memory", directory: Path | None = None, *, async_create: bool = False
+    ) -> None:
         self.sim = Simulation(3)
         self.store = LedgerStore(ledger, config, directory=directory)
         self.broker = Broker(self.sim, self.store, config, topics={"t": 1}, delayed_async_create=async_create)
@@ -104,8 +105,9 @@ class Harness:
         out = []
         for i in range(count):
             deliver_at = self.sim.now + delay + i * step
-            position = self.sim.wait(self.broker.partition(P).publish(f"m{len(self.published)}".encode(), None,
-                                                                      deliver_at))
+            position = self.sim.wait(
+                self.broker.partition(P).publish(f"m{len(self.published)}".encode(), None, deliver_at)
+            )
             self.published[position] = deliver_at
             out.append(position)
         self.sim.advance(1)
@@ -187,8 +189,7 @@ def test_dd24_buckets_survive_a_broker_crash_through_their_snapshot_ledgers(kind
     json.dumps(h.service.inputs)  # a JSON value, as the history stores it
 
     obj = object_id("tracker", f"{P}#{SUB}")
-    kinds = [(c[0], c[3] if c[0] == "stepped" else None) for c in h.observer.calls
-             if c[1] == obj and c[0] != "crashed"]
+    kinds = [(c[0], c[3] if c[0] == "stepped" else None) for c in h.observer.calls if c[1] == obj and c[0] != "crashed"]
     assert kinds[:2] == [("recovered", None), ("stepped", dd.Restart(h.service.recovery_time))]
     # The recorded inputs rebuild the state the tracker restarted from, purely.
     restarted, result = dd.step(dd.recover_from_json(_config(), h.service.inputs), dd.Restart(h.service.recovery_time))
@@ -312,8 +313,11 @@ def test_a_snapshot_the_ledgers_cannot_take_reloads_the_topic() -> None:
     h.drain(h.sim.now + FAR + 1_000)
     # No property names a bucket, so the reloaded dispatcher made a new tracker only when it re-read
     # the first delayed message.
-    assert [c[0] for c in h.observer.calls if c[1] == obj and c[0] != "stepped"] == ["recovered", "crashed",
-                                                                                   "recovered"]
+    assert [c[0] for c in h.observer.calls if c[1] == obj and c[0] != "stepped"] == [
+        "recovered",
+        "crashed",
+        "recovered",
+    ]
     h.assert_delivered_on_time()
 
 
@@ -455,9 +459,14 @@ def test_recovery_inputs_round_trip_through_json() -> None:
     assert rebuilt.storage.properties == state.storage.properties
     assert rebuilt.mark_delete_ledger == 2 and dict(rebuilt.storage.failures) == {"load": 1}
     ok = dd.step(rebuilt, dd.Restart(100))
-    expected = dd.recover(state.params, dd.Storage(state.storage.snapshots, state.storage.properties,
-                                                   state.storage.next_bucket_id, rebuilt.storage.failures),
-                          100, mark_delete_ledger=2)
+    expected = dd.recover(
+        state.params,
+        dd.Storage(
+            state.storage.snapshots, state.storage.properties, state.storage.next_bucket_id, rebuilt.storage.failures
+        ),
+        100,
+        mark_delete_ledger=2,
+    )
     assert ok == expected
 
 
@@ -485,8 +494,17 @@ def test_simulated_tracker_history_is_checked_against_the_machine(tmp_path: Path
     config = _config(managedLedgerMaxEntriesPerLedger=4, delayedDeliveryTickTimeMillis=100)
     rows = {}
     for ledger in ("memory", "file"):
-        result = run(RunSpec(workload="delayed", seed=0, ops=40, faults=True, config=config, ledger=ledger,
-                             data_dir=str(tmp_path / "data") if ledger == "file" else None))
+        result = run(
+            RunSpec(
+                workload="delayed",
+                seed=0,
+                ops=40,
+                faults=True,
+                config=config,
+                ledger=ledger,
+                data_dir=str(tmp_path / "data") if ledger == "file" else None,
+            )
+        )
         ops = [op for op in result.operations if op.object.startswith("tracker:")]
         rows[ledger] = [{k: v for k, v in op.to_row().items() if k != "history"} for op in ops]
         assert any(op.f == "recover" and op.args.get("snapshots") for op in ops)  # buckets came back from ledgers
@@ -505,7 +523,9 @@ def test_dd28_the_service_exports_pulsars_bucket_metrics() -> None:
     h.publish(9)
     text = metrics.exposition()
     buckets = len(h.tracker.buckets)
-    assert f'pulsar_delayed_message_index_bucket_total{{cluster="standalone",namespace="public/default",' \
-           f'subscription="{SUB}",topic="{P}"}} {float(buckets + 1)}' in text
+    assert (
+        f'pulsar_delayed_message_index_bucket_total{{cluster="standalone",namespace="public/default",'
+        f'subscription="{SUB}",topic="{P}"}} {float(buckets + 1)}' in text
+    )
     assert 'state="succeed",subscription="sub",topic' in text and 'type="create"' in text
     metrics.close()

@@ -31,13 +31,15 @@ operations = st.lists(
 def test_dd30_shared_index_delivers_what_separate_trackers_deliver(
     ops: list[tuple[str, object, object]], tracker: str, strict: bool, min_index: int
 ) -> None:
-    config = Config().with_overrides({
-        "delayedDeliveryTickTimeMillis": 2,
-        "isDelayedDeliveryDeliverAtTimeStrict": strict,
-        "delayedDeliveryMinIndexCountPerBucket": min_index,
-        "delayedDeliveryMaxTimeStepPerBucketSnapshotSegmentSeconds": 0,
-        "delayedDeliveryMaxNumBuckets": 2,
-    })
+    config = Config().with_overrides(
+        {
+            "delayedDeliveryTickTimeMillis": 2,
+            "isDelayedDeliveryDeliverAtTimeStrict": strict,
+            "delayedDeliveryMinIndexCountPerBucket": min_index,
+            "delayedDeliveryMaxTimeStepPerBucketSnapshotSegmentSeconds": 0,
+            "delayedDeliveryMaxNumBuckets": 2,
+        }
+    )
     shared = SharedDelayedIndex(config, tracker=tracker)
     separate = {name: dd.initial(config, tracker=tracker) for name in SUBS}
     for name in SUBS:

@@ -24,8 +24,9 @@ IN, OUT = partition_name("in", 0), partition_name("out", 0)
 
 
 def _cluster(**kwargs: object) -> Cluster:
-    config = Config().with_overrides({"isDelayedDeliveryDeliverAtTimeStrict": True,
-                                      "delayedDeliveryTickTimeMillis": 10})
+    config = Config().with_overrides(
+        {"isDelayedDeliveryDeliverAtTimeStrict": True, "delayedDeliveryTickTimeMillis": 10}
+    )
     return Cluster.start(seed=7, topics={"in": 1, "out": 1}, config=config, **kwargs)  # type: ignore[arg-type]
 
 

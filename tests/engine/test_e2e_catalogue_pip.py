@@ -29,8 +29,9 @@ def _at(sent: Position | BatchMessageId) -> Position:
 
 
 def _cluster(*, batching: bool = False, **overrides: object) -> Cluster:
-    config = Config().with_overrides({"isDelayedDeliveryDeliverAtTimeStrict": True,
-                                      "delayedDeliveryTickTimeMillis": 10, **overrides})
+    config = Config().with_overrides(
+        {"isDelayedDeliveryDeliverAtTimeStrict": True, "delayedDeliveryTickTimeMillis": 10, **overrides}
+    )
     return Cluster.start(seed=13, topics={"in": 1}, config=config, batching=batching)
 
 
@@ -96,8 +97,9 @@ def test_a9_batched_coordinator_log_deletes_batch_indexes() -> None:
     assert batched, "concurrent NEW records share an entry"
     shared = batched[0]
     entry = Position(shared.ledger_id, shared.entry_id)
-    in_entry = {seq: p for seq, p in new_records.items() if (p.ledger_id, p.entry_id) == (entry.ledger_id,
-                                                                                        entry.entry_id)}
+    in_entry = {
+        seq: p for seq, p in new_records.items() if (p.ledger_id, p.entry_id) == (entry.ledger_id, entry.entry_id)
+    }
     keep = sorted(in_entry)[-1]  # the live txn whose record pins the entry
     for seq, txn in sorted(txns.items()):
         if seq != keep:
@@ -116,7 +118,8 @@ def test_a9_batched_coordinator_log_deletes_batch_indexes() -> None:
     recovered = cluster.broker.coordinator.log
     assert recovered is not None
     assert [p for p, _ in recovered.replay() if (p.ledger_id, p.entry_id) == (entry.ledger_id, entry.entry_id)] == [
-        kept_index]
+        kept_index
+    ]
 
 
 def _ack_all(cluster: Cluster, count: int, per_tick: int) -> tuple[list[Position], SubscriptionService]:
@@ -129,8 +132,9 @@ def _ack_all(cluster: Cluster, count: int, per_tick: int) -> tuple[list[Position
     txn = client.new_transaction(600_000)
     sub = _subscription(cluster, "sub")
     for start in range(0, count, per_tick):
-        answers = [sub.acknowledge(consumer.consumer_id, p, txn.txn_id, False)
-                   for p in positions[start:start + per_tick]]
+        answers = [
+            sub.acknowledge(consumer.consumer_id, p, txn.txn_id, False) for p in positions[start : start + per_tick]
+        ]
         cluster.sim.run_until(lambda answers=answers: all(a.done for a in answers))  # type: ignore[misc]
         assert all(a.error is None for a in answers)
     return positions, sub
@@ -157,8 +161,9 @@ def test_c1_14_pending_ack_log_index_replay_batched() -> None:
     the lag per entry and indexes entries 0, 1, 3, 6 (keys m9, m19, m39, m69); the machine advances
     it per record, so the same backoff (1, 1, 2, 3, ...) lands on records 0, 1, 3, 6, 10, ... --
     and the live and replayed indexes agree, with the log batched into 7 entries."""
-    cluster = _cluster(batching=True, transactionPendingAckLogIndexMinLag=1,
-                       transactionPendingAckBatchedWriteMaxRecords=10)
+    cluster = _cluster(
+        batching=True, transactionPendingAckLogIndexMinLag=1, transactionPendingAckBatchedWriteMaxRecords=10
+    )
     positions, sub = _ack_all(cluster, 70, 10)
     assert sub.log is not None and len(sub.log.ledger.read(Position(0, 0), 1000)) == 7
     expected = tuple((positions[r], r) for r in (0, 1, 3, 6, 10, 15, 21, 28, 36, 45, 55, 66))
@@ -216,8 +221,11 @@ def test_c2_53_delayed_index_survives_all_consumers_disconnecting() -> None:
     DD-3, DD-4, DD-11): delayed messages on a Shared subscription, some sealed into buckets; the only
     consumer closes and a new one subscribes: the tracker still holds every message with the same
     bucket keys, nothing is delivered early, and each is delivered exactly once when due."""
-    cluster = _cluster(delayedDeliveryMinIndexCountPerBucket=5, managedLedgerMaxEntriesPerLedger=10,
-                       delayedDeliveryTrackerFactoryClassName=BUCKET_FACTORY)
+    cluster = _cluster(
+        delayedDeliveryMinIndexCountPerBucket=5,
+        managedLedgerMaxEntriesPerLedger=10,
+        delayedDeliveryTrackerFactoryClassName=BUCKET_FACTORY,
+    )
     client = cluster.client()
     consumer = client.subscribe("in", "sub", consumer_type=ConsumerType.Shared)
     producer = client.create_producer("in")
@@ -271,8 +279,11 @@ def test_c2_39_delayed_index_recovered_after_a_broker_restart() -> None:
     """C.2 #39 / B.12 R5 end to end (BucketDelayedDeliveryTest; DD-18, DD-24): sealed buckets come back
     from their snapshot ledgers and the cursor's catalogue, the mutable bucket's messages are re-added
     as the dispatcher re-reads them; nothing is delivered early and every message exactly once."""
-    cluster = _cluster(delayedDeliveryMinIndexCountPerBucket=5, managedLedgerMaxEntriesPerLedger=10,
-                       delayedDeliveryTrackerFactoryClassName=BUCKET_FACTORY)
+    cluster = _cluster(
+        delayedDeliveryMinIndexCountPerBucket=5,
+        managedLedgerMaxEntriesPerLedger=10,
+        delayedDeliveryTrackerFactoryClassName=BUCKET_FACTORY,
+    )
     consumer, sent, due = _sealed_delayed(cluster, 30)
     ledgers = _bucket_ledgers(cluster)
     assert ledgers and all(cluster.broker.store.exists(name) for name in ledgers)
@@ -290,8 +301,11 @@ def test_c2_56_deleting_the_topic_removes_every_bucket_ledger() -> None:
     """C.2 #56 (BucketDelayedDeliveryTest.testDeleteTopic..., DD-23, TB-1, TB-25): buckets sealed and a
     snapshot taken; deleting the topic is refused while a consumer is connected, then (forced) the
     bucket ledgers, the topic's ledger and its buffer snapshot record are all gone."""
-    cluster = _cluster(delayedDeliveryMinIndexCountPerBucket=5, managedLedgerMaxEntriesPerLedger=10,
-                       delayedDeliveryTrackerFactoryClassName=BUCKET_FACTORY)
+    cluster = _cluster(
+        delayedDeliveryMinIndexCountPerBucket=5,
+        managedLedgerMaxEntriesPerLedger=10,
+        delayedDeliveryTrackerFactoryClassName=BUCKET_FACTORY,
+    )
     _sealed_delayed(cluster, 30)
     client = cluster.client()
     txn = client.new_transaction(60_000)
@@ -315,8 +329,11 @@ def test_c2_56_deleting_the_topic_removes_every_bucket_ledger() -> None:
 def test_c2_54_unsubscribe_after_restart_deletes_every_bucket_ledger() -> None:
     """C.2 #54 (BucketDelayedDeliveryTest.testUnsubscribe; DD-19, DD-23): buckets sealed, broker
     restarted, then the subscription is deleted: every bucket snapshot ledger is gone."""
-    cluster = _cluster(delayedDeliveryMinIndexCountPerBucket=5, managedLedgerMaxEntriesPerLedger=10,
-                       delayedDeliveryTrackerFactoryClassName=BUCKET_FACTORY)
+    cluster = _cluster(
+        delayedDeliveryMinIndexCountPerBucket=5,
+        managedLedgerMaxEntriesPerLedger=10,
+        delayedDeliveryTrackerFactoryClassName=BUCKET_FACTORY,
+    )
     consumer, _, _ = _sealed_delayed(cluster, 30)
     ledgers = _bucket_ledgers(cluster)
     assert ledgers and all(cluster.broker.store.exists(name) for name in ledgers)

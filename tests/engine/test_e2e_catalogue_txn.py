@@ -36,8 +36,9 @@ def _at(sent: Position | BatchMessageId) -> Position:
 
 
 def _cluster(**overrides: object) -> Cluster:
-    config = Config().with_overrides({"isDelayedDeliveryDeliverAtTimeStrict": True,
-                                      "delayedDeliveryTickTimeMillis": 10, **overrides})
+    config = Config().with_overrides(
+        {"isDelayedDeliveryDeliverAtTimeStrict": True, "delayedDeliveryTickTimeMillis": 10, **overrides}
+    )
     return Cluster.start(seed=11, topics={"in": 1, "out": 1}, config=config)
 
 

@@ -40,13 +40,24 @@ def test_notebook_flow_and_history_rows() -> None:
 
     ops = cluster.history()
     validate_history(ops)
-    assert [op.f for op in ops] == ["subscribe", "send", "new_txn", "send", "receive", "ack", "receive", "commit",
-                                    "receive", "negative_ack", "receive", "ack_cumulative"]
+    assert [op.f for op in ops] == [
+        "subscribe",
+        "send",
+        "new_txn",
+        "send",
+        "receive",
+        "ack",
+        "receive",
+        "commit",
+        "receive",
+        "negative_ack",
+        "receive",
+        "ack_cumulative",
+    ]
     assert all(op.type is OpType.OK for op in ops)
     send = ops[3]
     assert send.object == f"partition:{P0}"
-    assert json.loads(send.value) == {"message": "in-txn", "txn": [txn.txn_id.most_sig_bits,
-                                                                   txn.txn_id.least_sig_bits]}
+    assert json.loads(send.value) == {"message": "in-txn", "txn": [txn.txn_id.most_sig_bits, txn.txn_id.least_sig_bits]}
     assert json.loads(send.result or "null") == {"position": [second.ledger_id, second.entry_id]}
     receive = ops[4]
     assert receive.object == f"subscription:{P0}#sub"

@@ -264,8 +264,9 @@ WORKLOAD: tuple[Op, ...] = (
     ("cursor_set_property", "sub", "k2", "3"),
     ("mark_delete_last", "sub"),
 )
-CURSOR_OPS = frozenset({"open_cursor", "delete", "mark_delete", "mark_delete_last", "cursor_set_property",
-                        "delete_cursor"})
+CURSOR_OPS = frozenset(
+    {"open_cursor", "delete", "mark_delete", "mark_delete_last", "cursor_set_property", "delete_cursor"}
+)
 TINY_JOURNAL = 2  # records before a cursor change folds the journal into a metadata commit
 
 
@@ -324,8 +325,14 @@ def snapshot(ml: ManagedLedger, *, reopened: bool) -> Snapshot:
     )
 
 
-def run_workload(directory: Path, timeline: Timeline, *, group_commit: bool, journal: int | None = None,
-                 fs: RecordingFileSystem | None = None) -> list[Snapshot]:
+def run_workload(
+    directory: Path,
+    timeline: Timeline,
+    *,
+    group_commit: bool,
+    journal: int | None = None,
+    fs: RecordingFileSystem | None = None,
+) -> list[Snapshot]:
     """Run WORKLOAD; return the model's snapshot before the first op and after each op.  The
     file ledger's first op is its creation (op -1).  ``journal`` bounds the cursor journal."""
     fs = fs or RecordingFileSystem(directory, timeline)
@@ -384,11 +391,14 @@ def test_recovery_after_a_power_cut_at_every_call(tmp_path: Path, group_commit: 
         assert folded == [], [WORKLOAD[i] for i in folded]
         for i in cursor_ops:
             assert [c[:2] for c in calls[i] if c[0] in ("write", "sync", "sync_dir")] == [
-                ("write", JOURNAL_NAME), ("sync", JOURNAL_NAME)], (WORKLOAD[i], calls[i])
+                ("write", JOURNAL_NAME),
+                ("sync", JOURNAL_NAME),
+            ], (WORKLOAD[i], calls[i])
     else:
         # Some cursor changes found the journal full and folded it; later ones journal again.
-        assert folded and any(i > folded[0] and ("write", JOURNAL_NAME) in {c[:2] for c in calls[i]}
-                              for i in cursor_ops), folded
+        assert folded and any(
+            i > folded[0] and ("write", JOURNAL_NAME) in {c[:2] for c in calls[i]} for i in cursor_ops
+        ), folded
     checked, failures = replay_power_cuts(tmp_path, timeline, snapshots)
     assert not failures, "\n".join(failures[:3])
     assert checked > 8 * 100, checked  # the workload really exercised many cut points
@@ -450,8 +460,9 @@ def test_a_hand_removed_sync_is_caught(tmp_path: Path, dropped: str) -> None:
     assert failures, f"the crash checker missed the removed sync of {dropped}"
 
 
-def replay_power_cuts(tmp_path: Path, timeline: Timeline, snapshots: list[Snapshot], *,
-                      stop_at_first: bool = False) -> tuple[int, list[str]]:
+def replay_power_cuts(
+    tmp_path: Path, timeline: Timeline, snapshots: list[Snapshot], *, stop_at_first: bool = False
+) -> tuple[int, list[str]]:
     """Recover every crash image of every prefix of the timeline; returns how many were
     checked and what went wrong (a message per bad image)."""
     failures: list[str] = []
@@ -795,8 +806,9 @@ def test_a_failed_metadata_commit_leaves_the_old_state(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("group_commit", [False, True], ids=["sync-per-append", "group-commit"])
 def test_appends_from_many_threads(tmp_path: Path, group_commit: bool) -> None:
-    ml = FileLedger(tmp_path / "ml", Config().with_overrides({"managedLedgerMaxEntriesPerLedger": 7}),
-                    group_commit=group_commit)
+    ml = FileLedger(
+        tmp_path / "ml", Config().with_overrides({"managedLedgerMaxEntriesPerLedger": 7}), group_commit=group_commit
+    )
     results: dict[bytes, Position] = {}
     lock = threading.Lock()
 

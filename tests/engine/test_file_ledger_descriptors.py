@@ -64,7 +64,8 @@ def test_reopen_after_restart_and_deletion_closes_what_it_opened(tmp_path: Path)
     again = _ledger(tmp_path, fs2, 2)
     assert len(fs2.open_fds) <= 3  # recovery scanned every file but keeps only the bound open
     assert [e.data for e in again.read(Position(again.ledgers()[0].ledger_id, 0), 100)] == [
-        str(i).encode() for i in range(20)]
+        str(i).encode() for i in range(20)
+    ]
     cursor = again.open_cursor("c", InitialPosition.EARLIEST)
     cursor.mark_delete(again.last_confirmed())
     assert again.delete_consumed_ledgers()

@@ -224,8 +224,7 @@ def test_recovery_reads_an_acknowledged_prefix_or_names_the_damage(
             if sub != SUB_HISTORY[-1]:
                 assert len(damaged) < len(original) or original.startswith(damaged.rstrip(b"\x00")), chosen
         else:
-            assert sub == CursorState(P(0, -1), frozenset({P(0, 1)}), {P(1, 2): bits_to_words(0b1101)},
-                                      {"bucket": "1"})
+            assert sub == CursorState(P(0, -1), frozenset({P(0, 1)}), {P(1, 2): bits_to_words(0b1101)}, {"bucket": "1"})
     finally:
         ml.close()
 
@@ -275,8 +274,9 @@ def test_scan_of_damaged_ledger_bytes(payloads: list[bytes], chosen: list[Mutati
     original = encode_ledger_header(9) + b"".join(encode_frame(i, p) for i, p in enumerate(payloads))
     damaged = mutate(original, chosen)
     try:
-        scan = scan_ledger(lambda o, n: damaged[o : o + n], len(damaged), file="f", ledger_id=9,
-                           allow_torn_tail=torn_allowed)
+        scan = scan_ledger(
+            lambda o, n: damaged[o : o + n], len(damaged), file="f", ledger_id=9, allow_torn_tail=torn_allowed
+        )
     except LedgerCorrupted as exc:
         assert exc.file == "f" and 0 <= exc.offset <= len(damaged)
         return
@@ -297,7 +297,8 @@ _JOURNAL_STATES = [
 @given(
     records=st.lists(
         st.tuples(st.integers(0, 3), st.sampled_from(["sub", "other"]), st.sampled_from(range(len(_JOURNAL_STATES)))),
-        min_size=1, max_size=6,
+        min_size=1,
+        max_size=6,
     ),
     chosen=few_mutations,
 )
@@ -330,8 +331,10 @@ def test_scan_of_damaged_journal_bytes(records: list[tuple[int, str, int]], chos
     try:
         applied = apply_journal(meta, scan, file="j")
     except LedgerCorrupted as exc:
-        assert any(g > 2 for g, _, _ in found) and exc.offset == next(r.offset for r in scan.records
-                                                                      if r.generation > 2) + 4
+        assert (
+            any(g > 2 for g, _, _ in found)
+            and exc.offset == next(r.offset for r in scan.records if r.generation > 2) + 4
+        )
         return
     expected = dict(meta.cursors)
     for g, name, state in found:
@@ -453,7 +456,9 @@ def test_inspect_shows_the_cursor_journal(pristine: dict[str, bytes], tmp_path: 
     assert records == [("sub", generation, "current")] * 3
     assert journal["records"][0]["offset"] == JOURNAL_HEADER.size
     assert journal["records"][-1]["state"] == {
-        "mark_delete": "0:-1", "individually_deleted": ["0:1"], "batch_ack_sets": {"1:2": [13]},
+        "mark_delete": "0:-1",
+        "individually_deleted": ["0:1"],
+        "batch_ack_sets": {"1:2": [13]},
         "properties": {"bucket": "1"},
     }
     text = render_text(report)
@@ -473,7 +478,10 @@ def test_inspect_shows_the_cursor_journal(pristine: dict[str, bytes], tmp_path: 
     (directory / JOURNAL_NAME).write_bytes(pristine[JOURNAL_NAME] + b"\x00\x01")
     torn = inspect_directory(directory)
     assert torn["ok"] and torn["cursor_journal"]["torn_tail"] == {
-        "offset": len(pristine[JOURNAL_NAME]), "bytes": 2, "reason": "incomplete record header"}
+        "offset": len(pristine[JOURNAL_NAME]),
+        "bytes": 2,
+        "reason": "incomplete record header",
+    }
     # A record newer than the metadata: recovery refuses it, so the inspector flags it.
     newer = encode_journal_record(generation + 1, "sub", None)
     (directory / JOURNAL_NAME).write_bytes(pristine[JOURNAL_NAME] + newer)

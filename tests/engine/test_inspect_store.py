@@ -30,8 +30,11 @@ def test_a_store_lists_every_managed_ledger_and_decodes_topic_entries(tmp_path: 
     assert report["kind"] == "store" and report["ok"]
     names = [one["metadata"]["name"] for one in report["managed_ledgers"]]
     assert "persistent://public/default/in-partition-0" in names and "__transaction_log_0" in names
-    topic = next(one for one in report["managed_ledgers"]
-                 if one["metadata"]["name"] == "persistent://public/default/in-partition-0")
+    topic = next(
+        one
+        for one in report["managed_ledgers"]
+        if one["metadata"]["name"] == "persistent://public/default/in-partition-0"
+    )
     messages = [e["entry"]["message"] for e in topic["ledgers"][0]["entries"]]
     assert [m["payload"] for m in messages[0]["batch"]] == ["b0", "b1", "b2"]
     assert {m["key"] for m in messages[0]["batch"]} == {"k"}
@@ -47,5 +50,5 @@ def test_the_cli_reads_a_store_and_one_topic_entry(tmp_path: Path, capsys: objec
     topic = next(p for p in data.iterdir() if p.name.startswith("persistent_public_default_in-partition-0"))
     assert main(["inspect", str(topic), "--entry", "0:1", "--json"]) == 0
     out = capsys.readouterr().out  # type: ignore[attr-defined]
-    report = json.loads(out[out.index("{\n"):])
+    report = json.loads(out[out.index("{\n") :])
     assert report["entry"]["message"]["payload"] == "t"

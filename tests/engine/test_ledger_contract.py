@@ -616,8 +616,12 @@ def _outcome(action: Callable[[], Any]) -> tuple[str, Any]:
 
 def _view(ml: ManagedLedger) -> tuple[Any, ...]:
     cursors = {
-        c.name: (c.mark_delete_position, c.individually_deleted(), dict(c.properties),
-                 {p: c.batch_ack_set(p) for p in (e.position for e in ml.read(P(0, 0), 10_000))})
+        c.name: (
+            c.mark_delete_position,
+            c.individually_deleted(),
+            dict(c.properties),
+            {p: c.batch_ack_set(p) for p in (e.position for e in ml.read(P(0, 0), 10_000))},
+        )
         for c in ml.cursors()
     }
     entries = [(e.position, e.data) for e in ml.read(P(0, 0), 10_000)]

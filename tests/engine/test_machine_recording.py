@@ -98,8 +98,12 @@ def test_a_changed_machine_result_is_illegal_and_named(faulty_run: list[Operatio
     epoch = max(model.partition(mine), key=len)
     victim = next(op for op in epoch[5:] if op.type is OpType.OK)
     assert victim.result is not None  # a machine step's value is always recorded (JSON null included)
-    changed = [dataclasses.replace(op, result='{"@type":"NotWhatStepReturned"}', _result=None)
-               if op.index == victim.index else op for op in mine]
+    changed = [
+        dataclasses.replace(op, result='{"@type":"NotWhatStepReturned"}', _result=None)
+        if op.index == victim.index
+        else op
+        for op in mine
+    ]
     result = check_history(model, changed)
     assert result.verdict is Verdict.ILLEGAL
     failing = result.failing()
@@ -167,7 +171,7 @@ def test_the_history_round_trips_through_parquet_and_bulk_checks_every_kind(tmp_
     ops = run(RunSpec(workload="delayed", seed=2, ops=20, faults=True)).operations
     path = tmp_path / "delayed.parquet"
     write_parquet(path, ops)
-    (name, back), = read_parquet(path).items()
+    ((name, back),) = read_parquet(path).items()
     assert [op.to_row() for op in back] == [op.to_row() for op in ops]
     rows = {row.checker: row for row in check_histories({name: back}, str(path), VerifyOptions())}
     assert set(rows) == {"linearizability", "transactional"}
@@ -230,5 +234,7 @@ def test_an_engine_that_loses_a_machine_update_is_caught(monkeypatch: pytest.Mon
     result = check_history(model_by_name("coordinator"), _machine_ops(ops, "coordinator"))
     assert result.verdict is Verdict.ILLEGAL
     failing = result.failing()
-    assert failing is not None and failing.blocked == [op.index for op in ops if op.f == "new_txn"
-                                                       and is_machine_operation(op)][2]
+    assert (
+        failing is not None
+        and failing.blocked == [op.index for op in ops if op.f == "new_txn" and is_machine_operation(op)][2]
+    )

@@ -13,20 +13,24 @@ from spec.types import TxnID
 
 
 def _record(i: int) -> bytes:
-    record = TxnLogRecord(TxnMetadataOp.NEW, TxnID(0, i), timeout_ms=1000, start_time=0, last_modification_time=0,
-                          max_local_txn_id=i)
+    record = TxnLogRecord(
+        TxnMetadataOp.NEW, TxnID(0, i), timeout_ms=1000, start_time=0, last_modification_time=0, max_local_txn_id=i
+    )
     return record.to_pb().SerializeToString()
 
 
-def _log(sim: Simulation, name: str, config: Config, metrics: BufferedWriterMetrics, batching: bool = True
-         ) -> RecordLog:
-    return RecordLog(sim, MemoryLedger(name, config), LogKind.TRANSACTION_LOG, config, batching=batching,
-                     metrics=metrics)
+def _log(
+    sim: Simulation, name: str, config: Config, metrics: BufferedWriterMetrics, batching: bool = True
+) -> RecordLog:
+    return RecordLog(
+        sim, MemoryLedger(name, config), LogKind.TRANSACTION_LOG, config, batching=batching, metrics=metrics
+    )
 
 
 def test_flushes_of_every_log_of_a_kind_are_counted_once_each() -> None:
-    config = Config().with_overrides({"transactionLogBatchedWriteEnabled": "true",
-                                      "transactionLogBatchedWriteMaxRecords": "4"})
+    config = Config().with_overrides(
+        {"transactionLogBatchedWriteEnabled": "true", "transactionLogBatchedWriteMaxRecords": "4"}
+    )
     sim = Simulation(0)
     metrics = BufferedWriterMetrics(LogKind.TRANSACTION_LOG)
     # Two coordinators' logs on one broker share one set of collectors, as in Pulsar.

@@ -41,8 +41,9 @@ def test_file_ledger_is_deterministic_and_agrees_with_memory(tmp_path: Path, bat
     in_memory = run(spec("memory", None)).operations
     assert [op.to_row() for op in on_file] == [op.to_row() for op in again]
     # The ledger backend is invisible to clients: same operations, outcomes and times.
-    assert [(o.f, o.type, o.value, o.result, o.invoked_at, o.completed_at) for o in on_file] == \
-        [(o.f, o.type, o.value, o.result, o.invoked_at, o.completed_at) for o in in_memory]
+    assert [(o.f, o.type, o.value, o.result, o.invoked_at, o.completed_at) for o in on_file] == [
+        (o.f, o.type, o.value, o.result, o.invoked_at, o.completed_at) for o in in_memory
+    ]
 
 
 @pytest.mark.parametrize("workload", ["ctp", "multi", "delayed"])
@@ -69,8 +70,27 @@ def test_faults_really_happen() -> None:
 
 def test_simulate_main_writes_parquet_and_jsonl(tmp_path: Path) -> None:
     out, data = tmp_path / "out", tmp_path / "data"
-    argv = ["--seed", "4", "--ledger", "file", "--data", str(data), "--out", str(out), "--workload", "multi",
-            "--histories", "2", "--ops", "15", "--faults", "on", "--jsonl", "--check", "--quiet"]
+    argv = [
+        "--seed",
+        "4",
+        "--ledger",
+        "file",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--workload",
+        "multi",
+        "--histories",
+        "2",
+        "--ops",
+        "15",
+        "--faults",
+        "on",
+        "--jsonl",
+        "--check",
+        "--quiet",
+    ]
     assert simulate_main(argv) == 0
     histories = read_parquet(out / "multi.parquet")
     assert sorted(histories) == ["multi-file-seed4", "multi-file-seed5"]
@@ -82,15 +102,34 @@ def test_simulate_main_writes_parquet_and_jsonl(tmp_path: Path) -> None:
 def test_histories_carry_their_run_metadata(tmp_path: Path) -> None:
     from invariants.history import read_metadata, run_config
 
-    argv = ["--seed", "7", "--out", str(tmp_path), "--workload", "ctp", "--histories", "2", "--ops", "15",
-            "--faults", "on", "--jsonl", "--quiet"]
+    argv = [
+        "--seed",
+        "7",
+        "--out",
+        str(tmp_path),
+        "--workload",
+        "ctp",
+        "--histories",
+        "2",
+        "--ops",
+        "15",
+        "--faults",
+        "on",
+        "--jsonl",
+        "--quiet",
+    ]
     assert simulate_main(argv) == 0
     meta = read_metadata(tmp_path / "ctp.parquet")
     assert meta is not None and meta == read_metadata(tmp_path / "ctp.jsonl")
     assert sorted(meta["runs"]) == ["ctp-memory-seed7", "ctp-memory-seed8"]
     run7 = meta["runs"]["ctp-memory-seed7"]
-    assert (run7["workload"], run7["seed"], run7["ledger"], run7["batching"], run7["faults"]) == \
-        ("ctp", 7, "memory", False, True)
+    assert (run7["workload"], run7["seed"], run7["ledger"], run7["batching"], run7["faults"]) == (
+        "ctp",
+        7,
+        "memory",
+        False,
+        True,
+    )
     assert run7["fault_rates"]["drop_request"] == 0.01 and run7["cut_at_deadline"] is False
     # The broker.conf overrides rebuild the run's Config exactly.
     assert run_config(meta) == RunSpec().config and meta["config"] == run7["config"]
@@ -115,15 +154,23 @@ def test_a_run_stops_at_its_deadline_with_open_operations_recorded() -> None:
     assert any(op.type is OpType.INVOKE for op in cut.operations)  # what was under way stays open
     assert all(op.invoked_at <= 300 for op in cut.operations)
     # Up to the deadline the run is the full run's prefix.
-    prefix = {op.index: op.to_row() for op in full.operations if op.completed_at is not None
-              and op.completed_at <= 300}
-    assert all(op.to_row() == prefix[op.index] for op in cut.operations if op.type is not OpType.INVOKE
-               and op.index in prefix)
+    prefix = {op.index: op.to_row() for op in full.operations if op.completed_at is not None and op.completed_at <= 300}
+    assert all(
+        op.to_row() == prefix[op.index] for op in cut.operations if op.type is not OpType.INVOKE and op.index in prefix
+    )
 
 
 def test_fault_rates_can_be_narrowed_per_run() -> None:
-    only = {"drop_request": 0.0, "drop_response": 0.0, "duplicate_request": 0.0, "ledger_append": 0.0,
-            "ledger_read": 0.0, "broker_crash": 0.0, "topic_unload": 0.0, "coordinator_crash": 1.0}
+    only = {
+        "drop_request": 0.0,
+        "drop_response": 0.0,
+        "duplicate_request": 0.0,
+        "ledger_append": 0.0,
+        "ledger_read": 0.0,
+        "broker_crash": 0.0,
+        "topic_unload": 0.0,
+        "coordinator_crash": 1.0,
+    }
     result = run(RunSpec(workload="ctp", seed=4, ops=200, faults=True, fault_rates=only))
     kinds = {e.kind for e in result.faults}
     assert "coordinator-crash" in kinds and not kinds & {"broker-crash", "topic-unload"}
@@ -171,8 +218,9 @@ def test_variants_are_deterministic_and_clean_under_faults(tmp_path: Path, workl
     assert verdict.ok, [str(a) for a in verdict.anomalies]
     sends = [op for op in ops if op.f == "send" and op.type is OpType.OK]
     assert all(op.args.get("partition_key") for op in sends)
-    assert {op.args["sub_type"] for op in ops if op.f == "subscribe"
-            and ("#verify" in op.object or "#read" in op.object)} == {"Key_Shared"}
+    assert {
+        op.args["sub_type"] for op in ops if op.f == "subscribe" and ("#verify" in op.object or "#read" in op.object)
+    } == {"Key_Shared"}
     batched = [op for op in sends if "batch_index" in op.returned]
     assert batched
     if workload == "ctp":
@@ -180,8 +228,11 @@ def test_variants_are_deterministic_and_clean_under_faults(tmp_path: Path, workl
         assert max(op.returned["batch_size"] for op in batched) > 1
         assert any("batch_index" in op.args for op in ops if op.f == "ack")
     if workload == "delayed":
-        assert run(spec).metadata()["config"]["delayedDeliveryTrackerFactoryClassName"].endswith(
-            "BucketDelayedDeliveryTrackerFactory")
+        assert (
+            run(spec)
+            .metadata()["config"]["delayedDeliveryTrackerFactoryClassName"]
+            .endswith("BucketDelayedDeliveryTrackerFactory")
+        )
 
 
 def test_a_batch_history_from_the_engine_is_clean_and_a_moved_batch_index_is_flagged() -> None:
@@ -216,11 +267,29 @@ def test_mixed_variants_by_seed_and_the_bucket_runs_file(tmp_path: Path) -> None
     assert [variant("mixed", s, 3) for s in range(4)] == [False, True, False, False]
     assert [variant("mixed", s, 2, step=2) for s in range(8)] == [False, False, True, True] * 2
     assert variant("on", 0, 2) and not variant("off", 1, 2)
-    argv = ["--seed", "1", "--out", str(tmp_path), "--workload", "all", "--histories", "2", "--ops", "10",
-            "--faults", "on", "--check", "--quiet"]
+    argv = [
+        "--seed",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--workload",
+        "all",
+        "--histories",
+        "2",
+        "--ops",
+        "10",
+        "--faults",
+        "on",
+        "--check",
+        "--quiet",
+    ]
     assert simulate_main(argv) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ctp.parquet", "delayed-bucket.parquet",
-                                                          "delayed.parquet", "multi.parquet"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ctp.parquet",
+        "delayed-bucket.parquet",
+        "delayed.parquet",
+        "multi.parquet",
+    ]
     plain, bucket = read_metadata(tmp_path / "delayed.parquet"), read_metadata(tmp_path / "delayed-bucket.parquet")
     assert plain is not None and bucket is not None
     assert sorted(plain["runs"]) == ["delayed-memory-seed1"] and sorted(bucket["runs"]) == ["delayed-memory-seed2"]
@@ -241,8 +310,10 @@ def test_the_fault_schedule_lists_each_injected_ledger_failure() -> None:
     assert {e.kind for e in ledger} == {"ledger-append-failed", "ledger-read-failed"}
     assert all(e.target for e in ledger)
     counted = {kind: n for kind, n in result.counters.items() if kind.startswith("ledger_")}
-    assert counted == {"ledger_append_failed": sum(e.kind == "ledger-append-failed" for e in ledger),
-                       "ledger_read_failed": sum(e.kind == "ledger-read-failed" for e in ledger)}
+    assert counted == {
+        "ledger_append_failed": sum(e.kind == "ledger-append-failed" for e in ledger),
+        "ledger_read_failed": sum(e.kind == "ledger-read-failed" for e in ledger),
+    }
     times = [e.time_ms for e in result.faults]
     assert times == sorted(times)
     heal = next(e.time_ms for e in result.faults if e.kind == "heal")
@@ -268,13 +339,13 @@ def test_a_faulty_ledger_tells_its_store_of_each_injected_fault() -> None:
 
 def test_variants_record_the_same_history_on_file_and_memory_ledgers(tmp_path: Path) -> None:
     def spec(ledger: str, data: str | None) -> RunSpec:
-        return RunSpec(workload="delayed", seed=5, ops=20, faults=True, ledger=ledger, data_dir=data,
-                       **VARIANT)  # type: ignore[arg-type]
+        return RunSpec(workload="delayed", seed=5, ops=20, faults=True, ledger=ledger, data_dir=data, **VARIANT)  # type: ignore[arg-type]
 
     on_file = run(spec("file", str(tmp_path / "one"))).operations
     in_memory = run(spec("memory", None)).operations
-    assert [(o.f, o.type, o.value, o.result, o.invoked_at, o.completed_at) for o in on_file] == \
-        [(o.f, o.type, o.value, o.result, o.invoked_at, o.completed_at) for o in in_memory]
+    assert [(o.f, o.type, o.value, o.result, o.invoked_at, o.completed_at) for o in on_file] == [
+        (o.f, o.type, o.value, o.result, o.invoked_at, o.completed_at) for o in in_memory
+    ]
 
 
 def test_bucket_runs_recover_buckets_from_their_snapshot_ledgers() -> None:

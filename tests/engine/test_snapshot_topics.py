@@ -56,8 +56,10 @@ def _table(cluster: Cluster, local: str) -> dict[str, bytes]:
 
 def test_namespace_topic_names() -> None:
     assert namespace_topic(IN, SNAPSHOT_TOPIC) == f"{NS}/__transaction_buffer_snapshot"
-    assert namespace_topic("persistent://t1/ns1/x-partition-2", SEGMENTS_TOPIC) == \
-        "persistent://t1/ns1/__transaction_buffer_snapshot_segments"
+    assert (
+        namespace_topic("persistent://t1/ns1/x-partition-2", SEGMENTS_TOPIC)
+        == "persistent://t1/ns1/__transaction_buffer_snapshot_segments"
+    )
     assert segment_key(IN, 7) == f"multiple-7-{IN}"
 
 
@@ -141,8 +143,7 @@ def test_segment_delete_and_clear_are_tombstones() -> None:
     ((_topic, key, value),) = snapshot_messages(tb.WriteSnapshotSegment(seg))
     ledger = MemoryLedger("segments", Config())
     ledger.append(encode_keyed_message(key, value))
-    assert [type(r) for r in snapshot_records(IN, {SEGMENTS_TOPIC: latest_by_key(ledger)})] == [
-        tb.WriteSnapshotSegment]
+    assert [type(r) for r in snapshot_records(IN, {SEGMENTS_TOPIC: latest_by_key(ledger)})] == [tb.WriteSnapshotSegment]
     ledger.append(encode_keyed_message(*delete[0][1:]))
     assert snapshot_records(IN, {SEGMENTS_TOPIC: latest_by_key(ledger)}) == []
     # Another topic's segment with a similar name is not this topic's.
@@ -181,7 +182,12 @@ def test_inspect_decodes_snapshot_topic_records(tmp_path: Path) -> None:
     assert first["key"] == IN and "TransactionBufferSnapshotIndexes" in first["record"]
     tombstone = inspect_entry(encode_keyed_message(IN, None))["message"]
     assert {k: tombstone[k] for k in ("key", "null_value", "num_messages_in_batch", "record", "errors")} == {
-        "key": IN, "null_value": True, "num_messages_in_batch": None, "record": {}, "errors": {}}
+        "key": IN,
+        "null_value": True,
+        "num_messages_in_batch": None,
+        "record": {},
+        "errors": {},
+    }
     assert tombstone["payload"] is None and tombstone["batch"] is None  # a tombstone carries nothing
 
 

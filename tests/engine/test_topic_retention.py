@@ -16,8 +16,9 @@ IN = partition_name("in", 0)
 
 def _cluster(ledger: str, tmp_path: Path) -> Cluster:
     config = Config().with_overrides({"managedLedgerMaxEntriesPerLedger": "2"})
-    return Cluster.start(seed=11, topics={"in": 1}, config=config, ledger=ledger,
-                         data_dir=str(tmp_path) if ledger == "file" else None)
+    return Cluster.start(
+        seed=11, topics={"in": 1}, config=config, ledger=ledger, data_dir=str(tmp_path) if ledger == "file" else None
+    )
 
 
 @pytest.mark.parametrize("ledger", ["memory", "file"])
@@ -70,4 +71,3 @@ def test_a_topic_without_subscriptions_keeps_its_ledgers(tmp_path: Path) -> None
     consumer = cluster.client().subscribe("in", "late", consumer_type=ConsumerType.Shared)
     got = [m.data() for m in iter(lambda: consumer.receive(100), None)]
     assert got == [f"n{i}".encode() for i in range(6)]
-

@@ -63,8 +63,15 @@ class _World:
 Action = tuple[str, str, Any, Any, str | None]  # f, object, value, result, error
 
 
-def generate(seed: int, *, txn_producers: int = 3, plain_producers: int = 1, partitions: int = 2,
-             txns_each: int = 2, delayed: bool = True) -> list[Operation]:
+def generate(
+    seed: int,
+    *,
+    txn_producers: int = 3,
+    plain_producers: int = 1,
+    partitions: int = 2,
+    txns_each: int = 2,
+    delayed: bool = True,
+) -> list[Operation]:
     """A valid history: transactional and plain producers, one consumer per partition, then a drain."""
     rng = random.Random(seed)
     names = [f"persistent://public/default/t-partition-{i}" for i in range(partitions)]
@@ -93,8 +100,13 @@ def generate(seed: int, *, txn_producers: int = 3, plain_producers: int = 1, par
                 partition = rng.choice(names)
                 message = payload()
                 position = append(partition, message, txn, None)
-                yield ("send", object_id("partition", partition), {"message": message, "txn": list(txn)},
-                       {"position": position}, None)
+                yield (
+                    "send",
+                    object_id("partition", partition),
+                    {"message": message, "txn": list(txn)},
+                    {"position": position},
+                    None,
+                )
             if rng.random() < 0.7:
                 world.status[txn] = "committed"
                 yield "commit", coordinator, {"txn": list(txn)}, None, None
@@ -123,8 +135,7 @@ def generate(seed: int, *, txn_producers: int = 3, plain_producers: int = 1, par
         while idle_after_producers < 2:
             entry = world.dispatch(sub, partition, clock["now"])
             if entry is None:
-                if producers_left["n"] == 0 and not any(s == "open" for t, s in world.status.items()
-                                                           if t[0] == 0):
+                if producers_left["n"] == 0 and not any(s == "open" for t, s in world.status.items() if t[0] == 0):
                     idle_after_producers += 1
                 yield "receive", sub, {"consumer": "c"}, None, None
                 continue
@@ -158,8 +169,21 @@ def generate(seed: int, *, txn_producers: int = 3, plain_producers: int = 1, par
             continue
         # the effect happened now; the client learns it a little later
         done = clock["now"] + rng.randint(0, 2)
-        ops.append(make_operation(HISTORY, len(ops), process, OpType.OK, f, obj, value, result,
-                                  invoked_at=clock["now"], completed_at=done, seed=seed))
+        ops.append(
+            make_operation(
+                HISTORY,
+                len(ops),
+                process,
+                OpType.OK,
+                f,
+                obj,
+                value,
+                result,
+                invoked_at=clock["now"],
+                completed_at=done,
+                seed=seed,
+            )
+        )
         free_at[process] = done + 1
     return ops
 
@@ -172,9 +196,30 @@ def renumber(ops: list[Operation]) -> list[Operation]:
     return [dataclasses.replace(op, index=i) for i, op in enumerate(ordered)]
 
 
-def op(index: int, process: int, f: str, obj: str, value: Any, result: Any = None, *, at: int, done: int | None = None,
-       kind: OpType = OpType.OK, error: str | None = None) -> Operation:
+def op(
+    index: int,
+    process: int,
+    f: str,
+    obj: str,
+    value: Any,
+    result: Any = None,
+    *,
+    at: int,
+    done: int | None = None,
+    kind: OpType = OpType.OK,
+    error: str | None = None,
+) -> Operation:
     """A hand-written operation (for short scenario tests)."""
-    return make_operation(HISTORY, index, process, kind, f, obj, value, result, invoked_at=at,
-                          completed_at=None if kind is OpType.INVOKE else (at + 1 if done is None else done),
-                          error=error)
+    return make_operation(
+        HISTORY,
+        index,
+        process,
+        kind,
+        f,
+        obj,
+        value,
+        result,
+        invoked_at=at,
+        completed_at=None if kind is OpType.INVOKE else (at + 1 if done is None else done),
+        error=error,
+    )

@@ -52,8 +52,10 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     good = {f"register-{s}": random_register_history(s, ops=60, clients=4, crash=0.1) for s in range(6)}
     write_parquet(root / "good-1.parquet", dict(list(good.items())[:3]))
     write_parquet(root / "good-2.parquet", dict(list(good.items())[3:]))
-    write_parquet(root / "txn.parquet", {f"txn-{s}": [dataclasses.replace(o, history=f"txn-{s}") for o in generate(s)]
-                                         for s in range(4)})
+    write_parquet(
+        root / "txn.parquet",
+        {f"txn-{s}": [dataclasses.replace(o, history=f"txn-{s}") for o in generate(s)] for s in range(4)},
+    )
     write_parquet(root / "bad" / "illegal.parquet", _illegal_register(1))
     write_parquet(root / "bad" / "lost.parquet", _lost_message(2))
     return root
@@ -76,8 +78,9 @@ def test_spark_and_local_agree(spark: Any, folder: Path) -> None:
     assert len(verdicts) == 6 + 4 + 2
 
 
-def test_verify_on_spark_writes_verdicts_and_counterexamples(spark: Any, folder: Path, tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_verify_on_spark_writes_verdicts_and_counterexamples(
+    spark: Any, folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out"
     code = verify_main([str(folder), "--out", str(out), "--master", "local[2]"])
     printed = capsys.readouterr()
@@ -133,10 +136,16 @@ def test_a_history_split_over_two_files_is_bad_input(tmp_path: Path) -> None:
     write_jsonl(tmp_path / "b.jsonl", ops)
     write_parquet(tmp_path / "c.parquet", ops[10:])
     assert verify_main([str(tmp_path), "--local", "--no-progress", "--out", str(tmp_path / "o")]) == 2
-    assert verify_main([str(tmp_path), "--local", "--no-progress", "--group-by-history",
-                        "--out", str(tmp_path / "o")]) == 0
-    assert verify_main([str(tmp_path / "b.jsonl"), "--format", "jsonl", "--local", "--no-progress",
-                        "--out", str(tmp_path / "o")]) == 0
+    assert (
+        verify_main([str(tmp_path), "--local", "--no-progress", "--group-by-history", "--out", str(tmp_path / "o")])
+        == 0
+    )
+    assert (
+        verify_main(
+            [str(tmp_path / "b.jsonl"), "--format", "jsonl", "--local", "--no-progress", "--out", str(tmp_path / "o")]
+        )
+        == 0
+    )
 
 
 def test_parser_documents_the_options() -> None:
@@ -166,12 +175,19 @@ def test_group_by_history_across_files_on_spark(spark: Any, tmp_path: Path) -> N
     write_parquet(tmp_path / "part-1.parquet", {"split": whole[15:], broken[0].history: broken[20:]})
     (tmp_path / "part-2.parquet").write_bytes(b"PAR1 not really")
     files = sorted(str(p) for p in tmp_path.glob("*.parquet"))
-    on_spark = check_files_spark(files, "parquet", VerifyOptions(), spark=spark, progress=False,
-                                 group_by_history=True)
+    on_spark = check_files_spark(files, "parquet", VerifyOptions(), spark=spark, progress=False, group_by_history=True)
     local = check_files_local(files, "parquet", VerifyOptions(), group_by_history=True)
-    assert _key(on_spark) == _key(local) == sorted([
-        ("bad-register-5", "linearizability", "illegal"), ("part-2.parquet", "input", "bad-input"),
-        ("split", "linearizability", "ok")])
+    assert (
+        _key(on_spark)
+        == _key(local)
+        == sorted(
+            [
+                ("bad-register-5", "linearizability", "illegal"),
+                ("part-2.parquet", "input", "bad-input"),
+                ("split", "linearizability", "ok"),
+            ]
+        )
+    )
     assert next(r for r in on_spark if r.history == "split").ops == 40
 
 

@@ -45,8 +45,9 @@ def test_schema_matches_the_contract() -> None:
 
 
 @given(st.integers(0, 1000), st.integers(1, 40), st.integers(1, 6), st.floats(0, 0.3))
-def test_parquet_and_jsonl_round_trip(tmp_path_factory: pytest.TempPathFactory, seed: int, n: int, clients: int,
-                                      crash: float) -> None:
+def test_parquet_and_jsonl_round_trip(
+    tmp_path_factory: pytest.TempPathFactory, seed: int, n: int, clients: int, crash: float
+) -> None:
     ops = random_register_history(seed, ops=n, clients=clients, crash=crash)
     folder = tmp_path_factory.mktemp("rt")
     write_parquet(folder / "h.parquet", ops)
@@ -73,26 +74,38 @@ def test_object_ids() -> None:
 
 
 def _row(**overrides: object) -> dict[str, object]:
-    row: dict[str, object] = {"history": "h", "index": 0, "process": 0, "type": "ok", "f": "write",
-                              "object": "register:x", "value": "1", "result": None, "invoked_at": 0,
-                              "completed_at": 1}
+    row: dict[str, object] = {
+        "history": "h",
+        "index": 0,
+        "process": 0,
+        "type": "ok",
+        "f": "write",
+        "object": "register:x",
+        "value": "1",
+        "result": None,
+        "invoked_at": 0,
+        "completed_at": 1,
+    }
     row.update(overrides)
     return row
 
 
-@pytest.mark.parametrize("overrides, column", [
-    ({"type": "done"}, "type"),
-    ({"value": "{not json"}, "value"),
-    ({"result": "[1,"}, "result"),
-    ({"object": "x"}, "object"),
-    ({"completed_at": None}, "completed_at"),
-    ({"type": "invoke"}, "completed_at"),
-    ({"completed_at": -1}, "completed_at"),
-    ({"index": "0"}, "index"),
-    ({"process": None}, "process"),
-    ({"colour": "red"}, "colour"),
-    ({"type": "ok", "error": "TransactionConflict"}, "error"),
-])
+@pytest.mark.parametrize(
+    "overrides, column",
+    [
+        ({"type": "done"}, "type"),
+        ({"value": "{not json"}, "value"),
+        ({"result": "[1,"}, "result"),
+        ({"object": "x"}, "object"),
+        ({"completed_at": None}, "completed_at"),
+        ({"type": "invoke"}, "completed_at"),
+        ({"completed_at": -1}, "completed_at"),
+        ({"index": "0"}, "index"),
+        ({"process": None}, "process"),
+        ({"colour": "red"}, "colour"),
+        ({"type": "ok", "error": "TransactionConflict"}, "error"),
+    ],
+)
 def test_bad_rows_name_the_field(tmp_path: Path, overrides: dict[str, object], column: str) -> None:
     path = tmp_path / "bad.jsonl"
     good = json.dumps(_row())
@@ -106,7 +119,7 @@ def test_bad_rows_name_the_field(tmp_path: Path, overrides: dict[str, object], c
 
 def test_jsonl_that_is_not_json(tmp_path: Path) -> None:
     path = tmp_path / "h.jsonl"
-    path.write_text(json.dumps(_row()) + "\n{\"history\": \n")
+    path.write_text(json.dumps(_row()) + '\n{"history": \n')
     with pytest.raises(BadHistory, match="row 1"):
         read_jsonl(path)
     path.write_bytes(b"\xff\xfe garbage")
@@ -153,9 +166,13 @@ def test_cross_row_rules() -> None:
 
 
 def test_pairing_rules() -> None:
-    events = [Event(0, OpType.INVOKE, "read", None, 0), Event(1, OpType.INVOKE, "write", 3, 1),
-              Event(0, OpType.OK, "read", 3, 2), Event(1, OpType.INFO, "write", None, 3),
-              Event(0, OpType.INVOKE, "write", 4, 4)]
+    events = [
+        Event(0, OpType.INVOKE, "read", None, 0),
+        Event(1, OpType.INVOKE, "write", 3, 1),
+        Event(0, OpType.OK, "read", 3, 2),
+        Event(1, OpType.INFO, "write", None, 3),
+        Event(0, OpType.INVOKE, "write", 4, 4),
+    ]
     ops = pair_events("h", events, obj="register:x")
     assert [(o.index, o.process, o.type, o.f, o.args, o.returned, o.invoked_at, o.completed_at) for o in ops] == [
         (0, 0, OpType.OK, "read", None, 3, 0, 2),
@@ -178,7 +195,9 @@ def test_history_files(tmp_path: Path) -> None:
     write_parquet(tmp_path / "a.parquet", random_register_history(2, ops=3, clients=1))
     (tmp_path / ".hidden.parquet").write_bytes(b"")
     assert [p.relative_to(tmp_path).as_posix() for p in history_files(tmp_path, "parquet")] == [
-        "a.parquet", "b/x.parquet"]
+        "a.parquet",
+        "b/x.parquet",
+    ]
     with pytest.raises(BadHistory, match="no jsonl files"):
         history_files(tmp_path, "jsonl")
     with pytest.raises(BadHistory, match="no such file"):
@@ -189,8 +208,13 @@ def test_history_files(tmp_path: Path) -> None:
 
 
 def _metadata(**run: object) -> dict[str, object]:
-    spec = {"workload": "ctp", "seed": 3, "config": {"managedLedgerMaxEntriesPerLedger": 64},
-            "fault_schedule": [{"time_ms": 1200, "kind": "broker-crash", "target": "broker"}], **run}
+    spec = {
+        "workload": "ctp",
+        "seed": 3,
+        "config": {"managedLedgerMaxEntriesPerLedger": 64},
+        "fault_schedule": [{"time_ms": 1200, "kind": "broker-crash", "target": "broker"}],
+        **run,
+    }
     return {"version": 1, "config": {"managedLedgerMaxEntriesPerLedger": 64}, "runs": {"h": spec}}
 
 
@@ -215,15 +239,18 @@ def test_run_metadata_round_trips_in_parquet_and_jsonl(tmp_path: Path) -> None:
     assert run_config(None).managed_ledger_max_entries_per_ledger == 50000
 
 
-@pytest.mark.parametrize(("meta", "column"), [
-    ({"version": 2, "config": {}, "runs": {}}, "version"),
-    ({"version": 1, "config": {"noSuchKey": 1}, "runs": {}}, "config"),
-    ({"version": 1, "config": {"managedLedgerMaxEntriesPerLedger": "many"}, "runs": {}}, "config"),
-    ({"version": 1, "config": {}, "runs": []}, "runs"),
-    (_metadata(seed="3"), "runs.h.seed"),
-    (_metadata(fault_schedule=[{"time_ms": "soon", "kind": "x", "target": "y"}]), "runs.h.fault_schedule[0]"),
-    (_metadata(config={"transactionCoordinatorEnabled": "maybe"}), "runs.h.config"),
-])
+@pytest.mark.parametrize(
+    ("meta", "column"),
+    [
+        ({"version": 2, "config": {}, "runs": {}}, "version"),
+        ({"version": 1, "config": {"noSuchKey": 1}, "runs": {}}, "config"),
+        ({"version": 1, "config": {"managedLedgerMaxEntriesPerLedger": "many"}, "runs": {}}, "config"),
+        ({"version": 1, "config": {}, "runs": []}, "runs"),
+        (_metadata(seed="3"), "runs.h.seed"),
+        (_metadata(fault_schedule=[{"time_ms": "soon", "kind": "x", "target": "y"}]), "runs.h.fault_schedule[0]"),
+        (_metadata(config={"transactionCoordinatorEnabled": "maybe"}), "runs.h.config"),
+    ],
+)
 def test_malformed_run_metadata_is_a_typed_error(tmp_path: Path, meta: dict[str, object], column: str) -> None:
     from invariants.history import METADATA_KEY, BadMetadata, read_metadata
 
@@ -235,8 +262,9 @@ def test_malformed_run_metadata_is_a_typed_error(tmp_path: Path, meta: dict[str,
     path = tmp_path / "x.parquet"
     write_parquet(path, ops)
     table = pq.read_table(path)
-    pq.write_table(table.replace_schema_metadata({**table.schema.metadata,
-                                                  METADATA_KEY.encode(): json.dumps(meta).encode()}), path)
+    pq.write_table(
+        table.replace_schema_metadata({**table.schema.metadata, METADATA_KEY.encode(): json.dumps(meta).encode()}), path
+    )
     with pytest.raises(BadMetadata) as caught:
         read_metadata(path)
     assert caught.value.column == column and str(path) in str(caught.value)

@@ -23,8 +23,17 @@ from spec.types import TxnStatus
 R = object_id("register", "x")
 
 
-def reg(index: int, process: int, f: str, value: Any, result: Any, at: int, done: int | None,
-        kind: OpType = OpType.OK, obj: str = R) -> Operation:
+def reg(
+    index: int,
+    process: int,
+    f: str,
+    value: Any,
+    result: Any,
+    at: int,
+    done: int | None,
+    kind: OpType = OpType.OK,
+    obj: str = R,
+) -> Operation:
     return make_operation("h", index, process, kind, f, obj, value, result, invoked_at=at, completed_at=done)
 
 
@@ -38,8 +47,11 @@ def test_sequential_and_concurrent_registers() -> None:
     stale = [reg(0, 0, "write", 1, None, 0, 1), reg(1, 1, "read", None, None, 2, 3)]
     assert verdict(stale) is Verdict.ILLEGAL
     # a read overlapping the write may see either value
-    overlapping = [reg(0, 0, "write", 1, None, 0, 5), reg(1, 1, "read", None, None, 2, 3),
-                   reg(2, 2, "read", None, 1, 2, 4)]
+    overlapping = [
+        reg(0, 0, "write", 1, None, 0, 5),
+        reg(1, 1, "read", None, None, 2, 3),
+        reg(2, 2, "read", None, 1, 2, 4),
+    ]
     assert verdict(overlapping) is Verdict.OK
 
 
@@ -62,8 +74,12 @@ def test_info_may_take_effect_any_time_after_invocation_or_never() -> None:
 
 
 def test_cas_outcomes() -> None:
-    ops = [reg(0, 0, "write", 1, None, 0, 1), reg(1, 0, "cas", [1, 2], None, 2, 3),
-           reg(2, 1, "cas", [1, 3], None, 4, 5, OpType.FAIL), reg(3, 1, "read", None, 2, 6, 7)]
+    ops = [
+        reg(0, 0, "write", 1, None, 0, 1),
+        reg(1, 0, "cas", [1, 2], None, 2, 3),
+        reg(2, 1, "cas", [1, 3], None, 4, 5, OpType.FAIL),
+        reg(3, 1, "read", None, 2, 6, 7),
+    ]
     assert verdict(ops) is Verdict.OK
     wrong_fail = [*ops[:2], reg(2, 1, "cas", [2, 3], None, 4, 5, OpType.FAIL)]
     assert verdict(wrong_fail) is Verdict.ILLEGAL
@@ -117,9 +133,13 @@ def test_the_linearization_respects_real_time() -> None:
 
 def test_key_value_model() -> None:
     k1, k2 = object_id("key", "1"), object_id("key", "2")
-    ops = [reg(0, 0, "put", "a", None, 0, 1, obj=k1), reg(1, 1, "append", "b", None, 0, 1, obj=k1),
-           reg(2, 2, "put", "z", None, 0, 1, obj=k2), reg(3, 0, "get", None, "ab", 2, 3, obj=k1),
-           reg(4, 2, "get", None, "z", 2, 3, obj=k2)]
+    ops = [
+        reg(0, 0, "put", "a", None, 0, 1, obj=k1),
+        reg(1, 1, "append", "b", None, 0, 1, obj=k1),
+        reg(2, 2, "put", "z", None, 0, 1, obj=k2),
+        reg(3, 0, "get", None, "ab", 2, 3, obj=k1),
+        reg(4, 2, "get", None, "z", 2, 3, obj=k2),
+    ]
     assert verdict(ops, KeyValue()) is Verdict.OK
     bad = [*ops[:3], reg(3, 0, "get", None, "ba", 2, 3, obj=k1)]
     assert verdict(bad, KeyValue()) is Verdict.ILLEGAL
@@ -174,25 +194,37 @@ def machine() -> MachineModel:
     return MachineModel("toy-txn", Txn(TxnStatus.OPEN), txn_step, COMMANDS)
 
 
-def m(index: int, process: int, f: str, value: Any, result: Any, at: int, done: int | None,
-      kind: OpType = OpType.OK, error: str | None = None) -> Operation:
-    return make_operation("h", index, process, kind, f, C, value, result, invoked_at=at, completed_at=done,
-                          error=error)
+def m(
+    index: int,
+    process: int,
+    f: str,
+    value: Any,
+    result: Any,
+    at: int,
+    done: int | None,
+    kind: OpType = OpType.OK,
+    error: str | None = None,
+) -> Operation:
+    return make_operation("h", index, process, kind, f, C, value, result, invoked_at=at, completed_at=done, error=error)
 
 
 def test_adapter_accepts_what_step_returns() -> None:
-    ops = [m(0, 0, "end_txn", {"action": "COMMITTING"}, None, 0, 1),
-           m(1, 1, "get_status", {}, "COMMITTING", 2, 3),
-           m(2, 0, "end_txn", {"action": "COMMITTED"}, None, 4, 5),
-           m(3, 1, "end_txn", {"action": "ABORTING"}, None, 6, 7, OpType.FAIL, "TransactionNotFound")]
+    ops = [
+        m(0, 0, "end_txn", {"action": "COMMITTING"}, None, 0, 1),
+        m(1, 1, "get_status", {}, "COMMITTING", 2, 3),
+        m(2, 0, "end_txn", {"action": "COMMITTED"}, None, 4, 5),
+        m(3, 1, "end_txn", {"action": "ABORTING"}, None, 6, 7, OpType.FAIL, "TransactionNotFound"),
+    ]
     assert verdict(ops, machine()) is Verdict.OK
 
 
 def test_adapter_orders_concurrent_commands_by_their_results() -> None:
     # two concurrent status reads bracket a transition: only one order explains both
-    ops = [m(0, 0, "end_txn", {"action": "ABORTING"}, None, 0, 10),
-           m(1, 1, "get_status", {}, "ABORTING", 1, 2),
-           m(2, 2, "get_status", {}, "OPEN", 1, 3)]
+    ops = [
+        m(0, 0, "end_txn", {"action": "ABORTING"}, None, 0, 10),
+        m(1, 1, "get_status", {}, "ABORTING", 1, 2),
+        m(2, 2, "get_status", {}, "OPEN", 1, 3),
+    ]
     assert verdict(ops, machine()) is Verdict.OK
     ops.append(m(3, 1, "get_status", {}, "OPEN", 4, 5))  # back to OPEN after ABORTING was seen: impossible
     assert verdict(ops, machine()) is Verdict.ILLEGAL
@@ -210,11 +242,15 @@ def test_adapter_checks_error_names_and_results() -> None:
 
 
 def test_adapter_unknown_and_unsent_operations() -> None:
-    info = [m(0, 0, "end_txn", {"action": "ABORTING"}, None, 0, 1, OpType.INFO),
-            m(1, 1, "get_status", {}, "ABORTING", 5, 6)]
+    info = [
+        m(0, 0, "end_txn", {"action": "ABORTING"}, None, 0, 1, OpType.INFO),
+        m(1, 1, "get_status", {}, "ABORTING", 5, 6),
+    ]
     assert verdict(info, machine()) is Verdict.OK
-    unsent = [m(0, 0, "end_txn", {"action": "ABORTING"}, None, 0, 1, OpType.FAIL),
-              m(1, 1, "get_status", {}, "OPEN", 5, 6)]
+    unsent = [
+        m(0, 0, "end_txn", {"action": "ABORTING"}, None, 0, 1, OpType.FAIL),
+        m(1, 1, "get_status", {}, "OPEN", 5, 6),
+    ]
     assert verdict(unsent, machine()) is Verdict.OK  # failed before reaching the machine: no effect
     assert machine().decode(info[0])[1] is UNKNOWN
 
@@ -230,7 +266,8 @@ def test_adapter_rejects_unknown_commands_and_bad_arguments() -> None:
 def test_adapter_from_a_vectors_table() -> None:
     from reference.conformance import MachineVectors
 
-    vectors = MachineVectors("toy-txn", lambda config, init: Txn(TxnStatus[init.get("status", "OPEN")]), txn_step,
-                             COMMANDS)
+    vectors = MachineVectors(
+        "toy-txn", lambda config, init: Txn(TxnStatus[init.get("status", "OPEN")]), txn_step, COMMANDS
+    )
     model = MachineModel.from_vectors(vectors, Config(), {"status": "COMMITTING"})
     assert verdict([m(0, 0, "get_status", {}, "COMMITTING", 0, 1)], model) is Verdict.OK

@@ -42,10 +42,24 @@ def _replay(path: Path) -> tuple[MachineModel, list[Operation]]:
     for index, step in enumerate(data["steps"]):
         command = from_json(step.get("args", {}), vectors.commands[step["command"]])
         state, result = vectors.step(state, command)
-        kind, value, error = (OpType.OK, to_json(result.value), None) if result.ok else (
-            OpType.FAIL, None, result.error.name)
-        ops.append(make_operation(path.stem, index, 0, kind, step["command"], obj, step.get("args", {}), value,
-                                  invoked_at=2 * index, completed_at=2 * index + 1, error=error))
+        kind, value, error = (
+            (OpType.OK, to_json(result.value), None) if result.ok else (OpType.FAIL, None, result.error.name)
+        )
+        ops.append(
+            make_operation(
+                path.stem,
+                index,
+                0,
+                kind,
+                step["command"],
+                obj,
+                step.get("args", {}),
+                value,
+                invoked_at=2 * index,
+                completed_at=2 * index + 1,
+                error=error,
+            )
+        )
     return model, ops
 
 

@@ -28,18 +28,49 @@ class _History:
     def __init__(self) -> None:
         self.ops: list[Operation] = []
 
-    def add(self, f: str, value: Any, op_type: OpType = OpType.OK, result: Any = None, *, at: int,
-            until: int | None = None, error: str | None = None, obj: str = OBJ) -> Operation:
+    def add(
+        self,
+        f: str,
+        value: Any,
+        op_type: OpType = OpType.OK,
+        result: Any = None,
+        *,
+        at: int,
+        until: int | None = None,
+        error: str | None = None,
+        obj: str = OBJ,
+    ) -> Operation:
         done = None if op_type is OpType.INVOKE else (at if until is None else until)
-        op = make_operation("h", len(self.ops), len(self.ops), op_type, f, obj, value, result, invoked_at=at,
-                            completed_at=done, error=error)
+        op = make_operation(
+            "h",
+            len(self.ops),
+            len(self.ops),
+            op_type,
+            f,
+            obj,
+            value,
+            result,
+            invoked_at=at,
+            completed_at=done,
+            error=error,
+        )
         self.ops.append(op)
         return op
 
     def recover(self, at: int, records: list[Any] | None = None, **config: Any) -> Operation:
-        return self.add(RECOVER, {"@type": "Recover", "machine": "coordinator", "config": config,
-                                  "coordinator_id": 0, "records": records or [], "max_local_txn_id": -1,
-                                  "next_record_id": len(records or [])}, at=at)
+        return self.add(
+            RECOVER,
+            {
+                "@type": "Recover",
+                "machine": "coordinator",
+                "config": config,
+                "coordinator_id": 0,
+                "records": records or [],
+                "max_local_txn_id": -1,
+                "next_record_id": len(records or []),
+            },
+            at=at,
+        )
 
     def new_txn(self, at: int, txn: int | None, op_type: OpType = OpType.OK, until: int | None = None) -> Operation:
         result = None if txn is None else [0, txn]
@@ -53,8 +84,9 @@ def _verdict(ops: list[Operation]) -> Verdict:
 def test_machine_ops_are_told_apart_by_their_type_tag() -> None:
     h = _History()
     machine = h.new_txn(1, 0)
-    client = make_operation("h", 9, 9, OpType.OK, "new_txn", OBJ, {"timeout_ms": 1}, {"txn": [0, 0]},
-                            invoked_at=1, completed_at=2)
+    client = make_operation(
+        "h", 9, 9, OpType.OK, "new_txn", OBJ, {"timeout_ms": 1}, {"txn": [0, 0]}, invoked_at=1, completed_at=2
+    )
     assert is_machine_operation(machine) and is_machine_operation(h.recover(0))
     assert not is_machine_operation(client)
 
@@ -72,8 +104,15 @@ def test_a_recover_row_resets_the_model() -> None:
 
 
 def test_recovery_restarts_from_the_durable_records() -> None:
-    record = tc.TxnLogRecord(tc.TxnMetadataOp.NEW, TxnID(0, 0), new_status=None, start_time=1,
-                             last_modification_time=1, timeout_ms=60_000, max_local_txn_id=0)
+    record = tc.TxnLogRecord(
+        tc.TxnMetadataOp.NEW,
+        TxnID(0, 0),
+        new_status=None,
+        start_time=1,
+        last_modification_time=1,
+        timeout_ms=60_000,
+        max_local_txn_id=0,
+    )
     for issued, verdict in ((1, Verdict.OK), (0, Verdict.ILLEGAL)):
         h = _History()
         h.recover(0, records=[[0, to_json(record)]])
@@ -145,15 +184,17 @@ def test_the_recover_entries_decode_what_the_engine_records(module: Any) -> None
     vectors: MachineVectors = module.VECTORS
     assert vectors.recover is not None
     if module is tc:
-        state = vectors.recover(Config(), {"coordinator_id": 0, "records": [], "max_local_txn_id": 4,
-                                           "next_record_id": 0})
+        state = vectors.recover(
+            Config(), {"coordinator_id": 0, "records": [], "max_local_txn_id": 4, "next_record_id": 0}
+        )
         assert state == tc.recover(Config(), 0, [], 4)[0]
     else:
         cursor = pa.CursorView(Position(0, 3), frozenset({Position(0, 5)}))
         lazy = vectors.recover(Config(), {"sub_type": "Shared", "cursor": to_json(cursor)})
         assert lazy == pa.initial(Config(), sub_type=pa.SubType.Shared, cursor=cursor)
-        loaded = vectors.recover(Config(), {"sub_type": "Shared", "cursor": to_json(cursor), "records": [],
-                                            "next_record_id": 0})
+        loaded = vectors.recover(
+            Config(), {"sub_type": "Shared", "cursor": to_json(cursor), "records": [], "next_record_id": 0}
+        )
         assert loaded == pa.recover(Config(), [], cursor=cursor, sub_type=pa.SubType.Shared, next_record_id=0)
     with pytest.raises(KeyError):
         vectors.recover(Config(), {"no_such_input": 1})
@@ -163,8 +204,18 @@ def test_bulk_checks_machine_ops_per_machine_and_clients_transactionally() -> No
     h = _History()
     h.recover(0)
     h.new_txn(1, 0, until=3)
-    client = make_operation("h", len(h.ops), 99, OpType.OK, "new_txn", OBJ, {"timeout_ms": 60_000},
-                            {"txn": [0, 0]}, invoked_at=1, completed_at=3)
+    client = make_operation(
+        "h",
+        len(h.ops),
+        99,
+        OpType.OK,
+        "new_txn",
+        OBJ,
+        {"timeout_ms": 60_000},
+        {"txn": [0, 0]},
+        invoked_at=1,
+        completed_at=3,
+    )
     rows = check_histories({"h": [*h.ops, client]}, "f", VerifyOptions())
     lin = next(r for r in rows if r.checker == "linearizability")
     assert lin.verdict == "ok" and lin.model == "coordinator" and lin.ops == 2 and lin.objects == 1

@@ -220,8 +220,18 @@ def test_order_is_not_judged_after_a_receive_with_unknown_outcome() -> None:
 def test_loss_is_not_judged_when_a_subscribe_outcome_is_unknown() -> None:
     """A subscribe whose response was lost may have attached a consumer that holds every message."""
     send = op(0, 0, "send", PART, {"message": "a", "txn": None}, {"position": [1, 0]}, at=0)
-    hidden = op(1, 1, "subscribe", SUB, {"initial_position": "Earliest", "sub_type": "Shared"}, None, at=1,
-                done=50, kind=OpType.INFO, error="RequestTimeout")
+    hidden = op(
+        1,
+        1,
+        "subscribe",
+        SUB,
+        {"initial_position": "Earliest", "sub_type": "Shared"},
+        None,
+        at=1,
+        done=50,
+        kind=OpType.INFO,
+        error="RequestTimeout",
+    )
     seen = op(2, 2, "subscribe", SUB, {"initial_position": "Earliest", "sub_type": "Shared"}, None, at=60)
     drain = op(3, 2, "receive", SUB, {}, None, at=70)
     assert check_transactional([send, hidden, seen, drain]).ok
@@ -260,19 +270,25 @@ def test_every_anomaly_has_a_test_above() -> None:
 
 
 def test_the_anomaly_cap_keeps_counting() -> None:
-    sends = [op(i, 0, "send", PART, {"message": f"m{i}", "txn": None}, {"position": [1, i]}, at=2 * i)
-             for i in range(30)]
-    ghosts = [op(30 + i, 1, "receive", SUB, {}, {"message": f"ghost{i}", "position": [1, i]}, at=100 + 2 * i)
-              for i in range(30)]
+    sends = [
+        op(i, 0, "send", PART, {"message": f"m{i}", "txn": None}, {"position": [1, i]}, at=2 * i) for i in range(30)
+    ]
+    ghosts = [
+        op(30 + i, 1, "receive", SUB, {}, {"message": f"ghost{i}", "position": [1, i]}, at=100 + 2 * i)
+        for i in range(30)
+    ]
     result = check_transactional(sends + ghosts, cap=5)
     assert result.counts == {"garbage-read": 30} and len(result.anomalies) == 5
 
 
-@pytest.mark.parametrize("value, column", [
-    ({"txn": T1}, "value"),  # a send without a message
-    ({"message": 3, "txn": None}, "value"),
-    ({"message": "a", "txn": [1]}, "value"),
-])
+@pytest.mark.parametrize(
+    "value, column",
+    [
+        ({"txn": T1}, "value"),  # a send without a message
+        ({"message": 3, "txn": None}, "value"),
+        ({"message": "a", "txn": [1]}, "value"),
+    ],
+)
 def test_malformed_values_are_bad_input(value: object, column: str) -> None:
     with pytest.raises(BadHistory) as info:
         check_transactional([op(0, 0, "send", PART, value, {"position": [1, 0]}, at=0)])
@@ -298,8 +314,18 @@ def test_planted_anomalies_in_generated_histories_are_found(seed: int, data: st.
     ops = generate(seed, delayed=False)
     receives = _receives(ops)
     sends = {o.args["message"]: o for o in ops if o.f == "send"}
-    plant = data.draw(st.sampled_from(["lost-message", "garbage-read", "inconsistent-position", "early-delivery",
-                                       "aborted-read", "duplicate-after-commit"]))
+    plant = data.draw(
+        st.sampled_from(
+            [
+                "lost-message",
+                "garbage-read",
+                "inconsistent-position",
+                "early-delivery",
+                "aborted-read",
+                "duplicate-after-commit",
+            ]
+        )
+    )
     end = max(o.completed_at or 0 for o in ops) + 10
     if plant == "lost-message":
         victim = data.draw(st.sampled_from(receives))
@@ -307,14 +333,22 @@ def test_planted_anomalies_in_generated_histories_are_found(seed: int, data: st.
         expected = {"lost-message", "fractured-read"}  # a txn message may show as a fractured read instead
     elif plant == "garbage-read":
         victim = data.draw(st.sampled_from(receives))
-        mutated = [o if o is not victim else dataclasses.replace(
-            o, result='{"message":"nobody-sent-this","position":[9,9]}', _result=None) for o in ops]
+        mutated = [
+            o
+            if o is not victim
+            else dataclasses.replace(o, result='{"message":"nobody-sent-this","position":[9,9]}', _result=None)
+            for o in ops
+        ]
         expected = {"garbage-read"}
     elif plant == "inconsistent-position":
         victim = data.draw(st.sampled_from(receives))
         got = victim.returned
-        mutated = [o if o is not victim else dataclasses.replace(
-            o, result=f'{{"message":"{got["message"]}","position":[7,7]}}', _result=None) for o in ops]
+        mutated = [
+            o
+            if o is not victim
+            else dataclasses.replace(o, result=f'{{"message":"{got["message"]}","position":[7,7]}}', _result=None)
+            for o in ops
+        ]
         expected = {"inconsistent-position"}
     elif plant == "early-delivery":
         victim = data.draw(st.sampled_from(receives))
@@ -330,18 +364,36 @@ def test_planted_anomalies_in_generated_histories_are_found(seed: int, data: st.
         if not victims:
             return
         message = data.draw(st.sampled_from(victims))
-        extra = op(len(ops), 99, "receive", receives[0].object if sends[message].object in receives[0].object
-                   else object_id("subscription", f"{sends[message].object.split(':', 1)[1]}#sub"), {},
-                   {"message": message, "position": sends[message].returned["position"]}, at=end)
+        extra = op(
+            len(ops),
+            99,
+            "receive",
+            receives[0].object
+            if sends[message].object in receives[0].object
+            else object_id("subscription", f"{sends[message].object.split(':', 1)[1]}#sub"),
+            {},
+            {"message": message, "position": sends[message].returned["position"]},
+            at=end,
+        )
         mutated = [*ops, extra]
         expected = {"aborted-read"}
     else:
         acks = [o for o in ops if o.f == "ack"]
         ack = acks[0]
-        message = next(r.returned["message"] for r in receives if r.object == ack.object
-                       and r.returned["position"] == ack.args["position"])
-        extra = op(len(ops), 99, "receive", ack.object, {}, {"message": message, "position": ack.args["position"],
-                                                             "redelivery_count": 1}, at=end)
+        message = next(
+            r.returned["message"]
+            for r in receives
+            if r.object == ack.object and r.returned["position"] == ack.args["position"]
+        )
+        extra = op(
+            len(ops),
+            99,
+            "receive",
+            ack.object,
+            {},
+            {"message": message, "position": ack.args["position"], "redelivery_count": 1},
+            at=end,
+        )
         mutated = [*ops, extra]
         expected = {"duplicate-after-commit"}
     found = set(check_transactional(renumber(mutated)).counts)
@@ -420,8 +472,12 @@ def test_missing_redelivery_is_not_judged_where_it_cannot_be_proved() -> None:
     cumulative = [dataclasses.replace(o, f="ack_cumulative") if o.index == 3 else o for o in base]
     assert check_transactional(cumulative).ok
     # A Shared subscription: another consumer may hold the redelivered message.
-    shared = [dataclasses.replace(o, value='{"initial_position":"Earliest","sub_type":"Shared"}', _value=None)
-              if o.index == 1 else o for o in base]
+    shared = [
+        dataclasses.replace(o, value='{"initial_position":"Earliest","sub_type":"Shared"}', _value=None)
+        if o.index == 1
+        else o
+        for o in base
+    ]
     assert check_transactional(shared).ok
     # A receive of unknown outcome may have taken it.
     blind = [*base[:5], op(5, 2, "receive", SUB, {}, None, at=12, kind=OpType.INFO), dataclasses.replace(late, index=6)]
@@ -452,20 +508,39 @@ def test_loss_is_judged_for_messages_visible_only_after_an_unknown_receive_ended
 
 def _batch_sends(*, txn: list[int] | None = None) -> list[Operation]:
     """Three sends that met in one batch: entry 1:0, indexes 0..2, all completed when it was written."""
-    return [op(i, i, "send", PART, {"message": f"m{i}", "txn": txn},
-               {"position": [1, 0], "batch_index": i, "batch_size": 3}, at=i, done=5) for i in range(3)]
+    return [
+        op(
+            i,
+            i,
+            "send",
+            PART,
+            {"message": f"m{i}", "txn": txn},
+            {"position": [1, 0], "batch_index": i, "batch_size": 3},
+            at=i,
+            done=5,
+        )
+        for i in range(3)
+    ]
 
 
 def _batch_receive(index: int, process: int, batch_index: int, at: int, redelivery: int = 0) -> Operation:
-    result = {"message": f"m{batch_index}", "position": [1, 0], "redelivery_count": redelivery,
-              "batch_index": batch_index, "batch_size": 3}
+    result = {
+        "message": f"m{batch_index}",
+        "position": [1, 0],
+        "redelivery_count": redelivery,
+        "batch_index": batch_index,
+        "batch_size": 3,
+    }
     made: Operation = op(index, process, "receive", SUB, {}, result, at=at)
     return made
 
 
 def test_a_batch_shares_one_entry_and_is_delivered_in_index_order() -> None:
-    ops = [*_batch_sends(), *(_batch_receive(3 + i, 9, i, 10 + 2 * i) for i in range(3)),
-           op(6, 9, "receive", SUB, {}, None, at=20)]
+    ops = [
+        *_batch_sends(),
+        *(_batch_receive(3 + i, 9, i, 10 + 2 * i) for i in range(3)),
+        op(6, 9, "receive", SUB, {}, None, at=20),
+    ]
     result = check_transactional(ops)
     assert result.ok, [str(a) for a in result.anomalies]
     assert result.messages == 3
@@ -478,8 +553,7 @@ def test_a_batch_shares_one_entry_and_is_delivered_in_index_order() -> None:
 
 def test_sends_clash_on_one_batch_index_or_with_a_plain_message_of_the_entry() -> None:
     sends = _batch_sends()
-    same_index = dataclasses.replace(sends[2], result='{"position":[1,0],"batch_index":1,"batch_size":3}',
-                                     _result=None)
+    same_index = dataclasses.replace(sends[2], result='{"position":[1,0],"batch_index":1,"batch_size":3}', _result=None)
     assert _names([*sends[:2], same_index]) == {"inconsistent-position"}
     plain = dataclasses.replace(sends[2], result='{"position":[1,0]}', _result=None)
     assert _names([*sends[:2], plain]) == {"inconsistent-position"}
@@ -496,9 +570,12 @@ def test_a_receive_at_another_batch_index_is_inconsistent() -> None:
 
 def _acked_in_txn(f: str, value: dict[str, object]) -> list[Operation]:
     """The batch is received; T1 acks ``value`` (``f``: ack or ack_cumulative) and commits by 14."""
-    return [*_batch_sends(), *(_batch_receive(3 + i, 9, i, 6 + i) for i in range(3)),
-            op(6, 9, f, SUB, {**value, "txn": T1}, at=10),
-            op(7, 9, "commit", TC, {"txn": T1}, at=12, done=14)]
+    return [
+        *_batch_sends(),
+        *(_batch_receive(3 + i, 9, i, 6 + i) for i in range(3)),
+        op(6, 9, f, SUB, {**value, "txn": T1}, at=10),
+        op(7, 9, "commit", TC, {"txn": T1}, at=12, done=14),
+    ]
 
 
 def _redelivered(ops: list[Operation], batch_index: int) -> list[Operation]:
@@ -524,25 +601,34 @@ def test_a_cumulative_ack_of_a_batch_index_covers_the_indexes_up_to_it() -> None
     assert check_transactional(_redelivered(ops, 2)).ok  # PA-12: indexes 0..i of the entry, not i+1
     # Entries before the acked one are covered whole.
     later = [*_batch_sends(), op(3, 3, "send", PART, {"message": "n", "txn": None}, {"position": [1, 1]}, at=3, done=5)]
-    cumulative = [*later, op(4, 9, "receive", SUB, {}, {"message": "n", "position": [1, 1]}, at=6),
-                  op(5, 9, "ack_cumulative", SUB, {"position": [1, 1], "batch_index": 0, "txn": T1}, at=10),
-                  op(6, 9, "commit", TC, {"txn": T1}, at=12, done=14)]
+    cumulative = [
+        *later,
+        op(4, 9, "receive", SUB, {}, {"message": "n", "position": [1, 1]}, at=6),
+        op(5, 9, "ack_cumulative", SUB, {"position": [1, 1], "batch_index": 0, "txn": T1}, at=10),
+        op(6, 9, "commit", TC, {"txn": T1}, at=12, done=14),
+    ]
     assert _names(_redelivered(cumulative, 2)) == {"duplicate-after-commit"}
 
 
 def test_missing_redelivery_of_one_batch_index() -> None:
-    base = [*_batch_sends(),
-            op(3, 9, "subscribe", SUB, EXCL, at=5),
-            _batch_receive(4, 9, 0, 6), _batch_receive(5, 9, 1, 7),
-            op(6, 9, "ack", SUB, {"position": [1, 0], "batch_index": 1, "txn": T2}, at=8),
-            op(7, 9, "abort", TC, {"txn": T2}, at=9, done=11),
-            op(8, 0, "send", PART, {"message": "late", "txn": None}, {"position": [1, 1]}, at=20)]
+    base = [
+        *_batch_sends(),
+        op(3, 9, "subscribe", SUB, EXCL, at=5),
+        _batch_receive(4, 9, 0, 6),
+        _batch_receive(5, 9, 1, 7),
+        op(6, 9, "ack", SUB, {"position": [1, 0], "batch_index": 1, "txn": T2}, at=8),
+        op(7, 9, "abort", TC, {"txn": T2}, at=9, done=11),
+        op(8, 0, "send", PART, {"message": "late", "txn": None}, {"position": [1, 1]}, at=20),
+    ]
     overtaken = [*base, op(9, 9, "receive", SUB, {}, {"message": "late", "position": [1, 1]}, at=30)]
     result = check_transactional(overtaken)
     assert set(result.counts) == {"missing-redelivery"}
     assert "'m1' at 1:0#1" in result.anomalies[0].explanation
-    again = [*base, _batch_receive(9, 9, 1, 25, redelivery=1),
-             op(10, 9, "receive", SUB, {}, {"message": "late", "position": [1, 1]}, at=30)]
+    again = [
+        *base,
+        _batch_receive(9, 9, 1, 25, redelivery=1),
+        op(10, 9, "receive", SUB, {}, {"message": "late", "position": [1, 1]}, at=30),
+    ]
     assert check_transactional(again).ok
 
 
@@ -564,11 +650,13 @@ def _subscribed(sub_type: str) -> Operation:
 
 def test_early_delivery_is_judged_only_where_pulsar_delays() -> None:
     """Pulsar holds delayed messages back on Shared and Key_Shared subscriptions only (C.2 #57)."""
+
     def history(sub_type: str) -> list[Operation]:
-        return [_subscribed(sub_type),
-                op(1, 0, "send", PART, {"message": "a", "txn": None, "deliver_at_ms": 100}, {"position": [1, 0]},
-                   at=1),
-                op(2, 1, "receive", SUB, {}, {"message": "a", "position": [1, 0]}, at=40, done=60)]
+        return [
+            _subscribed(sub_type),
+            op(1, 0, "send", PART, {"message": "a", "txn": None, "deliver_at_ms": 100}, {"position": [1, 0]}, at=1),
+            op(2, 1, "receive", SUB, {}, {"message": "a", "position": [1, 0]}, at=40, done=60),
+        ]
 
     assert check_transactional(history("Exclusive")).ok
     assert check_transactional(history("Failover")).ok
@@ -577,10 +665,22 @@ def test_early_delivery_is_judged_only_where_pulsar_delays() -> None:
 
 
 def test_delayed_messages_keep_their_order_where_pulsar_does_not_delay() -> None:
-    sends = [op(i, 0, "send", PART, {"message": f"d{i}", "txn": None, "deliver_at_ms": 500 - i},
-                {"position": [1, i]}, at=1 + i) for i in range(2)]
-    swapped = [op(3, 1, "receive", SUB, {}, {"message": "d1", "position": [1, 1]}, at=10),
-               op(4, 1, "receive", SUB, {}, {"message": "d0", "position": [1, 0]}, at=12)]
+    sends = [
+        op(
+            i,
+            0,
+            "send",
+            PART,
+            {"message": f"d{i}", "txn": None, "deliver_at_ms": 500 - i},
+            {"position": [1, i]},
+            at=1 + i,
+        )
+        for i in range(2)
+    ]
+    swapped = [
+        op(3, 1, "receive", SUB, {}, {"message": "d1", "position": [1, 1]}, at=10),
+        op(4, 1, "receive", SUB, {}, {"message": "d0", "position": [1, 0]}, at=12),
+    ]
     exclusive = [dataclasses.replace(_subscribed("Exclusive"), index=2), *sends, *swapped]
     assert _names(exclusive) == {"out-of-order-delivery"}
     shared = [dataclasses.replace(_subscribed("Shared"), index=2), *sends, *swapped]
@@ -591,8 +691,9 @@ def _keyed(i: int, key: str, position: list[int], batch_index: int | None = None
     result: dict[str, object] = {"position": position}
     if batch_index is not None:
         result.update(batch_index=batch_index, batch_size=2)
-    made: Operation = op(i, 0, "send", PART, {"message": f"m{i}", "txn": None, "partition_key": key}, result, at=i,
-                         done=i)
+    made: Operation = op(
+        i, 0, "send", PART, {"message": f"m{i}", "txn": None, "partition_key": key}, result, at=i, done=i
+    )
     return made
 
 
@@ -645,8 +746,13 @@ def _as_batches(ops: list[Operation], size: int) -> list[Operation]:
     out = []
     for o in ops:
         if o.f in ("send", "receive", "ack", "ack_cumulative"):
-            o = dataclasses.replace(o, value=json.dumps(pack(o.args)), _value=None,
-                                    result=None if o.result is None else json.dumps(pack(o.returned)), _result=None)
+            o = dataclasses.replace(
+                o,
+                value=json.dumps(pack(o.args)),
+                _value=None,
+                result=None if o.result is None else json.dumps(pack(o.returned)),
+                _result=None,
+            )
         out.append(o)
     return out
 
@@ -662,9 +768,17 @@ def test_generated_histories_packed_into_batches_keep_their_verdicts(seed: int, 
         return
     ack = acked[0]
     end = max(o.completed_at or 0 for o in ops) + 10
-    message = next(m for m, r in receives.items() if r.object == ack.object
-                   and r.returned["position"] == ack.args["position"])
-    again = op(len(ops), 99, "receive", ack.object, {}, {"message": message, "position": ack.args["position"],
-                                                         "redelivery_count": 1}, at=end)
+    message = next(
+        m for m, r in receives.items() if r.object == ack.object and r.returned["position"] == ack.args["position"]
+    )
+    again = op(
+        len(ops),
+        99,
+        "receive",
+        ack.object,
+        {},
+        {"message": message, "position": ack.args["position"], "redelivery_count": 1},
+        at=end,
+    )
     plain = set(check_transactional(renumber([*ops, again])).counts)
     assert plain == set(check_transactional(_as_batches(renumber([*ops, again]), size)).counts)

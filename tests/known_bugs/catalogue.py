@@ -49,8 +49,15 @@ class Probe:
     config: tuple[tuple[str, Any], ...] = ()  # broker.conf overrides on top of the simulator's defaults
 
     def spec(self, seed: int) -> RunSpec:
-        spec = RunSpec(workload=self.workload, seed=seed, ops=self.ops, faults=self.faults,
-                       partitions=self.partitions, clients=self.clients, fault_rates=dict(self.rates))
+        spec = RunSpec(
+            workload=self.workload,
+            seed=seed,
+            ops=self.ops,
+            faults=self.faults,
+            partitions=self.partitions,
+            clients=self.clients,
+            fault_rates=dict(self.rates),
+        )
         if self.config:
             spec.config = spec.config.with_overrides(dict(self.config))
         return spec
@@ -118,24 +125,28 @@ def _mrp_ignores_ongoing(original: Callable[..., Any]) -> Callable[..., Any]:
     def buggy(state: tb.BufferState) -> tb.BufferState:
         # maxReadPosition follows the LAC even while a txn is ongoing.
         return tb._move_max_read_position(state, tb.last_confirmed_entry(state))
+
     return buggy
 
 
 def _abort_not_recorded(original: Callable[..., Any]) -> Callable[..., Any]:
     def buggy(state: tb.BufferState, txn_id: Any, marker: Any) -> tuple[tb.BufferState, tuple[Any, ...]]:
         return state, ()  # the aborted txn is never remembered
+
     return buggy
 
 
 def _dispatch_no_skip_aborted(original: Callable[..., Any]) -> Callable[..., Any]:
     def buggy(state: tb.BufferState, entry: tb.LogEntry) -> bool:
         return entry.kind in (tb.EntryKind.NORMAL, tb.EntryKind.TXN_DATA)  # aborted data not filtered
+
     return buggy
 
 
 def _end_not_removing_ongoing(original: Callable[..., Any]) -> Callable[..., Any]:
     def buggy(state: tb.BufferState, txn_id: Any) -> tb.BufferState:
         return tb._update_max_read_position(state)  # txn stays in ongoing: maxReadPosition stuck
+
     return buggy
 
 
@@ -157,6 +168,7 @@ def _lwm_aborts_wrong_txn(original: Callable[..., Any]) -> Callable[..., Any]:
         # being ended, not for F (F stays ongoing; the ended txn's data becomes "aborted").
         state, _, eff = tb._abort_core(state, txn_id)
         return state, tuple(eff)
+
     return buggy
 
 
@@ -170,6 +182,7 @@ def _pa_commit_not_deleting(original: Callable[..., Any]) -> Callable[..., Any]:
             combined = pa._release(combined, position, bits.acked)
         # forgotten, but never acknowledged on the cursor
         return pa._forget(replace(state, individual_ack_positions=combined), txn), []
+
     return buggy
 
 
@@ -177,6 +190,7 @@ def _pa_abort_not_redelivering(original: Callable[..., Any]) -> Callable[..., An
     def buggy(state: pa.PendingAckState, txn: Any) -> tuple[pa.PendingAckState, list[Any]]:
         new, _effects = original(state, txn)
         return new, []  # released, but RedeliverUnacknowledgedMessages is dropped
+
     return buggy
 
 
@@ -187,16 +201,19 @@ def _end_txn_skips_participant(original: Callable[..., Any]) -> Callable[..., An
             return state, result
         effects = tuple(
             replace(e, partitions=e.partitions[:-1])
-            if isinstance(e, tc.EndTxnInTransactionBuffer) and len(e.partitions) > 1 else e
+            if isinstance(e, tc.EndTxnInTransactionBuffer) and len(e.partitions) > 1
+            else e
             for e in result.effects
         )
         return state, replace(result, effects=effects)
+
     return buggy
 
 
 def _non_strict_cutoff(original: Callable[..., Any]) -> Callable[..., Any]:
     def buggy(self: dl.Params, now_ms: int) -> int:
         return now_ms + self.tick_ms  # the non-strict cutoff even when strict is configured
+
     return buggy
 
 
@@ -210,6 +227,7 @@ def _commit_not_removing_ongoing(original: Callable[..., Any]) -> Callable[..., 
         # first message until the low watermark passes it and the buffer aborts it (TB-13).
         new = replace(new, ongoing=new.ongoing.set(cmd.txn_id, first))
         return tb._update_max_read_position(new), result
+
     return buggy
 
 
@@ -220,12 +238,14 @@ def _publish_moves_mrp(original: Callable[..., Any]) -> Callable[..., Any]:
             # syncMaxReadPositionForNormalPublish moves to the new LAC although txns are ongoing
             new = tb._move_max_read_position(new, result.value)
         return new, result
+
     return buggy
 
 
 def _recovery_keeps_snapshot_mrp(original: Callable[..., Any]) -> Callable[..., Any]:
-    def buggy(config: Any, topic: str, ledgers: Any, entries: Any, store: tb.SnapshotStore
-              ) -> tuple[tb.BufferState, tuple[Any, ...]]:
+    def buggy(
+        config: Any, topic: str, ledgers: Any, entries: Any, store: tb.SnapshotStore
+    ) -> tuple[tb.BufferState, tuple[Any, ...]]:
         state, effects = original(config, topic, ledgers, entries, store)
         if state.status is not tb.BufferStatus.READY or state.ongoing:
             return state, effects
@@ -237,6 +257,7 @@ def _recovery_keeps_snapshot_mrp(original: Callable[..., Any]) -> Callable[..., 
             return state, effects
         # Nothing ongoing after the replay, yet maxReadPosition stays at the snapshot's, not the LAC.
         return replace(state, max_read_position=start), effects
+
     return buggy
 
 
@@ -249,15 +270,15 @@ def _recovery_no_redrive(original: Callable[..., Any]) -> Callable[..., Any]:
         # are dropped: COMMITTING/ABORTING txns stay so for good.
         kept = tuple(e for e in result.effects if not isinstance(e, tc.ScheduleResumeEndTxn))
         return new, replace(result, effects=kept)
+
     return buggy
 
 
 def _timeouts_never_fire(original: Callable[..., Any]) -> Callable[..., Any]:
     def buggy(state: tc.CoordinatorState, cmd: tc.Tick) -> tuple[tc.CoordinatorState, Any]:
         return state, Ok(())  # the timer is never re-armed: no open txn is ever timed out
+
     return buggy
-
-
 
 
 def _only(**rates: float) -> tuple[tuple[str, float | int], ...]:
@@ -265,9 +286,17 @@ def _only(**rates: float) -> tuple[tuple[str, float | int], ...]:
     no component faults unless named.  A receive whose answer never comes (a lost response, a crash while
     it waits) blinds the loss check for what it may have taken, so probes for bugs that show up as
     loss keep the readers' receives answered."""
-    quiet: dict[str, float | int] = {"drop_request": 0.0, "drop_response": 0.0, "duplicate_request": 0.0,
-                                     "ledger_append": 0.0, "ledger_read": 0.0, "short_txn_timeout": 0.0,
-                                     "broker_crash": 0.0, "coordinator_crash": 0.0, "topic_unload": 0.0}
+    quiet: dict[str, float | int] = {
+        "drop_request": 0.0,
+        "drop_response": 0.0,
+        "duplicate_request": 0.0,
+        "ledger_append": 0.0,
+        "ledger_read": 0.0,
+        "short_txn_timeout": 0.0,
+        "broker_crash": 0.0,
+        "coordinator_crash": 0.0,
+        "topic_unload": 0.0,
+    }
     return tuple(sorted({**quiet, **rates}.items()))
 
 
@@ -280,71 +309,166 @@ _LATE_APPEND = Probe("multi", True, partitions=8, rates=_only(short_txn_timeout=
 
 
 MUTANTS: tuple[Mutant, ...] = (
-    Mutant("mrp-ignores-ongoing", "#12386 / #14192 (txn-semantics §4.3; reference rule TB-7)",
-           "maxReadPosition follows the LAC even while a transaction is ongoing, so uncommitted data is readable.",
-           tb, "_update_max_read_position", _mrp_ignores_ongoing, Probe("ctp", False), (0, 1)),
-    Mutant("abort-not-recorded", "txn-semantics §4 abort path; reference rule TB-12",
-           "an abort marker is written but the txn is not added to the aborted set, so its data is dispatched.",
-           tb, "_add_aborted", _abort_not_recorded, Probe("ctp", False), (0, 1)),
-    Mutant("dispatch-no-skip-aborted", "txn-semantics §4 dispatch filter; reference rule TB-16",
-           "the dispatcher delivers a message of an aborted transaction instead of acking it away.",
-           tb, "_entry_visible", _dispatch_no_skip_aborted, Probe("ctp", False), (0, 1)),
-    Mutant("end-not-removing-ongoing", "txn-semantics §4.3; reference rules TB-11/TB-12",
-           "a commit/abort marker does not remove the txn from ongoing, so maxReadPosition never passes it.",
-           tb, "_remove_and_update", _end_not_removing_ongoing, Probe("ctp", False),
-           not_detectable="a run with this mutant never returns from one machine step: the first commit whose "
-                          "low watermark passes a txn left ongoing enters _handle_low_water_mark, whose loop "
-                          "aborts the first ongoing txn until none is at or below the mark, and with this "
-                          "mutant the abort never removes it (Pulsar's asynchronous loop would write abort "
-                          "markers forever instead).  The run deadline bounds simulated time, which a pure "
-                          "step that never returns does not advance.  commit-not-removing-ongoing is the "
-                          "commit-path half of this bug, which terminates and is detected",
-           runnable=False),
-    Mutant("lwm-aborts-wrong-txn", "#12312 (txn-semantics §4.6; reference rule TB-13)",
-           "when the first ongoing txn is at or below the low watermark, the abort is written for the txn being ended "
-           "instead of that first ongoing txn.",
-           tb, "_handle_low_water_mark", _lwm_aborts_wrong_txn, _LATE_APPEND, (4, 7)),
-    Mutant("pa-commit-not-deleting", "txn-semantics §5 commit path; reference rule PA-12",
-           "a pending-ack commit forgets the txn without acknowledging its positions on the cursor.",
-           pa, "_commit_individual", _pa_commit_not_deleting, Probe("ctp", True), (0, 2)),
-    Mutant("pa-abort-not-redelivering", "txn-semantics §5 abort path; reference rule PA-13",
-           "a pending-ack abort releases the positions but never redelivers them.",
-           pa, "_abort_individual", _pa_abort_not_redelivering, Probe("ctp", False), (0, 1)),
-    Mutant("end-txn-skips-participant", "txn-semantics §2.4 endTransaction fan-out; reference rule TC-14",
-           "the coordinator's END_TXN fan-out omits the last produced partition.",
-           tc, "_end_transaction", _end_txn_skips_participant, Probe("multi", False), (0, 1)),
-    Mutant("non-strict-cutoff", "pip160-pip195 timer rules; reference rule DD-1 (strict cutoff)",
-           "the tracker uses now+tick as cutoff in strict mode, so messages are delivered before deliver_at.",
-           dl.Params, "cutoff", _non_strict_cutoff, Probe("delayed", False), (0, 1)),
-    Mutant("commit-not-removing-ongoing", "txn-semantics §4.3 rule 5 / §4.5; reference rule TB-11",
-           "a commit marker does not remove the txn from ongoing (the abort path still does), so maxReadPosition "
-           "stays before its messages until the low watermark passes it and the buffer aborts it.",
-           tb, "_HANDLERS", _commit_not_removing_ongoing, Probe("ctp", False), (0, 1),
-           key=tb.CommitTxn),
-    Mutant("publish-moves-mrp-while-ongoing", "#12386 (txn-semantics §4.3 rule 3); reference rule TB-9",
-           "a normal publish moves maxReadPosition to the new LAC even while transactions are ongoing on the "
-           "partition, exposing their messages.",
-           tb, "_HANDLERS", _publish_moves_mrp, Probe("delayed", False), (0, 1), key=tb.PublishMessage),
-    Mutant("recovery-keeps-snapshot-mrp", "#14192 (txn-semantics §4.3 rule 2); reference rule TB-24",
-           "after recovery with nothing ongoing, maxReadPosition stays at the snapshot's position instead of the "
-           "LAC, so committed messages written after the snapshot stay invisible until the next transaction.",
-           tb, "_recover_with_effects", _recovery_keeps_snapshot_mrp,
-           Probe("ctp", True, rates=_only(topic_unload=1.0)),
-           not_detectable="the stale maxReadPosition lasts only until the partition's next write (a txn append "
-                          "moves it to just before the first ongoing txn, a normal publish with nothing ongoing "
-                          "to the LAC), and every workload keeps writing to every partition until the heal, so "
-                          "the bug delays visibility by milliseconds and loses nothing: 0 of 20 ctp histories "
-                          "with topic unloads only (ops=40), 0 of 8 with ops=300; the checker has no bound on "
-                          "how soon a committed message becomes visible"),
-    Mutant("recovery-no-redrive", "#18923 / #19201 (txn-semantics §2.6 rule 5); reference rule TC-24",
-           "after a coordinator reload the COMMITTING/ABORTING transactions are not re-driven (the re-drive ran "
-           "before the store was published and failed), so their markers never reach the participants.",
-           tc, "_replay_complete", _recovery_no_redrive,
-           Probe("ctp", True, rates=_only(coordinator_crash=1.0, participant_timeout=0.2)), (0, 1)),
-    Mutant("timeouts-never-fire", "#10366 (txn-semantics §2.5 rule 1); reference rule TC-18",
-           "the timeout tracker's timer is not re-armed, so an open transaction whose client went away is "
-           "never aborted and pins maxReadPosition on its partitions (modelled as a tick that aborts nothing).",
-           tc, "_tick", _timeouts_never_fire, Probe("ctp", True, rates=_only(short_txn_timeout=0.3)), (1, 2)),
+    Mutant(
+        "mrp-ignores-ongoing",
+        "#12386 / #14192 (txn-semantics §4.3; reference rule TB-7)",
+        "maxReadPosition follows the LAC even while a transaction is ongoing, so uncommitted data is readable.",
+        tb,
+        "_update_max_read_position",
+        _mrp_ignores_ongoing,
+        Probe("ctp", False),
+        (0, 1),
+    ),
+    Mutant(
+        "abort-not-recorded",
+        "txn-semantics §4 abort path; reference rule TB-12",
+        "an abort marker is written but the txn is not added to the aborted set, so its data is dispatched.",
+        tb,
+        "_add_aborted",
+        _abort_not_recorded,
+        Probe("ctp", False),
+        (0, 1),
+    ),
+    Mutant(
+        "dispatch-no-skip-aborted",
+        "txn-semantics §4 dispatch filter; reference rule TB-16",
+        "the dispatcher delivers a message of an aborted transaction instead of acking it away.",
+        tb,
+        "_entry_visible",
+        _dispatch_no_skip_aborted,
+        Probe("ctp", False),
+        (0, 1),
+    ),
+    Mutant(
+        "end-not-removing-ongoing",
+        "txn-semantics §4.3; reference rules TB-11/TB-12",
+        "a commit/abort marker does not remove the txn from ongoing, so maxReadPosition never passes it.",
+        tb,
+        "_remove_and_update",
+        _end_not_removing_ongoing,
+        Probe("ctp", False),
+        not_detectable="a run with this mutant never returns from one machine step: the first commit whose "
+        "low watermark passes a txn left ongoing enters _handle_low_water_mark, whose loop "
+        "aborts the first ongoing txn until none is at or below the mark, and with this "
+        "mutant the abort never removes it (Pulsar's asynchronous loop would write abort "
+        "markers forever instead).  The run deadline bounds simulated time, which a pure "
+        "step that never returns does not advance.  commit-not-removing-ongoing is the "
+        "commit-path half of this bug, which terminates and is detected",
+        runnable=False,
+    ),
+    Mutant(
+        "lwm-aborts-wrong-txn",
+        "#12312 (txn-semantics §4.6; reference rule TB-13)",
+        "when the first ongoing txn is at or below the low watermark, the abort is written for the txn being ended "
+        "instead of that first ongoing txn.",
+        tb,
+        "_handle_low_water_mark",
+        _lwm_aborts_wrong_txn,
+        _LATE_APPEND,
+        (4, 7),
+    ),
+    Mutant(
+        "pa-commit-not-deleting",
+        "txn-semantics §5 commit path; reference rule PA-12",
+        "a pending-ack commit forgets the txn without acknowledging its positions on the cursor.",
+        pa,
+        "_commit_individual",
+        _pa_commit_not_deleting,
+        Probe("ctp", True),
+        (0, 2),
+    ),
+    Mutant(
+        "pa-abort-not-redelivering",
+        "txn-semantics §5 abort path; reference rule PA-13",
+        "a pending-ack abort releases the positions but never redelivers them.",
+        pa,
+        "_abort_individual",
+        _pa_abort_not_redelivering,
+        Probe("ctp", False),
+        (0, 1),
+    ),
+    Mutant(
+        "end-txn-skips-participant",
+        "txn-semantics §2.4 endTransaction fan-out; reference rule TC-14",
+        "the coordinator's END_TXN fan-out omits the last produced partition.",
+        tc,
+        "_end_transaction",
+        _end_txn_skips_participant,
+        Probe("multi", False),
+        (0, 1),
+    ),
+    Mutant(
+        "non-strict-cutoff",
+        "pip160-pip195 timer rules; reference rule DD-1 (strict cutoff)",
+        "the tracker uses now+tick as cutoff in strict mode, so messages are delivered before deliver_at.",
+        dl.Params,
+        "cutoff",
+        _non_strict_cutoff,
+        Probe("delayed", False),
+        (0, 1),
+    ),
+    Mutant(
+        "commit-not-removing-ongoing",
+        "txn-semantics §4.3 rule 5 / §4.5; reference rule TB-11",
+        "a commit marker does not remove the txn from ongoing (the abort path still does), so maxReadPosition "
+        "stays before its messages until the low watermark passes it and the buffer aborts it.",
+        tb,
+        "_HANDLERS",
+        _commit_not_removing_ongoing,
+        Probe("ctp", False),
+        (0, 1),
+        key=tb.CommitTxn,
+    ),
+    Mutant(
+        "publish-moves-mrp-while-ongoing",
+        "#12386 (txn-semantics §4.3 rule 3); reference rule TB-9",
+        "a normal publish moves maxReadPosition to the new LAC even while transactions are ongoing on the "
+        "partition, exposing their messages.",
+        tb,
+        "_HANDLERS",
+        _publish_moves_mrp,
+        Probe("delayed", False),
+        (0, 1),
+        key=tb.PublishMessage,
+    ),
+    Mutant(
+        "recovery-keeps-snapshot-mrp",
+        "#14192 (txn-semantics §4.3 rule 2); reference rule TB-24",
+        "after recovery with nothing ongoing, maxReadPosition stays at the snapshot's position instead of the "
+        "LAC, so committed messages written after the snapshot stay invisible until the next transaction.",
+        tb,
+        "_recover_with_effects",
+        _recovery_keeps_snapshot_mrp,
+        Probe("ctp", True, rates=_only(topic_unload=1.0)),
+        not_detectable="the stale maxReadPosition lasts only until the partition's next write (a txn append "
+        "moves it to just before the first ongoing txn, a normal publish with nothing ongoing "
+        "to the LAC), and every workload keeps writing to every partition until the heal, so "
+        "the bug delays visibility by milliseconds and loses nothing: 0 of 20 ctp histories "
+        "with topic unloads only (ops=40), 0 of 8 with ops=300; the checker has no bound on "
+        "how soon a committed message becomes visible",
+    ),
+    Mutant(
+        "recovery-no-redrive",
+        "#18923 / #19201 (txn-semantics §2.6 rule 5); reference rule TC-24",
+        "after a coordinator reload the COMMITTING/ABORTING transactions are not re-driven (the re-drive ran "
+        "before the store was published and failed), so their markers never reach the participants.",
+        tc,
+        "_replay_complete",
+        _recovery_no_redrive,
+        Probe("ctp", True, rates=_only(coordinator_crash=1.0, participant_timeout=0.2)),
+        (0, 1),
+    ),
+    Mutant(
+        "timeouts-never-fire",
+        "#10366 (txn-semantics §2.5 rule 1); reference rule TC-18",
+        "the timeout tracker's timer is not re-armed, so an open transaction whose client went away is "
+        "never aborted and pins maxReadPosition on its partitions (modelled as a tick that aborts nothing).",
+        tc,
+        "_tick",
+        _timeouts_never_fire,
+        Probe("ctp", True, rates=_only(short_txn_timeout=0.3)),
+        (1, 2),
+    ),
 )
 
 DETECTABLE: tuple[Mutant, ...] = tuple(m for m in MUTANTS if not m.not_detectable)
@@ -396,10 +520,21 @@ def report(n: int = 20) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for m in MUTANTS:
         if not m.runnable:
-            rows.append({"bug": m.name, "reference": m.reference, "probe": str(m.probe), "detected": False,
-                         "rate": "n/a (run does not terminate)", "first": None, "seeds": [], "anomalies": [],
-                         "clean_without": "-",
-                         "where": m.where, "seconds": 0.0})
+            rows.append(
+                {
+                    "bug": m.name,
+                    "reference": m.reference,
+                    "probe": str(m.probe),
+                    "detected": False,
+                    "rate": "n/a (run does not terminate)",
+                    "first": None,
+                    "seeds": [],
+                    "anomalies": [],
+                    "clean_without": "-",
+                    "where": m.where,
+                    "seconds": 0.0,
+                }
+            )
             continue
         started = time.perf_counter()
         results = detection(m, range(n))
@@ -410,8 +545,19 @@ def report(n: int = 20) -> list[dict[str, Any]]:
                 for k, v in c.items():
                     names[k] = names.get(k, 0) + v
         clean = sum(not check(m.probe.spec(seed))[0] for seed in range(n))
-        rows.append({"bug": m.name, "reference": m.reference, "probe": str(m.probe), "detected": bool(hits),
-                     "clean_without": f"{clean}/{n}",
-                     "rate": f"{len(hits)}/{n}", "first": first_detection(results), "seeds": hits,
-                     "anomalies": sorted(names), "where": m.where, "seconds": round(time.perf_counter() - started, 1)})
+        rows.append(
+            {
+                "bug": m.name,
+                "reference": m.reference,
+                "probe": str(m.probe),
+                "detected": bool(hits),
+                "clean_without": f"{clean}/{n}",
+                "rate": f"{len(hits)}/{n}",
+                "first": first_detection(results),
+                "seeds": hits,
+                "anomalies": sorted(names),
+                "where": m.where,
+                "seconds": round(time.perf_counter() - started, 1),
+            }
+        )
     return rows

@@ -153,8 +153,9 @@ def arbitrary_states(draw: st.DrawFn) -> PendingAckState:
         held: immutables.Map[Position, AckBits] = immutables.Map()
         for e in draw(st.sets(st.integers(0, proof.ENTRIES - 1), min_size=1)):
             h = holding()
-            held = held.set(_pos(e), AckBits(SIZES[e], None if h.acked is None else h.acked & ((1 << SIZES[e]) - 1)
-                                              or 1))
+            held = held.set(
+                _pos(e), AckBits(SIZES[e], None if h.acked is None else h.acked & ((1 << SIZES[e]) - 1) or 1)
+            )
         txns = txns.set(_txn(t), held)
     comb: immutables.Map[Position, AckBits] = immutables.Map()
     for e in draw(st.sets(st.integers(0, proof.ENTRIES - 1))):

@@ -84,8 +84,12 @@ class Run:
 
     def restart(self) -> PendingAckState:
         recovered = recover(
-            self.config, surviving_records(self.effects), cursor=self.state.cursor, sub_type=self.state.sub_type,
-            log_mark_delete=self.state.log_mark_delete, next_record_id=self.state.next_record_id,
+            self.config,
+            surviving_records(self.effects),
+            cursor=self.state.cursor,
+            sub_type=self.state.sub_type,
+            log_mark_delete=self.state.log_mark_delete,
+            next_record_id=self.state.next_record_id,
         )
         assert pending_ack_view(recovered) == pending_ack_view(self.state)
         self.state = recovered
@@ -139,8 +143,14 @@ def test_pa3_deleted_is_absorbing_for_every_command() -> None:
     run = Run()
     run(IndividualAck(T1, (whole(1),)))
     run(CommitTxn(T1))
-    for command in (IndividualAck(T2, (whole(1),)), CumulativeAck(T2, (whole(3),)), AbortTxn(T2), AbortTxn(T1),
-                    NormalAck(AckType.INDIVIDUAL, (whole(1),)), CommitTxn(T2)):
+    for command in (
+        IndividualAck(T2, (whole(1),)),
+        CumulativeAck(T2, (whole(3),)),
+        AbortTxn(T2),
+        AbortTxn(T1),
+        NormalAck(AckType.INDIVIDUAL, (whole(1),)),
+        CommitTxn(T2),
+    ):
         run(command)
         assert run.state_of(1) is DELETED
 
@@ -384,8 +394,9 @@ def test_pa14_end_of_unknown_txn_does_not_touch_watermarks() -> None:
 
 
 def test_pa15_records_round_trip_through_protobuf() -> None:
-    record = PendingAckRecord(PendingAckOp.ACK, AckType.INDIVIDUAL, TxnID(7, 1 << 63),
-                              (whole(1), idx(2, 64, 0, 63), idx(3, 5, 4)))
+    record = PendingAckRecord(
+        PendingAckOp.ACK, AckType.INDIVIDUAL, TxnID(7, 1 << 63), (whole(1), idx(2, 64, 0, 63), idx(3, 5, 4))
+    )
     data = record.to_bytes()
     entry = pb.PendingAckMetadataEntry.FromString(data)
     assert entry.pending_ack_op == pb.ACK and entry.txnid_most_bits == 7
@@ -416,8 +427,9 @@ def test_pa16_log_index_lag_backoff_values() -> None:
 def test_pa16_replay_builds_the_sparse_index() -> None:
     # MLPendingAckStoreTest: 100 single-record entries acking position i, minLag 10.
     config = Config().with_overrides({"transactionPendingAckLogIndexMinLag": 10})
-    records = [(i, PendingAckRecord(PendingAckOp.ACK, AckType.INDIVIDUAL, TxnID(1, i), (whole(i),)))
-               for i in range(100)]
+    records = [
+        (i, PendingAckRecord(PendingAckOp.ACK, AckType.INDIVIDUAL, TxnID(1, i), (whole(i),))) for i in range(100)
+    ]
     state = recover(config, records, cursor=CursorView(Position(0, -1)))
     assert [(k.entry_id, v) for k, v in state.log_index] == [(9, 9), (19, 19), (39, 39), (69, 69)]
 
