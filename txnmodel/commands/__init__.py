@@ -1,0 +1,10 @@
+"""One module per ``txnmodel`` subcommand.  Each has ``register(sub)``, which adds its parser and
+sets ``func``; :data:`COMMANDS` is the order ``txnmodel --help`` lists them in."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from txnmodel.commands import config, inspect, prove, run, simulate, vectors, verify
+
+COMMANDS: tuple[ModuleType, ...] = (run, vectors, prove, inspect, config, simulate, verify)

@@ -1,0 +1,43 @@
+"""``txnmodel config``: every broker.conf key the model uses."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from spec.errors import InputError
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, print_json
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from spec.config import Config
+
+    try:
+        config = Config.from_broker_conf(Path(args.broker_conf).read_text()) if args.broker_conf else Config()
+        if args.set:
+            config = config.with_overrides(dict(item.split("=", 1) for item in args.set))
+    except (InputError, OSError, ValueError) as exc:
+        print(f"txnmodel config: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    items = dict(config.items())
+    if args.json:
+        print_json({k: list(v) if isinstance(v, tuple) else v for k, v in items.items()})
+    else:
+        for key, value in items.items():
+            shown = ",".join(value) if isinstance(value, tuple) else value
+            print(f"{key}={str(shown).lower() if isinstance(shown, bool) else shown}")
+    return EXIT_OK
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    config = sub.add_parser(
+        "config",
+        help="show every broker.conf key the model uses, with Pulsar's defaults",
+        description="Print every broker.conf key the machines use with its value: Pulsar's default, or "
+        "the value from --broker-conf and --set. A bad key or value exits 2 naming the key.",
+    )
+    config.add_argument("--broker-conf", help="read overrides from a broker.conf file")
+    config.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one key (repeatable)")
+    config.add_argument("--json", action="store_true", help="machine-readable output")
+    config.set_defaults(func=cmd_config)
