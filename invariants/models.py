@@ -108,6 +108,10 @@ class CasRegister:
     def partition(self, ops: Sequence[Operation]) -> list[list[Operation]]:
         return partition_by_object(ops)
 
+    def read_only(self, op_input: Any) -> bool:
+        """A read changes no state, whatever its output (the search may place it as soon as it fits)."""
+        return bool(op_input[0] == "read")
+
     def describe_op(self, op_input: Any, op_output: Any) -> str:
         shown = "?" if op_output is UNKNOWN else "failed" if op_output is NO_EFFECT else _show(op_output)
         if op_input[0] == "read":
@@ -156,6 +160,10 @@ class KeyValue:
 
     def partition(self, ops: Sequence[Operation]) -> list[list[Operation]]:
         return partition_by_object(ops)
+
+    def read_only(self, op_input: Any) -> bool:
+        """A get changes no state, whatever its output."""
+        return bool(op_input[0] == "get")
 
     def describe_op(self, op_input: Any, op_output: Any) -> str:
         if op_input[0] == "get":
