@@ -12,7 +12,7 @@ from typing import Any
 
 from invariants.verify import VerdictRow
 from spec.errors import InputError
-from txnmodel.common import DEFAULT_VECTORS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from txnmodel.common import DEFAULT_VECTORS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, positive_int
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -24,7 +24,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """
     import tempfile
 
-    from proofs.framework import Verdict, available_machines, prove_machine
+    from proofs.framework import RLIMIT, Verdict, available_machines, prove_machine
     from reference.engine.simulate import simulate_main
     from txnmodel.commands.verify import VerifyRequest, verify
     from txnmodel.vectors import run_paths
@@ -56,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print("== proofs", flush=True)
     for machine in available_machines():
         t0 = time.perf_counter()
-        rows = prove_machine(machine, timeout_ms=int(args.timeout * 1000))
+        rows = prove_machine(machine, rlimit=args.rlimit or RLIMIT)
         bad = [r for r in rows if r.verdict is not Verdict.PROVED]
         for row in bad:
             print(f"NOT PROVED {machine}/{row.name}: {row.verdict.value}\n{row.counterexample or row.reason or ''}")
@@ -170,7 +170,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "with faults on file ledgers, verify them on Spark (local by default), and print a summary table with every "
         "counterexample and its seed. Exit 0 when everything passed, 1 otherwise.",
     )
-    run.add_argument("--timeout", type=float, default=30.0, help="Z3 timeout per property, seconds (default 30)")
+    run.add_argument(
+        "--rlimit",
+        type=positive_int,
+        default=None,
+        help="Z3 resource budget of each proof query (rlimit units; default the framework's RLIMIT)",
+    )
     run.add_argument(
         "--histories",
         type=int,
