@@ -17,10 +17,11 @@ from typing import Any
 from invariants.verify import Outcome, VerdictRow, VerifyOptions, check_grouped, check_histories
 from spec.history import Operation
 
-__all__ = ["GroupedRows", "check_file", "check_files_local", "read_groups"]
+__all__ = ["GroupedRows", "Unit", "check_file", "check_files_local", "check_units", "read_groups"]
 
 # Stage 1 of --group-by-history: (history, [(file, its rows)]), or (None, a bad-input row).
 GroupedRows = tuple[str | None, Any]
+Unit = tuple[str, "tuple[str, ...] | None"]  # a file, and the histories of it to check (None: all)
 
 
 def _bad_file(path: str, options: VerifyOptions, detail: str) -> VerdictRow:
@@ -38,6 +39,19 @@ def check_file(path: str, fmt: str, options: VerifyOptions, only: Sequence[str] 
     except InputError as exc:
         return [_bad_file(path, options, str(exc))]
     return check_histories(histories, path, options)
+
+
+def check_units(
+    units: Sequence[Unit], fmt: str, options: VerifyOptions, out: str | None = None, part: str = "00000"
+) -> list[VerdictRow]:
+    """Check some files (or some histories of them); with ``out``, write the verdicts there as part
+    ``part`` (:func:`txnmodel.verdicts.write_part`) and return them without their HTML pages."""
+    rows = [row for path, names in units for row in check_file(path, fmt, options, names)]
+    if out is None:
+        return rows
+    from txnmodel.verdicts import write_part
+
+    return write_part(Path(out), part, rows)
 
 
 def read_groups(path: str, fmt: str, options: VerifyOptions) -> list[GroupedRows]:
@@ -61,10 +75,16 @@ def read_groups(path: str, fmt: str, options: VerifyOptions) -> list[GroupedRows
 
 
 def check_files_local(
-    files: Sequence[str], fmt: str, options: VerifyOptions, progress: bool = False, group_by_history: bool = False
+    files: Sequence[str],
+    fmt: str,
+    options: VerifyOptions,
+    progress: bool = False,
+    group_by_history: bool = False,
+    out: str | None = None,
 ) -> list[VerdictRow]:
     """Every file checked in this process, file after file (or, grouped by history, all files read
-    first)."""
+    first).  With ``out``, each file's verdicts are written as a part of their own, as a Spark task
+    writes its share, and come back without their HTML pages."""
     rows: list[VerdictRow] = []
     if group_by_history:
         groups: dict[str, list[tuple[str, Sequence[Operation]]]] = {}
@@ -74,11 +94,14 @@ def check_files_local(
                     rows.append(payload)
                 else:
                     groups.setdefault(key, []).extend(payload)
-        for history, parts in groups.items():
-            rows.extend(check_grouped(history, parts, options))
-        return rows
+        checked = [row for history, parts in groups.items() for row in check_grouped(history, parts, options)]
+        if out is None:
+            return rows + checked
+        from txnmodel.verdicts import write_part
+
+        return write_part(Path(out), "grouped", rows + checked)
     for number, path in enumerate(files, 1):
-        rows.extend(check_file(path, fmt, options))
+        rows.extend(check_units([(path, None)], fmt, options, out, f"{number - 1:05d}"))
         if progress:
             print(f"verify: checked {number}/{len(files)} files", file=sys.stderr, flush=True)
     return rows

@@ -1,12 +1,16 @@
 """Verdicts on disk and on the terminal: the Parquet table, counterexample pages, summaries and the
 exit code of ``txnmodel verify``.
 
-``OUT/verdicts.parquet`` holds one row per (history, checker) with :data:`VERDICT_COLUMNS`;
-``OUT/counterexamples/<history>.<checker>.{txt,html}`` one explanation per verdict that has one.
+``OUT/verdicts.parquet`` is a Parquet dataset (a folder of part files, as Spark writes them: each
+task writes its own part) with one row per (history, checker) and the columns
+:data:`VERDICT_COLUMNS`; ``OUT/counterexamples/<history>.<checker>.{txt,html}`` holds one
+explanation per verdict that has one.  ``pyarrow.parquet.read_table(OUT / "verdicts.parquet")``
+and Spark's ``spark.read.parquet`` read the folder whole.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -17,12 +21,16 @@ from invariants.verify import Outcome, VerdictRow, worst
 from txnmodel.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 __all__ = [
+    "VERDICTS",
     "VERDICT_COLUMNS",
     "Summary",
+    "clear_verdicts",
     "exit_code",
     "history_results",
     "print_report",
+    "read_verdicts",
     "summarize",
+    "write_part",
     "write_verdicts",
 ]
 
@@ -43,25 +51,64 @@ VERDICT_COLUMNS = (
 )
 
 
-def write_verdicts(out: Path, rows: Sequence[VerdictRow]) -> None:
-    """``OUT/verdicts.parquet`` and ``OUT/counterexamples/<history>.<checker>.{txt,html}``."""
+VERDICTS = "verdicts.parquet"  # a folder of Parquet part files, one per task that wrote verdicts
+PAGES = "counterexamples"
+
+
+def clear_verdicts(out: Path) -> None:
+    """Remove the verdicts and counterexample pages of an earlier run from ``out`` (nothing else)."""
+    import shutil
+
+    target = out / VERDICTS
+    if target.is_dir():
+        shutil.rmtree(target)
+    elif target.exists():
+        target.unlink()
+    if (out / PAGES).is_dir():
+        shutil.rmtree(out / PAGES)
+
+
+def write_part(out: Path, part: str, rows: Sequence[VerdictRow]) -> list[VerdictRow]:
+    """Write ``rows`` where they belong: ``OUT/verdicts.parquet/part-<part>.parquet`` and each
+    counterexample as ``OUT/counterexamples/<history>.<checker>.{txt,html}``.  What one Spark task
+    (or the in-process run, per file) does with its verdicts; returns them without their HTML pages,
+    which is all the driver needs to summarize."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    out.mkdir(parents=True, exist_ok=True)
+    folder = out / VERDICTS
+    folder.mkdir(parents=True, exist_ok=True)
     types = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64()}
     schema = pa.schema([pa.field(name, types[kind]) for name, kind in VERDICT_COLUMNS])
     table = pa.table({name: [getattr(row, name) for row in rows] for name, _ in VERDICT_COLUMNS}, schema=schema)
-    pq.write_table(table, out / "verdicts.parquet")
-    pages = out / "counterexamples"
+    # written under a temporary name and renamed: a reader never sees half a part
+    final = folder / f"part-{part}.parquet"
+    partial = folder / f".part-{part}.parquet.tmp"
+    pq.write_table(table, partial)
+    partial.replace(final)
+    pages = out / PAGES
     for row in rows:
         if row.counterexample is None:
             continue
-        pages.mkdir(exist_ok=True)
+        pages.mkdir(parents=True, exist_ok=True)
         stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{row.history}.{row.checker}")
         (pages / f"{stem}.txt").write_text(row.counterexample + "\n", encoding="utf-8")
         if row.html is not None:
             (pages / f"{stem}.html").write_text(row.html, encoding="utf-8")
+    return [dataclasses.replace(row, html=None) if row.html is not None else row for row in rows]
+
+
+def write_verdicts(out: Path, rows: Sequence[VerdictRow]) -> None:
+    """All of ``rows`` as the only part of ``OUT/verdicts.parquet`` (after clearing an earlier run)."""
+    clear_verdicts(out)
+    write_part(out, "00000", rows)
+
+
+def read_verdicts(out: Path) -> list[dict[str, Any]]:
+    """Every verdict row under ``out``, as dicts (every part)."""
+    import pyarrow.parquet as pq
+
+    return list(pq.read_table(out / VERDICTS).to_pylist())
 
 
 @dataclass
