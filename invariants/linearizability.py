@@ -258,7 +258,10 @@ class _Part:
             decoded = [(d[0], UNKNOWN) if op.index in ignore_outputs else d for op, d in zip(ops, decoded, strict=True)]
         self.decoded = decoded
         calls = [op.invoked_at for op in ops]
-        returns = [op.return_time for op in ops]
+        infinity = math.inf
+        returns = [
+            infinity if op.completed_at is None or op.type.indeterminate else float(op.completed_at) for op in ops
+        ]
         read_only = getattr(model, "read_only", None)
         self._search = _search(model.init(), model.step, decoded, calls, returns, step_budget, read_only)
 

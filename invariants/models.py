@@ -49,6 +49,7 @@ class _NoEffect:
 
 NO_EFFECT: Any = _NoEffect()
 _NIL = "nil"
+_READ = ("read",)
 
 
 def _bad(op: Operation, column: str, message: str) -> BadHistory:
@@ -83,27 +84,27 @@ class CasRegister:
         return op_output is UNKNOWN or op_output == matches, new_state
 
     def decode(self, op: Operation) -> tuple[Any, Any]:
-        args = op.args
-        if op.f == "read":
-            op_input: tuple[Any, ...] = ("read",)
-        elif op.f == "write":
-            op_input = ("write", args)
-        elif op.f == "cas":
+        f, kind = op.f, op.type
+        if f == "read":
+            op_input: tuple[Any, ...] = _READ
+        elif f == "write":
+            op_input = ("write", op.args)
+            _check_hashable(op, op_input)
+        elif f == "cas":
+            args = op.args
             if not (isinstance(args, list) and len(args) == 2):
                 raise _bad(op, "value", f"a cas takes [from, to], got {op.value}")
             op_input = ("cas", args[0], args[1])
+            _check_hashable(op, op_input)
         else:
-            raise _bad(op, "f", f"the {self.name} model knows read, write and cas, not {op.f!r}")
-        _check_hashable(op, op_input)
-        if op.type.indeterminate:
-            return op_input, UNKNOWN
-        if op.type is OpType.FAIL:
-            if op.f == "cas" and op.error is None:
+            raise _bad(op, "f", f"the {self.name} model knows read, write and cas, not {f!r}")
+        if kind is OpType.OK:
+            return op_input, op.returned if f == "read" else True if f == "cas" else None
+        if kind is OpType.FAIL:
+            if f == "cas" and op.error is None:
                 return op_input, False
-            return op_input, UNKNOWN if op.f == "read" else NO_EFFECT
-        if op.f == "read":
-            return op_input, op.returned
-        return op_input, True if op.f == "cas" else None
+            return op_input, UNKNOWN if f == "read" else NO_EFFECT
+        return op_input, UNKNOWN  # info or invoke: indeterminate
 
     def partition(self, ops: Sequence[Operation]) -> list[list[Operation]]:
         return partition_by_object(ops)
