@@ -1,7 +1,8 @@
 """Linearizability of a history against a model: Wing-Gong-Lowe search, memoized, split per object.
 
 The search is Lowe's refinement of Wing and Gong's backtracking algorithm as Porcupine implements
-it (Horn and Kroening, "Faster linearizability checking via P-compositionality"):
+it (Horn and Kroening, "Faster linearizability checking via P-compositionality"), with reductions
+for operations of unknown outcome and for reads (the loop is :mod:`invariants._wgl`):
 
 * Calls and returns of one object's operations form a doubly linked list in time order (a call
   sorts before a return at the same instant: operations are *closed* intervals).
@@ -13,15 +14,20 @@ it (Horn and Kroening, "Faster linearizability checking via P-compositionality")
 * The set of linearized operations is a bitset (a Python int) and the memo is a set of
   (bitset, state) pairs; states must therefore be hashable, and cheap hashes are what make the
   memo pay (the reference machines' states are frozen values of persistent maps).
-* Operations whose outcome is unknown (``info``, ``invoke``) return at +infinity: they may be
-  linearized anywhere after their call, including after everything else, which is the same as
-  never taking effect.  Their output is :data:`UNKNOWN`, which every model must accept.
+* Operations whose outcome is unknown (``info``, ``invoke``) never return: they may be linearized
+  anywhere after their call, or never.  Their output is :data:`UNKNOWN`, which every model must
+  accept in any state (:class:`ModelContractError` otherwise).  They are optional: kept out of the
+  list, tried only where the search is stuck at a return (just in time), the earliest of identical
+  ones first, and a configuration that used a superset of them to reach the same required
+  operations and state is dominated and pruned.
+* A read (``Model.read_only``, optional) the current state satisfies is placed at once and nowhere
+  later: it changes nothing, so a linearization placing it later can place it there.
 
 Linearizability is local (Herlihy and Wing), so a history is linearizable iff each object's
-sub-history is: :func:`check_history` splits first (``Model.partition``), checks the small parts
-first, gives each part a step budget (and optionally a wall-clock budget) whose exhaustion gives
-``unknown`` instead of hanging, and stops at the first ``illegal`` part (the other parts are
-reported ``skipped``).
+sub-history is: :func:`check_history` splits first (``Model.partition``), lets the parts take
+turns (smallest first), gives each part a step budget (and the history a wall-clock budget) whose
+exhaustion gives ``unknown`` instead of hanging, and stops at the first ``illegal`` part (the
+others are reported ``skipped``).
 """
 
 from __future__ import annotations
