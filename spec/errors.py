@@ -297,11 +297,13 @@ class BadRecord(InputError):
 
 
 class BadConfig(InputError):
-    """A config key that does not exist or a value out of range; names the key."""
+    """A config key that does not exist or a value out of range; names the key (and, read from a
+    file, where: ``broker.conf line 12``)."""
 
-    def __init__(self, key: str, message: str) -> None:
+    def __init__(self, key: str, message: str, *, where: str | None = None) -> None:
         self.key = key
-        super().__init__(f"{key}: {message}")
+        self.problem = message
+        super().__init__(f"{key}: {message}", where=where)
 
 
 class BadVector(InputError):

@@ -108,6 +108,19 @@ def test_config_defaults_and_overrides(tmp_path: Path, capsys: pytest.CaptureFix
     assert "transactionLogBatchedWriteMaxRecords" in capsys.readouterr().err
 
 
+def test_config_reads_broker_conf_as_java_properties(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    conf = tmp_path / "broker.conf"
+    # ISO 8859-1 bytes, as java.util.Properties reads them: a Latin-1 role name survives
+    conf.write_bytes(b"! Pulsar style\nsuperUserRoles: r\xf4le, \\\n  proxy\ntransactionLogBatchedWriteMaxRecords 8\n")
+    assert main(["config", "--broker-conf", str(conf), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["superUserRoles"] == ["r\u00f4le", "proxy"] and shown["transactionLogBatchedWriteMaxRecords"] == 8
+    conf.write_text("# ok\ntransactionLogBatchedWriteMaxRecords: lots\n")
+    assert main(["config", "--broker-conf", str(conf)]) == 2
+    err = capsys.readouterr().err
+    assert f"{conf} line 2" in err and "transactionLogBatchedWriteMaxRecords" in err and "Traceback" not in err
+
+
 def test_console_script_entry_point_runs() -> None:
     done = subprocess.run([sys.executable, "-m", "txnmodel", "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0 and "vectors" in done.stdout
