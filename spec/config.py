@@ -213,9 +213,9 @@ class Config:
                 start = _offset_of_line(text, line)
                 at = text.find(exc.escape, start)
                 bad = line + _line_breaks(text[start:at]) if at >= 0 else line
-                key = re.match(r"[ \t\f]*([^ \t\f=:\r\n]*)", text[start:])
+                named = re.match(r"[ \t\f]*([^ \t\f=:\r\n]*)", text[start:])
                 raise BadConfig(
-                    key.group(1) if key and key.group(1) else f"line {bad}",
+                    named.group(1) if named and named.group(1) else f"line {bad}",
                     f"malformed \\uXXXX escape {exc.escape!r} (Java properties need four hex digits)",
                     where=f"{where} line {bad}",
                 ) from None

@@ -17,6 +17,8 @@ import enum
 from dataclasses import dataclass
 from typing import ClassVar
 
+from spec.types import PulsarName
+
 __all__ = [
     "BadConfig",
     "BadEnvelope",
@@ -55,7 +57,7 @@ __all__ = [
 ]
 
 
-class ServerError(enum.IntEnum):
+class ServerError(PulsarName, enum.IntEnum):
     """The subset of PulsarApi.proto's ``ServerError`` that transactions use."""
 
     UnknownError = 0
