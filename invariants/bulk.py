@@ -593,10 +593,14 @@ def check_files_local(
 # --- output ----------------------------------------------------------------------------------------
 
 
-def write_verdicts(out: Path, rows: Sequence[VerdictRow]) -> None:
-    """``OUT/verdicts.parquet`` and ``OUT/counterexamples/<history>.<checker>.{txt,html}``."""
+def write_verdicts(out: Path, rows: Sequence[VerdictRow]) -> list[Path]:
+    """``OUT/verdicts.parquet``, ``OUT/counterexamples/<history>.<checker>.{txt,html}`` and
+    ``OUT/index.html`` (every verdict, each counterexample linked).  Returns the counterexample
+    files written."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from invariants.viewer import index_page
 
     out.mkdir(parents=True, exist_ok=True)
     types = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64()}
@@ -604,14 +608,23 @@ def write_verdicts(out: Path, rows: Sequence[VerdictRow]) -> None:
     table = pa.table({name: [getattr(row, name) for row in rows] for name, _ in VERDICT_COLUMNS}, schema=schema)
     pq.write_table(table, out / "verdicts.parquet")
     pages = out / "counterexamples"
+    written: list[Path] = []
+    listed = []
     for row in rows:
-        if row.counterexample is None:
-            continue
-        pages.mkdir(exist_ok=True)
-        stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{row.history}.{row.checker}")
-        (pages / f"{stem}.txt").write_text(row.counterexample + "\n", encoding="utf-8")
-        if row.html is not None:
-            (pages / f"{stem}.html").write_text(row.html, encoding="utf-8")
+        entry = row.to_json()
+        if row.counterexample is not None:
+            pages.mkdir(exist_ok=True)
+            stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{row.history}.{row.checker}")
+            (pages / f"{stem}.txt").write_text(row.counterexample + "\n", encoding="utf-8")
+            written.append(pages / f"{stem}.txt")
+            entry["txt"] = f"counterexamples/{stem}.txt"
+            if row.html is not None:
+                (pages / f"{stem}.html").write_text(row.html, encoding="utf-8")
+                written.append(pages / f"{stem}.html")
+                entry["html"] = f"counterexamples/{stem}.html"
+        listed.append(entry)
+    (out / "index.html").write_text(index_page(listed, title=f"txnmodel verify: {out}"), encoding="utf-8")
+    return written
 
 
 def _duplicates(rows: Sequence[VerdictRow]) -> list[VerdictRow]:

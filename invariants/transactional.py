@@ -120,13 +120,23 @@ class Anomaly:
     history: str
     ops: tuple[int, ...]
     explanation: str
+    # The dependency cycle, for the anomalies that are one (G1c): (from, to, why) per edge, in order.
+    cycle: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def adya(self) -> str | None:
         return ANOMALIES.get(self.name)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "adya": self.adya, "ops": list(self.ops), "explanation": self.explanation}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "adya": self.adya,
+            "ops": list(self.ops),
+            "explanation": self.explanation,
+        }
+        if self.cycle:
+            out["cycle"] = [list(edge) for edge in self.cycle]
+        return out
 
     def __str__(self) -> str:
         tag = f" ({self.adya})" if self.adya else ""
@@ -255,11 +265,13 @@ class _Collector:
         self.found: list[Anomaly] = []
         self.counts: dict[str, int] = defaultdict(int)
 
-    def add(self, name: str, ops: Iterable[Operation], explanation: str) -> None:
+    def add(
+        self, name: str, ops: Iterable[Operation], explanation: str, cycle: tuple[tuple[str, str, str], ...] = ()
+    ) -> None:
         assert name in ANOMALIES, name
         self.counts[name] += 1
         if self.counts[name] <= self.cap:
-            self.found.append(Anomaly(name, self.history, tuple(sorted({o.index for o in ops})), explanation))
+            self.found.append(Anomaly(name, self.history, tuple(sorted({o.index for o in ops})), explanation, cycle))
 
 
 def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult:
@@ -766,15 +778,28 @@ def _information_cycles(
     for cycle in _cycles(edges):
         steps = []
         ops: list[Operation] = []
+        drawn: list[tuple[str, str, str]] = []
         for writer, reader in itertools.pairwise([*cycle, cycle[0]]):
             message, ack = edges[writer][reader]
             ops += [message.send, ack]
+            drawn.append(
+                (
+                    _fmt_txn(writer),
+                    _fmt_txn(reader),
+                    f"{message.payload!r}: sent by op {message.send.index}, acked by op {ack.index}",
+                )
+            )
             steps.append(
                 f"{_fmt_txn(reader)} consumed {message.payload!r} that {_fmt_txn(writer)} produced (send op "
                 f"{message.send.index}, acked in {_fmt_txn(reader)} by op {ack.index}), so "
                 f"{_fmt_txn(writer)} committed first"
             )
-        out.add("cyclic-information-flow", ops, "; ".join(steps) + "; a transaction cannot commit before itself")
+        out.add(
+            "cyclic-information-flow",
+            ops,
+            "; ".join(steps) + "; a transaction cannot commit before itself",
+            tuple(drawn),
+        )
 
 
 def _cycles(edges: dict[tuple[int, int], dict[tuple[int, int], Any]]) -> list[list[tuple[int, int]]]:
