@@ -901,7 +901,7 @@ def index_page(rows: Sequence[Mapping[str, Any]], *, title: str, notes: Sequence
             f"<td class='num'>{'' if seconds is None else f'{float(seconds):.2f}'}</td>"
             f"<td>{_esc(r.get('failing_object') or '')}</td>"
             f"<td class='num'>{_esc('' if r.get('seed') is None else r['seed'])}</td><td>{links}</td>"
-            f"<td class='detail'>{_esc(_cut(str(r.get('detail') or ''), 300))}</td></tr>"
+            f"<td class='detail'>{_esc(_cut(_detail_words(r.get('detail')), 300))}</td></tr>"
         )
     summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda item: order.get(item[0], 5)))
     body = (
@@ -913,6 +913,29 @@ def index_page(rows: Sequence[Mapping[str, Any]], *, title: str, notes: Sequence
         f"<th>detail</th></tr></thead><tbody>{''.join(lines)}</tbody></table>{_footer()}"
     )
     return _page(title, body, {"kind": "index"}, kind="index")
+
+
+def _detail_words(detail: Any) -> str:
+    """A verdict's detail for a person: the JSON the checkers store, summarised."""
+    text = "" if detail is None else str(detail)
+    try:
+        data = json.loads(text) if text.startswith("{") else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        return text
+    if isinstance(data.get("counts"), dict):
+        counts = data["counts"]
+        return ", ".join(f"{name} ×{n}" for name, n in sorted(counts.items())) or "no anomaly"
+    if isinstance(data.get("models"), dict):
+        parts = []
+        for model, figures in data["models"].items():
+            verdicts = figures.get("object_verdicts") or {figures.get("verdict", "?"): figures.get("objects", 0)}
+            shown = ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
+            parts.append(f"{model}: {figures.get('objects', 0)} objects ({shown})")
+        reasons = data.get("reasons") or []
+        return "; ".join(parts) + (f"; {reasons[0]}" if reasons else "")
+    return text
 
 
 # --- partial linearizations ---------------------------------------------------------------------------
