@@ -129,7 +129,7 @@ def test_stale_read_page_labels_every_operation_and_steps_through_states() -> No
     for op in cx.ops:  # every operation drawn, labelled with its index and its words
         assert f'data-op="{op.index}"' in page
         assert f"#{op.index} " in page
-    assert "read -&gt; 1" in page and "class=\"op ok core blocked\"" in page
+    assert "read -&gt; 1" in page and 'class="op ok core blocked"' in page
     # the stepper's first linearization is the checker's prefix, with the model's state at each step
     lin = cx.linearizations[0]
     assert lin.source == "checker" and lin.order == cx.prefix and lin.blocked == cx.blocked
