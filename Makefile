@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 HYPOTHESIS_PROFILE ?= ci
 PYTEST_ARGS ?=
 
-.PHONY: run test lint typecheck docs pytest thorough protos bench clean chromium
+.PHONY: run test lint typecheck docs pytest thorough protos bench clean chromium graphviz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy spec reference invariants proofs txnmodel
 
-docs: $(STAMP)
+# The docs' diagrams are drawn by Graphviz at build time (scripts/mkdocs_diagrams.py); installed when missing.
+graphviz:
+	@command -v dot >/dev/null 2>&1 || { \
+	  echo "== installing graphviz (Debian) to draw the docs' diagrams"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null; \
+	}
+
+docs: $(STAMP) graphviz
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 
 pytest: $(STAMP) chromium

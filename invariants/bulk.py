@@ -733,7 +733,9 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         "across files with a shuffle before checking (default: a history lives in one file)",
     )
     parser.add_argument(
-        "--out", default="verdicts", help="folder for verdicts.parquet and counterexamples/ (default ./verdicts)"
+        "--out",
+        default="out/verdicts",
+        help="folder for verdicts.parquet, index.html and counterexamples/ (default out/verdicts)",
     )
     parser.add_argument(
         "--budget",
@@ -799,7 +801,7 @@ def run_verify(args: argparse.Namespace) -> int:
     if not grouped:
         rows = list(rows) + _duplicates(rows)
     elapsed = time.perf_counter() - started
-    write_verdicts(Path(args.out), rows)
+    written = write_verdicts(Path(args.out), rows)
     code = exit_code(rows, unknown_ok=args.unknown_ok)
     summary = summarize(rows, elapsed)
     if args.json:
@@ -813,29 +815,47 @@ def run_verify(args: argparse.Namespace) -> int:
                     "seconds": round(elapsed, 3),
                     "verdicts": {k: dict(v) for k, v in summary.by_checker.items()},
                 },
+                "index": str(Path(args.out) / "index.html"),
+                "counterexample_files": [str(path) for path in written],
             },
             sys.stdout,
             indent=2,
         )
         sys.stdout.write("\n")
         return code
-    _print_report(rows, summary, Path(args.out))
+    _print_report(rows, summary, Path(args.out), written)
     return code
 
 
-def _print_report(rows: Iterable[VerdictRow], summary: Summary, out: Path, max_shown: int = 10) -> None:
+def _print_report(
+    rows: Iterable[VerdictRow], summary: Summary, out: Path, written: Sequence[Path] = (), max_shown: int = 10
+) -> None:
+    """Each verdict that is not ok (the first ``max_shown``, each cut at 40 lines, every cut
+    marked with what it left out and where the rest is), then the summary and every file written."""
     bad = [r for r in rows if r.verdict != "ok"]
+    pages = {path.stem: path for path in written}
     for row in bad[:max_shown]:
         seed = f" (seed {row.seed})" if row.seed is not None else ""
         print(f"{row.verdict.upper()} {row.history} [{row.checker}]{seed}")
+        stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{row.history}.{row.checker}")
         if row.counterexample:
-            print("\n".join("    " + line for line in row.counterexample.splitlines()[:40]))
+            lines = row.counterexample.splitlines()
+            print("\n".join("    " + line for line in lines[:40]))
+            if len(lines) > 40:
+                where = pages.get(stem, out / "counterexamples")
+                print(f"    ... {len(lines) - 40} more lines not shown: the whole counterexample is in {where}")
         elif row.detail:
-            print(f"    {row.detail[:500]}")
+            print(
+                f"    {row.detail[:500]}"
+                + (f" ... ({len(row.detail) - 500} more characters)" if len(row.detail) > 500 else "")
+            )
     if len(bad) > max_shown:
-        print(f"... {len(bad) - max_shown} more non-ok verdicts in {out / 'verdicts.parquet'}")
+        print(f"... {len(bad) - max_shown} more verdicts that are not ok, not shown: see {out / 'index.html'}")
     print(summary.table())
+    for path in written:
+        print(f"counterexample: {path}")
     print(f"verdicts: {out / 'verdicts.parquet'}")
+    print(f"index of every verdict: {out / 'index.html'}")
 
 
 def verify_main(argv: Sequence[str]) -> int:
