@@ -441,36 +441,43 @@ def _ship_packages(sc: Any) -> None:
 
 
 class _Progress:
-    """Prints 'N/M tasks done' to stderr from Spark's status tracker while the job runs."""
+    """Feeds a progress phase (a :class:`txnmodel.progress.Phase`, or None for none) with Spark's
+    completed tasks (its status tracker, every half second) while a job runs."""
 
-    def __init__(self, sc: Any, total: int, enabled: bool) -> None:
-        self._sc, self._total, self._enabled = sc, total, enabled
+    def __init__(self, sc: Any, total: int, phase: Any) -> None:
+        self._sc, self._total = sc, total
+        self._phase = None if phase is None or phase is False else phase
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> _Progress:
-        if self._enabled:
+        if self._phase is not None:
+            self._phase.set_total(self._total)
             self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        if self._enabled:
-            self._thread.join()
-            print(f"verify: {self._total}/{self._total} tasks done", file=sys.stderr, flush=True)
+        if self._phase is None:
+            return
+        self._thread.join()
+        if exc[0] is None:
+            self._phase.update(done=self._total)
 
     def _run(self) -> None:
         tracker = self._sc.statusTracker()
-        last = -1
+        finished = 0  # tasks of stages that ended (a job of two stages counts both)
+        seen: dict[int, int] = {}
         while not self._stop.wait(0.5):
-            done = 0
-            for stage in tracker.getActiveStageIds():
+            active = set(tracker.getActiveStageIds())
+            for stage in list(seen):
+                if stage not in active:
+                    finished += seen.pop(stage)
+            for stage in active:
                 info = tracker.getStageInfo(stage)
                 if info is not None:
-                    done += info.numCompletedTasks
-            if done != last and done:
-                print(f"verify: {done}/{self._total} tasks done", file=sys.stderr, flush=True)
-                last = done
+                    seen[stage] = info.numCompletedTasks
+            self._phase.update(done=min(self._total, finished + sum(seen.values())))
 
 
 def check_files_spark(
@@ -478,11 +485,12 @@ def check_files_spark(
     fmt: str,
     options: VerifyOptions,
     master: str = "local[2]",
-    progress: bool = True,
+    progress: Any = None,
     spark: Any = None,
     group_by_history: bool = False,
 ) -> list[VerdictRow]:
-    """Check on Spark; the verdicts come back to the driver.
+    """Check on Spark; the verdicts come back to the driver.  ``progress``: a
+    :class:`txnmodel.progress.Phase` fed with the tasks done, or None.
 
     Default: each task runs :func:`check_file` on a few files (a history lives in one file, so no
     shuffle).  ``group_by_history``: tasks read files into (history, rows) pairs, Spark groups them
@@ -568,10 +576,14 @@ def _size(path: str) -> int:
 
 
 def check_files_local(
-    files: Sequence[str], fmt: str, options: VerifyOptions, progress: bool = False, group_by_history: bool = False
+    files: Sequence[str], fmt: str, options: VerifyOptions, progress: Any = None, group_by_history: bool = False
 ) -> list[VerdictRow]:
-    """The same work in this process, file after file."""
+    """The same work in this process, file after file.  ``progress``: a
+    :class:`txnmodel.progress.Phase` told of every file checked, or None."""
     rows: list[VerdictRow] = []
+    progress = None if progress is False else progress
+    if progress is not None:
+        progress.set_total(len(files))
     if group_by_history:
         groups: dict[str, list[Any]] = {}
         for path in files:
@@ -580,13 +592,15 @@ def check_files_local(
                     rows.append(payload)
                 else:
                     groups.setdefault(key, []).extend(payload)
+            if progress is not None:
+                progress.advance(note=Path(path).name)
         for history, parts in groups.items():
             rows.extend(check_group(history, parts, options))
         return rows
-    for number, path in enumerate(files, 1):
+    for path in files:
         rows.extend(check_file(path, fmt, options))
-        if progress:
-            print(f"verify: checked {number}/{len(files)} files", file=sys.stderr, flush=True)
+        if progress is not None:
+            progress.advance(note=Path(path).name)
     return rows
 
 
@@ -764,8 +778,9 @@ def build_parser(prog: str = "txnmodel verify") -> argparse.ArgumentParser:
     return add_verify_arguments(parser)
 
 
-def run_verify(args: argparse.Namespace) -> int:
-    """Run with parsed arguments (what the CLI's ``verify`` subcommand calls)."""
+def run_verify(args: argparse.Namespace, reporter: Any = None) -> int:
+    """Run with parsed arguments (what the CLI's ``verify`` subcommand calls); ``reporter`` (a
+    :class:`txnmodel.progress.Reporter`, or None) shows the progress."""
     from invariants.history import history_files
     from invariants.models import model_by_name
     from spec.errors import InputError
@@ -790,14 +805,30 @@ def run_verify(args: argparse.Namespace) -> int:
     options = VerifyOptions(
         model=model, step_budget=args.budget, seconds=args.seconds, counterexamples=not args.no_counterexamples
     )
-    progress = not args.no_progress
+    import contextlib
+
+    def phase(name: str, total: int | None, unit: str) -> Any:
+        if reporter is None or args.no_progress:
+            return contextlib.nullcontext(None)
+        return reporter.phase(name, total=total, unit=unit)
+
     grouped = args.group_by_history
     if args.local:
-        rows = check_files_local(files, args.format, options, progress=progress, group_by_history=grouped)
+        with phase("verify", len(files), "files") as progress:
+            rows = check_files_local(files, args.format, options, progress=progress, group_by_history=grouped)
     else:
-        rows = check_files_spark(
-            files, args.format, options, master=args.master, progress=progress, group_by_history=grouped
-        )
+        with phase("verify: start Spark", None, "") as progress:
+            spark = spark_session(args.master)  # a JVM starts: tens of seconds on a busy machine
+        with phase(f"verify on Spark ({args.master})", None, "tasks") as progress:
+            rows = check_files_spark(
+                files,
+                args.format,
+                options,
+                master=args.master,
+                progress=progress,
+                spark=spark,
+                group_by_history=grouped,
+            )
     if not grouped:
         rows = list(rows) + _duplicates(rows)
     elapsed = time.perf_counter() - started
@@ -858,14 +889,18 @@ def _print_report(
     print(f"index of every verdict: {out / 'index.html'}")
 
 
-def verify_main(argv: Sequence[str]) -> int:
+def verify_main(argv: Sequence[str], reporter: Any = None) -> int:
     """``txnmodel verify ARGS`` as a function: parse, run, return the exit code."""
     parser = build_parser()
     try:
         args = parser.parse_args(list(argv))
     except SystemExit as exc:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_BAD_INPUT
-    return run_verify(args)
+    if reporter is None:
+        from txnmodel.progress import Reporter  # the command line's own: this function is the CLI
+
+        reporter = Reporter(enabled=not args.no_progress)
+    return run_verify(args, reporter)
 
 
 if __name__ == "__main__":

@@ -171,7 +171,20 @@ def available_machines() -> list[str]:
     return names
 
 
-def prove_machine(machine: str, *, timeout_ms: int = 30_000, only: str | None = None) -> list[Row]:
+def count_obligations(machine: str, only: str | None = None) -> int:
+    """How many properties :func:`prove_machine` will check (for progress)."""
+    return sum(1 for ob in _obligations(machine) or () if only is None or only in ob.name)
+
+
+def prove_machine(
+    machine: str,
+    *,
+    timeout_ms: int = 30_000,
+    only: str | None = None,
+    on_row: Callable[[Row], None] | None = None,
+) -> list[Row]:
+    """Every obligation of ``machine`` (those whose name contains ``only``); ``on_row`` hears each
+    row as it is decided (progress)."""
     obligations = _obligations(machine)
     if obligations is None:
         raise KeyError(f"machine {machine!r} has no proofs yet (proofs/{machine_info(machine).module}.py)")
@@ -196,6 +209,8 @@ def prove_machine(machine: str, *, timeout_ms: int = 30_000, only: str | None = 
                 reason=outcome.reason,
             )
         )
+        if on_row is not None:
+            on_row(rows[-1])
     return rows
 
 

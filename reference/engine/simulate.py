@@ -742,8 +742,11 @@ def simulate_main(argv: list[str]) -> int:
     return run_simulate(build_parser().parse_args(argv))
 
 
-def run_simulate(args: argparse.Namespace) -> int:
-    """The body of ``simulate_main`` for arguments already parsed by :func:`build_parser`."""
+def run_simulate(args: argparse.Namespace, progress: Any = None) -> int:
+    """The body of ``simulate_main`` for arguments already parsed by :func:`build_parser`.
+
+    ``progress`` (optional) is told of every history done: ``progress.advance(note=history)``
+    (:class:`txnmodel.progress.Phase`; the engine does not import the command line)."""
     out = Path(args.out) if args.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -795,6 +798,8 @@ def run_simulate(args: argparse.Namespace) -> int:
                         for anomaly in verdict.anomalies[:5]:
                             say(f"    {anomaly}")
                 say(line)
+                if progress is not None:
+                    progress.advance(note=history)
             if out is not None:
                 from invariants.history import write_jsonl, write_parquet
 

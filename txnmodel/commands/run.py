@@ -23,24 +23,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     import tempfile
 
     from invariants.bulk import verify_main
-    from proofs.framework import Verdict, available_machines, prove_machine
-    from reference.engine.simulate import simulate_main
+    from proofs.framework import Row, Verdict, available_machines, count_obligations, prove_machine
+    from reference.engine.simulate import WORKLOADS, build_parser, run_simulate
+    from txnmodel.progress import Phase, Reporter
     from txnmodel.vectors import run_paths
 
     started = time.perf_counter()
     summary: list[tuple[str, str, str]] = []
     worst = EXIT_OK
+    progress = Reporter()
 
     t0 = time.perf_counter()
-    print("== conformance vectors", flush=True)
     try:
-        results = run_paths([str(DEFAULT_VECTORS)])
+        with progress.phase("conformance vectors", unit="vectors") as phase:
+            results = run_paths(
+                [str(DEFAULT_VECTORS)], on_total=phase.set_total, on_result=lambda r: phase.advance(note=r.vector_id)
+            )
     except InputError as exc:
         print(f"invalid vector input: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     failed = [r for r in results if not r.passed]
     for result in failed:
-        print(f"FAIL {result.vector_id}: {result.mismatch}")
+        progress.say(f"FAIL {result.vector_id}: {result.mismatch}")
     summary.append(
         (
             "conformance vectors",
@@ -51,13 +55,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     if failed:
         worst = EXIT_FAILED
 
-    print("== proofs", flush=True)
     for machine in available_machines():
         t0 = time.perf_counter()
-        rows = prove_machine(machine, timeout_ms=int(args.timeout * 1000))
+        with progress.phase(f"proofs: {machine}", total=count_obligations(machine), unit="properties") as phase:
+
+            def proved(row: Row, phase: Phase = phase) -> None:
+                phase.advance(note=row.name)
+
+            rows = prove_machine(machine, timeout_ms=int(args.timeout * 1000), on_row=proved)
         bad = [r for r in rows if r.verdict is not Verdict.PROVED]
         for row in bad:
-            print(f"NOT PROVED {machine}/{row.name}: {row.verdict.value}\n{row.counterexample or row.reason or ''}")
+            progress.say(
+                f"NOT PROVED {machine}/{row.name}: {row.verdict.value}\n{row.counterexample or row.reason or ''}"
+            )
         summary.append(
             (f"proofs: {machine}", f"{len(rows) - len(bad)}/{len(rows)} proved", f"{time.perf_counter() - t0:.1f}s")
         )
@@ -69,8 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         histories_dir, verdicts_dir = out / "histories", out / "verdicts"
         with tempfile.TemporaryDirectory(prefix="txnmodel-run-") as data:
             t0 = time.perf_counter()
-            print(f"== simulate: {args.histories} seeds x 3 workloads, faults on, file ledgers", flush=True)
-            code = simulate_main(
+            simulate_args = build_parser().parse_args(
                 [
                     "--seed",
                     str(args.seed),
@@ -94,16 +103,22 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "mixed",
                     "--delayed-tracker",
                     "mixed",
-                    "--quiet",
+                    "--quiet",  # one line per history is too many here: the progress says how far it is
                 ]
             )
+            total = len(WORKLOADS) * args.histories
+            with progress.phase(
+                f"simulate: {args.histories} seeds x {len(WORKLOADS)} workloads, faults on, file ledgers",
+                total=total,
+                unit="histories",
+            ) as phase:
+                code = run_simulate(simulate_args, progress=phase)
             elapsed = f"{time.perf_counter() - t0:.1f}s"
             summary.append(("simulate", "ok" if code == EXIT_OK else f"exit {code}", elapsed))
             worst = max(worst, code)
         t0 = time.perf_counter()
-        print(f"== verify on Spark ({args.master})", flush=True)
         verify_args = [str(histories_dir), "--out", str(verdicts_dir), "--master", args.master]
-        code = verify_main(verify_args)
+        code = verify_main(verify_args, progress)
         summary.extend(_verdict_summary(verdicts_dir, time.perf_counter() - t0))
         worst = max(worst, code)
 

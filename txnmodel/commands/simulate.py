@@ -12,9 +12,13 @@ def _add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
-    from reference.engine.simulate import run_simulate
+    from reference.engine.simulate import WORKLOADS, run_simulate
+    from txnmodel.progress import Reporter
 
-    return run_simulate(args)
+    workloads = len(WORKLOADS) if args.workload == "all" else 1
+    progress = Reporter(enabled=not args.quiet)
+    with progress.phase("simulate", total=workloads * args.histories, unit="histories") as phase:
+        return run_simulate(args, progress=phase)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,8 +29,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "multi-partition produce; delayed: delayed delivery mixed with transactions) on the broker built from the "
         "reference machines, under a seeded scheduler that injects faults (broker and coordinator crashes, ledger "
         "failures, lost/delayed/duplicated requests and responses, transaction timeouts). Same seed, same history, "
-        "byte for byte. Histories go to --out as Parquet. Exit 0 when every run finished (and with --check was "
-        "clean), 1 otherwise.",
+        "byte for byte. Histories go to --out as Parquet. Progress goes to stderr (a live bar on a terminal, a line "
+        "at least every 10 s otherwise). Exit 0 when every run finished (and with --check was clean), 1 otherwise.",
     )
     _add_simulate_arguments(simulate)
     simulate.set_defaults(func=_run_simulate)
