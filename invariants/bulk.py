@@ -446,7 +446,7 @@ class _Progress:
 
     def __init__(self, sc: Any, total: int, phase: Any) -> None:
         self._sc, self._total = sc, total
-        self._phase = None if phase is None or phase is False else phase
+        self._phase: Any = None if phase is None or phase is False else phase
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
