@@ -15,15 +15,16 @@ from typing import Any
 
 import pytest
 
-from invariants.bulk import failing_part, verify_main
 from invariants.history import write_jsonl
 from invariants.linearizability import check_history
 from invariants.models import CasRegister, model_by_name
 from invariants.report import Counterexample, counterexample_html, explain, txn_html
 from invariants.trace import Trace
 from invariants.transactional import check_transactional
+from invariants.verify import failing_part
 from invariants.viewer import trace_page
 from spec.history import Operation, OpType, is_machine_operation, make_operation, object_id, parse_object
+from txnmodel.commands.verify import verify_main
 
 R = object_id("register", "x")
 
