@@ -25,7 +25,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     import tempfile
 
     from proofs.framework import RLIMIT, Row, Verdict, available_machines, count_obligations, prove_machine
-    from reference.engine.simulate import WORKLOADS, build_parser, run_simulate
+    from reference.engine.simulate import WORKLOADS, SimulateOptions
+    from txnmodel.commands.simulate import simulate
     from txnmodel.commands.verify import VerifyRequest, verify
     from txnmodel.progress import Phase, Reporter
     from txnmodel.vectors import run_paths
@@ -81,40 +82,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         histories_dir, verdicts_dir = out / "histories", out / "verdicts"
         with tempfile.TemporaryDirectory(prefix="txnmodel-run-") as data:
             t0 = time.perf_counter()
-            simulate_args = build_parser().parse_args(
-                [
-                    "--seed",
-                    str(args.seed),
-                    "--workload",
-                    "all",
-                    "--histories",
-                    str(args.histories),
-                    "--ops",
-                    str(args.ops),
-                    "--ledger",
-                    "file",
-                    "--data",
-                    data,
-                    "--out",
-                    str(histories_dir),
-                    "--faults",
-                    "on",
-                    "--batch-messages",
-                    "mixed",
-                    "--key-shared",
-                    "mixed",
-                    "--delayed-tracker",
-                    "mixed",
-                    "--quiet",  # one line per history is too many here: the progress says how far it is
-                ]
+            options = SimulateOptions(
+                seed=args.seed,
+                workload="all",
+                histories=args.histories,
+                ops=args.ops,
+                ledger="file",
+                data=data,
+                faults=True,
+                batch_messages="mixed",
+                key_shared="mixed",
+                delayed_tracker="mixed",
             )
-            total = len(WORKLOADS) * args.histories
             with progress.phase(
                 f"simulate: {args.histories} seeds x {len(WORKLOADS)} workloads, faults on, file ledgers",
-                total=total,
+                total=len(WORKLOADS) * args.histories,
                 unit="histories",
             ) as phase:
-                code = run_simulate(simulate_args, progress=phase)
+                # a line per history is too many here: the progress says how far it is
+                code = simulate(options, out=histories_dir, quiet=True, progress=phase)
             elapsed = f"{time.perf_counter() - t0:.1f}s"
             summary.append(("simulate", "ok" if code == EXIT_OK else f"exit {code}", elapsed))
             worst = max(worst, code)
