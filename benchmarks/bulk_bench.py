@@ -367,4 +367,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from txnmodel.progress import Reporter
+
+    # results go to stdout; stderr says it is still working (a line every 10 s when piped)
+    with Reporter().phase("bulk_bench", unit=""):
+        main()

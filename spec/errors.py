@@ -17,6 +17,8 @@ import enum
 from dataclasses import dataclass
 from typing import ClassVar
 
+from spec.types import PulsarName
+
 __all__ = [
     "BadConfig",
     "BadEnvelope",
@@ -56,7 +58,7 @@ __all__ = [
 ]
 
 
-class ServerError(enum.IntEnum):
+class ServerError(PulsarName, enum.IntEnum):
     """The subset of PulsarApi.proto's ``ServerError`` that transactions use."""
 
     UnknownError = 0
@@ -309,11 +311,13 @@ class BadTopicEntry(BadRecord, ValueError):
 
 
 class BadConfig(InputError):
-    """A config key that does not exist or a value out of range; names the key."""
+    """A config key that does not exist or a value out of range; names the key (and, read from a
+    file, where: ``broker.conf line 12``)."""
 
-    def __init__(self, key: str, message: str) -> None:
+    def __init__(self, key: str, message: str, *, where: str | None = None) -> None:
         self.key = key
-        super().__init__(f"{key}: {message}")
+        self.problem = message
+        super().__init__(f"{key}: {message}", where=where)
 
 
 class BadVector(InputError):

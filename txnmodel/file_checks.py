@@ -9,7 +9,6 @@ stage of ``--group-by-history`` (rows keyed by history, for histories spread ove
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -78,13 +77,17 @@ def check_files_local(
     files: Sequence[str],
     fmt: str,
     options: VerifyOptions,
-    progress: bool = False,
+    progress: Any = None,
     group_by_history: bool = False,
     out: str | None = None,
 ) -> list[VerdictRow]:
     """Every file checked in this process, file after file (or, grouped by history, all files read
-    first).  With ``out``, each file's verdicts are written as a part of their own, as a Spark task
-    writes its share, and come back without their HTML pages."""
+    first).  ``progress``: a :class:`txnmodel.progress.Phase` told of every file, or None.  With
+    ``out``, each file's verdicts are written as a part of their own, as a Spark task writes its
+    share, and come back without their HTML pages."""
+    phase = None if progress is None or isinstance(progress, bool) else progress
+    if phase is not None:
+        phase.set_total(len(files))
     rows: list[VerdictRow] = []
     if group_by_history:
         groups: dict[str, list[tuple[str, Sequence[Operation]]]] = {}
@@ -94,14 +97,16 @@ def check_files_local(
                     rows.append(payload)
                 else:
                     groups.setdefault(key, []).extend(payload)
+            if phase is not None:
+                phase.advance(note=Path(path).name)
         checked = [row for history, parts in groups.items() for row in check_grouped(history, parts, options)]
         if out is None:
             return rows + checked
         from txnmodel.verdicts import write_part
 
         return write_part(Path(out), "grouped", rows + checked)
-    for number, path in enumerate(files, 1):
-        rows.extend(check_units([(path, None)], fmt, options, out, f"{number - 1:05d}"))
-        if progress:
-            print(f"verify: checked {number}/{len(files)} files", file=sys.stderr, flush=True)
+    for number, path in enumerate(files):
+        rows.extend(check_units([(path, None)], fmt, options, out, f"{number:05d}"))
+        if phase is not None:
+            phase.advance(note=Path(path).name)
     return rows

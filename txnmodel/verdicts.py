@@ -30,6 +30,7 @@ __all__ = [
     "print_report",
     "read_verdicts",
     "summarize",
+    "write_index",
     "write_part",
     "write_verdicts",
 ]
@@ -53,10 +54,11 @@ VERDICT_COLUMNS = (
 
 VERDICTS = "verdicts.parquet"  # a folder of Parquet part files, one per task that wrote verdicts
 PAGES = "counterexamples"
+INDEX = "index.html"
 
 
 def clear_verdicts(out: Path) -> None:
-    """Remove the verdicts and counterexample pages of an earlier run from ``out`` (nothing else)."""
+    """Remove the verdicts, counterexample pages and index of an earlier run from ``out`` (nothing else)."""
     import shutil
 
     target = out / VERDICTS
@@ -66,6 +68,8 @@ def clear_verdicts(out: Path) -> None:
         target.unlink()
     if (out / PAGES).is_dir():
         shutil.rmtree(out / PAGES)
+    if (out / INDEX).exists():
+        (out / INDEX).unlink()
 
 
 def write_part(out: Path, part: str, rows: Sequence[VerdictRow]) -> list[VerdictRow]:
@@ -91,17 +95,41 @@ def write_part(out: Path, part: str, rows: Sequence[VerdictRow]) -> list[Verdict
         if row.counterexample is None:
             continue
         pages.mkdir(parents=True, exist_ok=True)
-        stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{row.history}.{row.checker}")
+        stem = _stem(row)
         (pages / f"{stem}.txt").write_text(row.counterexample + "\n", encoding="utf-8")
         if row.html is not None:
             (pages / f"{stem}.html").write_text(row.html, encoding="utf-8")
     return [dataclasses.replace(row, html=None) if row.html is not None else row for row in rows]
 
 
-def write_verdicts(out: Path, rows: Sequence[VerdictRow]) -> None:
-    """All of ``rows`` as the only part of ``OUT/verdicts.parquet`` (after clearing an earlier run)."""
+def write_index(out: Path, rows: Sequence[VerdictRow]) -> list[Path]:
+    """``OUT/index.html``: every verdict, each counterexample linked (:func:`invariants.viewer.index_page`),
+    from the rows the tasks returned and the pages they wrote.  Returns the counterexample files."""
+    from invariants.viewer import index_page
+
+    pages = out / PAGES
+    written: list[Path] = []
+    listed = []
+    for row in rows:
+        entry = row.to_json()
+        entry.pop("counterexample", None)
+        if row.counterexample is not None:
+            stem = _stem(row)
+            for suffix in ("txt", "html"):
+                if (pages / f"{stem}.{suffix}").exists():
+                    written.append(pages / f"{stem}.{suffix}")
+                    entry[suffix] = f"{PAGES}/{stem}.{suffix}"
+        listed.append(entry)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / INDEX).write_text(index_page(listed, title=f"txnmodel verify: {out}"), encoding="utf-8")
+    return written
+
+
+def write_verdicts(out: Path, rows: Sequence[VerdictRow]) -> list[Path]:
+    """All of ``rows`` as the only part of ``OUT/verdicts.parquet`` (after clearing an earlier run),
+    their counterexample pages and the index.  Returns the counterexample files written."""
     clear_verdicts(out)
-    write_part(out, "00000", rows)
+    return write_index(out, write_part(out, "00000", rows))
 
 
 def read_verdicts(out: Path) -> list[dict[str, Any]]:
@@ -109,6 +137,10 @@ def read_verdicts(out: Path) -> list[dict[str, Any]]:
     import pyarrow.parquet as pq
 
     return list(pq.read_table(out / VERDICTS).to_pylist())
+
+
+def _stem(row: VerdictRow) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{row.history}.{row.checker}")
 
 
 @dataclass
@@ -176,18 +208,30 @@ def history_results(rows: Sequence[VerdictRow]) -> list[dict[str, Any]]:
     ]
 
 
-def print_report(rows: Iterable[VerdictRow], summary: Summary, out: Path, max_shown: int = 10) -> None:
-    """The verdicts that are not ok (at most ``max_shown``, each with its counterexample or reason),
-    then the summary table."""
+def print_report(
+    rows: Iterable[VerdictRow], summary: Summary, out: Path, written: Sequence[Path] = (), max_shown: int = 10
+) -> None:
+    """The verdicts that are not ok (at most ``max_shown``, each with its counterexample cut at 40
+    lines or its reason; every cut says what it left out and where the rest is), the summary table,
+    then every file written: each counterexample, the verdicts and the index."""
     bad = [r for r in rows if r.verdict != Outcome.OK]
+    pages = {path.stem: path for path in written if path.suffix == ".txt"}
     for row in bad[:max_shown]:
         seed = f" (seed {row.seed})" if row.seed is not None else ""
         print(f"{row.verdict.upper()} {row.history} [{row.checker}]{seed}")
         if row.counterexample:
-            print("\n".join("    " + line for line in row.counterexample.splitlines()[:40]))
+            lines = row.counterexample.splitlines()
+            print("\n".join("    " + line for line in lines[:40]))
+            if len(lines) > 40:
+                where = pages.get(_stem(row), out / "counterexamples")
+                print(f"    ... {len(lines) - 40} more lines not shown: the whole counterexample is in {where}")
         elif row.detail:
-            print(f"    {row.detail[:500]}")
+            cut = f" ... ({len(row.detail) - 500} more characters in {out / 'verdicts.parquet'})"
+            print(f"    {row.detail[:500]}" + (cut if len(row.detail) > 500 else ""))
     if len(bad) > max_shown:
-        print(f"... {len(bad) - max_shown} more non-ok verdicts in {out / 'verdicts.parquet'}")
+        print(f"... {len(bad) - max_shown} more verdicts that are not ok, not shown: see {out / 'index.html'}")
     print(summary.table())
+    for path in written:
+        print(f"counterexample: {path}")
     print(f"verdicts: {out / 'verdicts.parquet'}")
+    print(f"index of every verdict: {out / 'index.html'}")

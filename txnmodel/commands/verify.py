@@ -34,6 +34,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from invariants.verify import VerdictRow, VerifyOptions, duplicate_histories
 from txnmodel.common import EXIT_BAD_INPUT
@@ -66,6 +67,8 @@ class VerifyRequest:
     unknown_ok: bool = False
     progress: bool = True
     json: bool = False
+    # where progress goes (a txnmodel.progress.Reporter); None: a Reporter of its own on stderr
+    reporter: Any = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -106,21 +109,36 @@ def verify(request: VerifyRequest) -> VerifyResult:
     options = request.options
     if request.format == "jepsen" and options.model == "auto":
         options = VerifyOptions("cas-register", options.step_budget, options.seconds, options.counterexamples)
-    rows = _check(request, files, options)
+    from txnmodel.progress import Reporter
+    from txnmodel.verdicts import write_index
+
+    reporter = request.reporter if request.reporter is not None else Reporter()
+    if not request.progress:
+        reporter = Reporter(enabled=False)
+    rows = _check(request, files, options, reporter)
     elapsed = time.perf_counter() - started
+    written = write_index(out, rows)
     code = exit_code(rows, unknown_ok=request.unknown_ok)
     summary = summarize(rows, elapsed)
     if request.json:
         json.dump(
-            {"exit_code": code, "histories": history_results(rows), "summary": summary.to_json()}, sys.stdout, indent=2
+            {
+                "exit_code": code,
+                "histories": history_results(rows),
+                "summary": summary.to_json(),
+                "index": str(out / "index.html"),
+                "counterexample_files": [str(path) for path in written],
+            },
+            sys.stdout,
+            indent=2,
         )
         sys.stdout.write("\n")
     else:
-        print_report(rows, summary, out)
+        print_report(rows, summary, out, written)
     return VerifyResult(code, tuple(rows), elapsed)
 
 
-def _check(request: VerifyRequest, files: list[str], options: VerifyOptions) -> list[VerdictRow]:
+def _check(request: VerifyRequest, files: list[str], options: VerifyOptions, reporter: Any) -> list[VerdictRow]:
     """Check the files where it pays (in this process or on Spark) and write every verdict under
     ``request.out``: each task writes its own part, and this process adds the histories found in
     two files.  Returns the verdict rows without their HTML pages."""
@@ -134,25 +152,29 @@ def _check(request: VerifyRequest, files: list[str], options: VerifyOptions) -> 
     cores = os.cpu_count() or 1
     spark, why = use_spark(files, request.format, request.mode, request.master, cores)
     grouped = request.group_by_history
-    if request.progress:
-        print(f"verify: {'on Spark' if spark else 'in this process'} ({why})", file=sys.stderr, flush=True)
+    reporter.say(f"verify: {'on Spark' if spark else 'in this process'} ({why})")
     if spark:
-        from txnmodel.spark_runner import check_files_spark
+        from txnmodel.spark_runner import check_files_spark, spark_session
 
         master = request.master or f"local[{cores}]"
-        rows = check_files_spark(
-            files,
-            request.format,
-            options,
-            master=master,
-            progress=request.progress,
-            group_by_history=grouped,
-            out=str(out.resolve()),
-        )
+        with reporter.phase("verify: start Spark", unit=""):
+            session = spark_session(master)  # a JVM starts: tens of seconds on a busy machine
+        with reporter.phase(f"verify on Spark ({master})", unit="tasks") as phase:
+            rows = check_files_spark(
+                files,
+                request.format,
+                options,
+                master=master,
+                progress=phase,
+                spark=session,
+                group_by_history=grouped,
+                out=str(out.resolve()),
+            )
     else:
-        rows = check_files_local(
-            files, request.format, options, progress=request.progress, group_by_history=grouped, out=str(out)
-        )
+        with reporter.phase("verify", total=len(files), unit="files") as phase:
+            rows = check_files_local(
+                files, request.format, options, progress=phase, group_by_history=grouped, out=str(out)
+            )
     if not grouped:
         duplicates = duplicate_histories(rows)
         if duplicates:
@@ -223,7 +245,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--out",
         default=DEFAULT_OUT,
-        help=f"folder for verdicts.parquet and counterexamples/ (default {DEFAULT_OUT})",
+        help=f"folder for verdicts.parquet, index.html and counterexamples/ (default {DEFAULT_OUT})",
     )
     parser.add_argument(
         "--budget",
@@ -246,8 +268,10 @@ DESCRIPTION = (
     "Check a folder of histories (Parquet, JSON Lines, or Jepsen logs): linearizability of each "
     "object against its model (Wing-Gong-Lowe, split per object, budgeted) and the transactional properties "
     "of the whole history (read-committed, atomic visibility, no loss, no duplicates, order, delayed never "
-    "early), on Spark or locally. Writes verdicts as Parquet. Exit 0 all ok, 1 a violation or an unknown "
-    "verdict, 2 bad input."
+    "early), on Spark or locally. Writes verdicts as Parquet, every counterexample as text and as an interactive "
+    "HTML page, and an index.html linking them; prints the path of each. Progress goes to stderr (a live bar on a "
+    "terminal, a line at least every 10 s otherwise). Exit 0 all ok, 1 a violation or an unknown verdict, 2 bad "
+    "input."
 )
 
 
