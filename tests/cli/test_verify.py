@@ -274,3 +274,11 @@ def test_executors_write_the_verdicts_and_return_them_without_pages(spark: Any, 
     # A second run into the same folder replaces the first: no stale part survives.
     code = verify_main([str(folder / "bad"), "--local", "--no-progress", "--out", str(out)])
     assert code == 1 and len(pq.read_table(out / "verdicts.parquet").to_pylist()) == 2
+
+
+def test_one_spark_session_per_process(spark: Any) -> None:
+    """Every phase that asks for the same master gets the session already running."""
+    from txnmodel.spark_runner import spark_session
+
+    assert spark_session("local[2]") is spark
+    assert spark_session("local[2]") is spark_session("local[2]")
