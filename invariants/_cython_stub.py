@@ -17,3 +17,7 @@ def _identity(*_args: Any, **_kwargs: Any) -> Callable[[Any], Any]:
 locals = _identity
 boundscheck = _identity
 wraparound = _identity
+
+
+def cfunc(function: Callable[..., Any]) -> Callable[..., Any]:
+    return function

@@ -4,6 +4,17 @@ Plain Python, and the same file is compiled by Cython when the machine can build
 does, through ``setup.py``; the build is optional): the ``cython`` annotations below are C types
 then, and no-ops in the fallback.  Both give the same verdicts, steps and linearizations
 (``tests/invariants/test_linearizability.py`` runs both).  It imports nothing of ours.
+
+:func:`search` checks one part.  ``optional_ops[i]``: op i has an unknown outcome and never
+returned, so it may take effect any time after its call or never; ``read_ops[i]``: op i never
+changes the state.  It returns ``(verdict, steps, order, blocked, state)``: ``order`` is a
+linearization of the required ops (OK) or the longest linearizable prefix found, ``blocked`` the
+op that could not be placed (-1: none) and ``state`` the model state after ``order``.
+
+Required ops' calls and returns form a doubly linked list in time order (a call before a return
+at the same instant): entry ``2i+1`` is op i's call, ``2i+2`` its return, 0 the head and ``2n+1``
+the tail.  Optional ops have a list of their own in call order, head ``n`` and tail ``n+1``.
+Lifting an op out of a list and putting it back are the undo of the search: a few relinks.
 """
 
 from __future__ import annotations
@@ -55,21 +66,118 @@ def _fresh(antichains: dict[tuple[int, Any], list[int]], key: tuple[int, Any], u
     return True
 
 
+def _time_line(required: list[int], calls: list[Any], returns: list[Any], n: int) -> tuple[list[int], list[int]]:
+    """The doubly linked list of the required ops' calls and returns in time order (a call before a
+    return at the same instant): ``nxt`` and ``prv`` over entries 0 (head) .. ``2n+1`` (tail)."""
+    end = 2 * n + 1
+    nxt = [0] * (end + 1)
+    prv = [0] * (end + 1)
+    events = []
+    for k in required:
+        events.append((calls[k], 0, 2 * k + 1))
+        events.append((returns[k], 1, 2 * k + 2))
+    events.sort()
+    previous = 0
+    for _, _, entry in events:
+        nxt[previous] = entry
+        prv[entry] = previous
+        previous = entry
+    nxt[previous] = end
+    prv[end] = previous
+    return nxt, prv
+
+
+def _optional_line(
+    optional: list[bool], reads: list[bool], inputs: list[Any], outputs: list[Any], calls: list[Any], bits: list[Any]
+) -> tuple[list[int], list[int], list[int], Any]:
+    """The optional ops the search may try, linked in call order (head ``n``, tail ``n+1``); for
+    each, the one called just before it with the same input and output (-1: none); and their bits.
+    An optional read is never tried: it changes nothing, so it may as well take effect last."""
+    n = len(optional)
+    head, tail = n, n + 1
+    onx = [0] * (n + 2)
+    opv = [0] * (n + 2)
+    earlier_twin = [-1] * n
+    same: dict[tuple[Any, Any], int] = {}
+    optmask: Any = 0
+    previous = head
+    for _, k in sorted((calls[k], k) for k in range(n) if optional[k] and not reads[k]):
+        onx[previous] = k
+        opv[k] = previous
+        previous = k
+        optmask |= bits[k]
+        try:
+            earlier_twin[k] = same.get((inputs[k], outputs[k]), -1)
+            same[(inputs[k], outputs[k])] = k
+        except TypeError:  # an unhashable input: no twin
+            pass
+    onx[previous] = tail
+    opv[tail] = previous
+    return onx, opv, earlier_twin, optmask
+
+
+@cython.cfunc
+def _first(seen: set[tuple[int, Any]], key: tuple[int, Any]) -> cython.bint:
+    """Whether ``key`` is new to the memo (and remember it)."""
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
+@cython.cfunc
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.locals(ret=cython.Py_ssize_t)
+def _lift(nxt: list[int], prv: list[int], call: cython.Py_ssize_t) -> None:
+    """Take an op's call and return out of the time line."""
+    ret = call + 1
+    nxt[prv[call]] = nxt[call]
+    prv[nxt[call]] = prv[call]
+    nxt[prv[ret]] = nxt[ret]
+    prv[nxt[ret]] = prv[ret]
+
+
+@cython.cfunc
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.locals(ret=cython.Py_ssize_t)
+def _unlift(nxt: list[int], prv: list[int], call: cython.Py_ssize_t) -> None:
+    """Put them back, the return first (the reverse of :func:`_lift`)."""
+    ret = call + 1
+    nxt[prv[ret]] = ret
+    prv[nxt[ret]] = ret
+    nxt[prv[call]] = call
+    prv[nxt[call]] = call
+
+
+@cython.cfunc
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def _unlink(onx: list[int], opv: list[int], i: cython.Py_ssize_t) -> None:
+    onx[opv[i]] = onx[i]
+    opv[onx[i]] = opv[i]
+
+
+@cython.cfunc
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def _relink(onx: list[int], opv: list[int], i: cython.Py_ssize_t) -> None:
+    onx[opv[i]] = i
+    opv[onx[i]] = i
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
 @cython.locals(
     n=cython.Py_ssize_t,
-    end=cython.Py_ssize_t,
     head=cython.Py_ssize_t,
     tail=cython.Py_ssize_t,
     entry=cython.Py_ssize_t,
-    ret=cython.Py_ssize_t,
-    call=cython.Py_ssize_t,
     i=cython.Py_ssize_t,
     cursor=cython.Py_ssize_t,
     twin=cython.Py_ssize_t,
     how=cython.Py_ssize_t,
-    previous=cython.Py_ssize_t,
     remaining=cython.Py_ssize_t,
     steps=cython.Py_ssize_t,
     budget=cython.Py_ssize_t,
@@ -92,7 +200,6 @@ def _fresh(antichains: dict[tuple[int, Any], list[int]], key: tuple[int, Any], u
     outputs=list,
     calls=list,
     returns=list,
-    seen=set,
 )
 def search(
     init: Any,
@@ -105,75 +212,19 @@ def search(
     read_ops: Sequence[bool],
     budget: int,
 ) -> Generator[None, None, tuple[int, int, list[int], int, Any]]:
-    """Search one part; a generator that yields every :data:`SLICE` steps and returns ``(verdict,
-    steps, order, blocked, state)``: ``order`` is a linearization of the required ops (OK) or the
-    longest linearizable prefix found, ``blocked`` the op that could not be placed (-1: none) and
-    ``state`` the model state after ``order``.
-
-    ``optional_ops[i]``: op i has an unknown outcome and never returned, so it may take effect any
-    time after its call or never.  ``read_ops[i]``: op i never changes the state.
-
-    Required ops' calls and returns form a doubly linked list in time order (a call before a
-    return at the same instant): entry ``2i+1`` is op i's call, ``2i+2`` its return, 0 the head
-    and ``2n+1`` the tail.  Optional ops have a list of their own in call order, head ``n`` and
-    tail ``n+1``.
-    """
-    inputs = list(op_inputs)
-    outputs = list(op_outputs)
-    calls = list(call_times)
-    returns = list(return_times)
+    """Search one part (see the module docstring); a generator that yields every :data:`SLICE`
+    steps and returns ``(verdict, steps, order, blocked, state)``."""
+    inputs, outputs, calls, returns = list(op_inputs), list(op_outputs), list(call_times), list(return_times)
+    optional, reads = list(optional_ops), list(read_ops)
     n = len(inputs)
     bits = _bits(len(inputs))
-    optional = list(optional_ops)
-    reads = list(read_ops)
-    required = []
-    for k in range(n):
-        if not optional[k]:
-            required.append(k)
-    end = 2 * n + 1
-    nxt = [0] * (end + 1)
-    prv = [0] * (end + 1)
-    previous = 0
-    events = []
-    for k in required:
-        events.append((calls[k], 0, 2 * k + 1))
-        events.append((returns[k], 1, 2 * k + 2))
-    events.sort()
-    for event in events:
-        entry = event[2]
-        nxt[previous] = entry
-        prv[entry] = previous
-        previous = entry
-    nxt[previous] = end
-    prv[end] = previous
+    required = [k for k, maybe in enumerate(optional) if not maybe]
+    nxt, prv = _time_line(required, calls, returns, n)
     head, tail = n, n + 1
-    onx = [0] * (n + 2)
-    opv = [0] * (n + 2)
-    previous = head
-    same: dict[tuple[Any, Any], int] = {}
-    earlier_twin = [-1] * n  # the optional op called just before, with the same input and output
-    optmask = 0
-    # An optional read is never tried: it changes nothing, so it may as well take effect last.
-    tried = []
-    for k in range(n):
-        if optional[k] and not reads[k]:
-            tried.append((calls[k], k))
-    tried.sort()
-    for _, k in tried:
-        onx[previous] = k
-        opv[k] = previous
-        previous = k
-        optmask |= bits[k]
-        try:
-            earlier_twin[k] = same.get((inputs[k], outputs[k]), -1)
-            same[(inputs[k], outputs[k])] = k
-        except TypeError:  # an unhashable input: no twin
-            pass
-    onx[previous] = tail
-    opv[tail] = previous
+    onx, opv, earlier_twin, optmask = _optional_line(optional, reads, inputs, outputs, calls, bits)
     has_optional = optmask != 0
     reqmask = _all(len(inputs)) & ~optmask
-    seen = set()  # without optional ops: (linearized, state)
+    seen: set[tuple[int, Any]] = set()  # without optional ops: (linearized, state)
     antichains: dict[tuple[int, Any], list[int]] = {}  # with them: (required linearized, state) -> optional sets
 
     state: Any = init
@@ -203,10 +254,7 @@ def search(
             if has_optional:
                 new = _fresh(antichains, (after & reqmask, after_state), after & optmask)
             else:
-                key = (after, after_state)
-                new = key not in seen
-                if new:
-                    seen.add(key)
+                new = _first(seen, (after, after_state))
             if new:
                 # A read the state satisfies is placed here and nowhere later (FORCED): a read
                 # changes nothing, so a linearization that places it later can place it here.
@@ -214,11 +262,7 @@ def search(
                 state = after_state
                 linearized = after
                 remaining -= 1
-                ret = entry + 1
-                nxt[prv[entry]] = nxt[entry]
-                prv[nxt[entry]] = prv[entry]
-                nxt[prv[ret]] = nxt[ret]
-                prv[nxt[ret]] = prv[ret]
+                _lift(nxt, prv, entry)
                 entry = nxt[0]
                 continue
             if not reads[i]:
@@ -245,8 +289,7 @@ def search(
                         stack.append((i, state, entry))
                         state = after_state
                         linearized = linearized | bits[i]
-                        onx[opv[i]] = onx[i]
-                        opv[onx[i]] = opv[i]
+                        _unlink(onx, opv, i)
                         placed = True
                         break
                 cursor = -1
@@ -261,25 +304,16 @@ def search(
         while True:
             if not stack:
                 return ILLEGAL, steps, best, blocked, best_state
-            frame = stack.pop()
-            i = frame[0]
-            state = frame[1]
-            how = frame[2]
+            i, state, how = stack.pop()
             linearized ^= bits[i]
             if optional[i]:  # back at the return it was tried at: the next optional op
-                onx[opv[i]] = i
-                opv[onx[i]] = i
+                _relink(onx, opv, i)
                 entry = how
                 cursor = onx[i]
                 break
             remaining += 1
-            call = 2 * i + 1
-            ret = call + 1
-            nxt[prv[ret]] = ret
-            prv[nxt[ret]] = ret
-            nxt[prv[call]] = call
-            prv[nxt[call]] = call
+            _unlift(nxt, prv, 2 * i + 1)
             if how != FORCED:
-                entry = nxt[call]
+                entry = nxt[2 * i + 1]
                 break
     return OK, steps, [frame[0] for frame in stack], -1, state

@@ -133,7 +133,8 @@ def _ship_packages(sc: Any) -> None:
     with zipfile.ZipFile(name, "w") as archive:
         for package in ("spec", "reference", "invariants", "txnmodel"):
             for file in (root / package).rglob("*"):
-                if file.is_file() and "__pycache__" not in file.parts:
+                # compiled modules cannot be imported from a zip: the executors run their source
+                if file.is_file() and "__pycache__" not in file.parts and file.suffix not in (".so", ".c", ".pyd"):
                     archive.write(file, file.relative_to(root))
     sc.addPyFile(name)
 
