@@ -20,8 +20,11 @@ for operations of unknown outcome and for reads (the loop is :mod:`invariants._w
   list, tried only where the search is stuck at a return (just in time), the earliest of identical
   ones first, and a configuration that used a superset of them to reach the same required
   operations and state is dominated and pruned.
-* A read (``Model.read_only``, optional) the current state satisfies is placed at once and nowhere
-  later: it changes nothing, so a linearization placing it later can place it there.
+* A read (``Model.read_state``, optional: the one state a read accepts, :data:`UNKNOWN` for any,
+  :data:`NOT_A_READ` for an operation that may change the state) is never tried call by call: at
+  each configuration a read called by then that the current state satisfies is looked up and
+  placed at once, and nowhere later (it changes nothing, so a linearization placing it later can
+  place it there).
 
 Linearizability is local (Herlihy and Wing), so a history is linearizable iff each object's
 sub-history is: :func:`check_history` splits first (``Model.partition``), lets the parts take
@@ -47,6 +50,7 @@ from spec.history import Operation
 
 __all__ = [
     "DEFAULT_STEP_BUDGET",
+    "NOT_A_READ",
     "UNKNOWN",
     "HistoryResult",
     "Model",
@@ -81,6 +85,18 @@ class _Unknown:
 UNKNOWN: Any = _Unknown()
 
 
+class _NotARead:
+    def __repr__(self) -> str:
+        return "NOT_A_READ"
+
+    def __reduce__(self) -> str:
+        return "NOT_A_READ"
+
+
+NOT_A_READ: Any = _NotARead()
+"""What a model's ``read_state`` says of an operation that may change the state."""
+
+
 class Verdict(enum.Enum):
     OK = "ok"
     ILLEGAL = "illegal"
@@ -107,6 +123,9 @@ class Model(Protocol):
         ...
 
     def partition(self, ops: Sequence[Operation]) -> list[list[Operation]]: ...
+
+    # Optional: ``read_state(op_input, op_output)``, for an operation that never changes the state,
+    # the one state in which it is accepted (UNKNOWN: every state); NOT_A_READ for any other.
 
     def describe_op(self, op_input: Any, op_output: Any) -> str: ...
 
@@ -268,8 +287,8 @@ class _Part:
         returns = [
             infinity if op.completed_at is None or op.type.indeterminate else float(op.completed_at) for op in ops
         ]
-        read_only = getattr(model, "read_only", None)
-        self._search = _search(model.init(), model.step, decoded, calls, returns, step_budget, read_only)
+        read_state = getattr(model, "read_state", None)
+        self._search = _search(model.init(), model.step, decoded, calls, returns, step_budget, read_state)
 
     @property
     def done(self) -> bool:
@@ -378,16 +397,19 @@ def _search(
     calls: Sequence[int],
     returns: Sequence[float],
     budget: int,
-    read_only: Callable[[Any], bool] | None = None,
+    read_state: Callable[[Any, Any], Any] | None = None,
 ) -> Generator[None, None, _Found]:
     """The search of one part (:func:`invariants._wgl.search`, compiled when it could be built),
     then the optional operations it left out placed last: a linearization of every operation."""
     inputs = [d[0] for d in decoded]
     outputs = [d[1] for d in decoded]
     optional = [outputs[i] is UNKNOWN and returns[i] == math.inf for i in range(len(decoded))]
-    reads = [False] * len(decoded) if read_only is None else [bool(read_only(x)) for x in inputs]
+    if read_state is None:
+        witnesses = [NOT_A_READ] * len(decoded)
+    else:
+        witnesses = [read_state(op_input, op_output) for op_input, op_output in zip(inputs, outputs, strict=True)]
     code, steps, order, blocked, state = yield from _wgl.search(
-        init, step, inputs, outputs, calls, returns, optional, reads, budget
+        init, step, inputs, outputs, calls, returns, optional, witnesses, NOT_A_READ, UNKNOWN, budget
     )
     if code == _wgl.UNKNOWN_VERDICT:
         return _Found(Verdict.UNKNOWN, steps, order, None, state)

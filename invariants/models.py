@@ -25,7 +25,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from invariants.linearizability import UNKNOWN, Model, partition_by_object
+from invariants.linearizability import NOT_A_READ, UNKNOWN, Model, partition_by_object
 from spec.history import RECOVER, BadHistory, Operation, OpType, is_machine_operation, make_operation, object_id
 
 __all__ = [
@@ -109,9 +109,12 @@ class CasRegister:
     def partition(self, ops: Sequence[Operation]) -> list[list[Operation]]:
         return partition_by_object(ops)
 
-    def read_only(self, op_input: Any) -> bool:
-        """A read changes no state, whatever its output (the search may place it as soon as it fits)."""
-        return bool(op_input[0] == "read")
+    def read_state(self, op_input: Any, op_output: Any) -> Any:
+        """A read changes nothing and is accepted in the state it read (any state when its output
+        is unknown): the search places it as soon as that is the state."""
+        if op_input[0] != "read":
+            return NOT_A_READ
+        return op_output
 
     def describe_op(self, op_input: Any, op_output: Any) -> str:
         shown = "?" if op_output is UNKNOWN else "failed" if op_output is NO_EFFECT else _show(op_output)
@@ -162,9 +165,11 @@ class KeyValue:
     def partition(self, ops: Sequence[Operation]) -> list[list[Operation]]:
         return partition_by_object(ops)
 
-    def read_only(self, op_input: Any) -> bool:
-        """A get changes no state, whatever its output."""
-        return bool(op_input[0] == "get")
+    def read_state(self, op_input: Any, op_output: Any) -> Any:
+        """A get changes nothing and is accepted in the state it read (any state when unknown)."""
+        if op_input[0] != "get":
+            return NOT_A_READ
+        return op_output
 
     def describe_op(self, op_input: Any, op_output: Any) -> str:
         if op_input[0] == "get":
