@@ -44,7 +44,9 @@ watermark cannot pass it (TC-17: the watermark is below every live sequence), an
 individually stays PENDING_ACK (PA-1).  It has *certainly ended* once a commit or an abort of it
 returned ok: the coordinator answers only after every participant wrote its marker or applied the
 end (TC-15).  An open transaction that nobody ended is aborted by its coordinator within
-``timeout_ms + TXN_END_BOUND_MS`` of its ``new_txn`` completing (TC-18).
+``timeout_ms + TXN_END_BOUND_MS`` of its ``new_txn`` completing (TC-18), and one whose end was
+invoked ends within TXN_END_BOUND_MS of the later of that and its deadline (an end that reached
+the coordinator is re-driven until it completes, TC-16, TC-24; a lost one leaves it to TC-18).
 
 Bounds (simulated milliseconds; logical time is the history's clock):
 
@@ -302,7 +304,9 @@ class _View:
 
     def ended_at(self, txn: Txn) -> int | None:
         """When ``txn`` certainly ended everywhere: the first ok commit or abort completed."""
-        done = [op.completed_at for op in self.ends.get(txn, ()) if op.type is OpType.OK and op.completed_at is not None]
+        done = [
+            op.completed_at for op in self.ends.get(txn, ()) if op.type is OpType.OK and op.completed_at is not None
+        ]
         return min(done) if done else None
 
     def committed_at(self, txn: Txn) -> int | None:
@@ -313,25 +317,49 @@ class _View:
         ]
         return min(done) if done else None
 
-    def aborted_by(self, txn: Txn) -> tuple[float, str] | None:
-        """When ``txn`` certainly was aborted, with the reason: an abort returned ok, or nobody tried
-        to end it and its coordinator must have timed it out (TC-18) by its deadline plus the bound."""
-        ends = self.ends.get(txn, [])
-        done = [op for op in ends if op.f == "abort" and op.type is OpType.OK and op.completed_at is not None]
-        if done and not any(op.f == "commit" and op.type is not OpType.FAIL for op in ends):
-            first = min(done, key=lambda o: o.completed_at or 0)
-            return float(first.completed_at or 0), f"abort op {first.index} returned ok at {first.completed_at}"
-        if ends:
-            return None
+    def deadline(self, txn: Txn) -> int | None:
+        """The latest its coordinator may start timing ``txn`` out: it stamps the start when it
+        handles NEW_TXN, before the answer reaches the client (TC-5, TC-18)."""
         start = self.new_txn.get(txn)
         timeout = self.timeout.get(txn)
         if start is None or timeout is None or start.completed_at is None:
             return None
-        by = start.completed_at + timeout + TXN_END_BOUND_MS
+        return start.completed_at + timeout
+
+    def aborted_by(self, txn: Txn) -> tuple[float, str] | None:
+        """When ``txn`` certainly was aborted, with the reason: an abort returned ok, or no end of it
+        took effect (none invoked, or all failed: a ``fail`` did nothing) and its coordinator must
+        have timed it out (TC-18) by its deadline plus TXN_END_BOUND_MS."""
+        ends = [op for op in self.ends.get(txn, []) if op.type is not OpType.FAIL]
+        done = [op for op in ends if op.f == "abort" and op.type is OpType.OK and op.completed_at is not None]
+        if done and not any(op.f == "commit" for op in ends):
+            first = min(done, key=lambda o: o.completed_at or 0)
+            return float(first.completed_at or 0), f"abort op {first.index} returned ok at {first.completed_at}"
+        if ends:
+            return None
+        deadline = self.deadline(txn)
+        if deadline is None:
+            return None
+        by = deadline + TXN_END_BOUND_MS
         return float(by), (
-            f"nobody ended it, and its coordinator times it out by {start.completed_at} + {timeout} ms "
-            f"(new_txn op {start.index}) + {TXN_END_BOUND_MS} ms = {by}"
+            f"no end of it took effect, and its coordinator times it out by {deadline} (new_txn op "
+            f"{self.new_txn[txn].index} done plus its timeout) + {TXN_END_BOUND_MS} ms = {by}"
         )
+
+    def ended_by(self, txn: Txn) -> tuple[float, str] | None:
+        """When ``txn`` certainly ended, committed or aborted: a commit or abort returned ok; else
+        TXN_END_BOUND_MS after the later of its deadline and the last end invoked that may have
+        taken effect.  An end that reached the coordinator is re-driven until it completes (TC-16,
+        TC-24); one that was lost leaves the txn OPEN until its coordinator times it out (TC-18)."""
+        done = self.ended_at(txn)
+        if done is not None:
+            return float(done), f"ended by {done}"
+        deadline = self.deadline(txn)
+        if deadline is None:
+            return None
+        calls = [op.invoked_at for op in self.ends.get(txn, []) if op.type is not OpType.FAIL]
+        by = max([deadline, *calls]) + TXN_END_BOUND_MS
+        return float(by), f"ends by {by} (its deadline {deadline} or its last end, plus {TXN_END_BOUND_MS} ms)"
 
     # -- subscriptions ---------------------------------------------------------------------------
 
@@ -339,7 +367,9 @@ class _View:
         """Judged for liveness: Exclusive (one consumer at a time), or one receiving process throughout."""
         if self.exclusive(sub):
             return True
-        return len(self.receivers.get(sub, ())) == 1 and all(op.type is OpType.OK for op in self.subscribes.get(sub, ()))
+        return len(self.receivers.get(sub, ())) == 1 and all(
+            op.type is OpType.OK for op in self.subscribes.get(sub, ())
+        )
 
     def blind(self, sub: str, t: float, dispatchable_from: float) -> Operation | None:
         """A receive or subscribe of unknown outcome on ``sub``, invoked before ``t``, that may have
@@ -349,7 +379,11 @@ class _View:
             if op.invoked_at < t and (op.completed_at is None or op.completed_at >= dispatchable_from):
                 return op
         for op in self.subscribes.get(sub, ()):
-            if op.type.indeterminate and op.invoked_at < t and (op.completed_at is None or op.completed_at >= dispatchable_from):
+            if (
+                op.type.indeterminate
+                and op.invoked_at < t
+                and (op.completed_at is None or op.completed_at >= dispatchable_from)
+            ):
                 return op
         return None
 
@@ -412,7 +446,9 @@ def _covered(view: _View, ack: _Ack) -> list[_Message]:
     """The messages of the ack's partition that the ack acknowledges."""
     partition, _ = split_subscription(parse_object(ack.sub)[1])
     return [
-        m for m in view.sends_by_partition.get(partition, ()) if m.id is not None and _covers(ack.id, ack.cumulative, m.id)
+        m
+        for m in view.sends_by_partition.get(partition, ())
+        if m.id is not None and _covers(ack.id, ack.cumulative, m.id)
     ]
 
 
@@ -523,17 +559,12 @@ def _readable_at(view: _View, message: _Message, before: list[_Message], sub: st
         txn = other.txn
         if txn is None or txn == message.txn:
             continue
-        ended = view.ended_at(txn)
+        ended = view.ended_by(txn)
         if ended is None:
-            aborted = view.aborted_by(txn)
-            if aborted is None:
-                return None
-            ended_by: float = aborted[0]
-        else:
-            ended_by = ended
-        if ended_by > at:
-            at = ended_by
-            why += f", {_fmt_txn(txn)} (entry {_fmt(other.id)} before it) ended by {ended_by:g}"
+            return None
+        if ended[0] > at:
+            at = ended[0]
+            why += f", {_fmt_txn(txn)} (entry {_fmt(other.id)} before it) {ended[1]}"
     if message.deliver_at is not None and view.delays(sub) and message.deliver_at > at:
         at = message.deliver_at
         why += f", due at {message.deliver_at}"

@@ -54,7 +54,9 @@ from .storage import LedgerFaults
 
 __all__ = [
     "DEFAULT_DEADLINE_MS",
+    "FAULT_MIXES",
     "FAULT_RATES",
+    "MIX_CYCLE",
     "KEYS",
     "TRACKERS",
     "WORKLOADS",
@@ -62,6 +64,7 @@ __all__ = [
     "RunResult",
     "RunSpec",
     "build_parser",
+    "fault_mix",
     "file_metadata",
     "file_stem",
     "run",
@@ -88,7 +91,44 @@ FAULT_RATES: dict[str, float | int] = {
     "broker_crash": 0.4,
     "coordinator_crash": 0.4,
     "topic_unload": 0.2,
+    # Once the writers are done, before the heal: the chance that each partition is unloaded (a
+    # recovery with nothing written after it, which a stale maxReadPosition would never leave).
+    "unload_at_heal": 0.0,
 }
+# Fault mixes: overrides of FAULT_RATES that reach what the default profile rarely does (see
+# docs/known_bugs.md).  ``late-append``: short transaction timeouts and long network delays, so a
+# txn's message reaches a partition after its timeout abort and re-opens it there (TB-8, TB-13);
+# ``coordinator``: coordinator crashes while participants time out END_TXN, so reloads find
+# COMMITTING and ABORTING transactions to re-drive (TC-16, TC-24); ``quiesce``: the default
+# faults, and every partition unloaded once the writers are done (TB-24 with nothing after it).
+FAULT_MIXES: dict[str, dict[str, float | int]] = {
+    "default": {},
+    "late-append": {
+        "drop_request": 0.0,
+        "drop_response": 0.0,
+        "duplicate_request": 0.0,
+        "ledger_append": 0.0,
+        "ledger_read": 0.0,
+        "broker_crash": 0.0,
+        "coordinator_crash": 0.0,
+        "topic_unload": 0.0,
+        "short_txn_timeout": 0.5,
+        "max_extra_delay_ms": 400,
+    },
+    "coordinator": {
+        "drop_request": 0.0,
+        "drop_response": 0.0,
+        "ledger_append": 0.0,
+        "ledger_read": 0.0,
+        "broker_crash": 0.0,
+        "topic_unload": 0.0,
+        "coordinator_crash": 1.0,
+        "participant_timeout": 0.2,
+    },
+    "quiesce": {"unload_at_heal": 1.0},
+}
+# ``--fault-mix mixed``: the mix of each seed, by seed modulo the length of this cycle.
+MIX_CYCLE = ("default", "default", "late-append", "coordinator", "quiesce")
 # Far beyond any clean run (the longest of the main job's are under 200 s of simulated time): the
 # deadline only cuts runs that would otherwise never end.
 DEFAULT_DEADLINE_MS = 3_600_000
@@ -539,6 +579,18 @@ class _Run:
                 self.injected("topic-unload", partition)
                 broker.restart_later(broker.partitions[partition])
 
+    def unload_at_heal(self) -> None:
+        """``unload_at_heal``: unload partitions once the writers are done (they reload on their own)."""
+        rate = float(self.rates["unload_at_heal"])
+        broker = self.cluster.broker
+        if not self.faults_on or rate <= 0 or not broker.up:
+            return
+        for name in sorted(broker.partitions):
+            if self.rng.random() < rate:
+                broker.partitions[name].crash()
+                self.injected("topic-unload-at-heal", name)
+                broker.restart_later(broker.partitions[name])
+
     def heal(self) -> None:
         """Stop injecting faults and give pending work time to settle (timeouts, retries)."""
         self.faults_on = False
@@ -623,6 +675,7 @@ class _Run:
                     f"{spec.ops - max(self.budget.left, 0)}/{spec.ops} txns"
                 )
         if not self.cut:
+            self.unload_at_heal()
             self.heal()
             heal_until = self.sim.now + 12_000  # every open transaction times out, every end is re-driven
             while (due := self.sim.next_due()) is not None and due <= heal_until and not self.past_deadline():
@@ -717,6 +770,13 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         "(its runs go to delayed-bucket.parquet); mixed (default): bucket on seeds 2, 3, 6, 7, ... "
         "(seed // 2 odd)",
     )
+    parser.add_argument(
+        "--fault-mix",
+        choices=(*FAULT_MIXES, "mixed"),
+        default="default",
+        help="with --faults on: the fault rates' overrides (FAULT_MIXES in reference/engine/simulate.py); "
+        f"mixed: by seed modulo {len(MIX_CYCLE)}, {', '.join(MIX_CYCLE)}",
+    )
     parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
     parser.add_argument(
         "--check", action="store_true", help="check each history's transactional properties (exit 1 on any anomaly)"
@@ -729,6 +789,11 @@ def variant(choice: str, seed: int, modulus: int, step: int = 1) -> bool:
     """An on/off/mixed command-line choice for one seed: mixed is on when ``(seed // step) % modulus
     == 1``, so seed 0 (the default single run) is always the plain workload."""
     return choice == "on" or (choice == "mixed" and (seed // step) % modulus == 1)
+
+
+def fault_mix(choice: str, seed: int) -> str:
+    """The fault mix of one seed: ``choice``, or for ``mixed`` the seed's place in :data:`MIX_CYCLE`."""
+    return MIX_CYCLE[seed % len(MIX_CYCLE)] if choice == "mixed" else choice
 
 
 def file_stem(spec: RunSpec) -> str:
@@ -776,6 +841,7 @@ def run_simulate(args: argparse.Namespace) -> int:
                     delayed_tracker="bucket"
                     if workload == "delayed" and variant(tracker, seed, 2, step=2)
                     else "memory",
+                    fault_rates=dict(FAULT_MIXES[fault_mix(args.fault_mix, seed)]),
                 )
                 result = run(spec, say)
                 history = result.operations[0].history if result.operations else f"{workload}-{seed}"
