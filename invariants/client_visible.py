@@ -236,10 +236,10 @@ class _View:
                 if type(timeout) is int:
                     self.timeout[txn] = timeout
             elif op.f in ("commit", "abort"):
-                txn = _txn(op, _object(op))
-                if txn is None:
+                ended = _txn(op, _object(op))
+                if ended is None:
                     raise _bad(op, f"{op.f} needs 'txn'")
-                self.ends[txn].append(op)
+                self.ends[ended].append(op)
             elif op.f == "send":
                 self._send(op)
             elif op.f in ("receive", "ack", "ack_cumulative", "subscribe"):
@@ -248,7 +248,7 @@ class _View:
             self.deliveries[sub].sort(key=lambda d: (d.op.invoked_at, d.op.index))
 
     def _send(self, op: Operation) -> None:
-        kind, partition = parse_object(op.object)
+        _, partition = parse_object(op.object)
         args = _object(op)
         payload = args.get("message")
         if not isinstance(payload, str):
