@@ -57,7 +57,6 @@ from txnmodel.mutation import (  # noqa: E402
     applied,
     enumerate_mutants,
     sample,
-    source_digest,
 )
 
 PURE_Z3_TESTS = "not test_every_obligation_is_proved and not test_a_broken_rule_is_refuted"
@@ -318,8 +317,10 @@ def proof_reach(args: argparse.Namespace) -> dict[str, set[str]]:
             for node in ast.walk(ptree):
                 if isinstance(node, ast.ImportFrom) and node.module == module:
                     used |= {a.name for a in node.names}
-                elif isinstance(node, ast.ImportFrom) and node.module == "reference" and any(
-                    a.name == short for a in node.names
+                elif (
+                    isinstance(node, ast.ImportFrom)
+                    and node.module == "reference"
+                    and any(a.name == short for a in node.names)
                 ):
                     used |= {n.attr for n in ast.walk(ptree) if isinstance(n, ast.Attribute)}
         todo = [n for n in used if n in defs]
@@ -415,8 +416,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(
                 f"  {row['id']:16} {row['operator']:9} {row['function'][:32]:32} changed={row.get('changed')!s:5} "
-                f"bulk={row.get('bulk') or '-'} oracle={row.get('oracle') or '-'} engine={'y' if row.get('engine') else '-'} "
-                f"static={row.get('static') or '-'} ({row['seconds']} s)",
+                f"bulk={row.get('bulk') or '-'} oracle={row.get('oracle') or '-'} "
+                f"engine={'y' if row.get('engine') else '-'} static={row.get('static') or '-'} ({row['seconds']} s)",
                 flush=True,
             )
     table = summarize(rows)
@@ -439,11 +440,21 @@ def main(argv: list[str] | None = None) -> int:
     (out / "report.json").write_text(json.dumps({"meta": meta, "table": table, "mutants": rows}, indent=1))
     survivors = [r for r in rows if r.get("changed") and not (r.get("bulk") or r.get("oracle") or r.get("engine"))]
     static_survivors = [r for r in rows if r.get("changed") and not r.get("static")]
-    lines = [text, "", f"{len(chosen)} mutants, wall {wall:.0f} s, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"]
+    lines = [
+        text,
+        "",
+        f"{len(chosen)} mutants, wall {wall:.0f} s, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}",
+    ]
     lines += ["", "History-changing mutants no history checker flags:"]
-    lines += [f"- {r['id']} {r['module']}.{r['function']} line {r['line']} ({r['operator']}): {r['before']} -> {r['after']}" for r in survivors]
+    lines += [
+        f"- {r['id']} {r['module']}.{r['function']} line {r['line']} ({r['operator']}): {r['before']} -> {r['after']}"
+        for r in survivors
+    ]
     lines += ["", "History-changing mutants tests, vectors and proofs all miss:"]
-    lines += [f"- {r['id']} {r['module']}.{r['function']} line {r['line']} ({r['operator']}): {r['before']} -> {r['after']}" for r in static_survivors]
+    lines += [
+        f"- {r['id']} {r['module']}.{r['function']} line {r['line']} ({r['operator']}): {r['before']} -> {r['after']}"
+        for r in static_survivors
+    ]
     (out / "report.md").write_text("\n".join(lines) + "\n")
     print("\n" + "\n".join(lines))
     return 0

@@ -160,9 +160,9 @@ def _walk(func: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[tuple[ast.AS
             return
         yield node, slot
         for name, value in ast.iter_fields(node):
-            if name in ("decorator_list", "returns", "annotation", "type_comment", "args", "type_params"):
-                if not (name == "args" and isinstance(node, ast.Call)):
-                    continue
+            skipped = ("decorator_list", "returns", "annotation", "type_comment", "args", "type_params")
+            if name in skipped and not (name == "args" and isinstance(node, ast.Call)):
+                continue
             if isinstance(value, list):
                 for i, child in enumerate(value):
                     if isinstance(child, ast.AST) and not (i == 0 and name == "body" and _is_docstring_stmt(child)):
@@ -189,7 +189,12 @@ def _candidates(node: ast.AST, slot: _Slot) -> Iterator[tuple[str, int, str, str
             elif kind in _COMPARE:
                 yield "compare", j, _SYMBOL[kind], _SYMBOL[_COMPARE[kind]]
     elif isinstance(node, ast.BoolOp):
-        yield "boolean", 0, "and" if isinstance(node.op, ast.And) else "or", "or" if isinstance(node.op, ast.And) else "and"
+        yield (
+            "boolean",
+            0,
+            "and" if isinstance(node.op, ast.And) else "or",
+            "or" if isinstance(node.op, ast.And) else "and",
+        )
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         yield "boolean", 0, f"not {_text(node.operand)}", _text(node.operand)
     elif isinstance(node, ast.If):
@@ -238,14 +243,14 @@ def _mutate(node: ast.AST, slot: _Slot, operator: str, detail: int) -> None:
         replace(node.operand)
     elif isinstance(node, ast.If) and operator == "boolean":
         node.test = ast.copy_location(ast.UnaryOp(op=ast.Not(), operand=node.test), node.test)
-    elif isinstance(node, ast.If):
-        node.body, node.orelse = node.orelse, node.body
-    elif isinstance(node, ast.IfExp):
+    elif isinstance(node, ast.If | ast.IfExp):
         node.body, node.orelse = node.orelse, node.body
     elif operator == "statement":
         replace(ast.Pass())
-    elif isinstance(node, ast.Constant):
-        node.value = (not node.value) if isinstance(node.value, bool) else node.value + 1
+    elif isinstance(node, ast.Constant) and isinstance(node.value, bool):
+        node.value = not node.value
+    elif isinstance(node, ast.Constant) and isinstance(node.value, int):
+        node.value = node.value + 1
     else:  # pragma: no cover - enumerate and mutate walk the same nodes
         raise MutationError(f"no mutation {operator} for {type(node).__name__}")
 
@@ -340,7 +345,7 @@ def mutated_code(mutant: Mutant, source: str | None = None) -> types.CodeType:
         raise MutationError(f"{mutant.id}: node {mutant.ordinal} not found in {mutant.function}")
     ast.fix_missing_locations(tree)
     module_code = compile(tree, str(path), "exec")
-    code = _find_code(module_code, mutant.function, func.lineno if not func.decorator_list else func.lineno)
+    code = _find_code(module_code, mutant.function, func.lineno)
     if code is None:
         # Decorated functions start at their first decorator's line in some Python versions.
         code = next(
@@ -380,4 +385,8 @@ def install(spec: str) -> Callable[[], None]:
     mutant = enumerate_mutants(machine)[int(index)]
     manager = applied(mutant)
     manager.__enter__()
-    return lambda: manager.__exit__(None, None, None)
+
+    def undo() -> None:
+        manager.__exit__(None, None, None)
+
+    return undo
