@@ -69,10 +69,13 @@ def main_job_spec(workload: str, seed: int, ops: int) -> RunSpec:
         seed=seed,
         ops=ops,
         faults=True,
+        batching=variant("mixed", seed, 4),
         batch_messages=variant("mixed", seed, 2),
         key_shared=variant("mixed", seed, 3),
         delayed_tracker="bucket" if workload == "delayed" and variant("mixed", seed, 2, step=2) else "memory",
         fault_rates=dict(FAULT_MIXES[fault_mix("mixed", seed)]),
+        unsubscribe=variant("mixed", seed, 5),
+        cumulative=variant("mixed", seed, 7),
     )
 
 

@@ -1474,6 +1474,8 @@ class SubscriptionService:
             DelayedDeliveryService.clean_residual(
                 self.broker.store, self.cursor, partition=self.partition.name, subscription=self.name
             )
+        if self.log is not None:
+            self.log.close()  # the pending-ack log's writer closes before the log goes (BW-18)
         self.crash()
         ledger.delete_cursor(self.name)
         self.broker.store.delete(self.log_name)

@@ -149,7 +149,7 @@ _BUCKET_CONFIG: dict[str, Any] = {
     "delayedDeliveryTrackerFactoryClassName": BUCKET_FACTORY,
     "delayedDeliveryMinIndexCountPerBucket": 4,
     "delayedDeliveryMaxIndexesPerBucketSnapshotSegment": 3,
-    "delayedDeliveryMaxNumBuckets": 6,
+    "delayedDeliveryMaxNumBuckets": 3,  # few, so that buckets merge (DD-20, DD-21)
     "managedLedgerMaxEntriesPerLedger": 16,
 }
 # How far ahead the delayed workload's messages are due.  On the bucket tracker further: a bucket
@@ -191,6 +191,8 @@ class RunSpec:
     batch_messages: bool = False  # batching producers (client batches, not PIP-160's batched log)
     key_shared: bool = False  # partition keys on every send, Key_Shared readers
     delayed_tracker: str = "memory"  # the delayed workload's tracker: "memory" or "bucket"
+    unsubscribe: bool = False  # readers unsubscribe when done instead of closing (the subscription goes)
+    cumulative: bool = False  # ctp processors acknowledge their input cumulatively in the txn (PA-9)
 
     def broker_config(self) -> Config:
         """The brokers' configuration: ``config``, with the bucket tracker for a delayed run that asks for it."""
@@ -226,6 +228,8 @@ class RunSpec:
             "batch_messages": self.batch_messages,
             "key_shared": self.key_shared,
             "delayed_tracker": self.delayed_tracker,
+            "unsubscribe": self.unsubscribe,
+            "cumulative": self.cumulative,
             "fault_rates": rates,
             "config": config_overrides(self.broker_config()),
         }
@@ -482,7 +486,12 @@ class _Run:
                     return
                 target = self.rng.randrange(self.spec.partitions)
                 yield from self.send(client, "out", target, f"{msg.payload.decode()}>w{w}.{n}", txn=txn)
-                yield consumer.acknowledge_async(msg, txn=txn)
+                if self.spec.cumulative:
+                    # One processor per input partition (Exclusive): a cumulative ack in the txn
+                    # acknowledges this input and everything before it (PA-9, PA-12).
+                    yield consumer.acknowledge_cumulative_async(msg, txn=txn)
+                else:
+                    yield consumer.acknowledge_async(msg, txn=txn)
                 yield from self.end(txn)
 
             yield from _attempt(one)
@@ -547,7 +556,15 @@ class _Run:
         # several consumers (Key_Shared) what it still held goes to the others, which read to the end.
         # (A consumer that stayed connected without reading would keep its keys' messages for good,
         # in Pulsar too, and the drain of another consumer would then prove nothing.)
-        consumer.close()
+        if self.spec.unsubscribe:
+            # Unsubscribing drops the subscription with its cursor, pending-ack log and delayed
+            # tracker (DD-23); a reader that is done may do that instead of closing.
+            try:
+                yield consumer.unsubscribe_async()
+            except _ERRORS:
+                consumer.close()
+        else:
+            consumer.close()
 
     def fault_process(self) -> Proc:
         broker = self.cluster.broker
@@ -748,7 +765,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--clients", type=int, default=4, help="concurrent transactional clients")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--faults", choices=("on", "off"), default="on")
-    parser.add_argument("--batching", choices=("on", "off"), default="off", help="PIP-160 batched log writes")
+    parser.add_argument(
+        "--batching",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="PIP-160 batched log writes; mixed: seeds = 1 mod 4",
+    )
     parser.add_argument(
         "--batch-messages",
         choices=("on", "off", "mixed"),
@@ -776,6 +798,18 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         default="default",
         help="with --faults on: the fault rates' overrides (FAULT_MIXES in reference/engine/simulate.py); "
         f"mixed: by seed modulo {len(MIX_CYCLE)}, {', '.join(MIX_CYCLE)}",
+    )
+    parser.add_argument(
+        "--unsubscribe",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="readers unsubscribe when done instead of closing; mixed: seeds = 1 mod 5",
+    )
+    parser.add_argument(
+        "--cumulative",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="ctp processors ack their input cumulatively in the txn; mixed: seeds = 1 mod 7",
     )
     parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
     parser.add_argument(
@@ -832,7 +866,7 @@ def run_simulate(args: argparse.Namespace) -> int:
                     ops=args.ops,
                     clients=args.clients,
                     faults=args.faults == "on",
-                    batching=args.batching == "on",
+                    batching=variant(args.batching, seed, 4),
                     partitions=args.partitions,
                     duration_ms=args.duration,
                     deadline_ms=args.deadline,
@@ -842,6 +876,8 @@ def run_simulate(args: argparse.Namespace) -> int:
                     if workload == "delayed" and variant(tracker, seed, 2, step=2)
                     else "memory",
                     fault_rates=dict(FAULT_MIXES[fault_mix(args.fault_mix, seed)]),
+                    unsubscribe=variant(args.unsubscribe, seed, 5),
+                    cumulative=variant(args.cumulative, seed, 7),
                 )
                 result = run(spec, say)
                 history = result.operations[0].history if result.operations else f"{workload}-{seed}"

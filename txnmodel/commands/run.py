@@ -94,6 +94,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "mixed",
                     "--delayed-tracker",
                     "mixed",
+                    "--batching",
+                    "mixed",
+                    "--fault-mix",
+                    "mixed",
+                    "--unsubscribe",
+                    "mixed",
+                    "--cumulative",
+                    "mixed",
                     "--quiet",
                 ]
             )
