@@ -48,7 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from reference.engine.simulate import FAULT_MIXES, WORKLOADS, RunSpec, fault_mix, run, variant  # noqa: E402
+from reference.engine.simulate import WORKLOADS, RunSpec, main_job_spec, run  # noqa: E402
 from spec.history import Operation  # noqa: E402
 from txnmodel.mutation import (  # noqa: E402
     MACHINE_MODULES,
@@ -60,23 +60,6 @@ from txnmodel.mutation import (  # noqa: E402
 )
 
 PURE_Z3_TESTS = "not test_every_obligation_is_proved and not test_a_broken_rule_is_refuted"
-
-
-def main_job_spec(workload: str, seed: int, ops: int) -> RunSpec:
-    """One history of the main job (``txnmodel run``): its variants and fault mix by seed."""
-    return RunSpec(
-        workload=workload,
-        seed=seed,
-        ops=ops,
-        faults=True,
-        batching=variant("mixed", seed, 4),
-        batch_messages=variant("mixed", seed, 2),
-        key_shared=variant("mixed", seed, 3),
-        delayed_tracker="bucket" if workload == "delayed" and variant("mixed", seed, 2, step=2) else "memory",
-        fault_rates=dict(FAULT_MIXES[fault_mix("mixed", seed)]),
-        unsubscribe=variant("mixed", seed, 5),
-        cumulative=variant("mixed", seed, 7),
-    )
 
 
 @contextlib.contextmanager

@@ -30,11 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from reference.engine.simulate import WORKLOADS, run  # noqa: E402
+from reference.engine.simulate import WORKLOADS, main_job_spec, run  # noqa: E402
 from txnmodel.reach import all_rules, replay_reach, rule_map, rules_reached, traced  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from mutation_report import main_job_spec  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -67,6 +67,7 @@ __all__ = [
     "fault_mix",
     "file_metadata",
     "file_stem",
+    "main_job_spec",
     "run",
     "run_simulate",
     "simulate_main",
@@ -828,6 +829,24 @@ def variant(choice: str, seed: int, modulus: int, step: int = 1) -> bool:
 def fault_mix(choice: str, seed: int) -> str:
     """The fault mix of one seed: ``choice``, or for ``mixed`` the seed's place in :data:`MIX_CYCLE`."""
     return MIX_CYCLE[seed % len(MIX_CYCLE)] if choice == "mixed" else choice
+
+
+def main_job_spec(workload: str, seed: int, ops: int = 60) -> RunSpec:
+    """One history of the main job (``txnmodel run``: faults on, every variant and fault mix
+    ``mixed``), on the memory ledger, which gives the same history as the file ledger."""
+    return RunSpec(
+        workload=workload,
+        seed=seed,
+        ops=ops,
+        faults=True,
+        batching=variant("mixed", seed, 4),
+        batch_messages=variant("mixed", seed, 2),
+        key_shared=variant("mixed", seed, 3),
+        delayed_tracker="bucket" if workload == "delayed" and variant("mixed", seed, 2, step=2) else "memory",
+        fault_rates=dict(FAULT_MIXES[fault_mix("mixed", seed)]),
+        unsubscribe=variant("mixed", seed, 5),
+        cumulative=variant("mixed", seed, 7),
+    )
 
 
 def file_stem(spec: RunSpec) -> str:

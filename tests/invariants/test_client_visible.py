@@ -16,7 +16,7 @@ from invariants.client_visible import (
     TXN_END_BOUND_MS,
     check_client_visible,
 )
-from reference.engine.simulate import FAULT_MIXES, RunSpec, fault_mix, run, variant
+from reference.engine.simulate import main_job_spec, run
 from spec.history import BadHistory, Operation, OpType, make_operation
 from spec.rules import RULES_DIR, parse_rules
 
@@ -311,15 +311,5 @@ def test_machine_operations_are_ignored() -> None:
 @pytest.mark.parametrize("workload", ["ctp", "multi", "delayed"])
 def test_no_violation_on_seeded_histories_with_faults(workload: str) -> None:
     for seed in range(1, 11):  # every variant and every fault mix of the main job
-        spec = RunSpec(
-            workload=workload,
-            seed=seed,
-            ops=30,
-            faults=True,
-            batch_messages=variant("mixed", seed, 2),
-            key_shared=variant("mixed", seed, 3),
-            delayed_tracker="bucket" if workload == "delayed" and variant("mixed", seed, 2, step=2) else "memory",
-            fault_rates=dict(FAULT_MIXES[fault_mix("mixed", seed)]),
-        )
-        result = check_client_visible(run(spec).operations)
+        result = check_client_visible(run(main_job_spec(workload, seed, ops=30)).operations)
         assert result.ok, [str(v) for v in result.violations[:3]]

@@ -33,7 +33,18 @@ from reference import pending_ack as pa
 from reference.engine.simulate import RunSpec, run
 from spec.result import Ok
 
-__all__ = ["DETECTABLE", "MUTANTS", "Mutant", "Probe", "applied", "check", "detection", "first_detection"]
+__all__ = [
+    "DETECTABLE",
+    "MUTANTS",
+    "Mutant",
+    "Probe",
+    "applied",
+    "check",
+    "check_both",
+    "detection",
+    "first_detection",
+    "main_job_detection",
+]
 
 
 @dataclass(frozen=True)
@@ -513,6 +524,61 @@ def first_detection(results: Result) -> int | None:
         if flagged:
             return i
     return None
+
+
+def check_both(spec: RunSpec) -> tuple[bool, bool, list[str]]:
+    """One history checked by the bulk job's checker and by the client-visible oracle
+    (``invariants.client_visible``): (bulk flagged, oracle flagged, what each found)."""
+    from invariants.bulk import VerifyOptions, check_histories
+    from invariants.client_visible import check_client_visible
+
+    ops = run(spec).operations
+    name = f"{spec.workload}-seed{spec.seed}"
+    rows = check_histories({name: ops}, "known-bugs", VerifyOptions(counterexamples=False))
+    found: list[str] = []
+    for r in rows:
+        if r.checker == "transactional" and r.verdict != "ok":
+            found += sorted(json.loads(r.detail)["counts"])
+        elif r.verdict != "ok":
+            found.append(f"{r.checker}:{r.verdict}")
+    oracle = check_client_visible(ops)
+    return bool(found), not oracle.ok, found + [f"oracle:{k}" for k in sorted(oracle.counts)]
+
+
+def main_job_detection(mutant: Mutant, seeds: int, ops: int = 60) -> dict[str, Any]:
+    """The mutant in the main job's own workloads (every workload at seeds 1..``seeds``, its
+    variants and fault mixes): the first history the bulk checker flags and the first the oracle
+    flags (each search stops there), and what they found."""
+    from reference.engine.simulate import WORKLOADS, main_job_spec
+
+    started = time.perf_counter()
+    first: dict[str, str | None] = {"bulk": None, "oracle": None}
+    found: dict[str, list[str]] = {}
+    runs = 0
+    if mutant.runnable:
+        with applied(mutant):
+            for seed in range(1, seeds + 1):
+                for workload in WORKLOADS:
+                    runs += 1
+                    bulk, oracle, what = check_both(main_job_spec(workload, seed, ops))
+                    name = f"{workload}-seed{seed}"
+                    for checker, hit in (("bulk", bulk), ("oracle", oracle)):
+                        if hit and first[checker] is None:
+                            first[checker] = name
+                            found[checker] = [w for w in what if w.startswith("oracle:") == (checker == "oracle")]
+                    if first["bulk"] and first["oracle"]:
+                        break
+                if first["bulk"] and first["oracle"]:
+                    break
+    return {
+        "bug": mutant.name,
+        "histories": runs,
+        "bulk": first["bulk"],
+        "oracle": first["oracle"],
+        "found": found,
+        "detected": bool(first["bulk"] or first["oracle"]),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
 
 
 def report(n: int = 20) -> list[dict[str, Any]]:
