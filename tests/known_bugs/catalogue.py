@@ -358,14 +358,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "_remove_and_update",
         _end_not_removing_ongoing,
         Probe("ctp", False),
-        not_detectable="a run with this mutant never returns from one machine step: the first commit whose "
-        "low watermark passes a txn left ongoing enters _handle_low_water_mark, whose loop "
-        "aborts the first ongoing txn until none is at or below the mark, and with this "
-        "mutant the abort never removes it (Pulsar's asynchronous loop would write abort "
-        "markers forever instead).  The run deadline bounds simulated time, which a pure "
-        "step that never returns does not advance.  commit-not-removing-ongoing is the "
-        "commit-path half of this bug, which terminates and is detected",
-        runnable=False,
+        (1, 3),
     ),
     Mutant(
         "lwm-aborts-wrong-txn",
