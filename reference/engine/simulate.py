@@ -194,6 +194,7 @@ class RunSpec:
     delayed_tracker: str = "memory"  # the delayed workload's tracker: "memory" or "bucket"
     unsubscribe: bool = False  # readers unsubscribe when done instead of closing (the subscription goes)
     cumulative: bool = False  # ctp processors acknowledge their input cumulatively in the txn (PA-9)
+    redeliver: bool = False  # ctp processors ask for redelivery and receive again while their txn is open
 
     def broker_config(self) -> Config:
         """The brokers' configuration: ``config``, with the bucket tracker for a delayed run that asks for it."""
@@ -231,6 +232,7 @@ class RunSpec:
             "delayed_tracker": self.delayed_tracker,
             "unsubscribe": self.unsubscribe,
             "cumulative": self.cumulative,
+            "redeliver": self.redeliver,
             "fault_rates": rates,
             "config": config_overrides(self.broker_config()),
         }
@@ -493,6 +495,15 @@ class _Run:
                     yield consumer.acknowledge_cumulative_async(msg, txn=txn)
                 else:
                     yield consumer.acknowledge_async(msg, txn=txn)
+                if self.spec.redeliver:
+                    # As a consumer's ack timeout would: everything unacked comes back, but not what
+                    # the open txn holds (PA-1); whatever does come is processed in the same txn.
+                    yield consumer.redeliver_unacknowledged_messages_async()
+                    more = yield consumer.receive_async(20)
+                    if more is not None:
+                        target = self.rng.randrange(self.spec.partitions)
+                        yield from self.send(client, "out", target, f"{more.payload.decode()}>w{w}.{n}b", txn=txn)
+                        yield consumer.acknowledge_async(more, txn=txn)
                 yield from self.end(txn)
 
             yield from _attempt(one)
@@ -812,6 +823,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         default="off",
         help="ctp processors ack their input cumulatively in the txn; mixed: seeds = 1 mod 7",
     )
+    parser.add_argument(
+        "--redeliver",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="ctp processors ask for redelivery and receive again before ending their txn; mixed: seeds = 3 mod 6",
+    )
     parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
     parser.add_argument(
         "--check", action="store_true", help="check each history's transactional properties (exit 1 on any anomaly)"
@@ -846,6 +863,7 @@ def main_job_spec(workload: str, seed: int, ops: int = 60) -> RunSpec:
         fault_rates=dict(FAULT_MIXES[fault_mix("mixed", seed)]),
         unsubscribe=variant("mixed", seed, 5),
         cumulative=variant("mixed", seed, 7),
+        redeliver=variant("mixed", seed + 4, 6),
     )
 
 
@@ -897,6 +915,7 @@ def run_simulate(args: argparse.Namespace) -> int:
                     fault_rates=dict(FAULT_MIXES[fault_mix(args.fault_mix, seed)]),
                     unsubscribe=variant(args.unsubscribe, seed, 5),
                     cumulative=variant(args.cumulative, seed, 7),
+                    redeliver=variant(args.redeliver, seed + 4, 6),
                 )
                 result = run(spec, say)
                 history = result.operations[0].history if result.operations else f"{workload}-{seed}"

@@ -102,6 +102,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "mixed",
                     "--cumulative",
                     "mixed",
+                    "--redeliver",
+                    "mixed",
                     "--quiet",
                 ]
             )
