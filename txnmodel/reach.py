@@ -52,7 +52,12 @@ REFERENCE_MODULES = (
     "reference.delayed",
 )
 # The history's machine object kinds and the machine each is recorded for.
-MACHINE_OF_KIND = {"coordinator": "coordinator", "partition": "buffer", "subscription": "pending_ack", "tracker": "delayed"}
+MACHINE_OF_KIND = {
+    "coordinator": "coordinator",
+    "partition": "buffer",
+    "subscription": "pending_ack",
+    "tracker": "delayed",
+}
 
 Site = tuple[str, str]  # (module, qualname)
 
