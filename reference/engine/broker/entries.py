@@ -1,0 +1,106 @@
+"""A partition's entries: the buffer's :class:`~reference.buffer.LogEntry` and a send's body, in
+and out of the topic-entry codec (:mod:`spec.topic_entry`, which owns the bytes).
+
+What the broker chooses on top of the codec: every entry it writes, transaction markers included,
+has producer ``txnmodel`` and the entry id as its sequence id (the buffer's TB-16 metadata gives a
+marker Pulsar's ``pulsar.txn.marker`` and -1; the broker's histories predate that rule, see
+``docs/spec/formats.md``); a stored entry is classified by the buffer's rule
+(:func:`reference.buffer.classify_entry`, TB-16).  :class:`StoredMessage` is what a partition
+keeps of an entry it wrote or read back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from reference import buffer as tb
+from spec.topic_entry import (
+    TXN_ABORT_MARKER,
+    TXN_COMMIT_MARKER,
+    BatchedMessage,
+    TopicEntry,
+    decode_batch_payload,
+    decode_topic_entry,
+    encode_batch_payload,
+    encode_topic_entry,
+)
+from spec.types import Position
+
+__all__ = [
+    "MARKER_ABORT",
+    "MARKER_COMMIT",
+    "NO_BODY",
+    "PRODUCER_NAME",
+    "BatchedMessage",
+    "MessageBody",
+    "StoredMessage",
+    "decode_batch_payload",
+    "decode_stored_message",
+    "encode_batch_payload",
+    "encode_entry",
+]
+
+MARKER_COMMIT = TXN_COMMIT_MARKER
+MARKER_ABORT = TXN_ABORT_MARKER
+PRODUCER_NAME = "txnmodel"  # the producer of every entry the broker writes
+
+
+@dataclass(frozen=True, slots=True)
+class MessageBody:
+    """What a producer's send carries besides the transaction: one message, or a batch of them."""
+
+    payload: bytes = b""
+    deliver_at: int | None = None
+    partition_key: str | None = None
+    batch: tuple[BatchedMessage, ...] | None = None  # a batch entry (num_messages_in_batch = len)
+
+
+NO_BODY = MessageBody()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    entry: tb.LogEntry
+    payload: bytes = b""
+    deliver_at: int | None = None
+    partition_key: str | None = None
+    batch: tuple[BatchedMessage, ...] | None = None
+
+    @property
+    def batch_size(self) -> int:
+        return 1 if self.batch is None else len(self.batch)
+
+
+def encode_entry(
+    entry: tb.LogEntry,
+    payload: bytes = b"",
+    deliver_at: int | None = None,
+    publish_time: int = 0,
+    *,
+    partition_key: str | None = None,
+    batch: Sequence[BatchedMessage] | None = None,
+    null_value: bool = False,
+) -> bytes:
+    """The bytes the broker writes for ``entry`` placed by the buffer, with a send's body."""
+    return encode_topic_entry(
+        TopicEntry(
+            producer_name=PRODUCER_NAME,
+            sequence_id=entry.position.entry_id,
+            publish_time=publish_time,
+            txn_id=entry.txn_id,
+            marker_type=tb.marker_type(entry.kind),
+            deliver_at=deliver_at,
+            partition_key=partition_key,
+            null_value=null_value,
+            payload=payload,
+            batch=None if batch is None else tuple(batch),
+        )
+    )
+
+
+def decode_stored_message(position: Position, data: bytes) -> StoredMessage:
+    """An entry read back from the topic's ledger at ``position``: the buffer's view of it and its body."""
+    decoded = decode_topic_entry(data, where=str(position))
+    entry = tb.classify_entry(position, decoded.marker_type, decoded.txn_id)
+    return StoredMessage(entry, decoded.payload, decoded.deliver_at, decoded.partition_key, decoded.batch)
