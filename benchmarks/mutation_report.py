@@ -10,7 +10,7 @@ For a seeded sample of ``--per-machine`` mutants of each machine:
   ledger, shorter) at seeds ``1..--seeds`` with ``--ops`` transactions, each compared with the
   unmutated run of the same seed.  A mutant whose function no workload executes (traced once on
   the unmutated runs) cannot change a history and is not run.  A changed history is checked by
-  the **bulk** checker (``invariants.bulk.check_histories``, what ``txnmodel verify`` runs, with the
+  the **bulk** checker (``invariants.verify.check_histories``, what ``txnmodel verify`` runs, with the
   mutant in place: its per-object models are the mutated machines too) and by the **oracle**
   (``invariants.client_visible``); each stops at its first flagged seed.  A run that raises or does
   not finish is an **engine** detection (the main job fails, though no checker judged a history).
@@ -91,18 +91,21 @@ def traced(modules: set[str]) -> Iterator[set[tuple[str, str]]]:
 
 
 def check_history(name: str, ops: list[Operation]) -> tuple[bool, bool, list[str]]:
-    """(bulk flagged, oracle flagged, what) for one history."""
-    from invariants.bulk import VerifyOptions, check_histories
-    from invariants.client_visible import check_client_visible
+    """(bulk flagged, oracle flagged, what) for one history, as ``txnmodel verify`` checks it: the
+    linearizability and transactional rows are the bulk checker's, the ``delivery`` row the oracle's."""
+    from invariants.verify import VerifyOptions, check_histories
 
-    rows = check_histories({name: ops}, "mutation", VerifyOptions(counterexamples=False))
-    bulk = [f"{r.checker}:{r.verdict}" for r in rows if r.verdict != "ok"]
-    for r in rows:
-        if r.checker == "transactional" and r.verdict == "illegal":
+    bulk: list[str] = []
+    oracle: list[str] = []
+    for r in check_histories({name: ops}, "mutation", VerifyOptions(counterexamples=False)):
+        if r.verdict == "ok":
+            continue
+        names = [r.verdict]
+        if r.checker in ("transactional", "delivery") and r.verdict == "illegal":
             with contextlib.suppress(Exception):
-                bulk = [f"transactional:{k}" for k in json.loads(r.detail)["counts"]]
-    oracle = check_client_visible(ops)
-    return bool(bulk), not oracle.ok, bulk + [f"oracle:{k}" for k in oracle.counts]
+                names = sorted(json.loads(r.detail)["counts"])
+        (oracle if r.checker == "delivery" else bulk).extend(f"{r.checker}:{n}" for n in names)
+    return bool(bulk), bool(oracle), bulk + oracle
 
 
 @dataclass
@@ -252,8 +255,8 @@ def judge(mutant: Mutant, ctx: Context, args: argparse.Namespace) -> dict[str, A
 
 
 def baseline(args: argparse.Namespace) -> Context:
-    from invariants.bulk import VerifyOptions, check_histories  # noqa: F401  (imported before tracing)
     from invariants.client_visible import check_client_visible
+    from invariants.verify import VerifyOptions, check_histories  # noqa: F401  (imported before tracing)
 
     specs = [main_job_spec(w, seed, args.ops) for seed in range(1, args.seeds + 1) for w in WORKLOADS]
     modules = set(MACHINE_MODULES.values())
