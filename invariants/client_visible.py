@@ -33,6 +33,9 @@ late-visibility            TB-7, TB-11, TB-12, TB-19, TB-24,    a receive found 
 missing-abort-redelivery   PA-13, PA-14, TC-18                  what an aborted or timed-out
                                                                 transaction acked individually was
                                                                 not delivered again within the bound
+refused-send               TB-5, TC-17                          a send of a transaction that was
+                                                                certainly open was refused as ended
+                                                                (NotAllowed)
 =========================  ===================================  ===================================
 
 Times.  A transaction is *certainly open* until the first ``commit``/``abort`` of it is invoked or
@@ -97,6 +100,7 @@ CHECKS: dict[str, tuple[str, ...]] = {
     "early-visibility": ("TB-7", "TB-9", "TB-15", "TB-17"),
     "late-visibility": ("TB-7", "TB-11", "TB-12", "TB-19", "TB-24", "TC-15", "TC-18", "DD-1", "DD-13", "DD-25"),
     "missing-abort-redelivery": ("PA-13", "PA-14", "TC-18"),
+    "refused-send": ("TB-5", "TC-17"),
 }
 
 Txn = tuple[int, int]
@@ -439,6 +443,7 @@ def check_client_visible(ops: Sequence[Operation], *, cap: int = 20) -> OracleRe
     _early_visibility(view, out)
     _late_visibility(view, out)
     _missing_abort_redelivery(view, out)
+    _refused_sends(view, out)
     return OracleResult(view.history, tuple(out.found), dict(out.counts), dict(out.judged))
 
 
@@ -669,4 +674,25 @@ def _missing_abort_redelivery(view: _View, out: _Out) -> None:
                 f"{ack.sub}: {_fmt_txn(ack.txn)} acked {message.payload!r} at {_fmt(message.id)} (op "
                 f"{ack.op.index}) and was aborted ({how}); receive op {witness.index}, invoked at {at}, "
                 f"{what}, and the message had not been delivered again",
+            )
+
+
+def _refused_sends(view: _View, out: _Out) -> None:
+    """TB-5: a buffer refuses an append as "ended" only when the txn's sequence is at or below its
+    coordinator's low watermark, and TC-17 keeps the watermark below every live txn: a send of a
+    txn certainly open until after the send completed is never refused that way."""
+    for sent in view.messages.values():
+        op = sent.send
+        if sent.txn is None or op.type is not OpType.FAIL or op.completed_at is None:
+            continue
+        out.judged["refused-send"] += 1
+        until = view.open_until(sent.txn)
+        if op.error == "NotAllowed" and op.completed_at < until:
+            out.add(
+                "refused-send",
+                [op],
+                f"send op {op.index} of {sent.payload!r} in {_fmt_txn(sent.txn)} to {sent.partition} was refused "
+                f"with NotAllowed (done at {op.completed_at}), while the txn was certainly open until {until:g}: "
+                f"only a txn at or below the low watermark is refused as ended, and the watermark stays below "
+                f"every live txn",
             )

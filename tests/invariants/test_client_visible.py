@@ -289,6 +289,24 @@ def test_missing_abort_redelivery_covers_a_timed_out_txn() -> None:
     assert names(_aborted(True, explicit_abort=False)) == {}
 
 
+# --- refused-send ---------------------------------------------------------------------------------
+
+
+def test_refused_send_flags_an_open_txn_refused_as_ended() -> None:
+    h = H()
+    h.new_txn((0, 1), 0, timeout=1_000)
+    h.op("send", PART, {"message": "t", "txn": [0, 1]}, None, 5, 9, process=1, kind=OpType.FAIL)
+    refused = dataclasses.replace(h.ops[-1], error="NotAllowed")
+    h.ops[-1] = refused
+    assert names(h) == {"refused-send": 1}
+    # after the txn's timeout it may have been aborted, and its sequence passed by the watermark
+    h.ops[-1] = dataclasses.replace(refused, invoked_at=1_500, completed_at=1_510)
+    assert names(h) == {}
+    # another error is not this rule's business
+    h.ops[-1] = dataclasses.replace(refused, error="ServiceUnitNotReady")
+    assert names(h) == {}
+
+
 # --- input ----------------------------------------------------------------------------------------------
 
 

@@ -73,7 +73,11 @@ def test_check_history_gives_one_row_per_checker() -> None:
     ]
     assert json.loads(rows[0].detail) == {"counts": {}, "anomalies": []}
     delivery = json.loads(rows[1].detail)
-    assert delivery["counts"] == {} and delivery["violations"] == [] and sum(delivery["judged"].values()) == rows[1].objects
+    assert (
+        delivery["counts"] == {}
+        and delivery["violations"] == []
+        and sum(delivery["judged"].values()) == rows[1].objects
+    )
 
 
 def test_nothing_to_check_and_an_unknown_model_are_bad_input() -> None:
