@@ -92,8 +92,9 @@ FAULT_RATES: dict[str, float | int] = {
     "broker_crash": 0.4,
     "coordinator_crash": 0.4,
     "topic_unload": 0.2,
-    # Once the writers are done, before the heal: the chance that each partition is unloaded (a
-    # recovery with nothing written after it, which a stale maxReadPosition would never leave).
+    # Once the heal has ended every transaction: the chance that each partition is unloaded (a
+    # recovery with nothing written after it, which a stale maxReadPosition would never leave);
+    # with it on, the readers start only after that (see ``_Run.execute``).
     "unload_at_heal": 0.0,
 }
 # Fault mixes: overrides of FAULT_RATES that reach what the default profile rarely does (see
@@ -101,7 +102,8 @@ FAULT_RATES: dict[str, float | int] = {
 # txn's message reaches a partition after its timeout abort and re-opens it there (TB-8, TB-13);
 # ``coordinator``: coordinator crashes while participants time out END_TXN, so reloads find
 # COMMITTING and ABORTING transactions to re-drive (TC-16, TC-24); ``quiesce``: the default
-# faults, and every partition unloaded once the writers are done (TB-24 with nothing after it).
+# faults, every partition unloaded once every transaction has ended, and the readers start after
+# that, so what they read was recovered with nothing written after the recovery (TB-24).
 FAULT_MIXES: dict[str, dict[str, float | int]] = {
     "default": {},
     "late-append": {
@@ -609,10 +611,10 @@ class _Run:
                 broker.restart_later(broker.partitions[partition])
 
     def unload_at_heal(self) -> None:
-        """``unload_at_heal``: unload partitions once the writers are done (they reload on their own)."""
+        """``unload_at_heal``: unload partitions once every transaction has ended (they reload on their own)."""
         rate = float(self.rates["unload_at_heal"])
         broker = self.cluster.broker
-        if not self.faults_on or rate <= 0 or not broker.up:
+        if not self.spec.faults or rate <= 0 or not broker.up:
             return
         for name in sorted(broker.partitions):
             if self.rng.random() < rate:
@@ -689,8 +691,13 @@ class _Run:
 
         for proc in workers:
             spawn(self.sim, proc, worker_exit)
-        for proc in readers:
-            self.start(proc)
+        # ``unload_at_heal`` (the quiesce mix): the readers start only once every transaction has
+        # ended and the partitions were unloaded and reloaded, so everything committed is still
+        # unread when the partitions recover with nothing after the recovery (TB-24).
+        deferred = spec.faults and float(self.rates["unload_at_heal"]) > 0
+        if not deferred:
+            for proc in readers:
+                self.start(proc)
         if spec.faults:
             spawn(self.sim, self.fault_process())
         last_report = time.monotonic()
@@ -704,13 +711,23 @@ class _Run:
                     f"{spec.ops - max(self.budget.left, 0)}/{spec.ops} txns"
                 )
         if not self.cut:
-            self.unload_at_heal()
             self.heal()
             heal_until = self.sim.now + 12_000  # every open transaction times out, every end is re-driven
             while (due := self.sim.next_due()) is not None and due <= heal_until and not self.past_deadline():
                 self.sim.run_one()
             if not self.cut:
                 self.sim.now = heal_until
+            if deferred and not self.cut:
+                # Everything has ended: unload the partitions, let them reload, then start reading.
+                self.unload_at_heal()
+                settled = self.sim.now + 2_000
+                while (due := self.sim.next_due()) is not None and due <= settled and not self.past_deadline():
+                    self.sim.run_one()
+                if not self.cut:
+                    self.sim.now = settled
+        if deferred:
+            for proc in readers:
+                self.start(proc)
         writers_done[0] = True
         while self.running > 0 and not self.past_deadline():
             if not self.sim.run_one():
