@@ -121,13 +121,14 @@ def traced(modules: Iterable[str] = REFERENCE_MODULES) -> Iterator[Counter[Site]
         yield calls
     finally:
         sys.settrace(previous)
-        threading.settrace(None)  # type: ignore[arg-type]
+        threading.settrace(None)
 
 
 def replay_reach(ops: Sequence[Operation]) -> Counter[Site]:
     """Replay one history's machine records, object by object in step order, and count which
     reference functions ran (the commands' classes count as reached when they are stepped)."""
-    from invariants.models import UNKNOWN, MachineModel
+    from invariants.linearizability import UNKNOWN
+    from invariants.models import MachineModel
 
     by_object: dict[str, list[Operation]] = defaultdict(list)
     for op in ops:
