@@ -241,6 +241,9 @@ def judge(mutant: Mutant, ctx: Context, args: argparse.Namespace) -> dict[str, A
         if running is not None:  # a run that does not finish: the main job would hang
             row.update(changed=True, reached=True, engine=f"{running}: did not finish in {args.timeout:.0f} s")
             row.setdefault("first_changed", running)
+        elif row.get("vectors") is None:  # the vectors never finished: a CI run would time out
+            row["vectors"] = f"killed (did not finish in {args.timeout:.0f} s)"
+            row["history"] = "not judged (the child was stopped in the vectors layer)"
         else:
             row["error"] = row.get("error") or f"child ended early (exit {proc.exitcode})"
     static = [row.get("vectors") or "", row.get("proofs") or ""]
@@ -371,6 +374,74 @@ def markdown(table: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def write_report(
+    rows: list[dict[str, Any]], *, chosen_count: int, population: int, args: argparse.Namespace, wall: float
+) -> None:
+    table = summarize(rows)
+    load = os.getloadavg()
+    text = markdown(table)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "population": population,
+        "sampled": chosen_count,
+        "per_machine": args.per_machine,
+        "seed": args.seed,
+        "history_seeds": args.seeds,
+        "ops": args.ops,
+        "wall_seconds": round(wall, 1),
+        "load_average": load,
+        "model_checker": "not on main (branch check); not run",
+    }
+    (out / "report.json").write_text(json.dumps({"meta": meta, "table": table, "mutants": rows}, indent=1))
+    survivors = [r for r in rows if r.get("changed") and not (r.get("bulk") or r.get("oracle") or r.get("engine"))]
+    static_survivors = [r for r in rows if r.get("changed") and not r.get("static")]
+    lines = [
+        text,
+        "",
+        f"{chosen_count} mutants, wall {wall:.0f} s, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}",
+    ]
+
+    def line(r: dict[str, Any]) -> str:
+        where = f"{r['module']}.{r['function']} line {r['line']}"
+        return f"- {r['id']} {where} ({r['operator']}): {r['before']} -> {r['after']}"
+
+    lines += ["", "History-changing mutants no history checker flags:"]
+    lines += [line(r) for r in survivors]
+    lines += ["", "History-changing mutants tests, vectors and proofs all miss:"]
+    lines += [line(r) for r in static_survivors]
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    print("\n" + "\n".join(lines))
+
+
+def retest(args: argparse.Namespace) -> int:
+    """``--retest``: run the tests layer again for the history-changing mutants of an earlier report
+    that vectors and proofs left alive, and rewrite the report (the other layers are kept)."""
+    out = Path(args.out)
+    data = json.loads((out / "report.json").read_text())
+    started = time.perf_counter()
+    by_id = {m.id: m for machine in MACHINE_MODULES for m in enumerate_mutants(machine)}
+    rows = data["mutants"]
+    for row in rows:
+        static = [str(row.get("vectors") or ""), str(row.get("proofs") or "")]
+        if row.get("changed") and not any(x.startswith("killed") for x in static) and "error" not in row:
+            mutant = by_id[row["id"]]
+            assert mutant.describe().endswith(f"{row['before']} -> {row['after']}"), row["id"]
+            row["tests"] = run_tests(mutant, args.test_timeout)
+            row["static"] = next(
+                (layer for layer in ("vectors", "proofs", "tests") if str(row.get(layer) or "").startswith("killed")),
+                None,
+            )
+            print(f"  {row['id']:16} tests: {row['tests']}", flush=True)
+    meta = data["meta"]
+    for key in ("per_machine", "seed", "ops"):
+        setattr(args, key, meta[key])
+    args.seeds = meta["history_seeds"]
+    wall = meta["wall_seconds"] + time.perf_counter() - started
+    write_report(rows, chosen_count=meta["sampled"], population=meta["population"], args=args, wall=wall)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-machine", type=int, default=8, help="mutants sampled per machine (default 8)")
@@ -383,7 +454,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant's in-process layers")
     parser.add_argument("--test-timeout", type=float, default=600.0, help="seconds per mutant's test run")
     parser.add_argument("--out", default=str(ROOT / "out" / "mutation"))
+    parser.add_argument(
+        "--retest", action="store_true", help="rerun only the tests layer of the report in --out, and rewrite it"
+    )
     args = parser.parse_args(argv)
+    if args.retest:
+        return retest(args)
     started = time.perf_counter()
     machines = [m for m in args.machines.split(",") if m]
     unknown = sorted(set(machines) - set(MACHINE_MODULES))
@@ -409,43 +485,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"engine={'y' if row.get('engine') else '-'} static={row.get('static') or '-'} ({row['seconds']} s)",
                 flush=True,
             )
-    table = summarize(rows)
-    wall = time.perf_counter() - started
-    load = os.getloadavg()
-    text = markdown(table)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "population": len(population),
-        "sampled": len(chosen),
-        "per_machine": args.per_machine,
-        "seed": args.seed,
-        "history_seeds": args.seeds,
-        "ops": args.ops,
-        "wall_seconds": round(wall, 1),
-        "load_average": load,
-        "model_checker": "not on main (branch check); not run",
-    }
-    (out / "report.json").write_text(json.dumps({"meta": meta, "table": table, "mutants": rows}, indent=1))
-    survivors = [r for r in rows if r.get("changed") and not (r.get("bulk") or r.get("oracle") or r.get("engine"))]
-    static_survivors = [r for r in rows if r.get("changed") and not r.get("static")]
-    lines = [
-        text,
-        "",
-        f"{len(chosen)} mutants, wall {wall:.0f} s, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}",
-    ]
-    lines += ["", "History-changing mutants no history checker flags:"]
-    lines += [
-        f"- {r['id']} {r['module']}.{r['function']} line {r['line']} ({r['operator']}): {r['before']} -> {r['after']}"
-        for r in survivors
-    ]
-    lines += ["", "History-changing mutants tests, vectors and proofs all miss:"]
-    lines += [
-        f"- {r['id']} {r['module']}.{r['function']} line {r['line']} ({r['operator']}): {r['before']} -> {r['after']}"
-        for r in static_survivors
-    ]
-    (out / "report.md").write_text("\n".join(lines) + "\n")
-    print("\n" + "\n".join(lines))
+    write_report(
+        rows, chosen_count=len(chosen), population=len(population), args=args, wall=time.perf_counter() - started
+    )
     return 0
 
 

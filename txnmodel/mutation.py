@@ -380,13 +380,19 @@ def applied(mutant: Mutant) -> Iterator[types.FunctionType]:
 
 
 def install(spec: str) -> Callable[[], None]:
-    """Apply the mutant named ``machine:index`` for the rest of the process; returns the undo."""
+    """Apply the mutant named ``machine:index`` until the returned undo is called, even when the
+    caller drops it (a generator-based context manager that is garbage-collected restores itself,
+    so the swap here is done without one)."""
     machine, _, index = spec.partition(":")
     mutant = enumerate_mutants(machine)[int(index)]
-    manager = applied(mutant)
-    manager.__enter__()
+    func = live_function(mutant)
+    code = mutated_code(mutant)
+    if code.co_freevars != func.__code__.co_freevars:
+        raise MutationError(f"{mutant.id}: the mutated code needs other closure cells")
+    original = func.__code__
+    func.__code__ = code
 
     def undo() -> None:
-        manager.__exit__(None, None, None)
+        func.__code__ = original
 
     return undo

@@ -179,3 +179,20 @@ def test_install_applies_a_reference_mutant_until_undone() -> None:
     finally:
         undo()
     assert func.__code__ is before
+
+
+def test_an_installed_mutant_stays_when_the_undo_is_dropped() -> None:
+    """What the pytest plugin does: it keeps no handle, and the mutant must stay for the session."""
+    import gc
+
+    mutant = enumerate_mutants("client")[0]
+    func = live_function(mutant)
+    before = func.__code__
+    undo = install(mutant.id)
+    handle = id(undo)
+    del undo
+    gc.collect()
+    try:
+        assert func.__code__ is not before, handle
+    finally:
+        func.__code__ = before
