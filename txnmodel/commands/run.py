@@ -19,8 +19,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     """The main job: every real check the project has, then a summary table.
 
     1. the conformance vectors; 2. every Z3 proof; 3. seeded histories of every workload, with faults,
-    on file ledgers; 4. those histories verified on local Spark (linearizability and transactional
-    checks).  Every counterexample is printed with the seed that reproduces it.
+    on file ledgers, every variant and fault mix mixed by seed; 4. those histories verified on local
+    Spark (linearizability, transactional and delivery checks).  Every counterexample is printed with
+    the seed that reproduces it.
     """
     import tempfile
 
