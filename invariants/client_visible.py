@@ -579,50 +579,56 @@ def _readable_at(view: _View, message: _Message, before: list[_Message], sub: st
 def _late_visibility(view: _View, out: _Out) -> None:
     """A readable, due message is dispatched to a consumer that asks (TB-19: visible once nothing
     before it is open; TB-24 across a recovery; DD-1, DD-25 once due): an empty receive
-    LAG_BOUND_MS after that is a lag."""
+    LAG_BOUND_MS after that is a lag.
+
+    Per message only the first empty receive past the bound needs judging: whatever excuses it (a
+    receive or subscribe of unknown outcome before it, a transactional send of unknown outcome
+    before it, an earlier delivery) excuses every later one too."""
     for sub, empties in view.empty.items():
         if not view.judged(sub):
             continue
         partition, _ = split_subscription(parse_object(sub)[1])
         sent = sorted((m for m in view.sends_by_partition.get(partition, ()) if m.id is not None), key=lambda m: m.id)  # type: ignore[arg-type, return-value]
-        unknown_txn_sends = [
-            m.send.invoked_at
-            for m in view.sends_by_partition.get(partition, ())
-            if m.txn is not None and m.send.type.indeterminate
-        ]
+        first_unknown_txn_send = min(
+            (
+                m.send.invoked_at
+                for m in view.sends_by_partition.get(partition, ())
+                if m.txn is not None and m.send.type.indeterminate
+            ),
+            default=INF,
+        )
         latest = view.latest_from(sub)
         delivered_at: dict[str, int] = {}
         for d in view.deliveries.get(sub, ()):
             delivered_at.setdefault(d.payload, d.op.invoked_at)
-        flagged: set[str] = set()
-        readable: dict[str, tuple[float, str] | None] = {}
+        ordered = sorted(empties, key=lambda o: (o.invoked_at, o.index))
+        starts = [o.invoked_at for o in ordered]
         for k, message in enumerate(sent):
-            readable[message.payload] = _readable_at(view, message, sent[:k], sub)
-        for empty in sorted(empties, key=lambda o: o.invoked_at):
-            t = empty.invoked_at
-            if any(at < t for at in unknown_txn_sends):
+            if latest is not None and message.send.invoked_at < latest:
                 continue
-            for message in sent:
-                if message.payload in flagged or delivered_at.get(message.payload, INF) < t:
-                    continue
-                if latest is not None and message.send.invoked_at < latest:
-                    continue
-                if message.txn is not None and view.committed_at(message.txn) is None:
-                    continue
-                got = readable[message.payload]
-                if got is None or view.blind(sub, t, view.dispatchable_from(message)) is not None:
-                    continue
-                out.judged["late-visibility"] += 1
-                at, why = got
-                if t >= at + LAG_BOUND_MS:
-                    flagged.add(message.payload)
-                    out.add(
-                        "late-visibility",
-                        [message.send, empty],
-                        f"{sub}: {message.payload!r} at {_fmt(message.id)} was readable by {at:g} ({why}); "
-                        f"receive op {empty.index}, invoked at {t}, {t - at:g} ms later (bound {LAG_BOUND_MS}), "
-                        f"found nothing, and {sub} had not received it",
-                    )
+            if message.txn is not None and view.committed_at(message.txn) is None:
+                continue
+            got = _readable_at(view, message, sent[:k], sub)
+            if got is None:
+                continue
+            at, why = got
+            i = bisect.bisect_left(starts, at + LAG_BOUND_MS)
+            if i == len(ordered):
+                continue
+            empty = ordered[i]
+            t = empty.invoked_at
+            if t > first_unknown_txn_send or view.blind(sub, t, view.dispatchable_from(message)) is not None:
+                continue
+            out.judged["late-visibility"] += 1
+            if delivered_at.get(message.payload, INF) < t:
+                continue
+            out.add(
+                "late-visibility",
+                [message.send, empty],
+                f"{sub}: {message.payload!r} at {_fmt(message.id)} was readable by {at:g} ({why}); "
+                f"receive op {empty.index}, invoked at {t}, {t - at:g} ms later (bound {LAG_BOUND_MS}), "
+                f"found nothing, and {sub} had not received it",
+            )
 
 
 def _missing_abort_redelivery(view: _View, out: _Out) -> None:
