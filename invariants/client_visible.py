@@ -631,6 +631,19 @@ def _late_visibility(view: _View, out: _Out) -> None:
             )
 
 
+def _deleted_otherwise(view: _View, ack: _Ack, message: _Message) -> bool:
+    """Another ack on the subscription may have deleted ``message`` on the cursor: a plain ack, or
+    an ack of a txn that did not certainly abort.  The cursor wins over a pending ack (PA-11, and a
+    committed cumulative range, PA-6), and what it deleted is not redelivered by an abort."""
+    assert message.id is not None
+    for other in view.acks:
+        if other is ack or other.sub != ack.sub or not _covers(other.id, other.cumulative, message.id):
+            continue
+        if other.txn is None or view.aborted_by(other.txn) is None:
+            return True
+    return False
+
+
 def _missing_abort_redelivery(view: _View, out: _Out) -> None:
     """PA-13: an abort returns a txn's individual acks to PENDING and redelivers them; PA-14 and
     TC-18 make sure a txn nobody ends is aborted too.  On a subscription with one consumer the
@@ -644,7 +657,7 @@ def _missing_abort_redelivery(view: _View, out: _Out) -> None:
             continue
         by, how = aborted
         for message in _covered(view, ack):
-            if message.deliver_at is not None:
+            if message.deliver_at is not None or _deleted_otherwise(view, ack, message):
                 continue
             again = min(
                 (

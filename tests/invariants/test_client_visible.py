@@ -289,6 +289,20 @@ def test_missing_abort_redelivery_covers_a_timed_out_txn() -> None:
     assert names(_aborted(True, explicit_abort=False)) == {}
 
 
+def test_missing_abort_redelivery_spares_what_the_cursor_deleted_otherwise() -> None:
+    """PA-11: the cursor wins; a message another (plain) ack deleted is not redelivered by the abort."""
+    h = H()
+    h.subscribe()
+    h.send("m", (0, 0), 1)
+    h.receive("m", (0, 0), 5, 6)
+    h.new_txn((0, 1), 10, timeout=100, process=9)
+    h.ack((0, 0), 20, txn=(0, 1))
+    h.end("abort", (0, 1), 30, 40, process=9)
+    h.ack((0, 0), 45)  # a plain ack of the same message
+    h.receive(None, None, 40 + REDELIVERY_BOUND_MS, 90 + REDELIVERY_BOUND_MS)
+    assert names(h) == {}
+
+
 # --- refused-send ---------------------------------------------------------------------------------
 
 
