@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reference.engine.serve_faults import parse_faults
 from reference.engine.server import PulsarServer, ServerOptions
 from spec.config import Config
 
@@ -50,6 +51,25 @@ class ServeHandle:
         self.thread.join(timeout=30)
         if self.thread.is_alive():
             raise RuntimeError("the serve loop did not stop within 30 s")
+
+    def inject(self, kind: str) -> None:
+        """Inject one component fault now (see :meth:`reference.engine.serve_faults.ServeFaults.inject`);
+        the server needs ``faults=`` (``"off"``-equivalent rates of 0 will do: ``faults={}``)."""
+
+        def run(server: PulsarServer) -> None:
+            if server.faults is None:
+                raise RuntimeError("start the server with faults= to inject faults")
+            server.faults.inject(kind)
+
+        self.call(run)
+
+    def heal(self) -> None:
+        """Stop injecting faults (a crashed broker restarts)."""
+        self.call(lambda server: server.faults.heal() if server.faults is not None else None)
+
+    def fault_events(self) -> list[dict[str, Any]]:
+        """The faults injected so far (time, kind, target)."""
+        return list(self.call(lambda server: [e.to_json() for e in server.faults.events] if server.faults else []))
 
     def call(self, action: Any) -> Any:
         """Run ``action(server)`` on the server's thread between two turns of its loop; its result."""
@@ -81,10 +101,29 @@ def write_history(server: PulsarServer, directory: Path, *, metadata: dict[str, 
         return None
     from invariants.history import write_parquet
 
+    if metadata is None:
+        metadata = session_metadata(server)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{server.recorder.history}.parquet"
     write_parquet(path, {server.recorder.history: server.recorder.operations()}, metadata=metadata)
     return path
+
+
+def session_metadata(server: PulsarServer) -> dict[str, Any]:
+    """The history file's run metadata: the broker.conf overrides, and the faults injected."""
+    from reference.engine.recorder import config_overrides
+
+    faults = server.faults
+    run = {
+        "workload": "serve",
+        "seed": server.options.seed,
+        "ledger": server.options.ledger,
+        "faults": faults is not None,
+        "fault_rates": dict(faults.rates) if faults is not None else {},
+        "fault_schedule": [e.to_json() for e in faults.events] if faults is not None else [],
+    }
+    assert server.recorder is not None
+    return {"version": 1, "config": config_overrides(server.config), "runs": {server.recorder.history: run}}
 
 
 def start(
@@ -96,6 +135,7 @@ def start(
     config: Config | None = None,
     seed: int = 0,
     history: str | Path | None = None,
+    faults: str | dict[str, float] | None = None,
 ) -> ServeHandle:
     """Start a server on a background thread; stop it with :meth:`ServeHandle.stop` then :func:`finish`."""
     options = ServerOptions(
@@ -107,6 +147,7 @@ def start(
         seed=seed,
         record_history=history is not None,
         history_id=history_id(),
+        faults=parse_faults(faults) if isinstance(faults, str) else faults,
     )
     server = PulsarServer(options)
     server.start()

@@ -62,8 +62,9 @@ from spec.types import Subscription as TxnSubscription
 from .broker import BatchedMessage, Broker, BrokerError, Delivered, Partition, SubscriptionService
 from .ledger import InitialPosition, LedgerError
 from .recorder import HistoryRecorder, MachineObserver, RequestContext
+from .serve_faults import ServeFaults, ledger_faults
 from .sim import Future, Simulation
-from .storage import LedgerFaults, LedgerStore
+from .storage import LedgerStore
 from .topics import InvalidTopicName, TopicName, parse_topic
 
 __all__ = ["SERVER_VERSION", "TC_ASSIGN_TOPIC", "PulsarServer", "ServerOptions", "WallClock"]
@@ -105,7 +106,7 @@ class ServerOptions:
     seed: int = 0
     record_history: bool = False
     history_id: str = "serve"
-    ledger_faults: LedgerFaults | None = None
+    faults: dict[str, float] | None = None  # fault rates (reference.engine.serve_faults.FAULT_RATES); None: off
 
 
 def _java_long(value: int) -> int:
@@ -173,15 +174,34 @@ class _Connection:
         self.protocol_version = 0
         self.producers: dict[int, _Producer] = {}
         self.consumers: dict[int, _Consumer] = {}
+        self.last_dropped = False
+        self.stalled: list[bytes] = []  # while stalled: a marker first, then the held output
 
     def send(self, data: bytes) -> None:
         if self.closed:
+            return
+        if self.stalled:
+            self.stalled.append(data)
             return
         self.outbuf += data
         self.server._flush(self)
 
     def command(self, command: Any) -> None:
-        self.send(encode_command(command))
+        """Send a response; the faults may drop it (``last_dropped``) or hold this connection's
+        output back for a while (everything after it waits too, so the order holds)."""
+        faults = self.server.faults
+        self.last_dropped = faults is not None and faults.drop_response(self, command)
+        if not self.last_dropped:
+            if faults is not None:
+                faults.maybe_stall(self)
+            self.send(encode_command(command))
+
+    def release(self) -> None:
+        """The stall is over: what waited goes out in order."""
+        held, self.stalled = self.stalled, []
+        for data in held[1:]:
+            self.outbuf += data
+        self.server._flush(self)
 
 
 class PulsarServer:
@@ -204,7 +224,7 @@ class PulsarServer:
             self.config,
             directory=(data / "ledgers") if data is not None else None,
             rng=self.sim.rng,
-            faults=options.ledger_faults,
+            faults=ledger_faults(options.faults),
         )
         self.recorder: HistoryRecorder | None = None
         self.observer: MachineObserver | None = None
@@ -232,7 +252,10 @@ class PulsarServer:
         self._consumers_by_key: dict[int, tuple[_Connection, _Consumer]] = {}
         self._stopping = False
         self.address: tuple[str, int] | None = None
-        self.on_tick: list[Callable[[], None]] = []  # run once per loop turn (fault injection hooks)
+        self.on_tick: list[Callable[[], None]] = []  # run once per loop turn (calls from other threads)
+        self.faults: ServeFaults | None = None
+        if options.faults is not None:
+            self.faults = ServeFaults(self, options.faults)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -479,6 +502,41 @@ class PulsarServer:
         with contextlib.suppress(OSError):
             conn.sock.close()
 
+    def close_handles(self, partition: str) -> None:
+        """A topic was unloaded: its producers and consumers are told to reconnect (CLOSE_PRODUCER /
+        CLOSE_CONSUMER with request id -1, as a broker sends when it unloads a topic)."""
+        for conn in list(self._connections.values()):
+            for producer in [p for p in conn.producers.values() if p.partition == partition]:
+                conn.producers.pop(producer.producer_id, None)
+                conn.send(
+                    encode_command(
+                        T(
+                            type=T.CLOSE_PRODUCER,
+                            close_producer=api.CommandCloseProducer(
+                                producer_id=producer.producer_id, request_id=_UINT64
+                            ),
+                        )
+                    )
+                )
+            for consumer in [c for c in conn.consumers.values() if c.partition == partition]:
+                self._drop_consumer(conn, consumer)
+                conn.send(
+                    encode_command(
+                        T(
+                            type=T.CLOSE_CONSUMER,
+                            close_consumer=api.CommandCloseConsumer(
+                                consumer_id=consumer.consumer_id, request_id=_UINT64
+                            ),
+                        )
+                    )
+                )
+
+    def connections(self) -> list[_Connection]:
+        return list(self._connections.values())
+
+    def drop_connection(self, conn: _Connection) -> None:
+        self._close(conn, None)
+
     def disconnect_all(self) -> None:
         """Drop every client connection (a broker crash, or a dropped-connections fault)."""
         for conn in list(self._connections.values()):
@@ -494,6 +552,8 @@ class PulsarServer:
             return
         if not conn.connected:
             raise _Closed(f"{T.Type.Name(kind)} before CONNECT")
+        if self.faults is not None and self.faults.drop_request(conn, cmd):
+            return
         handler = _HANDLERS.get(kind)
         if handler is None:
             self._unsupported(conn, cmd)
@@ -506,7 +566,10 @@ class PulsarServer:
         except _RequestError as exc:
             request_id = _request_id(cmd)
             if request_id is None:
-                raise _Closed(f"{T.Type.Name(kind)}: {exc.message}") from None
+                # Nothing to answer (an ACK or FLOW for a consumer that is gone, say): as a broker
+                # does, the command is ignored and the connection stays.
+                log.debug("ignored %s from %s: %s", T.Type.Name(kind), conn.peer, exc.message)
+                return
             self._answer_error(conn, kind, cmd, exc.code, exc.message)
             if context is not None:
                 assert self.observer is not None
@@ -516,8 +579,10 @@ class PulsarServer:
             if self.observer is not None:
                 self.observer.end_request()
 
-    def _done(self, context: RequestContext | None, success: bool) -> None:
-        if context is not None and self.observer is not None:
+    def _done(self, conn: _Connection, context: RequestContext | None, success: bool) -> None:
+        """The answer to a request left for the client: its machine steps complete (a dropped
+        answer never reaches the client, so they stay open, as in the simulation)."""
+        if context is not None and self.observer is not None and not conn.last_dropped:
             self.observer.answered(context, success)
 
     def _unsupported(self, conn: _Connection, cmd: Any) -> None:
@@ -619,10 +684,10 @@ class PulsarServer:
 
     def _ping(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
         conn.command(T(type=T.PONG, pong=api.CommandPong()))
-        self._done(context, True)
+        self._done(conn, context, True)
 
     def _pong(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
-        self._done(context, True)
+        self._done(conn, context, True)
 
     # -- lookup ----------------------------------------------------------------------------------
 
@@ -649,7 +714,7 @@ class PulsarServer:
                 ),
             )
         )
-        self._done(context, True)
+        self._done(conn, context, True)
 
     def _lookup(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.lookupTopic
@@ -666,7 +731,7 @@ class PulsarServer:
                 ),
             )
         )
-        self._done(context, True)
+        self._done(conn, context, True)
 
     def _topics_of_namespace(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.getTopicsOfNamespace
@@ -682,7 +747,7 @@ class PulsarServer:
                 ),
             )
         )
-        self._done(context, True)
+        self._done(conn, context, True)
 
     # -- schemas ---------------------------------------------------------------------------------
 
@@ -708,7 +773,7 @@ class PulsarServer:
                 ),
             )
         )
-        self._done(context, True)
+        self._done(conn, context, True)
 
     def _get_or_create_schema(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.getOrCreateSchema
@@ -721,7 +786,7 @@ class PulsarServer:
                 ),
             )
         )
-        self._done(context, True)
+        self._done(conn, context, True)
 
     # -- producers -------------------------------------------------------------------------------
 
@@ -743,13 +808,13 @@ class PulsarServer:
         if cmd.HasField("schema"):
             success.schema_version = self._schema_version(producer.partition, cmd.schema)
         conn.command(T(type=T.PRODUCER_SUCCESS, producer_success=success))
-        self._done(context, True)
+        self._done(conn, context, True)
 
     def _close_producer(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.close_producer
         conn.producers.pop(cmd.producer_id, None)
         conn.command(T(type=T.SUCCESS, success=api.CommandSuccess(request_id=cmd.request_id)))
-        self._done(context, True)
+        self._done(conn, context, True)
 
     def _send(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.send
@@ -821,7 +886,7 @@ class PulsarServer:
                         ),
                     )
                 )
-            self._done(context, error is None)
+            self._done(conn, context, error is None)
 
     # -- consumers -------------------------------------------------------------------------------
 
@@ -831,7 +896,7 @@ class PulsarServer:
             existing = conn.consumers[cmd.consumer_id]
             if existing.partition == _parse(cmd.topic).full and existing.subscription == cmd.subscription:
                 conn.command(T(type=T.SUCCESS, success=api.CommandSuccess(request_id=cmd.request_id)))
-                self._done(context, True)
+                self._done(conn, context, True)
                 return
             raise _RequestError(ServerError.ConsumerBusy, f"consumer id {cmd.consumer_id} is in use")
         if not cmd.durable:
@@ -864,7 +929,7 @@ class PulsarServer:
                 conn.consumers[cmd.consumer_id] = consumer
                 self._consumers_by_key[engine_id] = (conn, consumer)
                 conn.command(T(type=T.SUCCESS, success=api.CommandSuccess(request_id=cmd.request_id)))
-            self._done(context, f.error is None)
+            self._done(conn, context, f.error is None)
 
         future.add_done_callback(answered)
 
@@ -898,7 +963,7 @@ class PulsarServer:
         if consumer is not None:
             consumer.permits += cmd.messagePermits
             self._pump(conn, consumer)
-        self._done(context, True)
+        self._done(conn, context, True)
 
     def _pump(self, conn: _Connection, consumer: _Consumer) -> None:
         """Spend the consumer's permits on the engine's receive; a batch entry's messages that the
@@ -1007,7 +1072,7 @@ class PulsarServer:
                     code, response.message = _wire_error(error)
                     response.error = api.ServerError.ValueType(code)
                 conn.command(T(type=T.ACK_RESPONSE, ackResponse=response))
-            self._done(context, error is None)
+            self._done(conn, context, error is None)
 
         everything.add_done_callback(answered)
 
@@ -1026,7 +1091,7 @@ class PulsarServer:
                 consumer.held.clear()
             sub.redeliver(consumer.engine_id, positions)
             self._dirty.add(consumer.engine_id)
-        self._done(context, True)
+        self._done(conn, context, True)
 
     def _close_consumer(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.close_consumer
@@ -1034,7 +1099,7 @@ class PulsarServer:
         if consumer is not None:
             self._drop_consumer(conn, consumer)
         conn.command(T(type=T.SUCCESS, success=api.CommandSuccess(request_id=cmd.request_id)))
-        self._done(context, True)
+        self._done(conn, context, True)
 
     def _unsubscribe(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.unsubscribe
@@ -1050,7 +1115,7 @@ class PulsarServer:
             else:
                 code, text = _wire_error(f.error)
                 self._answer_error(conn, T.UNSUBSCRIBE, frame.command, code, text)
-            self._done(context, f.error is None)
+            self._done(conn, context, f.error is None)
 
         future.add_done_callback(answered)
 
@@ -1074,7 +1139,7 @@ class PulsarServer:
         if sub is not None and sub.cursor is not None:
             response.consumer_mark_delete_position.CopyFrom(_message_id(sub.cursor.mark_delete_position))
         conn.command(T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, getLastMessageIdResponse=response))
-        self._done(context, True)
+        self._done(conn, context, True)
 
     # -- transactions ------------------------------------------------------------------------------
 
@@ -1100,7 +1165,7 @@ class PulsarServer:
                 tcClientConnectResponse=api.CommandTcClientConnectResponse(request_id=cmd.request_id),
             )
         )
-        self._done(context, True)
+        self._done(conn, context, True)
 
     def _txn_request(
         self,
@@ -1124,14 +1189,17 @@ class PulsarServer:
                     body.txnid_most_bits, body.txnid_least_bits = cmd.txnid_most_bits, cmd.txnid_least_bits
                 fill(body, f.result())
                 conn.command(T(type=T.Type.ValueType(response_type), **{field_name: body}))
-            self._done(context, f.error is None)
+            self._done(conn, context, f.error is None)
 
         future.add_done_callback(answered)
 
     def _new_txn(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.newTxn
         coordinator = self._coordinator(cmd.tc_id)
-        future = coordinator.new_txn(cmd.txn_ttl_seconds) if self.broker.up else Future()
+        timeout_ms = cmd.txn_ttl_seconds
+        if self.faults is not None:
+            timeout_ms = self.faults.txn_timeout(conn, timeout_ms)
+        future = coordinator.new_txn(timeout_ms) if self.broker.up else Future()
 
         def fill(body: Any, txn: TxnID) -> None:
             body.txnid_most_bits, body.txnid_least_bits = txn.most_sig_bits, txn.least_sig_bits
@@ -1193,13 +1261,13 @@ def _wire_error(error: BaseException) -> tuple[int, str]:
         return error.code, error.message
     if isinstance(error, BrokerError):
         domain: DomainError = error.error
-        return int(domain.server_error), str(domain)
+        return int(domain.server_error), domain.message or domain.name
     if isinstance(error, LedgerError):
         domain = error.domain_error()
-        return int(domain.server_error), str(domain)
+        return int(domain.server_error), domain.message or domain.name
     inner = getattr(error, "error", None)
     if isinstance(inner, DomainError):
-        return int(inner.server_error), str(inner)
+        return int(inner.server_error), inner.message or inner.name
     return int(ServerError.UnknownError), str(error)
 
 

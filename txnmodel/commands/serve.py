@@ -14,6 +14,7 @@ from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from reference.engine.serve_faults import parse_faults
     from reference.engine.server import PulsarServer, ServerOptions
     from spec.config import Config
     from txnmodel.serve import history_id, write_history
@@ -26,6 +27,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             config = Config(transaction_coordinator_enabled=True)
         if args.set:
             config = config.with_overrides(dict(item.split("=", 1) for item in args.set))
+        faults = parse_faults(args.faults) if args.faults else None
         if args.ledger == "file" and not args.data:
             raise InputError("--ledger file needs --data DIR")
         server = PulsarServer(
@@ -38,6 +40,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 record_history=args.history is not None,
                 history_id=history_id(),
+                faults=faults,
             )
         )
         url = server.start()
@@ -78,5 +81,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one broker.conf key")
     serve.add_argument("--history", metavar="DIR", help="record the machine-level history and write it to DIR")
     serve.add_argument("--seed", type=int, default=0, help="seed of the broker's random choices (faults)")
+    serve.add_argument(
+        "--faults",
+        metavar="SPEC",
+        help="inject faults, seeded by --seed and logged: 'on' (the simulator's kinds and rates), 'off', or "
+        "KIND=RATE items (after 'on' to override): broker_crash, coordinator_crash, topic_unload, connection_drop, "
+        "drop_request, drop_response, max_extra_delay_ms, ledger_append, ledger_read, short_txn_timeout, "
+        "participant_timeout",
+    )
     serve.add_argument("--verbose", action="store_true", help="log more than warnings")
     serve.set_defaults(func=cmd_serve)
