@@ -989,7 +989,9 @@ class PulsarServer:
             group = [first]
             if first.batch_index is not None:
                 slot = sub.consumers.get(consumer.engine_id)
-                while slot is not None and slot.queue and slot.queue[0][0].position == first.position:
+                while (
+                    slot is not None and first.position in slot.queued and slot.queue[0][0].position == first.position
+                ):
                     more = sub.receive(consumer.engine_id, _RECEIVE_WAIT_MS)
                     if not more.done or more.error is not None or more.result() is None:
                         break
