@@ -1016,7 +1016,13 @@ class PulsarServer:
         first = group[0]
         part = sub.partition
         assert part.ledger is not None
-        stored = decode_message(part.ledger.read_entry(first.position), verify_checksum=False)
+        try:
+            stored = decode_message(part.ledger.read_entry(first.position), verify_checksum=False)
+        except (LedgerError, InputError) as exc:
+            # The entry cannot be read back: the consumer reconnects and the dispatcher hands what
+            # it held out again (nothing is lost; it stays unacknowledged).
+            self._close(conn, f"reading {first.position} of {part.name} failed: {exc}")
+            return
         command = api.CommandMessage(
             consumer_id=consumer.consumer_id,
             message_id=_message_id(first.position),
