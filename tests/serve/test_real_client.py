@@ -194,12 +194,17 @@ def test_delayed_delivery_through_the_bucket_tracker() -> None:
             topic = unique()
             consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
             producer = client.create_producer(topic)
-            start = time.time()
+            due = {}
             for i in range(5):
+                due[f"d{i}".encode()] = time.time() + (200 + 20 * i) / 1000
                 producer.send(f"d{i}".encode(), deliver_after=datetime.timedelta(milliseconds=200 + 20 * i))
-            got = [consumer.receive(timeout_millis=3000) for _ in range(5)]
-            assert time.time() - start >= 0.2
-            assert sorted(m.data() for m in got) == [f"d{i}".encode() for i in range(5)]
+            got = []
+            for _ in range(5):
+                message = consumer.receive(timeout_millis=3000)
+                assert time.time() >= due[message.data()] - 0.005, f"{message.data()!r} delivered early"
+                consumer.acknowledge(message)
+                got.append(message.data())
+            assert sorted(got) == [f"d{i}".encode() for i in range(5)]
         finally:
             client.close()
 
