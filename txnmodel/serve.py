@@ -52,16 +52,17 @@ class ServeHandle:
         if self.thread.is_alive():
             raise RuntimeError("the serve loop did not stop within 30 s")
 
-    def inject(self, kind: str) -> None:
-        """Inject one component fault now (see :meth:`reference.engine.serve_faults.ServeFaults.inject`);
-        the server needs ``faults=`` (``"off"``-equivalent rates of 0 will do: ``faults={}``)."""
+    def inject(self, kind: str) -> bool:
+        """Inject one component fault now (see :meth:`reference.engine.serve_faults.ServeFaults.inject`):
+        False when there was nothing to hit.  The server needs ``faults=`` (``faults={}``: no
+        random faults, injection on demand only)."""
 
-        def run(server: PulsarServer) -> None:
+        def run(server: PulsarServer) -> bool:
             if server.faults is None:
                 raise RuntimeError("start the server with faults= to inject faults")
-            server.faults.inject(kind)
+            return server.faults.inject(kind)
 
-        self.call(run)
+        return bool(self.call(run))
 
     def heal(self) -> None:
         """Stop injecting faults (a crashed broker restarts)."""

@@ -172,39 +172,45 @@ class ServeFaults:
             roll -= rate
         self._schedule_component_fault()
 
-    def inject(self, kind: str) -> None:
+    def inject(self, kind: str) -> bool:
         """Inject one component fault now: ``broker_crash``, ``coordinator_crash``, ``topic_unload``
-        or ``connection_drop`` (a no-op when there is nothing to hit)."""
+        or ``connection_drop``.  False when there was nothing to hit (the broker or the coordinator
+        already down, no loaded topic, no connection)."""
         server, broker = self.server, self.server.broker
         if kind == "broker_crash":
-            if broker.up:
-                broker.crash()
-                server.disconnect_all()
-                self.injected("broker-crash", "broker")
-                server.sim.schedule(self.rng.randint(20, 300), self._restart)
+            if not broker.up:
+                return False
+            broker.crash()
+            server.disconnect_all()
+            self.injected("broker-crash", "broker")
+            server.sim.schedule(self.rng.randint(20, 300), self._restart)
         elif kind == "coordinator_crash":
-            if broker.up and broker.coordinator.ready:
-                broker.coordinator.crash()
-                self.injected("coordinator-crash", "coordinator")
-                server.sim.schedule(self.rng.randint(20, 300), self._reload_coordinator)
+            if not (broker.up and broker.coordinator.ready):
+                return False
+            broker.coordinator.crash()
+            self.injected("coordinator-crash", "coordinator")
+            server.sim.schedule(self.rng.randint(20, 300), self._reload_coordinator)
         elif kind == "topic_unload":
             names = sorted(n for n, p in broker.partitions.items() if p.ready)
-            if broker.up and names:
-                name = self.rng.choice(names)
-                broker.partitions[name].crash()
-                server.close_handles(name)
-                self.injected("topic-unload", name)
-                broker.restart_later(broker.partitions[name])
+            if not (broker.up and names):
+                return False
+            name = self.rng.choice(names)
+            broker.partitions[name].crash()
+            server.close_handles(name)
+            self.injected("topic-unload", name)
+            broker.restart_later(broker.partitions[name])
         elif kind == "connection_drop":
             connections = server.connections()
-            if connections:
-                conn = connections[self.rng.randrange(len(connections))]
-                self.injected("connection-dropped", conn.peer)
-                server.drop_connection(conn)
+            if not connections:
+                return False
+            conn = connections[self.rng.randrange(len(connections))]
+            self.injected("connection-dropped", conn.peer)
+            server.drop_connection(conn)
         else:
             raise ValueError(
                 f"{kind!r} is not a component fault (broker_crash, coordinator_crash, topic_unload, connection_drop)"
             )
+        return True
 
     def _restart(self) -> None:
         self.server.broker.restart()

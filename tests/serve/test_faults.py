@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+import time
 from pathlib import Path
 
 import pulsar
@@ -54,7 +55,11 @@ def test_nothing_acknowledged_is_lost_under_faults() -> None:
                 producer.send_async(
                     f"m{i}".encode(), lambda res, _mid, i=i: acked.add(i) if res == pulsar.Result.Ok else None
                 )
-            handle.inject(("topic_unload", "connection_drop", "coordinator_crash", "broker_crash")[round_])
+            kind = ("topic_unload", "connection_drop", "coordinator_crash", "broker_crash")[round_]
+            for _ in range(50):  # nothing to hit while a component reloads or the client reconnects
+                if handle.inject(kind):
+                    break
+                time.sleep(0.05)
             drain(consumer, timeout_ms=100)
         producer.flush()
         handle.heal()
