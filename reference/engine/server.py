@@ -47,10 +47,8 @@ from spec.errors import DomainError, InputError, ServerError
 from spec.frame import (
     Frame,
     decode_batch,
-    decode_message,
     encode_command,
     encode_frame,
-    encode_message,
     max_frame_size,
     parse_frame,
 )
@@ -857,7 +855,7 @@ class PulsarServer:
                 for s in singles
             ]
             payload = b""
-        return part.publish(payload, txn, deliver_at, partition_key=key, batch=batch)
+        return part.publish(payload, txn, deliver_at, partition_key=key, batch=batch, sent=(meta, message.payload))
 
     def _receipts(self, conn: _Connection, producer: _Producer) -> None:
         """Answer a producer's sends in the order they came (the client checks the order)."""
@@ -1017,8 +1015,9 @@ class PulsarServer:
         part = sub.partition
         assert part.ledger is not None
         try:
-            stored = decode_message(part.ledger.read_entry(first.position), verify_checksum=False)
-        except (LedgerError, InputError) as exc:
+            # The entry is the message as the producer sent it (spec.topic_entry): sent as it is.
+            stored = part.ledger.read_entry(first.position)
+        except LedgerError as exc:
             # The entry cannot be read back: the consumer reconnects and the dispatcher hands what
             # it held out again (nothing is lost; it stays unacknowledged).
             self._close(conn, f"reading {first.position} of {part.name} failed: {exc}")
@@ -1035,7 +1034,7 @@ class PulsarServer:
             consumer.permits -= first.batch_size
         else:
             consumer.permits -= 1
-        conn.send(encode_frame(T(type=T.MESSAGE, message=command), encode_message(stored.metadata, stored.payload)))
+        conn.send(encode_frame(T(type=T.MESSAGE, message=command), stored))
 
     def _ack(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.ack

@@ -82,3 +82,24 @@ def test_a_sessions_machine_history_verifies() -> None:
     assert len(files) == 1
     out = tempfile.mkdtemp(prefix="serve-verdicts-")
     assert main(["verify", history, "--out", out]) == 0
+
+
+def test_a_store_in_the_earlier_entry_format_is_refused_by_name(capsys: object) -> None:
+    """Topic entries are Pulsar's bytes now; a file-ledger store written before (txnmodel's
+    ``[size][metadata][payload]``) is refused with a typed error naming that format, exit 2."""
+    import json
+
+    from reference.engine.storage import LedgerStore
+    from spec.config import Config
+    from spec.pb import PulsarApi_pb2 as api
+
+    data = Path(tempfile.mkdtemp(prefix="serve-old-format-"))
+    name = "persistent://public/default/old"
+    store = LedgerStore("file", Config(), directory=data / "ledgers")
+    meta = api.MessageMetadata(producer_name="txnmodel", sequence_id=0, publish_time=1).SerializeToString()
+    store.open(name).append(len(meta).to_bytes(4, "big") + meta + b"payload")
+    store.close_all()
+    (data / "topics.json").write_text(json.dumps({"version": 1, "topics": {name: 0}}))
+    assert main(["serve", "--port", "0", "--ledger", "file", "--data", str(data)]) == 2
+    err = capsys.readouterr().err  # type: ignore[attr-defined]
+    assert "earlier topic-entry format" in err and "no longer read" in err

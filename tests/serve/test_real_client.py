@@ -51,10 +51,13 @@ def test_messages_sent_after_subscribing_are_pushed(client: pulsar.Client) -> No
 def test_properties_keys_and_event_time_travel(client: pulsar.Client) -> None:
     topic = unique()
     consumer = client.subscribe(topic, "sub")
-    producer = client.create_producer(topic)
-    producer.send(b"x", partition_key="k1", event_timestamp=1234)
+    producer = client.create_producer(topic, producer_name="orders-writer")
+    producer.send(b"x", partition_key="k1", event_timestamp=1234, properties={"trace": "t-1", "n": "2"})
     message = consumer.receive(timeout_millis=3000)
+    # The entry is the message as the producer sent it: every metadata field comes back.
     assert message.partition_key() == "k1"
+    assert message.event_timestamp() == 1234
+    assert message.properties() == {"trace": "t-1", "n": "2"}
     assert message.publish_timestamp() > 0
 
 
@@ -63,12 +66,13 @@ def test_batching_producer(client: pulsar.Client) -> None:
     producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=5)
     ids = []
     for i in range(30):
-        producer.send_async(f"b{i}".encode(), lambda res, mid: ids.append((res, mid)))
+        producer.send_async(f"b{i}".encode(), lambda res, mid: ids.append((res, mid)), properties={"i": str(i)})
     producer.flush()
     assert len(ids) == 30 and all(res == pulsar.Result.Ok for res, _ in ids)
     consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
     got = drain(consumer)
     assert [m.data() for m in got] == [f"b{i}".encode() for i in range(30)]
+    assert [m.properties() for m in got] == [{"i": str(i)} for i in range(30)]  # SingleMessageMetadata kept
     assert any(m.message_id().batch_index() > 0 for m in got)  # batches, not one entry per message
 
 
