@@ -443,7 +443,7 @@ class PulsarServer:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            self._close(conn, f"read failed: {exc}")
+            self._close(conn, f"read failed: {exc}", gone=True)
             return
         if not data:
             self._close(conn, None)
@@ -475,20 +475,21 @@ class PulsarServer:
         except (BlockingIOError, InterruptedError):
             sent = 0
         except OSError as exc:
-            self._close(conn, f"write failed: {exc}")
+            self._close(conn, f"write failed: {exc}", gone=True)
             return
         del conn.outbuf[:sent]
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbuf else 0)
         with contextlib.suppress(KeyError, ValueError):
             self._selector.modify(conn.sock, events, conn.sock.fileno())
 
-    def _close(self, conn: _Connection, reason: str | None) -> None:
+    def _close(self, conn: _Connection, reason: str | None, *, gone: bool = False) -> None:
         """Close a connection: its consumers leave their subscriptions (what they held is
-        redelivered), its producers go.  ``reason`` is logged as one line."""
+        redelivered), its producers go.  ``reason`` is logged as one line: a warning for a client
+        that broke the protocol, information when the peer simply went away (``gone``)."""
         if conn.closed:
             return
         if reason is not None:
-            log.warning("closing connection from %s: %s", conn.peer, reason)
+            log.log(logging.INFO if gone else logging.WARNING, "closing connection from %s: %s", conn.peer, reason)
         conn.closed = True
         for consumer in list(conn.consumers.values()):
             self._drop_consumer(conn, consumer)
