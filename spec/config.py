@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import itertools
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -204,21 +206,66 @@ class Config:
         return cls().with_overrides(overrides)
 
     @classmethod
-    def from_broker_conf(cls, text: str) -> Config:
-        """Parse broker.conf text (``key=value`` lines, ``#`` comments); keys we do not model
-        are ignored because a real broker.conf holds hundreds of them."""
+    def from_broker_conf(cls, text: str, *, where: str = "broker.conf") -> Config:
+        """Parse broker.conf text as Pulsar does: Java properties (``java.util.Properties.load``).
+
+        Every syntax of the format is accepted: ``key=value``, ``key: value``, ``key value``,
+        ``\\`` line continuations, ``#`` and ``!`` comments, ``\\uXXXX`` and the other escapes; a
+        key given twice keeps its last value.  Keys we do not model are ignored (a real broker.conf
+        holds hundreds).  A blank value keeps the default, as Pulsar's ``FieldParser.update`` does
+        for scalar fields (and makes a list key empty).  A bad value is a :class:`BadConfig` naming
+        the key and the line it starts on; a malformed ``\\u`` escape names the line.
+        """
+        import javaproperties
+
         known = set(cls.broker_conf_keys())
-        overrides: dict[str, str] = {}
-        for number, line in enumerate(text.splitlines(), start=1):
-            stripped = line.strip()
-            if not stripped or stripped.startswith("#"):
-                continue
-            if "=" not in stripped:
-                raise BadConfig(f"line {number}", f"expected key=value, got {stripped!r}")
-            key, _, value = stripped.partition("=")
-            if key.strip() in known:
-                overrides[key.strip()] = value.strip()
+        raw: dict[str, tuple[str, int]] = {}
+        line = 1
+        elements = javaproperties.parse(text)
+        while True:
+            try:
+                element = next(elements)
+            except StopIteration:
+                break
+            except javaproperties.InvalidUEscapeError as exc:
+                start = _offset_of_line(text, line)
+                at = text.find(exc.escape, start)
+                bad = line + _line_breaks(text[start:at]) if at >= 0 else line
+                named = re.match(r"[ \t\f]*([^ \t\f=:\r\n]*)", text[start:])
+                raise BadConfig(
+                    named.group(1) if named and named.group(1) else f"line {bad}",
+                    f"malformed \\uXXXX escape {exc.escape!r} (Java properties need four hex digits)",
+                    where=f"{where} line {bad}",
+                ) from None
+            if isinstance(element, javaproperties.KeyValue) and element.key in known:
+                raw[element.key] = (element.value, line)
+            line += _line_breaks(element.source)
+        overrides: dict[str, Any] = {}
+        for key, (value, number) in raw.items():
+            attr = _KEY_TO_ATTR[key]
+            if not value.strip() and _FIELD_TYPES[attr] != "tuple[str, ...]":
+                continue  # blank: Pulsar keeps the default of a scalar field
+            try:
+                overrides[key] = _coerce(key, _FIELD_TYPES[attr], value)
+                cls.from_mapping({key: overrides[key]})  # each key's range alone, to name its line
+            except BadConfig as exc:
+                raise BadConfig(key, exc.problem, where=f"{where} line {number}") from None
         return cls.from_mapping(overrides)
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # the line terminators of java.util.Properties
+
+
+def _line_breaks(text: str) -> int:
+    return len(_LINE_BREAK.findall(text))
+
+
+def _offset_of_line(text: str, line: int) -> int:
+    """The offset where ``line`` (1-based) starts."""
+    if line <= 1:
+        return 0
+    found = list(itertools.islice(_LINE_BREAK.finditer(text), line - 1))
+    return found[-1].end() if found else len(text)
 
 
 _KEY_TO_ATTR: dict[str, str] = {f.metadata["key"]: f.name for f in dataclasses.fields(Config)}

@@ -17,6 +17,8 @@ import enum
 from dataclasses import dataclass
 from typing import ClassVar
 
+from spec.types import PulsarName
+
 __all__ = [
     "BadConfig",
     "BadEnvelope",
@@ -58,7 +60,7 @@ __all__ = [
 ]
 
 
-class ServerError(enum.IntEnum):
+class ServerError(PulsarName, enum.IntEnum):
     """PulsarApi.proto's ``ServerError``: the code of every failed request on the wire."""
 
     UnknownError = 0
@@ -338,11 +340,13 @@ class BadTopicEntry(BadRecord, ValueError):
 
 
 class BadConfig(InputError):
-    """A config key that does not exist or a value out of range; names the key."""
+    """A config key that does not exist or a value out of range; names the key (and, read from a
+    file, where: ``broker.conf line 12``)."""
 
-    def __init__(self, key: str, message: str) -> None:
+    def __init__(self, key: str, message: str, *, where: str | None = None) -> None:
         self.key = key
-        super().__init__(f"{key}: {message}")
+        self.problem = message
+        super().__init__(f"{key}: {message}", where=where)
 
 
 class BadVector(InputError):
