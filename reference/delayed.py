@@ -72,6 +72,7 @@ from reference.delayed_common import (
     RemoveCursorProperty,
     RequestCreateBucketSnapshot,
     Restart,
+    Result,
     ScheduleTimer,
     SegmentMeta,
     SetCursorProperty,
@@ -94,7 +95,6 @@ from reference.delayed_runs import (
     unpack,
 )
 from spec.config import Config
-from spec.result import Err, Ok
 
 # Internals some tests drive one at a time, under the names they had when this module held both
 # trackers (the proofs' cross-checks step the bucket tracker's scheduling piece by piece; the
@@ -133,11 +133,13 @@ __all__ = [
     "RemoveCursorProperty",
     "RequestCreateBucketSnapshot",
     "Restart",
+    "Result",
     "Run",
     "ScheduleTimer",
     "SegmentMeta",
     "SetCursorProperty",
     "Snapshot",
+    "Step",
     "Storage",
     "Timer",
     "TimerFired",
@@ -164,10 +166,11 @@ __all__ = [
 ]
 
 Tracker = BucketTracker | InMemoryTracker
+Step = tuple[Tracker, Result]
 
 
 # --------------------------------------------------------------------------------------------
-# Construction and step
+# Construction
 # --------------------------------------------------------------------------------------------
 
 
@@ -182,7 +185,12 @@ def initial(config: Config, *, tracker: str = "bucket", async_create: bool = Fal
     raise ValueError(f"unknown tracker {tracker!r} (bucket, in_memory)")
 
 
-def step(state: Tracker, command: Command) -> tuple[Tracker, Ok[Any] | Err]:
+# --------------------------------------------------------------------------------------------
+# The step
+# --------------------------------------------------------------------------------------------
+
+
+def step(state: Tracker, command: Command) -> Step:
     """Apply one command: each tracker matches it to its own handler (see each handler for its rules)."""
     match state:
         case BucketTracker():

@@ -44,6 +44,7 @@ from reference.delayed_common import (
     RemoveCursorProperty,
     RequestCreateBucketSnapshot,
     Restart,
+    Result,
     SegmentMeta,
     SetCursorProperty,
     Snapshot,
@@ -91,6 +92,7 @@ __all__ = [
     "ImmutableBucket",
     "MutableBucket",
     "PendingCreate",
+    "Step",
     "Storage",
     "bucket_ranges",
     "contains_message",
@@ -186,6 +188,9 @@ class BucketTracker:
     fallback: bool = False  # recovery failed: behaves as the in-memory tracker (DD-27)
     pending_creates: immutables.Map[int, PendingCreate] = field(default_factory=immutables.Map)
     next_request_id: int = 1
+
+
+Step = tuple[BucketTracker, Result]
 
 
 # --------------------------------------------------------------------------------------------
@@ -875,11 +880,11 @@ def _restart(state: BucketTracker, cmd: Restart) -> tuple[BucketTracker, Ok[int]
 
 
 # --------------------------------------------------------------------------------------------
-# step
+# The step
 # --------------------------------------------------------------------------------------------
 
 
-def step(state: BucketTracker, command: Command) -> tuple[BucketTracker, Ok[Any] | Err]:
+def step(state: BucketTracker, command: Command) -> Step:
     """One command on the bucket tracker (see each handler for its rules)."""
     match command:
         case AddMessage():

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from reference.delayed_runs import Bitmaps, Run, evolve
 from spec.config import DELAYED_STORAGE_MAX_RETRIES, Config
-from spec.result import Effect, Ok
+from spec.result import Effect, Err, Ok
 
 __all__ = [
     "ATTEMPTS",
@@ -38,6 +38,7 @@ __all__ = [
     "RemoveCursorProperty",
     "RequestCreateBucketSnapshot",
     "Restart",
+    "Result",
     "ScheduleTimer",
     "SegmentMeta",
     "SetCursorProperty",
@@ -205,6 +206,7 @@ Command = (
     | LoseBucketSnapshot
     | CompleteBucketSnapshot
 )
+Result = Ok[Any] | Err
 
 
 @dataclass(frozen=True, slots=True)

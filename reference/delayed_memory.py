@@ -10,7 +10,6 @@ commands have nothing to act on.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from reference.delayed_common import (
     NO_TIMESTAMP,
@@ -25,6 +24,7 @@ from reference.delayed_common import (
     MarkDelete,
     Params,
     Restart,
+    Result,
     Timer,
     TimerFired,
     check_max_messages,
@@ -39,7 +39,7 @@ from spec.errors import BucketNotExist, BucketSnapshotPersistence
 from spec.result import Effect, Err, Ok
 from spec.types import Position
 
-__all__ = ["InMemoryTracker", "contains_message", "metrics", "next_delivery_time", "step", "tracked"]
+__all__ = ["InMemoryTracker", "Step", "contains_message", "metrics", "next_delivery_time", "step", "tracked"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +53,9 @@ class InMemoryTracker:
     @property
     def count(self) -> int:
         return lsm_size(self.runs)
+
+
+Step = tuple[InMemoryTracker, Result]
 
 
 def next_delivery_time(state: InMemoryTracker) -> int:
@@ -112,7 +115,7 @@ def _clear(state: InMemoryTracker) -> tuple[InMemoryTracker, Ok[None]]:
     return state, Ok(None, tuple(timer_effects))
 
 
-def step(state: InMemoryTracker, command: Command) -> tuple[InMemoryTracker, Ok[Any] | Err]:
+def step(state: InMemoryTracker, command: Command) -> Step:
     """One command on the in-memory tracker (see each handler for its rules)."""
     match command:
         case AddMessage():
