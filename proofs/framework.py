@@ -248,9 +248,20 @@ def available_machines() -> list[str]:
     return names
 
 
-def prove_machine(machine: str, *, rlimit: int = RLIMIT, only: str | None = None) -> list[Row]:
+def count_obligations(machine: str, only: str | None = None) -> int:
+    """How many properties :func:`prove_machine` will check (for progress)."""
+    return sum(1 for ob in _obligations(machine) or () if only is None or only in ob.name)
+
+
+def prove_machine(
+    machine: str,
+    *,
+    rlimit: int = RLIMIT,
+    only: str | None = None,
+    on_row: Callable[[Row], None] | None = None,
+) -> list[Row]:
     """Every obligation of ``machine`` (or those whose name contains ``only``), each query within
-    ``rlimit`` Z3 resource units."""
+    ``rlimit`` Z3 resource units; ``on_row`` hears each row as it is decided (progress)."""
     obligations = _obligations(machine)
     if obligations is None:
         raise KeyError(f"machine {machine!r} has no proofs yet (proofs/{machine_info(machine).module}.py)")
@@ -283,6 +294,8 @@ def prove_machine(machine: str, *, rlimit: int = RLIMIT, only: str | None = None
                 queries=usage.queries,
             )
         )
+        if on_row is not None:
+            on_row(rows[-1])
     return rows
 
 

@@ -59,13 +59,19 @@ __all__ = [
 ]
 
 # The machines of reference/ and their modules (spec.machines names them the same way).
-MACHINE_MODULES: dict[str, str] = {
-    "coordinator": "reference.coordinator",
-    "client": "reference.client",
-    "buffer": "reference.buffer",
-    "pending_ack": "reference.pending_ack",
-    "batched_log": "reference.batched_log",
-    "delayed": "reference.delayed",
+MACHINE_MODULES: dict[str, tuple[str, ...]] = {
+    "coordinator": ("reference.coordinator",),
+    "client": ("reference.client",),
+    "buffer": ("reference.buffer",),
+    "pending_ack": ("reference.pending_ack",),
+    "batched_log": ("reference.batched_log",),
+    "delayed": (
+        "reference.delayed",
+        "reference.delayed_common",
+        "reference.delayed_memory",
+        "reference.delayed_bucket",
+        "reference.delayed_runs",
+    ),
 }
 
 OPERATORS = ("boundary", "compare", "boolean", "branch", "statement", "constant")
@@ -273,16 +279,19 @@ def source_digest(modules: Sequence[str]) -> str:
 
 
 def enumerate_mutants(machine: str, module: str | None = None, source: str | None = None) -> list[Mutant]:
-    """Every mutant of ``machine``'s module, in a fixed order."""
-    module = module or MACHINE_MODULES[machine]
-    text = source if source is not None else _source(module)[0]
-    tree = ast.parse(text)
+    """Every mutant of ``machine``'s modules (or of ``module`` alone), in a fixed order."""
+    modules = (module,) if module is not None else MACHINE_MODULES[machine]
     out: list[Mutant] = []
-    for qualname, func in _functions(tree):
-        for ordinal, (node, slot) in enumerate(_walk(func)):
-            for operator, detail, before, after in _candidates(node, slot):
-                line = getattr(node, "lineno", func.lineno)
-                out.append(Mutant(machine, module, len(out), qualname, ordinal, detail, operator, line, before, after))
+    for name in modules:
+        text = source if source is not None else _source(name)[0]
+        tree = ast.parse(text)
+        for qualname, func in _functions(tree):
+            for ordinal, (node, slot) in enumerate(_walk(func)):
+                for operator, detail, before, after in _candidates(node, slot):
+                    line = getattr(node, "lineno", func.lineno)
+                    out.append(
+                        Mutant(machine, name, len(out), qualname, ordinal, detail, operator, line, before, after)
+                    )
     return out
 
 

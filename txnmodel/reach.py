@@ -50,6 +50,10 @@ REFERENCE_MODULES = (
     "reference.pending_ack",
     "reference.batched_log",
     "reference.delayed",
+    "reference.delayed_common",
+    "reference.delayed_memory",
+    "reference.delayed_bucket",
+    "reference.delayed_runs",
 )
 # The history's machine object kinds and the machine each is recorded for.
 MACHINE_OF_KIND = {

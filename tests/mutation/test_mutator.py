@@ -161,10 +161,10 @@ def test_sample_is_seeded_and_per_machine() -> None:
 
 
 def test_every_reference_machine_is_mutable() -> None:
-    for machine, module in MACHINE_MODULES.items():
+    for machine, modules in MACHINE_MODULES.items():
         found = enumerate_mutants(machine)
         assert len(found) > 50, machine
-        assert {m.module for m in found} == {module}
+        assert {m.module for m in found} == set(modules)
         for mutant in found[:: max(1, len(found) // 5)]:
             live_function(mutant)  # every function the mutants name is found
 

@@ -9,15 +9,31 @@ from txnmodel.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, positive_int, 
 
 
 def cmd_prove(args: argparse.Namespace) -> int:
-    from proofs.framework import RLIMIT, Verdict, available_machines, format_table, prove_machine
+    from proofs.framework import (
+        RLIMIT,
+        Row,
+        Verdict,
+        available_machines,
+        count_obligations,
+        format_table,
+        prove_machine,
+    )
     from spec.machines import machine_info
+    from txnmodel.progress import Phase, Reporter
 
     machines = available_machines() if args.machine == "all" else [args.machine]
     rows = []
+    progress = Reporter(enabled=not args.json)
     for name in machines:
         try:
             machine_info(name)
-            rows.extend(prove_machine(name, rlimit=args.rlimit or RLIMIT, only=args.only))
+            total = count_obligations(name, args.only)
+            with progress.phase(f"proofs: {name}", total=total, unit="properties") as phase:
+
+                def proved(row: Row, phase: Phase = phase) -> None:
+                    phase.advance(note=row.name)
+
+                rows.extend(prove_machine(name, rlimit=args.rlimit or RLIMIT, only=args.only, on_row=proved))
         except KeyError as exc:
             print(f"txnmodel prove: {exc.args[0]}", file=sys.stderr)
             return EXIT_BAD_INPUT
