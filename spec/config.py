@@ -144,6 +144,24 @@ class Config:
     # --- managed ledger and security (what the engine needs) -----------------------------------
     managed_ledger_max_entries_per_ledger: int = _key("managedLedgerMaxEntriesPerLedger", 50000, _min(1))
     managed_ledger_max_size_per_ledger_mbytes: int = _key("managedLedgerMaxSizePerLedgerMbytes", 2048, _min(1))
+    max_message_size: int = _key(
+        "maxMessageSize", 5 * 1024 * 1024, _min(1), "Bytes; a protocol frame may be 10 KiB longer (serve)."
+    )
+    # --- topic auto-creation (what ``txnmodel serve`` needs) -----------------------------------
+    allow_auto_topic_creation: bool = _key(
+        "allowAutoTopicCreation", True, doc="A lookup, producer or consumer of an unknown topic creates it."
+    )
+    allow_auto_topic_creation_type: str = _key(
+        "allowAutoTopicCreationType",
+        "non-partitioned",
+        lambda v: (
+            None if v in ("partitioned", "non-partitioned") else f"must be partitioned or non-partitioned, got {v!r}"
+        ),
+        "What auto-creation creates.",
+    )
+    default_num_partitions: int = _key(
+        "defaultNumPartitions", 1, _min(1), "Partitions of an auto-created partitioned topic."
+    )
     authentication_enabled: bool = _key("authenticationEnabled", False)
     authorization_enabled: bool = _key("authorizationEnabled", False)
     super_user_roles: tuple[str, ...] = _key("superUserRoles", ())

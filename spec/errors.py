@@ -28,8 +28,10 @@ __all__ = [
     "BucketNotExist",
     "BucketSnapshotPersistence",
     "BucketSnapshotSerialization",
+    "ChecksumMismatch",
     "CoordinatorNotFound",
     "DomainError",
+    "FrameTooLarge",
     "IllegalArgument",
     "InputError",
     "InvalidTxnStatus",
@@ -59,7 +61,7 @@ __all__ = [
 
 
 class ServerError(PulsarName, enum.IntEnum):
-    """The subset of PulsarApi.proto's ``ServerError`` that transactions use."""
+    """PulsarApi.proto's ``ServerError``: the code of every failed request on the wire."""
 
     UnknownError = 0
     MetadataError = 1
@@ -68,11 +70,25 @@ class ServerError(PulsarName, enum.IntEnum):
     AuthorizationError = 4
     ConsumerBusy = 5
     ServiceNotReady = 6
+    ProducerBlockedQuotaExceededError = 7
+    ProducerBlockedQuotaExceededException = 8
+    ChecksumError = 9
+    UnsupportedVersionError = 10
+    TopicNotFound = 11
+    SubscriptionNotFound = 12
+    ConsumerNotFound = 13
+    TooManyRequests = 14
+    TopicTerminatedError = 15
+    ProducerBusy = 16
+    InvalidTopicName = 17
+    IncompatibleSchema = 18
+    ConsumerAssignError = 19
     TransactionCoordinatorNotFound = 20
     InvalidTxnStatus = 21
     NotAllowedError = 22
     TransactionConflict = 23
     TransactionNotFound = 24
+    ProducerFenced = 25
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,6 +313,19 @@ class BadRecord(InputError):
     def __init__(self, message: str, *, offset: int, where: str | None = None) -> None:
         self.offset = offset
         super().__init__(f"{message} (at byte offset {offset})", where=where)
+
+
+class ChecksumMismatch(BadRecord):
+    """A message's CRC32C does not match its bytes (the wire's ``ChecksumError``)."""
+
+
+class FrameTooLarge(InputError):
+    """A protocol frame longer than the connection allows (``maxMessageSize`` plus Pulsar's padding)."""
+
+    def __init__(self, message: str, *, size: int, limit: int, where: str | None = None) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f"{message}: {size} bytes, the limit is {limit}", where=where)
 
 
 class BadTopicEntry(BadRecord, ValueError):

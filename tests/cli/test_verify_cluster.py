@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _corpus(folder: Path) -> None:
     """Register histories in three files (one illegal), transactional ones (one losing a message)
-    and one engine history (per-object machine models and the transactional checks)."""
+    and one engine history (per-object machine models, the transactional and delivery checks)."""
     from reference.engine.simulate import RunSpec, run
 
     good = {f"register-{s}": random_register_history(s, ops=80, clients=5, crash=0.1) for s in range(9)}
@@ -96,7 +96,9 @@ def test_verdicts_are_identical_in_process_on_local_spark_and_on_a_standalone_cl
         cluster = _verify(folder, tmp_path / "cluster", "--master", url)
     assert f"on Spark (--master {url})" in cluster["stderr"]
     expected = _table(tmp_path / "local")
-    assert len(expected) == 17 and {r["verdict"] for r in expected} == {"ok", "illegal"}
+    # 9 + 1 register histories (linearizability), 5 transactional ones and the engine history
+    # (transactional and delivery rows; the engine one a linearizability row too)
+    assert len(expected) == 10 + 5 * 2 + 3 and {r["verdict"] for r in expected} == {"ok", "illegal"}
     assert _table(tmp_path / "spark") == expected
     assert _table(tmp_path / "cluster") == expected
     assert _same_verdicts(local, spark, cluster)

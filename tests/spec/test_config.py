@@ -36,6 +36,10 @@ PULSAR_DEFAULTS = {
     "delayedDeliveryMaxNumBuckets": -1,
     "delayedDeliveryFixedDelayDetectionLookahead": 50000,
     "delayedDeliveryMaxDelayInMillis": 0,
+    "maxMessageSize": 5242880,
+    "allowAutoTopicCreation": True,
+    "allowAutoTopicCreationType": "non-partitioned",
+    "defaultNumPartitions": 1,
 }
 
 
