@@ -326,21 +326,20 @@ def estimate_operations(files: Sequence[str], fmt: str, enough: int) -> int:
 def use_spark(
     files: Sequence[str], fmt: str, mode: str, master: str | None, cores: int, threshold: int = BREAK_EVEN_OPS
 ) -> tuple[bool, str]:
-    """Whether to check on Spark, and why.  ``mode`` ``local`` or ``spark`` decides; ``auto`` takes
-    Spark when a master is named, and otherwise only with more than one core and at least
-    ``threshold`` operations to check (:data:`BREAK_EVEN_OPS`)."""
+    """Whether to check on Spark, and why.  ``mode`` ``local`` or ``spark`` decides.  ``auto``
+    checks in this process when the input holds fewer than ``threshold`` operations
+    (:data:`BREAK_EVEN_OPS`), or when no master is named and there is one core; on Spark otherwise
+    (at ``master``, or ``local[cores]``)."""
     if mode == "local":
         return False, "--local"
     if mode == "spark":
         return True, "--spark"
-    if master is not None:
-        return True, f"--master {master}"
-    if cores < 2:
-        return False, "one core and no --master"
     ops = estimate_operations(files, fmt, threshold)
     if ops < threshold:
-        return False, f"{ops:,} operations, under the break-even of {threshold:,} for Spark"
-    return True, f"at least {threshold:,} operations on {cores} cores"
+        return False, f"{ops:,} operations, under the break-even of {threshold:,} for Spark; --spark forces it"
+    if master is None and cores < 2:
+        return False, "one core and no --master"
+    return True, f"at least {threshold:,} operations, " + (f"--master {master}" if master else f"{cores} cores")
 
 
 def _size(path: str) -> int:

@@ -86,7 +86,7 @@ def test_verify_on_spark_writes_verdicts_and_counterexamples(
     spark: Any, folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
-    code = verify_main([str(folder), "--out", str(out), "--master", "local[2]"])
+    code = verify_main([str(folder), "--out", str(out), "--spark", "--master", "local[2]"])
     printed = capsys.readouterr()
     assert code == 1
     assert "ILLEGAL bad-register-1 [linearizability]" in printed.out and "lost-message" in printed.out
@@ -240,12 +240,21 @@ def test_spark_only_where_it_pays(folder: Path, tmp_path: Path) -> None:
     ops = estimate_operations(files, "parquet", 10**9)
     assert ops == sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     assert use_spark(files, "parquet", "local", "spark://h:7077", 8) == (False, "--local")
-    assert use_spark(files, "parquet", "spark", None, 1)[0]
-    assert use_spark(files, "parquet", "auto", "spark://h:7077", 1) == (True, "--master spark://h:7077")
-    assert use_spark(files, "parquet", "auto", None, 1) == (False, "one core and no --master")
-    small, why = use_spark(files, "parquet", "auto", None, 2)
-    assert not small and f"{ops:,} operations" in why and f"{BREAK_EVEN_OPS:,}" in why
-    assert use_spark(files, "parquet", "auto", None, 2, threshold=ops)[0]
+    assert use_spark(files, "parquet", "spark", None, 1) == (True, "--spark")
+    # small: in this process, master or not
+    for master in (None, "spark://h:7077"):
+        small, why = use_spark(files, "parquet", "auto", master, 2)
+        assert not small and f"{ops:,} operations" in why and f"{BREAK_EVEN_OPS:,}" in why
+    # large enough: Spark, at the master if one is named; one core and no master stays here
+    assert use_spark(files, "parquet", "auto", "spark://h:7077", 1, threshold=ops) == (
+        True,
+        f"at least {ops:,} operations, --master spark://h:7077",
+    )
+    assert use_spark(files, "parquet", "auto", None, 1, threshold=ops) == (False, "one core and no --master")
+    assert use_spark(files, "parquet", "auto", None, 2, threshold=ops) == (
+        True,
+        f"at least {ops:,} operations, 2 cores",
+    )
     # Jepsen logs: two lines per operation; counting stops once past what decides
     log = tmp_path / "etcd_000.log"
     log.write_text("INFO  jepsen.util - 1\t:invoke\t:read\tnil\nINFO  jepsen.util - 1\t:ok\t:read\tnil\n" * 50)

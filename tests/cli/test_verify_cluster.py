@@ -93,8 +93,10 @@ def test_verdicts_are_identical_in_process_on_local_spark_and_on_a_standalone_cl
     spark = _verify(folder, tmp_path / "spark", "--spark", "--master", "local[2]")
     with standalone_cluster(workers=2, cores=1) as url:
         assert url.startswith("spark://127.0.0.1:")
-        cluster = _verify(folder, tmp_path / "cluster", "--master", url)
-    assert f"on Spark (--master {url})" in cluster["stderr"]
+        cluster = _verify(folder, tmp_path / "cluster", "--spark", "--master", url)
+        small = _verify(folder, tmp_path / "small", "--master", url)  # too small to pay: checked here
+    assert "on Spark (--spark)" in cluster["stderr"]
+    assert "in this process (" in small["stderr"] and _table(tmp_path / "small") == _table(tmp_path / "local")
     expected = _table(tmp_path / "local")
     # 9 + 1 register histories (linearizability), 5 transactional ones and the engine history
     # (transactional and delivery rows; the engine one a linearizability row too)

@@ -4,9 +4,10 @@ The job:
 
 1. lists the history files under PATH (``--format parquet|jsonl|jepsen``);
 2. checks them where it pays (:func:`txnmodel.spark_runner.use_spark`): on Spark
-   (:mod:`txnmodel.spark_runner`) with ``--master URL`` (passed unchanged), with ``--spark``, or
-   when there is more than one core and enough operations to pay for starting Spark; in this
-   process (:mod:`txnmodel.file_checks`) with ``--local``, on one core, or for a small input.
+   (:mod:`txnmodel.spark_runner`; at ``--master URL``, passed unchanged, or ``local[<cores>]``)
+   with ``--spark``, or when the input holds enough operations to pay for starting Spark and a
+   master is named or there is more than one core; in this process (:mod:`txnmodel.file_checks`)
+   with ``--local``, for a small input, or on one core without a master.
    Each history gets every checker that applies (:mod:`invariants.verify`).  A history lives in
    one file (a file may hold many), unless ``--group-by-history``: then rows are grouped by
    history across files before checking;
@@ -226,7 +227,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--master",
         default=None,
-        help="Spark master URL, passed unchanged (spark://HOST:PORT for a standalone cluster); implies Spark",
+        help="Spark master URL, passed unchanged (spark://HOST:PORT for a standalone cluster), for when Spark is "
+        "used: with --spark, or for an input large enough to pay for it",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--local", action="store_true", help="check in this process, whatever the input's size")
@@ -234,7 +236,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--spark",
         action="store_true",
         help="check on Spark (local[<cores>] unless --master), whatever the input's size; by default Spark is "
-        "used only with --master, or with more than one core and enough operations to pay for starting it",
+        "used only for enough operations to pay for starting it, and with --master or more than one core",
     )
     parser.add_argument(
         "--group-by-history",
