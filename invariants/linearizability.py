@@ -15,11 +15,12 @@ for operations of unknown outcome and for reads (the loop is :mod:`invariants._w
   (bitset, state) pairs; states must therefore be hashable, and cheap hashes are what make the
   memo pay (the reference machines' states are frozen values of persistent maps).
 * Operations whose outcome is unknown (``info``, ``invoke``) never return: they may be linearized
-  anywhere after their call, or never.  Their output is :data:`UNKNOWN`, which every model must
-  accept in any state (:class:`ModelContractError` otherwise).  They are optional: kept out of the
-  list, tried only where the search is stuck at a return (just in time), the earliest of identical
-  ones first, and a configuration that used a superset of them to reach the same required
-  operations and state is dominated and pruned.
+  anywhere after their call.  Their output is :data:`UNKNOWN`.  Where the model says such an
+  operation is accepted in every state reachable after its call (``Model.may_skip``: the register
+  and kv models always, a machine's within its last crash epoch), placing it last is the same as
+  never, so it is optional: kept out of the list, tried only where the search is stuck at a return
+  (just in time), the earliest of identical ones first, and a configuration that used a superset of
+  them to reach the same required operations and state is dominated and pruned.
 * A read (``Model.read_state``, optional: the one state a read accepts, :data:`UNKNOWN` for any,
   :data:`NOT_A_READ` for an operation that may change the state) is never tried call by call: at
   each configuration a read called by then that the current state satisfies is looked up and
@@ -126,6 +127,8 @@ class Model(Protocol):
 
     # Optional: ``read_state(op_input, op_output)``, for an operation that never changes the state,
     # the one state in which it is accepted (UNKNOWN: every state); NOT_A_READ for any other.
+    # Optional: ``may_skip(decoded)``, per operation of a part, whether it is accepted in every state
+    # reachable after its call when its output is UNKNOWN (then the search may leave it for last).
 
     def describe_op(self, op_input: Any, op_output: Any) -> str: ...
 
@@ -288,7 +291,8 @@ class _Part:
             infinity if op.completed_at is None or op.type.indeterminate else float(op.completed_at) for op in ops
         ]
         read_state = getattr(model, "read_state", None)
-        self._search = _search(model.init(), model.step, decoded, calls, returns, step_budget, read_state)
+        may_skip = getattr(model, "may_skip", None)
+        self._search = _search(model.init(), model.step, decoded, calls, returns, step_budget, read_state, may_skip)
 
     @property
     def done(self) -> bool:
@@ -398,12 +402,18 @@ def _search(
     returns: Sequence[float],
     budget: int,
     read_state: Callable[[Any, Any], Any] | None = None,
+    may_skip: Callable[[Sequence[tuple[Any, Any]]], Sequence[bool]] | None = None,
 ) -> Generator[None, None, _Found]:
     """The search of one part (:func:`invariants._wgl.search`, compiled when it could be built),
-    then the optional operations it left out placed last: a linearization of every operation."""
+    then the optional operations it left out placed last: a linearization of every operation.
+
+    An operation is optional when it never returned and the model's ``may_skip`` says it is
+    accepted in every state reachable after its call (so leaving it for last is always possible);
+    without ``may_skip`` none is, and each must be placed before the end like any other."""
     inputs = [d[0] for d in decoded]
     outputs = [d[1] for d in decoded]
-    optional = [outputs[i] is UNKNOWN and returns[i] == math.inf for i in range(len(decoded))]
+    skippable = [False] * len(decoded) if may_skip is None else list(may_skip(decoded))
+    optional = [skippable[i] and returns[i] == math.inf for i in range(len(decoded))]
     if read_state is None:
         witnesses = [NOT_A_READ] * len(decoded)
     else:

@@ -109,6 +109,10 @@ class CasRegister:
     def partition(self, ops: Sequence[Operation]) -> list[list[Operation]]:
         return partition_by_object(ops)
 
+    def may_skip(self, decoded: Sequence[tuple[Any, Any]]) -> list[bool]:
+        """An operation of unknown outcome is accepted in every state: it may be left for last."""
+        return [op_output is UNKNOWN for _, op_output in decoded]
+
     def read_state(self, op_input: Any, op_output: Any) -> Any:
         """A read changes nothing and is accepted in the state it read (any state when its output
         is unknown): the search places it as soon as that is the state."""
@@ -164,6 +168,10 @@ class KeyValue:
 
     def partition(self, ops: Sequence[Operation]) -> list[list[Operation]]:
         return partition_by_object(ops)
+
+    def may_skip(self, decoded: Sequence[tuple[Any, Any]]) -> list[bool]:
+        """An operation of unknown outcome is accepted in every state: it may be left for last."""
+        return [op_output is UNKNOWN for _, op_output in decoded]
 
     def read_state(self, op_input: Any, op_output: Any) -> Any:
         """A get changes nothing and is accepted in the state it read (any state when unknown)."""
@@ -336,6 +344,16 @@ class MachineModel:
 
             return _canonical(to_json(result.value)) == expected, new_state
         return kind == "err" and result.error.name == expected, new_state
+
+    def may_skip(self, decoded: Sequence[tuple[Any, Any]]) -> list[bool]:
+        """An operation of unknown outcome is accepted in any state of its own crash epoch, so it
+        may be left for last only when that is the part's last epoch (a part of
+        :meth:`partition` has one); one of an earlier epoch must be placed before the recovery."""
+        last = sum(isinstance(op_input, _Recover) for op_input, _ in decoded)
+        return [
+            op_output is UNKNOWN and isinstance(op_input, _Step) and (op_input.epoch is None or op_input.epoch == last)
+            for op_input, op_output in decoded
+        ]
 
     def partition(self, ops: Sequence[Operation]) -> list[list[Operation]]:
         """Per object, then per epoch: a ``recover`` row is a barrier nothing crosses (an op of an
