@@ -83,7 +83,14 @@ def verify(request: VerifyRequest) -> VerifyResult:
     from spec.errors import InputError
     from spec.history import BadHistory
     from txnmodel.file_checks import check_files_local
-    from txnmodel.verdicts import exit_code, history_results, print_report, summarize, write_verdicts
+    from txnmodel.verdicts import (
+        applicability_lines,
+        exit_code,
+        history_results,
+        print_report,
+        summarize,
+        write_verdicts,
+    )
 
     started = time.perf_counter()
     out = Path(request.out)
@@ -151,6 +158,8 @@ def verify(request: VerifyRequest) -> VerifyResult:
         sys.stdout.write("\n")
     else:
         print_report(rows, summary, out, written)
+        for line in applicability_lines(rows):
+            print(line)
     return VerifyResult(code, tuple(rows), elapsed)
 
 

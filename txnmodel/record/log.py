@@ -176,9 +176,7 @@ class OpenOperation:
     def __enter__(self) -> OpenOperation:
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
         if self.done:
             return False
         if exc is None:
