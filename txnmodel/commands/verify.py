@@ -190,9 +190,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("path", metavar="PATH", help="a history file, or a folder searched for them")
     parser.add_argument(
         "--format",
-        choices=["parquet", "jsonl", "jepsen"],
+        choices=["parquet", "jsonl", "jepsen", "edn"],
         default="parquet",
-        help="history format (default parquet; jepsen: Jepsen etcd logs)",
+        help="history format (default parquet; jepsen: Jepsen etcd logs; edn: Jepsen's history.edn, register, "
+        "cas-register, set and queue workloads)",
     )
     parser.add_argument(
         "--model",
