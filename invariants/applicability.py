@@ -84,7 +84,6 @@ def _statements(a: TxnAnalysis) -> dict[str, Callable[[], tuple[bool, str]]]:
     txns = set(a.commits) | set(a.aborts)
     txn_messages = _txn_messages(a)
     delivered = len(a.deliveries)
-    subs_with_receives = set(a.received) | set(a.drains)
     no_txn = (False, "no transaction in the history")
 
     def garbage() -> tuple[bool, str]:
@@ -110,9 +109,10 @@ def _statements(a: TxnAnalysis) -> dict[str, Callable[[], tuple[bool, str]]]:
         return True, f"{_plural(judged, 'send')} on {_plural(len(per_partition), 'partition')}"
 
     def order() -> tuple[bool, str]:
-        ordered = [sub for sub in subs_with_receives if _sub_type(a.subscribes.get(sub, [])) not in ("Shared", "mixed")]
+        placed = {d.subscription for d in a.deliveries if d.position is not None}
+        ordered = [sub for sub in placed if _sub_type(a.subscribes.get(sub, [])) not in ("Shared", "mixed")]
         if not ordered:
-            return False, "no subscription that dispatches in order (Exclusive, Failover, Key_Shared per key)"
+            return False, "no delivery with a position on a subscription that dispatches in order"
         return True, f"{_plural(len(ordered), 'ordered subscription')}"
 
     def early() -> tuple[bool, str]:
