@@ -65,6 +65,7 @@ __all__ = [
     "parse_edn",
     "read_edn",
     "to_edn",
+    "write_edn",
 ]
 
 MAX_FILE_BYTES = 1 << 30  # 1 GiB of text
@@ -502,6 +503,8 @@ def _registers(paired: list[Operation], history: str, independent: bool, where: 
             result = result[1] if isinstance(result, list) and len(result) == 2 else result
         if op.f == "read":
             value = None
+        else:
+            result = None  # a write or cas completes with its own arguments: nothing returned
         if op.f == "cas" and not (isinstance(value, list) and len(value) == 2):
             raise _bad(f"op {op.index}: a cas takes [from to], got {to_edn(value)}", where)
         out.append(_with(op, value=value, result=result, obj=obj, error=error))
@@ -608,3 +611,40 @@ def read_edn(path: str | Path) -> dict[str, list[Operation]]:
         raise BadHistory(f"cannot read: {exc.strerror}", where=where) from None
     name = history_id(file)
     return {name: parse_edn(text, history=name, where=where)}
+
+
+def write_edn(ops: Sequence[Operation], *, records: bool = False) -> str:
+    """A register history (``read``/``write``/``cas`` on ``register`` objects) as Jepsen's events,
+    one map per line, in time order: the inverse of :func:`parse_edn` for such histories (an object
+    ``register:<history>/<key>`` writes ``jepsen.independent`` tuples).  ``records``: print each as
+    a ``#jepsen.history.Op`` record, as Jepsen 0.3 does."""
+    # (time, phase, index, step, text): at one instant, completions (phase 0) come before
+    # invocations (phase 1), so a process may invoke the instant its last operation completed; an
+    # operation that took no time completes right after its own invocation (phase 1, step 1).
+    events: list[tuple[int, int, int, int, str]] = []
+    for op in ops:
+        name = op.object.partition(":")[2]
+        key = name.split("/", 1)[1] if "/" in name else None
+        value = op.args if op.f != "read" else None
+
+        def wrap(v: Any, key: str | None = key) -> str:
+            return to_edn(v) if key is None else f"[{key} {to_edn(v)}]"
+
+        events.append((op.invoked_at, 1, op.index, 0, _event("invoke", op, wrap(value))))
+        if op.type is OpType.INVOKE:
+            continue
+        done = op.completed_at if op.completed_at is not None else op.invoked_at
+        shown = op.returned if op.type is OpType.OK and op.f == "read" else value
+        phase = 1 if done == op.invoked_at else 0
+        events.append((done, phase, op.index, 1, _event(op.type.value, op, wrap(shown))))
+    lines = []
+    for index, (*_, text) in enumerate(sorted(events)):
+        body = text.replace("}", f", :index {index}}}", 1) if text.endswith("}") else text
+        lines.append(("#jepsen.history.Op" if records else "") + body)
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _event(kind: str, op: Operation, value: str) -> str:
+    error = f", :error {to_edn(op.error)}" if op.error is not None and kind in ("fail", "info") else ""
+    time = op.invoked_at if kind == "invoke" else op.completed_at
+    return f"{{:type :{kind}, :f :{op.f}, :value {value}, :time {time}, :process {op.process}{error}}}"
