@@ -540,7 +540,7 @@ def _deliveries(
             payload = to_edn(op.args)
             if payload in sent:
                 raise _bad(
-                    f"{to_edn(op.args)} is {op.f}ed twice (lines {sent[payload]} and {line}): elements must be unique",
+                    f"{to_edn(op.args)} is {'added' if op.f == 'add' else 'enqueued'} twice (lines {sent[payload]} and {line}): elements must be unique",
                     where,
                     line,
                 )
@@ -604,11 +604,14 @@ def read_edn(path: str | Path) -> dict[str, list[Operation]]:
     if size > MAX_FILE_BYTES:
         raise BadHistory(f"{size} bytes: larger than {MAX_FILE_BYTES} (the reader's limit)", where=where)
     try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadHistory(f"not UTF-8 text at byte {exc.start}: {exc.reason}", where=where) from None
+        raw = file.read_bytes()
     except OSError as exc:
         raise BadHistory(f"cannot read: {exc.strerror}", where=where) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise _bad(f"not UTF-8 text (byte {exc.start}: {exc.reason})", where, line) from None
     name = history_id(file)
     return {name: parse_edn(text, history=name, where=where)}
 
