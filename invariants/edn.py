@@ -539,8 +539,9 @@ def _deliveries(
         if op.f in ("add", "enqueue"):
             payload = to_edn(op.args)
             if payload in sent:
+                verb = "added" if op.f == "add" else "enqueued"
                 raise _bad(
-                    f"{to_edn(op.args)} is {'added' if op.f == 'add' else 'enqueued'} twice (lines {sent[payload]} and {line}): elements must be unique",
+                    f"{payload} is {verb} twice (lines {sent[payload]} and {line}): elements must be unique",
                     where,
                     line,
                 )
