@@ -1115,8 +1115,8 @@ def _missed(
     a: TxnAnalysis, sub: str, message: _Message, since: int, due: int
 ) -> tuple[dict[str, Operation], list[_Delivery]] | None:
     """Whether ``message`` failed to reach the consumers of ``sub`` by ``due``: every consumer found
-    nothing at or after ``due`` and none of them had received it (by a receive invoked after
-    ``since``) before that.  Returns the idle receives and the late deliveries, or None when it
+    nothing at or after ``due`` and none of them had received it (by a receive that completed after
+    ``since``: a consumer may have been waiting when it came) before that.  Returns the idle receives and the late deliveries, or None when it
     arrived in time or the subscription cannot be judged."""
     names = _consumers(a, sub)
     if names is None:
@@ -1124,7 +1124,11 @@ def _missed(
     idle = _first_idle(a, sub, names, due)
     if idle is None:
         return None
-    again = [d for d in a.received.get(sub, {}).get(message.payload, []) if d.op.invoked_at >= since]
+    again = [
+        d
+        for d in a.received.get(sub, {}).get(message.payload, [])
+        if d.op.completed_at is not None and d.op.completed_at > since
+    ]
     if any(
         d.consumer is not None and d.op.completed_at is not None and d.op.completed_at <= idle[d.consumer].invoked_at
         for d in again
@@ -1169,7 +1173,7 @@ def late_deliveries(a: TxnAnalysis, out: _Collector) -> None:
                 op.completed_at is None or op.completed_at > message.send.invoked_at for op in subscribes
             ):
                 continue
-            missed = _missed(a, sub, message, message.send.invoked_at, due)
+            missed = _missed(a, sub, message, message.send.invoked_at - 1, due)
             if missed is None:
                 continue
             idle, late = missed
@@ -1255,7 +1259,7 @@ def lost_redeliveries(a: TxnAnalysis, out: _Collector) -> None:
                     (sent, d, None, d.op.completed_at + timeout + bound, f"the ack timeout of {timeout} ms")
                 )
         for message, origin, request, due, how in handbacks:
-            missed = _missed(a, sub, message, (origin.op.completed_at or 0) + 1, due)
+            missed = _missed(a, sub, message, origin.op.completed_at or 0, due)
             if missed is None:
                 continue
             idle, late = missed

@@ -818,6 +818,12 @@ def test_late_delivery_names_the_send_and_the_idle_receive() -> None:
     assert "within 50 ms (by 150)" in anomaly.explanation and "receive op 2" in anomaly.explanation
 
 
+def test_a_consumer_waiting_when_the_message_came_received_it_in_time() -> None:
+    ops = _delayed()
+    waiting = dataclasses.replace(ops[3], invoked_at=4, completed_at=120)  # invoked before the send
+    assert check_transactional([*ops[:3], waiting]).ok
+
+
 def test_late_delivery_needs_a_stated_bound_and_every_consumer_idle() -> None:
     assert check_transactional(_delayed(within=None)).ok  # no bound stated: liveness not judged
     assert check_transactional(_delayed(within=500)).ok  # the idle receive came before the bound

@@ -161,6 +161,36 @@ def _acknowledger(run: Run, cumulative_every: int = 0) -> Callable[[Process, Off
     return on_message
 
 
+def _create_producer(run: Run, client: Any, topic: str, **options: Any) -> Any:
+    """A producer, retried while the broker does not answer (a lost answer, a broker restarting)."""
+    last: Exception | None = None
+    for _ in range(20):
+        try:
+            return client.create_producer(topic, send_timeout_millis=run.options.send_timeout_ms, **options)
+        except Exception as exc:  # the official client's errors: retried, the last one raised
+            last = exc
+            time.sleep(0.2)
+    raise RuntimeError(f"could not create a producer on {topic}: {last}")
+
+
+class _Txns:
+    """When every transaction the writers may have left open has surely ended at the broker: one
+    whose end did not return ok stays open until its coordinator times it out (TC-18), and until
+    then it holds back every later message of its partitions (TB-15).  The final drain waits for
+    that, or a committed message behind it would look lost."""
+
+    def __init__(self, timeout_ms: int, slack_ms: int) -> None:
+        self.timeout_ms = timeout_ms
+        self.slack_ms = slack_ms
+        self.until = 0
+        self._lock = threading.Lock()
+
+    def ended(self, started_ms: int, ok: bool) -> None:
+        if not ok:
+            with self._lock:
+                self.until = max(self.until, started_ms + self.timeout_ms + self.slack_ms)
+
+
 def _producers(run: Run, topics: list[str], writers: int) -> list[dict[str, OfficialProducer]]:
     """One producer map per writer thread: writers pair up on a client; the even pairs share one
     batching producer per topic (their concurrent sends batch together), the others send alone."""
@@ -175,19 +205,12 @@ def _producers(run: Run, topics: list[str], writers: int) -> list[dict[str, Offi
             if pair % 2 == 0:
                 if (pair, topic) not in shared:
                     shared[(pair, topic)] = OfficialProducer(
-                        client.create_producer(
-                            topic,
-                            batching_enabled=True,
-                            batching_max_publish_delay_ms=5,
-                            send_timeout_millis=run.options.send_timeout_ms,
-                        ),
+                        _create_producer(run, client, topic, batching_enabled=True, batching_max_publish_delay_ms=5),
                         topic,
                     )
                 mine[topic] = shared[(pair, topic)]
             else:
-                mine[topic] = OfficialProducer(
-                    client.create_producer(topic, send_timeout_millis=run.options.send_timeout_ms), topic
-                )
+                mine[topic] = OfficialProducer(_create_producer(run, client, topic), topic)
         maps.append(mine)
     return maps
 
@@ -329,9 +352,7 @@ def ctp(run: Run, budget: Budget) -> WorkloadResult:
     attached = _attach(run, outputs, _reader_subs())
     drain, readers = _start_consumers(run, attached, _acknowledger(run), run.options.quiet_ms)
     # The input's writer: the budget counts input messages.
-    input_producer = OfficialProducer(
-        run.client().create_producer(source, send_timeout_millis=run.options.send_timeout_ms), source
-    )
+    input_producer = OfficialProducer(_create_producer(run, run.client(), source), source)
     names = [f"ctp-t{i}" for i in range(run.options.clients)]
     sessions = [WireSession(run.options.url, run.options.operation_timeout_s) for _ in names]
     run.sessions.extend(sessions)
@@ -346,6 +367,7 @@ def ctp(run: Run, budget: Budget) -> WorkloadResult:
     transform_drain = Drain(names, run.options.quiet_ms, run.log.clock.now_ms)
     counts = {"committed": 0, "aborted": 0, "unknown": 0, "reconnects": 0}
     lock = threading.Lock()
+    txns = _Txns(run.options.txn_timeout_ms, 2_000 + run.options.slack_ms)
 
     def transformer(index: int, session: WireSession) -> None:
         name = names[index]
@@ -362,8 +384,10 @@ def ctp(run: Run, budget: Budget) -> WorkloadResult:
             if message is None:
                 continue
             # A transaction per batch of 1-3 inputs, opened once there is something to transform.
+            started = run.log.clock.now_ms()
             txn = session.new_txn(process, run.options.txn_timeout_ms)
             if txn is None:
+                txns.ended(started, False)  # a new_txn of unknown outcome may have opened one
                 continue  # the message stays with this consumer, or went back with its connection
             alive = True
             for i in range(rng.randint(1, 3)):
@@ -381,6 +405,7 @@ def ctp(run: Run, budget: Budget) -> WorkloadResult:
                     break
             commit = alive and rng.random() < 0.85
             ended = session.end(process, txn, commit=commit)
+            txns.ended(started, ended)
             with lock:
                 key = "unknown" if not ended and commit else ("committed" if commit and ended else "aborted")
                 counts[key] += 1
@@ -399,8 +424,8 @@ def ctp(run: Run, budget: Budget) -> WorkloadResult:
         run.options.before_drain()
     transform_drain.wait(0, run.options.max_drain_s)
     run.join(workers)
-    # Every transaction has ended (or its end's outcome is unknown): the readers drain the outputs.
-    drain.wait(0, run.options.max_drain_s)
+    # Every transaction has ended, or will have once its timeout passed: then the readers drain.
+    drain.wait(txns.until, run.options.max_drain_s + txns.timeout_ms / 1000)
     run.join(readers)
     timed_out = transform_drain.timed_out or drain.timed_out
     return WorkloadResult(
@@ -415,6 +440,7 @@ def multi(run: Run, budget: Budget) -> WorkloadResult:
     drain, readers = _start_consumers(run, attached, _acknowledger(run), run.options.quiet_ms)
     counts = {"committed": 0, "aborted": 0, "unknown": 0}
     lock = threading.Lock()
+    txns = _Txns(run.options.txn_timeout_ms, 2_000 + run.options.slack_ms)
 
     def writer(index: int) -> None:
         label = f"t{index}"
@@ -424,8 +450,10 @@ def multi(run: Run, budget: Budget) -> WorkloadResult:
         process = Process(run.log)
         n = 0
         while budget.take():
+            started = run.log.clock.now_ms()
             txn = session.new_txn(process, run.options.txn_timeout_ms)
             if txn is None:
+                txns.ended(started, False)
                 time.sleep(0.05)
                 continue
             alive = True
@@ -435,13 +463,12 @@ def multi(run: Run, budget: Budget) -> WorkloadResult:
                     n += 1
             commit = alive and rng.random() < 0.8
             ended = session.end(process, txn, commit=commit)
+            txns.ended(started, ended)
             with lock:
                 key = "unknown" if not ended and commit else ("committed" if commit and ended else "aborted")
                 counts[key] += 1
 
-    plain = OfficialProducer(
-        run.client().create_producer(outputs[0], send_timeout_millis=run.options.send_timeout_ms), outputs[0]
-    )
+    plain = OfficialProducer(_create_producer(run, run.client(), outputs[0]), outputs[0])
     stop = threading.Event()
 
     def plain_writer() -> None:
@@ -457,7 +484,7 @@ def multi(run: Run, budget: Budget) -> WorkloadResult:
     run.join(writers)
     stop.set()
     run.join([plain_thread])
-    timed_out = _finish(run, drain, readers)
+    timed_out = _finish(run, drain, readers, not_before_ms=txns.until, extra_s=txns.timeout_ms / 1000)
     return WorkloadResult(outputs, ["reader"], drain_timed_out=timed_out, details=counts)
 
 
