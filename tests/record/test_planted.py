@@ -102,9 +102,14 @@ def test_a_lost_acknowledged_message() -> None:
 
 def test_a_duplicate_after_commit() -> None:
     """pa-commit-not-deleting (PA-12): a commit forgets its pending acks without acknowledging them
-    on the cursor, so a transformer's restart brings committed inputs back."""
-    checked = _recorded("pa-commit-not-deleting", "ctp", ops=60)
-    found = checked.anomalies.get("duplicate-after-commit")
+    on the cursor, so a transformer's restart brings committed inputs back.  Whether a restart
+    follows a commit while its inputs are still held depends on timing: measured 9 of 10 seeds per
+    run, so up to three seeds are tried."""
+    for seed in range(3):
+        checked = _recorded("pa-commit-not-deleting", "ctp", ops=60, seed=seed)
+        found = checked.anomalies.get("duplicate-after-commit")
+        if found:
+            break
     assert found, checked.anomalies
     ack, commit, receive = (checked.op(i) for i in found[0]["ops"])
     assert (ack.f, commit.f, receive.f) == ("ack", "commit", "receive")
