@@ -35,6 +35,7 @@ def cmd_record(args: argparse.Namespace) -> int:
         slack_ms=args.slack_ms,
         liveness=args.liveness == "on",
         max_delay_ms=args.max_delay_ms,
+        quiet_ms=args.quiet_ms,
         admin_url=args.admin_url,
         progress=not args.no_progress,
     )
@@ -109,6 +110,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         choices=("on", "off"),
         default="on",
         help="state liveness bounds (late delivery, redelivery) for a fault-free run; off while faults are injected",
+    )
+    parser.add_argument(
+        "--quiet-ms",
+        type=positive_int,
+        help="the final drain ends once every consumer found nothing for this long (default 600, 5000 with "
+        "--liveness off: clients reconnecting after faults catch up slowly)",
     )
     parser.add_argument("--max-delay-ms", type=positive_int, default=400, help="longest delay of the delayed workload")
     parser.add_argument("--admin-url", help="the broker's admin REST URL (http://HOST:8080): delete the run's topics")

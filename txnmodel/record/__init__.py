@@ -193,7 +193,7 @@ def record(options: RecordOptions) -> RecordResult:
                     "nack_delay_ms": options.nack_delay_ms,
                     "ack_timeout_ms": options.ack_timeout_ms,
                     "txn_timeout_ms": options.txn_timeout_ms,
-                    "quiet_ms": options.quiet_ms,
+                    "quiet_ms": options.quiet,
                 },
                 "operations": len(ops),
                 "unknown_outcomes": unknown,

@@ -54,7 +54,7 @@ class RecordOptions:
     broker_strict_delay: bool = False
     slack_ms: int = 500
     liveness: bool = True
-    quiet_ms: int = 600
+    quiet_ms: int | None = None  # None: 600 ms, or 5 s with liveness off (faults: clients reconnect slowly)
     max_delay_ms: int = 400
     nack_delay_ms: int = 300
     ack_timeout_ms: int = MIN_ACK_TIMEOUT_MS
@@ -65,6 +65,15 @@ class RecordOptions:
     # Python API only: called once the writers are done, before the final drain (a test heals its
     # faults there, as a Jepsen test stops its nemesis before the final reads).
     before_drain: Callable[[], None] | None = field(default=None, compare=False)
+
+    @property
+    def quiet(self) -> int:
+        """How long every consumer must find nothing, together, to end the final drain.  Under
+        faults the official client reconnects with a growing backoff and its consumer's queue
+        refills only then: a drain that ends sooner would see a subscription still catching up."""
+        if self.quiet_ms is not None:
+            return self.quiet_ms
+        return 600 if self.liveness else 5_000
 
     @property
     def budget_ops(self) -> int | None:

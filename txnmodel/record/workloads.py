@@ -253,7 +253,7 @@ def produce_consume(run: Run, budget: Budget) -> WorkloadResult:
     subs = [_Sub("exclusive", "Exclusive", 1), _Sub("failover", "Failover", 2), _Sub("shared", "Shared", 2)]
     subs.append(_Sub("key-shared", "Key_Shared", 2))
     attached = _attach(run, topics, subs)
-    drain, consumers = _start_consumers(run, attached, _acknowledger(run, cumulative_every=4), run.options.quiet_ms)
+    drain, consumers = _start_consumers(run, attached, _acknowledger(run, cumulative_every=4), run.options.quiet)
     run.join(_plain_writers(run, budget, topics))
     timed_out = _finish(run, drain, consumers)
     return WorkloadResult(topics, [s.name for s in subs], drain_timed_out=timed_out)
@@ -276,7 +276,7 @@ def nack(run: Run, budget: Budget) -> WorkloadResult:
         else:
             consumer.acknowledge(process, message)
 
-    quiet = max(run.options.quiet_ms, delay + delay // 3 + run.options.slack_ms)
+    quiet = max(run.options.quiet, delay + delay // 3 + run.options.slack_ms)
     drain, consumers = _start_consumers(run, attached, on_message, quiet)
     run.join(_plain_writers(run, budget, topics))
     timed_out = _finish(run, drain, consumers)
@@ -302,7 +302,7 @@ def ack_timeout(run: Run, budget: Budget) -> WorkloadResult:
             return
         consumer.acknowledge(process, message)
 
-    quiet = max(run.options.quiet_ms, timeout + 2 * 1_000 + run.options.slack_ms)
+    quiet = max(run.options.quiet, timeout + 2 * 1_000 + run.options.slack_ms)
     drain, consumers = _start_consumers(run, attached, on_message, quiet)
     run.join(_plain_writers(run, budget, topics))
     timed_out = _finish(run, drain, consumers, extra_s=timeout / 1000)
@@ -313,7 +313,7 @@ def delayed(run: Run, budget: Budget) -> WorkloadResult:
     topics = [run.topic(f"p{i}") for i in range(_partitions(run, 1))]
     subs = [_Sub("shared", "Shared", 2), _Sub("key-shared", "Key_Shared", 2), _Sub("exclusive", "Exclusive", 1)]
     attached = _attach(run, topics, subs)
-    drain, consumers = _start_consumers(run, attached, _acknowledger(run), run.options.quiet_ms)
+    drain, consumers = _start_consumers(run, attached, _acknowledger(run), run.options.quiet)
     stated: dict[str, Any] = {"deliver_early_ms": run.bounds.deliver_early()}
     within = run.bounds.deliver_within()
     if within is not None:
@@ -351,7 +351,7 @@ def ctp(run: Run, budget: Budget) -> WorkloadResult:
     source = run.topic("in")
     outputs = [run.topic(f"out{i}") for i in range(_partitions(run, 2))]
     attached = _attach(run, outputs, _reader_subs())
-    drain, readers = _start_consumers(run, attached, _acknowledger(run), run.options.quiet_ms)
+    drain, readers = _start_consumers(run, attached, _acknowledger(run), run.options.quiet)
     # The input's writer: the budget counts input messages.
     input_producer = OfficialProducer(_create_producer(run, run.client(), source), source)
     names = [f"ctp-t{i}" for i in range(run.options.clients)]
@@ -365,7 +365,7 @@ def ctp(run: Run, budget: Budget) -> WorkloadResult:
             time.sleep(0.2)
         else:
             raise RuntimeError(f"could not subscribe {name} to {source}")
-    transform_drain = Drain(names, run.options.quiet_ms, run.log.clock.now_ms)
+    transform_drain = Drain(names, run.options.quiet, run.log.clock.now_ms)
     counts = {"committed": 0, "aborted": 0, "unknown": 0, "restarts": 0}
     lock = threading.Lock()
     txns = _Txns(run.options.txn_timeout_ms, 2_000 + run.options.slack_ms)
@@ -439,7 +439,7 @@ def multi(run: Run, budget: Budget) -> WorkloadResult:
     """Atomic multi-partition produce beside a plain writer (see the module docstring)."""
     outputs = [run.topic(f"p{i}") for i in range(_partitions(run, 2))]
     attached = _attach(run, outputs, [_Sub("reader", "Exclusive", 1)])
-    drain, readers = _start_consumers(run, attached, _acknowledger(run), run.options.quiet_ms)
+    drain, readers = _start_consumers(run, attached, _acknowledger(run), run.options.quiet)
     counts = {"committed": 0, "aborted": 0, "unknown": 0}
     lock = threading.Lock()
     txns = _Txns(run.options.txn_timeout_ms, 2_000 + run.options.slack_ms)
