@@ -114,8 +114,17 @@ def _delete_topics(admin_url: str, topics: list[str]) -> tuple[int, list[str]]:
 def _cleanup(run: Run, options: RecordOptions) -> dict[str, Any]:
     """Unsubscribe what the run subscribed (the binary protocol allows it), delete its topics where an
     admin URL is given (Pulsar's binary protocol has no command that deletes a topic)."""
-    unsubscribed = sum(consumer.unsubscribe() for consumer in run.consumers)
-    out: dict[str, Any] = {"unsubscribed": unsubscribed, "of": len(run.consumers)}
+    # A broker refuses to delete a subscription while another consumer is attached to it: close the
+    # others first, then unsubscribe through the last one.
+    by_subscription: dict[tuple[str, str], list[Any]] = {}
+    for consumer in run.consumers:
+        by_subscription.setdefault((consumer.topic, consumer.subscription), []).append(consumer)
+    unsubscribed = 0
+    for consumers in by_subscription.values():
+        for consumer in consumers[:-1]:
+            consumer.close()
+        unsubscribed += consumers[-1].unsubscribe()
+    out: dict[str, Any] = {"unsubscribed": unsubscribed, "of": len(by_subscription)}
     if options.admin_url:
         deleted, problems = _delete_topics(options.admin_url, run.topics)
         out["topics_deleted"] = deleted
