@@ -57,7 +57,7 @@ class Checked:
         return self.ops[index]
 
 
-def record_and_check(url: str, workload: str, *, ops: int = 60, **options: Any) -> Checked:
+def record_and_check(url: str, workload: str, *, ops: int | None = 60, **options: Any) -> Checked:
     out = tempfile.mkdtemp(prefix=f"record-{workload}-")
     settings: dict[str, Any] = {
         "clients": 3,
