@@ -1116,8 +1116,9 @@ def _missed(
 ) -> tuple[dict[str, Operation], list[_Delivery]] | None:
     """Whether ``message`` failed to reach the consumers of ``sub`` by ``due``: every consumer found
     nothing at or after ``due`` and none of them had received it (by a receive that completed after
-    ``since``: a consumer may have been waiting when it came) before that.  Returns the idle receives and the late deliveries, or None when it
-    arrived in time or the subscription cannot be judged."""
+    ``since``: a consumer may have been waiting when it came) before that.  Returns the idle
+    receives and the late deliveries, or None when it arrived in time or the subscription cannot be
+    judged."""
     names = _consumers(a, sub)
     if names is None:
         return None
