@@ -227,8 +227,12 @@ def applicability(ops: Sequence[Operation]) -> list[Applicability]:
     on a malformed history)."""
     analysis = TxnAnalysis.build(ops)
     statements = _statements(analysis)
+    transactions = bool(analysis.commits or analysis.aborts or analysis.acks or _txn_messages(analysis))
     out = []
     for name in CHECKS:
+        if GROUPS[name] == "transactional" and not transactions:
+            out.append(Applicability(name, GROUPS[name], False, "no transaction in the history"))
+            continue
         applies, evidence = statements[name]()
         out.append(Applicability(name, GROUPS[name], applies, evidence))
     return out
