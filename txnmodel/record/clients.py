@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -344,7 +343,6 @@ class WireSession:
     producers: dict[str, Any] = field(default_factory=dict)
     consumer: Any = None
     consumer_spec: tuple[str, str, str, str] | None = None  # topic, subscription, sub type, name
-    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _connect(self) -> Any:
         from txnmodel.wire_client import WireClient
@@ -388,10 +386,7 @@ class WireSession:
         if self.consumer is not None or self.consumer_spec is None:
             return self.consumer is not None
         topic, subscription, sub_type, name = self.consumer_spec
-        try:
-            return self.subscribe(process, topic, subscription, sub_type, name)
-        except Exception:  # recorded; the caller retries later
-            return False
+        return self.subscribe(process, topic, subscription, sub_type, name)
 
     def new_txn(self, process: Process, timeout_ms: int) -> Any:
         from spec.types import TxnID
