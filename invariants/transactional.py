@@ -840,9 +840,12 @@ def duplicates_after_commit(a: TxnAnalysis, out: _Collector) -> None:
         for got in a.received.get(ack.subscription, {}).values():
             for d in got:
                 # Judged by the id its send returned: a delivery that reports another one is already an
-                # inconsistent-position and must not cascade.
+                # inconsistent-position and must not cascade.  A message the client may have written
+                # twice (deduplicated: false) has a copy at each id: judged by the copy delivered.
                 sent = a.messages.get(d.payload)
                 got_id = sent.position if sent is not None and sent.position is not None else d.position
+                if sent is not None and sent.repeatable and d.position is not None:
+                    got_id = d.position
                 if got_id is None or d.op.invoked_at <= done.completed_at:
                     continue
                 if _covers(ack.position, ack.cumulative, got_id):

@@ -922,6 +922,22 @@ def test_a_message_the_client_may_have_written_twice() -> None:
     assert "inconsistent-position" in _names(plain)
 
 
+def test_a_second_copy_after_a_commit_is_not_a_duplicate() -> None:
+    """The input's producer wrote "a" twice (at [1, 0], receipt lost, and again at [1, 1], the id its
+    send returned); a transaction acked the copy at [1, 1] and committed; the copy at [1, 0] came
+    afterwards.  Not a duplicate after commit: that copy was never acknowledged."""
+    ops = [
+        op(0, 0, "send", PART, {"message": "a", "txn": None, "deduplicated": False}, {"position": [1, 1]}, at=0),
+        op(1, 2, "receive", SUB, {}, {"message": "a", "position": [1, 1]}, at=4),
+        op(2, 2, "ack", SUB, {"position": [1, 1], "txn": T1}, at=6),
+        op(3, 2, "commit", TC, {"txn": T1}, at=8),
+        op(4, 3, "receive", SUB, {}, {"message": "a", "position": [1, 0]}, at=12),
+    ]
+    assert check_transactional(ops).ok
+    again = [*ops, op(5, 3, "receive", SUB, {}, {"message": "a", "position": [1, 1]}, at=14)]
+    assert _names(again) == {"duplicate-after-commit"}
+
+
 def test_out_of_order_is_judged_per_named_consumer_across_processes() -> None:
     """A consumer whose acks end 'info' moves to a new process after each: its name keeps it one."""
     ops = [
