@@ -75,23 +75,39 @@ def _client_versions() -> dict[str, str]:
 def _probe(url: str, timeout_s: float, txn: bool) -> str:
     """The broker's version from its CONNECTED answer; with ``txn``, that it has a transaction
     coordinator (a broker without one refuses TC_CLIENT_CONNECT)."""
+    import time
+
+    from spec.errors import ServerError
     from txnmodel.wire_client import WireClient, WireError, WireTimeout
 
     try:
         client = WireClient(url, timeout_s=timeout_s)
     except (OSError, WireError, WireTimeout) as exc:
         raise RecordError(f"cannot connect: {exc}", where=url) from None
+    version = client.server_version or "unknown"
     try:
-        if txn:
+        # A coordinator that is loading (or a broker restarting) answers late or ServiceNotReady:
+        # asked again for a while; a broker without transactions refuses at once.
+        deadline = time.monotonic() + 4 * timeout_s
+        while txn:
             try:
                 client._tc_connect()
+                break
             except (WireError, WireTimeout) as exc:
-                raise RecordError(
-                    f"the broker refused transactions ({exc}); use a workload without them, or enable "
-                    "transactionCoordinatorEnabled",
-                    where=url,
-                ) from None
-        return client.server_version or "unknown"
+                busy = isinstance(exc, WireTimeout) or exc.code == ServerError.ServiceNotReady
+                if not busy or time.monotonic() >= deadline:
+                    raise RecordError(
+                        f"the broker refused transactions ({exc}); use a workload without them, or enable "
+                        "transactionCoordinatorEnabled",
+                        where=url,
+                    ) from None
+                client.close()
+                time.sleep(0.2)
+                try:
+                    client = WireClient(url, timeout_s=timeout_s)
+                except (OSError, WireError, WireTimeout):
+                    continue
+        return version
     finally:
         client.close()
 
