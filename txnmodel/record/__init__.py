@@ -85,31 +85,25 @@ def _probe(url: str, timeout_s: float, txn: bool) -> str:
     except (OSError, WireError, WireTimeout) as exc:
         raise RecordError(f"cannot connect: {exc}", where=url) from None
     version = client.server_version or "unknown"
-    try:
-        # A coordinator that is loading (or a broker restarting) answers late or ServiceNotReady:
-        # asked again for a while; a broker without transactions refuses at once.
-        deadline = time.monotonic() + 4 * timeout_s
-        while txn:
-            try:
-                client._tc_connect()
-                break
-            except (WireError, WireTimeout) as exc:
-                busy = isinstance(exc, WireTimeout) or exc.code == ServerError.ServiceNotReady
-                if not busy or time.monotonic() >= deadline:
-                    raise RecordError(
-                        f"the broker refused transactions ({exc}); use a workload without them, or enable "
-                        "transactionCoordinatorEnabled",
-                        where=url,
-                    ) from None
-                client.close()
-                time.sleep(0.2)
-                try:
-                    client = WireClient(url, timeout_s=timeout_s)
-                except (OSError, WireError, WireTimeout):
-                    continue
-        return version
-    finally:
-        client.close()
+    client.close()
+    # A coordinator that is loading (or a broker restarting) answers late or ServiceNotReady: asked
+    # again for a while; a broker without transactions refuses at once.
+    deadline = time.monotonic() + 4 * timeout_s
+    while txn:
+        try:
+            with WireClient(url, timeout_s=timeout_s) as probe:
+                probe._tc_connect()
+            break
+        except (OSError, WireError, WireTimeout) as exc:
+            busy = not isinstance(exc, WireError) or exc.code == ServerError.ServiceNotReady
+            if not busy or time.monotonic() >= deadline:
+                raise RecordError(
+                    f"the broker refused transactions ({exc}); use a workload without them, or enable "
+                    "transactionCoordinatorEnabled",
+                    where=url,
+                ) from None
+            time.sleep(0.2)
+    return version
 
 
 def _delete_topics(admin_url: str, topics: list[str]) -> tuple[int, list[str]]:
