@@ -50,6 +50,11 @@ def test_record_then_verify(capsys: pytest.CaptureFixture[str]) -> None:
     assert not set(other_run["topics"]) & set(run["topics"]) and len(other_run["topics"]) == 3
     assert main(["verify", out, "--local", "--no-progress", "--out", tempfile.mkdtemp()]) == 0
     assert main(["verify", out, "--local", "--no-progress", "--format", "jsonl", "--out", tempfile.mkdtemp()]) == 0
+    # and on Spark, as on a cluster (--master passed unchanged): the same verdicts
+    spark_out = tempfile.mkdtemp()
+    assert main(["verify", out, "--master", "local[2]", "--no-progress", "--out", spark_out]) == 0
+    printed = capsys.readouterr().out
+    assert "transactional         2" in printed and "nothing to judge in any history (not a pass)" in printed
 
 
 def _free_port() -> int:
