@@ -177,6 +177,28 @@ def test_redelivered_after_ack_covers_a_committed_txn_ack() -> None:
     assert names(h) == {}
 
 
+def test_a_copy_the_client_wrote_again_is_not_the_acked_one() -> None:
+    """A recorder of the official client marks its sends ``deduplicated: false``: the producer
+    resends what it has no receipt for after a reconnect, so "m" may lie at [0, 0] (receipt lost)
+    and at [0, 1] (the id the send returned).  A transaction acked the copy at [0, 1] and committed;
+    the copy at [0, 0] coming afterwards was never acked.  The acked copy coming again still is."""
+    h = H()
+    h.subscribe()
+    h.op("send", PART, {"message": "m", "txn": None, "deduplicated": False}, {"position": [0, 1]}, 1, 3, process=2)
+    h.receive("m", (0, 1), 5, 6)
+    h.new_txn((0, 1), 10, process=9)
+    h.ack((0, 1), 20, txn=(0, 1))
+    h.end("commit", (0, 1), 30, 40, process=9)
+    h.receive("m", (0, 0), 60, 61)
+    good = list(h.ops)
+    assert names(h) == {}
+    h.receive("m", (0, 1), 70, 71)
+    assert names(h) == {"redelivered-after-ack": 1}
+    h.ops = [dataclasses.replace(good[1], value='{"message":"m","txn":null}', _value=None), *good[2:]]
+    h.ops = [good[0], *h.ops]
+    assert names(h) == {"redelivered-after-ack": 1}  # without the mark, any copy is the acked one
+
+
 # --- early-visibility -------------------------------------------------------------------------------
 
 

@@ -45,9 +45,14 @@ class Checked:
 
     @property
     def anomalies(self) -> dict[str, list[dict[str, Any]]]:
+        """The transactional anomalies, and the delivery oracle's violations where it ran."""
         out: dict[str, list[dict[str, Any]]] = {}
         for anomaly in self.transactional["anomalies"]:
             out.setdefault(anomaly["name"], []).append(anomaly)
+        for row in self.rows:
+            if row.checker == "delivery" and row.detail.startswith("{"):
+                for violation in json.loads(row.detail).get("violations", []):
+                    out.setdefault(f"delivery:{violation['name']}", []).append(violation)
         return out
 
     def applies(self, check: str) -> bool:
