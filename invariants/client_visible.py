@@ -387,7 +387,12 @@ class _View:
     # -- subscriptions ---------------------------------------------------------------------------
 
     def judged(self, sub: str) -> bool:
-        """Judged for liveness: Exclusive (one consumer at a time), or one receiving process throughout."""
+        """Judged for liveness: Exclusive (one consumer at a time), or one receiving process throughout;
+        never where a ``subscribe`` says ``liveness: false`` (a recorder of a real broker states that
+        no bound holds, as while faults are injected: a real client reconnects with a backoff of its
+        own, and a simulated bound means nothing there)."""
+        if any(isinstance(op.args, dict) and op.args.get("liveness") is False for op in self.subscribes.get(sub, ())):
+            return False
         if self.exclusive(sub):
             return True
         return len(self.receivers.get(sub, ())) == 1 and all(

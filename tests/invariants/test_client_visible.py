@@ -257,6 +257,16 @@ def test_late_visibility_flags_an_empty_receive_past_the_bound() -> None:
     assert names(_late(30 + LAG_BOUND_MS)) == {"late-visibility": 1}
 
 
+def test_late_visibility_is_not_judged_where_a_subscribe_states_no_liveness() -> None:
+    h = _late(LAG_BOUND_MS + 50)
+    assert names(h) == {"late-visibility": 1}
+    h.ops = [
+        dataclasses.replace(op, value=op.value[:-1] + ',"liveness":false}', _value=None) if op.f == "subscribe" else op
+        for op in h.ops
+    ]
+    assert names(h) == {}
+
+
 def test_late_visibility_passes_within_the_bound() -> None:
     assert names(_late(30 + LAG_BOUND_MS - 1)) == {}
 

@@ -343,6 +343,7 @@ class WireSession:
     producers: dict[str, Any] = field(default_factory=dict)
     consumer: Any = None
     consumer_spec: tuple[str, str, str, str] | None = None  # topic, subscription, sub type, name
+    liveness: bool = True  # False: its subscribes say no liveness bound holds
 
     def _connect(self) -> Any:
         from txnmodel.wire_client import WireClient
@@ -372,9 +373,14 @@ class WireSession:
             self.reset()
         return outcome
 
-    def subscribe(self, process: Process, topic: str, subscription: str, sub_type: str, name: str) -> bool:
+    def subscribe(
+        self, process: Process, topic: str, subscription: str, sub_type: str, name: str, *, liveness: bool = True
+    ) -> bool:
         self.consumer_spec = (topic, subscription, sub_type, name)
-        value = {"initial_position": "Earliest", "sub_type": sub_type, "consumer": name}
+        self.liveness = liveness
+        value: dict[str, Any] = {"initial_position": "Earliest", "sub_type": sub_type, "consumer": name}
+        if not liveness:
+            value["liveness"] = False
         with process.op("subscribe", subscription_object(topic, subscription), value, self._outcome) as op:
             client = self._connect()
             self.consumer = client.subscribe(topic, subscription, sub_type=sub_type)
@@ -386,7 +392,7 @@ class WireSession:
         if self.consumer is not None or self.consumer_spec is None:
             return self.consumer is not None
         topic, subscription, sub_type, name = self.consumer_spec
-        return self.subscribe(process, topic, subscription, sub_type, name)
+        return self.subscribe(process, topic, subscription, sub_type, name, liveness=self.liveness)
 
     def new_txn(self, process: Process, timeout_ms: int) -> Any:
         from spec.types import TxnID

@@ -94,6 +94,8 @@ def _attach(
     is sent.  A subscribe that does not return ok is retried with a fresh process (its consumer may
     or may not exist: the history says so) until it does or the run gives up."""
     attached = []
+    if not run.options.liveness:
+        stated = {**(stated or {}), "liveness": False}  # no liveness bound holds: said on every subscribe
     for topic in topics:
         for sub in subs:
             client = run.client()
@@ -360,7 +362,7 @@ def ctp(run: Run, budget: Budget) -> WorkloadResult:
     for session, name in zip(sessions, names, strict=True):
         process = Process(run.log)
         for _ in range(20):
-            if session.subscribe(process, source, "ctp", "Shared", name):
+            if session.subscribe(process, source, "ctp", "Shared", name, liveness=run.options.liveness):
                 break
             time.sleep(0.2)
         else:
