@@ -497,7 +497,9 @@ def _held_back(view: _View, out: _Out) -> None:
             for d in view.deliveries.get(ack.sub, ()):
                 if d.payload != message.payload or d.op.completed_at is None or not d.of(message, ack):
                     continue
-                if d.op.invoked_at >= ack.op.completed_at and d.op.completed_at < until:
+                # strictly after: intervals are closed, so a receive invoked the instant the ack
+                # completed may have come first (millisecond clocks make such ties common)
+                if d.op.invoked_at > ack.op.completed_at and d.op.completed_at < until:
                     out.add(
                         "held-back-delivery",
                         [message.send, ack.op, d.op],

@@ -124,6 +124,21 @@ def test_held_back_flags_a_delivery_while_the_txn_is_open() -> None:
     assert names(_held(100)) == {"held-back-delivery": 1}
 
 
+def test_held_back_passes_a_receive_that_may_have_come_before_the_ack() -> None:
+    """Found recording from serve: a consumer's receive and its ack in a transaction, both within
+    one millisecond; the receive invoked the instant the ack completed may well have come first."""
+    h = H()
+    h.subscribe()
+    h.send("m", (0, 0), 1)
+    h.new_txn((0, 1), 2, process=9)
+    h.receive("m", (0, 0), 10, 10)
+    h.ack((0, 0), 10, txn=(0, 1))
+    h.ops[-1] = dataclasses.replace(h.ops[-1], completed_at=10)
+    assert names(h) == {}
+    h.receive("m", (0, 0), 11, 12)  # strictly later: held back, must not come again
+    assert names(h) == {"held-back-delivery": 1}
+
+
 def test_held_back_passes_a_delivery_once_the_txn_may_have_ended() -> None:
     # After the commit is invoked the redelivery is judged by redelivered-after-ack, not here.
     assert "held-back-delivery" not in names(_held(505))
