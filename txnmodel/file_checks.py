@@ -63,7 +63,7 @@ def read_groups(path: str, fmt: str, options: VerifyOptions) -> list[GroupedRows
     from spec.errors import InputError
 
     try:
-        if fmt == "jepsen":
+        if fmt in ("jepsen", "edn"):
             return [(name, [(path, ops)]) for name, ops in read_file(path, fmt).items()]
         groups: dict[str, list[Operation]] = {}
         for op in iter_parquet(path) if fmt == "parquet" else iter_jsonl(path):

@@ -24,6 +24,7 @@ __all__ = [
     "VERDICTS",
     "VERDICT_COLUMNS",
     "Summary",
+    "applicability_lines",
     "clear_verdicts",
     "exit_code",
     "history_results",
@@ -235,3 +236,33 @@ def print_report(
         print(f"counterexample: {path}")
     print(f"verdicts: {out / 'verdicts.parquet'}")
     print(f"index of every verdict: {out / 'index.html'}")
+
+
+def applicability_lines(rows: Iterable[VerdictRow]) -> list[str]:
+    """Per transactional check, in how many histories it had something to judge
+    (:mod:`invariants.applicability`); a check that applied to none is named as such, so that its
+    silence is not read as a pass."""
+    import json
+
+    applied: Counter[str] = Counter()
+    order: list[str] = []
+    judged = 0
+    for row in rows:
+        if row.checker != "transactional" or not row.detail.startswith("{"):
+            continue
+        found = json.loads(row.detail).get("applicability")
+        if not found:
+            continue
+        judged += 1
+        for check, statement in found.items():
+            if check not in order:
+                order.append(check)
+            applied[check] += bool(statement["applies"])
+    if not judged:
+        return []
+    lines = [f"checks that had something to judge (of {judged} histories with client operations):"]
+    lines.append("  " + ", ".join(f"{check} {applied[check]}" for check in order))
+    absent = [check for check in order if not applied[check]]
+    if absent:
+        lines.append("  nothing to judge in any history (not a pass): " + ", ".join(absent))
+    return lines

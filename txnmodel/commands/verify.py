@@ -87,7 +87,7 @@ def verify(request: VerifyRequest) -> VerifyResult:
     from invariants.models import model_by_name
     from spec.errors import InputError
     from spec.history import BadHistory
-    from txnmodel.verdicts import exit_code, history_results, print_report, summarize
+    from txnmodel.verdicts import applicability_lines, exit_code, history_results, print_report, summarize
 
     started = time.perf_counter()
     out = Path(request.out)
@@ -136,6 +136,8 @@ def verify(request: VerifyRequest) -> VerifyResult:
         sys.stdout.write("\n")
     else:
         print_report(rows, summary, out, written)
+        for line in applicability_lines(rows):
+            print(line)
     return VerifyResult(code, tuple(rows), elapsed)
 
 
@@ -213,9 +215,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("path", metavar="PATH", help="a history file, or a folder searched for them")
     parser.add_argument(
         "--format",
-        choices=["parquet", "jsonl", "jepsen"],
+        choices=["parquet", "jsonl", "jepsen", "edn"],
         default="parquet",
-        help="history format (default parquet; jepsen: Jepsen etcd logs)",
+        help="history format (default parquet; jepsen: Jepsen etcd logs; edn: Jepsen's history.edn, register, "
+        "cas-register, set and queue workloads)",
     )
     parser.add_argument(
         "--model",
