@@ -4,7 +4,7 @@ Every mutant is a known Pulsar bug (a fact-sheet reference or an upstream issue/
 replacement for a single reference function.  It is applied by patching a module (or class)
 attribute and restoring it afterwards -- never a flag in product code.
 
-Where the broker looks names up: ``reference/engine/broker.py`` imports the machine *modules*
+Where the broker looks names up: ``reference/engine/broker/`` imports the machine *modules*
 (``from reference import buffer as tb`` ...) and calls ``tb.step``, ``tb.dispatch``, ``pa.step``,
 ``tc.step``, ``dl.step`` at call time.  Inside each machine, ``step`` dispatches through a
 ``_HANDLERS`` table that holds the top-level handlers *by value*, so patching e.g.
