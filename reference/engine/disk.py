@@ -46,6 +46,7 @@ from .ledger import LedgerError
 
 __all__ = [
     "CRASH_DATA_VARIANTS",
+    "makedirs_durably",
     "SECTOR",
     "DiskFaults",
     "FileSystem",
@@ -174,6 +175,24 @@ class OsFileSystem:
     def unlock(self, fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def makedirs_durably(fs: FileSystem, path: str) -> None:
+    """Create ``path`` and any missing parents, each made durable in its parent (synced from the
+    top down), so a power cut cannot take a directory whose contents were made durable."""
+    missing: list[str] = []
+    at = path
+    while not fs.exists(at):
+        missing.append(at)
+        parent = os.path.dirname(at)
+        if parent == at:
+            break
+        at = parent
+    if not missing:
+        return
+    fs.makedirs(path)
+    for created in reversed(missing):
+        fs.sync_dir(os.path.dirname(created))
 
 
 # ---------------------------------------------------------------------------------------------

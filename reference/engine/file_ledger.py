@@ -55,7 +55,7 @@ from spec.config import Config
 from spec.errors import InputError
 from spec.types import INT64_MAX, INT64_MIN, LedgerInfo, Position
 
-from .disk import FileSystem, LedgerLocked, OsFileSystem
+from .disk import FileSystem, LedgerLocked, OsFileSystem, makedirs_durably
 from .journal import JOURNAL_RECORD, RawRecord, RecordKind, encode_entry_body
 from .ledger import (
     Entry,
@@ -1041,6 +1041,9 @@ class FileLedger:
         fs = self._fs
         self._opening_ticket = -1
         if not fs.exists(self._dir):
+            # The directory's own entry is synced by the creation (a directory without METADATA
+            # holds nothing that was acknowledged); its parents' entries now.
+            makedirs_durably(fs, os.path.dirname(self._dir))
             fs.makedirs(self._dir)
         self._lock_fd = fs.lock(self._path(LOCK_NAME))
         earlier = self._store.take_rebuild_report(self._key)

@@ -38,7 +38,7 @@ from typing import Final
 
 from spec.config import Config
 
-from .disk import FileSystem, OsFileSystem
+from .disk import FileSystem, OsFileSystem, makedirs_durably
 from .file_ledger import (
     MAX_JOURNAL_BYTES,
     MAX_JOURNAL_RECORDS,
@@ -135,9 +135,7 @@ class FileStore:
         self._reports: dict[str, RecoveryReport] = {}
         self._lock_fd: int | None = None
         fs = self.fs
-        if not fs.exists(self.root):
-            fs.makedirs(self.root)
-            fs.sync_dir(os.path.dirname(self.root))
+        makedirs_durably(fs, self.root)
         if self.lock_store:
             self._lock_fd = fs.lock(os.path.join(self.root, STORE_LOCK_NAME))
         try:

@@ -151,6 +151,10 @@ class RunSpec:
     batch_messages: bool = False  # batching producers (client batches, not PIP-160's batched log)
     key_shared: bool = False  # partition keys on every send, Key_Shared readers
     delayed_tracker: str = "memory"  # the delayed workload's tracker: "memory" or "bucket"
+    # File ledgers only: the real disk or the simulated one (whose broker crashes are power cuts),
+    # and the journal's group commit (None: every change committed as it is made).
+    disk: str = "real"
+    group_commit_ms: int | None = None
 
     def broker_config(self) -> Config:
         """The brokers' configuration: ``config``, with the bucket tracker for a delayed run that asks for it."""
@@ -186,6 +190,8 @@ class RunSpec:
             "batch_messages": self.batch_messages,
             "key_shared": self.key_shared,
             "delayed_tracker": self.delayed_tracker,
+            "disk": self.disk if self.ledger == "file" else None,
+            "group_commit_ms": self.group_commit_ms if self.ledger == "file" else None,
             "fault_rates": rates,
             "config": config_overrides(self.broker_config()),
         }
@@ -303,7 +309,10 @@ class _Run:
             network_faults=net,
             ledger_faults=ledger_faults,
             history=f"{spec.workload}-{spec.ledger}-seed{spec.seed}",
+            disk=spec.disk,
+            group_commit_ms=spec.group_commit_ms,
         )
+        self.cluster.on_disk_failure = self.disk_failure
         if rates["participant_timeout"]:
             # END_TXN_ON_* requests time out in the TB client (retryable: the coordinator re-drives the end).
             self.cluster.broker.faults = BrokerFaults(participant_timeout=float(rates["participant_timeout"]))
@@ -383,6 +392,10 @@ class _Run:
         op = fault.operation.op.value
         self.injected(f"ledger-{op.replace('_', '-')}-failed", fault.operation.ledger)
         self.ledger_faults[f"ledger_{op}_failed"] = self.ledger_faults.get(f"ledger_{op}_failed", 0) + 1
+
+    def disk_failure(self, error: BaseException) -> None:
+        """The store's journal failed for good (a disk fault): the broker goes down and comes back."""
+        self.injected("disk-failure", "broker")
 
     def injected(self, kind: str, target: str) -> None:
         self.faults.append(FaultEvent(self.sim.now, kind, target))
@@ -640,6 +653,9 @@ class _Run:
             "network_duplicated": self.cluster.network.duplicated,
             **self.ledger_faults,
         }
+        if spec.ledger == "file":
+            # The store's journal over the run: its syncs, the power cuts, and what recovery replayed.
+            counters.update({f"journal_{k}": v for k, v in self.cluster.broker.store.journal_stats().items()})
         return RunResult(
             spec,
             self.cluster.recorder.operations(),
