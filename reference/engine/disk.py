@@ -46,7 +46,6 @@ from .ledger import LedgerError
 
 __all__ = [
     "CRASH_DATA_VARIANTS",
-    "makedirs_durably",
     "SECTOR",
     "DiskFaults",
     "FileSystem",
@@ -54,6 +53,7 @@ __all__ = [
     "OsFileSystem",
     "PowerCut",
     "SimDisk",
+    "makedirs_durably",
 ]
 
 SECTOR: Final = 512

@@ -864,11 +864,14 @@ def apply_recovery(fs: FileSystem, plan: RecoveryPlan) -> tuple[Metadata | None,
     if plan.changed:
         fs.sync_dir(directory)
         write_metadata_file(fs, directory, meta)
+    # The plan now describes the files as they are: every entry synced.
     for file_plan in plan.files.values():
-        file_plan.frames = [FrameInfo(i, o, n) for i, (o, n) in enumerate(zip(*file_plan.layout()[:2], strict=True))]
+        offsets, lengths, end = file_plan.layout()
+        file_plan.frames = [FrameInfo(i, o, n) for i, (o, n) in enumerate(zip(offsets, lengths, strict=True))]
         file_plan.replayed = []
-        file_plan.synced = (len(file_plan.frames), file_plan.layout()[2])
-        file_plan.size = file_plan.base_length
+        file_plan.synced = (len(offsets), end)
+        file_plan.size = end
+        file_plan.matches = False
     return meta, tuple(truncated)
 
 
@@ -1047,7 +1050,12 @@ class FileLedger:
             fs.makedirs(self._dir)
         self._lock_fd = fs.lock(self._path(LOCK_NAME))
         earlier = self._store.take_rebuild_report(self._key)
-        plan = plan_recovery(fs, self._dir, (), name=name)
+        # A ledger this store checkpointed itself (closed, or rebuilt at its recovery) is known
+        # exactly; anything else is checked from disk.
+        known = self._store.take_plan(self._key)
+        if known is not None and name is not None and known.meta is not None and known.meta.name != name:
+            known = None
+        plan = known if known is not None else plan_recovery(fs, self._dir, (), name=name)
         if plan.meta is None:
             meta = self._create(plan, name, first_ledger_id)
             return meta, RecoveryReport(created=True, removed=tuple(plan.leftovers), replayed=earlier.replayed)
@@ -1250,14 +1258,29 @@ class FileLedger:
             return
         self._store.close_ledger(self._key, self)
 
-    def _close_locked(self, lsn: int | None) -> None:
-        """The store's part of closing: checkpoint at ``lsn`` (None: it failed or was not wanted)."""
+    def _close_locked(self, lsn: int | None) -> RecoveryPlan | None:
+        """The store's part of closing: checkpoint at ``lsn`` (None: it failed or was not wanted).
+        Returns what a reopening needs to know of the files when they are exactly as checkpointed
+        (the store keeps it, so the next handle need not scan them again)."""
         if self._closed:
-            return
+            return None
         if lsn is not None and self.dirty:
             self._checkpoint_locked(lsn)
+        known = None if self.dirty or self._dir_dirty else self._as_plan()
         self._closed = True
         self._release_files()
+        return known
+
+    def _as_plan(self) -> RecoveryPlan:
+        files = {}
+        for record in self._meta.ledgers:
+            opened = self._files[record.ledger_id]
+            frames = [FrameInfo(i, o, n) for i, (o, n) in enumerate(zip(opened.offsets, opened.lengths, strict=True))]
+            extent = (opened.written_entries, opened.written_end)
+            files[record.ledger_id] = _FilePlan(
+                record.ledger_id, opened.path, opened.written_end, extent, not record.is_open, frames
+            )
+        return RecoveryPlan(self._dir, self._meta, files, [], False, 0, self._meta.journal_lsn)
 
     def crash(self) -> None:
         """Stop as a killed process would: no sync, no checkpoint, files and lock released.

@@ -33,7 +33,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from spec.config import Config
@@ -44,6 +44,7 @@ from .file_ledger import (
     MAX_JOURNAL_RECORDS,
     FileLedger,
     LedgerCorrupted,
+    RecoveryPlan,
     RecoveryReport,
     apply_recovery,
     plan_recovery,
@@ -133,6 +134,7 @@ class FileStore:
         self._barriers: list[Callable[[], None]] = []
         self._commit_requested = False
         self._reports: dict[str, RecoveryReport] = {}
+        self._plans: dict[str, RecoveryPlan] = {}  # ledgers known exactly as checkpointed by this store
         self._lock_fd: int | None = None
         fs = self.fs
         makedirs_durably(fs, self.root)
@@ -171,6 +173,10 @@ class FileStore:
     def take_rebuild_report(self, key: str) -> RecoveryReport:
         return self._reports.pop(key, RecoveryReport())
 
+    def take_plan(self, key: str) -> RecoveryPlan | None:
+        """The files of ``key`` as this store last checkpointed them, if nothing touched them since."""
+        return self._plans.pop(key, None)
+
     def _check(self) -> None:
         if self.closed:
             raise LedgerError(f"the store {self.root} is closed")
@@ -191,6 +197,8 @@ class FileStore:
             meta, truncated = apply_recovery(fs, plan)
             if plan.stale or meta is None:
                 dropped.append(key)
+            else:
+                self._plans[key] = replace(plan, meta=meta, leftovers=[], replayed=0, last_lsn=meta.journal_lsn)
             if plan.replayed or truncated or plan.leftovers:
                 rebuilt.append(key)
                 self._reports[key] = RecoveryReport(
@@ -241,6 +249,7 @@ class FileStore:
         groups = group_by_key(scans)
         for key in keys:
             plan = self._plan(key, groups.get(key, []))
+            self._plans.pop(key, None)
             apply_recovery(self.fs, plan)
             if plan.replayed:
                 self._reports[key] = RecoveryReport(replayed=plan.replayed)
@@ -381,12 +390,13 @@ class FileStore:
                 handle._close_locked(None)
                 return
             del self.handles[key]
-            lsn: int | None = None
-            if handle.dirty and self.failed is None and not self.closed:
+            if self.failed is None and not self.closed:
                 try:
-                    self.journal.commit(recoverable=False)
-                    lsn = self.journal.durable_lsn
-                    handle._close_locked(lsn)
+                    if handle.dirty:
+                        self.journal.commit(recoverable=False)
+                    known = handle._close_locked(self.journal.durable_lsn)
+                    if known is not None:
+                        self._plans[key] = known
                     self._run_ready()
                     return
                 except (OSError, JournalFailed) as exc:
@@ -398,6 +408,7 @@ class FileStore:
     def crash_ledger(self, key: str, handle: FileLedger) -> None:
         """Kill one handle: nothing synced or checkpointed; its journaled changes stay."""
         with self.lock:
+            self._plans.pop(key, None)
             if self.handles.get(key) is handle:
                 del self.handles[key]
                 if handle.dirty:
@@ -413,6 +424,7 @@ class FileStore:
             if handle is not None:
                 self.close_ledger(key, handle)
             self.crashed.discard(key)
+            self._plans.pop(key, None)
             path = self.dir_of(key)
             if not self.fs.exists(path):
                 return

@@ -53,6 +53,9 @@ def ledger_key(name: str) -> str:
     return f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
 
 
+_file_name = ledger_key  # the name it had before (tests and tools still use it)
+
+
 class LedgerStore:
     """Opens managed ledgers by name on one backend (``memory`` or ``file``).
 
