@@ -1089,6 +1089,9 @@ class FileLedger:
         """A new managed ledger, created durably (its creation is a checkpoint): leftovers gone,
         the first ledger file synced, METADATA committed, the directory's own entry synced."""
         fs = self._fs
+        # Everything queued before is made durable first, so the store's journal order stays the
+        # order of its changes: no power cut keeps this ledger and loses a change made before it.
+        self._store.flush()
         apply_recovery(fs, plan)
         path = self._path(ledger_file_name(first_ledger_id))
         fd = fs.open(path, create=True, truncate=True)

@@ -90,6 +90,7 @@ class StoreStats:
     replayed: int = 0
     rebuilt: int = 0
     torn_bytes: int = 0
+    queued_lost: int = 0  # records queued for the journal when the store crashed (never acknowledged)
 
 
 @dataclass
@@ -279,6 +280,19 @@ class FileStore:
             raise LedgerWriteFailed(str(exc)) from exc
         self._run_ready()
 
+    def flush(self) -> None:
+        """Make everything queued durable now, whatever the mode (a creation or a deletion of a
+        managed ledger is ordered after every change queued before it)."""
+        try:
+            self.journal.commit(recoverable=not self.deferred)
+        except JournalFailed as exc:
+            if self.deferred or self.journal.failed is not None:
+                self._fail(self.journal.failed or exc)
+            else:
+                self.revert_all()
+            raise LedgerWriteFailed(str(exc)) from exc
+        self._run_ready()
+
     def revert_all(self) -> None:
         """After a failed batch every handle drops what is not durable (callers hold the lock);
         if the journal could cut the batch off, it then takes records again."""
@@ -428,12 +442,8 @@ class FileStore:
             path = self.dir_of(key)
             if not self.fs.exists(path):
                 return
-            try:
-                self.record(key, RecordKind.DROP, b"")
-                self.journal.commit(recoverable=False)
-            except (JournalFailed, LedgerWriteFailed) as exc:
-                self._fail(exc)
-                raise LedgerWriteFailed(f"cannot delete {key}: {exc}") from exc
+            self.record(key, RecordKind.DROP, b"")
+            self.flush()
             tombstone = path + TOMBSTONE_SUFFIX
             if self.fs.exists(tombstone):
                 self.fs.rmtree(tombstone)
@@ -467,6 +477,7 @@ class FileStore:
                 handle._crash_locked()
             self.handles.clear()
             self.closed = True
+            self.stats.queued_lost += self.journal.queued
             self.journal.close()
             self._barriers.clear()
             self._waiting.clear()

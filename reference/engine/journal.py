@@ -398,6 +398,11 @@ class Journal:
         return bool(self._queue)
 
     @property
+    def queued(self) -> int:
+        """How many records wait for the next batch."""
+        return len(self._queue)
+
+    @property
     def segment_bytes(self) -> int:
         return self.end + self._queued_bytes
 

@@ -50,7 +50,7 @@ from .client import Client, Cluster, Consumer, ConsumerType, OperationFailed, Op
 from .delayed_service import BUCKET_FACTORY
 from .fault import InjectedFault
 from .sim import Future, NetworkFaults, SimTimeout, spawn
-from .storage import LedgerFaults
+from .storage import LedgerFaults, LedgerStore
 
 __all__ = [
     "DEFAULT_DEADLINE_MS",
@@ -89,6 +89,9 @@ FAULT_RATES: dict[str, float | int] = {
     "coordinator_crash": 0.4,
     "topic_unload": 0.2,
 }
+# How long a broker crash on a store with group commit may wait for the journal to have changes
+# waiting for their commit (half of those crashes do: see _Run.fault_process).
+POWER_CUT_WAIT_MS = 2_000
 # Far beyond any clean run (the longest of the main job's are under 200 s of simulated time): the
 # deadline only cuts runs that would otherwise never end.
 DEFAULT_DEADLINE_MS = 3_600_000
@@ -532,6 +535,12 @@ class _Run:
             crash, reload = float(self.rates["broker_crash"]), float(self.rates["coordinator_crash"])
             unload = float(self.rates["topic_unload"])
             if roll < crash:
+                store = broker.store
+                if store.deferred and self.rng.random() < 0.5:
+                    # A busy moment: the power goes as the journal has changes waiting for their
+                    # group commit (a broker is mostly idle in simulated time, so a cut at a
+                    # random instant rarely finds any).
+                    yield self.store_busy(store, POWER_CUT_WAIT_MS)
                 broker.crash()
                 self.injected("broker-crash", "broker")
                 yield self.sim.sleep(self.rng.randint(20, 300))
@@ -551,6 +560,19 @@ class _Run:
                 broker.partitions[partition].crash()
                 self.injected("topic-unload", partition)
                 broker.restart_later(broker.partitions[partition])
+
+    def store_busy(self, store: LedgerStore, wait_ms: int) -> Future[None]:
+        """A future done as soon as ``store`` queues a change for its journal's next commit (or
+        after ``wait_ms``, if it stays idle)."""
+        busy: Future[None] = Future()
+        store.on_queue = lambda: busy.set_result(None)
+
+        def done(_: Future[None]) -> None:
+            store.on_queue = None
+
+        busy.add_done_callback(done)
+        self.sim.schedule(wait_ms, lambda: busy.set_result(None))
+        return busy
 
     def heal(self) -> None:
         """Stop injecting faults and give pending work time to settle (timeouts, retries)."""

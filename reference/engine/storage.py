@@ -99,11 +99,15 @@ class LedgerStore:
         self.recoveries: list[StoreRecovery] = []
         self._past = StoreStats()
         self.power_cuts = 0
+        self.power_cut_bytes_lost = 0  # unsynced bytes the simulated disk's power cuts dropped or tore
         # Told of each fault injected on any handle this store opened, so a run's fault schedule lists them.
         self.on_fault: Callable[[InjectedFault], None] | None = None
         # Told when the file store's journal failed for good (a disk error it could not undo): the
         # owner must crash and reopen the store, as a bookie restarts after a journal failure.
         self.on_failure: Callable[[BaseException], None] | None = None
+        # Told when a change is queued for the journal's next group commit (the simulator's
+        # power cuts use it to find a busy moment).
+        self.on_queue: Callable[[], None] | None = None
 
     @property
     def deferred(self) -> bool:
@@ -131,6 +135,8 @@ class LedgerStore:
         store = self._files
         assert self.schedule is not None and store is not None
         self.schedule(store.commit)
+        if self.on_queue is not None:
+            self.on_queue()
 
     def _store_failed(self, error: BaseException) -> None:
         if self.on_failure is not None:
@@ -216,13 +222,14 @@ class LedgerStore:
         if self.kind == "memory":
             return
         if self._files is not None:
-            self._retire(self._files)
             self._files.crash()
+            self._retire(self._files)
             self._files = None
         power_cut = getattr(self.disk, "power_cut", None)
         if callable(power_cut):
-            power_cut()
+            cut = power_cut()
             self.power_cuts += 1
+            self.power_cut_bytes_lost += getattr(cut, "bytes_lost", 0)
 
     def close(self) -> None:
         """Shut down cleanly: every handle closed, the file store checkpointed and released."""
@@ -244,12 +251,17 @@ class LedgerStore:
     def journal_stats(self) -> dict[str, int]:
         """The file store's figures over this object's life (every recovery after a crash
         included): commits (syncs of the journal), records, checkpoints, recoveries, records
-        replayed, ledgers rebuilt, torn bytes cut, and power cuts."""
+        replayed, ledgers rebuilt, torn journal bytes cut, records queued and lost at a crash,
+        power cuts and the unsynced bytes they dropped or tore."""
         totals = StoreStats(**{f.name: getattr(self._past, f.name) for f in fields(StoreStats)})
         if self._files is not None:
             live = self._files
             totals.commits += live.journal.commits
             totals.records += live.journal.records_committed
-            for name in ("checkpoints", "recoveries", "replayed", "rebuilt", "torn_bytes"):
+            for name in ("checkpoints", "recoveries", "replayed", "rebuilt", "torn_bytes", "queued_lost"):
                 setattr(totals, name, getattr(totals, name) + getattr(live.stats, name))
-        return {**{f.name: getattr(totals, f.name) for f in fields(StoreStats)}, "power_cuts": self.power_cuts}
+        return {
+            **{f.name: getattr(totals, f.name) for f in fields(StoreStats)},
+            "power_cuts": self.power_cuts,
+            "power_cut_bytes_lost": self.power_cut_bytes_lost,
+        }
