@@ -181,23 +181,23 @@ class Cluster:
         ledger_faults: LedgerFaults | None = None,
         history: str | None = None,
         record_machines: bool = True,
-        disk: str = "real",
+        disk: str | FileSystem = "real",
         group_commit_ms: int | None = None,
         disk_faults: DiskFaults | None = None,
     ) -> Cluster:
         """``record_machines``: also record every machine step and load (spec.history's machine-level
         operations) in the history, for the per-object linearizability checks.
 
-        File ledgers only: ``disk`` is ``real`` (the OS file system under ``data_dir``) or ``sim``
+        File ledgers only: ``disk`` is ``real`` (the OS file system under ``data_dir``), ``sim``
         (a :class:`~reference.engine.disk.SimDisk` seeded from ``seed``, whose broker crashes are
-        power cuts; ``disk_faults`` its injected faults).  ``group_commit_ms``: the store's journal
+        power cuts; ``disk_faults`` its injected faults), or a file system to use as it is.  ``group_commit_ms``: the store's journal
         commits every that many simulated milliseconds, and no answer leaves the broker before the
         commit that makes what it depends on durable; None commits every change as it is made."""
-        if disk not in ("real", "sim"):
+        if isinstance(disk, str) and disk not in ("real", "sim"):
             raise ValueError(f"disk must be real or sim, not {disk!r}")
         sim = Simulation(seed)
         config = config or Config()
-        fs: FileSystem | None = None
+        fs: FileSystem | None = None if isinstance(disk, str) else disk
         if ledger == "file" and disk == "sim":
             fs = SimDisk(seed=seed, faults=disk_faults or DiskFaults())
             data_dir = os.path.abspath(data_dir or "/sim/data")
