@@ -337,10 +337,11 @@ def _pos(p: Position) -> list[int]:
 
 
 def _cursor_json(state: CursorState) -> dict[str, object]:
+    # Sorted by plain (ledger, entry) pairs: the same order as Position's, far cheaper to compare.
     return {
         "mark_delete": _pos(state.mark_delete),
-        "individually_deleted": [_pos(p) for p in sorted(state.individually_deleted)],
-        "batch_ack_sets": [[_pos(p), list(words)] for p, words in sorted(state.ack_sets.items())],
+        "individually_deleted": sorted([p.ledger_id, p.entry_id] for p in state.individually_deleted),
+        "batch_ack_sets": sorted([[p.ledger_id, p.entry_id], list(words)] for p, words in state.ack_sets.items()),
         "properties": dict(state.properties),
     }
 
@@ -548,6 +549,8 @@ def _meta_of(record: RawRecord) -> Metadata:
         ) from None
 
 
+_NO_CURSORS: Mapping[str, CursorState] = MappingProxyType({})
+
 # ---------------------------------------------------------------------------------------------
 # Recovery: a read-only plan, then the repair.
 
@@ -680,7 +683,7 @@ def plan_recovery(
                 )
             for info in new.ledgers:
                 counts.setdefault(info.ledger_id, 0)
-            meta, cursors = new, dict(new.cursors)
+            meta = new  # (a metadata record holds no cursors: those are the CURSOR records')
         elif record.kind is RecordKind.ENTRY:
             ledger_id, entry_id, data = record.entry()
             open_id = meta.ledgers[-1].ledger_id
@@ -1125,7 +1128,8 @@ class FileLedger:
     def _record_meta(self, meta: Metadata) -> int:
         """Journal a new metadata version and adopt it; returns the record's ticket."""
         meta = replace(meta, generation=meta.generation + 1)
-        ticket = self._record(RecordKind.META, encode_metadata(meta))
+        # Cursors are not in a metadata record: each change of one is its own CURSOR record.
+        ticket = self._record(RecordKind.META, encode_metadata(replace(meta, cursors=_NO_CURSORS)))
         self._adopt(ticket, meta)
         return ticket
 
