@@ -121,7 +121,7 @@ def engine_histories(spark: object, per_workload: int) -> None:
     and transactionally, in one process and on Spark with warm workers."""
     if per_workload <= 0:
         return
-    from reference.engine.simulate import simulate_main
+    from txnmodel.commands.simulate import simulate_main
 
     options = VerifyOptions(counterexamples=False)
     with tempfile.TemporaryDirectory() as tmp:

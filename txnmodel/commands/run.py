@@ -25,7 +25,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     import tempfile
 
     from proofs.framework import RLIMIT, Verdict, available_machines, prove_machine
-    from reference.engine.simulate import simulate_main
+    from reference.engine.simulate import SimulateOptions
+    from txnmodel.commands.simulate import simulate
     from txnmodel.commands.verify import VerifyRequest, verify
     from txnmodel.vectors import run_paths
 
@@ -72,33 +73,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="txnmodel-run-") as data:
             t0 = time.perf_counter()
             print(f"== simulate: {args.histories} seeds x 3 workloads, faults on, file ledgers", flush=True)
-            code = simulate_main(
-                [
-                    "--seed",
-                    str(args.seed),
-                    "--workload",
-                    "all",
-                    "--histories",
-                    str(args.histories),
-                    "--ops",
-                    str(args.ops),
-                    "--ledger",
-                    "file",
-                    "--data",
-                    data,
-                    "--out",
-                    str(histories_dir),
-                    "--faults",
-                    "on",
-                    "--batch-messages",
-                    "mixed",
-                    "--key-shared",
-                    "mixed",
-                    "--delayed-tracker",
-                    "mixed",
-                    "--quiet",
-                ]
+            options = SimulateOptions(
+                seed=args.seed,
+                workload="all",
+                histories=args.histories,
+                ops=args.ops,
+                ledger="file",
+                data=data,
+                faults=True,
+                batch_messages="mixed",
+                key_shared="mixed",
+                delayed_tracker="mixed",
             )
+            code = simulate(options, out=histories_dir, quiet=True)
             elapsed = f"{time.perf_counter() - t0:.1f}s"
             summary.append(("simulate", "ok" if code == EXIT_OK else f"exit {code}", elapsed))
             worst = max(worst, code)
