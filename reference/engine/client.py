@@ -190,9 +190,10 @@ class Cluster:
 
         File ledgers only: ``disk`` is ``real`` (the OS file system under ``data_dir``), ``sim``
         (a :class:`~reference.engine.disk.SimDisk` seeded from ``seed``, whose broker crashes are
-        power cuts; ``disk_faults`` its injected faults), or a file system to use as it is.  ``group_commit_ms``: the store's journal
-        commits every that many simulated milliseconds, and no answer leaves the broker before the
-        commit that makes what it depends on durable; None commits every change as it is made."""
+        power cuts; ``disk_faults`` its injected faults), or a file system to use as it is.
+        ``group_commit_ms``: the store's journal commits every that many simulated milliseconds, and
+        no answer leaves the broker before the commit that makes what it depends on durable; None
+        commits every change as it is made."""
         if isinstance(disk, str) and disk not in ("real", "sim"):
             raise ValueError(f"disk must be real or sim, not {disk!r}")
         sim = Simulation(seed)

@@ -42,6 +42,7 @@ from .disk import FileSystem, OsFileSystem, makedirs_durably
 from .file_ledger import (
     MAX_JOURNAL_BYTES,
     MAX_JOURNAL_RECORDS,
+    METADATA_NAME,
     FileLedger,
     LedgerCorrupted,
     RecoveryPlan,
@@ -158,12 +159,17 @@ class FileStore:
         """A handle on the managed ledger ``key`` (created if missing), writing through this store."""
         with self.lock:
             self._check()
-            if key in self.crashed:
-                self._rebuild_crashed([key])
-            return FileLedger(self.dir_of(key), self.config, name=name, store=self, key=key, group_commit=group_commit)
+            try:
+                if key in self.crashed:
+                    self._rebuild_crashed([key])
+                return FileLedger(
+                    self.dir_of(key), self.config, name=name, store=self, key=key, group_commit=group_commit
+                )
+            except OSError as exc:
+                raise LedgerWriteFailed(f"cannot open managed ledger {key} of {self.root}: {exc}") from exc
 
     def exists(self, key: str) -> bool:
-        return self.fs.exists(os.path.join(self.dir_of(key), "METADATA"))
+        return self.fs.exists(os.path.join(self.dir_of(key), METADATA_NAME))
 
     def attach(self, key: str, handle: FileLedger) -> None:
         current = self.handles.get(key)
@@ -445,10 +451,14 @@ class FileStore:
             self.record(key, RecordKind.DROP, b"")
             self.flush()
             tombstone = path + TOMBSTONE_SUFFIX
-            if self.fs.exists(tombstone):
-                self.fs.rmtree(tombstone)
-            self.fs.rename(path, tombstone)
-            self.fs.sync_dir(self.root)
+            try:
+                if self.fs.exists(tombstone):
+                    self.fs.rmtree(tombstone)
+                self.fs.rename(path, tombstone)
+                self.fs.sync_dir(self.root)
+            except OSError as exc:
+                # The DROP record is durable: recovery finishes the deletion.
+                raise LedgerWriteFailed(f"cannot delete {key} of {self.root}: {exc}") from exc
             with contextlib.suppress(OSError):
                 self.fs.rmtree(tombstone)
 

@@ -35,6 +35,7 @@ recorded as ``invoke``, so a run that would never end still yields a finite hist
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from spec.history import Operation
 from .broker import BrokerFaults
 from .client import Client, Cluster, Consumer, ConsumerType, OperationFailed, OperationTimeout, Producer
 from .delayed_service import BUCKET_FACTORY
+from .disk import DiskFaults, SimDisk
 from .fault import InjectedFault
 from .sim import Future, NetworkFaults, SimTimeout, spawn
 from .storage import LedgerFaults, LedgerStore
@@ -78,6 +80,9 @@ FAULT_RATES: dict[str, float | int] = {
     "duplicate_request": 0.05,
     "max_extra_delay_ms": 200,
     "ledger_append": 0.003,
+    # Per call of the simulated disk (--disk sim only): an EIO on a read, a write or a sync.  A
+    # failed journal write or sync takes the broker down; recovery replays the journal.
+    "disk_eio": 0.0005,
     "ledger_read": 0.05,
     "short_txn_timeout": 0.1,
     "participant_timeout": 0.0,
@@ -155,6 +160,8 @@ class RunSpec:
     # and the journal's group commit (None: every change committed as it is made).
     disk: str = "real"
     group_commit_ms: int | None = None
+    # On the simulated disk: write the store's final files here at the end (for txnmodel inspect).
+    export_dir: str | None = None
 
     def broker_config(self) -> Config:
         """The brokers' configuration: ``config``, with the bucket tracker for a delayed run that asks for it."""
@@ -311,6 +318,11 @@ class _Run:
             history=f"{spec.workload}-{spec.ledger}-seed{spec.seed}",
             disk=spec.disk,
             group_commit_ms=spec.group_commit_ms,
+            disk_faults=DiskFaults(
+                read_eio=float(rates["disk_eio"]), write_eio=float(rates["disk_eio"]), sync_eio=float(rates["disk_eio"])
+            )
+            if spec.faults and spec.ledger == "file" and spec.disk == "sim"
+            else None,
         )
         self.cluster.on_disk_failure = self.disk_failure
         if rates["participant_timeout"]:
@@ -576,6 +588,9 @@ class _Run:
         self.faults_on = False
         self.cluster.network.faults = NetworkFaults()
         self.cluster.broker.store.set_faults(False)
+        disk = self.cluster.broker.store.disk
+        if isinstance(disk, SimDisk):
+            disk.clear_faults()
         self.cluster.broker.faults = BrokerFaults()
         if self.spec.faults:
             self.injected("heal", "cluster")
@@ -674,7 +689,10 @@ class _Run:
         }
         if spec.ledger == "file":
             # The store's journal over the run: its syncs, the power cuts, and what recovery replayed.
-            counters.update({f"journal_{k}": v for k, v in self.cluster.broker.store.journal_stats().items()})
+            store = self.cluster.broker.store
+            counters.update({f"journal_{k}": v for k, v in store.journal_stats().items()})
+            if isinstance(store.disk, SimDisk):
+                counters["disk_faults_injected"] = len(store.disk.injected)
         return RunResult(
             spec,
             self.cluster.recorder.operations(),
@@ -701,6 +719,9 @@ def run(spec: RunSpec, progress: Callable[[str], None] | None = None) -> RunResu
         return runner.execute(progress)
     finally:
         runner.cluster.close()
+        store = runner.cluster.broker.store
+        if spec.export_dir is not None and isinstance(store.disk, SimDisk) and store.directory is not None:
+            store.disk.export(os.path.abspath(os.fspath(store.directory)), spec.export_dir)
 
 
 @dataclass(frozen=True)
@@ -724,6 +745,8 @@ class SimulateOptions:
     batch_messages: str = "mixed"
     key_shared: str = "mixed"
     delayed_tracker: str = "mixed"
+    disk: str = "real"  # file ledgers: "real", or "sim" (broker crashes are power cuts)
+    group_commit_ms: int | None = None  # file ledgers: the journal's group commit (None: every change)
 
     @property
     def workloads(self) -> tuple[str, ...]:
@@ -734,8 +757,11 @@ class SimulateOptions:
         specs = []
         for k in range(self.histories):
             seed = self.seed + k
-            data = None
-            if self.ledger == "file":
+            data = export = None
+            if self.ledger == "file" and self.disk == "sim":
+                # The store lives on the simulated disk; with --data its final files are written there.
+                export = str(Path(self.data) / f"{workload}-seed{seed}") if self.data else None
+            elif self.ledger == "file":
                 data = str(Path(self.data or scratch) / f"{workload}-seed{seed}")
             tracker = {"bucket": "on", "memory": "off"}.get(self.delayed_tracker, self.delayed_tracker)
             specs.append(
@@ -756,6 +782,9 @@ class SimulateOptions:
                     delayed_tracker="bucket"
                     if workload == "delayed" and variant(tracker, seed, 2, step=2)
                     else "memory",
+                    disk=self.disk,
+                    group_commit_ms=self.group_commit_ms,
+                    export_dir=export,
                 )
             )
         return specs

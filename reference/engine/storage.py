@@ -33,7 +33,7 @@ from .disk import FileSystem, OsFileSystem
 from .fault import FaultyLedger, InjectedFault, Op
 from .file_ledger import MAX_JOURNAL_BYTES, MAX_JOURNAL_RECORDS
 from .file_store import FileStore, StoreRecovery, StoreStats
-from .ledger import ManagedLedger
+from .ledger import LedgerWriteFailed, ManagedLedger
 from .memory_ledger import MemoryLedger, MemoryLedgerStorage
 
 __all__ = ["LedgerFaults", "LedgerStore", "ledger_key"]
@@ -117,15 +117,19 @@ class LedgerStore:
         """The file store, opened (and so recovered) at first use after a crash."""
         if self._files is None:
             assert self.directory is not None
-            store = FileStore(
-                os.path.abspath(os.fspath(self.directory)),
-                self.config,
-                fs=self.disk,
-                deferred=self.deferred,
-                request_commit=self._request_commit,
-                max_journal_records=self.max_journal_records,
-                max_journal_bytes=self.max_journal_bytes,
-            )
+            try:
+                store = FileStore(
+                    os.path.abspath(os.fspath(self.directory)),
+                    self.config,
+                    fs=self.disk,
+                    deferred=self.deferred,
+                    request_commit=self._request_commit,
+                    max_journal_records=self.max_journal_records,
+                    max_journal_bytes=self.max_journal_bytes,
+                )
+            except OSError as exc:
+                # A disk error during recovery: nothing was lost, the next open tries again.
+                raise LedgerWriteFailed(f"cannot recover the store {self.directory}: {exc}") from exc
             store.on_failure = self._store_failed
             self.recoveries.append(store.recovery)
             self._files = store
