@@ -1314,7 +1314,7 @@ class FileLedger:
     def _check_open(self) -> None:
         if self._closed:
             raise LedgerClosed(f"managed ledger {self.name} is closed")
-        if self._store.failed is not None:
+        if self._store.failed is not None and not self._store.deferred:
             raise LedgerWriteFailed(f"the journal of {self.name} failed: {self._store.failed}")
 
     # -- appends --------------------------------------------------------------------------------

@@ -265,7 +265,13 @@ class FileStore:
     # -- writing ----------------------------------------------------------------------------------
 
     def record(self, key: str, kind: RecordKind, body: bytes) -> int:
-        """Queue one record of ledger ``key`` (callers hold the lock); returns its ticket."""
+        """Queue one record of ledger ``key`` (callers hold the lock); returns its ticket.
+
+        A deferred store whose journal failed takes the record and drops it: nothing queued in a
+        deferred store is acknowledged before a commit, none will come, and its owner was told to
+        crash it (so the change is lost as at any crash, and no answer waiting on it leaves)."""
+        if self.deferred and self.failed is not None and not self.closed:
+            return -1
         self._check()
         try:
             ticket = self.journal.append(kind, key, body)
@@ -350,6 +356,8 @@ class FileStore:
     def barrier(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once everything written so far is durable: at once when nothing is
         queued, else after the next commit (never, if the store crashes or fails first)."""
+        if self.failed is not None or self.closed:
+            return
         if not self.journal.pending and not self._waiting:
             callback()
         else:

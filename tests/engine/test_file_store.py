@@ -281,14 +281,31 @@ def test_a_journal_that_fails_for_good_takes_the_store_down_and_recovery_brings_
     disk.fail_next("sync", path="journal-")
     store.commit()
     assert len(failures) == 1 and store.failed is not None
-    with pytest.raises(LedgerWriteFailed):
-        ledger.append(b"refused")
+    # Deferred: a change after the failure is taken and dropped (never acknowledged: no commit
+    # will come, and no answer waiting on it is let go), as if the crash had already happened.
+    ledger.append(b"dropped")
+    released: list[int] = []
+    store.barrier(lambda: released.append(1))
+    assert released == []
     store.crash()
     disk.power_cut()
     again = FileStore("/s", CONFIG, fs=disk)
     data = [e.data for e in again.open_ledger("a").read(P(0, 0), 10)]
     assert data[0] == b"kept" and data in ([b"kept"], [b"kept", b"lost"])  # "lost" was never acknowledged
     again.close()
+
+
+def test_a_sync_store_whose_journal_failed_for_good_refuses_writes() -> None:
+    disk = SimDisk()
+    store = FileStore("/s", CONFIG, fs=disk)
+    ledger = store.open_ledger("a")
+    ledger.append(b"kept")
+    disk.fail_next("sync", path="journal-", count=2)  # the commit's sync, and its cut's
+    with pytest.raises(LedgerWriteFailed):
+        ledger.append(b"lost")
+    with pytest.raises(LedgerWriteFailed, match="failed"):
+        ledger.append(b"refused")
+    store.crash()
 
 
 def test_a_dropped_ledger_stays_dropped_and_its_name_can_be_reused() -> None:
