@@ -499,6 +499,12 @@ def inspect_directory(
     segments, by_key, journal_error = _journal_of(directory, names)
     report["journal"] = segments
     mine = list(records) if records is not None else by_key.get(".", [])
+    if records is None and not segments:
+        # A managed ledger of a store: its changes since the checkpoint are in the store's journal.
+        parent = os.path.dirname(os.path.abspath(directory))
+        _, parent_records, parent_error = _journal_of(parent, sorted(os.listdir(parent)))
+        mine = parent_records.get(os.path.basename(os.path.abspath(directory)), [])
+        journal_error = journal_error or parent_error
     drop = mine[0].lsn if mine and mine[0].kind is RecordKind.DROP else None
     try:
         if journal_error is not None:
