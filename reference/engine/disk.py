@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import operator
 import os
 import posixpath
 import random
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Final, Protocol
 
 from .ledger import LedgerError
@@ -831,7 +833,7 @@ class SimDisk:
         ]
         if len(pending_ops) > 1:
             for seq in pending_ops:
-                dir_variants.append((f"dir-only-{seq}", lambda s, seq=seq: s == seq, ("synced", "all")))  # type: ignore[misc]
+                dir_variants.append((f"dir-only-{seq}", partial(operator.eq, seq), ("synced", "all")))
         for dir_name, keep_dir_op, data_variants in dir_variants:
             for data_name in data_variants:
                 twin = self.clone()

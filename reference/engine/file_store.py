@@ -234,7 +234,7 @@ class FileStore:
             tuple(dropped),
         )
 
-    def _plan(self, key: str, records: list[RawRecord]):  # type: ignore[no-untyped-def]
+    def _plan(self, key: str, records: list[RawRecord]) -> RecoveryPlan:
         drop = records[0].lsn if records and records[0].kind is RecordKind.DROP else None
         rest = records[1:] if drop is not None else records
         return plan_recovery(self.fs, self.dir_of(key), rest, drop_lsn=drop)

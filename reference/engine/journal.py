@@ -43,6 +43,7 @@ import struct
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Final
 
 from .disk import FileSystem
@@ -536,7 +537,7 @@ def read_segments(fs: FileSystem, directory: str, names: Iterable[str]) -> list[
         path = os.path.join(directory, name)
         fd = fs.open(path)
         try:
-            scan = scan_segment(lambda o, n, fd=fd: fs.pread(fd, n, o), fs.size(fd), file=path, seq=seq)  # type: ignore[misc]
+            scan = scan_segment(partial(_pread, fs, fd), fs.size(fd), file=path, seq=seq)
         finally:
             fs.close(fd)
         scans.append(scan)
@@ -550,6 +551,10 @@ def read_segments(fs: FileSystem, directory: str, names: Iterable[str]) -> list[
                 offset=before.valid_length,
             )
     return scans
+
+
+def _pread(fs: FileSystem, fd: int, offset: int, size: int) -> bytes:
+    return fs.pread(fd, size, offset)
 
 
 def group_by_key(scans: Sequence[SegmentScan]) -> dict[str, list[RawRecord]]:
