@@ -1065,6 +1065,11 @@ class FileLedger:
         recovered, truncated = apply_recovery(fs, plan)
         assert recovered is not None
         meta = recovered
+        if self._store.first_open(self._key):
+            # Its directory and the directory's entry must be durable before any record of it is
+            # (a creation that failed after METADATA, before its syncs, left them unsynced).
+            fs.sync_dir(self._dir)
+            fs.sync_dir(os.path.dirname(self._dir))
         for file_plan in plan.files.values():
             opened = _OpenFile(file_plan.ledger_id, file_plan.path, None)
             opened.offsets = [f.offset for f in file_plan.frames]
@@ -1116,6 +1121,7 @@ class FileLedger:
         )
         write_metadata_file(fs, self._dir, meta)
         fs.sync_dir(os.path.dirname(self._dir))
+        self._store.first_open(self._key)
         return meta
 
     # -- journal records (callers hold the lock) ------------------------------------------------

@@ -137,6 +137,7 @@ class FileStore:
         self._commit_requested = False
         self._reports: dict[str, RecoveryReport] = {}
         self._plans: dict[str, RecoveryPlan] = {}  # ledgers known exactly as checkpointed by this store
+        self._opened: set[str] = set()  # keys whose directory entry this store made durable
         self._lock_fd: int | None = None
         fs = self.fs
         makedirs_durably(fs, self.root)
@@ -166,6 +167,9 @@ class FileStore:
                     self.dir_of(key), self.config, name=name, store=self, key=key, group_commit=group_commit
                 )
             except OSError as exc:
+                # What a failed write or sync left is unknown (in the page cache, not durable): the
+                # store fails, and is reopened only after a crash, from what is durable.
+                self._fail(exc)
                 raise LedgerWriteFailed(f"cannot open managed ledger {key} of {self.root}: {exc}") from exc
 
     def exists(self, key: str) -> bool:
@@ -179,6 +183,14 @@ class FileStore:
 
     def take_rebuild_report(self, key: str) -> RecoveryReport:
         return self._reports.pop(key, RecoveryReport())
+
+    def first_open(self, key: str) -> bool:
+        """True the first time ``key`` is opened (or created) by this store: its directory's entry
+        is then synced in the store's directory before any record of it is written."""
+        if key in self._opened:
+            return False
+        self._opened.add(key)
+        return True
 
     def take_plan(self, key: str) -> RecoveryPlan | None:
         """The files of ``key`` as this store last checkpointed them, if nothing touched them since."""
@@ -465,7 +477,9 @@ class FileStore:
                 self.fs.rename(path, tombstone)
                 self.fs.sync_dir(self.root)
             except OSError as exc:
-                # The DROP record is durable: recovery finishes the deletion.
+                # The DROP record is durable: recovery finishes the deletion; until then the store
+                # cannot say what is there, so it fails.
+                self._fail(exc)
                 raise LedgerWriteFailed(f"cannot delete {key} of {self.root}: {exc}") from exc
             with contextlib.suppress(OSError):
                 self.fs.rmtree(tombstone)

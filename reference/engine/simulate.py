@@ -80,8 +80,9 @@ FAULT_RATES: dict[str, float | int] = {
     "duplicate_request": 0.05,
     "max_extra_delay_ms": 200,
     "ledger_append": 0.003,
-    # Per call of the simulated disk (--disk sim only): an EIO on a read, a write or a sync.  A
-    # failed journal write or sync takes the broker down; recovery replays the journal.
+    # Per write and per sync of the simulated disk (--disk sim only): an EIO.  A failed journal
+    # write or sync takes the broker down; recovery replays the journal.  (Read failures are
+    # ledger_read's: a failed read is retried, and EIO on reads would mostly fail recoveries.)
     "disk_eio": 0.0005,
     "ledger_read": 0.05,
     "short_txn_timeout": 0.1,
@@ -318,9 +319,7 @@ class _Run:
             history=f"{spec.workload}-{spec.ledger}-seed{spec.seed}",
             disk=spec.disk,
             group_commit_ms=spec.group_commit_ms,
-            disk_faults=DiskFaults(
-                read_eio=float(rates["disk_eio"]), write_eio=float(rates["disk_eio"]), sync_eio=float(rates["disk_eio"])
-            )
+            disk_faults=DiskFaults(write_eio=float(rates["disk_eio"]), sync_eio=float(rates["disk_eio"]))
             if spec.faults and spec.ledger == "file" and spec.disk == "sim"
             else None,
         )

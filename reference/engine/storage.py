@@ -128,7 +128,10 @@ class LedgerStore:
                     max_journal_bytes=self.max_journal_bytes,
                 )
             except OSError as exc:
-                # A disk error during recovery: nothing was lost, the next open tries again.
+                # A disk error during recovery: what it had repaired may be in the page cache but not
+                # durable, so the store is reopened only after a crash (a power cut, on the simulated
+                # disk), from what is durable; the owner is told, as of any failed journal.
+                self._store_failed(exc)
                 raise LedgerWriteFailed(f"cannot recover the store {self.directory}: {exc}") from exc
             store.on_failure = self._store_failed
             self.recoveries.append(store.recovery)
