@@ -70,8 +70,8 @@ def _file_harness(tmp: Path, *, group_commit: bool = False) -> Harness:
 
 
 def _killed_file_harness(tmp: Path) -> Harness:
-    # Reopened after the process was killed (no close, so nothing folds the cursor journal),
-    # with a journal so small that cursor changes keep crossing fold points.
+    # Reopened after the process was killed (no close, so no checkpoint: recovery replays the
+    # journal), with journal segments so small that changes keep crossing checkpoints.
     directory = tmp / "ml"
     configs: list[Config] = []
 
