@@ -83,7 +83,6 @@ class Workload:
     step: StepFn
     segments: list[tuple[Any, list[Any]]]
     floor_state: Any
-    floor_field: str
     map_size: int
 
     @property
@@ -152,7 +151,7 @@ def coordinator_workload(steps: int) -> Workload:
         if i % 20 == 0:
             rec(tc.Tick(now))
         i += 1
-    return Workload("coordinator", tc.step, [(start, rec.commands)], start, "next_record_id", CONCURRENT)
+    return Workload("coordinator", tc.step, [(start, rec.commands)], start, CONCURRENT)
 
 
 def buffer_commands(first_seq: int, steps: int, entries_in_ledger: int, ledger_limit: int) -> Iterator[Any]:
@@ -195,7 +194,7 @@ def buffer_state(entries: int) -> tuple[Any, int, int]:
     the next free transaction sequence and the current ledger's fill."""
     state = tb.initial(Config(), topic=TOPIC)
     limit = Config().managed_ledger_max_entries_per_ledger
-    state, queued = tb.step(state, tb.AppendBufferToTxn(TxnID(0, 0)))
+    state, _ = tb.step(state, tb.AppendBufferToTxn(TxnID(0, 0)))
     state, _ = tb.step(state, tb.CompleteFirstSnapshot())
     state, _ = tb.step(state, tb.CommitTxn(TxnID(0, 0), 0))
     seq = 1
@@ -204,9 +203,7 @@ def buffer_state(entries: int) -> tuple[Any, int, int]:
         batch = list(buffer_commands(seq, min(10_000, entries - len(state.entries)), state.ledgers[-1].entries, limit))
         for command in batch:
             state, _ = step(state, command)
-        seq = max(
-            (c.txn_id.least_sig_bits for c in batch if isinstance(c, tb.AppendBufferToTxn)), default=seq - 1
-        )
+        seq = max((c.txn_id.least_sig_bits for c in batch if isinstance(c, tb.AppendBufferToTxn)), default=seq - 1)
         seq += 1
         # finish whatever the batch left open, so the next batch starts clean
         open_txns = sorted(state.ongoing.keys())
@@ -220,11 +217,12 @@ def buffer_workload(steps: int, start: Any = None, first_seq: int = 1) -> Worklo
         start, first_seq, _ = buffer_state(0)
     limit = Config().managed_ledger_max_entries_per_ledger
     commands = list(buffer_commands(first_seq, steps, start.ledgers[-1].entries, limit))
-    return Workload("buffer", tb.step, [(start, commands)], start, "change_max_read_position_count", CONCURRENT)
+    return Workload("buffer", tb.step, [(start, commands)], start, CONCURRENT)
 
 
 def pending_ack_workload(steps: int) -> Workload:
-    start = pa.initial(Config(), sub_type=pa.SubType.Shared)
+    # the subscription starts at the beginning of ledger 1, which holds the messages
+    start = pa.initial(Config(), sub_type=pa.SubType.Shared, cursor=pa.CursorView(Position(1, -1)))
     rec = Recorder(pa.step, start)
     queued = rec(pa.IndividualAck(TxnID(0, 0), (pa.AckedPosition(Position(1, 0)),)))
     assert isinstance(queued, Ok) and isinstance(queued.value, pa.Queued)
@@ -249,7 +247,7 @@ def pending_ack_workload(steps: int) -> Workload:
             else:
                 rec(pa.CommitTxn(done, lwm))
         seq += 1
-    return Workload("pending_ack", pa.step, [(start, rec.commands)], start, "next_record_id", 2 * CONCURRENT)
+    return Workload("pending_ack", pa.step, [(start, rec.commands)], start, 2 * CONCURRENT)
 
 
 def _txn_record(seq: int) -> bytes:
@@ -290,7 +288,7 @@ def batched_log_workload(steps: int) -> Workload:
         if len(written) > 4:
             position, n = written.pop(0)
             rec(bl.DeleteRecords(tuple(BatchedPosition(position.ledger_id, position.entry_id, n, i) for i in range(n))))
-    return Workload("batched_log", bl.step, [(start, rec.commands)], start, "next_request_id", 4)
+    return Workload("batched_log", bl.step, [(start, rec.commands)], start, 4)
 
 
 def client_workload(steps: int) -> Workload:
@@ -316,7 +314,7 @@ def client_workload(steps: int) -> Workload:
         total += len(commands)
         seq += 1
     first = segments[0][0]
-    return Workload("client", ct.step, segments, first, "pending_ops", 0)
+    return Workload("client", ct.step, segments, first, 0)
 
 
 def delayed_workload(tracker: str, steps: int, seed: int = 11) -> Workload:
@@ -333,7 +331,7 @@ def delayed_workload(tracker: str, steps: int, seed: int = 11) -> Workload:
             now += 5
         got = rec(dd.GetScheduledMessages(100, now))
         assert isinstance(got, Ok), got
-    return Workload(f"delayed/{tracker}", dd.step, [(start, rec.commands)], start, "timer", 0)
+    return Workload(f"delayed/{tracker}", dd.step, [(start, rec.commands)], start, 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -342,17 +340,18 @@ def delayed_workload(tracker: str, steps: int, seed: int = 11) -> Workload:
 
 
 def floor_rate(w: Workload, n: int, repeat: int) -> float:
-    """``replace`` of the machine's state (one field) plus one ``Map.set`` on a map of the size the
-    workload keeps: the cost of the smallest possible persistent update of that state."""
-    state = w.floor_state
-    value = getattr(state, w.floor_field)
+    """``dataclasses.replace`` of a frozen slotted dataclass with as many fields as the machine's
+    state (one field changed) plus one ``Map.set`` on a map of the size the workload keeps: the
+    smallest persistent update of a state that size, whatever the machine's own classes do."""
+    width = len(dataclasses.fields(w.floor_state))
+    shape = dataclasses.make_dataclass("Floor", [(f"f{i}", int) for i in range(width)], frozen=True, slots=True)
+    state = shape(*range(width))
     m = immutables.Map({i: i for i in range(w.map_size)})
     replace = dataclasses.replace
-    kwargs = {w.floor_field: value}
 
     def run() -> None:
         for i in range(n):
-            replace(state, **kwargs)
+            replace(state, f0=i)
             m.set(i, i)
 
     return n / best_of(repeat, run)

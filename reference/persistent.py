@@ -57,12 +57,15 @@ def _evolver(cls: type) -> Callable[..., Any]:
     if not dataclasses.is_dataclass(cls) or "__slots__" not in cls.__dict__:
         raise TypeError(f"evolve needs a slotted dataclass, got {cls.__name__}")
     names = [f.name for f in dataclasses.fields(cls)]
-    scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_KEEP": _KEEP}
-    for name in names:
-        scope[f"_set_{name}"] = cls.__dict__[name].__set__
-    params = ", ".join(f"{name}=_KEEP" for name in names)
+    scope: dict[str, Any] = {"_KEEP": _KEEP, "_CLS": cls, **{f"_SET_{n}": cls.__dict__[n].__set__ for n in names}}
+    params = ", ".join(f"{n}=_KEEP" for n in names)
+    # the class and the setters are bound as defaults: local names, the cheapest to reach
+    bound = ", ".join(f"_set_{n}=_SET_{n}" for n in names)
     body = "".join(f"    _set_{n}(new, obj.{n} if {n} is _KEEP else {n})\n" for n in names)
-    source = f"def evolve_{cls.__name__}(obj, *, {params}):\n    new = _new(_cls)\n{body}    return new\n"
+    source = (
+        f"def evolve_{cls.__name__}(obj, *, {params}, _new=object.__new__, _cls=_CLS, {bound}):\n"
+        f"    new = _new(_cls)\n{body}    return new\n"
+    )
     exec(source, scope)
     made: Callable[..., Any] = scope[f"evolve_{cls.__name__}"]
     return made

@@ -58,7 +58,9 @@ def test_log_reads_as_its_tuple(operations: list[tuple[str, float]]) -> None:
 
 
 @given(ops, ops)
-def test_log_equality_and_hash_are_the_sequences(a_ops: list[tuple[str, float]], b_ops: list[tuple[str, float]]) -> None:
+def test_log_equality_and_hash_are_the_sequences(
+    a_ops: list[tuple[str, float]], b_ops: list[tuple[str, float]]
+) -> None:
     a, a_model = build(a_ops)
     b, b_model = build(b_ops)
     assert (a == b) == (a_model == b_model)
