@@ -55,7 +55,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--clients", type=int, default=4, help="concurrent transactional clients")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--faults", choices=("on", "off"), default="on")
-    parser.add_argument("--batching", choices=("on", "off"), default="off", help="PIP-160 batched log writes")
+    parser.add_argument(
+        "--batching",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="PIP-160 batched log writes; mixed: seeds = 1 mod 4",
+    )
     parser.add_argument(
         "--batch-messages",
         choices=("on", "off", "mixed"),
@@ -76,6 +81,31 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="the delayed workload's tracker: Pulsar's in-memory default or the bucket tracker "
         "(its runs go to delayed-bucket.parquet); mixed (default): bucket on seeds 2, 3, 6, 7, ... "
         "(seed // 2 odd)",
+    )
+    parser.add_argument(
+        "--fault-mix",
+        choices=(*engine.FAULT_MIXES, "mixed"),
+        default="default",
+        help="with --faults on: the fault rates' overrides (FAULT_MIXES in reference/engine/simulate.py); "
+        f"mixed: by seed modulo {len(engine.MIX_CYCLE)}, {', '.join(engine.MIX_CYCLE)}",
+    )
+    parser.add_argument(
+        "--unsubscribe",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="readers unsubscribe when done instead of closing; mixed: seeds = 1 mod 5",
+    )
+    parser.add_argument(
+        "--cumulative",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="ctp processors ack their input cumulatively in the txn; mixed: seeds = 1 mod 7",
+    )
+    parser.add_argument(
+        "--redeliver",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="ctp processors ask for redelivery and receive again before ending their txn; mixed: seeds = 3 mod 6",
     )
     parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
     parser.add_argument(
@@ -101,10 +131,14 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         clients=args.clients,
         partitions=args.partitions,
         faults=args.faults == "on",
-        batching=args.batching == "on",
+        batching=args.batching,
         batch_messages=args.batch_messages,
         key_shared=args.key_shared,
         delayed_tracker=args.delayed_tracker,
+        fault_mix=args.fault_mix,
+        unsubscribe=args.unsubscribe,
+        cumulative=args.cumulative,
+        redeliver=args.redeliver,
     )
 
 
