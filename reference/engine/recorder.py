@@ -186,6 +186,12 @@ class MachineObserver:
         context.steps.append(step)
         self._open.setdefault(obj, []).append(step)
 
+    def failed(self, obj: str, machine: str, command: Any, error: str) -> None:
+        """Stepping ``command`` on ``obj`` raised: an operation completed ``fail`` with ``error`` at
+        once (the component crashes next, and no answer comes for the request that stepped it)."""
+        op = self.recorder.begin(self._new_process(), _command_name(machine, command), obj, to_json(command))
+        self.recorder.fail(op, error)
+
     def recovered(self, obj: str, machine: str, inputs: Mapping[str, Any]) -> None:
         """``obj`` was loaded from its durable state; ``inputs`` (JSON) is what its recovery read."""
         value = {"@type": "Recover", "machine": machine, "config": self._config, **inputs}
