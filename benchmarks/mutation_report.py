@@ -396,7 +396,9 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "bulk": sum(bool(r.get("bulk")) for r in changed),
                 "oracle": sum(bool(r.get("oracle")) for r in changed),
                 "checker": sum(bool(r.get("bulk") or r.get("oracle")) for r in changed),
-                "checker_or_engine": sum(bool(r.get("bulk") or r.get("oracle") or r.get("engine")) for r in changed),
+                "checker_or_engine": sum(
+                    bool(r.get("bulk") or r.get("oracle") or r.get("engine") or r.get("raised")) for r in changed
+                ),
                 "static": sum(bool(r.get("static")) for r in changed),
                 "vectors": sum(r.get("static") == "vectors" for r in changed),
                 "proofs": sum(r.get("static") == "proofs" for r in changed),
@@ -427,10 +429,16 @@ def markdown(table: list[dict[str, Any]]) -> str:
 
 
 def write_report(
-    rows: list[dict[str, Any]], *, chosen_count: int, population: int, args: argparse.Namespace, wall: float
+    rows: list[dict[str, Any]],
+    *,
+    chosen_count: int,
+    population: int,
+    args: argparse.Namespace,
+    wall: float,
+    load: tuple[float, float, float] | None = None,
 ) -> None:
     table = summarize(rows)
-    load = os.getloadavg()
+    load = load or os.getloadavg()
     text = markdown(table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -517,9 +525,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--retest", action="store_true", help="rerun only the tests layer of the report in --out, and rewrite it"
     )
+    parser.add_argument("--rewrite", action="store_true", help="rewrite the report in --out from its report.json")
     args = parser.parse_args(argv)
     if args.retest:
         return retest(args)
+    if args.rewrite:
+        data = json.loads((Path(args.out) / "report.json").read_text())
+        meta = data["meta"]
+        for key in ("per_machine", "seed", "ops"):
+            setattr(args, key, meta[key])
+        args.seeds = meta["history_seeds"]
+        write_report(
+            data["mutants"],
+            chosen_count=meta["sampled"],
+            population=meta["population"],
+            args=args,
+            wall=meta["wall_seconds"],
+            load=tuple(meta["load_average"]),
+        )
+        return 0
     started = time.perf_counter()
     machines = [m for m in args.machines.split(",") if m]
     unknown = sorted(set(machines) - set(MACHINE_MODULES))
@@ -548,7 +572,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  {row['id']:16} {row['operator']:9} {row['function'][:32]:32} changed={row.get('changed')!s:5} "
                 f"bulk={row.get('bulk') or '-'} oracle={row.get('oracle') or '-'} "
-                f"raised={'y' if row.get('raised') else '-'} engine={'y' if row.get('engine') else '-'} static={row.get('static') or '-'} ({row['seconds']} s)",
+                f"raised={'y' if row.get('raised') else '-'} engine={'y' if row.get('engine') else '-'} "
+                f"static={row.get('static') or '-'} ({row['seconds']} s)",
                 flush=True,
             )
     write_report(
