@@ -28,7 +28,12 @@ from spec.history import RECOVER, Operation, OpType, make_operation
 from spec.jsonvalues import to_json
 from spec.result import Err, Ok
 
-__all__ = ["HistoryRecorder", "MachineObserver", "OpenOp", "RequestContext", "config_overrides"]
+__all__ = ["STEP_RAISED", "HistoryRecorder", "MachineObserver", "OpenOp", "RequestContext", "config_overrides"]
+
+# What a broker answers a request whose handler threw (ServerCnx: ServerError.UnknownError); the
+# machine-level history records a step that raised as failed with it (MachineObserver.failed).  No
+# machine returns it, so the per-object check flags such a step against the reference.
+STEP_RAISED = "UnknownError"
 
 
 @dataclass

@@ -45,6 +45,7 @@ from spec.types import Position
 from ..bufferedwriter_metrics import BufferedWriterMetrics
 from ..ledger import LedgerError, ManagedLedger
 from ..record_log import LogWriteFailed
+from ..recorder import STEP_RAISED
 from ..sim import Future, Simulation
 from ..storage import LedgerStore
 
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from ..recorder import MachineObserver
 
 __all__ = [
+    "STEP_RAISED",
     "BrokerError",
     "BrokerHost",
     "Component",
@@ -78,12 +80,6 @@ class BrokerError(Exception):
     def __init__(self, error: DomainError) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-# What a broker answers a request whose handler threw (ServerCnx: ServerError.UnknownError); the
-# machine-level history records a step that raised as failed with it.  No machine returns it, so
-# the per-object check flags such a step against the reference.
-STEP_RAISED = "UnknownError"
 
 
 @dataclass(frozen=True)
