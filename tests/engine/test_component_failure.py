@@ -122,3 +122,30 @@ def test_simulate_names_the_failure_and_exits_1(
     histories = read_parquet(out / "ctp.parquet")
     (ops,) = histories.values()
     assert any(op.error == STEP_RAISED for op in ops)
+
+
+def test_a_tracker_step_that_raises_is_recorded_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The delayed tracker steps through its own funnel (``DelayedService._step``), not
+    ``Component._advance``: a step that raises there is recorded as failed as well."""
+    from reference import delayed as dd
+    from reference.delayed_common import AddMessage
+
+    original = dd.step
+    fired = [False]
+
+    def step(state: Any, command: Any) -> Any:
+        if isinstance(command, AddMessage) and not fired[0]:
+            fired[0] = True
+            raise RuntimeError("injected: the tracker's first add")
+        return original(state, command)
+
+    monkeypatch.setattr(dd, "step", step)
+    result = run(RunSpec(workload="delayed", seed=2, ops=12, faults=False))
+    monkeypatch.undo()
+
+    (failure,) = result.failures
+    assert failure.component.startswith("partition:") and "injected: the tracker's first add" in failure.error
+    (raised,) = [op for op in result.operations if op.error == STEP_RAISED]
+    assert raised.type is OpType.FAIL and raised.f == "add_message" and raised.object.startswith("tracker:")
+    rows = check_histories({"raised": result.operations}, "test", VerifyOptions(counterexamples=False))
+    assert [r.failing_object for r in rows if r.checker == "linearizability" and r.verdict != "ok"] == [raised.object]
