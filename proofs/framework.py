@@ -46,6 +46,7 @@ __all__ = [
     "Row",
     "Verdict",
     "format_table",
+    "obligations_of",
     "prove_inductive",
     "prove_machine",
     "prove_valid",
@@ -248,16 +249,20 @@ def available_machines() -> list[str]:
     return names
 
 
-def prove_machine(machine: str, *, rlimit: int = RLIMIT, only: str | None = None) -> list[Row]:
-    """Every obligation of ``machine`` (or those whose name contains ``only``), each query within
-    ``rlimit`` Z3 resource units."""
+def obligations_of(machine: str, only: str | None = None) -> tuple[Obligation, ...]:
+    """The obligations of ``machine`` (those whose name contains ``only``); ``KeyError`` for an
+    unknown machine or one without proofs."""
     obligations = _obligations(machine)
     if obligations is None:
         raise KeyError(f"machine {machine!r} has no proofs yet (proofs/{machine_info(machine).module}.py)")
+    return tuple(ob for ob in obligations if only is None or only in ob.name)
+
+
+def prove_machine(machine: str, *, rlimit: int = RLIMIT, only: str | None = None) -> list[Row]:
+    """Every obligation of ``machine`` (or those whose name contains ``only``), each query within
+    ``rlimit`` Z3 resource units."""
     rows: list[Row] = []
-    for ob in obligations:
-        if only is not None and only not in ob.name:
-            continue
+    for ob in obligations_of(machine, only):
         started = time.perf_counter()
         usage = Usage()
         token = _USAGE.set(usage)

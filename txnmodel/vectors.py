@@ -3,23 +3,52 @@
 The I/O half of the vector runner; the pure half is :mod:`reference.conformance`.
 
 Exit-code contract of ``txnmodel vectors run``: 0 all pass, 1 any fails, 2 unreadable or invalid
-input (the message names the file and the JSON path).
+input (the message names the file and the JSON path, or the line and byte offset).
+
+Every file is bounded before it is parsed: at most :data:`MAX_VECTOR_BYTES` bytes, JSON nested at
+most :data:`MAX_VECTOR_DEPTH` levels deep (the deepest vector has 10), integers of at most
+:data:`MAX_INTEGER_DIGITS` digits; a file past a limit is refused with the limit's name.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import reprlib
+import stat
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from reference.conformance import VectorResult, run_vector
-from spec.errors import BadVector
+from spec.errors import BadVector, InputError
+from txnmodel.common import decode_utf8, file_kind, read_input_bytes
 
-__all__ = ["SCHEMA_PATH", "collect_vector_files", "load_vector", "run_paths"]
+__all__ = [
+    "MAX_INTEGER_DIGITS",
+    "MAX_VECTOR_BYTES",
+    "MAX_VECTOR_DEPTH",
+    "SCHEMA_PATH",
+    "collect_vector_files",
+    "load_vector",
+    "run_paths",
+]
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "spec" / "vectors.schema.json"
+
+#: The largest vector file read (the largest in spec/vectors is about 0.4 MB).
+MAX_VECTOR_BYTES = 8 * 1024 * 1024
+#: The deepest nesting of arrays and objects in a vector (the deepest in spec/vectors is 10).
+MAX_VECTOR_DEPTH = 32
+#: The longest integer literal: enough for any 64-bit value, far below where parsing gets slow.
+MAX_INTEGER_DIGITS = 40
+
+# A JSON string (skipped whole, so brackets inside it do not count) or one bracket.
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+# A JSON string (skipped whole) or a run of digits longer than any integer a vector may hold.
+_LONG_NUMBERS = re.compile(r'"(?:[^"\\]|\\.)*"|\d{' + str(MAX_INTEGER_DIGITS + 1) + ",}")
 
 
 @cache
@@ -31,32 +60,92 @@ def _validator() -> Any:
 
 
 def collect_vector_files(paths: Iterable[str | Path]) -> list[Path]:
-    """Expand folders to their ``*.json`` files (sorted); a missing path is bad input."""
+    """Expand folders to their ``*.json`` files (sorted); a missing path, something that is neither
+    a file nor a folder, and a folder without vectors are bad input."""
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*.json") if p.is_file()))
-        elif path.is_file():
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise BadVector(f"cannot read: {exc.strerror}", where=str(path)) from None
+        if stat.S_ISDIR(mode):
+            found = sorted(p for p in path.rglob("*.json") if p.is_file())
+            if not found:
+                raise BadVector("no *.json vector files in this folder", where=str(path))
+            files.extend(found)
+        elif stat.S_ISREG(mode):
             files.append(path)
         else:
-            raise BadVector("no such file or folder", where=str(path))
+            raise BadVector(f"not a file or a folder ({file_kind(mode)})", where=str(path))
     return files
 
 
 def load_vector(path: Path) -> dict[str, Any]:
-    """Read and schema-check one vector; raises :class:`BadVector` with file and JSON path."""
+    """Read, bound and schema-check one vector; raises :class:`BadVector` with the file and the
+    JSON path, or the line and byte offset."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadVector(f"cannot read: {exc}", where=str(path)) from None
+        raw = read_input_bytes(path, limit=MAX_VECTOR_BYTES, limit_name="MAX_VECTOR_BYTES")
+        text = decode_utf8(raw, str(path))
+    except OSError as exc:
+        raise BadVector(f"cannot read: {exc.strerror}", where=str(path)) from None
+    except InputError as exc:
+        raise BadVector(str(exc)) from None
+    _check_bounds(text, str(path))
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise BadVector(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", where=str(path)) from None
+        raise BadVector(f"not JSON: {exc.msg} at {_place(text, exc.pos)}", where=str(path)) from None
     errors = sorted(_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
-        raise BadVector(f"{first.json_path}: {first.message}", where=str(path))
+        raise BadVector(f"{first.json_path}: {_schema_message(first)}", where=str(path))
     return data  # type: ignore[no-any-return]
+
+
+def _check_bounds(text: str, where: str) -> None:
+    """Refuse nesting past :data:`MAX_VECTOR_DEPTH` and integers past :data:`MAX_INTEGER_DIGITS`
+    before parsing, so neither reaches the parser's recursion or Python's integer conversion."""
+    depth = 0
+    for token in _TOKENS.finditer(text):
+        bracket = token.group()
+        if bracket in "[{":
+            depth += 1
+            if depth > MAX_VECTOR_DEPTH:
+                raise BadVector(
+                    f"JSON nested deeper than {MAX_VECTOR_DEPTH} levels at {_place(text, token.start())} "
+                    f"(limit MAX_VECTOR_DEPTH)",
+                    where=where,
+                )
+        elif bracket in "]}":
+            depth -= 1
+    for token in _LONG_NUMBERS.finditer(text):
+        if token.group()[0] != '"':
+            raise BadVector(
+                f"a number of {len(token.group()):,} digits at {_place(text, token.start())}, more than "
+                f"{MAX_INTEGER_DIGITS} (limit MAX_INTEGER_DIGITS)",
+                where=where,
+            )
+
+
+def _schema_message(error: Any) -> str:
+    """jsonschema's message, with the offending value shortened: it quotes the whole value, which
+    may be megabytes long."""
+    quoted = repr(error.instance)
+    if len(quoted) <= 80:
+        return str(error.message)
+    if isinstance(error.instance, str):
+        short = f"{error.instance[:40]!r}... ({len(error.instance):,} characters)"
+    else:
+        short = reprlib.repr(error.instance)
+    return str(error.message).replace(quoted, short)
+
+
+def _place(text: str, index: int) -> str:
+    """``line L column C (byte offset B)`` of the character at ``index``."""
+    line = text.count("\n", 0, index) + 1
+    column = index - (text.rfind("\n", 0, index) + 1) + 1
+    return f"line {line} column {column} (byte offset {len(text[:index].encode('utf-8'))})"
 
 
 def run_paths(paths: Iterable[str | Path]) -> list[VectorResult]:

@@ -7,18 +7,30 @@ import sys
 from pathlib import Path
 
 from spec.errors import InputError
-from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, print_json
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, UsageError, decode_utf8, one_line, print_json, read_input_bytes
+
+# Pulsar's own broker.conf is about 80 kB.
+BROKER_CONF_LIMIT = 4 * 1024 * 1024
 
 
 def cmd_config(args: argparse.Namespace) -> int:
     from spec.config import Config
 
+    for item in args.set or ():
+        if "=" not in item:
+            raise UsageError(f"--set {item!r}: expected KEY=VALUE")
     try:
-        config = Config.from_broker_conf(Path(args.broker_conf).read_text()) if args.broker_conf else Config()
+        config = Config()
+        if args.broker_conf:
+            path = Path(args.broker_conf)
+            text = decode_utf8(
+                read_input_bytes(path, limit=BROKER_CONF_LIMIT, limit_name="BROKER_CONF_LIMIT"), str(path)
+            )
+            config = Config.from_broker_conf(text)
         if args.set:
             config = config.with_overrides(dict(item.split("=", 1) for item in args.set))
-    except (InputError, OSError, ValueError) as exc:
-        print(f"txnmodel config: {exc}", file=sys.stderr)
+    except (InputError, ValueError) as exc:
+        print(f"txnmodel config: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     items = dict(config.items())
     if args.json:

@@ -10,7 +10,21 @@ from pathlib import Path
 from typing import Any
 
 from spec.errors import InputError
-from txnmodel.common import DEFAULT_VECTORS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, positive_int
+from txnmodel.common import (
+    DEFAULT_VECTORS,
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    INT64_MAX,
+    UsageError,
+    non_negative_int,
+    one_line,
+    output_folder,
+    positive_int,
+    seed_int,
+    spark_master,
+    z3_rlimit,
+)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -27,6 +41,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from reference.engine.simulate import simulate_main
     from txnmodel.vectors import run_paths
 
+    # Usage errors before any work: the last seed must fit a history's int64, the folder be writable.
+    if args.seed + max(args.histories, 1) - 1 > INT64_MAX:
+        raise UsageError(f"--seed {args.seed} with --histories {args.histories}: the last seed passes {INT64_MAX}")
+    if args.histories > 0:
+        output_folder(Path(args.out), "--out")
+
     started = time.perf_counter()
     summary: list[tuple[str, str, str]] = []
     worst = EXIT_OK
@@ -36,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         results = run_paths([str(DEFAULT_VECTORS)])
     except InputError as exc:
-        print(f"invalid vector input: {exc}", file=sys.stderr)
+        print(f"txnmodel run: invalid vector input: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     failed = [r for r in results if not r.passed]
     for result in failed:
@@ -175,18 +195,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     run.add_argument(
         "--rlimit",
-        type=positive_int,
+        type=z3_rlimit,
         default=None,
         help="Z3 resource budget of each proof query (rlimit units; default the framework's RLIMIT)",
     )
     run.add_argument(
         "--histories",
-        type=int,
+        type=non_negative_int,
         default=70,
         help="seeds per workload (3 workloads; default 70, i.e. 210 histories; 0 skips simulation)",
     )
-    run.add_argument("--ops", type=int, default=60, help="transactions attempted per history (default 60)")
-    run.add_argument("--seed", type=int, default=1, help="the first seed (default 1)")
+    run.add_argument("--ops", type=positive_int, default=60, help="transactions attempted per history (default 60)")
+    run.add_argument("--seed", type=seed_int, default=1, help="the first seed (default 1)")
     run.add_argument("--out", default="out/run", help="where histories and verdicts go (default out/run)")
-    run.add_argument("--master", default="local[2]", help="Spark master URL, passed unchanged (default local[2])")
+    run.add_argument(
+        "--master", type=spark_master, default="local[2]", help="Spark master URL, passed unchanged (default local[2])"
+    )
     run.set_defaults(func=cmd_run)
