@@ -29,10 +29,10 @@ from typing import Any
 import immutables
 
 from reference.conformance import MachineVectors
+from spec import topic_entry
 from spec.config import Config
 from spec.errors import NotAllowed, ServiceUnitNotReady
 from spec.pb import PulsarApi_pb2 as api_pb
-from spec.pb import PulsarMarkers_pb2 as markers_pb
 from spec.pb import TransactionBufferSnapshot_pb2 as snap_pb
 from spec.result import Effect, Err, Ok
 from spec.types import EARLIEST, LedgerInfo, Position, TxnID, previous_position
@@ -73,6 +73,7 @@ __all__ = [
     "WriteSnapshot",
     "WriteSnapshotIndexes",
     "WriteSnapshotSegment",
+    "classify_entry",
     "dispatch",
     "dispatchable",
     "entry_from_metadata",
@@ -83,6 +84,7 @@ __all__ = [
     "is_txn_aborted",
     "last_confirmed_entry",
     "last_dispatchable_position",
+    "marker_type",
     "readable_max_read_position",
     "recover",
     "recovery_view",
@@ -297,9 +299,17 @@ class TransactionBufferSnapshotIndexes:
 
 
 # --- entry metadata (TB-16) --------------------------------------------------------------------
+# The bytes are spec.topic_entry's; what a buffer's entry carries, and how a stored one is
+# classified, is this rule's.
 
 TXN_MARKER_PRODUCER = "pulsar.txn.marker"
-_MARKER_TYPES = {EntryKind.TXN_COMMIT: markers_pb.TXN_COMMIT, EntryKind.TXN_ABORT: markers_pb.TXN_ABORT}
+_MARKER_TYPES = {EntryKind.TXN_COMMIT: topic_entry.TXN_COMMIT_MARKER, EntryKind.TXN_ABORT: topic_entry.TXN_ABORT_MARKER}
+
+
+def marker_type(kind: EntryKind) -> int | None:
+    """The ``marker_type`` of an entry of ``kind``: 21 for a commit marker, 22 for an abort marker,
+    none for a message.  (TB-16)"""
+    return _MARKER_TYPES.get(kind)
 
 
 def entry_metadata(
@@ -308,26 +318,33 @@ def entry_metadata(
     """The ``MessageMetadata`` an entry carries on the wire.  A marker is written by the buffer with
     producer ``pulsar.txn.marker``, sequence id -1 (Java's long, so 2^64-1 as the proto's uint64),
     ``marker_type`` 21 or 22 and the txn id; a transactional message carries the txn id.  (TB-16)"""
-    md = api_pb.MessageMetadata(producer_name=producer_name, sequence_id=sequence_id, publish_time=publish_time_ms)
     if entry.kind.is_marker:
-        md.producer_name = TXN_MARKER_PRODUCER
-        md.sequence_id = (1 << 64) - 1
-        md.marker_type = _MARKER_TYPES[entry.kind]
-    if entry.txn_id is not None:
-        md.txnid_most_bits = entry.txn_id.most_sig_bits
-        md.txnid_least_bits = entry.txn_id.least_sig_bits
-    return md
+        producer_name, sequence_id = TXN_MARKER_PRODUCER, (1 << 64) - 1
+    return topic_entry.message_metadata(
+        topic_entry.TopicEntry(
+            producer_name=producer_name,
+            sequence_id=sequence_id,
+            publish_time=publish_time_ms,
+            txn_id=entry.txn_id,
+            marker_type=marker_type(entry.kind),
+        )
+    )
 
 
 def entry_from_metadata(position: Position, md: api_pb.MessageMetadata) -> LogEntry:
+    """Classify a stored entry by its metadata (:func:`classify_entry`).  (TB-16)"""
+    decoded = topic_entry.entry_from_metadata(md)
+    return classify_entry(position, decoded.marker_type, decoded.txn_id)
+
+
+def classify_entry(position: Position, marker: int | None, txn_id: TxnID | None) -> LogEntry:
     """Classify a stored entry as the buffer and the dispatcher do: ``marker_type`` 21/22 is a txn
     marker (``isTxnMarker``), a txn id without a marker type is a transactional message, anything
     else is a normal message (other server-only markers are outside this machine).  (TB-16)"""
-    txn_id = TxnID(md.txnid_most_bits, md.txnid_least_bits) if md.HasField("txnid_most_bits") else None
-    if md.HasField("marker_type") and md.marker_type in (markers_pb.TXN_COMMIT, markers_pb.TXN_ABORT):
+    if marker in (topic_entry.TXN_COMMIT_MARKER, topic_entry.TXN_ABORT_MARKER):
         if txn_id is None:
             raise ValueError(f"txn marker at {position} without a txn id")
-        kind = EntryKind.TXN_COMMIT if md.marker_type == markers_pb.TXN_COMMIT else EntryKind.TXN_ABORT
+        kind = EntryKind.TXN_COMMIT if marker == topic_entry.TXN_COMMIT_MARKER else EntryKind.TXN_ABORT
         return LogEntry(position, kind, txn_id)
     if txn_id is not None:
         return LogEntry(position, EntryKind.TXN_DATA, txn_id)

@@ -21,6 +21,7 @@ __all__ = [
     "BadConfig",
     "BadEnvelope",
     "BadRecord",
+    "BadTopicEntry",
     "BadVector",
     "BucketNotExist",
     "BucketSnapshotPersistence",
@@ -294,6 +295,17 @@ class BadRecord(InputError):
     def __init__(self, message: str, *, offset: int, where: str | None = None) -> None:
         self.offset = offset
         super().__init__(f"{message} (at byte offset {offset})", where=where)
+
+
+class BadTopicEntry(BadRecord, ValueError):
+    """Bytes that are not a topic entry (``spec.topic_entry``): a metadata size or a batch message
+    that runs past the end, metadata that does not parse, bytes after a batch's last message.
+    ``reason`` is the message without the location.  Also a ``ValueError``, which the broker's own
+    entry decoder raised before the codec moved here."""
+
+    def __init__(self, message: str, *, offset: int, where: str | None = None) -> None:
+        self.reason = message
+        super().__init__(message, offset=offset, where=where)
 
 
 class BadConfig(InputError):

@@ -12,9 +12,9 @@ Entries are decoded through :mod:`spec.envelope`: a PIP-160 batched envelope or 
 of the transaction log or of a pending-ack log.  With ``kind=None`` each entry is tried as both
 and every kind it decodes as is shown (a plain protobuf record can be valid as both).
 
-An entry that is a Pulsar message (``[4-byte size][MessageMetadata][payload]``: topic entries and
-the transaction buffer's snapshot records on the namespace system topics) is also shown as one,
-with its key and, for a snapshot topic, the Avro record (:mod:`spec.snapshot_avro`) decoded.
+An entry that is a Pulsar message (a topic entry, :mod:`spec.topic_entry`: topic entries and the
+transaction buffer's snapshot records on the namespace system topics) is also shown as one, with
+its key and, for a snapshot topic, the Avro record (:mod:`spec.snapshot_avro`) decoded.
 """
 
 from __future__ import annotations
@@ -25,12 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
 
 from spec import snapshot_avro
 from spec.envelope import LogKind, decode_entry
-from spec.errors import InputError
-from spec.pb import PulsarApi_pb2
+from spec.errors import BadTopicEntry, InputError
+from spec.topic_entry import TXN_ABORT_MARKER, TXN_COMMIT_MARKER, decode_frame, iter_batch_payload
 from spec.types import Position
 
 from .file_ledger import (
@@ -99,40 +98,35 @@ def _snapshot_schema(topic: str | None) -> str | None:
 
 
 def inspect_message(data: bytes, *, topic: str | None = None, where: str | None = None) -> Json | None:
-    """The entry as a Pulsar message, or None if it is not one.
+    """The entry as a Pulsar message (:mod:`spec.topic_entry`), or None if it is not one.
 
     Returns ``{"key", "null_value", "num_messages_in_batch", "record": {schema: json}, "errors":
     {schema: error}}``.  The payload is decoded as the snapshot record of ``topic``'s system topic;
     without ``topic``, as a segment when the key is ``multiple-...``, else as every snapshot
     schema it fits (a tombstone has no record).
     """
-    if len(data) < 4:
-        return None
-    size = int.from_bytes(data[:4], "big")
-    if size > len(data) - 4:
-        return None
-    meta = PulsarApi_pb2.MessageMetadata()
     try:
-        meta.ParseFromString(data[4 : 4 + size])
-    except DecodeError:
+        frame = decode_frame(data, where=where)
+    except BadTopicEntry:
         return None
-    if not meta.IsInitialized():
-        return None
-    key = meta.partition_key if meta.HasField("partition_key") else None
+    message = frame.entry
+    key = message.partition_key
+    txn = message.txn_id
+    marker = message.marker_type
     out: Json = {
         "key": key,
-        "null_value": meta.null_value,
-        "num_messages_in_batch": meta.num_messages_in_batch if meta.HasField("num_messages_in_batch") else None,
+        "null_value": message.null_value,
+        "num_messages_in_batch": frame.num_messages_in_batch,
         "record": {},
         "errors": {},
-        "txn": [meta.txnid_most_bits, meta.txnid_least_bits] if meta.HasField("txnid_most_bits") else None,
-        "marker": _MARKERS.get(meta.marker_type, str(meta.marker_type)) if meta.HasField("marker_type") else None,
-        "deliver_at": meta.deliver_at_time if meta.HasField("deliver_at_time") else None,
-        "publish_time": meta.publish_time,
+        "txn": [txn.most_sig_bits, txn.least_sig_bits] if txn is not None else None,
+        "marker": _MARKERS.get(marker, str(marker)) if marker is not None else None,
+        "deliver_at": message.deliver_at,
+        "publish_time": message.publish_time,
         "payload": None,
         "batch": None,
     }
-    if meta.null_value:
+    if message.null_value:
         return out
     schema = _snapshot_schema(topic)
     if schema is not None:
@@ -142,12 +136,11 @@ def inspect_message(data: bytes, *, topic: str | None = None, where: str | None 
     elif topic is None and key is not None and out["txn"] is None and out["marker"] is None:
         schemas = ("TransactionBufferSnapshot", "TransactionBufferSnapshotIndexes")
     else:
-        _topic_payload(out, data[4 + size :], where)
+        _topic_payload(out, message.payload, where)
         return out
-    payload = data[4 + size :]
     for name in schemas:
         try:
-            record = _AVRO_DECODERS[name](payload, where=where)
+            record = _AVRO_DECODERS[name](message.payload, where=where)
         except InputError as exc:
             out["errors"][name] = _error(exc)
             continue
@@ -155,7 +148,7 @@ def inspect_message(data: bytes, *, topic: str | None = None, where: str | None 
     return out
 
 
-_MARKERS = {21: "TXN_COMMIT", 22: "TXN_ABORT"}
+_MARKERS = {TXN_COMMIT_MARKER: "TXN_COMMIT", TXN_ABORT_MARKER: "TXN_ABORT"}
 
 
 def _text(payload: bytes) -> str:
@@ -167,7 +160,8 @@ def _text(payload: bytes) -> str:
 
 
 def _topic_payload(out: Json, payload: bytes, where: str | None) -> None:
-    """A topic entry's payload: one message, or a batch of ``[size][SingleMessageMetadata][payload]``."""
+    """A topic entry's payload: one message, or a batch, listed message by message up to any damage
+    (its offset is within the payload)."""
     count = out["num_messages_in_batch"]
     if out["marker"] is not None:
         return
@@ -175,28 +169,11 @@ def _topic_payload(out: Json, payload: bytes, where: str | None) -> None:
         out["payload"] = _text(payload)
         return
     messages: list[Json] = []
-    pos = 0
-    for index in range(count):
-        if pos + 4 > len(payload):
-            out["errors"]["batch"] = {"message": f"batch message {index} is cut short", "offset": pos}
-            break
-        size = int.from_bytes(payload[pos : pos + 4], "big")
-        single = PulsarApi_pb2.SingleMessageMetadata()
-        try:
-            single.ParseFromString(payload[pos + 4 : pos + 4 + size])
-        except DecodeError as exc:
-            out["errors"]["batch"] = {"message": f"SingleMessageMetadata of message {index}: {exc}", "offset": pos + 4}
-            break
-        pos += 4 + size
-        body = payload[pos : pos + single.payload_size]
-        pos += single.payload_size
-        messages.append(
-            {
-                "index": index,
-                "key": single.partition_key if single.HasField("partition_key") else None,
-                "payload": _text(body),
-            }
-        )
+    try:
+        for index, single in enumerate(iter_batch_payload(payload, count, where=where)):
+            messages.append({"index": index, "key": single.partition_key, "payload": _text(single.payload)})
+    except BadTopicEntry as exc:
+        out["errors"]["batch"] = {"message": exc.reason, "offset": exc.offset}
     out["batch"] = messages
 
 

@@ -6,9 +6,11 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from invariants.verify import VerdictRow
 from spec.errors import InputError
 from txnmodel.common import (
     DEFAULT_VECTORS,
@@ -36,9 +38,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     """
     import tempfile
 
-    from invariants.bulk import verify_main
     from proofs.framework import RLIMIT, Verdict, available_machines, prove_machine
     from reference.engine.simulate import simulate_main
+    from txnmodel.commands.verify import VerifyRequest, verify
     from txnmodel.vectors import run_paths
 
     # Usage errors before any work: the last seed must fit a history's int64, the folder be writable.
@@ -122,10 +124,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             worst = max(worst, code)
         t0 = time.perf_counter()
         print(f"== verify on Spark ({args.master})", flush=True)
-        verify_args = [str(histories_dir), "--out", str(verdicts_dir), "--master", args.master]
-        code = verify_main(verify_args)
-        summary.extend(_verdict_summary(verdicts_dir, time.perf_counter() - t0))
-        worst = max(worst, code)
+        verified = verify(VerifyRequest(str(histories_dir), out=str(verdicts_dir), master=args.master))
+        summary.extend(_verdict_summary(verified.rows, time.perf_counter() - t0))
+        worst = max(worst, verified.exit_code)
 
     width = max(len(s[0]) for s in summary)
     print("\n== summary")
@@ -135,23 +136,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     return worst
 
 
-def _verdict_summary(verdicts_dir: Path, seconds: float) -> list[tuple[str, str, str]]:
+def _verdict_summary(rows: Sequence[VerdictRow], seconds: float) -> list[tuple[str, str, str]]:
     """One summary line per checker: histories, operations and verdict counts."""
-    import pyarrow.parquet as pq
-
-    path = verdicts_dir / "verdicts.parquet"
-    if not path.exists():
-        return [("verify", "no verdicts written", f"{seconds:.1f}s")]
-    rows = pq.read_table(path, columns=["history", "checker", "verdict", "ops", "detail"]).to_pylist()
+    if not rows:
+        return [("verify", "no verdicts", f"{seconds:.1f}s")]
     lines = []
-    for checker in sorted({r["checker"] for r in rows}):
-        mine = [r for r in rows if r["checker"] == checker]
+    for checker in sorted({r.checker for r in rows}):
+        mine = [r for r in rows if r.checker == checker]
         counts: dict[str, int] = {}
         for r in mine:
-            counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+            counts[r.verdict] = counts.get(r.verdict, 0) + 1
         verdicts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
-        histories = len({r["history"] for r in mine})
-        ops = sum(r["ops"] or 0 for r in mine)
+        histories = len({r.history for r in mine})
+        ops = sum(r.ops or 0 for r in mine)
         lines.append((f"verify: {checker}", f"{histories} histories, {ops} ops: {verdicts}", ""))
         if checker == "linearizability":
             lines.extend(_per_machine_summary(mine))
@@ -159,13 +156,13 @@ def _verdict_summary(verdicts_dir: Path, seconds: float) -> list[tuple[str, str,
     return lines
 
 
-def _per_machine_summary(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+def _per_machine_summary(rows: Sequence[VerdictRow]) -> list[tuple[str, str, str]]:
     """One line per reference machine: the engine histories' objects checked against it (from the
     JSON ``detail`` of each linearizability verdict), their crash epochs, operations and verdicts."""
     totals: dict[str, dict[str, Any]] = {}
     for row in rows:
         try:
-            models = json.loads(row["detail"] or "{}").get("models", {})
+            models = json.loads(row.detail or "{}").get("models", {})
         except (json.JSONDecodeError, AttributeError):
             continue  # a generic model's reasons, not a per-machine summary
         for name, figures in models.items():

@@ -22,7 +22,8 @@ One module per responsibility:
 * :mod:`.key_shared` -- Key_Shared routing: Murmur3, hash ranges, the selector.
 * :mod:`.snapshot_topics` -- snapshot records as keyed Avro messages on the namespace's system
   topics, read back on load.
-* :mod:`.entries` -- topic entries as the broker writes them.
+* :mod:`.entries` -- a partition's entries in and out of the topic-entry codec
+  (:mod:`spec.topic_entry`).
 * :mod:`.broker` -- :class:`Broker`: start, crash, restart, the requests clients send, and the
   coordinator's transaction-buffer client.
 
@@ -49,11 +50,9 @@ from .entries import (
     MessageBody,
     StoredMessage,
     decode_batch_payload,
-    decode_entry,
-    decode_keyed_message,
+    decode_stored_message,
     encode_batch_payload,
     encode_entry,
-    encode_keyed_message,
 )
 from .key_shared import NONE_KEY, STICKY_KEY_HASH_RANGE, murmur3_32, sticky_key_hash
 from .partition import Partition
@@ -61,6 +60,8 @@ from .snapshot_topics import (
     INDEXES_TOPIC,
     SEGMENTS_TOPIC,
     SNAPSHOT_TOPIC,
+    decode_keyed_message,
+    encode_keyed_message,
     latest_by_key,
     namespace_topic,
     segment_key,
@@ -69,7 +70,10 @@ from .snapshot_topics import (
 )
 from .subscription import ConsumerSlot, Delivered, Handout, SubscriptionService
 
-_read_all = read_all  # the name tests import
+# Older names, still imported by tests: the whole-ledger read, and the broker's entry decoder
+# (renamed: ``spec.envelope.decode_entry`` is the transaction and pending-ack logs' decoder).
+_read_all = read_all
+decode_entry = decode_stored_message
 
 __all__ = [
     "INDEXES_TOPIC",
@@ -97,6 +101,7 @@ __all__ = [
     "decode_batch_payload",
     "decode_entry",
     "decode_keyed_message",
+    "decode_stored_message",
     "encode_batch_payload",
     "encode_entry",
     "encode_keyed_message",

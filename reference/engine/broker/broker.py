@@ -26,8 +26,8 @@ from ..sim import Future, Simulation
 from ..storage import LedgerStore
 from .component import BrokerError, Restartable, fail
 from .coordinator import CoordinatorService
-from .entries import encode_keyed_message
 from .partition import Partition
+from .snapshot_topics import encode_keyed_message
 from .subscription import SubscriptionService
 
 if TYPE_CHECKING:

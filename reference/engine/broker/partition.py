@@ -21,7 +21,7 @@ from ..ledger import LedgerError, ManagedLedger
 from ..memory_ledger import consumed_ledgers
 from ..sim import Future
 from .component import BrokerError, BrokerHost, Component, fail, named_error, read_all
-from .entries import NO_BODY, BatchedMessage, MessageBody, StoredMessage, decode_entry, encode_entry
+from .entries import NO_BODY, BatchedMessage, MessageBody, StoredMessage, decode_stored_message, encode_entry
 from .snapshot_topics import SYSTEM_TOPICS, latest_by_key, namespace_topic, snapshot_messages, snapshot_records
 from .subscription import SubscriptionService
 
@@ -110,7 +110,7 @@ class Partition(Component[tb.BufferState, tb.Command, BufferResult]):
         self._new_epoch()
         try:
             ledger = self.host.store.open(self.name)
-            entries = [decode_entry(p, d) for p, d in read_all(ledger)]
+            entries = [decode_stored_message(p, d) for p, d in read_all(ledger)]
             # The buffer's snapshot records, as a topic's recovery reads them from the namespace's
             # system topics (a table view: the last value per key).
             tables = {

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 from reference import buffer as tb
 from spec import snapshot_avro
+from spec.errors import BadTopicEntry
+from spec.topic_entry import TopicEntry, decode_topic_entry, encode_topic_entry
 
 from ..ledger import ManagedLedger
 from .component import read_all
-from .entries import decode_keyed_message
 
 __all__ = [
     "INDEXES_TOPIC",
     "SEGMENTS_TOPIC",
+    "SNAPSHOT_PRODUCER_NAME",
     "SNAPSHOT_TOPIC",
+    "decode_keyed_message",
+    "encode_keyed_message",
     "latest_by_key",
     "namespace_topic",
     "segment_key",
@@ -31,6 +35,7 @@ SEGMENTS_TOPIC = snapshot_avro.SNAPSHOT_TOPICS["TransactionBufferSnapshotSegment
 INDEXES_TOPIC = snapshot_avro.SNAPSHOT_TOPICS["TransactionBufferSnapshotIndexes"]
 SYSTEM_TOPICS = (SNAPSHOT_TOPIC, SEGMENTS_TOPIC, INDEXES_TOPIC)
 _SEGMENT_KEY_PREFIX = "multiple-"
+SNAPSHOT_PRODUCER_NAME = "txnmodel-tb-snapshot"  # the producer of every snapshot-topic message
 
 
 def namespace_topic(topic: str, local_name: str) -> str:
@@ -50,6 +55,29 @@ def _parse_segment_key(key: str) -> tuple[str, int] | None:
         return None
     sequence, _, topic = key[len(_SEGMENT_KEY_PREFIX) :].partition("-")
     return (topic, int(sequence)) if sequence.isdigit() and topic else None
+
+
+def encode_keyed_message(key: str, value: bytes | None, publish_time: int = 0, sequence_id: int = 0) -> bytes:
+    """A system-topic message: ``partition_key`` is the key, the payload the value; ``value=None``
+    is a tombstone (``null_value``, empty payload)."""
+    return encode_topic_entry(
+        TopicEntry(
+            producer_name=SNAPSHOT_PRODUCER_NAME,
+            sequence_id=sequence_id,
+            publish_time=publish_time,
+            partition_key=key,
+            null_value=value is None,
+            payload=value or b"",
+        )
+    )
+
+
+def decode_keyed_message(data: bytes) -> tuple[str, bytes | None]:
+    """(key, value) of a system-topic message; value None for a tombstone."""
+    message = decode_topic_entry(data)
+    if message.partition_key is None:
+        raise BadTopicEntry("a snapshot-topic message without a key", offset=4)
+    return message.partition_key, None if message.null_value else message.payload
 
 
 def snapshot_messages(effect: tb.SnapshotEffect) -> list[tuple[str, str, bytes | None]]:
