@@ -38,12 +38,14 @@ __all__ = [
     "DEFAULT_STEP_BUDGET",
     "UNKNOWN",
     "HistoryResult",
+    "MemoryBudget",
     "Model",
     "ObjectResult",
     "Verdict",
     "check_history",
     "check_object",
     "partition_by_object",
+    "resident_bytes",
 ]
 
 DEFAULT_STEP_BUDGET = 2_000_000
@@ -158,6 +160,49 @@ class HistoryResult:
         return next((o for o in self.objects if o.verdict is Verdict.ILLEGAL), None)
 
 
+class MemoryBudget:
+    """How much the process may grow while one history is checked: its resident memory when the
+    budget is made plus ``limit`` bytes.  The search's memo table is what grows (tens of MB a second
+    on a hard history); past the budget the verdict is ``unknown``, as past the step and time
+    budgets.  Resident memory is read from ``/proc/self/statm`` where there is one, else the peak
+    from ``getrusage`` (which never shrinks, so the budget errs on the side of stopping)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.base = resident_bytes()
+
+    def used(self) -> int:
+        return resident_bytes() - self.base
+
+    def exhausted(self) -> bool:
+        return self.used() > self.limit
+
+
+def resident_bytes() -> int:
+    """This process's resident memory, in bytes."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        import resource
+        import sys
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, kB on Linux
+
+
+def _page_size() -> int:
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 4096
+
+
+_PAGE = _page_size()
+
+
 def check_object(
     model: Model,
     ops: Sequence[Operation],
@@ -166,8 +211,10 @@ def check_object(
     deadline: float | None = None,
     name: str | None = None,
     ignore_outputs: frozenset[int] = frozenset(),
+    memory: MemoryBudget | None = None,
 ) -> ObjectResult:
-    """Wing-Gong-Lowe search over one part; ``deadline`` is a ``time.monotonic()`` instant.
+    """Wing-Gong-Lowe search over one part; ``deadline`` is a ``time.monotonic()`` instant,
+    ``memory`` the history's memory budget.
 
     ``ignore_outputs`` (history indexes) makes those operations' outputs :data:`UNKNOWN` while
     keeping their intervals: a weakening the counterexample shrinker uses.
@@ -189,6 +236,7 @@ def check_object(
         [op.return_time for op in ops],
         step_budget,
         deadline,
+        memory,
     )
     indexes = tuple(ops[i].index for i in order)
     blocked_index = ops[blocked].index if blocked is not None else None
@@ -201,7 +249,14 @@ def check_object(
             f"fits it before its return is rejected by the model"
         )
     elif verdict is Verdict.UNKNOWN:
-        reason = f"budget exhausted after {steps} search steps"
+        which = (
+            "step budget"
+            if steps > step_budget
+            else "memory budget"
+            if memory is not None and memory.exhausted()
+            else "time budget"
+        )
+        reason = f"{which} exhausted after {steps} search steps"
     return ObjectResult(
         label,
         verdict,
@@ -216,16 +271,23 @@ def check_object(
 
 
 def check_history(
-    model: Model, ops: Sequence[Operation], *, step_budget: int = DEFAULT_STEP_BUDGET, seconds: float | None = None
+    model: Model,
+    ops: Sequence[Operation],
+    *,
+    step_budget: int = DEFAULT_STEP_BUDGET,
+    seconds: float | None = None,
+    memory_bytes: int | None = None,
 ) -> HistoryResult:
     """Split ``ops`` (one history) with the model's partition and check each part.
 
-    ``step_budget`` applies per part; ``seconds`` is a wall-clock budget for the whole history.
+    ``step_budget`` applies per part; ``seconds`` is a wall-clock budget for the whole history and
+    ``memory_bytes`` a memory budget for it (the process's growth while checking it).
     Parts are checked smallest first and the first ``illegal`` stops the rest (``skipped``).
     """
     history = ops[0].history if ops else ""
     parts = sorted(model.partition(ops), key=len)
     deadline = time.monotonic() + seconds if seconds is not None else None
+    memory = MemoryBudget(memory_bytes) if memory_bytes is not None else None
     results: list[ObjectResult] = []
     illegal = False
     for part in parts:
@@ -239,7 +301,7 @@ def check_history(
                 )
             )
             continue
-        result = check_object(model, part, step_budget=step_budget, deadline=deadline)
+        result = check_object(model, part, step_budget=step_budget, deadline=deadline, memory=memory)
         results.append(result)
         illegal = result.verdict is Verdict.ILLEGAL
     verdicts = {r.verdict for r in results}
@@ -261,6 +323,7 @@ def _search(
     returns: Sequence[float],
     budget: int,
     deadline: float | None,
+    memory: MemoryBudget | None = None,
 ) -> tuple[Verdict, int, list[int], int | None, Any]:
     """The search loop.  Returns (verdict, steps, linearization or longest prefix, blocked op, state).
 
@@ -293,7 +356,10 @@ def _search(
     blocked: int | None = None
     while nxt[0] != end:
         steps += 1
-        if steps > budget or (deadline is not None and not steps & 1023 and time.monotonic() > deadline):
+        if steps > budget or (
+            not steps & 1023
+            and ((deadline is not None and time.monotonic() > deadline) or (memory is not None and memory.exhausted()))
+        ):
             return Verdict.UNKNOWN, steps, best, None, best_state
         if entry & 1:  # a call
             i = entry >> 1

@@ -95,13 +95,14 @@ def worst(verdicts: Iterable[str]) -> Outcome:
 
 @dataclass(frozen=True)
 class VerifyOptions:
-    """How to check: ``model`` (``auto`` or a ``--model`` name), the search's step budget per object
-    and wall-clock budget per history, and whether to shrink and render counterexamples."""
+    """How to check: ``model`` (``auto`` or a ``--model`` name), the search's step budget per object,
+    wall-clock and memory budgets per history, and whether to shrink and render counterexamples."""
 
     model: str = "auto"
     step_budget: int = 2_000_000
     seconds: float | None = 60.0
     counterexamples: bool = True
+    memory_mb: int | None = 1024
 
 
 @dataclass(frozen=True)
@@ -230,7 +231,8 @@ def check_linearizability(
         mine = _model_ops(ops, step)
         seconds = None if deadline is None else max(0.0, deadline - time.monotonic())
         started = time.perf_counter()
-        result = check_history(model, mine, step_budget=options.step_budget, seconds=seconds)
+        memory = None if options.memory_mb is None else options.memory_mb * 1024 * 1024
+        result = check_history(model, mine, step_budget=options.step_budget, seconds=seconds, memory_bytes=memory)
         # A machine's parts are its objects' crash epochs; an object's verdict is its worst epoch's.
         by_object: dict[str, list[str]] = {}
         for part in result.objects:

@@ -122,6 +122,29 @@ def decode_utf8(data: bytes, where: str) -> str:
         ) from None
 
 
+_SCRATCH: Path | None = None
+
+
+def scratch_folder(name: str) -> Path:
+    """A folder ``name`` inside this process's private scratch folder, made on first use.
+
+    The scratch folder is one ``tempfile.mkdtemp`` per run: a fresh, unguessable name, mode 0700,
+    made with ``mkdir`` (which never follows a planted symlink); everything a run writes for
+    itself (Spark's log4j configuration, its local and JVM temporary folders, packages shipped to
+    executors) goes under it, and it is removed when the process exits."""
+    global _SCRATCH
+    if _SCRATCH is None:
+        import atexit
+        import shutil
+        import tempfile
+
+        _SCRATCH = Path(tempfile.mkdtemp(prefix="txnmodel-run-"))
+        atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
+    folder = _SCRATCH / name
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
 def output_folder(path: Path, option: str) -> Path:
     """``path`` as a folder the command may write into, created if missing; a usage error, before any
     work, when it is a file, cannot be created, or cannot be written."""
@@ -139,6 +162,19 @@ def output_folder(path: Path, option: str) -> Path:
 def positive_int(text: str) -> int:
     """An argparse type: a whole number of at least 1 (a usage error otherwise, before any work)."""
     return _bounded_int(text, 1, INT64_MAX, "a whole number from 1")
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number above 0."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {one_line(repr(text), 60)}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text}")
+    return value
 
 
 def z3_rlimit(text: str) -> int:

@@ -18,13 +18,13 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from invariants.verify import VerdictRow, VerifyOptions, check_grouped
+from txnmodel.common import scratch_folder
 from txnmodel.file_checks import check_file, read_groups
 
 __all__ = ["Unit", "check_files_spark", "pack", "spark_session", "stop_session", "work_units"]
@@ -70,9 +70,11 @@ def _start(master: str, app: str) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if "PYSPARK_SUBMIT_ARGS" not in os.environ:
-        # The driver JVM starts before any SparkConf applies: quiet its log4j from the command line.
+        # The driver JVM starts before any SparkConf applies: quiet its log4j, and keep its temporary
+        # files in the run's private folder, from the command line.
         os.environ["PYSPARK_SUBMIT_ARGS"] = (
-            f"--driver-java-options -Dlog4j2.configurationFile={_log4j_config()} pyspark-shell"
+            f"--driver-java-options '-Dlog4j2.configurationFile={_log4j_config()} "
+            f"-Djava.io.tmpdir={scratch_folder('jvm')}' pyspark-shell"
         )
     from pyspark.sql import SparkSession
 
@@ -85,6 +87,8 @@ def _start(master: str, app: str) -> Any:
         .config("spark.python.worker.reuse", "true")
         .config("spark.executor.extraJavaOptions", "-Dlog4j2.level=ERROR")
     )
+    if master.startswith("local"):  # shuffle and block files in the run's private folder; a cluster uses its own
+        builder = builder.config("spark.local.dir", str(scratch_folder("spark")))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if not master.startswith("local"):
@@ -108,7 +112,7 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 
 
 def _log4j_config() -> str:
-    path = Path(tempfile.mkdtemp(prefix="txnmodel-log4j-")) / "log4j2.properties"
+    path = scratch_folder("log4j") / "log4j2.properties"
     path.write_text(_LOG4J)
     return str(path)
 
@@ -119,7 +123,7 @@ def _ship_packages(sc: Any) -> None:
     import zipfile
 
     root = Path(__file__).resolve().parent.parent
-    name = str(Path(tempfile.mkdtemp(prefix="txnmodel-py-")) / "txnmodel-packages.zip")
+    name = str(scratch_folder("packages") / "txnmodel-packages.zip")
     with zipfile.ZipFile(name, "w") as archive:
         for package in ("spec", "reference", "invariants", "txnmodel"):
             for file in (root / package).rglob("*"):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import reprlib
 import stat
 from collections.abc import Iterable
@@ -24,6 +23,7 @@ from typing import Any
 
 from reference.conformance import VectorResult, run_vector
 from spec.errors import BadVector, InputError
+from spec.json_limits import first_excess
 from txnmodel.common import decode_utf8, file_kind, read_input_bytes
 
 __all__ = [
@@ -44,11 +44,6 @@ MAX_VECTOR_BYTES = 8 * 1024 * 1024
 MAX_VECTOR_DEPTH = 32
 #: The longest integer literal: enough for any 64-bit value, far below where parsing gets slow.
 MAX_INTEGER_DIGITS = 40
-
-# A JSON string (skipped whole, so brackets inside it do not count) or one bracket.
-_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
-# A JSON string (skipped whole) or a run of digits longer than any integer a vector may hold.
-_LONG_NUMBERS = re.compile(r'"(?:[^"\\]|\\.)*"|\d{' + str(MAX_INTEGER_DIGITS + 1) + ",}")
 
 
 @cache
@@ -104,28 +99,13 @@ def load_vector(path: Path) -> dict[str, Any]:
 
 
 def _check_bounds(text: str, where: str) -> None:
-    """Refuse nesting past :data:`MAX_VECTOR_DEPTH` and integers past :data:`MAX_INTEGER_DIGITS`
+    """Refuse nesting past :data:`MAX_VECTOR_DEPTH` and numbers past :data:`MAX_INTEGER_DIGITS`
     before parsing, so neither reaches the parser's recursion or Python's integer conversion."""
-    depth = 0
-    for token in _TOKENS.finditer(text):
-        bracket = token.group()
-        if bracket in "[{":
-            depth += 1
-            if depth > MAX_VECTOR_DEPTH:
-                raise BadVector(
-                    f"JSON nested deeper than {MAX_VECTOR_DEPTH} levels at {_place(text, token.start())} "
-                    f"(limit MAX_VECTOR_DEPTH)",
-                    where=where,
-                )
-        elif bracket in "]}":
-            depth -= 1
-    for token in _LONG_NUMBERS.finditer(text):
-        if token.group()[0] != '"':
-            raise BadVector(
-                f"a number of {len(token.group()):,} digits at {_place(text, token.start())}, more than "
-                f"{MAX_INTEGER_DIGITS} (limit MAX_INTEGER_DIGITS)",
-                where=where,
-            )
+    excess = first_excess(text, max_depth=MAX_VECTOR_DEPTH, max_digits=MAX_INTEGER_DIGITS)
+    if excess is not None:
+        what, index = excess
+        limit = "MAX_VECTOR_DEPTH" if what.startswith("nested") else "MAX_INTEGER_DIGITS"
+        raise BadVector(f"JSON {what} at {_place(text, index)} (limit {limit})", where=where)
 
 
 def _schema_message(error: Any) -> str:

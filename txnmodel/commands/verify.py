@@ -24,6 +24,7 @@ input mean nothing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -31,8 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from invariants.verify import VerdictRow, VerifyOptions, duplicate_histories
-from txnmodel.common import EXIT_BAD_INPUT
+from invariants.verify import Outcome, VerdictRow, VerifyOptions, duplicate_histories
+from txnmodel.common import EXIT_BAD_INPUT, one_line, positive_float, positive_int, spark_master
 
 __all__ = [
     "DEFAULT_OUT",
@@ -95,14 +96,14 @@ def verify(request: VerifyRequest) -> VerifyResult:
         if request.options.model != "auto":
             model_by_name(request.options.model)
     except InputError as exc:
-        print(f"txnmodel verify: invalid input: {exc}", file=sys.stderr)
+        print(f"txnmodel verify: invalid input: {one_line(str(exc))}", file=sys.stderr)
         return VerifyResult(EXIT_BAD_INPUT)
     except KeyError as exc:
         print(f"txnmodel verify: {exc.args[0]}", file=sys.stderr)
         return VerifyResult(EXIT_BAD_INPUT)
     options = request.options
     if request.format == "jepsen" and options.model == "auto":
-        options = VerifyOptions("cas-register", options.step_budget, options.seconds, options.counterexamples)
+        options = dataclasses.replace(options, model="cas-register")
     grouped = request.group_by_history
     if request.local:
         rows = check_files_local(files, request.format, options, progress=request.progress, group_by_history=grouped)
@@ -125,6 +126,13 @@ def verify(request: VerifyRequest) -> VerifyResult:
         sys.stdout.write("\n")
     else:
         print_report(rows, summary, out)
+    if code == EXIT_BAD_INPUT:  # the one line every exit 2 ends with, whatever else was printed
+        bad = [row for row in rows if row.verdict == Outcome.BAD_INPUT.value]
+        first = next((row.detail for row in bad if row.detail), bad[0].history)
+        print(
+            f"txnmodel verify: bad input in {len(bad)} of {len(rows)} verdicts; first: {one_line(first)}",
+            file=sys.stderr,
+        )
     return VerifyResult(code, tuple(rows), elapsed)
 
 
@@ -133,7 +141,11 @@ def request_from_args(args: argparse.Namespace) -> VerifyRequest:
         path=args.path,
         format=args.format,
         options=VerifyOptions(
-            model=args.model, step_budget=args.budget, seconds=args.seconds, counterexamples=not args.no_counterexamples
+            model=args.model,
+            step_budget=args.budget,
+            seconds=args.seconds,
+            counterexamples=not args.no_counterexamples,
+            memory_mb=args.memory,
         ),
         out=args.out,
         master=args.master,
@@ -166,7 +178,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "machine (coordinator, buffer, pending_ack, delayed); auto (default) picks a generic "
         "model from the objects, and transactional histories get the Elle-style checks",
     )
-    parser.add_argument("--master", default="local[2]", help="Spark master URL, passed unchanged (default local[2])")
+    parser.add_argument(
+        "--master", type=spark_master, default="local[2]", help="Spark master URL, passed unchanged (default local[2])"
+    )
     parser.add_argument("--local", action="store_true", help="check in this process without Spark")
     parser.add_argument(
         "--group-by-history",
@@ -181,12 +195,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--budget",
-        type=int,
+        type=positive_int,
         default=2_000_000,
         help="search steps per object before the verdict is unknown (default 2,000,000)",
     )
     parser.add_argument(
-        "--seconds", type=float, default=60.0, help="wall-clock budget per history's linearizability check (default 60)"
+        "--seconds",
+        type=positive_float,
+        default=60.0,
+        help="wall-clock budget per history's linearizability check (default 60)",
+    )
+    parser.add_argument(
+        "--memory",
+        type=positive_int,
+        default=1024,
+        metavar="MB",
+        help="memory budget per history's linearizability check: how much the process may grow while the "
+        "search runs, in MB; past it the verdict is unknown (default 1024)",
     )
     parser.add_argument("--unknown-ok", action="store_true", help="exit 0 even if some verdict is unknown")
     parser.add_argument("--no-counterexamples", action="store_true", help="skip shrinking and rendering")
