@@ -121,7 +121,7 @@ def engine_histories(spark: object, per_workload: int) -> None:
     and transactionally, in one process and on Spark with warm workers."""
     if per_workload <= 0:
         return
-    from reference.engine.simulate import simulate_main
+    from txnmodel.commands.simulate import simulate_main
 
     options = VerifyOptions(counterexamples=False)
     with tempfile.TemporaryDirectory() as tmp:
@@ -309,4 +309,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from txnmodel.progress import Reporter
+
+    # results go to stdout; stderr says it is still working (a line every 10 s when piped)
+    with Reporter().phase("bulk_bench", unit=""):
+        code = main()
+    raise SystemExit(code)

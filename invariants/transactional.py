@@ -131,13 +131,23 @@ class Anomaly:
     history: str
     ops: tuple[int, ...]
     explanation: str
+    # The dependency cycle, for the anomalies that are one (G1c): (from, to, why) per edge, in order.
+    cycle: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def adya(self) -> str | None:
         return ANOMALIES.get(self.name)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "adya": self.adya, "ops": list(self.ops), "explanation": self.explanation}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "adya": self.adya,
+            "ops": list(self.ops),
+            "explanation": self.explanation,
+        }
+        if self.cycle:
+            out["cycle"] = [list(edge) for edge in self.cycle]
+        return out
 
     def __str__(self) -> str:
         tag = f" ({self.adya})" if self.adya else ""
@@ -281,11 +291,13 @@ class _Collector:
         self.found: list[Anomaly] = []
         self.counts: dict[str, int] = defaultdict(int)
 
-    def add(self, name: str, ops: Iterable[Operation], explanation: str) -> None:
+    def add(
+        self, name: str, ops: Iterable[Operation], explanation: str, cycle: tuple[tuple[str, str, str], ...] = ()
+    ) -> None:
         assert name in ANOMALIES, name
         self.counts[name] += 1
         if self.counts[name] <= self.cap:
-            self.found.append(Anomaly(name, self.history, tuple(sorted({o.index for o in ops})), explanation))
+            self.found.append(Anomaly(name, self.history, tuple(sorted({o.index for o in ops})), explanation, cycle))
 
 
 @dataclass(frozen=True)
@@ -902,6 +914,7 @@ def cyclic_information_flow(a: TxnAnalysis, out: _Collector) -> None:
     for cycle in _cycles(edges):
         steps = []
         ops: list[Operation] = []
+        drawn: list[tuple[str, str, str]] = []  # the cycle edge by edge, for the viewer to draw
         for writer, reader in itertools.pairwise([*cycle, cycle[0]]):
             message, ack_op = edges[writer][reader]
             ops += [message.send, ack_op]
@@ -910,7 +923,19 @@ def cyclic_information_flow(a: TxnAnalysis, out: _Collector) -> None:
                 f"{message.send.index}, acked in {_fmt_txn(reader)} by op {ack_op.index}), so "
                 f"{_fmt_txn(writer)} committed first"
             )
-        out.add("cyclic-information-flow", ops, "; ".join(steps) + "; a transaction cannot commit before itself")
+            drawn.append(
+                (
+                    _fmt_txn(writer),
+                    _fmt_txn(reader),
+                    f"{message.payload!r}: sent by op {message.send.index}, acked by op {ack_op.index}",
+                )
+            )
+        out.add(
+            "cyclic-information-flow",
+            ops,
+            "; ".join(steps) + "; a transaction cannot commit before itself",
+            tuple(drawn),
+        )
 
 
 def realtime_order(a: TxnAnalysis, out: _Collector) -> None:

@@ -258,9 +258,20 @@ def obligations_of(machine: str, only: str | None = None) -> tuple[Obligation, .
     return tuple(ob for ob in obligations if only is None or only in ob.name)
 
 
-def prove_machine(machine: str, *, rlimit: int = RLIMIT, only: str | None = None) -> list[Row]:
+def count_obligations(machine: str, only: str | None = None) -> int:
+    """How many properties :func:`prove_machine` will check (for progress)."""
+    return sum(1 for ob in _obligations(machine) or () if only is None or only in ob.name)
+
+
+def prove_machine(
+    machine: str,
+    *,
+    rlimit: int = RLIMIT,
+    only: str | None = None,
+    on_row: Callable[[Row], None] | None = None,
+) -> list[Row]:
     """Every obligation of ``machine`` (or those whose name contains ``only``), each query within
-    ``rlimit`` Z3 resource units."""
+    ``rlimit`` Z3 resource units; ``on_row`` hears each row as it is decided (progress)."""
     rows: list[Row] = []
     for ob in obligations_of(machine, only):
         started = time.perf_counter()
@@ -288,6 +299,8 @@ def prove_machine(machine: str, *, rlimit: int = RLIMIT, only: str | None = None
                 queries=usage.queries,
             )
         )
+        if on_row is not None:
+            on_row(rows[-1])
     return rows
 
 

@@ -9,7 +9,6 @@ stage of ``--group-by-history`` (rows keyed by history, for histories spread ove
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -65,10 +64,13 @@ def read_groups(path: str, fmt: str, options: VerifyOptions) -> list[GroupedRows
 
 
 def check_files_local(
-    files: Sequence[str], fmt: str, options: VerifyOptions, progress: bool = False, group_by_history: bool = False
+    files: Sequence[str], fmt: str, options: VerifyOptions, progress: Any = None, group_by_history: bool = False
 ) -> list[VerdictRow]:
     """Every file checked in this process, file after file (or, grouped by history, all files read
-    first)."""
+    first).  ``progress``: a :class:`txnmodel.progress.Phase` told of every file, or None."""
+    phase = None if progress is None or isinstance(progress, bool) else progress
+    if phase is not None:
+        phase.set_total(len(files))
     rows: list[VerdictRow] = []
     if group_by_history:
         groups: dict[str, list[tuple[str, Sequence[Operation]]]] = {}
@@ -78,11 +80,13 @@ def check_files_local(
                     rows.append(payload)
                 else:
                     groups.setdefault(key, []).extend(payload)
+            if phase is not None:
+                phase.advance(note=Path(path).name)
         for history, parts in groups.items():
             rows.extend(check_grouped(history, parts, options))
         return rows
-    for number, path in enumerate(files, 1):
+    for path in files:
         rows.extend(check_file(path, fmt, options))
-        if progress:
-            print(f"verify: checked {number}/{len(files)} files", file=sys.stderr, flush=True)
+        if phase is not None:
+            phase.advance(note=Path(path).name)
     return rows

@@ -133,36 +133,43 @@ def _ship_packages(sc: Any) -> None:
 
 
 class _Progress:
-    """Prints 'N/M tasks done' to stderr from Spark's status tracker while the job runs."""
+    """Feeds a progress phase (a :class:`txnmodel.progress.Phase`, or None for none) with Spark's
+    completed tasks (its status tracker, every half second) while a job runs."""
 
-    def __init__(self, sc: Any, total: int, enabled: bool) -> None:
-        self._sc, self._total, self._enabled = sc, total, enabled
+    def __init__(self, sc: Any, total: int, phase: Any) -> None:
+        self._sc, self._total = sc, total
+        self._phase: Any = None if phase is None or isinstance(phase, bool) else phase
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> _Progress:
-        if self._enabled:
+        if self._phase is not None:
+            self._phase.set_total(self._total)
             self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        if self._enabled:
-            self._thread.join()
-            print(f"verify: {self._total}/{self._total} tasks done", file=sys.stderr, flush=True)
+        if self._phase is None:
+            return
+        self._thread.join()
+        if exc[0] is None:
+            self._phase.update(done=self._total)
 
     def _run(self) -> None:
         tracker = self._sc.statusTracker()
-        last = -1
+        finished = 0  # tasks of the stages that ended (a job of two stages counts both)
+        seen: dict[int, int] = {}
         while not self._stop.wait(0.5):
-            done = 0
-            for stage in tracker.getActiveStageIds():
+            active = set(tracker.getActiveStageIds())
+            for stage in list(seen):
+                if stage not in active:
+                    finished += seen.pop(stage)
+            for stage in active:
                 info = tracker.getStageInfo(stage)
                 if info is not None:
-                    done += info.numCompletedTasks
-            if done != last and done:
-                print(f"verify: {done}/{self._total} tasks done", file=sys.stderr, flush=True)
-                last = done
+                    seen[stage] = info.numCompletedTasks
+            self._phase.update(done=min(self._total, finished + sum(seen.values())))
 
 
 def check_files_spark(
@@ -170,11 +177,12 @@ def check_files_spark(
     fmt: str,
     options: VerifyOptions,
     master: str = "local[2]",
-    progress: bool = True,
+    progress: Any = None,
     spark: Any = None,
     group_by_history: bool = False,
 ) -> list[VerdictRow]:
-    """Check on Spark; the verdicts come back to the driver.
+    """Check on Spark; the verdicts come back to the driver.  ``progress``: a
+    :class:`txnmodel.progress.Phase` fed with the tasks done, or None.
 
     Default: each task runs :func:`check_file` on a few files (a history lives in one file, so no
     shuffle).  ``group_by_history``: tasks read files into (history, rows) pairs, Spark groups them

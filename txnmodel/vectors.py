@@ -16,7 +16,7 @@ import json
 import os
 import reprlib
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -128,14 +128,25 @@ def _place(text: str, index: int) -> str:
     return f"line {line} column {column} (byte offset {len(text[:index].encode('utf-8'))})"
 
 
-def run_paths(paths: Iterable[str | Path]) -> list[VectorResult]:
-    """Run every vector under ``paths``; vector ids must be unique.  Bad input raises BadVector."""
+def run_paths(
+    paths: Iterable[str | Path],
+    *,
+    on_total: Callable[[int], None] | None = None,
+    on_result: Callable[[VectorResult], None] | None = None,
+) -> list[VectorResult]:
+    """Run every vector under ``paths``; vector ids must be unique.  Bad input raises BadVector.
+    ``on_total`` hears how many files there are, ``on_result`` each result (progress)."""
     results: list[VectorResult] = []
     seen: dict[str, Path] = {}
-    for path in collect_vector_files(paths):
+    files = collect_vector_files(paths)
+    if on_total is not None:
+        on_total(len(files))
+    for path in files:
         data = load_vector(path)
         if data["id"] in seen:
             raise BadVector(f"$.id: {data['id']!r} is also the id of {seen[data['id']]}", where=str(path))
         seen[data["id"]] = path
         results.append(run_vector(path, data))
+        if on_result is not None:
+            on_result(results[-1])
     return results

@@ -43,10 +43,14 @@ VERDICT_COLUMNS = (
 )
 
 
-def write_verdicts(out: Path, rows: Sequence[VerdictRow]) -> None:
-    """``OUT/verdicts.parquet`` and ``OUT/counterexamples/<history>.<checker>.{txt,html}``."""
+def write_verdicts(out: Path, rows: Sequence[VerdictRow]) -> list[Path]:
+    """``OUT/verdicts.parquet``, ``OUT/counterexamples/<history>.<checker>.{txt,html}`` and
+    ``OUT/index.html`` (every verdict, each counterexample linked: :func:`invariants.viewer.index_page`).
+    Returns the counterexample files written."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from invariants.viewer import index_page
 
     out.mkdir(parents=True, exist_ok=True)
     types = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64()}
@@ -54,14 +58,28 @@ def write_verdicts(out: Path, rows: Sequence[VerdictRow]) -> None:
     table = pa.table({name: [getattr(row, name) for row in rows] for name, _ in VERDICT_COLUMNS}, schema=schema)
     pq.write_table(table, out / "verdicts.parquet")
     pages = out / "counterexamples"
+    written: list[Path] = []
+    listed = []
     for row in rows:
-        if row.counterexample is None:
-            continue
-        pages.mkdir(exist_ok=True)
-        stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{row.history}.{row.checker}")
-        (pages / f"{stem}.txt").write_text(row.counterexample + "\n", encoding="utf-8")
-        if row.html is not None:
-            (pages / f"{stem}.html").write_text(row.html, encoding="utf-8")
+        entry = row.to_json()
+        entry.pop("counterexample", None)
+        if row.counterexample is not None:
+            pages.mkdir(exist_ok=True)
+            stem = _stem(row)
+            (pages / f"{stem}.txt").write_text(row.counterexample + "\n", encoding="utf-8")
+            written.append(pages / f"{stem}.txt")
+            entry["txt"] = f"counterexamples/{stem}.txt"
+            if row.html is not None:
+                (pages / f"{stem}.html").write_text(row.html, encoding="utf-8")
+                written.append(pages / f"{stem}.html")
+                entry["html"] = f"counterexamples/{stem}.html"
+        listed.append(entry)
+    (out / "index.html").write_text(index_page(listed, title=f"txnmodel verify: {out}"), encoding="utf-8")
+    return written
+
+
+def _stem(row: VerdictRow) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{row.history}.{row.checker}")
 
 
 @dataclass
@@ -129,18 +147,30 @@ def history_results(rows: Sequence[VerdictRow]) -> list[dict[str, Any]]:
     ]
 
 
-def print_report(rows: Iterable[VerdictRow], summary: Summary, out: Path, max_shown: int = 10) -> None:
-    """The verdicts that are not ok (at most ``max_shown``, each with its counterexample or reason),
-    then the summary table."""
+def print_report(
+    rows: Iterable[VerdictRow], summary: Summary, out: Path, written: Sequence[Path] = (), max_shown: int = 10
+) -> None:
+    """The verdicts that are not ok (at most ``max_shown``, each with its counterexample cut at 40
+    lines or its reason; every cut says what it left out and where the rest is), the summary table,
+    then every file written: each counterexample, the verdicts and the index."""
     bad = [r for r in rows if r.verdict != Outcome.OK]
+    pages = {path.stem: path for path in written if path.suffix == ".txt"}
     for row in bad[:max_shown]:
         seed = f" (seed {row.seed})" if row.seed is not None else ""
         print(f"{row.verdict.upper()} {row.history} [{row.checker}]{seed}")
         if row.counterexample:
-            print("\n".join("    " + line for line in row.counterexample.splitlines()[:40]))
+            lines = row.counterexample.splitlines()
+            print("\n".join("    " + line for line in lines[:40]))
+            if len(lines) > 40:
+                where = pages.get(_stem(row), out / "counterexamples")
+                print(f"    ... {len(lines) - 40} more lines not shown: the whole counterexample is in {where}")
         elif row.detail:
-            print(f"    {row.detail[:500]}")
+            cut = f" ... ({len(row.detail) - 500} more characters in {out / 'verdicts.parquet'})"
+            print(f"    {row.detail[:500]}" + (cut if len(row.detail) > 500 else ""))
     if len(bad) > max_shown:
-        print(f"... {len(bad) - max_shown} more non-ok verdicts in {out / 'verdicts.parquet'}")
+        print(f"... {len(bad) - max_shown} more verdicts that are not ok, not shown: see {out / 'index.html'}")
     print(summary.table())
+    for path in written:
+        print(f"counterexample: {path}")
     print(f"verdicts: {out / 'verdicts.parquet'}")
+    print(f"index of every verdict: {out / 'index.html'}")

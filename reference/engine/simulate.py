@@ -1,4 +1,4 @@
-"""Named workloads under a seeded fault schedule, and ``txnmodel simulate``.
+"""Named workloads under a seeded fault schedule: the runs behind ``txnmodel simulate``.
 
 A run is one :class:`~reference.engine.client.Cluster` (one seed), many concurrent clients as
 generator processes, an optional fault process, a heal phase and a final drain, after which the
@@ -26,16 +26,15 @@ history, byte for byte, on either ledger.
 Every run carries its metadata (:meth:`RunResult.metadata`): the :class:`RunSpec` (workload, seed,
 ledger, batching, fault rates, broker.conf overrides) and the fault schedule actually injected,
 which ``txnmodel simulate`` writes into each history file (``invariants.history.read_metadata``).
+This module runs and returns histories; the command line (``txnmodel/commands/simulate.py``)
+writes them and calls the checkers.
 A run stops at its deadline (``RunSpec.deadline_ms`` of simulated time): operations still open are
 recorded as ``invoke``, so a run that would never end still yields a finite history to check.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -61,12 +60,10 @@ __all__ = [
     "FaultEvent",
     "RunResult",
     "RunSpec",
-    "build_parser",
+    "SimulateOptions",
     "file_metadata",
     "file_stem",
     "run",
-    "run_simulate",
-    "simulate_main",
     "variant",
 ]
 
@@ -668,61 +665,62 @@ def run(spec: RunSpec, progress: Callable[[str], None] | None = None) -> RunResu
         runner.cluster.close()
 
 
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="txnmodel simulate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seed", type=int, default=0, help="the first seed (history k uses seed + k)")
-    parser.add_argument("--ledger", choices=("memory", "file"), default="memory")
-    parser.add_argument("--data", default=None, help="directory for file ledgers (default: a temporary one)")
-    parser.add_argument("--out", default=None, help="directory for histories (Parquet; see --jsonl)")
-    parser.add_argument("--workload", choices=(*WORKLOADS, "all"), default="ctp")
-    parser.add_argument("--histories", type=int, default=1, help="how many seeds to run per workload")
-    parser.add_argument("--ops", type=int, default=200, help="transactions attempted per history")
-    parser.add_argument(
-        "--duration",
-        type=int,
-        default=None,
-        metavar="MS",
-        help="also stop starting transactions after MS of simulated time",
-    )
-    parser.add_argument(
-        "--deadline",
-        type=int,
-        default=DEFAULT_DEADLINE_MS,
-        metavar="MS",
-        help="stop a run at MS of simulated time; its open operations are recorded as invoke "
-        f"(default {DEFAULT_DEADLINE_MS})",
-    )
-    parser.add_argument("--clients", type=int, default=4, help="concurrent transactional clients")
-    parser.add_argument("--partitions", type=int, default=2)
-    parser.add_argument("--faults", choices=("on", "off"), default="on")
-    parser.add_argument("--batching", choices=("on", "off"), default="off", help="PIP-160 batched log writes")
-    parser.add_argument(
-        "--batch-messages",
-        choices=("on", "off", "mixed"),
-        default="mixed",
-        help="batching producers shared by the clients (batch messages, PIP-54 acks); mixed (default): odd seeds",
-    )
-    parser.add_argument(
-        "--key-shared",
-        choices=("on", "off", "mixed"),
-        default="mixed",
-        help=f"partition keys on every send and {KEY_SHARED_READERS} Key_Shared consumers per "
-        "partition instead of the workload's readers; mixed (default): seeds = 1 mod 3",
-    )
-    parser.add_argument(
-        "--delayed-tracker",
-        choices=(*TRACKERS, "mixed"),
-        default="mixed",
-        help="the delayed workload's tracker: Pulsar's in-memory default or the bucket tracker "
-        "(its runs go to delayed-bucket.parquet); mixed (default): bucket on seeds 2, 3, 6, 7, ... "
-        "(seed // 2 odd)",
-    )
-    parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
-    parser.add_argument(
-        "--check", action="store_true", help="check each history's transactional properties (exit 1 on any anomaly)"
-    )
-    parser.add_argument("--quiet", action="store_true")
-    return parser
+@dataclass(frozen=True)
+class SimulateOptions:
+    """A batch of seeded runs, as ``txnmodel simulate`` asks for them: ``histories`` seeds from
+    ``seed`` for each workload (``"all"``: every one), with the variants ``on``, ``off`` or ``mixed``
+    (on for some seeds, :func:`variant`).  :meth:`specs` turns it into the runs, in order."""
+
+    seed: int = 0
+    workload: str = "ctp"
+    histories: int = 1
+    ops: int = 200
+    ledger: str = "memory"
+    data: str | None = None  # where file ledgers go (default: the caller's scratch directory)
+    duration: int | None = None
+    deadline: int = DEFAULT_DEADLINE_MS
+    clients: int = 4
+    partitions: int = 2
+    faults: bool = True
+    batching: bool = False
+    batch_messages: str = "mixed"
+    key_shared: str = "mixed"
+    delayed_tracker: str = "mixed"
+
+    @property
+    def workloads(self) -> tuple[str, ...]:
+        return WORKLOADS if self.workload == "all" else (self.workload,)
+
+    def specs(self, workload: str, scratch: str) -> list[RunSpec]:
+        """The runs of ``workload``, one per seed; file ledgers under ``data`` (else ``scratch``)."""
+        specs = []
+        for k in range(self.histories):
+            seed = self.seed + k
+            data = None
+            if self.ledger == "file":
+                data = str(Path(self.data or scratch) / f"{workload}-seed{seed}")
+            tracker = {"bucket": "on", "memory": "off"}.get(self.delayed_tracker, self.delayed_tracker)
+            specs.append(
+                RunSpec(
+                    workload=workload,
+                    seed=seed,
+                    ledger=self.ledger,
+                    data_dir=data,
+                    ops=self.ops,
+                    clients=self.clients,
+                    faults=self.faults,
+                    batching=self.batching,
+                    partitions=self.partitions,
+                    duration_ms=self.duration,
+                    deadline_ms=self.deadline,
+                    batch_messages=variant(self.batch_messages, seed, 2),
+                    key_shared=variant(self.key_shared, seed, 3),
+                    delayed_tracker="bucket"
+                    if workload == "delayed" and variant(tracker, seed, 2, step=2)
+                    else "memory",
+                )
+            )
+        return specs
 
 
 def variant(choice: str, seed: int, modulus: int, step: int = 1) -> bool:
@@ -735,78 +733,3 @@ def file_stem(spec: RunSpec) -> str:
     """The history file a run goes to: one per workload, and the delayed workload's bucket-tracker
     runs apart (a file's runs share their broker.conf overrides)."""
     return f"{spec.workload}-bucket" if spec.broker_config() != spec.config else spec.workload
-
-
-def simulate_main(argv: list[str]) -> int:
-    """``txnmodel simulate``: 0 when every run finished (and, with --check, was clean), 1 otherwise."""
-    return run_simulate(build_parser().parse_args(argv))
-
-
-def run_simulate(args: argparse.Namespace) -> int:
-    """The body of ``simulate_main`` for arguments already parsed by :func:`build_parser`."""
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-    workloads = WORKLOADS if args.workload == "all" else (args.workload,)
-    say: Callable[[str], None] = (lambda _: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
-    status = 0
-    with tempfile.TemporaryDirectory(prefix="txnmodel-sim-") as scratch:
-        for workload in workloads:
-            files: dict[str, dict[str, RunResult]] = {}
-            for k in range(args.histories):
-                seed = args.seed + k
-                data = None
-                if args.ledger == "file":
-                    data = str(Path(args.data or scratch) / f"{workload}-seed{seed}")
-                tracker = {"bucket": "on", "memory": "off"}.get(args.delayed_tracker, args.delayed_tracker)
-                spec = RunSpec(
-                    workload=workload,
-                    seed=seed,
-                    ledger=args.ledger,
-                    data_dir=data,
-                    ops=args.ops,
-                    clients=args.clients,
-                    faults=args.faults == "on",
-                    batching=args.batching == "on",
-                    partitions=args.partitions,
-                    duration_ms=args.duration,
-                    deadline_ms=args.deadline,
-                    batch_messages=variant(args.batch_messages, seed, 2),
-                    key_shared=variant(args.key_shared, seed, 3),
-                    delayed_tracker="bucket"
-                    if workload == "delayed" and variant(tracker, seed, 2, step=2)
-                    else "memory",
-                )
-                result = run(spec, say)
-                history = result.operations[0].history if result.operations else f"{workload}-{seed}"
-                files.setdefault(file_stem(spec), {})[history] = result
-                line = (
-                    f"{history}: {len(result.operations)} ops, {result.committed} commits, {result.aborted} "
-                    f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated"
-                    f"{' (cut at the deadline)' if result.cut else ''}"
-                )
-                if args.check:
-                    from invariants.transactional import check_transactional
-
-                    verdict = check_transactional(result.operations)
-                    line += ", transactional: " + ("ok" if verdict.ok else json.dumps(verdict.counts))
-                    if not verdict.ok:
-                        status = 1
-                        for anomaly in verdict.anomalies[:5]:
-                            say(f"    {anomaly}")
-                say(line)
-            if out is not None:
-                from invariants.history import write_jsonl, write_parquet
-
-                for stem, runs in sorted(files.items()):
-                    histories = {name: result.operations for name, result in runs.items()}
-                    metadata = file_metadata(runs)
-                    write_parquet(out / f"{stem}.parquet", histories, metadata=metadata)
-                    if args.jsonl:
-                        write_jsonl(out / f"{stem}.jsonl", histories, metadata=metadata)
-                    say(f"wrote {out / f'{stem}.parquet'}")
-    return status
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(simulate_main(sys.argv[1:]))

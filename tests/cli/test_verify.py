@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,12 +89,19 @@ def test_verify_on_spark_writes_verdicts_and_counterexamples(
     printed = capsys.readouterr()
     assert code == 1
     assert "ILLEGAL bad-register-1 [linearizability]" in printed.out and "lost-message" in printed.out
-    assert "12 histories" in printed.out and "tasks done" in printed.err
+    assert "12 histories" in printed.out
+    # progress on stderr: the tasks done out of the total, and the session start before them
+    assert re.search(r"verify on Spark \(local\[2\]\) done: (\d+)/\1 tasks", printed.err), printed.err
+    assert "== verify: start Spark" in printed.err
     table = pq.read_table(out / "verdicts.parquet").to_pylist()
     assert len(table) == 12 and {r["verdict"] for r in table} == {"ok", "illegal"}
     pages = sorted(p.name for p in (out / "counterexamples").iterdir())
     assert "bad-register-1.linearizability.html" in pages and "lost-2.transactional.txt" in pages
     assert "lost-message" in (out / "counterexamples" / "lost-2.transactional.html").read_text()
+    # the report names every counterexample file it wrote, and the index that links them
+    for page in pages:
+        assert f"counterexample: {out / 'counterexamples' / page}" in printed.out
+    assert f"index of every verdict: {out / 'index.html'}" in printed.out
 
 
 def test_verify_json_on_jepsen_logs(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,8 +11,9 @@ import pytest
 from invariants.history import read_jsonl, read_parquet, write_parquet
 from invariants.transactional import check_transactional
 from reference.engine.sim import Future, Simulation, spawn
-from reference.engine.simulate import RunSpec, build_parser, run, simulate_main
+from reference.engine.simulate import RunSpec, run
 from spec.history import OpType, validate_history
+from txnmodel.commands.simulate import build_parser, simulate_main
 
 
 def _bytes(tmp: Path, spec: RunSpec, name: str) -> bytes:

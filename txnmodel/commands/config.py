@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from spec.errors import InputError
-from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, UsageError, decode_utf8, one_line, print_json, read_input_bytes
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, UsageError, one_line, print_json, read_input_bytes
 
 # Pulsar's own broker.conf is about 80 kB.
 BROKER_CONF_LIMIT = 4 * 1024 * 1024
@@ -22,11 +22,10 @@ def cmd_config(args: argparse.Namespace) -> int:
     try:
         config = Config()
         if args.broker_conf:
+            # java.util.Properties.load(InputStream), which Pulsar uses, reads ISO 8859-1
             path = Path(args.broker_conf)
-            text = decode_utf8(
-                read_input_bytes(path, limit=BROKER_CONF_LIMIT, limit_name="BROKER_CONF_LIMIT"), str(path)
-            )
-            config = Config.from_broker_conf(text)
+            text = read_input_bytes(path, limit=BROKER_CONF_LIMIT, limit_name="BROKER_CONF_LIMIT").decode("latin-1")
+            config = Config.from_broker_conf(text, where=args.broker_conf)
         if args.set:
             config = config.with_overrides(dict(item.split("=", 1) for item in args.set))
     except (InputError, ValueError) as exc:
@@ -49,7 +48,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Print every broker.conf key the machines use with its value: Pulsar's default, or "
         "the value from --broker-conf and --set. A bad key or value exits 2 naming the key.",
     )
-    config.add_argument("--broker-conf", help="read overrides from a broker.conf file")
+    config.add_argument(
+        "--broker-conf", help="read overrides from a broker.conf file (Java properties syntax, as Pulsar reads it)"
+    )
     config.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one key (repeatable)")
     config.add_argument("--json", action="store_true", help="machine-readable output")
     config.set_defaults(func=cmd_config)

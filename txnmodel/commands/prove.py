@@ -8,8 +8,9 @@ from txnmodel.common import EXIT_FAILED, EXIT_OK, UsageError, print_json, z3_rli
 
 
 def cmd_prove(args: argparse.Namespace) -> int:
-    from proofs.framework import RLIMIT, Verdict, available_machines, format_table, obligations_of, prove_machine
+    from proofs.framework import RLIMIT, Row, Verdict, available_machines, format_table, obligations_of, prove_machine
     from spec.machines import machine_info
+    from txnmodel.progress import Phase, Reporter
 
     machines = available_machines() if args.machine == "all" else [args.machine]
     try:  # every usage error before the first proof
@@ -19,8 +20,14 @@ def cmd_prove(args: argparse.Namespace) -> int:
     if args.only is not None and not any(selected.values()):
         raise UsageError(f"no property of {args.machine} has {args.only!r} in its name (--only)")
     rows = []
+    progress = Reporter(enabled=not args.json)
     for name in machines:
-        rows.extend(prove_machine(name, rlimit=args.rlimit or RLIMIT, only=args.only))
+        with progress.phase(f"proofs: {name}", total=len(selected[name]), unit="properties") as phase:
+
+            def proved(row: Row, phase: Phase = phase) -> None:
+                phase.advance(note=row.name)
+
+            rows.extend(prove_machine(name, rlimit=args.rlimit or RLIMIT, only=args.only, on_row=proved))
     if args.json:
         print_json([r.to_json() for r in rows])
     else:

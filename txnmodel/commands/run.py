@@ -38,9 +38,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     """
     import tempfile
 
-    from proofs.framework import RLIMIT, Verdict, available_machines, prove_machine
-    from reference.engine.simulate import simulate_main
+    from proofs.framework import RLIMIT, Row, Verdict, available_machines, count_obligations, prove_machine
+    from reference.engine.simulate import WORKLOADS, SimulateOptions
+    from txnmodel.commands.simulate import simulate
     from txnmodel.commands.verify import VerifyRequest, verify
+    from txnmodel.progress import Phase, Reporter
     from txnmodel.vectors import run_paths
 
     # Usage errors before any work: the last seed must fit a history's int64, the folder be writable.
@@ -52,17 +54,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     summary: list[tuple[str, str, str]] = []
     worst = EXIT_OK
+    progress = Reporter()
 
     t0 = time.perf_counter()
-    print("== conformance vectors", flush=True)
     try:
-        results = run_paths([str(DEFAULT_VECTORS)])
+        with progress.phase("conformance vectors", unit="vectors") as phase:
+            results = run_paths(
+                [str(DEFAULT_VECTORS)], on_total=phase.set_total, on_result=lambda r: phase.advance(note=r.vector_id)
+            )
     except InputError as exc:
         print(f"txnmodel run: invalid vector input: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     failed = [r for r in results if not r.passed]
     for result in failed:
-        print(f"FAIL {result.vector_id}: {result.mismatch}")
+        progress.say(f"FAIL {result.vector_id}: {result.mismatch}")
     summary.append(
         (
             "conformance vectors",
@@ -73,13 +78,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     if failed:
         worst = EXIT_FAILED
 
-    print("== proofs", flush=True)
     for machine in available_machines():
         t0 = time.perf_counter()
-        rows = prove_machine(machine, rlimit=args.rlimit or RLIMIT)
+        with progress.phase(f"proofs: {machine}", total=count_obligations(machine), unit="properties") as phase:
+
+            def proved(row: Row, phase: Phase = phase) -> None:
+                phase.advance(note=row.name)
+
+            rows = prove_machine(machine, rlimit=args.rlimit or RLIMIT, on_row=proved)
         bad = [r for r in rows if r.verdict is not Verdict.PROVED]
         for row in bad:
-            print(f"NOT PROVED {machine}/{row.name}: {row.verdict.value}\n{row.counterexample or row.reason or ''}")
+            progress.say(
+                f"NOT PROVED {machine}/{row.name}: {row.verdict.value}\n{row.counterexample or row.reason or ''}"
+            )
         summary.append(
             (f"proofs: {machine}", f"{len(rows) - len(bad)}/{len(rows)} proved", f"{time.perf_counter() - t0:.1f}s")
         )
@@ -91,40 +102,32 @@ def cmd_run(args: argparse.Namespace) -> int:
         histories_dir, verdicts_dir = out / "histories", out / "verdicts"
         with tempfile.TemporaryDirectory(prefix="txnmodel-run-") as data:
             t0 = time.perf_counter()
-            print(f"== simulate: {args.histories} seeds x 3 workloads, faults on, file ledgers", flush=True)
-            code = simulate_main(
-                [
-                    "--seed",
-                    str(args.seed),
-                    "--workload",
-                    "all",
-                    "--histories",
-                    str(args.histories),
-                    "--ops",
-                    str(args.ops),
-                    "--ledger",
-                    "file",
-                    "--data",
-                    data,
-                    "--out",
-                    str(histories_dir),
-                    "--faults",
-                    "on",
-                    "--batch-messages",
-                    "mixed",
-                    "--key-shared",
-                    "mixed",
-                    "--delayed-tracker",
-                    "mixed",
-                    "--quiet",
-                ]
+            options = SimulateOptions(
+                seed=args.seed,
+                workload="all",
+                histories=args.histories,
+                ops=args.ops,
+                ledger="file",
+                data=data,
+                faults=True,
+                batch_messages="mixed",
+                key_shared="mixed",
+                delayed_tracker="mixed",
             )
+            with progress.phase(
+                f"simulate: {args.histories} seeds x {len(WORKLOADS)} workloads, faults on, file ledgers",
+                total=len(WORKLOADS) * args.histories,
+                unit="histories",
+            ) as phase:
+                # a line per history is too many here: the progress says how far it is
+                code = simulate(options, out=histories_dir, quiet=True, progress=phase)
             elapsed = f"{time.perf_counter() - t0:.1f}s"
             summary.append(("simulate", "ok" if code == EXIT_OK else f"exit {code}", elapsed))
             worst = max(worst, code)
         t0 = time.perf_counter()
-        print(f"== verify on Spark ({args.master})", flush=True)
-        verified = verify(VerifyRequest(str(histories_dir), out=str(verdicts_dir), master=args.master))
+        verified = verify(
+            VerifyRequest(str(histories_dir), out=str(verdicts_dir), master=args.master, reporter=progress)
+        )
         summary.extend(_verdict_summary(verified.rows, time.perf_counter() - t0))
         worst = max(worst, verified.exit_code)
 

@@ -31,6 +31,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from invariants.verify import Outcome, VerdictRow, VerifyOptions, duplicate_histories
 from txnmodel.common import EXIT_BAD_INPUT, one_line, positive_float, positive_int, spark_master
@@ -63,6 +64,8 @@ class VerifyRequest:
     unknown_ok: bool = False
     progress: bool = True
     json: bool = False
+    # where progress goes (a txnmodel.progress.Reporter); None: a Reporter of its own on stderr
+    reporter: Any = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -104,28 +107,51 @@ def verify(request: VerifyRequest) -> VerifyResult:
     options = request.options
     if request.format == "jepsen" and options.model == "auto":
         options = dataclasses.replace(options, model="cas-register")
+    from txnmodel.progress import Reporter
+
+    reporter = request.reporter if request.reporter is not None else Reporter()
+    if not request.progress:
+        reporter = Reporter(enabled=False)
     grouped = request.group_by_history
     if request.local:
-        rows = check_files_local(files, request.format, options, progress=request.progress, group_by_history=grouped)
+        with reporter.phase("verify", total=len(files), unit="files") as phase:
+            rows = check_files_local(files, request.format, options, progress=phase, group_by_history=grouped)
     else:
-        from txnmodel.spark_runner import check_files_spark
+        from txnmodel.spark_runner import check_files_spark, spark_session
 
-        rows = check_files_spark(
-            files, request.format, options, master=request.master, progress=request.progress, group_by_history=grouped
-        )
+        with reporter.phase("verify: start Spark", unit=""):
+            session = spark_session(request.master)  # a JVM starts: tens of seconds on a busy machine
+        with reporter.phase(f"verify on Spark ({request.master})", unit="tasks") as phase:
+            rows = check_files_spark(
+                files,
+                request.format,
+                options,
+                master=request.master,
+                progress=phase,
+                spark=session,
+                group_by_history=grouped,
+            )
     if not grouped:
         rows = list(rows) + duplicate_histories(rows)
     elapsed = time.perf_counter() - started
-    write_verdicts(out, rows)
+    written = write_verdicts(out, rows)
     code = exit_code(rows, unknown_ok=request.unknown_ok)
     summary = summarize(rows, elapsed)
     if request.json:
         json.dump(
-            {"exit_code": code, "histories": history_results(rows), "summary": summary.to_json()}, sys.stdout, indent=2
+            {
+                "exit_code": code,
+                "histories": history_results(rows),
+                "summary": summary.to_json(),
+                "index": str(out / "index.html"),
+                "counterexample_files": [str(path) for path in written],
+            },
+            sys.stdout,
+            indent=2,
         )
         sys.stdout.write("\n")
     else:
-        print_report(rows, summary, out)
+        print_report(rows, summary, out, written)
     if code == EXIT_BAD_INPUT:  # the one line every exit 2 ends with, whatever else was printed
         bad = [row for row in rows if row.verdict == Outcome.BAD_INPUT.value]
         first = next((row.detail for row in bad if row.detail), bad[0].history)
@@ -191,7 +217,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--out",
         default=DEFAULT_OUT,
-        help=f"folder for verdicts.parquet and counterexamples/ (default {DEFAULT_OUT})",
+        help=f"folder for verdicts.parquet, index.html and counterexamples/ (default {DEFAULT_OUT})",
     )
     parser.add_argument(
         "--budget",
@@ -225,8 +251,10 @@ DESCRIPTION = (
     "Check a folder of histories (Parquet, JSON Lines, or Jepsen logs): linearizability of each "
     "object against its model (Wing-Gong-Lowe, split per object, budgeted) and the transactional properties "
     "of the whole history (read-committed, atomic visibility, no loss, no duplicates, order, delayed never "
-    "early), on Spark or locally. Writes verdicts as Parquet. Exit 0 all ok, 1 a violation or an unknown "
-    "verdict, 2 bad input."
+    "early), on Spark or locally. Writes verdicts as Parquet, every counterexample as text and as an interactive "
+    "HTML page, and an index.html linking them; prints the path of each. Progress goes to stderr (a live bar on a "
+    "terminal, a line at least every 10 s otherwise). Exit 0 all ok, 1 a violation or an unknown verdict, 2 bad "
+    "input."
 )
 
 
