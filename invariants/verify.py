@@ -27,7 +27,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from spec.history import Operation
@@ -123,6 +123,7 @@ class VerdictRow:
     counterexample: str | None = None
     html: str | None = None
     seed: int | None = None
+    reproduce: str | None = None  # the command that reruns the history, when its file recorded the run
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -206,7 +207,7 @@ def failing_part(model: Any, ops: Sequence[Operation], result: Any) -> list[Oper
 
 
 def check_linearizability(
-    plan: Sequence[ModelPlan], ops: Sequence[Operation], options: VerifyOptions
+    plan: Sequence[ModelPlan], ops: Sequence[Operation], options: VerifyOptions, reproduce: str | None = None
 ) -> LinearizabilityCheck:
     """Linearizability of each planned model's objects, the worst verdict over all of them.
 
@@ -256,7 +257,7 @@ def check_linearizability(
         if bad is not None and failing is None:
             failing = bad.object
             if options.counterexamples:
-                cx = explain(model, failing_part(model, mine, bad), bad)
+                cx = replace(explain(model, failing_part(model, mine, bad), bad), reproduce=reproduce)
                 text = render_text(cx)
                 page = counterexample_html(cx, max_bytes=MAX_HTML_BYTES)
     detail = "; ".join(reasons)[:2000]
@@ -266,10 +267,16 @@ def check_linearizability(
 
 
 def _linearizability_row(
-    name: str, ops: Sequence[Operation], plan: Sequence[ModelPlan], file: str, options: VerifyOptions, seed: int | None
+    name: str,
+    ops: Sequence[Operation],
+    plan: Sequence[ModelPlan],
+    file: str,
+    options: VerifyOptions,
+    seed: int | None,
+    reproduce: str | None,
 ) -> VerdictRow:
     started = time.perf_counter()
-    found = check_linearizability(plan, ops, options)
+    found = check_linearizability(plan, ops, options, reproduce)
     return VerdictRow(
         name,
         "linearizability",
@@ -285,11 +292,17 @@ def _linearizability_row(
         found.counterexample,
         found.html,
         seed,
+        reproduce,
     )
 
 
 def _transactional_row(
-    name: str, client_ops: Sequence[Operation], file: str, options: VerifyOptions, seed: int | None
+    name: str,
+    client_ops: Sequence[Operation],
+    file: str,
+    options: VerifyOptions,
+    seed: int | None,
+    reproduce: str | None,
 ) -> VerdictRow:
     from invariants.report import render_txn_text, txn_html
     from invariants.transactional import check_transactional
@@ -308,19 +321,23 @@ def _transactional_row(
         time.perf_counter() - started,
         None,
         json.dumps({"counts": txn.counts, "anomalies": [a.to_json() for a in txn.anomalies]}),
-        None if txn.ok else render_txn_text(txn, seed=seed),
+        None if txn.ok else render_txn_text(txn, seed=seed, reproduce=reproduce),
         None
         if txn.ok or not options.counterexamples
-        else txn_html(txn, client_ops, seed=seed, max_bytes=MAX_HTML_BYTES),
+        else txn_html(txn, client_ops, seed=seed, max_bytes=MAX_HTML_BYTES, reproduce=reproduce),
         seed,
+        reproduce,
     )
 
 
-def check_history(name: str, ops: Sequence[Operation], file: str, options: VerifyOptions) -> list[VerdictRow]:
+def check_history(
+    name: str, ops: Sequence[Operation], file: str, options: VerifyOptions, reproduce: str | None = None
+) -> list[VerdictRow]:
     """Every checker that applies to one history: a ``linearizability`` row when a model applies, a
     ``transactional`` row when clients sent, received, acked or ended transactions; an ``input`` row
     (``bad-input``) when nothing applies or the history breaks the contract, a ``crash`` row
-    (``error``) when a model or machine raised."""
+    (``error``) when a model or machine raised.  ``reproduce`` (the command that reruns the history,
+    when its file recorded the run) goes into the rows and their counterexamples."""
     from spec.errors import InputError
     from spec.history import is_machine_operation
 
@@ -329,12 +346,12 @@ def check_history(name: str, ops: Sequence[Operation], file: str, options: Verif
     try:
         plan = plan_models(options.model, ops)
         if plan:
-            rows.append(_linearizability_row(name, ops, plan, file, options, seed))
+            rows.append(_linearizability_row(name, ops, plan, file, options, seed, reproduce))
         # The transactional checks read what clients saw, not the machines' steps.
         client_ops = [op for op in ops if not is_machine_operation(op)]
         transactional = any(op.f in TXN_VOCABULARY for op in client_ops)
         if transactional:
-            rows.append(_transactional_row(name, client_ops, file, options, seed))
+            rows.append(_transactional_row(name, client_ops, file, options, seed, reproduce))
         if not plan and not transactional:
             detail = "no checker applies: no --model for these objects and no transactional operations"
             rows.append(_bad_input(name, file, options.model, detail))

@@ -35,12 +35,32 @@ def check_file(path: str, fmt: str, options: VerifyOptions, only: Sequence[str] 
     from spec.errors import InputError
 
     rows: list[VerdictRow] = []
+    commands = _reproduce_commands(path)
     try:
         for name, ops in iter_histories(path, fmt, only):
-            rows.extend(check_history(name, ops, path, options))
+            rows.extend(check_history(name, ops, path, options, reproduce=commands.get(name)))
     except InputError as exc:
         rows.append(_bad_file(path, options, str(exc)))
     return rows
+
+
+def _reproduce_commands(path: str) -> dict[str, str]:
+    """The command that reruns each history of a file the simulator wrote (its run metadata), by
+    history; none for files without metadata (Jepsen logs, other tools' histories)."""
+    from invariants.history import read_metadata
+    from spec.errors import InputError
+    from txnmodel.commands.simulate import reproduce_command
+
+    try:
+        metadata = read_metadata(path)
+    except InputError:
+        return {}  # the histories are checked (and refused, if they are bad) on their own
+    commands: dict[str, str] = {}
+    for history, run in (metadata or {}).get("runs", {}).items():
+        command = reproduce_command(history, run)
+        if command is not None:
+            commands[history] = command
+    return commands
 
 
 def read_groups(path: str, fmt: str, options: VerifyOptions) -> list[GroupedRows]:

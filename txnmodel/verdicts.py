@@ -40,6 +40,7 @@ VERDICT_COLUMNS = (
     ("detail", "string"),
     ("counterexample", "string"),
     ("seed", "int64"),
+    ("reproduce", "string"),
 )
 
 
@@ -58,6 +59,10 @@ def write_verdicts(out: Path, rows: Sequence[VerdictRow]) -> list[Path]:
     table = pa.table({name: [getattr(row, name) for row in rows] for name, _ in VERDICT_COLUMNS}, schema=schema)
     pq.write_table(table, out / "verdicts.parquet")
     pages = out / "counterexamples"
+    if pages.is_dir():  # an earlier run's pages would be taken for this one's
+        for old in pages.iterdir():
+            if old.is_file() and old.suffix in (".txt", ".html"):
+                old.unlink()
     written: list[Path] = []
     listed = []
     for row in rows:

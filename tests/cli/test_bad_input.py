@@ -158,7 +158,6 @@ def _random_text(tmp: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # The table
 
-SHAPE = "branch shape (simulate's argument parser in txnmodel/commands/simulate.py)"
 DISK = "branch disk (inspect runs recovery's own checks)"
 
 CASES: tuple[Case, ...] = (
@@ -342,24 +341,22 @@ CASES: tuple[Case, ...] = (
     Case("run", "--master bogus", ("run", "--master", "bogus://x"), 2, ("--master", "Spark master")),
     Case("run", "--rlimit 0", ("run", "--rlimit", "0"), 2, ("--rlimit",)),
     # -- simulate
-    Case("simulate", "--clients 0", ("simulate", "--clients", "0", "--ops", "2"), 2, ("--clients",), pending=SHAPE),
+    Case("simulate", "--clients 0", ("simulate", "--clients", "0", "--ops", "2"), 2, ("--clients",)),
     Case(
         "simulate",
         "--partitions 0",
         ("simulate", "--partitions", "0", "--ops", "2"),
         2,
         ("--partitions",),
-        pending=SHAPE,
     ),
-    Case("simulate", "--ops 0", ("simulate", "--ops", "0"), 2, ("--ops",), pending=SHAPE),
-    Case("simulate", "--histories 0", ("simulate", "--histories", "0"), 2, ("--histories",), pending=SHAPE),
+    Case("simulate", "--ops 0", ("simulate", "--ops", "0"), 2, ("--ops",)),
+    Case("simulate", "--histories 0", ("simulate", "--histories", "0"), 2, ("--histories",)),
     Case(
         "simulate",
         "--seed past int64",
         ("simulate", "--seed", str(2**63), "--ops", "2", "--out", "{tmp}/out"),
         2,
         ("--seed",),
-        pending=SHAPE,
     ),
     Case(
         "simulate",
@@ -367,7 +364,6 @@ CASES: tuple[Case, ...] = (
         ("simulate", "--seed", "7" * 300, "--ops", "2", "--out", "{tmp}/out"),
         2,
         ("--seed",),
-        pending=SHAPE,
     ),
     Case(
         "simulate",
@@ -376,7 +372,6 @@ CASES: tuple[Case, ...] = (
         2,
         ("--out", "not a folder"),
         _write("f", "x"),
-        pending=SHAPE,
     ),
     Case(
         "simulate",
@@ -385,7 +380,31 @@ CASES: tuple[Case, ...] = (
         2,
         ("--data", "not a folder"),
         _write("f", "x"),
-        pending=SHAPE,
+    ),
+    Case(
+        "simulate",
+        "--out not empty",
+        ("simulate", "--ops", "2", "--out", "{tmp}/o"),
+        2,
+        ("--out", "not empty", "--overwrite"),
+        _write("o/ctp.parquet", "x"),
+    ),
+    Case(
+        "simulate",
+        "--data not empty",
+        ("simulate", "--ops", "2", "--ledger", "file", "--data", "{tmp}/d"),
+        2,
+        ("--data", "not empty", "--overwrite"),
+        _write("d/ctp-seed0/x", "x"),
+    ),
+    Case("simulate", "--data without file ledgers", ("simulate", "--data", "{tmp}/d"), 2, ("--data", "--ledger file")),
+    Case("simulate", "--deadline 0", ("simulate", "--deadline", "0"), 2, ("--deadline",)),
+    Case(
+        "simulate",
+        "--seed + --histories past int64",
+        ("simulate", "--seed", str(2**63 - 1), "--histories", "2"),
+        2,
+        ("--seed", "passes"),
     ),
     Case(
         "simulate",
@@ -394,7 +413,6 @@ CASES: tuple[Case, ...] = (
         2,
         ("--out", "not writable"),
         _read_only_folder,
-        pending=SHAPE,
     ),
     # -- verify (most cases --local: the files are read by the same code on Spark)
     Case("verify", "missing path", ("verify", "{tmp}/nope"), 2, ("nope",)),

@@ -19,6 +19,7 @@ from txnmodel.common import (
     EXIT_OK,
     INT64_MAX,
     UsageError,
+    exclusive_folder,
     non_negative_int,
     one_line,
     output_folder,
@@ -36,6 +37,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     on file ledgers; 4. those histories verified on local Spark (linearizability and transactional
     checks).  Every counterexample is printed with the seed that reproduces it.
     """
+    from txnmodel.commands.simulate import history_file
+
+    # Usage errors before any work: the last seed must fit a history's int64, the folder be writable
+    # and this run's alone (the main job replaces its own earlier history files; a concurrent run on
+    # the same folder is refused).
+    if args.seed + max(args.histories, 1) - 1 > INT64_MAX:
+        raise UsageError(f"--seed {args.seed} with --histories {args.histories}: the last seed passes {INT64_MAX}")
+    if args.histories == 0:
+        return _job(args)
+    output_folder(Path(args.out), "--out")
+    with exclusive_folder(Path(args.out) / "histories", "--out", overwrite=True, ours=history_file):
+        return _job(args)
+
+
+def _job(args: argparse.Namespace) -> int:
     import tempfile
 
     from proofs.framework import RLIMIT, Row, Verdict, available_machines, count_obligations, prove_machine
@@ -44,12 +60,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     from txnmodel.commands.verify import VerifyRequest, verify
     from txnmodel.progress import Phase, Reporter
     from txnmodel.vectors import run_paths
-
-    # Usage errors before any work: the last seed must fit a history's int64, the folder be writable.
-    if args.seed + max(args.histories, 1) - 1 > INT64_MAX:
-        raise UsageError(f"--seed {args.seed} with --histories {args.histories}: the last seed passes {INT64_MAX}")
-    if args.histories > 0:
-        output_folder(Path(args.out), "--out")
 
     started = time.perf_counter()
     summary: list[tuple[str, str, str]] = []
