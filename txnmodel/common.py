@@ -98,6 +98,35 @@ def read_input_bytes(path: Path, *, limit: int, limit_name: str) -> bytes:
     return data
 
 
+def read_json_input(path: Path, *, limit: int, limit_name: str, max_depth: int, max_digits: int = 40) -> Any:
+    """One JSON input file, bounded before it is parsed (see :func:`read_input_bytes` and
+    :func:`spec.json_limits.first_excess`); every refusal is an :class:`InputError` naming the
+    file, the line and byte offset, and the limit."""
+    from spec.json_limits import first_excess
+
+    where = str(path)
+    text = decode_utf8(read_input_bytes(path, limit=limit, limit_name=limit_name), where)
+    excess = first_excess(text, max_depth=max_depth, max_digits=max_digits)
+    if excess is not None:
+        raise InputError(f"JSON {excess[0]} at {text_place(text, excess[1])}", where=where)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not JSON: {exc.msg} at {text_place(text, exc.pos)}", where=where) from None
+
+
+def text_place(text: str, index: int) -> str:
+    """``line L column C (byte offset B)`` of the character at ``index``."""
+    line = text.count("\n", 0, index) + 1
+    column = index - (text.rfind("\n", 0, index) + 1) + 1
+    return f"line {line} column {column} (byte offset {len(text[:index].encode('utf-8'))})"
+
+
+def port_int(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free one) to 65535."""
+    return _bounded_int(text, 0, 65535, "a port from 0 to 65535")
+
+
 def file_kind(mode: int) -> str:
     """What a non-regular file is, in words."""
     for test, name in (

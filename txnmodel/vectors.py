@@ -24,7 +24,7 @@ from typing import Any
 from reference.conformance import VectorResult, run_vector
 from spec.errors import BadVector, InputError
 from spec.json_limits import first_excess
-from txnmodel.common import decode_utf8, file_kind, read_input_bytes
+from txnmodel.common import decode_utf8, file_kind, read_input_bytes, text_place
 
 __all__ = [
     "MAX_INTEGER_DIGITS",
@@ -90,7 +90,7 @@ def load_vector(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise BadVector(f"not JSON: {exc.msg} at {_place(text, exc.pos)}", where=str(path)) from None
+        raise BadVector(f"not JSON: {exc.msg} at {text_place(text, exc.pos)}", where=str(path)) from None
     errors = sorted(_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
@@ -105,7 +105,7 @@ def _check_bounds(text: str, where: str) -> None:
     if excess is not None:
         what, index = excess
         limit = "MAX_VECTOR_DEPTH" if what.startswith("nested") else "MAX_INTEGER_DIGITS"
-        raise BadVector(f"JSON {what} at {_place(text, index)} (limit {limit})", where=where)
+        raise BadVector(f"JSON {what} at {text_place(text, index)} (limit {limit})", where=where)
 
 
 def _schema_message(error: Any) -> str:
@@ -119,13 +119,6 @@ def _schema_message(error: Any) -> str:
     else:
         short = reprlib.repr(error.instance)
     return str(error.message).replace(quoted, short)
-
-
-def _place(text: str, index: int) -> str:
-    """``line L column C (byte offset B)`` of the character at ``index``."""
-    line = text.count("\n", 0, index) + 1
-    column = index - (text.rfind("\n", 0, index) + 1) + 1
-    return f"line {line} column {column} (byte offset {len(text[:index].encode('utf-8'))})"
 
 
 def run_paths(
