@@ -532,10 +532,11 @@ def read_metadata(path: str | Path) -> dict[str, Any] | None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        try:
-            schema = pq.read_schema(path)
-        except (OSError, pa.ArrowException) as exc:
-            raise BadHistory(f"not a readable Parquet file: {exc}", where=where) from None
+        with open_input(path) as handle:  # a regular file: a FIFO would block the schema read
+            try:
+                schema = pq.read_schema(handle)
+            except (OSError, pa.ArrowException, UnicodeDecodeError, ValueError) as exc:
+                raise BadHistory(f"not a readable Parquet file: {type(exc).__name__}: {exc}", where=where) from None
         raw = (schema.metadata or {}).get(METADATA_KEY.encode())
         if raw is None:
             return None
@@ -550,12 +551,19 @@ def read_metadata(path: str | Path) -> dict[str, Any] | None:
                 raise BadHistory("no such file", where=where)
             return None
         where = str(sidecar)
+        with open_input(sidecar) as handle:
+            blob = handle.read(MAX_JSONL_LINE_BYTES + 1)
+        if len(blob) > MAX_JSONL_LINE_BYTES:
+            raise BadMetadata(f"run metadata over {MAX_JSONL_LINE_BYTES:,} bytes (MAX_JSONL_LINE_BYTES)", where=where)
         try:
-            text = sidecar.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BadMetadata(f"cannot read the run metadata: {exc}", where=where) from None
+            text = blob.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadMetadata(f"run metadata is not UTF-8: byte offset {exc.start}", where=where) from None
     else:
         return None
+    excess = first_excess(text, max_depth=MAX_VALUE_DEPTH, max_digits=MAX_NUMBER_DIGITS)
+    if excess is not None:
+        raise BadMetadata(f"run metadata: JSON {excess[0]} at char {excess[1]}", where=where)
     try:
         metadata = json.loads(text)
     except json.JSONDecodeError as exc:
