@@ -111,6 +111,7 @@ class FlushTrigger(PulsarName, enum.Enum):
 
 # --------------------------------------------------------------------------------------------
 # Configuration
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +155,7 @@ def writer_config(config: Config, kind: LogKind, *, enabled: bool | None = None)
 
 # --------------------------------------------------------------------------------------------
 # State
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +274,7 @@ def _fresh(cfg: WriterConfig, now_ms: int, entries: immutables.Map[Position, Ent
 
 # --------------------------------------------------------------------------------------------
 # Commands
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,10 +338,13 @@ Command = (
     | DeleteRecords
     | SetBatchedWrite
 )
+Result = Ok[Any] | Err
+Step = tuple[WriterState, Result]
 
 
 # --------------------------------------------------------------------------------------------
 # Results and effects
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,26 +440,28 @@ class CursorDelete(Effect):
 
 # --------------------------------------------------------------------------------------------
 # The step
+# --------------------------------------------------------------------------------------------
 
 
-def step(state: WriterState, command: Command) -> tuple[WriterState, Ok[Any] | Err]:
+def step(state: WriterState, command: Command) -> Step:
     """Apply one event on the writer's executor."""
-    if isinstance(command, AsyncAddData):
-        return async_add_data(state, command)
-    if isinstance(command, TimerFired):
-        return timer_fired(state, command)
-    if isinstance(command, AddEntryComplete):
-        return add_entry_complete(state, command)
-    if isinstance(command, AddEntryFailed):
-        return add_entry_failed(state, command)
-    if isinstance(command, Close):
-        return close(state)
-    if isinstance(command, FinishClose):
-        return finish_close(state)
-    if isinstance(command, DeleteRecords):
-        return delete_records(state, command)
-    if isinstance(command, SetBatchedWrite):
-        return set_batched_write(state, command)
+    match command:
+        case AsyncAddData():
+            return async_add_data(state, command)
+        case TimerFired():
+            return timer_fired(state, command)
+        case AddEntryComplete():
+            return add_entry_complete(state, command)
+        case AddEntryFailed():
+            return add_entry_failed(state, command)
+        case Close():
+            return close(state)
+        case FinishClose():
+            return finish_close(state)
+        case DeleteRecords():
+            return delete_records(state, command)
+        case SetBatchedWrite():
+            return set_batched_write(state, command)
     raise TypeError(f"not a batched_log command: {command!r}")
 
 
@@ -480,7 +488,7 @@ def canonical_record(data: bytes, kind: LogKind) -> bytes | DomainError:
     return encode_plain(decoded.records[0])
 
 
-def async_add_data(state: WriterState, cmd: AsyncAddData) -> tuple[WriterState, Ok[Any] | Err]:
+def async_add_data(state: WriterState, cmd: AsyncAddData) -> Step:
     """``asyncAddData`` on the executor (BW-4, BW-5, BW-6, BW-7, BW-8, BW-9, BW-10, BW-11).
 
     Closed writers reject at once; unserializable records fail alone; with batching off every
@@ -567,7 +575,7 @@ def _write_batch(state: WriterState, buffer: tuple[Buffered, ...], effects: list
     return state
 
 
-def timer_fired(state: WriterState, cmd: TimerFired) -> tuple[WriterState, Ok[Any] | Err]:
+def timer_fired(state: WriterState, cmd: TimerFired) -> Step:
     """The delay timer's executor task: flush a non-empty buffer, then re-arm unless closing (BW-12)."""
     due = state.timer_due_ms
     if due is None:
@@ -596,7 +604,7 @@ def _pop_write(state: WriterState, write_id: int) -> tuple[WriterState, InFlight
     return _evolve(state, in_flight=state.in_flight[1:]), state.in_flight[0]
 
 
-def add_entry_complete(state: WriterState, cmd: AddEntryComplete) -> tuple[WriterState, Ok[Any] | Err]:
+def add_entry_complete(state: WriterState, cmd: AddEntryComplete) -> Step:
     """The ledger wrote an entry: every record of it learns its position, in batch order (BW-15, BW-17)."""
     state, write = _pop_write(state, cmd.write_id)
     if cmd.position in state.entries:
@@ -620,7 +628,7 @@ def add_entry_complete(state: WriterState, cmd: AddEntryComplete) -> tuple[Write
     return state, Ok(Completed(n), effects)
 
 
-def add_entry_failed(state: WriterState, cmd: AddEntryFailed) -> tuple[WriterState, Ok[Any] | Err]:
+def add_entry_failed(state: WriterState, cmd: AddEntryFailed) -> Step:
     """The ledger failed an entry: every record of it fails with that error, in batch order (BW-16)."""
     error = error_by_name(cmd.error)(cmd.message)
     state, write = _pop_write(state, cmd.write_id)
@@ -628,7 +636,7 @@ def add_entry_failed(state: WriterState, cmd: AddEntryFailed) -> tuple[WriterSta
     return _evolve(state, failed=state.failed + len(write.request_ids)), Ok(Completed(0), effects)
 
 
-def close(state: WriterState) -> tuple[WriterState, Ok[Any] | Err]:
+def close(state: WriterState) -> Step:
     """``close()``'s compare-and-set (BW-18): OPEN goes to CLOSING (batching effective, a
     :class:`FinishClose` task follows) or straight to CLOSED; closing twice is a no-op."""
     if state.status is not WriterStatus.OPEN:
@@ -638,7 +646,7 @@ def close(state: WriterState) -> tuple[WriterState, Ok[Any] | Err]:
     return _evolve(state, status=WriterStatus.CLOSING), Ok(CloseResult(WriterStatus.CLOSING))
 
 
-def finish_close(state: WriterState) -> tuple[WriterState, Ok[Any] | Err]:
+def finish_close(state: WriterState) -> Step:
     """The close task on the executor: fail what is buffered, cancel the timer, CLOSED (BW-18)."""
     if state.status is not WriterStatus.CLOSING:
         return state, Err(NotAllowed(f"close task runs only while CLOSING, writer is {state.status.value}"))
@@ -657,7 +665,7 @@ def finish_close(state: WriterState) -> tuple[WriterState, Ok[Any] | Err]:
     return state, Ok(CloseResult(WriterStatus.CLOSED), tuple(effects))
 
 
-def set_batched_write(state: WriterState, cmd: SetBatchedWrite) -> tuple[WriterState, Ok[Any] | Err]:
+def set_batched_write(state: WriterState, cmd: SetBatchedWrite) -> Step:
     """Turn batching on or off for this writer from the next record on (BW-22).
 
     Turning it off writes what is buffered as one batched entry first (no flush trigger is
@@ -685,7 +693,7 @@ def set_batched_write(state: WriterState, cmd: SetBatchedWrite) -> tuple[WriterS
     return state, Ok(BatchedWriteSwitched(was, now), tuple(effects))
 
 
-def delete_records(state: WriterState, cmd: DeleteRecords) -> tuple[WriterState, Ok[Any] | Err]:
+def delete_records(state: WriterState, cmd: DeleteRecords) -> Step:
     """Delete records at batch-index level (BW-20, BW-21).
 
     A batched position deletes only its index (ack set: all of ``[0, batch size)`` but it); a
@@ -732,6 +740,7 @@ def delete_records(state: WriterState, cmd: DeleteRecords) -> tuple[WriterState,
 
 # --------------------------------------------------------------------------------------------
 # Reading and recovery
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -845,7 +854,8 @@ def sample_record(size: int, seq: int = 0, kind: LogKind = LogKind.TRANSACTION_L
 
 
 # --------------------------------------------------------------------------------------------
-# Vectors
+# Vectors adapter
+# --------------------------------------------------------------------------------------------
 
 
 def _decode_init(config: Config, init: Mapping[str, Any]) -> WriterState:

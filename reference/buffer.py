@@ -133,7 +133,9 @@ class LogEntry:
     txn_id: TxnID | None = None
 
 
-# --- snapshot records (TB-20 .. TB-24), with converters to the protobuf messages -------------
+# --------------------------------------------------------------------------------------------
+# Snapshot records (TB-20 .. TB-24), with converters to the protobuf messages
+# --------------------------------------------------------------------------------------------
 
 
 def _to_long(value: int) -> int:
@@ -298,7 +300,9 @@ class TransactionBufferSnapshotIndexes:
         )
 
 
-# --- entry metadata (TB-16) --------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Entry metadata (TB-16)
+# --------------------------------------------------------------------------------------------
 # The bytes are spec.topic_entry's; what a buffer's entry carries, and how a stored one is
 # classified, is this rule's.
 
@@ -351,7 +355,9 @@ def classify_entry(position: Position, marker: int | None, txn_id: TxnID | None)
     return LogEntry(position, EntryKind.NORMAL)
 
 
-# --- effects ---------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Effects
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,7 +431,9 @@ class SnapshotStore:
         return self
 
 
-# --- results ---------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -673,7 +681,8 @@ Command = (
     | ClearTransactionBufferSnapshot
 )
 
-StepResult = tuple[BufferState, Ok[Any] | Err]
+Result = Ok[Any] | Err
+Step = tuple[BufferState, Result]
 
 
 # --------------------------------------------------------------------------------------------
@@ -852,15 +861,15 @@ def _abort_core(state: BufferState, txn_id: TxnID) -> tuple[BufferState, Positio
 
 
 # --------------------------------------------------------------------------------------------
-# Step
+# The step
 # --------------------------------------------------------------------------------------------
 
 
-def _not_ready(state: BufferState, what: str) -> StepResult:
+def _not_ready(state: BufferState, what: str) -> Step:
     return state, Err(ServiceUnitNotReady(f"{what}: transaction buffer is {state.status.value}"))
 
 
-def _append_buffer_to_txn(state: BufferState, cmd: AppendBufferToTxn) -> StepResult:
+def _append_buffer_to_txn(state: BufferState, cmd: AppendBufferToTxn) -> Step:
     """Ready: write now; NoSnapshot: park and write the first snapshot; Initializing/FirstSnapshotting:
     park; otherwise ServiceUnitNotReady.  (TB-4, TB-5, TB-6, TB-7, TB-8)"""
     if state.status is BufferStatus.READY:
@@ -876,7 +885,7 @@ def _append_buffer_to_txn(state: BufferState, cmd: AppendBufferToTxn) -> StepRes
     return _not_ready(state, "appendBufferToTxn")
 
 
-def _publish_message(state: BufferState, cmd: PublishMessage) -> StepResult:
+def _publish_message(state: BufferState, cmd: PublishMessage) -> Step:
     """A normal publish; ``max_read_position`` follows the LAC in NoSnapshot, and in Ready when nothing
     is ongoing; otherwise it stays.  (TB-9)"""
     if state.status in (BufferStatus.CLOSE, BufferStatus.CLOSED_AND_CLEARED):
@@ -887,7 +896,7 @@ def _publish_message(state: BufferState, cmd: PublishMessage) -> StepResult:
     return state, Ok(entry.position, (AppendEntry(entry),))
 
 
-def _end_guard(state: BufferState, what: str) -> StepResult | None:
+def _end_guard(state: BufferState, what: str) -> Step | None:
     if state.status in (BufferStatus.NONE, BufferStatus.INITIALIZING):
         return _not_ready(state, what)
     if state.status in (BufferStatus.CLOSE, BufferStatus.CLOSED_AND_CLEARED):
@@ -895,7 +904,7 @@ def _end_guard(state: BufferState, what: str) -> StepResult | None:
     return None
 
 
-def _commit_txn(state: BufferState, cmd: CommitTxn) -> StepResult:
+def _commit_txn(state: BufferState, cmd: CommitTxn) -> Step:
     """Write a commit marker in any recovered state, even for a txn this buffer never saw (Q6); then
     remove it from ongoing, low water mark, trim, snapshot by count.  (TB-11, TB-13, TB-14)"""
     guard = _end_guard(state, "commitTxn")
@@ -913,7 +922,7 @@ def _commit_txn(state: BufferState, cmd: CommitTxn) -> StepResult:
     return state, Ok(marker.position, tuple(effects))
 
 
-def _abort_txn(state: BufferState, cmd: AbortTxn) -> StepResult:
+def _abort_txn(state: BufferState, cmd: AbortTxn) -> Step:
     """Outside Ready an abort succeeds and writes nothing (Q6); in Ready: abort marker, aborted set,
     ``max_read_position``, trim, snapshot by count, then the low water mark.  (TB-12, TB-13, TB-14)"""
     guard = _end_guard(state, "abortTxn")
@@ -926,13 +935,13 @@ def _abort_txn(state: BufferState, cmd: AbortTxn) -> StepResult:
     return state, Ok(marker, (*effects, *eff))
 
 
-def _roll_over_ledger(state: BufferState, cmd: RollOverLedger) -> StepResult:
+def _roll_over_ledger(state: BufferState, cmd: RollOverLedger) -> Step:
     """A new empty ledger becomes current; the LAC does not move.  (TB-2)"""
     new_id = state.ledgers[-1].ledger_id + 1
     return replace(state, ledgers=(*state.ledgers, LedgerInfo(new_id, 0))), Ok(new_id)
 
 
-def _delete_ledger(state: BufferState, cmd: DeleteLedger) -> StepResult:
+def _delete_ledger(state: BufferState, cmd: DeleteLedger) -> Step:
     """Retention deletes the oldest, non-current ledger once every entry in it is at or before
     ``max_read_position`` of a recovered buffer.  Aborted ids are trimmed later.  (TB-23)"""
     if state.status not in (BufferStatus.READY, BufferStatus.NO_SNAPSHOT):
@@ -946,7 +955,7 @@ def _delete_ledger(state: BufferState, cmd: DeleteLedger) -> StepResult:
     return replace(state, ledgers=state.ledgers[1:], entries=entries), Ok(cmd.ledger_id)
 
 
-def _take_snapshot_by_time(state: BufferState, cmd: TakeSnapshot) -> StepResult:
+def _take_snapshot_by_time(state: BufferState, cmd: TakeSnapshot) -> Step:
     """The timer snapshots only a Ready buffer whose ``max_read_position`` moved since the last one.  (TB-21)"""
     if state.status is not BufferStatus.READY or state.change_max_read_position_count == 0:
         return state, Ok(None)
@@ -954,14 +963,14 @@ def _take_snapshot_by_time(state: BufferState, cmd: TakeSnapshot) -> StepResult:
     return state, Ok(None, effects)
 
 
-def _start_recovery(state: BufferState, cmd: StartRecovery) -> StepResult:
+def _start_recovery(state: BufferState, cmd: StartRecovery) -> Step:
     """None -> Initializing.  (TB-1)"""
     if state.status is not BufferStatus.NONE:
         return state, Err(NotAllowed(f"recovery already started: transaction buffer is {state.status.value}"))
     return replace(state, status=BufferStatus.INITIALIZING), Ok(None)
 
 
-def _complete_recovery(state: BufferState, cmd: CompleteRecovery) -> StepResult:
+def _complete_recovery(state: BufferState, cmd: CompleteRecovery) -> Step:
     """Initializing -> Ready (a snapshot exists) or NoSnapshot; then the parked appends: with a
     snapshot they are written, without one the first snapshot is written first.  (TB-1, TB-4, TB-24)"""
     if state.status is not BufferStatus.INITIALIZING:
@@ -980,7 +989,7 @@ def _complete_recovery(state: BufferState, cmd: CompleteRecovery) -> StepResult:
     return recovered, Ok((), (*sealed, *effects))
 
 
-def _complete_first_snapshot(state: BufferState, cmd: CompleteFirstSnapshot) -> StepResult:
+def _complete_first_snapshot(state: BufferState, cmd: CompleteFirstSnapshot) -> Step:
     """FirstSnapshotting -> Ready, then the parked appends in order.  (TB-4)"""
     if state.status is not BufferStatus.FIRST_SNAPSHOTTING:
         return state, Err(NotAllowed(f"no first snapshot in progress: transaction buffer is {state.status.value}"))
@@ -992,20 +1001,20 @@ def _complete_first_snapshot(state: BufferState, cmd: CompleteFirstSnapshot) -> 
     return state, Ok(outcomes, effects)
 
 
-def _reload(state: BufferState, cmd: ReloadTopic) -> StepResult:
+def _reload(state: BufferState, cmd: ReloadTopic) -> Step:
     """A new buffer in None over the same ledgers and snapshot topics; a deleted topic stays deleted.  (TB-2, TB-25)"""
     if state.status is BufferStatus.CLOSED_AND_CLEARED:
         return state, Err(NotAllowed("the topic was deleted"))
     return restart(state), Ok(None)
 
 
-def _close(state: BufferState, cmd: CloseTransactionBuffer) -> StepResult:
+def _close(state: BufferState, cmd: CloseTransactionBuffer) -> Step:
     """Any state -> Close; parked appends fail.  (TB-1)"""
     failed = tuple(AppendOutcome(t, None, "ServiceUnitNotReady") for t in state.pending_appends)
     return replace(state, status=BufferStatus.CLOSE, pending_appends=()), Ok(failed)
 
 
-def _clear(state: BufferState, cmd: ClearTransactionBufferSnapshot) -> StepResult:
+def _clear(state: BufferState, cmd: ClearTransactionBufferSnapshot) -> Step:
     """Close -> ClosedAndCleared with a tombstone for the topic's snapshots.  (TB-1, TB-25)"""
     if state.status is not BufferStatus.CLOSE:
         return state, Err(NotAllowed(f"transaction buffer is {state.status.value}, not Close"))
@@ -1016,31 +1025,36 @@ def _clear(state: BufferState, cmd: ClearTransactionBufferSnapshot) -> StepResul
     return state, Ok(None, out)
 
 
-_HANDLERS: Mapping[type, Any] = {
-    AppendBufferToTxn: _append_buffer_to_txn,
-    PublishMessage: _publish_message,
-    CommitTxn: _commit_txn,
-    AbortTxn: _abort_txn,
-    RollOverLedger: _roll_over_ledger,
-    DeleteLedger: _delete_ledger,
-    TakeSnapshot: _take_snapshot_by_time,
-    StartRecovery: _start_recovery,
-    CompleteRecovery: _complete_recovery,
-    CompleteFirstSnapshot: _complete_first_snapshot,
-    ReloadTopic: _reload,
-    CloseTransactionBuffer: _close,
-    ClearTransactionBufferSnapshot: _clear,
-}
-
-
-def step(state: BufferState, command: Command) -> StepResult:
+def step(state: BufferState, command: Command) -> Step:
     """Apply one command (TB-1 .. TB-25); a rejected command returns ``state`` unchanged and an Err."""
-    handler = _HANDLERS.get(type(command))
-    if handler is None:
-        raise TypeError(f"not a transaction-buffer command: {command!r}")
-    new, result = handler(state, command)
-    assert isinstance(result, Ok | Err)
-    return new, result
+    match command:
+        case AppendBufferToTxn():
+            return _append_buffer_to_txn(state, command)
+        case PublishMessage():
+            return _publish_message(state, command)
+        case CommitTxn():
+            return _commit_txn(state, command)
+        case AbortTxn():
+            return _abort_txn(state, command)
+        case RollOverLedger():
+            return _roll_over_ledger(state, command)
+        case DeleteLedger():
+            return _delete_ledger(state, command)
+        case TakeSnapshot():
+            return _take_snapshot_by_time(state, command)
+        case StartRecovery():
+            return _start_recovery(state, command)
+        case CompleteRecovery():
+            return _complete_recovery(state, command)
+        case CompleteFirstSnapshot():
+            return _complete_first_snapshot(state, command)
+        case ReloadTopic():
+            return _reload(state, command)
+        case CloseTransactionBuffer():
+            return _close(state, command)
+        case ClearTransactionBufferSnapshot():
+            return _clear(state, command)
+    raise TypeError(f"not a transaction-buffer command: {command!r}")
 
 
 # --------------------------------------------------------------------------------------------

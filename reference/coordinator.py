@@ -88,7 +88,9 @@ __all__ = [
 ]
 
 
-# --- vocabulary ----------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Vocabulary
+# --------------------------------------------------------------------------------------------
 
 
 class StoreState(PulsarName, enum.Enum):
@@ -246,7 +248,9 @@ class CoordinatorState:
     stats: CoordinatorStats = field(default_factory=CoordinatorStats)
 
 
-# --- effects -------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Effects
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +298,9 @@ class CloseTransactionLog(Effect):
     """Close the transaction log's managed ledger; deliver :class:`TransactionLogClosed` when done."""
 
 
-# --- commands ------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,7 +465,9 @@ _ENDING: Final = {TxnAction.COMMIT: TxnStatus.COMMITTING, TxnAction.ABORT: TxnSt
 _FINAL: Final = {TxnAction.COMMIT: TxnStatus.COMMITTED, TxnAction.ABORT: TxnStatus.ABORTED}
 
 
-# --- construction --------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Construction
+# --------------------------------------------------------------------------------------------
 
 
 def initial(config: Config, coordinator_id: int = 0, store_state: StoreState = StoreState.READY) -> CoordinatorState:
@@ -477,7 +485,9 @@ def initial(config: Config, coordinator_id: int = 0, store_state: StoreState = S
     )
 
 
-# --- queries -------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Observers
+# --------------------------------------------------------------------------------------------
 
 
 def low_water_mark(state: CoordinatorState) -> int:
@@ -510,7 +520,9 @@ def live_record_ids(state: CoordinatorState) -> frozenset[int]:
     return frozenset(rid for meta in state.txns.values() for rid in meta.record_ids)
 
 
-# --- helpers -------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
 
 
 def _not_ready(state: CoordinatorState) -> Err | None:
@@ -572,7 +584,9 @@ def _with_meta(state: CoordinatorState, meta: TxnMeta, *, records: int = 0, **ch
     )
 
 
-# --- lifecycle (TC-1) ----------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Lifecycle (TC-1)
+# --------------------------------------------------------------------------------------------
 
 
 def _init_store(state: CoordinatorState, cmd: InitStore) -> Step:
@@ -598,7 +612,9 @@ def _log_closed(state: CoordinatorState) -> Step:
     return replace(state, store_state=StoreState.CLOSE), Ok(None)
 
 
-# --- replay (TC-21 .. TC-24) ---------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Replay (TC-21 .. TC-24)
+# --------------------------------------------------------------------------------------------
 
 
 def _replay(state: CoordinatorState, cmd: HandleMetadataEntry) -> Step:
@@ -679,7 +695,9 @@ def _replay_complete(state: CoordinatorState) -> Step:
     return replace(state, store_state=StoreState.READY), Ok(None, effects)
 
 
-# --- store operations ----------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Store operations
+# --------------------------------------------------------------------------------------------
 
 
 def _new_txn(state: CoordinatorState, cmd: NewTxn) -> Step:
@@ -791,7 +809,9 @@ def _update_txn_status(
     return _with_meta(state, meta, records=1, stats=stats), Ok(new, written)
 
 
-# --- ending a transaction (TC-13 .. TC-16) -------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Ending a transaction (TC-13 .. TC-16)
+# --------------------------------------------------------------------------------------------
 
 
 def _retry(txn_id: TxnID, action: TxnAction, is_timeout: bool, error: DomainError, effects: tuple[Effect, ...]) -> Err:
@@ -862,7 +882,9 @@ def _end_in_buffer_result(state: CoordinatorState, cmd: EndTxnInTransactionBuffe
     return after, result
 
 
-# --- timeouts (TC-18, TC-19) ---------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Timeouts (TC-18, TC-19)
+# --------------------------------------------------------------------------------------------
 
 
 def _tick(state: CoordinatorState, cmd: Tick) -> Step:
@@ -889,7 +911,9 @@ def _tick(state: CoordinatorState, cmd: Tick) -> Step:
     return state, Ok(tuple(aborted), tuple(effects))
 
 
-# --- queries as commands -------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Queries as commands
+# --------------------------------------------------------------------------------------------
 
 
 def _get_txn_meta(state: CoordinatorState, cmd: GetTxnMeta | GetTxnStatus) -> Step:
@@ -905,7 +929,9 @@ def _slow(state: CoordinatorState, cmd: GetSlowTransactions) -> Step:
     return state, Ok(tuple(meta.txn_id for _, meta in sorted(state.txns.items()) if meta.timeout_ms > cmd.timeout_ms))
 
 
-# --- the step ------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# The step
+# --------------------------------------------------------------------------------------------
 
 
 def step(state: CoordinatorState, command: Command) -> Step:
@@ -944,7 +970,9 @@ def step(state: CoordinatorState, command: Command) -> Step:
     raise TypeError(f"not a coordinator command: {command!r}")
 
 
-# --- recovery (TC-21 .. TC-25) -------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Recovery (TC-21 .. TC-25)
+# --------------------------------------------------------------------------------------------
 
 
 def recover(
@@ -989,7 +1017,9 @@ def after_crash(state: CoordinatorState) -> CoordinatorState:
     )
 
 
-# --- vectors -------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Vectors adapter
+# --------------------------------------------------------------------------------------------
 
 
 def _observe_status(state: CoordinatorState, txn_id: TxnID) -> TxnStatus | None:

@@ -95,8 +95,9 @@ def _full(batch_size: int) -> int:
     return (1 << batch_size) - 1
 
 
-# ---------------------------------------------------------------------------------------------
-# Words
+# --------------------------------------------------------------------------------------------
+# Vocabulary
+# --------------------------------------------------------------------------------------------
 
 
 class HandleState(PulsarName, enum.Enum):
@@ -226,8 +227,9 @@ class CursorView:
         return 0 if bits is None or bits.acked is None else bits.acked
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # Log records (PA-15)
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,8 +289,9 @@ class PendingAckRecord:
         return cls.from_pb(entry)
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # Effects
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,8 +343,9 @@ class ScheduleInitRetry(Effect):
     delay_ms: int
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # Commands
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,8 +452,9 @@ class Ignored:
     reason: str
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # State
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,6 +480,10 @@ class PendingAckState:
     current_index_lag: int
     max_index_lag: int
     log_mark_delete: int
+
+
+Result = Ok[Any] | Err
+Step = tuple[PendingAckState, Result]
 
 
 @dataclass(frozen=True, slots=True)
@@ -545,8 +554,9 @@ def initial(
     )
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # Observers
+# --------------------------------------------------------------------------------------------
 
 
 def message_state(state: PendingAckState, position: Position, batch_index: int | None = None) -> MessageState:
@@ -597,8 +607,9 @@ def txn_positions(state: PendingAckState, txn_id: TxnID) -> tuple[tuple[Position
     return tuple((p, held[p].acked) for p in sorted(held))
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # Cursor (what the pending-ack rules need of ManagedCursor)
+# --------------------------------------------------------------------------------------------
 
 
 def _normalize_cursor(cursor: CursorView) -> CursorView:
@@ -692,8 +703,9 @@ def _strip_map(cursor: CursorView, held: immutables.Map[Position, AckBits]) -> i
     return out
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # The log: append, sparse index, trimming
+# --------------------------------------------------------------------------------------------
 
 
 def _append(state: PendingAckState, record: PendingAckRecord) -> tuple[PendingAckState, list[Effect]]:
@@ -744,8 +756,9 @@ def _clear_useless_log_data(state: PendingAckState) -> tuple[PendingAckState, Tr
     return trimmed, TrimPendingAckLog(last)
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # The rules, shared by the live path and replay
+# --------------------------------------------------------------------------------------------
 
 
 def _individual_conflict(
@@ -908,11 +921,12 @@ def _commit_cumulative(state: PendingAckState) -> tuple[PendingAckState, list[Ef
     return state, [CursorCumulativeAck(_wire(slot.position, slot.batch_size, slot.acked))]
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # Live commands
+# --------------------------------------------------------------------------------------------
 
 
-def _individual_ack(state: PendingAckState, cmd: IndividualAck) -> tuple[PendingAckState, Ok[Any] | Err]:
+def _individual_ack(state: PendingAckState, cmd: IndividualAck) -> Step:
     """Individual txn ack: check every position first; a conflict fails the whole request and
     writes nothing; an accepted request is logged, then applied (PA-4 .. PA-8)."""
     error = _individual_conflict(state, cmd.positions, replay=False)
@@ -922,7 +936,7 @@ def _individual_ack(state: PendingAckState, cmd: IndividualAck) -> tuple[Pending
     return _apply_individual(state, cmd.txn_id, cmd.positions), Ok(None, tuple(effects))
 
 
-def _cumulative_ack(state: PendingAckState, cmd: CumulativeAck) -> tuple[PendingAckState, Ok[Any] | Err]:
+def _cumulative_ack(state: PendingAckState, cmd: CumulativeAck) -> Step:
     """Cumulative txn ack: one owner of the slot, strictly advancing (PA-9, PA-10)."""
     acked = cmd.positions[0]
     error = _cumulative_conflict(state, cmd.txn_id, acked)
@@ -977,7 +991,7 @@ def _handle_low_water_mark(state: PendingAckState, txn: TxnID, lwm: int) -> tupl
     return state, effects
 
 
-def _normal_ack(state: PendingAckState, cmd: NormalAck) -> tuple[PendingAckState, Ok[Any] | Err]:
+def _normal_ack(state: PendingAckState, cmd: NormalAck) -> Step:
     """A non-transactional ack is applied to the cursor; the cursor wins over pending acks (PA-10, PA-11)."""
     cursor = state.cursor
     if cmd.ack_type is AckType.CUMULATIVE:
@@ -1005,7 +1019,7 @@ def _ignored_cumulative(state: PendingAckState, positions: Sequence[AckedPositio
     return None
 
 
-def _run_txn_command(state: PendingAckState, cmd: TxnCommand) -> tuple[PendingAckState, Ok[Any] | Err]:
+def _run_txn_command(state: PendingAckState, cmd: TxnCommand) -> Step:
     if isinstance(cmd, IndividualAck):
         return _individual_ack(state, cmd)
     if isinstance(cmd, CumulativeAck):
@@ -1014,43 +1028,45 @@ def _run_txn_command(state: PendingAckState, cmd: TxnCommand) -> tuple[PendingAc
     return state, Ok(None, tuple(effects))
 
 
-def step(state: PendingAckState, command: Command) -> tuple[PendingAckState, Ok[Any] | Err]:
+def step(state: PendingAckState, command: Command) -> Step:
     """Apply one command (PA-1 .. PA-18)."""
-    if isinstance(command, NormalAck):
-        return _normal_ack(state, command)
-    if isinstance(command, CumulativeAck) and (ignored := _ignored_cumulative(state, command.positions)):
-        return state, Ok(ignored)
-    if isinstance(command, IndividualAck | CumulativeAck | CommitTxn | AbortTxn):
-        return _txn_command(state, command)
-    if isinstance(command, PendingAckInitComplete):
-        return _init_complete(state)
-    if isinstance(command, PendingAckInitFailed):
-        return _init_failed(state, command.retryable)
-    if isinstance(command, RetryPendingAckInit):
-        return _retry_init(state)
-    if isinstance(command, ClosePendingAckHandle):
-        return _close(state)
-    if isinstance(command, ReloadSubscription):
-        reloaded = recover(
-            state.config,
-            ((r.record_id, r.record) for r in command.records),
-            cursor=state.cursor,
-            sub_type=state.sub_type,
-            log_mark_delete=state.log_mark_delete,
-            next_record_id=state.next_record_id,
-        )
-        return reloaded, Ok(None)
+    match command:
+        case NormalAck():
+            return _normal_ack(state, command)
+        case CumulativeAck() if ignored := _ignored_cumulative(state, command.positions):
+            return state, Ok(ignored)
+        case IndividualAck() | CumulativeAck() | CommitTxn() | AbortTxn():
+            return _txn_command(state, command)
+        case PendingAckInitComplete():
+            return _init_complete(state)
+        case PendingAckInitFailed():
+            return _init_failed(state, command.retryable)
+        case RetryPendingAckInit():
+            return _retry_init(state)
+        case ClosePendingAckHandle():
+            return _close(state)
+        case ReloadSubscription():
+            reloaded = recover(
+                state.config,
+                ((r.record_id, r.record) for r in command.records),
+                cursor=state.cursor,
+                sub_type=state.sub_type,
+                log_mark_delete=state.log_mark_delete,
+                next_record_id=state.next_record_id,
+            )
+            return reloaded, Ok(None)
     raise TypeError(f"not a pending-ack command: {command!r}")
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # The handle's lifecycle (PA-17)
+# --------------------------------------------------------------------------------------------
 
 _NOT_REPLAYED: Final = "PendingAckHandle not replay error!"
 _CLOSED: Final = "PendingAckHandle have been closed!"
 
 
-def _txn_command(state: PendingAckState, cmd: TxnCommand) -> tuple[PendingAckState, Ok[Any] | Err]:
+def _txn_command(state: PendingAckState, cmd: TxnCommand) -> Step:
     """Txn ops run when Ready, queue while None/Initializing (the first one starts the lazy
     initialisation) and fail when Error or Closed (PA-17)."""
     handle = state.handle_state
@@ -1067,7 +1083,7 @@ def _txn_command(state: PendingAckState, cmd: TxnCommand) -> tuple[PendingAckSta
     return replace(state, queued=queued), Ok(Queued(len(queued)))
 
 
-def _init_complete(state: PendingAckState) -> tuple[PendingAckState, Ok[Any] | Err]:
+def _init_complete(state: PendingAckState) -> Step:
     if state.handle_state is not HandleState.INITIALIZING:
         return state, Err(NotAllowed(f"pending-ack init completed while {state.handle_state.value}"))
     queued = state.queued
@@ -1086,7 +1102,7 @@ def _outcome_value(outcome: Ok[Any] | Err) -> Ok[Any] | Err:
     return Ok(outcome.value) if isinstance(outcome, Ok) else Err(outcome.error)
 
 
-def _init_failed(state: PendingAckState, retryable: bool) -> tuple[PendingAckState, Ok[Any] | Err]:
+def _init_failed(state: PendingAckState, retryable: bool) -> Step:
     if state.handle_state is not HandleState.INITIALIZING:
         return state, Err(NotAllowed(f"pending-ack init failed while {state.handle_state.value}"))
     if retryable:
@@ -1098,19 +1114,20 @@ def _init_failed(state: PendingAckState, retryable: bool) -> tuple[PendingAckSta
     return replace(state, handle_state=HandleState.ERROR, queued=(), init_attempts=0), Ok(failed)
 
 
-def _retry_init(state: PendingAckState) -> tuple[PendingAckState, Ok[Any] | Err]:
+def _retry_init(state: PendingAckState) -> Step:
     if state.handle_state is not HandleState.NONE or state.init_attempts == 0:
         return state, Err(NotAllowed(f"no pending-ack init retry is due while {state.handle_state.value}"))
     return replace(state, handle_state=HandleState.INITIALIZING), Ok(None, (InitPendingAckStore(),))
 
 
-def _close(state: PendingAckState) -> tuple[PendingAckState, Ok[Any] | Err]:
+def _close(state: PendingAckState) -> Step:
     failed = tuple(Err(ServiceUnitNotReady(_CLOSED)) for _ in state.queued)
     return replace(state, handle_state=HandleState.CLOSED, queued=(), init_attempts=0), Ok(failed)
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # Replay (PA-18, PA-19)
+# --------------------------------------------------------------------------------------------
 
 
 def replay_record(state: PendingAckState, record_id: int, record: PendingAckRecord) -> PendingAckState:
@@ -1195,8 +1212,9 @@ def surviving_records(effects: Iterable[Effect]) -> list[tuple[int, PendingAckRe
     return [(i, r) for i, r in appended if i > trimmed]
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # Vectors adapter
+# --------------------------------------------------------------------------------------------
 
 
 def _decode_init(config: Config, init: Mapping[str, Any]) -> PendingAckState:

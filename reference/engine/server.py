@@ -904,6 +904,9 @@ class PulsarServer:
             raise _RequestError(ServerError.NotAllowedError, "Key_Shared STICKY mode is not supported (AUTO_SPLIT is)")
         sub_type = api.CommandSubscribe.SubType.Name(cmd.subType)
         part = self._partition_for(cmd.topic, create=cmd.force_topic_creation)
+        if not self.broker.up or not part.ready:
+            # As for PRODUCER: the client retries after a fresh lookup, instead of timing out.
+            raise _RequestError(ServerError.ServiceNotReady, f"topic {part.name} is not loaded")
         existing_sub = part.subscriptions.get(cmd.subscription)
         if existing_sub is not None and existing_sub.ready:
             if existing_sub.sub_type.name != sub_type:

@@ -6,15 +6,13 @@ attribute and restoring it afterwards -- never a flag in product code.
 
 Where the broker looks names up: ``reference/engine/broker/`` imports the machine *modules*
 (``from reference import buffer as tb`` ...) and calls ``tb.step``, ``tb.dispatch``, ``pa.step``,
-``tc.step``, ``dl.step`` at call time.  Inside each machine, ``step`` dispatches through a
-``_HANDLERS`` table that holds the top-level handlers *by value*, so patching e.g.
-``reference.buffer._commit_txn`` would have no effect.  The helpers those handlers call
-(``_update_max_read_position``, ``_add_aborted``, ``_entry_visible``, ``_handle_low_water_mark``,
-``_commit_individual``, ``_abort_individual``, ``_end_transaction``, ...) are module globals looked
-up at call time, so the mutants replace those.  Where the bug lives in a top-level handler itself
-(a normal publish, a commit), the mutant replaces that one entry of the ``_HANDLERS`` table
-(``key=``), which ``step`` reads at call time.  The delayed-delivery mutant replaces the method
-``Params.cutoff`` on the class, which every tracker calls through its ``params`` value.
+``tc.step``, ``dl.step`` at call time.  Inside each machine, ``step`` is a ``match`` on the
+command type that calls the module's handlers (``_commit_txn``, ``_publish_message``, ...) and
+they call their helpers (``_update_max_read_position``, ``_add_aborted``, ``_entry_visible``,
+``_handle_low_water_mark``, ``_commit_individual``, ``_abort_individual``, ``_end_transaction``,
+...), all module globals looked up at call time, so a mutant replaces the one function the bug
+lives in.  The delayed-delivery mutant replaces the method ``Params.cutoff`` on the class, which
+every tracker calls through its ``params`` value.
 """
 
 from __future__ import annotations
@@ -84,37 +82,27 @@ class Mutant:
     seeds: tuple[int, ...] = ()  # the seeds the test asserts detection at (smallest set found, plus one)
     not_detectable: str = ""  # why the workloads cannot flag it (then it is documented, not tested)
     runnable: bool = True  # False: a run with the mutant does not terminate, so the report skips it
-    key: Any = None  # set: the attribute is a table (``_HANDLERS``) and the mutant replaces this entry
 
     @property
     def where(self) -> str:
         if isinstance(self.target, type):
-            place = f"{self.target.__module__}.{self.target.__name__}.{self.attribute}"
-        else:
-            place = f"{self.target.__name__}.{self.attribute}"
-        return place if self.key is None else f"{place}[{getattr(self.key, '__name__', self.key)}]"
+            return f"{self.target.__module__}.{self.target.__name__}.{self.attribute}"
+        return f"{self.target.__name__}.{self.attribute}"
 
     def current(self) -> Any:
         """The function the mutant replaces, as the machine would look it up now."""
-        holder = getattr(self.target, self.attribute)
-        return holder if self.key is None else holder[self.key]
+        return getattr(self.target, self.attribute)
 
 
 @contextlib.contextmanager
 def applied(mutant: Mutant) -> Iterator[None]:
-    """Patch the one attribute (or table entry) with the buggy replacement; restore it on exit."""
+    """Patch the one attribute with the buggy replacement; restore it on exit."""
     original = mutant.current()
-    if mutant.key is None:
-        setattr(mutant.target, mutant.attribute, mutant.make(original))
-    else:
-        getattr(mutant.target, mutant.attribute)[mutant.key] = mutant.make(original)
+    setattr(mutant.target, mutant.attribute, mutant.make(original))
     try:
         yield
     finally:
-        if mutant.key is None:
-            setattr(mutant.target, mutant.attribute, original)
-        else:
-            getattr(mutant.target, mutant.attribute)[mutant.key] = original
+        setattr(mutant.target, mutant.attribute, original)
 
 
 # --------------------------------------------------------------------------------------------
@@ -413,11 +401,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "a commit marker does not remove the txn from ongoing (the abort path still does), so maxReadPosition "
         "stays before its messages until the low watermark passes it and the buffer aborts it.",
         tb,
-        "_HANDLERS",
+        "_commit_txn",
         _commit_not_removing_ongoing,
         Probe("ctp", False),
         (0, 1),
-        key=tb.CommitTxn,
     ),
     Mutant(
         "publish-moves-mrp-while-ongoing",
@@ -425,11 +412,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "a normal publish moves maxReadPosition to the new LAC even while transactions are ongoing on the "
         "partition, exposing their messages.",
         tb,
-        "_HANDLERS",
+        "_publish_message",
         _publish_moves_mrp,
         Probe("delayed", False),
         (0, 1),
-        key=tb.PublishMessage,
     ),
     Mutant(
         "recovery-keeps-snapshot-mrp",
