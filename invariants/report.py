@@ -381,7 +381,7 @@ def render_text(cx: Counterexample, *, max_lines: int = 60) -> str:
     """The counterexample as plain text (capped at ``max_lines`` operation lines per section)."""
     by_index = {op.index: op for op in cx.ops}
     lines = [f"history {cx.history}  object {cx.object}  model {cx.model}  NOT LINEARIZABLE"]
-    lines += _reproduce_lines(cx.seed, cx.reproduce)
+    lines += reproduce_lines(cx.seed, cx.reproduce)
     lines.append(
         f"shortest illegal prefix: {len(cx.ops)} of {cx.original_ops} operations (later ones dropped, "
         f"ones still open at the cut made indeterminate)"
@@ -410,7 +410,7 @@ def render_text(cx: Counterexample, *, max_lines: int = 60) -> str:
     return "\n".join(lines)
 
 
-def _reproduce_lines(seed: int | None, reproduce: str | None) -> list[str]:
+def reproduce_lines(seed: int | None, reproduce: str | None) -> list[str]:
     """How to rerun the history: the whole command when its file recorded the run, else its seed
     (alone it reproduces nothing: the run's other options matter as much)."""
     if reproduce is not None:
@@ -426,7 +426,7 @@ def render_txn_text(result: TxnResult, *, seed: int | None = None, reproduce: st
         f"history {result.history}: TRANSACTIONAL ANOMALIES "
         + ", ".join(f"{name} x{count}" for name, count in sorted(result.counts.items()))
     ]
-    lines += _reproduce_lines(seed, reproduce)
+    lines += reproduce_lines(seed, reproduce)
     for anomaly in result.anomalies:
         lines.append(f"  - {anomaly}")
     cut = sum(result.counts.values()) - len(result.anomalies)

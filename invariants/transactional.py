@@ -822,8 +822,25 @@ def missing_redeliveries(a: TxnAnalysis, out: _Collector) -> None:
         abort = min(done, key=lambda o: o.completed_at or 0)
         partition, _ = split_subscription(parse_object(ack.subscription)[1])
         for message in a.acked_messages(partition, ack.position):
-            if message.deliver_at is None:
+            if message.deliver_at is None and not _deleted_by_another_txn(a, ack, message):
                 _missing_redelivery(a, ack, abort, message, by_sub, out)
+
+
+def _deleted_by_another_txn(a: TxnAnalysis, ack: _Ack, message: _Message) -> bool:
+    """Another transaction's ack on the subscription, of a transaction not certainly aborted, covers
+    ``message``: its commit may have deleted the message on the cursor, and the cursor wins over
+    this ack (PA-11), so the abort owes no redelivery (seen with a committed cumulative ack covering
+    an aborted transaction's batch-index ack)."""
+    if message.position is None:
+        return False
+    return any(
+        other is not ack
+        and other.subscription == ack.subscription
+        and other.txn != ack.txn
+        and a.fate(other.txn) is not TxnFate.ABORTED
+        and _covers(other.position, other.cumulative, message.position)
+        for other in a.acks
+    )
 
 
 def _missing_redelivery(

@@ -14,7 +14,10 @@ For each history:
 2. **linearizability** of each planned model's objects (:func:`check_linearizability`), the worst
    verdict over them, the first illegal object explained and shrunk to a counterexample;
 3. the **transactional** checks (:mod:`invariants.transactional`) when the history speaks the
-   transactional vocabulary, on the client operations only.
+   transactional vocabulary, on the client operations only;
+4. with them, the **delivery** checks (:mod:`invariants.client_visible`): what a consumer may and
+   must receive, stated from the rules pages without the reference machines, so a slip the
+   reference and its per-object models share is still seen.
 
 A history that no checker applies to is bad input; a model or machine that raises is an ``error``
 verdict with its traceback, never a pass.  Verdicts are ranked once, in :class:`Outcome`.
@@ -107,7 +110,8 @@ class VerifyOptions:
 
 @dataclass(frozen=True)
 class VerdictRow:
-    """One verdict: a history and a checker (``linearizability``, ``transactional``; ``input`` and ``crash``)."""
+    """One verdict: a history and a checker (``linearizability``, ``transactional``, ``delivery``;
+    ``input`` and ``crash``)."""
 
     history: str
     checker: str
@@ -330,11 +334,47 @@ def _transactional_row(
     )
 
 
+def _delivery_row(
+    name: str, client_ops: Sequence[Operation], file: str, seed: int | None, reproduce: str | None
+) -> VerdictRow:
+    from invariants.client_visible import check_client_visible
+    from invariants.report import reproduce_lines
+
+    started = time.perf_counter()
+    found = check_client_visible(client_ops)
+    text = None
+    if not found.ok:
+        lines = [f"history {name}: delivery violations {dict(sorted(found.counts.items()))}"]
+        lines += [f"  {v}" for v in found.violations]
+        lines += reproduce_lines(seed, reproduce)
+        text = "\n".join(lines)
+    return VerdictRow(
+        name,
+        "delivery",
+        (Outcome.OK if found.ok else Outcome.ILLEGAL).value,
+        file,
+        "client-visible",
+        sum(found.judged.values()),
+        len(client_ops),
+        0,
+        time.perf_counter() - started,
+        None,
+        json.dumps(
+            {"counts": found.counts, "judged": found.judged, "violations": [v.to_json() for v in found.violations]}
+        ),
+        text,
+        None,
+        seed,
+        reproduce,
+    )
+
+
 def check_history(
     name: str, ops: Sequence[Operation], file: str, options: VerifyOptions, reproduce: str | None = None
 ) -> list[VerdictRow]:
     """Every checker that applies to one history: a ``linearizability`` row when a model applies, a
-    ``transactional`` row when clients sent, received, acked or ended transactions; an ``input`` row
+    ``transactional`` and a ``delivery`` row when clients sent, received, acked or ended
+    transactions; an ``input`` row
     (``bad-input``) when nothing applies or the history breaks the contract, a ``crash`` row
     (``error``) when a model or machine raised.  ``reproduce`` (the command that reruns the history,
     when its file recorded the run) goes into the rows and their counterexamples."""
@@ -352,6 +392,7 @@ def check_history(
         transactional = any(op.f in TXN_VOCABULARY for op in client_ops)
         if transactional:
             rows.append(_transactional_row(name, client_ops, file, options, seed, reproduce))
+            rows.append(_delivery_row(name, client_ops, file, seed, reproduce))
         if not plan and not transactional:
             detail = "no checker applies: no --model for these objects and no transactional operations"
             rows.append(_bad_input(name, file, options.model, detail))

@@ -832,7 +832,11 @@ def _handle_low_water_mark(state: BufferState, txn_id: TxnID, lwm: int) -> tuple
     if old is None or lwm > old:
         state = replace(state, low_water_marks=state.low_water_marks.set(tc, lwm))
     effects: list[Effect] = []
-    while state.status is BufferStatus.READY:
+    # At most one abort per txn ongoing now: each abort ends the txn it aborts, so a correct buffer
+    # never needs more, and a step stays a step (Pulsar's loop is asynchronous, one marker at a time).
+    for _ in range(len(state.ongoing)):
+        if state.status is not BufferStatus.READY:
+            break
         first = _first_ongoing(state)
         if first is None:
             break
@@ -1081,7 +1085,8 @@ def dispatchable(state: BufferState) -> tuple[Position, ...]:
 
 def dispatch(state: BufferState, after: Position = EARLIEST) -> Dispatch:
     """What a cursor whose read position is just after ``after`` reads now: delivered messages, and the
-    markers and aborted-txn messages the dispatcher individually acks instead.  (TB-15, TB-16, TB-17)"""
+    markers and aborted-txn messages the dispatcher individually acks instead; what it delivers of
+    one txn is a prefix of its messages.  (TB-15, TB-16, TB-17, TB-19)"""
     limit = readable_max_read_position(state)
     delivered: list[Position] = []
     acked: list[Position] = []

@@ -562,6 +562,8 @@ def _may_access(state: CoordinatorState, meta: TxnMeta, caller: str | None) -> b
 
 
 def _record(state: CoordinatorState, op: TxnMetadataOp, txn_id: TxnID, now_ms: int, **fields: object) -> TxnLogRecord:
+    """A ``TransactionMetadataEntry`` to write (TC-26).  The step hands it out as an
+    :class:`AppendRecord` effect and from then on treats it as durable (TC-28)."""
     return TxnLogRecord(
         metadata_op=op,
         txn_id=txn_id,
@@ -984,7 +986,8 @@ def recover(
     next_record_id: int = 0,
 ) -> tuple[CoordinatorState, tuple[Effect, ...]]:
     """Load a coordinator from its log: the fold of :class:`HandleMetadataEntry` over the
-    ``(record_id, record)`` pairs still live, in log order (TC-21 .. TC-24).
+    ``(record_id, record)`` pairs still live, in log order (TC-21 .. TC-24); what a crash keeps
+    (TC-25).
 
     ``max_local_txn_id`` is what the sequence-id interceptor recovered: the value on the log's
     last entry (live or not) or the ledger property written at roll-over (TC-23).  Returns the

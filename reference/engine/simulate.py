@@ -34,6 +34,7 @@ recorded as ``invoke``, so a run that would never end still yields a finite hist
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Generator
@@ -53,16 +54,21 @@ from .storage import LedgerFaults
 
 __all__ = [
     "DEFAULT_DEADLINE_MS",
+    "FAULT_MIXES",
     "FAULT_RATES",
     "KEYS",
+    "MAIN_JOB",
+    "MIX_CYCLE",
     "TRACKERS",
     "WORKLOADS",
     "FaultEvent",
     "RunResult",
     "RunSpec",
     "SimulateOptions",
+    "fault_mix",
     "file_metadata",
     "file_stem",
+    "main_job_spec",
     "run",
     "variant",
 ]
@@ -85,7 +91,46 @@ FAULT_RATES: dict[str, float | int] = {
     "broker_crash": 0.4,
     "coordinator_crash": 0.4,
     "topic_unload": 0.2,
+    # Once the heal has ended every transaction: the chance that each partition is unloaded (a
+    # recovery with nothing written after it, which a stale maxReadPosition would never leave);
+    # with it on, the readers start only after that (see ``_Run.execute``).
+    "unload_at_heal": 0.0,
 }
+# Fault mixes: overrides of FAULT_RATES that reach what the default profile rarely does (see
+# docs/known_bugs.md).  ``late-append``: short transaction timeouts and long network delays, so a
+# txn's message reaches a partition after its timeout abort and re-opens it there (TB-8, TB-13);
+# ``coordinator``: coordinator crashes while participants time out END_TXN, so reloads find
+# COMMITTING and ABORTING transactions to re-drive (TC-16, TC-24); ``quiesce``: the default
+# faults, every partition unloaded once every transaction has ended, and the readers start after
+# that, so what they read was recovered with nothing written after the recovery (TB-24).
+FAULT_MIXES: dict[str, dict[str, float | int]] = {
+    "default": {},
+    "late-append": {
+        "drop_request": 0.0,
+        "drop_response": 0.0,
+        "duplicate_request": 0.0,
+        "ledger_append": 0.0,
+        "ledger_read": 0.0,
+        "broker_crash": 0.0,
+        "coordinator_crash": 0.0,
+        "topic_unload": 0.0,
+        "short_txn_timeout": 0.5,
+        "max_extra_delay_ms": 400,
+    },
+    "coordinator": {
+        "drop_request": 0.0,
+        "drop_response": 0.0,
+        "ledger_append": 0.0,
+        "ledger_read": 0.0,
+        "broker_crash": 0.0,
+        "topic_unload": 0.0,
+        "coordinator_crash": 1.0,
+        "participant_timeout": 0.2,
+    },
+    "quiesce": {"unload_at_heal": 1.0},
+}
+# ``--fault-mix mixed``: the mix of each seed, by seed modulo the length of this cycle.
+MIX_CYCLE = ("default", "default", "late-append", "coordinator", "quiesce")
 # Far beyond any clean run (the longest of the main job's are under 200 s of simulated time): the
 # deadline only cuts runs that would otherwise never end.
 DEFAULT_DEADLINE_MS = 3_600_000
@@ -106,7 +151,7 @@ _BUCKET_CONFIG: dict[str, Any] = {
     "delayedDeliveryTrackerFactoryClassName": BUCKET_FACTORY,
     "delayedDeliveryMinIndexCountPerBucket": 4,
     "delayedDeliveryMaxIndexesPerBucketSnapshotSegment": 3,
-    "delayedDeliveryMaxNumBuckets": 6,
+    "delayedDeliveryMaxNumBuckets": 3,  # few, so that buckets merge (DD-20, DD-21)
     "managedLedgerMaxEntriesPerLedger": 16,
 }
 # How far ahead the delayed workload's messages are due.  On the bucket tracker further: a bucket
@@ -148,6 +193,9 @@ class RunSpec:
     batch_messages: bool = False  # batching producers (client batches, not PIP-160's batched log)
     key_shared: bool = False  # partition keys on every send, Key_Shared readers
     delayed_tracker: str = "memory"  # the delayed workload's tracker: "memory" or "bucket"
+    unsubscribe: bool = False  # readers unsubscribe when done instead of closing (the subscription goes)
+    cumulative: bool = False  # ctp processors acknowledge their input cumulatively in the txn (PA-9)
+    redeliver: bool = False  # ctp processors ask for redelivery and receive again while their txn is open
 
     def broker_config(self) -> Config:
         """The brokers' configuration: ``config``, with the bucket tracker for a delayed run that asks for it."""
@@ -183,6 +231,9 @@ class RunSpec:
             "batch_messages": self.batch_messages,
             "key_shared": self.key_shared,
             "delayed_tracker": self.delayed_tracker,
+            "unsubscribe": self.unsubscribe,
+            "cumulative": self.cumulative,
+            "redeliver": self.redeliver,
             "fault_rates": rates,
             "config": config_overrides(self.broker_config()),
         }
@@ -439,7 +490,21 @@ class _Run:
                     return
                 target = self.rng.randrange(self.spec.partitions)
                 yield from self.send(client, "out", target, f"{msg.payload.decode()}>w{w}.{n}", txn=txn)
-                yield consumer.acknowledge_async(msg, txn=txn)
+                if self.spec.cumulative:
+                    # One processor per input partition (Exclusive): a cumulative ack in the txn
+                    # acknowledges this input and everything before it (PA-9, PA-12).
+                    yield consumer.acknowledge_cumulative_async(msg, txn=txn)
+                else:
+                    yield consumer.acknowledge_async(msg, txn=txn)
+                if self.spec.redeliver:
+                    # As a consumer's ack timeout would: everything unacked comes back, but not what
+                    # the open txn holds (PA-1); whatever does come is processed in the same txn.
+                    yield consumer.redeliver_unacknowledged_messages_async()
+                    more = yield consumer.receive_async(20)
+                    if more is not None:
+                        target = self.rng.randrange(self.spec.partitions)
+                        yield from self.send(client, "out", target, f"{more.payload.decode()}>w{w}.{n}b", txn=txn)
+                        yield consumer.acknowledge_async(more, txn=txn)
                 yield from self.end(txn)
 
             yield from _attempt(one)
@@ -504,7 +569,15 @@ class _Run:
         # several consumers (Key_Shared) what it still held goes to the others, which read to the end.
         # (A consumer that stayed connected without reading would keep its keys' messages for good,
         # in Pulsar too, and the drain of another consumer would then prove nothing.)
-        consumer.close()
+        if self.spec.unsubscribe:
+            # Unsubscribing drops the subscription with its cursor, pending-ack log and delayed
+            # tracker (DD-23); a reader that is done may do that instead of closing.
+            try:
+                yield consumer.unsubscribe_async()
+            except _ERRORS:
+                consumer.close()
+        else:
+            consumer.close()
 
     def fault_process(self) -> Proc:
         broker = self.cluster.broker
@@ -535,6 +608,18 @@ class _Run:
                 broker.partitions[partition].crash()
                 self.injected("topic-unload", partition)
                 broker.restart_later(broker.partitions[partition])
+
+    def unload_at_heal(self) -> None:
+        """``unload_at_heal``: unload partitions once every transaction has ended (they reload on their own)."""
+        rate = float(self.rates["unload_at_heal"])
+        broker = self.cluster.broker
+        if not self.spec.faults or rate <= 0 or not broker.up:
+            return
+        for name in sorted(broker.partitions):
+            if self.rng.random() < rate:
+                broker.partitions[name].crash()
+                self.injected("topic-unload-at-heal", name)
+                broker.restart_later(broker.partitions[name])
 
     def heal(self) -> None:
         """Stop injecting faults and give pending work time to settle (timeouts, retries)."""
@@ -605,8 +690,13 @@ class _Run:
 
         for proc in workers:
             spawn(self.sim, proc, worker_exit)
-        for proc in readers:
-            self.start(proc)
+        # ``unload_at_heal`` (the quiesce mix): the readers start only once every transaction has
+        # ended and the partitions were unloaded and reloaded, so everything committed is still
+        # unread when the partitions recover with nothing after the recovery (TB-24).
+        deferred = spec.faults and float(self.rates["unload_at_heal"]) > 0
+        if not deferred:
+            for proc in readers:
+                self.start(proc)
         if spec.faults:
             spawn(self.sim, self.fault_process())
         last_report = time.monotonic()
@@ -626,6 +716,17 @@ class _Run:
                 self.sim.run_one()
             if not self.cut:
                 self.sim.now = heal_until
+            if deferred and not self.cut:
+                # Everything has ended: unload the partitions, let them reload, then start reading.
+                self.unload_at_heal()
+                settled = self.sim.now + 2_000
+                while (due := self.sim.next_due()) is not None and due <= settled and not self.past_deadline():
+                    self.sim.run_one()
+                if not self.cut:
+                    self.sim.now = settled
+        if deferred:
+            for proc in readers:
+                self.start(proc)
         writers_done[0] = True
         while self.running > 0 and not self.past_deadline():
             if not self.sim.run_one():
@@ -682,10 +783,14 @@ class SimulateOptions:
     clients: int = 4
     partitions: int = 2
     faults: bool = True
-    batching: bool = False
+    batching: str = "off"  # on, off or mixed (seeds = 1 mod 4)
     batch_messages: str = "mixed"
     key_shared: str = "mixed"
     delayed_tracker: str = "mixed"
+    fault_mix: str = "default"  # a FAULT_MIXES name, or mixed (by seed, MIX_CYCLE)
+    unsubscribe: str = "off"  # mixed: seeds = 1 mod 5
+    cumulative: str = "off"  # mixed: seeds = 1 mod 7
+    redeliver: str = "off"  # mixed: seeds = 3 mod 6
 
     @property
     def workloads(self) -> tuple[str, ...]:
@@ -709,7 +814,7 @@ class SimulateOptions:
                     ops=self.ops,
                     clients=self.clients,
                     faults=self.faults,
-                    batching=self.batching,
+                    batching=variant(self.batching, seed, 4),
                     partitions=self.partitions,
                     duration_ms=self.duration,
                     deadline_ms=self.deadline,
@@ -718,15 +823,49 @@ class SimulateOptions:
                     delayed_tracker="bucket"
                     if workload == "delayed" and variant(tracker, seed, 2, step=2)
                     else "memory",
+                    fault_rates=dict(FAULT_MIXES[fault_mix(self.fault_mix, seed)]),
+                    unsubscribe=variant(self.unsubscribe, seed, 5),
+                    cumulative=variant(self.cumulative, seed, 7),
+                    redeliver=variant(self.redeliver, seed + 4, 6),
                 )
             )
         return specs
+
+
+# The runs of the main job (``txnmodel run``) other than seeds, histories and ledger: faults on, and
+# every variant and fault mix mixed by seed.
+MAIN_JOB = SimulateOptions(
+    workload="all",
+    ops=60,
+    faults=True,
+    batching="mixed",
+    batch_messages="mixed",
+    key_shared="mixed",
+    delayed_tracker="mixed",
+    fault_mix="mixed",
+    unsubscribe="mixed",
+    cumulative="mixed",
+    redeliver="mixed",
+)
 
 
 def variant(choice: str, seed: int, modulus: int, step: int = 1) -> bool:
     """An on/off/mixed command-line choice for one seed: mixed is on when ``(seed // step) % modulus
     == 1``, so seed 0 (the default single run) is always the plain workload."""
     return choice == "on" or (choice == "mixed" and (seed // step) % modulus == 1)
+
+
+def fault_mix(choice: str, seed: int) -> str:
+    """The fault mix of one seed: ``choice``, or for ``mixed`` the seed's place in :data:`MIX_CYCLE`."""
+    return MIX_CYCLE[seed % len(MIX_CYCLE)] if choice == "mixed" else choice
+
+
+def main_job_spec(workload: str, seed: int, ops: int = 60) -> RunSpec:
+    """One history of the main job (``txnmodel run``: faults on, every variant and fault mix
+    ``mixed``, :data:`MAIN_JOB`), on the memory ledger, which gives the same history as the file ledger."""
+    options = dataclasses.replace(MAIN_JOB, seed=seed, workload=workload, histories=1, ops=ops, ledger="memory")
+    (spec,) = options.specs(workload, "")
+    return spec
 
 
 def file_stem(spec: RunSpec) -> str:

@@ -68,7 +68,12 @@ def test_a_folder_in_use_is_refused_before_any_work(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "options",
     [
-        ["--workload", "all", "--histories", "2", "--seed", "5", "--ledger", "file"],
+        ["--workload", "all", "--histories", "3", "--seed", "1", "--ledger", "file"]
+        + [
+            arg
+            for flag in ("--fault-mix", "--batching", "--unsubscribe", "--cumulative", "--redeliver")
+            for arg in (flag, "mixed")
+        ],
         [
             "--workload",
             "delayed",

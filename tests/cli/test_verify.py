@@ -78,7 +78,8 @@ def test_spark_and_local_agree(spark: Any, folder: Path) -> None:
     assert verdicts[("bad-register-1", "linearizability")] == "illegal"
     assert verdicts[("lost-2", "transactional")] == "illegal"
     assert all(v == "ok" for (h, _), v in verdicts.items() if h.startswith(("register-", "txn-")))
-    assert len(verdicts) == 6 + 4 + 2
+    # 6 + 1 register histories (linearizability); 4 + 1 transactional ones (transactional, delivery)
+    assert len(verdicts) == 7 + 5 * 2
 
 
 def test_verify_on_spark_writes_verdicts_and_counterexamples(
@@ -94,7 +95,7 @@ def test_verify_on_spark_writes_verdicts_and_counterexamples(
     assert re.search(r"verify on Spark \(local\[2\]\) done: (\d+)/\1 tasks", printed.err), printed.err
     assert "== verify: start Spark" in printed.err
     table = pq.read_table(out / "verdicts.parquet").to_pylist()
-    assert len(table) == 12 and {r["verdict"] for r in table} == {"ok", "illegal"}
+    assert len(table) == 17 and {r["verdict"] for r in table} == {"ok", "illegal"}
     pages = sorted(p.name for p in (out / "counterexamples").iterdir())
     assert "bad-register-1.linearizability.html" in pages and "lost-2.transactional.txt" in pages
     assert "lost-message" in (out / "counterexamples" / "lost-2.transactional.html").read_text()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -34,8 +35,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     """The main job: every real check the project has, then a summary table.
 
     1. the conformance vectors; 2. every Z3 proof; 3. seeded histories of every workload, with faults,
-    on file ledgers; 4. those histories verified on local Spark (linearizability and transactional
-    checks).  Every counterexample is printed with the seed that reproduces it.
+    on file ledgers, every variant and fault mix mixed by seed; 4. those histories verified on local
+    Spark (linearizability, transactional and delivery checks).  Every counterexample is printed with
+    the seed that reproduces it.
     """
     from txnmodel.commands.simulate import history_file
 
@@ -55,7 +57,7 @@ def _job(args: argparse.Namespace) -> int:
     import tempfile
 
     from proofs.framework import RLIMIT, Row, Verdict, available_machines, count_obligations, prove_machine
-    from reference.engine.simulate import WORKLOADS, SimulateOptions
+    from reference.engine.simulate import MAIN_JOB, WORKLOADS
     from txnmodel.commands.simulate import simulate
     from txnmodel.commands.verify import VerifyRequest, verify
     from txnmodel.progress import Phase, Reporter
@@ -112,17 +114,9 @@ def _job(args: argparse.Namespace) -> int:
         histories_dir, verdicts_dir = out / "histories", out / "verdicts"
         with tempfile.TemporaryDirectory(prefix="txnmodel-run-") as data:
             t0 = time.perf_counter()
-            options = SimulateOptions(
-                seed=args.seed,
-                workload="all",
-                histories=args.histories,
-                ops=args.ops,
-                ledger="file",
-                data=data,
-                faults=True,
-                batch_messages="mixed",
-                key_shared="mixed",
-                delayed_tracker="mixed",
+            # MAIN_JOB: faults on, every variant and fault mix mixed by seed (reference/engine/simulate.py)
+            options = dataclasses.replace(
+                MAIN_JOB, seed=args.seed, histories=args.histories, ops=args.ops, ledger="file", data=data
             )
             with progress.phase(
                 f"simulate: {args.histories} seeds x {len(WORKLOADS)} workloads, faults on, file ledgers",

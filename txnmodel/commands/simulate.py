@@ -89,7 +89,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--clients", type=positive_int, default=4, help="concurrent transactional clients")
     parser.add_argument("--partitions", type=positive_int, default=2, help="partitions of each topic")
     parser.add_argument("--faults", choices=("on", "off"), default="on")
-    parser.add_argument("--batching", choices=("on", "off"), default="off", help="PIP-160 batched log writes")
+    parser.add_argument(
+        "--batching",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="PIP-160 batched log writes; mixed: seeds = 1 mod 4",
+    )
     parser.add_argument(
         "--batch-messages",
         choices=("on", "off", "mixed"),
@@ -110,6 +115,31 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="the delayed workload's tracker: Pulsar's in-memory default or the bucket tracker "
         "(its runs go to delayed-bucket.parquet); mixed (default): bucket on seeds 2, 3, 6, 7, ... "
         "(seed // 2 odd)",
+    )
+    parser.add_argument(
+        "--fault-mix",
+        choices=(*engine.FAULT_MIXES, "mixed"),
+        default="default",
+        help="with --faults on: the fault rates' overrides (FAULT_MIXES in reference/engine/simulate.py); "
+        f"mixed: by seed modulo {len(engine.MIX_CYCLE)}, {', '.join(engine.MIX_CYCLE)}",
+    )
+    parser.add_argument(
+        "--unsubscribe",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="readers unsubscribe when done instead of closing; mixed: seeds = 1 mod 5",
+    )
+    parser.add_argument(
+        "--cumulative",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="ctp processors ack their input cumulatively in the txn; mixed: seeds = 1 mod 7",
+    )
+    parser.add_argument(
+        "--redeliver",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="ctp processors ask for redelivery and receive again before ending their txn; mixed: seeds = 3 mod 6",
     )
     parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
     parser.add_argument(
@@ -135,10 +165,14 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         clients=args.clients,
         partitions=args.partitions,
         faults=args.faults == "on",
-        batching=args.batching == "on",
+        batching=args.batching,
         batch_messages=args.batch_messages,
         key_shared=args.key_shared,
         delayed_tracker=args.delayed_tracker,
+        fault_mix=args.fault_mix,
+        unsubscribe=args.unsubscribe,
+        cumulative=args.cumulative,
+        redeliver=args.redeliver,
     )
 
 
@@ -261,7 +295,9 @@ def reproduce_argv(run: Mapping[str, Any]) -> list[str] | None:
     """The ``txnmodel simulate`` arguments that rerun one run, from its metadata (a history file's
     ``runs[history]``, :meth:`RunSpec.to_json` and more), or None when the command line cannot say
     it: parsing the arguments back must give the very same run configuration, fault rates and
-    broker.conf overrides included, so the line never promises what it does not do."""
+    broker.conf overrides included, so the line never promises what it does not do.  The fault mix
+    is not recorded by name: the one whose rates the run used is found by trying each."""
+    from reference.engine.simulate import FAULT_MIXES
 
     def on_off(flag: object) -> str:
         return "on" if flag else "off"
@@ -280,19 +316,30 @@ def reproduce_argv(run: Mapping[str, Any]) -> list[str] | None:
             "--batch-messages", on_off(run["batch_messages"]),
             "--key-shared", on_off(run["key_shared"]),
             "--delayed-tracker", str(run["delayed_tracker"]),
+            "--unsubscribe", on_off(run["unsubscribe"]),
+            "--cumulative", on_off(run["cumulative"]),
+            "--redeliver", on_off(run["redeliver"]),
             "--deadline", str(run["deadline_ms"]),
         ]  # fmt: skip
-        if run.get("duration_ms") is not None:
-            argv += ["--duration", str(run["duration_ms"])]
+    except KeyError:
+        return None
+    if run.get("duration_ms") is not None:
+        argv += ["--duration", str(run["duration_ms"])]
+    for mix in FAULT_MIXES:
+        candidate = [*argv, "--fault-mix", mix] if mix != "default" else argv
+        if _says(candidate, run):
+            return candidate
+    return None
+
+
+def _says(argv: list[str], run: Mapping[str, Any]) -> bool:
+    """Whether ``argv``, parsed as the command line would, asks for exactly the run ``run`` is."""
+    try:
         args = build_parser(argparse.ArgumentParser(exit_on_error=False, add_help=False)).parse_args(argv)
-    except (KeyError, TypeError, argparse.ArgumentError):
-        return None
-    options: SimulateOptions = options_from_args(args)
-    (spec,) = options.specs(str(run["workload"]), "unused")
-    again = spec.to_json()
-    if any(run.get(key) != value for key, value in again.items()):
-        return None
-    return argv
+    except (TypeError, argparse.ArgumentError):
+        return False
+    (spec,) = options_from_args(args).specs(str(run["workload"]), "unused")
+    return all(run.get(key) == value for key, value in spec.to_json().items())
 
 
 def reproduce_command(history: str, run: Mapping[str, Any]) -> str | None:
