@@ -22,6 +22,7 @@ file it is the schema's key-value metadata under ``txnmodel.run``; a JSON Lines 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -489,7 +490,8 @@ def write_parquet(
     # Row groups of a bounded size, so a reader holds one small group at a time (see iter_histories).
     # Page checksums (CRC-32), so a damaged page is refused by the reader instead of decoding to
     # different, possibly valid, operations.
-    pq.write_table(table, path, row_group_size=ROW_GROUP_ROWS, write_page_checksum=True)
+    with _replacing(path) as temporary:
+        pq.write_table(table, temporary, row_group_size=ROW_GROUP_ROWS, write_page_checksum=True)
 
 
 def write_jsonl(
@@ -503,13 +505,33 @@ def write_jsonl(
     another run)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     sidecar = Path(str(path) + _SIDECAR)
-    if metadata is not None:
-        sidecar.write_text(_metadata_text(metadata, str(sidecar)) + "\n", encoding="utf-8")
-    elif sidecar.exists():
-        sidecar.unlink()
-    with open(path, "w", encoding="utf-8") as handle:
+    text = None if metadata is None else _metadata_text(metadata, str(sidecar))
+    sidecar.unlink(missing_ok=True)  # it never describes another run, even if what follows fails
+    with _replacing(path) as temporary, open(temporary, "w", encoding="utf-8") as handle:
         for row in _rows(histories):
             handle.write(json.dumps({k: v for k, v in row.items() if v is not None}, separators=(",", ":")) + "\n")
+    if text is not None:
+        with _replacing(sidecar) as temporary:
+            Path(temporary).write_text(text + "\n", encoding="utf-8")
+
+
+@contextlib.contextmanager
+def _replacing(path: str | Path) -> Iterator[str]:
+    """A hidden temporary name beside ``path`` to write, renamed onto ``path`` once complete: a
+    write that fails (a full disk, a file-size limit) leaves no half file a reader would take for a
+    history, and an earlier file of that name stays as it was.  The failure names ``path``."""
+    final = Path(path)
+    temporary = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+    try:
+        yield str(temporary)
+        os.replace(temporary, final)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        code = exc.errno or 0
+        raise OSError(code, os.strerror(code) if code else str(exc), str(final)) from None
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def read_metadata(path: str | Path) -> dict[str, Any] | None:
