@@ -63,14 +63,14 @@ __all__ = [
     "write_parquet",
 ]
 
-FORMATS = ("parquet", "jsonl", "jepsen")
+FORMATS = ("parquet", "jsonl", "jepsen", "edn")
 #: The largest Parquet row group read, uncompressed (a 64-history file of the simulator is 29 MB).
 MAX_ROW_GROUP_BYTES = 1024 * 1024 * 1024
 #: Rows per row group the writer makes (about 4 MB uncompressed for engine histories).
 ROW_GROUP_ROWS = 32_768
 #: The longest JSON Lines line (one operation; the engine's longest is a few kB).
 MAX_JSONL_LINE_BYTES = 16 * 1024 * 1024
-_SUFFIXES = {"parquet": (".parquet",), "jsonl": (".jsonl", ".ndjson"), "jepsen": (".log",)}
+_SUFFIXES = {"parquet": (".parquet",), "jsonl": (".jsonl", ".ndjson"), "jepsen": (".log",), "edn": (".edn",)}
 METADATA_KEY = "txnmodel.run"
 _METADATA_VERSION = 1
 _SIDECAR = ".meta.json"
@@ -445,6 +445,11 @@ def iter_histories(
         from invariants.jepsen import read_jepsen_log
 
         yield Path(path).stem, read_jepsen_log(path)  # an empty log is an empty history, not nothing
+    elif fmt == "edn":
+        from invariants.edn import read_edn
+
+        # One Jepsen history may hold several independent keys: they are read together.
+        yield from read_edn(path).items()
     else:
         raise BadHistory(f"unknown format {fmt!r}; formats are {', '.join(FORMATS)}", where=str(path))
 

@@ -187,10 +187,11 @@ def test_reading_one_history_at_a_time_holds_a_fraction_of_the_file(tmp_path: Pa
 
 
 def test_the_search_stops_at_the_memory_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The budget reads resident memory; here it grows by a megabyte at every look."""
+    """The budget reads resident memory; here it grows by a megabyte at every look (the search
+    looks between two slices of its steps, so the history takes some twenty slices to search)."""
     import invariants.linearizability as lin
 
-    ops = random_register_history(7, ops=400, clients=8, max_latency=200)
+    ops = random_register_history(7, ops=2000, clients=8, max_latency=200)
     assert check_history(CasRegister(), ops).verdict is Verdict.OK  # the history is fine, and long to search
     grown = iter(range(0, 10**12, 1 << 20))
     monkeypatch.setattr(lin, "resident_bytes", lambda: next(grown))

@@ -55,7 +55,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             and not one.get("decoded")
             and one.get("message") is None  # neither a log record nor a message
         )
-        return EXIT_BAD_INPUT if damaged else EXIT_OK
+        if damaged:  # the one line every exit 2 ends with, whatever was printed above it
+            print(f"txnmodel inspect: {path}: damaged: {one_line(_first_damage(report))}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        return EXIT_OK
     # One raw entry of a known kind: decode strictly, so damage is a typed error with its offset.
     raw = read_input_bytes(path, limit=RAW_ENTRY_LIMIT, limit_name="RAW_ENTRY_LIMIT")
     if args.hex:
@@ -84,6 +87,24 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         for index, record in enumerate(records):
             print(f"  [{index}] {json.dumps(record, sort_keys=True)}")
     return EXIT_OK
+
+
+def _first_damage(report: dict[str, object]) -> str:
+    """The first error a report holds (a store's journal, a managed ledger, a ledger file, an
+    entry), for the one line an exit 2 ends with."""
+    stack: list[object] = [report]
+    while stack:
+        item = stack.pop(0)
+        if isinstance(item, dict):
+            for key in ("journal_error", "error"):
+                error = item.get(key)
+                if isinstance(error, dict) and error.get("message"):
+                    return str(error["message"])
+            stack.extend(value for value in item.values() if isinstance(value, dict | list))
+        elif isinstance(item, list):
+            stack.extend(item)
+    entry = report.get("entry", report)
+    return "neither a log record nor a message" if isinstance(entry, dict) else "damaged"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -15,7 +15,7 @@ import shlex
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,12 +25,13 @@ from txnmodel.common import (
     INT64_MAX,
     UsageError,
     exclusive_folder,
+    non_negative_int,
     positive_int,
     seed_int,
 )
 
 if TYPE_CHECKING:
-    from reference.engine.simulate import RunResult, SimulateOptions
+    from reference.engine.simulate import RunResult, RunSpec, SimulateOptions
 
 __all__ = [
     "build_parser",
@@ -141,6 +142,25 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         default="off",
         help="ctp processors ask for redelivery and receive again before ending their txn; mixed: seeds = 3 mod 6",
     )
+    parser.add_argument(
+        "--disk",
+        choices=("real", "sim"),
+        default="real",
+        help="file ledgers: the real file system (under --data; a broker crash kills the process) or the simulated "
+        "disk (a broker crash is a power cut: unsynced writes lost, torn or reordered; with --data the store's "
+        "final files are written there). Same seed, same history on either",
+    )
+    parser.add_argument(
+        "--group-commit",
+        type=non_negative_int,
+        default=None,
+        metavar="MS",
+        help="file ledgers: commit the store's journal every MS simulated ms, one sync for every change waiting "
+        "(answers wait for it); default: every change committed as it is made",
+    )
+    parser.add_argument(
+        "--jobs", type=positive_int, default=1, metavar="N", help="run N histories at once (processes; default 1)"
+    )
     parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
     parser.add_argument(
         "--check", action="store_true", help="check each history's transactional properties (exit 1 on any anomaly)"
@@ -173,6 +193,8 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         unsubscribe=args.unsubscribe,
         cumulative=args.cumulative,
         redeliver=args.redeliver,
+        disk=args.disk,
+        group_commit_ms=args.group_commit,
     )
 
 
@@ -184,14 +206,18 @@ def simulate(
     check: bool = False,
     quiet: bool = False,
     progress: Any = None,
+    jobs: int = 1,
 ) -> int:
     """Run ``options``'s histories; write them under ``out`` (one Parquet file per workload, the
     delayed workload's bucket-tracker runs apart; ``jsonl``: JSON Lines too); with ``check``, check
     each one's transactional properties; ``progress`` (a :class:`txnmodel.progress.Phase`) hears of
-    every history.  EXIT_OK when every run finished (and, with ``check``, was clean), EXIT_FAILED
-    otherwise."""
+    every history.  ``jobs`` runs that many at once, in processes (each run is deterministic on its
+    own, so the histories are the same).  EXIT_OK when every run finished (and, with ``check``, was
+    clean), EXIT_FAILED otherwise."""
     from reference.engine.simulate import file_stem, run
 
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     say: Callable[[str], None] = (lambda _: None) if quiet else (lambda m: print(m, file=sys.stderr))
@@ -199,28 +225,47 @@ def simulate(
         progress.set_total(len(options.workloads) * options.histories)
     status = EXIT_OK
     with tempfile.TemporaryDirectory(prefix="txnmodel-sim-") as scratch:
-        for workload in options.workloads:
-            files: dict[str, dict[str, RunResult]] = {}
-            for spec in options.specs(workload, scratch):
-                result = run(spec, say)
-                history = result.operations[0].history if result.operations else f"{workload}-{spec.seed}"
-                files.setdefault(file_stem(spec), {})[history] = result
-                line = (
-                    f"{history}: {len(result.operations)} ops, {result.committed} commits, {result.aborted} "
-                    f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated"
-                    f"{' (cut at the deadline)' if result.cut else ''}"
-                )
-                if check:
-                    clean, verdict_line = _check(result, say)
-                    line += verdict_line
-                    if not clean:
-                        status = EXIT_FAILED
-                say(line)
-                if progress is not None:
-                    progress.advance(note=history)
-            if out is not None:
-                _write(out, files, jsonl, say)
+        specs = [spec for workload in options.workloads for spec in options.specs(workload, scratch)]
+        last = {spec.workload: index for index, spec in enumerate(specs)}
+        files: dict[str, dict[str, RunResult]] = {}
+        for index, (spec, result) in enumerate(zip(specs, _runs(specs, jobs, say, run), strict=True)):
+            history = result.operations[0].history if result.operations else f"{spec.workload}-{spec.seed}"
+            files.setdefault(file_stem(spec), {})[history] = result
+            line = (
+                f"{history}: {len(result.operations)} ops, {result.committed} commits, {result.aborted} "
+                f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated"
+                f"{' (cut at the deadline)' if result.cut else ''}"
+            )
+            if check:
+                clean, verdict_line = _check(result, say)
+                line += verdict_line
+                if not clean:
+                    status = EXIT_FAILED
+            say(line)
+            if progress is not None:
+                progress.advance(note=history)
+            if index == last[spec.workload]:
+                # A workload's files are written once its last run is in, and its results let go.
+                if out is not None:
+                    _write(out, files, jsonl, say)
+                files = {}
     return status
+
+
+def _runs(
+    specs: Sequence[RunSpec], jobs: int, say: Callable[[str], None], run: Callable[..., RunResult]
+) -> Iterator[RunResult]:
+    """Every run's result, in the order of ``specs``: here, or ``jobs`` at a time in processes."""
+    if jobs == 1 or len(specs) < 2:
+        for spec in specs:
+            yield run(spec, say)
+        return
+    import multiprocessing
+
+    # Fork: the children inherit the imported engine instead of importing it again.
+    context = multiprocessing.get_context("fork")
+    with context.Pool(min(jobs, len(specs))) as pool:
+        yield from pool.imap(run, specs)
 
 
 def _check(result: RunResult, say: Callable[[str], None]) -> tuple[bool, str]:
@@ -288,6 +333,7 @@ def run_simulate(args: argparse.Namespace) -> int:
                 check=args.check,
                 quiet=args.quiet,
                 progress=phase,
+                jobs=args.jobs,
             )
 
 
@@ -325,6 +371,10 @@ def reproduce_argv(run: Mapping[str, Any]) -> list[str] | None:
         return None
     if run.get("duration_ms") is not None:
         argv += ["--duration", str(run["duration_ms"])]
+    if run.get("disk") is not None:
+        argv += ["--disk", str(run["disk"])]
+    if run.get("group_commit_ms") is not None:
+        argv += ["--group-commit", str(run["group_commit_ms"])]
     for mix in FAULT_MIXES:
         candidate = [*argv, "--fault-mix", mix] if mix != "default" else argv
         if _says(candidate, run):
