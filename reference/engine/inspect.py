@@ -32,7 +32,7 @@ from spec.errors import BadTopicEntry, InputError
 from spec.topic_entry import TXN_ABORT_MARKER, TXN_COMMIT_MARKER, decode_frame, iter_batch_payload
 from spec.types import Position
 
-from .file_ledger import (
+from .file_format import (
     FRAME_HEADER,
     JOURNAL_NAME,
     LEDGER_HEADER,
