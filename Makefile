@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 HYPOTHESIS_PROFILE ?= ci
 PYTEST_ARGS ?=
 
-.PHONY: run test lint typecheck docs pytest thorough protos bench clean
+.PHONY: run test lint typecheck docs pytest thorough protos bench clean chromium graphviz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,13 +30,29 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy spec reference invariants proofs txnmodel
 
-docs: $(STAMP)
+# The docs' diagrams are drawn by Graphviz at build time (scripts/mkdocs_diagrams.py); installed when missing.
+graphviz:
+	@command -v dot >/dev/null 2>&1 || { \
+	  echo "== installing graphviz (Debian) to draw the docs' diagrams"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null; \
+	}
+
+docs: $(STAMP) graphviz
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 
-pytest: $(STAMP)
+pytest: $(STAMP) chromium
 	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(BIN)/python -m pytest -n 2 -q $(PYTEST_ARGS)
 
-thorough: $(STAMP)
+# The viewer's browser tests drive Debian's Chromium (tests/viewer); installed when missing.
+# TXNMODEL_CHROMIUM names another binary.  Without one the browser tests fail, they never skip.
+CHROMIUM ?= $(or $(TXNMODEL_CHROMIUM),/usr/bin/chromium)
+chromium:
+	@test -x $(CHROMIUM) || { \
+	  echo "== installing chromium (Debian) for the viewer's browser tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	}
+
+thorough: $(STAMP) chromium
 	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -n 2 -q $(PYTEST_ARGS)
 
 protos: $(STAMP)

@@ -31,10 +31,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from invariants.bulk import VerifyOptions, check_files_local, check_files_spark, spark_session  # noqa: E402
 from invariants.history import history_files, write_parquet  # noqa: E402
 from invariants.linearizability import check_history  # noqa: E402
 from invariants.models import CasRegister, random_register_history  # noqa: E402
+from invariants.verify import VerifyOptions  # noqa: E402
+from txnmodel.file_checks import check_files_local  # noqa: E402
+from txnmodel.spark_runner import check_files_spark, spark_session  # noqa: E402
 
 JEPSEN = ROOT.parent / "shared" / "data" / "porcupine" / "jepsen-etcd"
 
@@ -191,7 +193,8 @@ def _makespan(costs: list[float], slots: int) -> float:
 
 def _spark_cpu(spark: object, files: list[str], options: VerifyOptions) -> tuple[float, list[float]]:
     """The same job instrumented: wall time and the CPU seconds its Python workers actually got."""
-    from invariants.bulk import _pack, _units, check_file
+    from txnmodel.file_checks import check_file
+    from txnmodel.spark_runner import pack, work_units
 
     def task(units: list[tuple[str, tuple[str, ...] | None]]) -> list[float]:
         cpu = time.process_time()
@@ -201,8 +204,8 @@ def _spark_cpu(spark: object, files: list[str], options: VerifyOptions) -> tuple
 
     sc = spark.sparkContext  # type: ignore[attr-defined]
     slots = 3 * sc.defaultParallelism
-    units = _units(files, "parquet", slots)
-    bins = _pack(units, max(1, min(len(units), slots)))
+    units = work_units(files, "parquet", slots)
+    bins = pack(units, max(1, min(len(units), slots)))
     started = time.perf_counter()
     used = sc.parallelize(bins, len(bins)).flatMap(task).collect()
     return time.perf_counter() - started, used
@@ -306,4 +309,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from txnmodel.progress import Reporter
+
+    # results go to stdout; stderr says it is still working (a line every 10 s when piped)
+    with Reporter().phase("bulk_bench", unit=""):
+        code = main()
+    raise SystemExit(code)

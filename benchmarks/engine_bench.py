@@ -171,4 +171,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    from txnmodel.progress import Reporter
+
+    # results go to stdout; stderr says it is still working (a line every 10 s when piped)
+    with Reporter().phase("engine_bench", unit=""):
+        code = main(sys.argv[1:])
+    raise SystemExit(code)

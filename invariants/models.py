@@ -348,17 +348,26 @@ class MachineModel:
             shown = "not sent"
         else:
             shown = op_output[1] if op_output[0] == "err" else ("ok" if op_output[1] is None else op_output[1])
+        from invariants.readable import short
+
         command = op_input.command if isinstance(op_input, _Step) else op_input
-        return f"{command!r} -> {shown}"
+        return f"{short(command)} -> {shown}"
 
     def describe_state(self, state: Any) -> str:
+        from invariants.readable import short
+
         epoch, machine = state if isinstance(state, tuple) and len(state) == 2 else (None, state)
-        if self._describe_state is not None:
-            text = self._describe_state(machine)
-        else:
-            text = repr(machine)
-            text = text if len(text) <= 400 else text[:397] + "..."
+        text = self._describe_state(machine) if self._describe_state is not None else short(machine, limit=400)
         return text if not epoch else f"[epoch {epoch}] {text}"
+
+    def state_rows(self, state: Any, *, max_rows: int = 400) -> tuple[list[tuple[str, str]], int]:
+        """The state flattened for the counterexample viewer: its crash epoch, then the machine's
+        fields (:func:`invariants.readable.rows`)."""
+        from invariants.readable import rows
+
+        epoch, machine = state
+        found, left = rows(machine, max_rows=max_rows - 1)
+        return [("epoch", str(epoch)), *found], left
 
 
 _FIELDS: dict[type, tuple[dict[str, Any], dict[str, Any]]] = {}

@@ -46,7 +46,7 @@ from spec.errors import (
     error_by_name,
 )
 from spec.result import Effect, Err, Ok
-from spec.types import BatchedPosition, Position, bits_to_words, words_to_bits
+from spec.types import BatchedPosition, Position, PulsarName, bits_to_words, words_to_bits
 
 __all__ = [
     "CLOSED_MESSAGE",
@@ -94,13 +94,13 @@ __all__ = [
 CLOSED_MESSAGE: Final = "Transaction log buffered write has closed"
 
 
-class WriterStatus(enum.Enum):
+class WriterStatus(PulsarName, enum.Enum):
     OPEN = "OPEN"
     CLOSING = "CLOSING"
     CLOSED = "CLOSED"
 
 
-class FlushTrigger(enum.Enum):
+class FlushTrigger(PulsarName, enum.Enum):
     """Why a batch was flushed; each names one ``*_bufferedwriter_flush_trigger_*`` counter."""
 
     MAX_RECORDS = "max_records"

@@ -35,7 +35,7 @@ from spec.errors import NotAllowed, ServiceUnitNotReady
 from spec.pb import PulsarApi_pb2 as api_pb
 from spec.pb import TransactionBufferSnapshot_pb2 as snap_pb
 from spec.result import Effect, Err, Ok
-from spec.types import EARLIEST, LedgerInfo, Position, TxnID, previous_position
+from spec.types import EARLIEST, LedgerInfo, Position, PulsarName, TxnID, previous_position
 
 __all__ = [
     "VECTORS",
@@ -101,7 +101,7 @@ DEFAULT_TOPIC = "persistent://public/default/txn-topic-partition-0"
 # --------------------------------------------------------------------------------------------
 
 
-class BufferStatus(enum.Enum):
+class BufferStatus(PulsarName, enum.Enum):
     """``TopicTransactionBufferState.State``; the value is Pulsar's spelling.  (TB-1)"""
 
     NONE = "None"
@@ -113,7 +113,7 @@ class BufferStatus(enum.Enum):
     CLOSED_AND_CLEARED = "ClosedAndCleared"
 
 
-class EntryKind(enum.Enum):
+class EntryKind(PulsarName, enum.Enum):
     """What one topic entry is, as the buffer and the dispatcher classify it (TB-16)."""
 
     NORMAL = "NORMAL"  # a message without a txn id

@@ -48,7 +48,7 @@ from spec.errors import (
 )
 from spec.pb import PulsarApi_pb2, PulsarTransactionMetadata_pb2
 from spec.result import Effect, Err, Ok
-from spec.types import Subscription, TxnAction, TxnID, TxnStatus, can_transition
+from spec.types import PulsarName, Subscription, TxnAction, TxnID, TxnStatus, can_transition
 
 __all__ = [
     "VECTORS",
@@ -93,7 +93,7 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 
-class StoreState(enum.Enum):
+class StoreState(PulsarName, enum.Enum):
     """``TransactionMetadataStoreState.State``; Pulsar spells them None, Initializing, Ready, Closing, Close."""
 
     NONE = "None"
@@ -103,7 +103,7 @@ class StoreState(enum.Enum):
     CLOSE = "Close"
 
 
-class TxnMetadataOp(enum.IntEnum):
+class TxnMetadataOp(PulsarName, enum.IntEnum):
     """``TransactionMetadataEntry.TransactionMetadataOp``."""
 
     NEW = 0

@@ -34,7 +34,7 @@ from spec.errors import BadRecord, DomainError, NotAllowed, ServiceUnitNotReady,
 from spec.jsonvalues import from_json
 from spec.pb import TransactionPendingAck_pb2 as pb
 from spec.result import Effect, Err, Ok
-from spec.types import INT64_MAX, AckType, MessageState, Position, TxnID, bits_to_words, words_to_bits
+from spec.types import INT64_MAX, AckType, MessageState, Position, PulsarName, TxnID, bits_to_words, words_to_bits
 
 __all__ = [
     "VECTORS",
@@ -98,7 +98,7 @@ def _full(batch_size: int) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-class HandleState(enum.Enum):
+class HandleState(PulsarName, enum.Enum):
     """PendingAckHandleState (PA-17)."""
 
     NONE = "None"
@@ -108,7 +108,7 @@ class HandleState(enum.Enum):
     CLOSED = "Close"
 
 
-class SubType(enum.Enum):
+class SubType(PulsarName, enum.Enum):
     """CommandSubscribe.SubType; only whether cumulative acks are honoured matters here (PA-10)."""
 
     Exclusive = 0
@@ -117,7 +117,7 @@ class SubType(enum.Enum):
     Key_Shared = 3
 
 
-class PendingAckOp(enum.IntEnum):
+class PendingAckOp(PulsarName, enum.IntEnum):
     """TransactionPendingAck.proto ``PendingAckOp``."""
 
     ACK = 1
@@ -125,7 +125,7 @@ class PendingAckOp(enum.IntEnum):
     ABORT = 3
 
 
-class PositionInPendingAck(enum.Enum):
+class PositionInPendingAck(PulsarName, enum.Enum):
     """The admin answer of ``checkPositionInPendingAckState`` (PA-21)."""
 
     PendingAckNotReady = "PendingAckNotReady"

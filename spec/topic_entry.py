@@ -6,13 +6,18 @@ back its partitions' entries and the keyed messages of the namespace system topi
 (``reference.buffer.entry_metadata``, TB-16), and ``txnmodel inspect`` shows entries
 (``reference.engine.inspect``).  Change the format here and nowhere else.
 
-Layout of an entry today (big-endian sizes, outside protobuf)::
+Layout of an entry (big-endian sizes, outside protobuf): Pulsar's message bytes, exactly what a
+producer's SEND carries and a consumer's MESSAGE delivers (:mod:`spec.frame` owns the frame)::
 
-    offset 0      4 bytes   metadata size N
-    offset 4      N bytes   MessageMetadata (PulsarApi.proto)
-    offset 4 + N  ...       payload
+    offset 0       2 bytes   magic 0x0E01
+    offset 2       4 bytes   CRC32C of every byte after it
+    offset 6       4 bytes   metadata size N
+    offset 10      N bytes   MessageMetadata (PulsarApi.proto)
+    offset 10 + N  ...       payload
 
-This is Pulsar's ``[metadataSize][metadata][payload]`` without the frame's magic and checksum.
+An entry without the magic is refused with :class:`UnsupportedTopicEntryFormat`, which names
+txnmodel's earlier format (``[metadata size][metadata][payload]``, no magic or checksum) when the
+bytes are in it: stores written before the change are not read.
 The metadata fields used:
 
 * ``producer_name``, ``sequence_id``, ``publish_time`` (required by the proto);
@@ -43,20 +48,24 @@ from typing import Final
 from google.protobuf.message import DecodeError
 
 from spec.errors import BadTopicEntry
+from spec.frame import MAGIC_CRC32C, crc32c
 from spec.pb import PulsarApi_pb2 as api_pb
 from spec.pb import PulsarMarkers_pb2 as markers_pb
 from spec.types import TxnID
 
 __all__ = [
+    "HEADER_SIZE",
     "TXN_ABORT_MARKER",
     "TXN_COMMIT_MARKER",
     "BatchedMessage",
     "Frame",
     "TopicEntry",
+    "UnsupportedTopicEntryFormat",
     "decode_batch_payload",
     "decode_frame",
     "decode_topic_entry",
     "encode_batch_payload",
+    "encode_message_entry",
     "encode_topic_entry",
     "entry_from_metadata",
     "iter_batch_payload",
@@ -66,6 +75,8 @@ __all__ = [
 TXN_COMMIT_MARKER: Final[int] = markers_pb.TXN_COMMIT  # 21
 TXN_ABORT_MARKER: Final[int] = markers_pb.TXN_ABORT  # 22
 _SIZE: Final = struct.Struct(">I")
+_MAGIC: Final = struct.Struct(">H")
+HEADER_SIZE: Final = 2 + 4  # the magic and the checksum, before the metadata size
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,21 +151,38 @@ def entry_from_metadata(meta: api_pb.MessageMetadata, payload: bytes = b"") -> T
 
 
 def encode_topic_entry(entry: TopicEntry) -> bytes:
-    """The bytes of ``entry``: ``[metadata size][MessageMetadata][payload]``, a batch's payload
-    being its messages (:func:`encode_batch_payload`)."""
+    """The bytes of ``entry``: ``[magic][CRC32C][metadata size][MessageMetadata][payload]``, a
+    batch's payload being its messages (:func:`encode_batch_payload`)."""
     payload = entry.payload if entry.batch is None else encode_batch_payload(entry.batch)
-    raw = message_metadata(entry).SerializeToString()
-    return _SIZE.pack(len(raw)) + raw + payload
+    return encode_message_entry(message_metadata(entry), payload)
+
+
+def encode_message_entry(metadata: api_pb.MessageMetadata, payload: bytes) -> bytes:
+    """An entry holding a producer's message as it was sent: ``metadata`` (all of it: properties,
+    event time, producer name and sequence id) and ``payload`` (a batch's as sent)."""
+    raw = metadata.SerializeToString()
+    body = _SIZE.pack(len(raw)) + raw + payload
+    return _MAGIC.pack(MAGIC_CRC32C) + _SIZE.pack(crc32c(body)) + body
 
 
 def decode_frame(data: bytes, *, where: str | None = None) -> Frame:
     """Split ``data`` at its metadata and decode the metadata (a batch stays encoded).  Raises
     :class:`BadTopicEntry` if the bytes are not an entry: too short for the size, a size that runs
     past the end, metadata that does not parse or lacks a required field."""
-    if len(data) < _SIZE.size:
-        raise BadTopicEntry(f"{len(data)} bytes: no room for the 4-byte metadata size", offset=0, where=where)
-    (size,) = _SIZE.unpack_from(data, 0)
-    start = _SIZE.size
+    if len(data) < 2 or _MAGIC.unpack_from(data, 0)[0] != MAGIC_CRC32C:
+        raise UnsupportedTopicEntryFormat(_format_of(data), offset=0, where=where)
+    if len(data) < HEADER_SIZE + _SIZE.size:
+        raise BadTopicEntry(
+            f"{len(data)} bytes: no room for the checksum and the 4-byte metadata size", offset=len(data), where=where
+        )
+    (expected,) = _SIZE.unpack_from(data, 2)
+    actual = crc32c(data[HEADER_SIZE:])
+    if actual != expected:
+        raise BadTopicEntry(
+            f"CRC32C 0x{actual:08x} of the entry does not match 0x{expected:08x}", offset=2, where=where
+        )
+    (size,) = _SIZE.unpack_from(data, HEADER_SIZE)
+    start = HEADER_SIZE + _SIZE.size
     if size > len(data) - start:
         raise BadTopicEntry(
             f"metadata of {size} bytes runs past the end ({len(data) - start} left)", offset=start, where=where
@@ -172,6 +200,30 @@ def decode_frame(data: bytes, *, where: str | None = None) -> Frame:
         )
     count = meta.num_messages_in_batch if meta.HasField("num_messages_in_batch") else None
     return Frame(entry_from_metadata(meta, data[start + size :]), count, start + size)
+
+
+class UnsupportedTopicEntryFormat(BadTopicEntry):
+    """Bytes that do not start with Pulsar's magic 0x0E01: not a topic entry of this format (the
+    message says whether they are txnmodel's earlier format)."""
+
+
+def _format_of(data: bytes) -> str:
+    """Why ``data`` is not an entry: txnmodel's earlier format, or something else."""
+    if len(data) >= 4:
+        (size,) = _SIZE.unpack_from(data, 0)
+        meta = api_pb.MessageMetadata()
+        try:
+            if 4 + size <= len(data):
+                meta.ParseFromString(data[4 : 4 + size])
+                if meta.IsInitialized():
+                    return (
+                        "an entry in txnmodel's earlier topic-entry format ([metadata size][metadata][payload], "
+                        "no 0x0E01 magic and no CRC32C), which is no longer read: recreate the store"
+                    )
+        except DecodeError:
+            pass
+    head = data[:2].hex() or "nothing"
+    return f"no topic-entry magic 0x0e01 (the entry starts with {head})"
 
 
 def decode_topic_entry(data: bytes, *, where: str | None = None) -> TopicEntry:

@@ -11,7 +11,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import total_ordering
-from typing import Final
+from typing import Final, cast
 
 __all__ = [
     "EARLIEST",
@@ -25,6 +25,7 @@ __all__ = [
     "LedgerInfo",
     "MessageState",
     "Position",
+    "PulsarName",
     "Subscription",
     "TxnAction",
     "TxnID",
@@ -259,7 +260,25 @@ class Subscription:
         return f"{self.topic}/{self.subscription}"
 
 
-class TxnStatus(enum.IntEnum):
+class PulsarName:
+    """Mixin for the domain's enums: ``str()`` and f-strings give Pulsar's spelling of a value, not
+    a number (``IntEnum``'s default) nor ``Class.MEMBER`` (``Enum``'s).
+
+    Pulsar's spelling is the member's value when that is a string (``HandleState.READY`` is
+    ``Ready``, as ``PendingAckHandleState`` spells it) and its name otherwise (``TxnStatus.COMMITTING``
+    is ``COMMITTING``, the proto enum's name).  ``repr`` stays Python's, and ``int()``, comparisons
+    and the wire encodings are unchanged: only what a person reads is.
+    """
+
+    def __str__(self) -> str:
+        member = cast(enum.Enum, self)
+        return member.value if isinstance(member.value, str) else member.name
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+class TxnStatus(PulsarName, enum.IntEnum):
     """The coordinator's transaction status; values equal the proto enum ``TxnStatus``.
 
     Pulsar's server has no TIME_OUT status: a timed-out transaction is aborted through
@@ -302,7 +321,7 @@ def can_transition(current: TxnStatus, new: TxnStatus) -> bool:
     return new in TXN_STATUS_TRANSITIONS[current]
 
 
-class ClientTxnState(enum.Enum):
+class ClientTxnState(PulsarName, enum.Enum):
     """The client's ``Transaction.State`` (TransactionImpl), a machine of its own."""
 
     OPEN = "OPEN"
@@ -333,21 +352,21 @@ def client_can_transition(current: ClientTxnState, new: ClientTxnState) -> bool:
     return new in CLIENT_TXN_TRANSITIONS[current]
 
 
-class TxnAction(enum.IntEnum):
+class TxnAction(PulsarName, enum.IntEnum):
     """``TxnAction`` of PulsarApi.proto."""
 
     COMMIT = 0
     ABORT = 1
 
 
-class AckType(enum.IntEnum):
+class AckType(PulsarName, enum.IntEnum):
     """``CommandAck.AckType`` of PulsarApi.proto."""
 
     INDIVIDUAL = 0
     CUMULATIVE = 1
 
 
-class MessageState(enum.Enum):
+class MessageState(PulsarName, enum.Enum):
     """PIP-31's per-subscription message states.
 
     PENDING: delivered or deliverable, not acknowledged.  PENDING_ACK: acknowledged inside an

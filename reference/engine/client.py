@@ -37,7 +37,7 @@ from spec.config import CLIENT_DEFAULT_TXN_TIMEOUT_MS, Config
 from spec.errors import DomainError, error_by_name
 from spec.history import is_machine_operation, object_id
 from spec.result import Err
-from spec.types import ClientTxnState, Position, Subscription, TxnAction, TxnID
+from spec.types import ClientTxnState, Position, PulsarName, Subscription, TxnAction, TxnID
 
 from .broker import BatchedMessage, Broker, BrokerError, Delivered, partition_name
 from .ledger import InitialPosition
@@ -63,7 +63,7 @@ T = TypeVar("T")
 DEFAULT_OPERATION_TIMEOUT_MS = 30_000
 
 
-class ConsumerType(enum.Enum):
+class ConsumerType(PulsarName, enum.Enum):
     Exclusive = "Exclusive"
     Shared = "Shared"
     Failover = "Failover"

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from invariants.bulk import MACHINE_KINDS, VerifyOptions, check_histories, failing_part
 from invariants.history import read_parquet, write_parquet
 from invariants.linearizability import Verdict, check_history
 from invariants.models import MachineModel, model_by_name
 from invariants.report import explain
+from invariants.verify import MACHINE_KINDS, VerifyOptions, check_histories, failing_part
 from reference import buffer as tb
 from reference.engine.client import Cluster, OperationTimeout
 from reference.engine.sim import NetworkFaults

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,14 @@ from invariants.linearizability import Verdict, check_history
 from invariants.models import CasRegister
 from spec.history import BadHistory, OpType
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "porcupine" / "jepsen-etcd"
+# The shared data sit beside the repository (../shared); TXNMODEL_JEPSEN_DATA points elsewhere (a
+# worktree one level deeper, say).
+DATA = Path(
+    os.environ.get(
+        "TXNMODEL_JEPSEN_DATA",
+        Path(__file__).resolve().parents[3] / "shared" / "data" / "porcupine" / "jepsen-etcd",
+    )
+)
 needs_data = pytest.mark.skipif(not (DATA / "VERDICTS.tsv").exists(), reason=f"no Jepsen data at {DATA}")
 # The budget keeps a regression from hanging the suite; the hardest history (etcd_002) needs about
 # 1.4 million search steps.  An unknown verdict fails the test: every verdict must be reproduced.

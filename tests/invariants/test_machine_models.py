@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from invariants.bulk import VerifyOptions, check_histories
 from invariants.linearizability import Verdict, check_history
 from invariants.models import MachineModel, model_by_name
+from invariants.verify import VerifyOptions, check_histories
 from reference import coordinator as tc
 from reference import pending_ack as pa
 from reference.conformance import MachineVectors

@@ -418,6 +418,12 @@ def test_cyclic_information_flow_g1c() -> None:
     anomaly = result.anomalies[0]
     assert anomaly.adya == "G1c" and anomaly.ops == (0, 1, 5, 7)
     assert "txn (0,1) consumed 'y' that txn (0,2) produced" in anomaly.explanation
+    # the cycle itself, edge by edge, for the viewer to draw
+    assert [(a, b) for a, b, _ in anomaly.cycle] in (
+        [("txn (0,1)", "txn (0,2)"), ("txn (0,2)", "txn (0,1)")],
+        [("txn (0,2)", "txn (0,1)"), ("txn (0,1)", "txn (0,2)")],
+    )
+    assert anomaly.to_json()["cycle"][0][2].startswith("'")
     # one direction alone is ordinary consume-transform-produce
     assert check_transactional([o for o in ops if o.index != 7]).ok
 

@@ -465,8 +465,8 @@ DETECTABLE: tuple[Mutant, ...] = tuple(m for m in MUTANTS if not m.not_detectabl
 
 
 def check(spec: RunSpec) -> tuple[bool, dict[str, int]]:
-    """Run one history and check it exactly as ``txnmodel verify`` does (``invariants.bulk``)."""
-    from invariants.bulk import VerifyOptions, check_histories
+    """Run one history and check it exactly as ``txnmodel verify`` does (``invariants.verify``)."""
+    from invariants.verify import VerifyOptions, check_histories
 
     result = run(spec)
     name = f"{spec.workload}-seed{spec.seed}"

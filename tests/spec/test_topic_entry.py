@@ -14,11 +14,13 @@ from hypothesis import strategies as st
 from reference import buffer as tb
 from reference.engine.broker import encode_entry, encode_keyed_message
 from spec.errors import BadTopicEntry, InputError
+from spec.frame import crc32c
 from spec.topic_entry import (
     TXN_ABORT_MARKER,
     TXN_COMMIT_MARKER,
     BatchedMessage,
     TopicEntry,
+    UnsupportedTopicEntryFormat,
     decode_batch_payload,
     decode_frame,
     decode_topic_entry,
@@ -64,8 +66,11 @@ def test_the_frame_is_the_metadata_then_the_payload_as_stored(entry: TopicEntry)
     assert data[frame.payload_offset :] == frame.entry.payload
     stored = entry.payload if entry.batch is None else encode_batch_payload(entry.batch)
     assert frame.entry.payload == stored
+    assert data[:2] == b"\x0e\x01" and int.from_bytes(data[2:6], "big") == crc32c(data[6:])
     assert (
-        int.from_bytes(data[:4], "big") == frame.payload_offset - 4 == len(message_metadata(entry).SerializeToString())
+        int.from_bytes(data[6:10], "big")
+        == frame.payload_offset - 10
+        == len(message_metadata(entry).SerializeToString())
     )
 
 
@@ -90,19 +95,36 @@ def test_a_cut_entry_is_an_error_or_a_shorter_entry(entry: TopicEntry, data: st.
         assert entry.batch is None and decoded.payload == entry.payload[: len(decoded.payload)]
 
 
+def _framed(body: bytes) -> bytes:
+    return b"\x0e\x01" + crc32c(body).to_bytes(4, "big") + body
+
+
 @pytest.mark.parametrize(
     ("data", "reason", "offset"),
     [
-        (b"\x00\x00", "no room for the 4-byte metadata size", 0),
-        (b"\x00\x00\x00\x09abc", "metadata of 9 bytes runs past the end", 4),
-        (b"\x00\x00\x00\x02\x0a\x00", "lacks a required field", 4),
-        (b"\x00\x00\x00\x01\xff", "MessageMetadata", 4),
+        (b"\x0e\x01\x00\x00", "no room for the checksum and the 4-byte metadata size", 4),
+        (_framed(b"\x00\x00\x00\x09abc"), "metadata of 9 bytes runs past the end", 10),
+        (_framed(b"\x00\x00\x00\x02\x0a\x00"), "lacks a required field", 10),
+        (_framed(b"\x00\x00\x00\x01\xff"), "MessageMetadata", 10),
+        (_framed(b"\x00\x00\x00\x00")[:-1] + b"\x01", "CRC32C", 2),
+        (b"\x00\x00", "no topic-entry magic 0x0e01", 0),
     ],
 )
 def test_bad_frames_are_located(data: bytes, reason: str, offset: int) -> None:
     with pytest.raises(BadTopicEntry, match=reason) as caught:
         decode_topic_entry(data)
     assert caught.value.offset == offset and reason in caught.value.reason
+
+
+def test_the_earlier_format_is_refused_by_name() -> None:
+    """Entries txnmodel wrote before topic entries became Pulsar's bytes ([size][metadata][payload])
+    are not read: the error says which format they are in."""
+    meta = message_metadata(TopicEntry(producer_name="txnmodel", sequence_id=4, publish_time=1, payload=b"x"))
+    raw = meta.SerializeToString()
+    old = len(raw).to_bytes(4, "big") + raw + b"x"
+    with pytest.raises(UnsupportedTopicEntryFormat, match="earlier topic-entry format") as caught:
+        decode_topic_entry(old, where="ledger 3 entry 4")
+    assert caught.value.offset == 0 and str(caught.value).startswith("ledger 3 entry 4: ")
 
 
 def test_bad_batches_are_located_and_the_messages_before_are_kept() -> None:
@@ -119,17 +141,18 @@ def test_bad_batches_are_located_and_the_messages_before_are_kept() -> None:
         decode_batch_payload(payload[:-1], 2)
 
 
-# The bytes the broker writes today (a deliberate format change edits these).
+# The bytes the broker writes: Pulsar's message bytes, magic 0x0E01 and CRC32C first (a deliberate
+# format change edits these).  The commit marker's producer is pulsar.txn.marker, sequence id -1 (TB-16).
 PINNED = [
     (
         encode_entry(
             tb.LogEntry(Position(3, 4), tb.EntryKind.TXN_DATA, TxnID(1, 2)), b"body", 99, 1234, partition_key="k"
         ),
-        "0000001b0a0874786e6d6f64656c100418d20932016b980163b00102b80101626f6479",
+        "0e01316141040000001b0a0874786e6d6f64656c100418d20932016b980163b00102b80101626f6479",
     ),
     (
         encode_entry(tb.LogEntry(Position(3, 5), tb.EntryKind.TXN_COMMIT, TxnID(1, 2)), publish_time=1235),
-        "000000180a0874786e6d6f64656c100518d309a00115b00102b80101",
+        "0e01433631640000002a0a1170756c7361722e74786e2e6d61726b657210ffffffffffffffffff0118d309a00115b00102b80101",
     ),
     (
         encode_entry(
@@ -137,9 +160,12 @@ PINNED = [
             publish_time=7,
             batch=[BatchedMessage(b"a", "x"), BatchedMessage(b"bc")],
         ),
-        "000000100a0874786e6d6f64656c10061807580200000007120178180140006100000004180240016263",
+        "0e01427aff4d000000100a0874786e6d6f64656c10061807580200000007120178180140006100000004180240016263",
     ),
-    (encode_keyed_message("t", None, 8), "000000200a1474786e6d6f64656c2d74622d736e617073686f7410001808320174c80101"),
+    (
+        encode_keyed_message("t", None, 8),
+        "0e01b1770e5d000000200a1474786e6d6f64656c2d74622d736e617073686f7410001808320174c80101",
+    ),
 ]
 
 

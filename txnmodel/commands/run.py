@@ -6,11 +6,13 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from invariants.verify import VerdictRow
 from spec.errors import InputError
-from txnmodel.common import DEFAULT_VECTORS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from txnmodel.common import DEFAULT_VECTORS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, positive_int
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -22,26 +24,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     """
     import tempfile
 
-    from invariants.bulk import verify_main
-    from proofs.framework import Verdict, available_machines, prove_machine
-    from reference.engine.simulate import SimulateOptions
+    from proofs.framework import RLIMIT, Row, Verdict, available_machines, count_obligations, prove_machine
+    from reference.engine.simulate import WORKLOADS, SimulateOptions
     from txnmodel.commands.simulate import simulate
+    from txnmodel.commands.verify import VerifyRequest, verify
+    from txnmodel.progress import Phase, Reporter
     from txnmodel.vectors import run_paths
 
     started = time.perf_counter()
     summary: list[tuple[str, str, str]] = []
     worst = EXIT_OK
+    progress = Reporter()
 
     t0 = time.perf_counter()
-    print("== conformance vectors", flush=True)
     try:
-        results = run_paths([str(DEFAULT_VECTORS)])
+        with progress.phase("conformance vectors", unit="vectors") as phase:
+            results = run_paths(
+                [str(DEFAULT_VECTORS)], on_total=phase.set_total, on_result=lambda r: phase.advance(note=r.vector_id)
+            )
     except InputError as exc:
         print(f"invalid vector input: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     failed = [r for r in results if not r.passed]
     for result in failed:
-        print(f"FAIL {result.vector_id}: {result.mismatch}")
+        progress.say(f"FAIL {result.vector_id}: {result.mismatch}")
     summary.append(
         (
             "conformance vectors",
@@ -52,13 +58,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     if failed:
         worst = EXIT_FAILED
 
-    print("== proofs", flush=True)
     for machine in available_machines():
         t0 = time.perf_counter()
-        rows = prove_machine(machine, timeout_ms=int(args.timeout * 1000))
+        with progress.phase(f"proofs: {machine}", total=count_obligations(machine), unit="properties") as phase:
+
+            def proved(row: Row, phase: Phase = phase) -> None:
+                phase.advance(note=row.name)
+
+            rows = prove_machine(machine, rlimit=args.rlimit or RLIMIT, on_row=proved)
         bad = [r for r in rows if r.verdict is not Verdict.PROVED]
         for row in bad:
-            print(f"NOT PROVED {machine}/{row.name}: {row.verdict.value}\n{row.counterexample or row.reason or ''}")
+            progress.say(
+                f"NOT PROVED {machine}/{row.name}: {row.verdict.value}\n{row.counterexample or row.reason or ''}"
+            )
         summary.append(
             (f"proofs: {machine}", f"{len(rows) - len(bad)}/{len(rows)} proved", f"{time.perf_counter() - t0:.1f}s")
         )
@@ -70,7 +82,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         histories_dir, verdicts_dir = out / "histories", out / "verdicts"
         with tempfile.TemporaryDirectory(prefix="txnmodel-run-") as data:
             t0 = time.perf_counter()
-            print(f"== simulate: {args.histories} seeds x 3 workloads, faults on, file ledgers", flush=True)
             options = SimulateOptions(
                 seed=args.seed,
                 workload="all",
@@ -83,16 +94,22 @@ def cmd_run(args: argparse.Namespace) -> int:
                 key_shared="mixed",
                 delayed_tracker="mixed",
             )
-            code = simulate(options, out=histories_dir, quiet=True)
+            with progress.phase(
+                f"simulate: {args.histories} seeds x {len(WORKLOADS)} workloads, faults on, file ledgers",
+                total=len(WORKLOADS) * args.histories,
+                unit="histories",
+            ) as phase:
+                # a line per history is too many here: the progress says how far it is
+                code = simulate(options, out=histories_dir, quiet=True, progress=phase)
             elapsed = f"{time.perf_counter() - t0:.1f}s"
             summary.append(("simulate", "ok" if code == EXIT_OK else f"exit {code}", elapsed))
             worst = max(worst, code)
         t0 = time.perf_counter()
-        print(f"== verify on Spark ({args.master})", flush=True)
-        verify_args = [str(histories_dir), "--out", str(verdicts_dir), "--master", args.master]
-        code = verify_main(verify_args)
-        summary.extend(_verdict_summary(verdicts_dir, time.perf_counter() - t0))
-        worst = max(worst, code)
+        verified = verify(
+            VerifyRequest(str(histories_dir), out=str(verdicts_dir), master=args.master, reporter=progress)
+        )
+        summary.extend(_verdict_summary(verified.rows, time.perf_counter() - t0))
+        worst = max(worst, verified.exit_code)
 
     width = max(len(s[0]) for s in summary)
     print("\n== summary")
@@ -102,23 +119,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     return worst
 
 
-def _verdict_summary(verdicts_dir: Path, seconds: float) -> list[tuple[str, str, str]]:
+def _verdict_summary(rows: Sequence[VerdictRow], seconds: float) -> list[tuple[str, str, str]]:
     """One summary line per checker: histories, operations and verdict counts."""
-    import pyarrow.parquet as pq
-
-    path = verdicts_dir / "verdicts.parquet"
-    if not path.exists():
-        return [("verify", "no verdicts written", f"{seconds:.1f}s")]
-    rows = pq.read_table(path, columns=["history", "checker", "verdict", "ops", "detail"]).to_pylist()
+    if not rows:
+        return [("verify", "no verdicts", f"{seconds:.1f}s")]
     lines = []
-    for checker in sorted({r["checker"] for r in rows}):
-        mine = [r for r in rows if r["checker"] == checker]
+    for checker in sorted({r.checker for r in rows}):
+        mine = [r for r in rows if r.checker == checker]
         counts: dict[str, int] = {}
         for r in mine:
-            counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+            counts[r.verdict] = counts.get(r.verdict, 0) + 1
         verdicts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
-        histories = len({r["history"] for r in mine})
-        ops = sum(r["ops"] or 0 for r in mine)
+        histories = len({r.history for r in mine})
+        ops = sum(r.ops or 0 for r in mine)
         lines.append((f"verify: {checker}", f"{histories} histories, {ops} ops: {verdicts}", ""))
         if checker == "linearizability":
             lines.extend(_per_machine_summary(mine))
@@ -126,13 +139,13 @@ def _verdict_summary(verdicts_dir: Path, seconds: float) -> list[tuple[str, str,
     return lines
 
 
-def _per_machine_summary(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+def _per_machine_summary(rows: Sequence[VerdictRow]) -> list[tuple[str, str, str]]:
     """One line per reference machine: the engine histories' objects checked against it (from the
     JSON ``detail`` of each linearizability verdict), their crash epochs, operations and verdicts."""
     totals: dict[str, dict[str, Any]] = {}
     for row in rows:
         try:
-            models = json.loads(row["detail"] or "{}").get("models", {})
+            models = json.loads(row.detail or "{}").get("models", {})
         except (json.JSONDecodeError, AttributeError):
             continue  # a generic model's reasons, not a per-machine summary
         for name, figures in models.items():
@@ -160,7 +173,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "with faults on file ledgers, verify them on Spark (local by default), and print a summary table with every "
         "counterexample and its seed. Exit 0 when everything passed, 1 otherwise.",
     )
-    run.add_argument("--timeout", type=float, default=30.0, help="Z3 timeout per property, seconds (default 30)")
+    run.add_argument(
+        "--rlimit",
+        type=positive_int,
+        default=None,
+        help="Z3 resource budget of each proof query (rlimit units; default the framework's RLIMIT)",
+    )
     run.add_argument(
         "--histories",
         type=int,

@@ -13,7 +13,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from txnmodel.common import EXIT_FAILED, EXIT_OK
 
@@ -115,16 +115,20 @@ def simulate(
     jsonl: bool = False,
     check: bool = False,
     quiet: bool = False,
+    progress: Any = None,
 ) -> int:
     """Run ``options``'s histories; write them under ``out`` (one Parquet file per workload, the
     delayed workload's bucket-tracker runs apart; ``jsonl``: JSON Lines too); with ``check``, check
-    each one's transactional properties.  EXIT_OK when every run finished (and, with ``check``, was
-    clean), EXIT_FAILED otherwise."""
+    each one's transactional properties; ``progress`` (a :class:`txnmodel.progress.Phase`) hears of
+    every history.  EXIT_OK when every run finished (and, with ``check``, was clean), EXIT_FAILED
+    otherwise."""
     from reference.engine.simulate import file_stem, run
 
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     say: Callable[[str], None] = (lambda _: None) if quiet else (lambda m: print(m, file=sys.stderr))
+    if progress is not None:
+        progress.set_total(len(options.workloads) * options.histories)
     status = EXIT_OK
     with tempfile.TemporaryDirectory(prefix="txnmodel-sim-") as scratch:
         for workload in options.workloads:
@@ -144,6 +148,8 @@ def simulate(
                     if not clean:
                         status = EXIT_FAILED
                 say(line)
+                if progress is not None:
+                    progress.advance(note=history)
             if out is not None:
                 _write(out, files, jsonl, say)
     return status
@@ -177,14 +183,21 @@ def _write(out: Path, files: dict[str, dict[str, RunResult]], jsonl: bool, say: 
 
 
 def run_simulate(args: argparse.Namespace) -> int:
-    """``txnmodel simulate`` for arguments already parsed by :func:`build_parser`."""
-    return simulate(
-        options_from_args(args),
-        out=Path(args.out) if args.out else None,
-        jsonl=args.jsonl,
-        check=args.check,
-        quiet=args.quiet,
-    )
+    """``txnmodel simulate`` for arguments already parsed by :func:`build_parser`; progress on
+    stderr unless ``--quiet``."""
+    from txnmodel.progress import Reporter
+
+    options = options_from_args(args)
+    total = len(options.workloads) * options.histories
+    with Reporter(enabled=not args.quiet).phase("simulate", total=total, unit="histories") as phase:
+        return simulate(
+            options,
+            out=Path(args.out) if args.out else None,
+            jsonl=args.jsonl,
+            check=args.check,
+            quiet=args.quiet,
+            progress=phase,
+        )
 
 
 def simulate_main(argv: Sequence[str]) -> int:
@@ -200,7 +213,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "multi-partition produce; delayed: delayed delivery mixed with transactions) on the broker built from the "
         "reference machines, under a seeded scheduler that injects faults (broker and coordinator crashes, ledger "
         "failures, lost/delayed/duplicated requests and responses, transaction timeouts). Same seed, same history, "
-        "byte for byte. Histories go to --out as Parquet. Exit 0 when every run finished (and with --check was "
+        "byte for byte. Histories go to --out as Parquet. Progress goes to stderr (a live bar on a terminal, a line "
+        "at least every 10 s otherwise). Exit 0 when every run finished (and with --check was "
         "clean), 1 otherwise.",
     )
     build_parser(parser)

@@ -1,10 +1,9 @@
 """A partition's entries: the buffer's :class:`~reference.buffer.LogEntry` and a send's body, in
 and out of the topic-entry codec (:mod:`spec.topic_entry`, which owns the bytes).
 
-What the broker chooses on top of the codec: every entry it writes, transaction markers included,
-has producer ``txnmodel`` and the entry id as its sequence id (the buffer's TB-16 metadata gives a
-marker Pulsar's ``pulsar.txn.marker`` and -1; the broker's histories predate that rule, see
-``docs/spec/formats.md``); a stored entry is classified by the buffer's rule
+What the broker chooses on top of the codec: a message it writes has producer ``txnmodel`` and the
+entry id as its sequence id; a transaction marker has what the buffer's rule gives it
+(``pulsar.txn.marker`` and -1, TB-16); a stored entry is classified by the buffer's rule
 (:func:`reference.buffer.classify_entry`, TB-16).  :class:`StoredMessage` is what a partition
 keeps of an entry it wrote or read back.
 """
@@ -15,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reference import buffer as tb
+from spec.pb import PulsarApi_pb2 as api_pb
 from spec.topic_entry import (
     TXN_ABORT_MARKER,
     TXN_COMMIT_MARKER,
@@ -23,6 +23,7 @@ from spec.topic_entry import (
     decode_batch_payload,
     decode_topic_entry,
     encode_batch_payload,
+    encode_message_entry,
     encode_topic_entry,
 )
 from spec.types import Position
@@ -54,6 +55,9 @@ class MessageBody:
     deliver_at: int | None = None
     partition_key: str | None = None
     batch: tuple[BatchedMessage, ...] | None = None  # a batch entry (num_messages_in_batch = len)
+    # A real producer's message (txnmodel serve): its metadata and payload are stored as sent, with
+    # the transaction the buffer placed it in; None: the broker writes its own metadata.
+    sent: tuple[api_pb.MessageMetadata, bytes] | None = None
 
 
 NO_BODY = MessageBody()
@@ -81,12 +85,28 @@ def encode_entry(
     partition_key: str | None = None,
     batch: Sequence[BatchedMessage] | None = None,
     null_value: bool = False,
+    sent: tuple[api_pb.MessageMetadata, bytes] | None = None,
 ) -> bytes:
-    """The bytes the broker writes for ``entry`` placed by the buffer, with a send's body."""
+    """The bytes the broker writes for ``entry`` placed by the buffer, with a send's body.  The
+    buffer's rule names a marker's producer and sequence id (``pulsar.txn.marker``, -1: TB-16).
+    A producer's message ``sent`` over the wire keeps its metadata and payload; only the
+    transaction is the broker's (the one the buffer placed it in)."""
+    if sent is not None and not entry.kind.is_marker:
+        metadata = api_pb.MessageMetadata()
+        metadata.CopyFrom(sent[0])
+        for name in ("txnid_most_bits", "txnid_least_bits", "marker_type"):
+            metadata.ClearField(name)
+        if entry.txn_id is not None:
+            metadata.txnid_most_bits = entry.txn_id.most_sig_bits
+            metadata.txnid_least_bits = entry.txn_id.least_sig_bits
+        return encode_message_entry(metadata, sent[1])
+    named = tb.entry_metadata(
+        entry, publish_time_ms=publish_time, producer_name=PRODUCER_NAME, sequence_id=entry.position.entry_id
+    )
     return encode_topic_entry(
         TopicEntry(
-            producer_name=PRODUCER_NAME,
-            sequence_id=entry.position.entry_id,
+            producer_name=named.producer_name,
+            sequence_id=named.sequence_id,
             publish_time=publish_time,
             txn_id=entry.txn_id,
             marker_type=tb.marker_type(entry.kind),

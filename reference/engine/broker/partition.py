@@ -14,6 +14,7 @@ from typing import cast
 from reference import buffer as tb
 from spec.errors import ServiceUnitNotReady
 from spec.history import object_id
+from spec.pb import PulsarApi_pb2 as api_pb
 from spec.result import Effect, Err, Ok
 from spec.types import Position, TxnAction, TxnID
 
@@ -221,6 +222,7 @@ class Partition(Component[tb.BufferState, tb.Command, BufferResult]):
                 self.sim.now,
                 partition_key=carried.partition_key,
                 batch=carried.batch,
+                sent=carried.sent,
             )
         )
         if written != entry.position:
@@ -273,10 +275,12 @@ class Partition(Component[tb.BufferState, tb.Command, BufferResult]):
         *,
         partition_key: str | None = None,
         batch: Sequence[BatchedMessage] | None = None,
+        sent: tuple[api_pb.MessageMetadata, bytes] | None = None,
     ) -> Future[Position]:
         """A producer's send: a normal publish or ``appendBufferToTxn`` (TB-4 .. TB-9).  A batch is
-        one entry holding several messages, all of one txn (or none)."""
-        body = MessageBody(payload, deliver_at, partition_key, None if batch is None else tuple(batch))
+        one entry holding several messages, all of one txn (or none).  ``sent``: the producer's
+        metadata and payload as they came over the wire, stored as they are."""
+        body = MessageBody(payload, deliver_at, partition_key, None if batch is None else tuple(batch), sent)
         if self.state is None:
             return Future()
         command: tb.Command = tb.PublishMessage() if txn_id is None else tb.AppendBufferToTxn(txn_id)

@@ -11,6 +11,7 @@ route by key (:mod:`.key_shared`), batch entries handed out per index.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -91,15 +92,47 @@ class Handout:
 @dataclass
 class ConsumerSlot:
     consumer_id: int
-    queue: list[tuple[Handout, int | None]] = field(default_factory=list)  # (entry, batch index)
+    queue: collections.deque[tuple[Handout, int | None]] = field(default_factory=collections.deque)  # (entry, index)
     unacked: set[Position] = field(default_factory=set)  # entries handed out, as Pulsar's pendingAcks
     waiting: list[Future[Delivered | None]] = field(default_factory=list)
     hash_range_end: int = STICKY_KEY_HASH_RANGE  # Key_Shared: this consumer serves hashes up to here
     joined_after: Position | None = None  # Key_Shared: recently joined, held to entries up to here
+    # How many queued messages each position has: an ack of a position that is not queued here
+    # (the usual case with a real client's prefetched backlog) costs nothing instead of a queue walk.
+    queued: collections.Counter[Position] = field(default_factory=collections.Counter)
+
+    def push(self, handout: Handout, index: int | None) -> None:
+        self.queue.append((handout, index))
+        self.queued[handout.position] += 1
+
+    def pop(self) -> tuple[Handout, int | None]:
+        handout, index = self.queue.popleft()
+        self._forget(handout.position)
+        return handout, index
+
+    def clear(self) -> None:
+        self.queue.clear()
+        self.queued.clear()
+
+    def _forget(self, position: Position) -> None:
+        self.queued[position] -= 1
+        if not self.queued[position]:
+            del self.queued[position]
 
     def drop(self, keep: Callable[[Position, int | None], bool]) -> None:
         """Forget queued messages ``keep`` rejects."""
-        self.queue = [(h, i) for h, i in self.queue if keep(h.position, i)]
+        kept: collections.deque[tuple[Handout, int | None]] = collections.deque()
+        for handout, index in self.queue:
+            if keep(handout.position, index):
+                kept.append((handout, index))
+            else:
+                self._forget(handout.position)
+        self.queue = kept
+
+    def drop_position(self, position: Position, keep: Callable[[Position, int | None], bool]) -> None:
+        """:meth:`drop` when only messages of ``position`` can be rejected."""
+        if position in self.queued:
+            self.drop(keep)
 
 
 class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckResult]):
@@ -120,6 +153,8 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         self.log: RecordLog | None = None
         self.consumers: dict[int, ConsumerSlot] = {}
         self.read_after: Position = EARLIEST
+        # The buffer state and read position of the last dispatch that consulted the buffer.
+        self._dispatched: tuple[tb.BufferState | None, Position] = (None, EARLIEST)
         self.replay: set[Position] = set()
         self.redeliveries: dict[Position, int] = {}
         self._positions: dict[int, RecordPosition] = {}
@@ -184,10 +219,11 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         if self.delayed_enabled and any(key.startswith(dl.BUCKET_PROPERTY_PREFIX) for key in self.cursor.properties):
             self.delayed = self._open_delayed()
         self.read_after = self.cursor.mark_delete_position
+        self._dispatched = (None, EARLIEST)
         self.replay = set()
         self._queued = []
         for slot in self.consumers.values():
-            slot.queue.clear()
+            slot.clear()
             slot.unacked.clear()
         return True
 
@@ -488,12 +524,18 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         active = self._active()
         if not active:
             return
-        read = tb.dispatch(buffer, self.read_after)
+        if buffer is self._dispatched[0] and self.read_after == self._dispatched[1]:
+            # The buffer has not stepped and nothing was read since the last call, which read every
+            # entry up to the readable limit: the buffer's answer would be empty.
+            read = tb.Dispatch((), ())
+        else:
+            read = tb.dispatch(buffer, self.read_after)
         if read.auto_acked:
             self._step(pa.NormalAck(AckType.INDIVIDUAL, tuple(pa.AckedPosition(p) for p in read.auto_acked)))
         seen = [*read.delivered, *read.auto_acked]
         if seen:
             self.read_after = max(self.read_after, *seen)
+        self._dispatched = (buffer, self.read_after)
         fresh = []
         for position in read.delivered:
             message = self.partition.messages[position]
@@ -523,7 +565,8 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
                 continue
             slot.unacked.add(position)
             handout = Handout(position)
-            slot.queue.extend((handout, i) for i in indexes)
+            for i in indexes:
+                slot.push(handout, i)
         for slot in active:
             self._serve(slot)
 
@@ -535,7 +578,7 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
 
     def _serve(self, slot: ConsumerSlot) -> None:
         while slot.waiting and slot.queue:
-            handout, index = slot.queue.pop(0)
+            handout, index = slot.pop()
             waiter = slot.waiting.pop(0)
             waiter.set_result(self._delivered(handout, index))
 
@@ -573,7 +616,7 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
             return Future()
         self.dispatch()
         if slot.queue:
-            return Future.completed(self._delivered(*slot.queue.pop(0)))
+            return Future.completed(self._delivered(*slot.pop()))
         waiter: Future[Delivered | None] = Future()
         slot.waiting.append(waiter)
 
@@ -596,7 +639,7 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
                 # 5.9: a batch entry stays with its consumer until no index of it is left PENDING.
                 if not live:
                     slot.unacked.discard(position)
-                slot.drop(keep)
+                slot.drop_position(position, keep)
         if self._release_joined():
             epoch = self._epoch
             # What was held for it is dispatched after the ack that released it completes.

@@ -1,4 +1,4 @@
-"""The bulk checker: Spark and the single-process run agree; verify's output, files and exit codes.
+"""``txnmodel verify``: Spark and the single-process run agree; verify's output, files and exit codes.
 
 One Spark session (local[2]) serves the whole module.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,23 +16,25 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from invariants.bulk import VerifyOptions, build_parser, check_files_local, check_files_spark, verify_main
 from invariants.history import write_jsonl, write_parquet
 from invariants.jepsen import read_verdicts
 from invariants.models import random_register_history
+from invariants.verify import VerifyOptions
 from spec.history import OpType
-
-from .synthetic import generate
-from .test_jepsen import DATA
+from tests.invariants.synthetic import generate
+from tests.invariants.test_jepsen import DATA
+from txnmodel.commands.verify import build_parser, verify_main
+from txnmodel.file_checks import check_files_local
+from txnmodel.spark_runner import check_files_spark
 
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from invariants.bulk import spark_session
+    from txnmodel.spark_runner import spark_session, stop_session
 
     session = spark_session("local[2]")
     yield session
-    session.stop()
+    stop_session()
 
 
 def _illegal_register(seed: int) -> list[Any]:
@@ -86,12 +89,19 @@ def test_verify_on_spark_writes_verdicts_and_counterexamples(
     printed = capsys.readouterr()
     assert code == 1
     assert "ILLEGAL bad-register-1 [linearizability]" in printed.out and "lost-message" in printed.out
-    assert "12 histories" in printed.out and "tasks done" in printed.err
+    assert "12 histories" in printed.out
+    # progress on stderr: the tasks done out of the total, and the session start before them
+    assert re.search(r"verify on Spark \(local\[2\]\) done: (\d+)/\1 tasks", printed.err), printed.err
+    assert "== verify: start Spark" in printed.err
     table = pq.read_table(out / "verdicts.parquet").to_pylist()
     assert len(table) == 12 and {r["verdict"] for r in table} == {"ok", "illegal"}
     pages = sorted(p.name for p in (out / "counterexamples").iterdir())
     assert "bad-register-1.linearizability.html" in pages and "lost-2.transactional.txt" in pages
     assert "lost-message" in (out / "counterexamples" / "lost-2.transactional.html").read_text()
+    # the report names every counterexample file it wrote, and the index that links them
+    for page in pages:
+        assert f"counterexample: {out / 'counterexamples' / page}" in printed.out
+    assert f"index of every verdict: {out / 'index.html'}" in printed.out
 
 
 def test_verify_json_on_jepsen_logs(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -194,8 +204,9 @@ def test_group_by_history_across_files_on_spark(spark: Any, tmp_path: Path) -> N
 def test_a_large_file_is_split_by_history_and_each_part_reads_only_its_rows(tmp_path: Path) -> None:
     """With fewer files than task slots, a Parquet file becomes several work units, one per group of
     its histories; together they cover every history once, and a unit's read is filtered."""
-    from invariants.bulk import _pack, _units, check_file
     from invariants.history import parquet_history_names, read_file
+    from txnmodel.file_checks import check_file
+    from txnmodel.spark_runner import pack, work_units
 
     big = {f"h{i}": random_register_history(i, ops=40, clients=4) for i in range(8)}
     big = {name: [dataclasses.replace(op, history=name) for op in ops] for name, ops in big.items()}
@@ -204,18 +215,18 @@ def test_a_large_file_is_split_by_history_and_each_part_reads_only_its_rows(tmp_
     write_parquet(tmp_path / "small.parquet", small)
     files = [str(tmp_path / "big.parquet"), str(tmp_path / "small.parquet")]
     assert parquet_history_names(files[0]) == sorted(big)
-    units = _units(files, "parquet", 6)
+    units = work_units(files, "parquet", 6)
     parts = [names for (path, names), _ in units if path == files[0]]
     assert len(parts) > 1 and all(parts)
     assert sorted(name for names in parts for name in names or ()) == sorted(big)
     assert [names for (path, names), _ in units if path == files[1]] == [None]
-    assert sorted(u for part in _pack(units, 3) for u in part) == sorted(u for u, _ in units)
+    assert sorted(u for part in pack(units, 3) for u in part) == sorted(u for u, _ in units)
     first = parts[0]
     assert first is not None
     assert set(read_file(files[0], "parquet", first)) == set(first)
     rows = check_file(files[0], "parquet", VerifyOptions(model="cas-register"), first)
     assert {r.history for r in rows} == set(first) and {r.verdict for r in rows} == {"ok"}
     # Enough files for the slots: whole files, nothing read on the driver.
-    assert [names for (_, names), _ in _units(files, "parquet", 2)] == [None, None]
+    assert [names for (_, names), _ in work_units(files, "parquet", 2)] == [None, None]
     with pytest.raises(ValueError, match="Parquet"):
         read_file(files[0], "jsonl", first)
