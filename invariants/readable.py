@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import immutables
@@ -101,8 +102,8 @@ def _short(value: Any, depth: int) -> str:
         return "{" + ", ".join(shown) + more + "}"
     if isinstance(value, frozenset | set):
         return _set_text([_short(v, depth + 1) for v in _sorted_items(value)], len(value))
-    if isinstance(value, tuple | list):
-        shown = [_short(v, depth + 1) for v in value[:_MAX_ITEMS]]
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        shown = [_short(v, depth + 1) for v in itertools.islice(value, _MAX_ITEMS)]
         more = f", … {len(value) - len(shown)} more" if len(value) > len(shown) else ""
         return "[" + ", ".join(shown) + more + "]"
     return repr(value)
@@ -177,7 +178,7 @@ def _rows(value: Any, path: str) -> Iterator[Row]:
     if isinstance(value, frozenset | set):
         yield (path or "value", _set_text([_short(v, 1) for v in _sorted_items(value)], len(value)))
         return
-    if isinstance(value, tuple | list):
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
         if all(_atom(v) is not None for v in value):
             yield (path or "value", "[" + ", ".join(_atom(v) or "" for v in value) + "]")
             return

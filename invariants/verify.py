@@ -14,7 +14,10 @@ For each history:
 2. **linearizability** of each planned model's objects (:func:`check_linearizability`), the worst
    verdict over them, the first illegal object explained and shrunk to a counterexample;
 3. the **transactional** checks (:mod:`invariants.transactional`) when the history speaks the
-   transactional vocabulary, on the client operations only.
+   transactional vocabulary, on the client operations only;
+4. with them, the **delivery** checks (:mod:`invariants.client_visible`): what a consumer may and
+   must receive, stated from the rules pages without the reference machines, so a slip the
+   reference and its per-object models share is still seen.
 
 A history that no checker applies to is bad input; a model or machine that raises is an ``error``
 verdict with its traceback, never a pass.  Verdicts are ranked once, in :class:`Outcome`.
@@ -106,7 +109,8 @@ class VerifyOptions:
 
 @dataclass(frozen=True)
 class VerdictRow:
-    """One verdict: a history and a checker (``linearizability``, ``transactional``; ``input`` and ``crash``)."""
+    """One verdict: a history and a checker (``linearizability``, ``transactional``, ``delivery``;
+    ``input`` and ``crash``)."""
 
     history: str
     checker: str
@@ -289,11 +293,14 @@ def _linearizability_row(
 def _transactional_row(
     name: str, client_ops: Sequence[Operation], file: str, options: VerifyOptions, seed: int | None
 ) -> VerdictRow:
+    from invariants.applicability import applicability
     from invariants.report import render_txn_text, txn_html
     from invariants.transactional import check_transactional
 
     started = time.perf_counter()
     txn = check_transactional(client_ops)
+    # Which checks had anything to judge: an absent check must never read as a pass.
+    applies = {found.check: found.to_json() for found in applicability(client_ops)}
     return VerdictRow(
         name,
         "transactional",
@@ -305,7 +312,7 @@ def _transactional_row(
         0,
         time.perf_counter() - started,
         None,
-        json.dumps({"counts": txn.counts, "anomalies": [a.to_json() for a in txn.anomalies]}),
+        json.dumps({"counts": txn.counts, "anomalies": [a.to_json() for a in txn.anomalies], "applicability": applies}),
         None if txn.ok else render_txn_text(txn, seed=seed),
         None
         if txn.ok or not options.counterexamples
@@ -314,9 +321,42 @@ def _transactional_row(
     )
 
 
+def _delivery_row(name: str, client_ops: Sequence[Operation], file: str, seed: int | None) -> VerdictRow:
+    from invariants.client_visible import check_client_visible
+
+    started = time.perf_counter()
+    found = check_client_visible(client_ops)
+    text = None
+    if not found.ok:
+        lines = [f"history {name}: delivery violations {dict(sorted(found.counts.items()))}"]
+        lines += [f"  {v}" for v in found.violations]
+        if seed is not None:
+            lines.append(f"reproduce with seed {seed}")
+        text = "\n".join(lines)
+    return VerdictRow(
+        name,
+        "delivery",
+        (Outcome.OK if found.ok else Outcome.ILLEGAL).value,
+        file,
+        "client-visible",
+        sum(found.judged.values()),
+        len(client_ops),
+        0,
+        time.perf_counter() - started,
+        None,
+        json.dumps(
+            {"counts": found.counts, "judged": found.judged, "violations": [v.to_json() for v in found.violations]}
+        ),
+        text,
+        None,
+        seed,
+    )
+
+
 def check_history(name: str, ops: Sequence[Operation], file: str, options: VerifyOptions) -> list[VerdictRow]:
     """Every checker that applies to one history: a ``linearizability`` row when a model applies, a
-    ``transactional`` row when clients sent, received, acked or ended transactions; an ``input`` row
+    ``transactional`` and a ``delivery`` row when clients sent, received, acked or ended
+    transactions; an ``input`` row
     (``bad-input``) when nothing applies or the history breaks the contract, a ``crash`` row
     (``error``) when a model or machine raised."""
     from spec.errors import InputError
@@ -333,6 +373,7 @@ def check_history(name: str, ops: Sequence[Operation], file: str, options: Verif
         transactional = any(op.f in TXN_VOCABULARY for op in client_ops)
         if transactional:
             rows.append(_transactional_row(name, client_ops, file, options, seed))
+            rows.append(_delivery_row(name, client_ops, file, seed))
         if not plan and not transactional:
             detail = "no checker applies: no --model for these objects and no transactional operations"
             rows.append(_bad_input(name, file, options.model, detail))

@@ -388,8 +388,7 @@ def _linearizability(
     searches: int,
     caps: Caps,
 ) -> str:
-    core_set = set(core)
-    focus = {*core_set, *([] if blocked is None else [blocked])}
+    focus = {*core, *([] if blocked is None else [blocked])}
     for lin in linearizations[:1]:
         focus.update(lin.order[-20:])
     chosen, omitted = _choose(ops, focus, caps.max_ops)
@@ -400,11 +399,79 @@ def _linearizability(
             f"Capped: {len(chosen)} of {len(ops)} operations drawn (those nearest in time to the failure); "
             f"{omitted} left out (cap {caps.max_ops} operations)."
         )
+    classes, roles = _op_roles(ops, set(core), ignored, blocked)
+    callouts = {blocked: "✖ cannot be placed"} if blocked is not None else {}
+    marks: list[tuple[int, str]] = []
+    if blocked is not None and blocked in by_index and by_index[blocked].completed_at is not None:
+        marks.append((by_index[blocked].completed_at or 0, f"#{blocked} returned: it had to be placed by here"))
+    svg = _timeline(chosen, descriptions, classes, callouts=callouts, marks=marks)
+    lins_data = _stepper_data(linearizations, caps, notes)
+    data = {
+        "kind": "linearizability",
+        "ops": [_op_data(op, descriptions.get(op.index, op.f), roles.get(op.index, ())) for op in chosen],
+        "lins": lins_data,
+        "drawn": sorted(op.index for op in chosen),
+    }
+    title = f"{history} · {obj} · not linearizable ({model})"
+    summary = _linearizability_summary(
+        history, obj, model, seed, by_index.get(blocked) if blocked is not None else None, descriptions, reason
+    )
+    summary.append(_core_details(core, descriptions, len(ops), original_ops, searches))
+    options = "".join(
+        f"<option value='{d['n']}'>{d['n'] + 1}: {d['total']} steps"
+        f"{' (the checker’s)' if d['source'] == 'checker' else ''}</option>"
+        for d in lins_data
+    )
+    state_panel = (
+        "<section id='state-panel'><h2>Model state <span id='state-caption'></span></h2>"
+        f"<p class='note'>After the prefix found by the checker: {_esc(_cut(state_after, 400))}</p>"
+        "<table id='state'><thead><tr><th>field</th><th>value</th></tr></thead><tbody></tbody></table></section>"
+    )
+    body = (
+        f"<header><h1>{_esc(title)}</h1></header>{_notes(notes)}{''.join(summary)}{_STEPPER.format(options=options)}"
+        f"<section id='timeline-panel'><h2>Timeline</h2>{_legend(_LINEARIZABILITY_LEGEND)}"
+        "<p class='note'>One lane per process; the axis is in event order (one column per recorded instant, "
+        f"labelled with it). Click an operation for its details.</p><div class='scroll'>{svg}</div></section>"
+        f"<div class='columns'>{state_panel}<section id='details-panel'><h2>Operation</h2>"
+        "<div id='details'><p class='note'>Click an operation.</p></div></section></div>"
+        f"{_footer()}"
+    )
+    return _page(title, body, data, kind="linearizability")
+
+
+_STEPPER = (
+    "<section id='stepper'><h2>Step through the longest partial linearizations</h2>"
+    "<div class='controls'>"
+    "<label>partial linearization <select id='lin-select'>{options}</select></label> "
+    "<button id='step-first' title='first (Home)'>◀◀ first</button>"
+    "<button id='step-prev' title='previous (←)'>◀ prev</button>"
+    "<input id='step-range' type='range' min='0' max='0' value='0' aria-label='step'>"
+    "<button id='step-next' title='next (→)'>next ▶</button>"
+    "<button id='step-last' title='last (End)'>last ▶▶</button>"
+    "<span id='step-label' class='step-label'></span></div>"
+    "<p id='step-end' class='step-end' hidden></p></section>"
+)
+
+_LINEARIZABILITY_LEGEND = [
+    ("ok", "ok: returned"),
+    ("fail", "fail: refused, no effect"),
+    ("info", "info: outcome unknown (dashed, open-ended)"),
+    ("ok core", "in the failing core"),
+    ("ok weak", "output ignored (outside the core)"),
+    ("ok blocked", "cannot be placed"),
+    ("ok lin", "placed by the current step (number: its place)"),
+]
+
+
+def _op_roles(
+    ops: Sequence[Operation], core: set[int], ignored: set[int], blocked: int | None
+) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
+    """Each operation's CSS classes on the timeline and its roles in words (the details panel)."""
     classes: dict[int, list[str]] = {}
     roles: dict[int, list[str]] = {}
     for op in ops:
         mine: list[str] = []
-        if op.index in core_set:
+        if op.index in core:
             mine.append("core")
             roles.setdefault(op.index, []).append("in the failing core: its output is checked")
         elif op.index in ignored:
@@ -414,17 +481,15 @@ def _linearizability(
             mine.append("blocked")
             roles.setdefault(op.index, []).insert(0, "cannot be placed: no order fits it before its return")
         classes[op.index] = mine
-    callouts = {blocked: "✖ cannot be placed"} if blocked is not None else {}
-    marks: list[tuple[int, str]] = []
-    if blocked is not None and blocked in by_index and by_index[blocked].completed_at is not None:
-        marks.append((by_index[blocked].completed_at or 0, f"#{blocked} returned: it had to be placed by here"))
-    svg = _timeline(chosen, descriptions, classes, callouts=callouts, marks=marks)
-    # the stepper's data: each linearization's states, capped
+    return classes, roles
+
+
+def _stepper_data(linearizations: Sequence[Linearization], caps: Caps, notes: list[str]) -> list[dict[str, Any]]:
+    """The stepper's data: each partial linearization's order and states, capped (the caps noted)."""
     lins_data = []
     for number, lin in enumerate(linearizations):
         skip = max(0, len(lin.order) - caps.max_steps)
         states = [tuple(rows[: caps.max_state_rows]) for rows in lin.states[skip:]]
-        encoded = encode_states(states)
         cut_rows = lin.rows_left + max((max(0, len(rows) - caps.max_state_rows) for rows in lin.states), default=0)
         lins_data.append(
             {
@@ -433,7 +498,7 @@ def _linearizability(
                 "order": list(lin.order[skip:]),
                 "first": skip,
                 "total": len(lin.order),
-                **encoded,
+                **encode_states(states),
                 "rowsLeft": cut_rows,
                 "next": [[i, why] for i, why in lin.next_ops[:12]],
                 "blocked": lin.blocked,
@@ -449,15 +514,18 @@ def _linearizability(
                 f"Capped: states of partial linearization {number + 1} show their first {caps.max_state_rows} rows; "
                 f"up to {cut_rows} more rows are left out."
             )
-    drawn = {op.index for op in chosen}
-    data = {
-        "kind": "linearizability",
-        "ops": [_op_data(op, descriptions.get(op.index, op.f), roles.get(op.index, ())) for op in chosen],
-        "lins": lins_data,
-        "drawn": sorted(drawn),
-    }
-    title = f"{history} · {obj} · not linearizable ({model})"
-    blocked_op = by_index.get(blocked) if blocked is not None else None
+    return lins_data
+
+
+def _linearizability_summary(
+    history: str,
+    obj: str,
+    model: str,
+    seed: int | None,
+    blocked_op: Operation | None,
+    descriptions: Mapping[int, str],
+    reason: str,
+) -> list[str]:
     summary = [
         f"<p class='verdict bad'>NOT LINEARIZABLE</p><p>Object <b>{_esc(obj)}</b> of history <b>{_esc(history)}</b> "
         f"checked against the <b>{_esc(model)}</b> model."
@@ -472,61 +540,24 @@ def _linearizability(
             f"{_esc(descriptions.get(blocked_op.index, blocked_op.f))}</p>"
         )
     summary.append(f"<p class='why'><b>Why:</b> {_esc(_cut(reason, 3000))}</p>")
+    return summary
+
+
+def _core_details(
+    core: Sequence[int], descriptions: Mapping[int, str], ops: int, original_ops: int, searches: int
+) -> str:
     core_items = "".join(
         f"<li><a href='#' data-show-op='{i}'>#{i}</a> {_esc(descriptions.get(i, ''))}</li>" for i in core[:50]
     )
     more_core = f"<li>… {len(core) - 50} more</li>" if len(core) > 50 else ""
-    summary.append(
+    return (
         f"<details{' open' if len(core) <= 12 else ''}><summary>Failing core: {len(core)} operation(s) whose "
         "outputs cannot all be true</summary>"
         f"<ul class='core-list'>{core_items}{more_core}</ul><p class='note'>The history was cut to its shortest "
-        f"illegal prefix ({len(ops)} of {original_ops} operations; ones still open at the cut became "
+        f"illegal prefix ({ops} of {original_ops} operations; ones still open at the cut became "
         f"indeterminate), then the outputs of every operation outside the core were ignored — they still took "
         f"effect in their intervals — and it is still not linearizable ({searches} searches).</p></details>"
     )
-    options = "".join(
-        f"<option value='{d['n']}'>{d['n'] + 1}: {d['total']} steps"
-        f"{' (the checker’s)' if d['source'] == 'checker' else ''}</option>"
-        for d in lins_data
-    )
-    stepper = (
-        "<section id='stepper'><h2>Step through the longest partial linearizations</h2>"
-        "<div class='controls'>"
-        f"<label>partial linearization <select id='lin-select'>{options}</select></label> "
-        "<button id='step-first' title='first (Home)'>◀◀ first</button>"
-        "<button id='step-prev' title='previous (←)'>◀ prev</button>"
-        "<input id='step-range' type='range' min='0' max='0' value='0' aria-label='step'>"
-        "<button id='step-next' title='next (→)'>next ▶</button>"
-        "<button id='step-last' title='last (End)'>last ▶▶</button>"
-        "<span id='step-label' class='step-label'></span></div>"
-        "<p id='step-end' class='step-end' hidden></p></section>"
-    )
-    state_panel = (
-        "<section id='state-panel'><h2>Model state <span id='state-caption'></span></h2>"
-        f"<p class='note'>After the prefix found by the checker: {_esc(_cut(state_after, 400))}</p>"
-        "<table id='state'><thead><tr><th>field</th><th>value</th></tr></thead><tbody></tbody></table></section>"
-    )
-    legend = _legend(
-        [
-            ("ok", "ok: returned"),
-            ("fail", "fail: refused, no effect"),
-            ("info", "info: outcome unknown (dashed, open-ended)"),
-            ("ok core", "in the failing core"),
-            ("ok weak", "output ignored (outside the core)"),
-            ("ok blocked", "cannot be placed"),
-            ("ok lin", "placed by the current step (number: its place)"),
-        ]
-    )
-    body = (
-        f"<header><h1>{_esc(title)}</h1></header>{_notes(notes)}{''.join(summary)}{stepper}"
-        f"<section id='timeline-panel'><h2>Timeline</h2>{legend}"
-        "<p class='note'>One lane per process; the axis is in event order (one column per recorded instant, "
-        f"labelled with it). Click an operation for its details.</p><div class='scroll'>{svg}</div></section>"
-        f"<div class='columns'>{state_panel}<section id='details-panel'><h2>Operation</h2>"
-        "<div id='details'><p class='note'>Click an operation.</p></div></section></div>"
-        f"{_footer()}"
-    )
-    return _page(title, body, data, kind="linearizability")
 
 
 def _footer() -> str:

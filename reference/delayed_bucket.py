@@ -62,20 +62,24 @@ from reference.delayed_runs import (
     EMPTY_BITMAPS,
     Bitmaps,
     Index,
+    LsmQueue,
     Run,
     bit_add,
     bit_remove,
     bit_set,
     cardinality,
     compact_run,
+    difference,
     evolve,
     freeze,
     insert_sorted,
     lsm_add,
-    lsm_min,
-    lsm_size,
     pack,
+    queue_head,
+    queue_size,
+    queued,
     run_of_keys,
+    same_queue,
     split_due,
     union,
     unpack,
@@ -159,7 +163,7 @@ class ImmutableBucket:
 
 
 @dataclass(frozen=True, slots=True)
-class MutableBucket:
+class MutableBucket(LsmQueue):
     start_ledger_id: int = -1
     end_ledger_id: int = -1
     runs: tuple[Run, ...] = ()
@@ -167,7 +171,7 @@ class MutableBucket:
 
     @property
     def size(self) -> int:
-        return lsm_size(self.runs)
+        return queue_size(self)
 
 
 OP_TYPES: Final = ("create", "load", "delete", "merge")
@@ -219,13 +223,11 @@ def segment_length(run: Run) -> int:
     """Serialized size of a ``SnapshotSegment`` holding ``run`` (protobuf varint arithmetic)."""
     total = 0
     for ts, ledger, entry in run.indexes():
-        body = 3 + _varint_len(ts) + _varint_len(ledger) + _varint_len(entry)
-        total += 1 + _varint_len(body) + body
+        # three tagged varints in a message, the message tagged and length-prefixed
+        body = 3 + ((ts.bit_length() + 6) // 7 or 1) + ((ledger.bit_length() + 6) // 7 or 1)
+        body += (entry.bit_length() + 6) // 7 or 1
+        total += 1 + ((body.bit_length() + 6) // 7 or 1) + body
     return total
-
-
-def _varint_len(value: int) -> int:
-    return max(1, (value.bit_length() + 6) // 7)
 
 
 def metadata_length(metadata: Sequence[SegmentMeta]) -> int:
@@ -404,10 +406,10 @@ def _seal(state: BucketTracker) -> tuple[BucketTracker, list[Effect]]:
             indexes.append(index)
     # Only the bits of the sealed indexes move; bits of messages routed straight to the shared
     # queue stay in the mutable bitmap (DD-7).
-    bits = mutable.bitmaps
+    moved: dict[int, BitMap] = {}
     for _, ledger, entry in indexes:
-        bits = bit_remove(bits, ledger, entry)
-    state = evolve(state, mutable=MutableBucket(bitmaps=bits))
+        moved.setdefault(ledger, BitMap()).add(entry)
+    state = evolve(state, mutable=MutableBucket(bitmaps=difference(mutable.bitmaps, moved)))
     if not indexes:
         return state, []
     state, bucket, effects = _build_bucket(state, mutable.start_ledger_id, mutable.end_ledger_id, indexes)
@@ -521,6 +523,8 @@ def _trim(state: BucketTracker) -> tuple[BucketTracker, list[Effect]]:
 
 
 def _covering(buckets: Sequence[ImmutableBucket], ledger: int) -> int | None:
+    if not buckets or ledger > buckets[-1].end_ledger_id:
+        return None  # above every bucket, where messages of a topic being written go
     at = bisect.bisect_right(buckets, ledger, key=lambda b: b.start_ledger_id) - 1
     if at >= 0 and buckets[at].end_ledger_id >= ledger:
         return at
@@ -562,11 +566,15 @@ def _add(state: BucketTracker, cmd: AddMessage) -> tuple[BucketTracker, Ok[bool]
             return state, Ok(False)
         state, timer_effects = _update_timer(state, cmd.now_ms)
         return state, Ok(False, tuple(timer_effects))
-    if contains_message(state, cmd.ledger_id, cmd.entry_id):
+    ledger, entry = cmd.ledger_id, cmd.entry_id
+    covering = _covering(state.buckets, ledger)
+    # DD-11, as contains_message asks it (the covering bucket is needed again below)
+    if bit_set(state.mutable.bitmaps, ledger, entry) or (
+        covering is not None and bit_set(state.buckets[covering].bitmaps, ledger, entry)
+    ):
         return state, Ok(True)
     effects: list[Effect] = []
-    ledger, entry = cmd.ledger_id, cmd.entry_id
-    exist = _covering(state.buckets, ledger) is not None
+    exist = covering is not None
     m = state.mutable
     if (
         not state.fallback
@@ -581,20 +589,16 @@ def _add(state: BucketTracker, cmd: AddMessage) -> tuple[BucketTracker, Ok[bool]
     key = pack((cmd.deliver_at, ledger, entry))
     above_buckets = not state.buckets or ledger > state.buckets[-1].end_ledger_id
     if not exist and ledger >= m.end_ledger_id and (m.start_ledger_id != -1 or above_buckets):
-        m = MutableBucket(
-            ledger if m.start_ledger_id == -1 else m.start_ledger_id,
-            ledger,
-            lsm_add(m.runs, key),
-            bit_add(m.bitmaps, ledger, entry),
-        )
-        state = evolve(state, mutable=m)
+        start = ledger if m.start_ledger_id == -1 else m.start_ledger_id
+        added = MutableBucket(start, ledger, lsm_add(m.runs, key), bit_add(m.bitmaps, ledger, entry))
+        state = evolve(state, mutable=queued(added, m, key), count=state.count + 1)
     else:
         state = evolve(
             state,
             shared=insert_sorted(state.shared, Run(key)),
-            mutable=evolve(m, bitmaps=bit_add(m.bitmaps, ledger, entry)),
+            mutable=same_queue(evolve(m, bitmaps=bit_add(m.bitmaps, ledger, entry)), m),
+            count=state.count + 1,
         )
-    state = evolve(state, count=state.count + 1)
     state, more = _update_timer(state, cmd.now_ms)
     return state, Ok(True, (*effects, *more))
 
@@ -607,14 +611,12 @@ def _add(state: BucketTracker, cmd: AddMessage) -> tuple[BucketTracker, Ok[bool]
 def next_delivery_time(state: BucketTracker) -> int:
     """DD-13: the smallest queued deliver-at (mutable queue or shared queue); Long.MAX when nothing
     is queued (#26080)."""
-    heads: list[int] = []
-    runs = state.mutable.runs
-    i = lsm_min(runs)
-    if i is not None:
-        heads.append(runs[i].index(0)[0])
+    head = queue_head(state.mutable)
     if state.shared:
-        heads.append(state.shared[0].index(0)[0])
-    return min(heads) if heads else NO_TIMESTAMP
+        shared = state.shared[0].head()
+        if head is None or shared < head:
+            head = shared
+    return unpack(head)[0] if head is not None else NO_TIMESTAMP
 
 
 def _move_due(state: BucketTracker, cutoff: int) -> BucketTracker:

@@ -9,6 +9,7 @@ commands have nothing to act on.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from reference.delayed_common import (
@@ -34,7 +35,19 @@ from reference.delayed_common import (
     timer_fired,
     update_timer,
 )
-from reference.delayed_runs import Run, evolve, lsm_add, lsm_min, lsm_size, pack, unpack
+from reference.delayed_runs import (
+    LsmQueue,
+    Run,
+    due_limit,
+    evolve,
+    lsm_add,
+    pack,
+    queue_head,
+    queue_size,
+    queued,
+    same_queue,
+    unpack,
+)
 from spec.errors import BucketNotExist, BucketSnapshotPersistence
 from spec.result import Effect, Err, Ok
 from spec.types import Position
@@ -43,7 +56,7 @@ __all__ = ["InMemoryTracker", "Step", "contains_message", "metrics", "next_deliv
 
 
 @dataclass(frozen=True, slots=True)
-class InMemoryTracker:
+class InMemoryTracker(LsmQueue):
     """DD-29: the baseline, one priority queue of every accepted index (no dedup, nothing persisted)."""
 
     params: Params
@@ -52,7 +65,7 @@ class InMemoryTracker:
 
     @property
     def count(self) -> int:
-        return lsm_size(self.runs)
+        return queue_size(self)
 
 
 Step = tuple[InMemoryTracker, Result]
@@ -60,12 +73,14 @@ Step = tuple[InMemoryTracker, Result]
 
 def next_delivery_time(state: InMemoryTracker) -> int:
     """DD-13: the smallest queued deliver-at; Long.MAX when nothing is queued (#26080)."""
-    i = lsm_min(state.runs)
-    return state.runs[i].index(0)[0] if i is not None else NO_TIMESTAMP
+    head = queue_head(state)
+    return unpack(head)[0] if head is not None else NO_TIMESTAMP
 
 
 def _update_timer(state: InMemoryTracker, now_ms: int) -> tuple[InMemoryTracker, list[Effect]]:
-    return update_timer(state, now_ms, next_delivery_time)
+    after, effects = update_timer(state, now_ms, next_delivery_time)
+    # a new timer leaves the queue as it was: hand its size and head on
+    return (same_queue(after, state) if after.runs is state.runs else after), effects
 
 
 def contains_message(state: InMemoryTracker, ledger_id: int, entry_id: int) -> bool:
@@ -80,7 +95,8 @@ def _add(state: InMemoryTracker, cmd: AddMessage) -> tuple[InMemoryTracker, Ok[b
     cutoff = state.params.cutoff(cmd.now_ms)
     if cmd.deliver_at < 0 or cmd.deliver_at <= cutoff:
         return state, Ok(False)
-    state = evolve(state, runs=lsm_add(state.runs, pack((cmd.deliver_at, cmd.ledger_id, cmd.entry_id))))
+    key = pack((cmd.deliver_at, cmd.ledger_id, cmd.entry_id))
+    state = queued(evolve(state, runs=lsm_add(state.runs, key)), state, key)
     state, timer_effects = _update_timer(state, cmd.now_ms)
     return state, Ok(True, tuple(timer_effects))
 
@@ -89,21 +105,27 @@ def _get_scheduled(
     state: InMemoryTracker, cmd: GetScheduledMessages
 ) -> tuple[InMemoryTracker, Ok[tuple[Position, ...]]]:
     """DD-12, DD-13: pop due indexes in (deliver_at, ledger, entry) order."""
-    cutoff = state.params.cutoff(cmd.now_ms)
+    due = due_limit(state.params.cutoff(cmd.now_ms))
     out: set[tuple[int, int]] = set()
     n = cmd.max_messages
     runs = state.runs
-    while n > 0:
-        i = lsm_min(runs)
-        if i is None:
-            break
-        ts, ledger, entry = runs[i].index(0)
-        if ts > cutoff:
-            break
-        nxt = runs[i].advance()
-        runs = (*runs[:i], *((nxt,) if nxt is not None else ()), *runs[i + 1 :])
+    # A merge of the runs' heads: pop the smallest key while it is due, up to n (on equal keys the
+    # older run's first); ``taken[i]`` counts what run i gave.
+    heads = [(run.head(), i) for i, run in enumerate(runs)]
+    heapq.heapify(heads)
+    taken = [0] * len(runs)
+    while n > 0 and heads and heads[0][0] <= due:
+        key, i = heads[0]
+        _, ledger, entry = unpack(key)
+        taken[i] += 1
+        if taken[i] < len(runs[i]):
+            heapq.heapreplace(heads, (runs[i].key(taken[i]), i))
+        else:
+            heapq.heappop(heads)
         out.add((ledger, entry))
         n -= 1
+    if any(taken):
+        runs = tuple(left for run, t in zip(runs, taken, strict=True) if (left := run.advance(t) if t else run))
     state, more = _update_timer(evolve(state, runs=runs), cmd.now_ms)
     positions = tuple(Position(ledger, entry) for ledger, entry in sorted(out))
     return state, Ok(positions, tuple(more))

@@ -22,16 +22,21 @@ from typing import Any, Final, TypeVar
 import immutables
 from pyroaring import BitMap, FrozenBitMap
 
+from reference.persistent import evolve
+
 __all__ = [
     "EMPTY_BITMAPS",
     "Bitmaps",
     "Index",
+    "LsmQueue",
     "Run",
     "bit_add",
     "bit_remove",
     "bit_set",
     "cardinality",
     "compact_run",
+    "difference",
+    "due_limit",
     "evolve",
     "freeze",
     "insert_sorted",
@@ -39,13 +44,18 @@ __all__ = [
     "lsm_min",
     "lsm_size",
     "pack",
+    "queue_head",
+    "queue_size",
+    "queued",
     "run_of_keys",
+    "same_queue",
     "split_due",
     "union",
     "unpack",
 ]
 
 _ABS: Final = struct.Struct(">QQQ")
+_KEY: Final = struct.Struct("24s")  # one absolute record, as the key it is
 _REL: Final = struct.Struct(">III")
 _U32: Final = 1 << 32
 
@@ -53,17 +63,7 @@ _U32: Final = 1 << 32
 Index = tuple[int, int, int]  # (deliver_at, ledger_id, entry_id)
 
 
-T = TypeVar("T")
-
-
-def evolve(obj: T, **changes: Any) -> T:
-    """``dataclasses.replace`` for our slotted frozen values, without re-running ``__init__``
-    (the hot path of every step; several times faster)."""
-    cls = type(obj)
-    new = cls.__new__(cls)
-    for name in cls.__slots__:  # type: ignore[attr-defined]
-        object.__setattr__(new, name, changes[name] if name in changes else getattr(obj, name))
-    return new
+Q = TypeVar("Q", bound="LsmQueue")
 
 
 # --------------------------------------------------------------------------------------------
@@ -104,13 +104,15 @@ class Run:
         return self.key(0)
 
     def indexes(self) -> Iterator[Index]:
-        for i in range(len(self)):
-            yield self.index(i)
+        view = memoryview(self.data)[self.offset * self.width :]
+        if self.width == 24:
+            return _ABS.iter_unpack(view)
+        ts, ledger = self.base_ts, self.base_ledger
+        return ((t + ts, lg + ledger, e) for t, lg, e in _REL.iter_unpack(view))
 
     def key_list(self) -> list[bytes]:
         if self.width == 24:
-            start = self.offset * 24
-            return [self.data[i : i + 24] for i in range(start, len(self.data), 24)]
+            return [key for (key,) in _KEY.iter_unpack(memoryview(self.data)[self.offset * 24 :])]
         return [self.key(i) for i in range(len(self))]
 
     def advance(self, n: int = 1) -> Run | None:
@@ -170,14 +172,23 @@ def insert_sorted(runs: tuple[Run, ...], run: Run | None) -> tuple[Run, ...]:
     return (*runs[:at], run, *runs[at:])
 
 
+LSM_FANOUT: Final = 4
+
+
 def lsm_add(runs: tuple[Run, ...], key: bytes) -> tuple[Run, ...]:
-    """Log-structured insert: append a one-record run, merge while the newer run is not smaller
-    than half the older (sizes stay geometric, so merges cost O(log n) per record)."""
+    """Log-structured insert: append a one-record run; whenever the newest :data:`LSM_FANOUT`
+    runs are of one size class (the oldest of them less than ``LSM_FANOUT`` times the newest),
+    merge them into one.  Run sizes grow by powers of the fanout, so a record is copied
+    O(log n / log fanout) times (7 times at 50,000 records, against 16 when pairs are merged)
+    and there are O(fanout log n) runs."""
     out = [*runs, Run(key)]
-    while len(out) >= 2 and len(out[-2]) <= 2 * len(out[-1]):
-        newer = out.pop()
-        older = out.pop()
-        out.append(run_of_keys(sorted(older.key_list() + newer.key_list())))
+    while len(out) >= LSM_FANOUT and len(out[-LSM_FANOUT]) < LSM_FANOUT * len(out[-1]):
+        merged: list[bytes] = []
+        for run in out[-LSM_FANOUT:]:
+            merged += run.key_list()
+        merged.sort()
+        del out[-LSM_FANOUT:]
+        out.append(run_of_keys(merged))
     return tuple(out)
 
 
@@ -195,10 +206,71 @@ def lsm_size(runs: tuple[Run, ...]) -> int:
     return sum(len(r) for r in runs)
 
 
+class LsmQueue:
+    """A base for the values that hold a log-structured queue in their ``runs`` field (the bucket
+    tracker's mutable bucket, the in-memory tracker), with slots for what the runs sum up to:
+    their size and their smallest key, which every add asks for (the seal threshold, the timer).
+
+    Neither is a field: both are computed from ``runs`` the first time they are asked for, so a
+    value built any way at all (``evolve``, ``replace``, a test) has the right ones; an add hands
+    them on to the value it makes (:func:`queued`), which saves going over every run each time.
+    """
+
+    __slots__ = ("_queue_head", "_queue_size")
+
+    runs: tuple[Run, ...]
+    _queue_size: int
+    _queue_head: bytes | None
+
+
+def _summary(queue: LsmQueue) -> tuple[int, bytes | None]:
+    try:
+        return queue._queue_size, queue._queue_head
+    except AttributeError:
+        runs = queue.runs
+        i = lsm_min(runs)
+        size, head = lsm_size(runs), (runs[i].head() if i is not None else None)
+        object.__setattr__(queue, "_queue_size", size)
+        object.__setattr__(queue, "_queue_head", head)
+        return size, head
+
+
+def queue_size(queue: LsmQueue) -> int:
+    """How many keys the queue's runs hold."""
+    return _summary(queue)[0]
+
+
+def queue_head(queue: LsmQueue) -> bytes | None:
+    """The queue's smallest key, None when it is empty."""
+    return _summary(queue)[1]
+
+
+def queued(after: Q, before: LsmQueue, key: bytes) -> Q:
+    """``after``, whose runs are ``before``'s with ``key`` added (:func:`lsm_add`), with the
+    size and smallest key that follow from ``before``'s."""
+    size, head = _summary(before)
+    object.__setattr__(after, "_queue_size", size + 1)
+    object.__setattr__(after, "_queue_head", key if head is None or key < head else head)
+    return after
+
+
+def same_queue(after: Q, before: LsmQueue) -> Q:
+    """``after``, whose runs are ``before``'s, with ``before``'s size and smallest key."""
+    size, head = _summary(before)
+    object.__setattr__(after, "_queue_size", size)
+    object.__setattr__(after, "_queue_head", head)
+    return after
+
+
+def due_limit(cutoff: int) -> bytes:
+    """The largest key due at ``cutoff``: a key is due when it is at most this one."""
+    return _ABS.pack(cutoff, (1 << 64) - 1, (1 << 64) - 1)
+
+
 def split_due(runs: tuple[Run, ...], cutoff: int) -> tuple[list[bytes], tuple[Run, ...]]:
     """Remove every index with ``deliver_at <= cutoff`` from sorted runs (each run's due part is a
     prefix); return the due keys sorted and the remaining runs."""
-    limit = _ABS.pack(cutoff, (1 << 64) - 1, (1 << 64) - 1)
+    limit = due_limit(cutoff)
     due: list[bytes] = []
     rest: list[Run] = []
     for run in runs:
@@ -238,6 +310,22 @@ def bit_remove(bitmaps: Bitmaps, ledger: int, entry: int) -> Bitmaps:
     if len(bm) == 1:
         return bitmaps.delete(ledger)
     return bitmaps.set(ledger, bm - FrozenBitMap([entry]))
+
+
+def difference(bitmaps: Bitmaps, removed: Mapping[int, BitMap]) -> Bitmaps:
+    """``bitmaps`` without the ``removed`` bits, which are all set; an emptied ledger bitmap is
+    removed (MB4)."""
+    with bitmaps.mutate() as out:
+        for ledger, bits in removed.items():
+            rest = FrozenBitMap(out[ledger] - bits)
+            if len(rest) + len(bits) != len(out[ledger]):
+                raise ValueError(f"bits of ledger {ledger} are not all set")  # a caller's bug
+            if rest:
+                out[ledger] = rest
+            else:
+                del out[ledger]
+        result: Bitmaps = out.finish()
+    return result
 
 
 def cardinality(bitmaps: Bitmaps) -> int:

@@ -34,7 +34,7 @@ import enum
 import functools
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import immutables
@@ -81,14 +81,16 @@ def to_json(value: object) -> JSON:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, JSON] = {"@type": type(value).__name__}
         for f in dataclasses.fields(value):
-            out[f.name] = to_json(getattr(value, f.name))
+            if f.compare:  # a field outside equality (a cache, an index) is not part of the value
+                out[f.name] = to_json(getattr(value, f.name))
         return out
     if isinstance(value, Mapping | immutables.Map):
         pairs = [[to_json(k), to_json(v)] for k, v in value.items()]
         return sorted(pairs, key=json_order)
     if isinstance(value, frozenset | set):
         return sorted((to_json(v) for v in value), key=json_order)
-    if isinstance(value, tuple | list):
+    if isinstance(value, tuple | list | Sequence) and not isinstance(value, str | bytes):
+        # any other sequence (a machine's persistent log) is spelled as the tuple it stands for
         return [to_json(v) for v in value]
     raise TypeError(f"no JSON spelling for {type(value).__name__}")
 

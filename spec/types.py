@@ -41,6 +41,8 @@ UINT64_MAX: Final = (1 << 64) - 1
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> int:
+    if type(value) is int and low <= value <= high:
+        return value  # the common case, first: every step builds positions and ids
     # bool is an int subclass; a True txn id is always a caller's mistake.
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
@@ -49,7 +51,6 @@ def _check_int(name: str, value: object, low: int, high: int) -> int:
     return value
 
 
-@total_ordering
 @dataclass(frozen=True, slots=True)
 class TxnID:
     """A transaction id: ``(most_sig_bits, least_sig_bits)``.
@@ -78,10 +79,27 @@ class TxnID:
     def sequence(self) -> int:
         return self.least_sig_bits
 
+    # The four orderings spelled out (not functools.total_ordering, whose derived ones cost two
+    # calls each): ids are compared on every step.
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, TxnID):
             return NotImplemented
         return (self.most_sig_bits, self.least_sig_bits) < (other.most_sig_bits, other.least_sig_bits)
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, TxnID):
+            return NotImplemented
+        return (self.most_sig_bits, self.least_sig_bits) <= (other.most_sig_bits, other.least_sig_bits)
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, TxnID):
+            return NotImplemented
+        return (self.most_sig_bits, self.least_sig_bits) > (other.most_sig_bits, other.least_sig_bits)
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, TxnID):
+            return NotImplemented
+        return (self.most_sig_bits, self.least_sig_bits) >= (other.most_sig_bits, other.least_sig_bits)
 
     def __str__(self) -> str:
         # Pulsar prints a TxnID as "(most,least)"; logs and vectors use the same spelling.
@@ -102,7 +120,6 @@ class TxnID:
             raise ValueError(f"not a TxnID: {text!r} ({exc})") from None
 
 
-@total_ordering
 @dataclass(frozen=True, slots=True)
 class Position:
     """A managed-ledger position ``(ledger_id, entry_id)``, totally ordered ledger-first.
@@ -119,10 +136,27 @@ class Position:
         _check_int("ledger_id", self.ledger_id, -1, INT64_MAX)
         _check_int("entry_id", self.entry_id, -1, INT64_MAX)
 
+    # The four orderings spelled out, as for TxnID.  A BatchedPosition is not a Position: the
+    # comparison is handed to it (NotImplemented), which compares as its plain position.
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, Position):
             return NotImplemented
         return (self.ledger_id, self.entry_id) < (other.ledger_id, other.entry_id)
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Position):
+            return NotImplemented
+        return (self.ledger_id, self.entry_id) <= (other.ledger_id, other.entry_id)
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, Position):
+            return NotImplemented
+        return (self.ledger_id, self.entry_id) > (other.ledger_id, other.entry_id)
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Position):
+            return NotImplemented
+        return (self.ledger_id, self.entry_id) >= (other.ledger_id, other.entry_id)
 
     def next(self) -> Position:
         """The next entry id in the same ledger (Pulsar's ``getNext``)."""

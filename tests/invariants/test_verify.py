@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from invariants.models import random_register_history
+from invariants.transactional import CHECKS
 from invariants.verify import (
     MACHINE_KINDS,
     ModelPlan,
@@ -67,8 +68,20 @@ def test_check_history_gives_one_row_per_checker() -> None:
     assert [(r.checker, r.verdict, r.model, r.ops) for r in rows] == [("linearizability", "ok", "cas-register", 30)]
     txn = [dataclasses.replace(op, history="t") for op in generate(2)]
     rows = check_history("t", txn, "f", VerifyOptions())
-    assert [(r.checker, r.verdict, r.model) for r in rows] == [("transactional", "ok", "elle")]
-    assert json.loads(rows[0].detail) == {"counts": {}, "anomalies": []}
+    assert [(r.checker, r.verdict, r.model) for r in rows] == [
+        ("transactional", "ok", "elle"),
+        ("delivery", "ok", "client-visible"),
+    ]
+    transactional = json.loads(rows[0].detail)
+    assert transactional["counts"] == {} and transactional["anomalies"] == []
+    # and beside the verdict, which checks had anything to judge (invariants.applicability)
+    assert set(transactional["applicability"]) == set(CHECKS)
+    delivery = json.loads(rows[1].detail)
+    assert (
+        delivery["counts"] == {}
+        and delivery["violations"] == []
+        and sum(delivery["judged"].values()) == rows[1].objects
+    )
 
 
 def test_nothing_to_check_and_an_unknown_model_are_bad_input() -> None:

@@ -31,7 +31,18 @@ from reference import pending_ack as pa
 from reference.engine.simulate import RunSpec, run
 from spec.result import Ok
 
-__all__ = ["DETECTABLE", "MUTANTS", "Mutant", "Probe", "applied", "check", "detection", "first_detection"]
+__all__ = [
+    "DETECTABLE",
+    "MUTANTS",
+    "Mutant",
+    "Probe",
+    "applied",
+    "check",
+    "check_both",
+    "detection",
+    "first_detection",
+    "main_job_detection",
+]
 
 
 @dataclass(frozen=True)
@@ -335,14 +346,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "_remove_and_update",
         _end_not_removing_ongoing,
         Probe("ctp", False),
-        not_detectable="a run with this mutant never returns from one machine step: the first commit whose "
-        "low watermark passes a txn left ongoing enters _handle_low_water_mark, whose loop "
-        "aborts the first ongoing txn until none is at or below the mark, and with this "
-        "mutant the abort never removes it (Pulsar's asynchronous loop would write abort "
-        "markers forever instead).  The run deadline bounds simulated time, which a pure "
-        "step that never returns does not advance.  commit-not-removing-ongoing is the "
-        "commit-path half of this bug, which terminates and is detected",
-        runnable=False,
+        (1, 3),
     ),
     Mutant(
         "lwm-aborts-wrong-txn",
@@ -499,6 +503,66 @@ def first_detection(results: Result) -> int | None:
         if flagged:
             return i
     return None
+
+
+def check_both(spec: RunSpec) -> tuple[bool, bool, list[str]]:
+    """One history checked as ``txnmodel verify`` does, split by checker: (the bulk checker's
+    linearizability and transactional rows flagged, the client-visible oracle's ``delivery`` row
+    flagged, what each found)."""
+    from invariants.verify import VerifyOptions, check_histories
+
+    name = f"{spec.workload}-seed{spec.seed}"
+    rows = check_histories({name: run(spec).operations}, "known-bugs", VerifyOptions(counterexamples=False))
+    bulk: list[str] = []
+    oracle: list[str] = []
+    for r in rows:
+        if r.verdict == "ok":
+            continue
+        if r.checker in ("transactional", "delivery") and r.verdict == "illegal":
+            names = sorted(json.loads(r.detail)["counts"])
+            if r.checker == "delivery":
+                oracle += [f"oracle:{n}" for n in names]
+            else:
+                bulk += names
+        else:
+            bulk.append(f"{r.checker}:{r.verdict}")
+    return bool(bulk), bool(oracle), bulk + oracle
+
+
+def main_job_detection(mutant: Mutant, seeds: int, ops: int = 60) -> dict[str, Any]:
+    """The mutant in the main job's own workloads (every workload at seeds 1..``seeds``, its
+    variants and fault mixes): the first history the bulk checker flags and the first the oracle
+    flags (each search stops there), and what they found."""
+    from reference.engine.simulate import WORKLOADS, main_job_spec
+
+    started = time.perf_counter()
+    first: dict[str, str | None] = {"bulk": None, "oracle": None}
+    found: dict[str, list[str]] = {}
+    runs = 0
+    if mutant.runnable:
+        with applied(mutant):
+            for seed in range(1, seeds + 1):
+                for workload in WORKLOADS:
+                    runs += 1
+                    bulk, oracle, what = check_both(main_job_spec(workload, seed, ops))
+                    name = f"{workload}-seed{seed}"
+                    for checker, hit in (("bulk", bulk), ("oracle", oracle)):
+                        if hit and first[checker] is None:
+                            first[checker] = name
+                            found[checker] = [w for w in what if w.startswith("oracle:") == (checker == "oracle")]
+                    if first["bulk"] and first["oracle"]:
+                        break
+                if first["bulk"] and first["oracle"]:
+                    break
+    return {
+        "bug": mutant.name,
+        "histories": runs,
+        "bulk": first["bulk"],
+        "oracle": first["oracle"],
+        "found": found,
+        "detected": bool(first["bulk"] or first["oracle"]),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
 
 
 def report(n: int = 20) -> list[dict[str, Any]]:

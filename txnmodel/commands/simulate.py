@@ -11,14 +11,14 @@ import argparse
 import json
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from txnmodel.common import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
-    from reference.engine.simulate import RunResult, SimulateOptions
+    from reference.engine.simulate import RunResult, RunSpec, SimulateOptions
 
 __all__ = ["build_parser", "options_from_args", "register", "run_simulate", "simulate", "simulate_main"]
 
@@ -55,7 +55,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--clients", type=int, default=4, help="concurrent transactional clients")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--faults", choices=("on", "off"), default="on")
-    parser.add_argument("--batching", choices=("on", "off"), default="off", help="PIP-160 batched log writes")
+    parser.add_argument(
+        "--batching",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="PIP-160 batched log writes; mixed: seeds = 1 mod 4",
+    )
     parser.add_argument(
         "--batch-messages",
         choices=("on", "off", "mixed"),
@@ -76,6 +81,50 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="the delayed workload's tracker: Pulsar's in-memory default or the bucket tracker "
         "(its runs go to delayed-bucket.parquet); mixed (default): bucket on seeds 2, 3, 6, 7, ... "
         "(seed // 2 odd)",
+    )
+    parser.add_argument(
+        "--fault-mix",
+        choices=(*engine.FAULT_MIXES, "mixed"),
+        default="default",
+        help="with --faults on: the fault rates' overrides (FAULT_MIXES in reference/engine/simulate.py); "
+        f"mixed: by seed modulo {len(engine.MIX_CYCLE)}, {', '.join(engine.MIX_CYCLE)}",
+    )
+    parser.add_argument(
+        "--unsubscribe",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="readers unsubscribe when done instead of closing; mixed: seeds = 1 mod 5",
+    )
+    parser.add_argument(
+        "--cumulative",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="ctp processors ack their input cumulatively in the txn; mixed: seeds = 1 mod 7",
+    )
+    parser.add_argument(
+        "--redeliver",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="ctp processors ask for redelivery and receive again before ending their txn; mixed: seeds = 3 mod 6",
+    )
+    parser.add_argument(
+        "--disk",
+        choices=("real", "sim"),
+        default="real",
+        help="file ledgers: the real file system (under --data; a broker crash kills the process) or the simulated "
+        "disk (a broker crash is a power cut: unsynced writes lost, torn or reordered; with --data the store's "
+        "final files are written there). Same seed, same history on either",
+    )
+    parser.add_argument(
+        "--group-commit",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="file ledgers: commit the store's journal every MS simulated ms, one sync for every change waiting "
+        "(answers wait for it); default: every change committed as it is made",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=1, metavar="N", help="run N histories at once (processes; default 1)"
     )
     parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
     parser.add_argument(
@@ -101,10 +150,16 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         clients=args.clients,
         partitions=args.partitions,
         faults=args.faults == "on",
-        batching=args.batching == "on",
+        batching=args.batching,
         batch_messages=args.batch_messages,
         key_shared=args.key_shared,
         delayed_tracker=args.delayed_tracker,
+        fault_mix=args.fault_mix,
+        unsubscribe=args.unsubscribe,
+        cumulative=args.cumulative,
+        redeliver=args.redeliver,
+        disk=args.disk,
+        group_commit_ms=args.group_commit,
     )
 
 
@@ -116,14 +171,18 @@ def simulate(
     check: bool = False,
     quiet: bool = False,
     progress: Any = None,
+    jobs: int = 1,
 ) -> int:
     """Run ``options``'s histories; write them under ``out`` (one Parquet file per workload, the
     delayed workload's bucket-tracker runs apart; ``jsonl``: JSON Lines too); with ``check``, check
     each one's transactional properties; ``progress`` (a :class:`txnmodel.progress.Phase`) hears of
-    every history.  EXIT_OK when every run finished (and, with ``check``, was clean), EXIT_FAILED
-    otherwise."""
+    every history.  ``jobs`` runs that many at once, in processes (each run is deterministic on its
+    own, so the histories are the same).  EXIT_OK when every run finished (and, with ``check``, was
+    clean), EXIT_FAILED otherwise."""
     from reference.engine.simulate import file_stem, run
 
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     say: Callable[[str], None] = (lambda _: None) if quiet else (lambda m: print(m, file=sys.stderr))
@@ -131,28 +190,47 @@ def simulate(
         progress.set_total(len(options.workloads) * options.histories)
     status = EXIT_OK
     with tempfile.TemporaryDirectory(prefix="txnmodel-sim-") as scratch:
-        for workload in options.workloads:
-            files: dict[str, dict[str, RunResult]] = {}
-            for spec in options.specs(workload, scratch):
-                result = run(spec, say)
-                history = result.operations[0].history if result.operations else f"{workload}-{spec.seed}"
-                files.setdefault(file_stem(spec), {})[history] = result
-                line = (
-                    f"{history}: {len(result.operations)} ops, {result.committed} commits, {result.aborted} "
-                    f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated"
-                    f"{' (cut at the deadline)' if result.cut else ''}"
-                )
-                if check:
-                    clean, verdict_line = _check(result, say)
-                    line += verdict_line
-                    if not clean:
-                        status = EXIT_FAILED
-                say(line)
-                if progress is not None:
-                    progress.advance(note=history)
-            if out is not None:
-                _write(out, files, jsonl, say)
+        specs = [spec for workload in options.workloads for spec in options.specs(workload, scratch)]
+        last = {spec.workload: index for index, spec in enumerate(specs)}
+        files: dict[str, dict[str, RunResult]] = {}
+        for index, (spec, result) in enumerate(zip(specs, _runs(specs, jobs, say, run), strict=True)):
+            history = result.operations[0].history if result.operations else f"{spec.workload}-{spec.seed}"
+            files.setdefault(file_stem(spec), {})[history] = result
+            line = (
+                f"{history}: {len(result.operations)} ops, {result.committed} commits, {result.aborted} "
+                f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated"
+                f"{' (cut at the deadline)' if result.cut else ''}"
+            )
+            if check:
+                clean, verdict_line = _check(result, say)
+                line += verdict_line
+                if not clean:
+                    status = EXIT_FAILED
+            say(line)
+            if progress is not None:
+                progress.advance(note=history)
+            if index == last[spec.workload]:
+                # A workload's files are written once its last run is in, and its results let go.
+                if out is not None:
+                    _write(out, files, jsonl, say)
+                files = {}
     return status
+
+
+def _runs(
+    specs: Sequence[RunSpec], jobs: int, say: Callable[[str], None], run: Callable[..., RunResult]
+) -> Iterator[RunResult]:
+    """Every run's result, in the order of ``specs``: here, or ``jobs`` at a time in processes."""
+    if jobs == 1 or len(specs) < 2:
+        for spec in specs:
+            yield run(spec, say)
+        return
+    import multiprocessing
+
+    # Fork: the children inherit the imported engine instead of importing it again.
+    context = multiprocessing.get_context("fork")
+    with context.Pool(min(jobs, len(specs))) as pool:
+        yield from pool.imap(run, specs)
 
 
 def _check(result: RunResult, say: Callable[[str], None]) -> tuple[bool, str]:
@@ -197,6 +275,7 @@ def run_simulate(args: argparse.Namespace) -> int:
             check=args.check,
             quiet=args.quiet,
             progress=phase,
+            jobs=args.jobs,
         )
 
 

@@ -441,6 +441,8 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
             DelayedDeliveryService.clean_residual(
                 self.host.store, self.cursor, partition=self.partition.name, subscription=self.name
             )
+        if self.log is not None:
+            self.log.close()  # the pending-ack log's writer closes before the log goes (BW-18)
         self.crash()
         ledger.delete_cursor(self.name)
         self.host.store.delete(self.log_name)
