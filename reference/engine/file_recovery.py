@@ -166,43 +166,7 @@ def plan_recovery(
     tail = [r for r in records if r.lsn > base.journal_lsn]
     synced: dict[int, tuple[int, int]] = {r.ledger_id: (r.entries or 0, r.length or 0) for r in base.ledgers[:-1]}
     synced[base.ledgers[-1].ledger_id] = base.open_synced
-    counts = {lid: entries for lid, (entries, _) in synced.items()}
-    replayed: dict[int, list[bytes]] = {}
-    meta = base
-    cursors = dict(base.cursors)
-    for record in tail:
-        if record.kind is RecordKind.META:
-            new = _meta_of(record)
-            if new.name != meta.name:
-                raise LedgerCorrupted(
-                    f"metadata record names managed ledger {new.name!r}, the directory holds {meta.name!r}",
-                    file=record.file,
-                    offset=record.offset,
-                )
-            for info in new.ledgers:
-                counts.setdefault(info.ledger_id, 0)
-            meta = new  # (a metadata record holds no cursors: those are the CURSOR records')
-        elif record.kind is RecordKind.ENTRY:
-            ledger_id, entry_id, data = record.entry()
-            open_id = meta.ledgers[-1].ledger_id
-            if ledger_id != open_id or entry_id != counts.get(ledger_id, 0):
-                raise LedgerCorrupted(
-                    f"entry record {ledger_id}:{entry_id} does not follow the ledger (open ledger {open_id} "
-                    f"holds {counts.get(open_id, 0)} entries)",
-                    file=record.file,
-                    offset=record.offset,
-                )
-            counts[ledger_id] = entry_id + 1
-            replayed.setdefault(ledger_id, []).append(data)
-        elif record.kind is RecordKind.CURSOR:
-            cursor, state = decode_cursor_body(record.body, file=record.file, offset=_body_offset(record))
-            if state is None:
-                cursors.pop(cursor, None)
-            else:
-                cursors[cursor] = state
-        else:
-            raise LedgerCorrupted("a DROP record in the middle of a ledger's records", file=record.file, offset=0)
-    meta = replace(meta, cursors=MappingProxyType(cursors))
+    meta, replayed = _replay(base, tail, {lid: entries for lid, (entries, _) in synced.items()})
     listed = {r.ledger_id for r in meta.ledgers}
     for lid, file_name in sorted(ledger_names.items()):
         if lid in listed:
@@ -260,6 +224,51 @@ def plan_recovery(
         files[lid] = plan
     last_lsn = tail[-1].lsn if tail else base.journal_lsn
     return RecoveryPlan(directory, meta, files, leftovers, False, len(tail), last_lsn)
+
+
+def _replay(
+    base: Metadata, tail: Sequence[RawRecord], counts: dict[int, int]
+) -> tuple[Metadata, dict[int, list[bytes]]]:
+    """Apply the journal's records after the checkpoint (``tail``) to its metadata: the last
+    metadata record, every cursor's last state, and each ledger's entries in order (``counts``:
+    the entries each ledger holds so far, from the checkpoint).  Returns the metadata and the
+    entries to append, by ledger."""
+    replayed: dict[int, list[bytes]] = {}
+    meta = base
+    cursors = dict(base.cursors)
+    for record in tail:
+        if record.kind is RecordKind.META:
+            new = _meta_of(record)
+            if new.name != meta.name:
+                raise LedgerCorrupted(
+                    f"metadata record names managed ledger {new.name!r}, the directory holds {meta.name!r}",
+                    file=record.file,
+                    offset=record.offset,
+                )
+            for info in new.ledgers:
+                counts.setdefault(info.ledger_id, 0)
+            meta = new  # (a metadata record holds no cursors: those are the CURSOR records')
+        elif record.kind is RecordKind.ENTRY:
+            ledger_id, entry_id, data = record.entry()
+            open_id = meta.ledgers[-1].ledger_id
+            if ledger_id != open_id or entry_id != counts.get(ledger_id, 0):
+                raise LedgerCorrupted(
+                    f"entry record {ledger_id}:{entry_id} does not follow the ledger (open ledger {open_id} "
+                    f"holds {counts.get(open_id, 0)} entries)",
+                    file=record.file,
+                    offset=record.offset,
+                )
+            counts[ledger_id] = entry_id + 1
+            replayed.setdefault(ledger_id, []).append(data)
+        elif record.kind is RecordKind.CURSOR:
+            cursor, state = decode_cursor_body(record.body, file=record.file, offset=_body_offset(record))
+            if state is None:
+                cursors.pop(cursor, None)
+            else:
+                cursors[cursor] = state
+        else:
+            raise LedgerCorrupted("a DROP record in the middle of a ledger's records", file=record.file, offset=0)
+    return replace(meta, cursors=MappingProxyType(cursors)), replayed
 
 
 def _check_synced(
