@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry
 
@@ -43,6 +43,15 @@ __all__ = ["MAX_COMPONENT_FAILURES", "Broker", "BrokerFaults", "TransactionBuffe
 # run must end); its requests go unanswered, as a component that cannot load.
 MAX_COMPONENT_FAILURES = 5
 _ROOT = Path(__file__).resolve().parents[3]
+
+
+class _Failing(Restartable, Protocol):
+    """What :meth:`Broker.contain` needs of the component that raised (every Component has it)."""
+
+    @property
+    def obj(self) -> str: ...
+
+    def crash(self) -> None: ...
 
 
 def partition_name(topic: str, index: int) -> str:
@@ -231,7 +240,7 @@ class Broker:
         exception no component raised (a workload's or the simulator's own)."""
         if isinstance(exc, InputError):
             return False
-        owner: Component[Any, Any, Any] | None = None
+        owner: _Failing | None = None
         where = ""
         for frame, line in traceback.walk_tb(exc.__traceback__):
             candidate = frame.f_locals.get("self")
@@ -242,7 +251,7 @@ class Broker:
             where = f"{shown}:{line} in {frame.f_code.co_qualname}"
         if owner is None:
             return False
-        component: Component[Any, Any, Any] = owner
+        component: _Failing = owner
         if isinstance(component, SubscriptionService) and isinstance(component.partition, Partition):
             component = component.partition
         self.failures.append(ComponentFailure(self.sim.now, component.obj, f"{type(exc).__name__}: {exc}", where))
