@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/mutation_report.py [--per-machine 8] [--seed 0] [--seeds 5] [--ops 30]
         [--jobs 2] [--machines buffer,delayed] [--tests changed|all|none] [--out out/mutation]
+        [--mutants buffer:81,coordinator:222] [--deadline 600000] [--retest | --rewrite]
 
 For a seeded sample of ``--per-machine`` mutants of each machine:
 
