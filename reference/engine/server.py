@@ -903,8 +903,6 @@ class PulsarServer:
                 self._done(conn, context, True)
                 return
             raise _RequestError(ServerError.ConsumerBusy, f"consumer id {cmd.consumer_id} is in use")
-        if not cmd.durable:
-            raise _RequestError(ServerError.NotAllowedError, "non-durable subscriptions (readers) are not supported")
         if cmd.HasField("keySharedMeta") and cmd.keySharedMeta.keySharedMode != api.AUTO_SPLIT:
             raise _RequestError(ServerError.NotAllowedError, "Key_Shared STICKY mode is not supported (AUTO_SPLIT is)")
         sub_type = api.CommandSubscribe.SubType.Name(cmd.subType)
@@ -922,7 +920,13 @@ class PulsarServer:
             InitialPosition.EARLIEST if cmd.initialPosition == api.CommandSubscribe.Earliest else InitialPosition.LATEST
         )
         engine_id = next(self._engine_ids)
-        future = self.broker.subscribe(part.name, cmd.subscription, sub_type, initial, engine_id)
+        start = None
+        if not cmd.durable and cmd.HasField("start_message_id"):
+            mid = cmd.start_message_id
+            start = Position(_java_long(mid.ledgerId), _java_long(mid.entryId))
+        future = self.broker.subscribe(
+            part.name, cmd.subscription, sub_type, initial, engine_id, durable=cmd.durable, start_message=start
+        )
         consumer = _Consumer(cmd.consumer_id, engine_id, part.name, cmd.subscription)
 
         def answered(f: Future[None]) -> None:
@@ -1157,6 +1161,55 @@ class PulsarServer:
         conn.command(T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, getLastMessageIdResponse=response))
         self._done(conn, context, True)
 
+    def _seek(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
+        """CommandSeek (PA-22, PA-23): the subscription's cursor is reset, then its consumers are
+        disconnected (CLOSE_CONSUMER) and reconnect with fresh permits, then the seek succeeds."""
+        cmd = frame.command.seek
+        by_id, by_time = cmd.HasField("message_id"), cmd.HasField("message_publish_time")
+        if not (by_id or by_time):
+            raise _RequestError(ServerError.MetadataError, "Message id and message publish time were not present")
+        consumer = conn.consumers.get(cmd.consumer_id)
+        if consumer is None:
+            raise _RequestError(ServerError.MetadataError, "Consumer not found")
+        sub = self._service(consumer)
+        if sub is None:
+            return  # the topic is down: no answer (the client times out and retries)
+        if by_id:
+            mid = cmd.message_id
+            ack_set = tuple(int(w) for w in mid.ack_set) or None
+            future = sub.seek(Position(_java_long(mid.ledgerId), _java_long(mid.entryId)), ack_set)
+        else:
+            future = sub.seek_time(cmd.message_publish_time)
+
+        def answered(f: Future[None]) -> None:
+            if f.error is None:
+                self._disconnect_subscription(consumer.partition, consumer.subscription)
+                conn.command(T(type=T.SUCCESS, success=api.CommandSuccess(request_id=cmd.request_id)))
+            else:
+                code, text = _wire_error(f.error)
+                self._answer_error(conn, T.SEEK, frame.command, code, text)
+            self._done(conn, context, f.error is None)
+
+        future.add_done_callback(answered)
+
+    def _disconnect_subscription(self, partition: str, subscription: str) -> None:
+        """Tell every consumer of one subscription to reconnect (CLOSE_CONSUMER, request id -1)."""
+        for conn in list(self._connections.values()):
+            for consumer in [
+                c for c in conn.consumers.values() if c.partition == partition and c.subscription == subscription
+            ]:
+                self._drop_consumer(conn, consumer)
+                conn.send(
+                    encode_command(
+                        T(
+                            type=T.CLOSE_CONSUMER,
+                            close_consumer=api.CommandCloseConsumer(
+                                consumer_id=consumer.consumer_id, request_id=_UINT64
+                            ),
+                        )
+                    )
+                )
+
     # -- transactions ------------------------------------------------------------------------------
 
     def _txn_enabled(self) -> None:
@@ -1372,6 +1425,7 @@ _HANDLERS: dict[int, _Handler] = {
     T.CLOSE_CONSUMER: PulsarServer._close_consumer,
     T.UNSUBSCRIBE: PulsarServer._unsubscribe,
     T.GET_LAST_MESSAGE_ID: PulsarServer._get_last_message_id,
+    T.SEEK: PulsarServer._seek,
     T.TC_CLIENT_CONNECT_REQUEST: PulsarServer._tc_connect,
     T.NEW_TXN: PulsarServer._new_txn,
     T.ADD_PARTITION_TO_TXN: PulsarServer._add_partition_to_txn,
