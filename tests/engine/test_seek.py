@@ -245,3 +245,15 @@ def test_pa24_a_readers_subscription_is_non_durable(cluster: Cluster) -> None:
     # A durable and a non-durable subscription of one name do not mix.
     refused = cluster.broker.subscribe(P0, "durable", "Exclusive", InitialPosition.LATEST, 903, durable=False)
     assert refused.done and isinstance(refused.error, BrokerError)
+
+
+def test_pa24_a_readers_subscription_goes_with_its_topic_and_on_unsubscribe(cluster: Cluster) -> None:
+    client = cluster.client()
+    client.create_producer("topic").send("m0")
+    reader = _reader(cluster, "reader-3", P(-1, -1), 910)
+    assert _read(reader, 910) == [b"m0"]
+    _done(cluster.broker.unsubscribe(P0, "reader-3", 910))
+    assert cluster.broker.subscription(P0, "reader-3") is None
+    _reader(cluster, "reader-4", P(-1, -1), 911)
+    cluster.delete_topic("topic", force=True)
+    assert cluster.broker.partitions.get(P0) is None

@@ -498,6 +498,9 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         assert ledger is not None
         for waiter in [w for slot in self.consumers.values() for w in slot.waiting]:
             waiter.set_result(None)
+        if not self.durable:
+            self.crash()  # PA-24: nothing of a reader's subscription is durable
+            return
         if self.delayed is not None:
             self.delayed.clear()
         else:
