@@ -249,7 +249,7 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
                 self.cursor = ledger.open_cursor(self.name, self.initial_position)
             view = self._cursor_view(self.cursor)
             recovery: dict[str, object] = {"sub_type": self.sub_type, "cursor": view}
-            if not self.host.store.exists(self.log_name):
+            if self._start is not None or not self.host.store.exists(self.log_name):
                 # PA-17: no txn ever acked here, so no pending-ack log: the handle starts lazily.
                 self.log = None
                 self.state = pa.initial(self.config, sub_type=self.sub_type, cursor=view)
