@@ -8,8 +8,8 @@ without a client's own filtering.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -30,11 +30,11 @@ P = Position
 
 
 @pytest.fixture(params=["memory", "file"])
-def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
     if request.param == "memory":
         yield Cluster.start(seed=11)
     else:
-        yield Cluster.start(seed=11, ledger="file", data_dir=tempfile.mkdtemp(prefix="txnmodel-seek-"))
+        yield Cluster.start(seed=11, ledger="file", data_dir=str(tmp_path))
 
 
 def _receive_all(consumer: Consumer, *, ack: bool = True) -> list[Message]:

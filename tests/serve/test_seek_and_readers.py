@@ -17,8 +17,8 @@ message id is inclusive (``ConsumerImpl::isPriorEntryIndex``), so a consumer see
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pulsar
 import pytest
@@ -33,12 +33,12 @@ EARLIEST = pulsar.InitialPosition.Earliest
 
 
 @pytest.fixture(scope="module", params=["memory", "file"])
-def served(request: pytest.FixtureRequest) -> Iterator[str]:
+def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if request.param == "memory":
         with serve(config=CONFIG) as address:
             yield address
         return
-    data = tempfile.mkdtemp(prefix="txnmodel-seek-")
+    data = tmp_path_factory.mktemp("seek")
     with serve(config=CONFIG, ledger="file", data=data) as address:
         yield address
 
@@ -185,9 +185,9 @@ def test_reader_seek_by_id_and_by_time(client: pulsar.Client) -> None:
 
 
 @pytest.mark.parametrize("ledger", ["memory", "file"])
-def test_reader_of_a_partition_of_a_partitioned_topic(ledger: str) -> None:
+def test_reader_of_a_partition_of_a_partitioned_topic(ledger: str, tmp_path: Path) -> None:
     config = CONFIG.with_overrides({"allowAutoTopicCreationType": "partitioned", "defaultNumPartitions": 3})
-    data = tempfile.mkdtemp(prefix="txnmodel-parts-") if ledger == "file" else None
+    data = tmp_path if ledger == "file" else None
     topic = unique("parts")
     with serve(config=config, ledger=ledger, data=data) as address:
         client = new_client(address)
@@ -262,8 +262,8 @@ def test_a_seek_is_refused_while_a_transaction_holds_a_pending_ack(client: pulsa
     assert sorted(_payloads(drain(seeker))) == _m(*range(4))
 
 
-def test_a_seek_survives_a_restart_of_serve_over_a_file_ledger() -> None:
-    data = tempfile.mkdtemp(prefix="txnmodel-seek-restart-")
+def test_a_seek_survives_a_restart_of_serve_over_a_file_ledger(tmp_path: Path) -> None:
+    data = tmp_path
     topic = unique("restart")
     with serve(config=CONFIG, ledger="file", data=data) as address:
         client = new_client(address)
@@ -313,13 +313,13 @@ def test_an_inclusive_reader_from_latest_reads_the_last_message(client: pulsar.C
     assert not reader.has_message_available()
 
 
-def test_a_session_with_seeks_and_readers_verifies() -> None:
+def test_a_session_with_seeks_and_readers_verifies(tmp_path: Path) -> None:
     """The machine steps of seeks (``reset_cursor``) and of readers' subscriptions are recorded;
     ``txnmodel verify`` finds each machine object linearizable."""
     from txnmodel.cli import main
     from txnmodel.serve import finish, start
 
-    history = tempfile.mkdtemp(prefix="serve-history-")
+    history = tmp_path / "history"
     handle = start(config=CONFIG, history=history, seed=12)
     try:
         client = new_client(handle.url)
@@ -339,5 +339,4 @@ def test_a_session_with_seeks_and_readers_verifies() -> None:
     finally:
         handle.stop()
         finish(handle)
-    out = tempfile.mkdtemp(prefix="serve-verdicts-")
-    assert main(["verify", history, "--out", out]) == 0
+    assert main(["verify", str(history), "--out", str(tmp_path / "verdicts")]) == 0
