@@ -67,6 +67,8 @@ __all__ = [
     "Queued",
     "RedeliverUnacknowledgedMessages",
     "ReloadSubscription",
+    "ResetCursor",
+    "ResetSubscriptionCursor",
     "RetryPendingAckInit",
     "ScheduleInitRetry",
     "SubType",
@@ -336,6 +338,15 @@ class RedeliverUnacknowledgedMessages(Effect):
 
 
 @dataclass(frozen=True, slots=True)
+class ResetSubscriptionCursor(Effect):
+    """Reset the durable cursor to ``mark_delete_position`` (and the read entry's ack set) and
+    restart dispatching from the entry after it (PA-22)."""
+
+    mark_delete_position: Position
+    read_position: AckedPosition | None
+
+
+@dataclass(frozen=True, slots=True)
 class InitPendingAckStore(Effect):
     """Open (create if missing) the pending-ack log and replay it (PA-17)."""
 
@@ -431,10 +442,21 @@ class ReloadSubscription:
     records: tuple[LoggedRecord, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class ResetCursor:
+    """Seek: the subscription's cursor restarts after ``mark_delete_position`` (the position
+    before the entry the seek names; the broker computes it across ledgers).  A seek to a batch
+    index carries the read entry's ack set in ``read_position`` (PA-22)."""
+
+    mark_delete_position: Position
+    read_position: AckedPosition | None = None
+
+
 TxnCommand = IndividualAck | CumulativeAck | CommitTxn | AbortTxn
 Command = (
     TxnCommand
     | NormalAck
+    | ResetCursor
     | PendingAckInitComplete
     | PendingAckInitFailed
     | RetryPendingAckInit
@@ -1090,7 +1112,7 @@ def _run_txn_command(state: PendingAckState, cmd: TxnCommand) -> Step:
 
 
 def step(state: PendingAckState, command: Command) -> Step:
-    """Apply one command (PA-1 .. PA-18)."""
+    """Apply one command (PA-1 .. PA-18, PA-22)."""
     match command:
         case NormalAck():
             return _normal_ack(state, command)
@@ -1098,6 +1120,8 @@ def step(state: PendingAckState, command: Command) -> Step:
             return state, Ok(ignored)
         case IndividualAck() | CumulativeAck() | CommitTxn() | AbortTxn():
             return _txn_command(state, command)
+        case ResetCursor():
+            return _reset_cursor(state, command)
         case PendingAckInitComplete():
             return _init_complete(state)
         case PendingAckInitFailed():
@@ -1117,6 +1141,49 @@ def step(state: PendingAckState, command: Command) -> Step:
             )
             return reloaded, Ok(None)
     raise TypeError(f"not a pending-ack command: {command!r}")
+
+
+def _reset_cursor(state: PendingAckState, cmd: ResetCursor) -> Step:
+    """Seek (PA-22): refused while a txn holds a pending ack here or txn requests wait at the
+    handle; otherwise the cursor restarts after the new mark-delete position with nothing deleted
+    above it, and the whole pending-ack log is trimmed: every record in it belongs to a txn that
+    has ended, and replaying one over the reset cursor would delete again what the seek asked
+    to have delivered again (PA-19 stays exact)."""
+    if state.handle_state is HandleState.ERROR:
+        return state, Err(ServiceUnitNotReady(_NOT_REPLAYED))
+    if state.handle_state is HandleState.CLOSED:
+        return state, Err(ServiceUnitNotReady(_CLOSED))
+    if state.queued or state.handle_state is HandleState.INITIALIZING:
+        return state, Err(
+            NotAllowed("cannot reset the cursor while transactional requests wait for the pending-ack handle")
+        )
+    holders = [*state.txn_order]
+    if state.cumulative_ack is not None and state.cumulative_ack.txn_id not in holders:
+        holders.append(state.cumulative_ack.txn_id)
+    if holders:
+        names = ", ".join(str(t) for t in holders)
+        return state, Err(NotAllowed(f"cannot reset the cursor: transactions {names} hold pending acks on it"))
+    read = cmd.read_position
+    if read is not None and read.position <= cmd.mark_delete_position:
+        return state, Err(NotAllowed(f"read position {read.position} is not after {cmd.mark_delete_position}"))
+    batch = _EMPTY_BATCH
+    if read is not None and read.acked is not None and 0 < read.acked & _full(read.batch_size) < _full(read.batch_size):
+        batch = batch.set(read.position, AckBits(read.batch_size, read.acked & _full(read.batch_size)))
+    effects: list[Effect] = []
+    last = state.next_record_id - 1
+    if last > state.log_mark_delete:
+        effects.append(TrimPendingAckLog(last))
+    effects.append(ResetSubscriptionCursor(cmd.mark_delete_position, read))
+    state = evolve(
+        state,
+        cursor=CursorView(cmd.mark_delete_position, frozenset(), batch),
+        log_index=(),
+        max_ack_position=None,
+        current_index_lag=0,
+        max_index_lag=_next_lag(state.config, 0),
+        log_mark_delete=max(state.log_mark_delete, last),
+    )
+    return state, Ok(None, tuple(effects))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1387,6 +1454,7 @@ VECTORS = MachineVectors(
         "retry_init": RetryPendingAckInit,
         "close": ClosePendingAckHandle,
         "reload_subscription": ReloadSubscription,
+        "reset_cursor": ResetCursor,
     },
     observers={
         "message_state": _obs_message_state,
