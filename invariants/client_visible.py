@@ -145,6 +145,10 @@ class _Message:
     txn: Txn | None
     id: MessageId | None  # None unless the send returned ok
     deliver_at: int | None
+    # The client may have written it more than once (``deduplicated: false``: a recorder of a real
+    # client says so, whose producer resends what it has no receipt for after a reconnect): each
+    # delivery is then judged at the id it came with, a copy the ack never named being another.
+    repeatable: bool = False
 
 
 @dataclass
@@ -152,6 +156,12 @@ class _Delivery:
     op: Operation
     sub: str
     payload: str
+    id: MessageId | None = None  # the id the receive reported
+
+    def of(self, message: _Message, ack: _Ack) -> bool:
+        """Whether this delivery is of the copy ``ack`` acknowledged (any, unless the message may
+        have been written twice)."""
+        return not message.repeatable or self.id is None or _covers(ack.id, ack.cumulative, self.id)
 
 
 @dataclass
@@ -261,7 +271,15 @@ class _View:
             raise _bad(op, f"message {payload!r} was already sent by op {self.messages[payload].send.index}")
         mid = _id(op, _object(op, "result"), "result") if op.type is OpType.OK and op.returned is not None else None
         at = args.get("deliver_at_ms")
-        message = _Message(op, payload, partition, _txn(op, args), mid, at if type(at) is int else None)
+        message = _Message(
+            op,
+            payload,
+            partition,
+            _txn(op, args),
+            mid,
+            at if type(at) is int else None,
+            args.get("deduplicated") is False,
+        )
         self.messages[payload] = message
         self.sends_by_partition[partition].append(message)
 
@@ -288,7 +306,8 @@ class _View:
                     payload = got.get("message") if isinstance(got, dict) else None
                     if not isinstance(payload, str):
                         raise _bad(op, f"a receive returns a 'message' string, got {got!r}", "result")
-                    self.deliveries[sub].append(_Delivery(op, sub, payload))
+                    reported = _id(op, got, "result") if got.get("position") is not None else None
+                    self.deliveries[sub].append(_Delivery(op, sub, payload, reported))
         elif op.type is OpType.OK:
             args = _object(op)
             self.acks.append(_Ack(op, sub, _id(op, args, "value"), _txn(op, args), op.f == "ack_cumulative"))
@@ -368,7 +387,12 @@ class _View:
     # -- subscriptions ---------------------------------------------------------------------------
 
     def judged(self, sub: str) -> bool:
-        """Judged for liveness: Exclusive (one consumer at a time), or one receiving process throughout."""
+        """Judged for liveness: Exclusive (one consumer at a time), or one receiving process throughout;
+        never where a ``subscribe`` says ``liveness: false`` (a recorder of a real broker states that
+        no bound holds, as while faults are injected: a real client reconnects with a backoff of its
+        own, and a simulated bound means nothing there)."""
+        if any(isinstance(op.args, dict) and op.args.get("liveness") is False for op in self.subscribes.get(sub, ())):
+            return False
         if self.exclusive(sub):
             return True
         return len(self.receivers.get(sub, ())) == 1 and all(
@@ -471,9 +495,11 @@ def _held_back(view: _View, out: _Out) -> None:
         out.judged["held-back-delivery"] += 1
         for message in _covered(view, ack):
             for d in view.deliveries.get(ack.sub, ()):
-                if d.payload != message.payload or d.op.completed_at is None:
+                if d.payload != message.payload or d.op.completed_at is None or not d.of(message, ack):
                     continue
-                if d.op.invoked_at >= ack.op.completed_at and d.op.completed_at < until:
+                # strictly after: intervals are closed, so a receive invoked the instant the ack
+                # completed may have come first (millisecond clocks make such ties common)
+                if d.op.invoked_at > ack.op.completed_at and d.op.completed_at < until:
                     out.add(
                         "held-back-delivery",
                         [message.send, ack.op, d.op],
@@ -502,7 +528,7 @@ def _redelivered_after_ack(view: _View, out: _Out) -> None:
         out.judged["redelivered-after-ack"] += 1
         for message in _covered(view, ack):
             for d in view.deliveries.get(ack.sub, ()):
-                if d.payload == message.payload and d.op.invoked_at > effective:
+                if d.payload == message.payload and d.op.invoked_at > effective and d.of(message, ack):
                     out.add(
                         "redelivered-after-ack",
                         [message.send, ack.op, d.op],
@@ -531,8 +557,9 @@ def _early_visibility(view: _View, out: _Out) -> None:
                 message = view.messages.get(d.payload)
                 if message is None or message.id is None or d.op.completed_at is None:
                     continue
+                at = d.id if message.repeatable and d.id is not None else message.id  # the copy delivered
                 out.judged["early-visibility"] += 1
-                for entry, txn, head in holders[: bisect.bisect_left(keys, message.id[:2])]:
+                for entry, txn, head in holders[: bisect.bisect_left(keys, at[:2])]:
                     if txn == message.txn:
                         continue
                     if d.op.completed_at < view.open_until(txn):

@@ -88,6 +88,15 @@ ANOMALY_RULES: dict[str, tuple[tuple[str, ...], str]] = {
     "realtime-order": ((), "a send that completed before another began is written before it"),
     "out-of-order-delivery": (("TB-17",), "dispatch follows log order: first deliveries come in position order"),
     "early-delivery": (("DD-1", "DD-13"), "a delayed message is delivered only once its deliver-at time is due"),
+    "late-delivery": (
+        ("DD-1", "DD-25"),
+        "once due, a delayed message is released at the next tick and dispatched to a consumer with permits",
+    ),
+    "lost-redelivery": (
+        ("PA-1", "PA-3"),
+        "a message nobody acknowledged stays PENDING on the cursor: when its consumer gives it back it is "
+        "delivered again",
+    ),
     "commit-and-abort": (("TC-6",), "a transaction ends once: COMMITTED and ABORTED are terminal"),
     "cyclic-information-flow": (
         ("TB-15", "TB-16"),

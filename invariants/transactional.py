@@ -31,6 +31,11 @@ inconsistent-position       G0      a message was delivered at a position other 
 realtime-order                      a send that completed before another began got a later position
 out-of-order-delivery               a consumer got first deliveries of a partition out of order
 early-delivery                      a delayed message was delivered before its deliver-at time
+                                    (less the ``deliver_early_ms`` a non-strict broker may take)
+late-delivery                       a delayed message did not reach the consumers within the
+                                    bound its send states (``deliver_within_ms``) after its time
+lost-redelivery                     a message given back (negative ack, ack timeout) was not
+                                    delivered again within the bound the history states
 commit-and-abort                    one transaction both committed and aborted
 cyclic-information-flow     G1c     committed transactions each consumed (received and acked in
                                     the transaction) a message another one produced, in a cycle
@@ -108,6 +113,8 @@ ANOMALIES: dict[str, str | None] = {
     "realtime-order": None,
     "out-of-order-delivery": None,
     "early-delivery": None,
+    "late-delivery": None,
+    "lost-redelivery": None,
     "commit-and-abort": None,
     "cyclic-information-flow": "G1c",
 }
@@ -183,6 +190,13 @@ class _Message:
     position: _Id | None
     deliver_at: int | None
     key: str | None = None
+    # How early a correct broker may deliver it (``deliver_early_ms``: a non-strict broker's tick).
+    early_ms: int = 0
+    # The bound within which it must reach a consumer that keeps receiving (``deliver_within_ms``).
+    within_ms: int | None = None
+    # The client may have written it more than once (``deduplicated: false``: it resends what it
+    # has no receipt for after a reconnect, and nothing says the broker deduplicates).
+    repeatable: bool = False
 
 
 @dataclass
@@ -193,6 +207,7 @@ class _Delivery:
     payload: str
     position: _Id | None
     redelivery: int
+    consumer: str | None = None  # the receive's ``consumer`` (one consumer may span processes)
 
 
 def _field(op: Operation, data: Any, key: str, column: str, kinds: tuple[type, ...], required: bool = True) -> Any:
@@ -257,6 +272,24 @@ def _covers(acked: _Id, cumulative: bool, got: _Id) -> bool:
 def _txn_of(op: Operation, data: Any, column: str = "value") -> tuple[int, int] | None:
     raw = _field(op, data, "txn", column, (list,), required=False)
     return None if raw is None else _pair(op, raw, "txn", column)
+
+
+def _flag(op: Operation, data: Any, key: str) -> bool | None:
+    """An optional boolean of a value (None when absent)."""
+    flag = data.get(key) if isinstance(data, dict) else None
+    if flag is not None and not isinstance(flag, bool):
+        raise BadHistory(
+            f"history {op.history!r} op {op.index} ({op.f}): {key!r} must be true or false, got {flag!r}",
+            row=op.index,
+            column="value",
+        )
+    return flag
+
+
+def _consumer_of(op: Operation) -> str | None:
+    """The ``consumer`` an operation names in its value (None: not named)."""
+    name: str | None = _field(op, op.args if op.args is not None else {}, "consumer", "value", (str,), required=False)
+    return name
 
 
 def _fmt_txn(txn: tuple[int, int] | None) -> str:
@@ -348,6 +381,9 @@ class TxnAnalysis:
     unknown_receives: dict[str, list[Operation]]  # subscription -> receives whose outcome is unknown
     subscribes: dict[str, list[Operation]]
     acks: list[_Ack]
+    # Every ack (any outcome, in a transaction or not) and every negative ack, per subscription.
+    all_acks: dict[str, list[Operation]] = field(default_factory=lambda: defaultdict(list))
+    negative_acks: dict[str, list[Operation]] = field(default_factory=lambda: defaultdict(list))
 
     @classmethod
     def build(cls, ops: Sequence[Operation]) -> TxnAnalysis:
@@ -374,7 +410,7 @@ class TxnAnalysis:
 
     def _read_subscription_ops(self, ops: Sequence[Operation]) -> None:
         for op in ops:
-            if op.f not in ("receive", "ack", "ack_cumulative", "subscribe"):
+            if op.f not in ("receive", "ack", "ack_cumulative", "subscribe", "negative_ack"):
                 continue
             kind, name = parse_object(op.object)
             if kind != "subscription":
@@ -389,12 +425,17 @@ class TxnAnalysis:
                 raise BadHistory(str(exc), row=op.index, column="object") from None
             if op.f == "subscribe":
                 self.subscribes[op.object].append(op)
+            elif op.f == "negative_ack":
+                self.negative_acks[op.object].append(op)
             elif op.f == "receive" and op.type is not OpType.OK and op.type is not OpType.FAIL:
                 self.unknown_receives[op.object].append(op)
             elif op.f == "receive" and op.type is OpType.OK:
                 got = op.returned
                 if got is None:
-                    self.drains[op.object].append(op)
+                    # A consumer that knew it was disconnected found nothing because nothing could
+                    # reach it: that proves nothing about the subscription (not a drain, not idle).
+                    if _flag(op, op.args, "connected") is not False:
+                        self.drains[op.object].append(op)
                     continue
                 self.deliveries.append(
                     _Delivery(
@@ -404,9 +445,13 @@ class TxnAnalysis:
                         _field(op, got, "message", "result", (str,)),
                         _message_id(op, got, "result", required=False),
                         _field(op, got, "redelivery_count", "result", (int,), required=False) or 0,
+                        _consumer_of(op),
                     )
                 )
-            elif op.f in ("ack", "ack_cumulative") and op.type is OpType.OK:
+            elif op.f in ("ack", "ack_cumulative"):
+                self.all_acks[op.object].append(op)
+                if op.type is not OpType.OK:
+                    continue
                 txn = _txn_of(op, op.args)
                 if txn is not None:
                     acked = _message_id(op, op.args, "value", required=True)
@@ -551,6 +596,9 @@ def _sends(
             position,
             _field(op, args, "deliver_at_ms", "value", (int,), required=False),
             _field(op, args, "partition_key", "value", (str,), required=False),
+            _field(op, args, "deliver_early_ms", "value", (int,), required=False) or 0,
+            _field(op, args, "deliver_within_ms", "value", (int,), required=False),
+            _flag(op, args, "deduplicated") is False,
         )
         messages[payload] = message
         if position is None:
@@ -615,6 +663,8 @@ def inconsistent_positions(a: TxnAnalysis, out: _Collector) -> None:
             f"{message.partition}; a position holds one message, or one batch at distinct indexes",
         )
     for d, message in a.delivered():
+        if message.repeatable:
+            continue  # another copy the client wrote (a resend after a reconnect) has its own position
         if d.position is not None and message.position is not None and d.position != message.position:
             out.add(
                 "inconsistent-position",
@@ -649,14 +699,16 @@ def early_deliveries(a: TxnAnalysis, out: _Collector) -> None:
         if (
             message.deliver_at is not None
             and d.op.completed_at is not None
-            and d.op.completed_at < message.deliver_at
+            and d.op.completed_at < message.deliver_at - message.early_ms
             and _delays(a.subscribes.get(d.subscription, []))
         ):
+            allowed = f" (a non-strict broker may deliver {message.early_ms} ms early)" if message.early_ms else ""
             out.add(
                 "early-delivery",
                 [message.send, d.op],
                 f"send op {message.send.index} asked to deliver {d.payload!r} at {message.deliver_at}; receive "
-                f"op {d.op.index} had it by {d.op.completed_at}, {message.deliver_at - d.op.completed_at} early",
+                f"op {d.op.index} had it by {d.op.completed_at}, {message.deliver_at - d.op.completed_at} early"
+                f"{allowed}",
             )
 
 
@@ -788,9 +840,12 @@ def duplicates_after_commit(a: TxnAnalysis, out: _Collector) -> None:
         for got in a.received.get(ack.subscription, {}).values():
             for d in got:
                 # Judged by the id its send returned: a delivery that reports another one is already an
-                # inconsistent-position and must not cascade.
+                # inconsistent-position and must not cascade.  A message the client may have written
+                # twice (deduplicated: false) has a copy at each id: judged by the copy delivered.
                 sent = a.messages.get(d.payload)
                 got_id = sent.position if sent is not None and sent.position is not None else d.position
+                if sent is not None and sent.repeatable and d.position is not None:
+                    got_id = d.position
                 if got_id is None or d.op.invoked_at <= done.completed_at:
                     continue
                 if _covers(ack.position, ack.cumulative, got_id):
@@ -1015,8 +1070,11 @@ def out_of_order_deliveries(a: TxnAnalysis, out: _Collector) -> None:
             sticky = _sticky_key(sent, a.by_entry)
             if sticky is None:
                 continue
-        ordered.append((dataclasses.replace(d, position=sent.position or d.position), sticky))
-    last: dict[tuple[str, int, str | None], _Delivery] = {}
+        # Order by the id the send returned (a delivery elsewhere is an inconsistent-position), unless
+        # the client may have written the message twice: then each copy is ordered where it is.
+        judged_at = d.position if sent.repeatable and d.position is not None else sent.position or d.position
+        ordered.append((dataclasses.replace(d, position=judged_at), sticky))
+    last: dict[tuple[str, int | str, str | None], _Delivery] = {}
     seen: set[tuple[str, str]] = set()
     blind_from = {sub: min(op.invoked_at for op in ops) for sub, ops in a.unknown_receives.items() if ops}
     for d, sticky in sorted(ordered, key=lambda pair: (pair[0].op.invoked_at, pair[0].op.index)):
@@ -1026,7 +1084,9 @@ def out_of_order_deliveries(a: TxnAnalysis, out: _Collector) -> None:
             continue
         if d.subscription in blind_from and d.op.invoked_at > blind_from[d.subscription]:
             continue
-        key = (d.subscription, d.op.process, sticky)
+        # One consumer: its name when the history gives one (a consumer outlives a process that
+        # ended 'info'), else its process.
+        key = (d.subscription, d.op.process if d.consumer is None else d.consumer, sticky)
         before = last.get(key)
         if before is not None and before.position is not None and before.position >= d.position:
             out.add(
@@ -1038,6 +1098,210 @@ def out_of_order_deliveries(a: TxnAnalysis, out: _Collector) -> None:
                 f"{'' if sticky is None else f' (per sticky key: both have key {sticky!r})'}",
             )
         last[key] = d
+
+
+def _consumers(a: TxnAnalysis, sub: str) -> set[str] | None:
+    """The consumers of a subscription by name, when the history accounts for every one of them:
+    every ``subscribe`` on it completed (a lost answer may have attached a consumer the history
+    never names) and named its consumer, every receive names one of them, and no receive on it has
+    an unknown outcome.  None: the subscription cannot be judged for liveness."""
+    subscribes = a.subscribes.get(sub, [])
+    if not subscribes or any(op.type.indeterminate for op in subscribes) or a.unknown_receives.get(sub):
+        return None
+    names = {_consumer_of(op) for op in subscribes if op.type is OpType.OK}
+    if not names or None in names:
+        return None
+    receivers = {d.consumer for got in a.received.get(sub, {}).values() for d in got}
+    receivers |= {_consumer_of(op) for op in a.drains.get(sub, [])}
+    if not receivers <= names:
+        return None
+    return {name for name in names if name is not None}
+
+
+def _first_idle(a: TxnAnalysis, sub: str, names: set[str], after: int) -> dict[str, Operation] | None:
+    """Each consumer's first receive that found nothing while connected, invoked at or after
+    ``after``; None unless every consumer has one.  A consumer's queue is empty while such a
+    receive waits (it would have returned anything queued), so a message dispatched to it by
+    ``after`` was received before it."""
+    idle: dict[str, Operation] = {}
+    for op in sorted(a.drains.get(sub, []), key=lambda o: (o.invoked_at, o.index)):
+        name = _consumer_of(op)
+        if name is not None and op.invoked_at >= after and name not in idle:
+            idle[name] = op
+    return idle if set(idle) == names else None
+
+
+def _missed(
+    a: TxnAnalysis, sub: str, message: _Message, since: int, due: int
+) -> tuple[dict[str, Operation], list[_Delivery]] | None:
+    """Whether ``message`` failed to reach the consumers of ``sub`` by ``due``: every consumer found
+    nothing at or after ``due`` and none of them had received it (by a receive that completed after
+    ``since``: a consumer may have been waiting when it came) before that.  Returns the idle
+    receives and the late deliveries, or None when it arrived in time or the subscription cannot be
+    judged."""
+    names = _consumers(a, sub)
+    if names is None:
+        return None
+    idle = _first_idle(a, sub, names, due)
+    if idle is None:
+        return None
+    again = [
+        d
+        for d in a.received.get(sub, {}).get(message.payload, [])
+        if d.op.completed_at is not None and d.op.completed_at > since
+    ]
+    if any(
+        d.consumer is not None and d.op.completed_at is not None and d.op.completed_at <= idle[d.consumer].invoked_at
+        for d in again
+    ):
+        return None
+    return idle, again
+
+
+def _idle_text(idle: dict[str, Operation]) -> str:
+    return ", ".join(
+        f"{name} (receive op {op.index} at {op.invoked_at})" for name, op in sorted(idle.items(), key=lambda kv: kv[0])
+    )
+
+
+def late_deliveries(a: TxnAnalysis, out: _Collector) -> None:
+    """``late-delivery`` (liveness under a stated bound): a delayed message whose send states
+    ``deliver_within_ms`` did not reach the consumers of a subscription that holds delayed messages
+    back (Shared, Key_Shared) within that bound after its ``deliver_at_ms``, although every consumer
+    of the subscription then found nothing.  The tracker releases a message once due (DD-1, DD-13),
+    its timer fires at the latest a tick after that (DD-25), and the dispatcher hands it to a
+    consumer with permits.
+
+    The bound is the recorder's statement about a fault-free run (the broker's tick, the client's
+    receive loop and a margin; see ``docs/verify-your-broker.md``).  Judged only where the history
+    accounts for every consumer of the subscription (:func:`_consumers`), each attached before the
+    message was sent, and only for a send that returned ok outside a transaction."""
+    by_partition: dict[str, list[str]] = defaultdict(list)
+    for sub in a.subscribes:
+        by_partition[split_subscription(parse_object(sub)[1])[0]].append(sub)
+    for message in a.messages.values():
+        if (
+            message.deliver_at is None
+            or message.within_ms is None
+            or message.txn is not None
+            or message.send.type is not OpType.OK
+        ):
+            continue
+        due = message.deliver_at + message.within_ms
+        for sub in sorted(by_partition.get(message.partition, [])):
+            subscribes = a.subscribes[sub]
+            if not _delays(subscribes) or any(
+                op.completed_at is None or op.completed_at > message.send.invoked_at for op in subscribes
+            ):
+                continue
+            missed = _missed(a, sub, message, message.send.invoked_at - 1, due)
+            if missed is None:
+                continue
+            idle, late = missed
+            when = (
+                f"; it came only later (receive op {late[0].op.index} at {late[0].op.completed_at})"
+                if late
+                else "; it never came"
+            )
+            out.add(
+                "late-delivery",
+                [message.send, *idle.values(), *(d.op for d in late[:1])],
+                f"send op {message.send.index} asked to deliver {message.payload!r} at {message.deliver_at}, "
+                f"within {message.within_ms} ms (by {due}); every consumer of {sub} found nothing after that: "
+                f"{_idle_text(idle)}{when}",
+            )
+
+
+def _subscribe_of(a: TxnAnalysis, sub: str, consumer: str | None) -> Operation | None:
+    found = [op for op in a.subscribes.get(sub, []) if op.type is OpType.OK and _consumer_of(op) == consumer]
+    return found[-1] if found else None
+
+
+def _acked_by(a: TxnAnalysis, sub: str, consumer: str | None, message: _Message, after: int) -> bool:
+    """Whether ``consumer`` acknowledged ``message`` (an ack of any outcome: one of unknown outcome
+    may have taken effect) or negatively acknowledged it, by an operation invoked after ``after``."""
+    if message.position is None:
+        return True  # not judged: which id an ack would name is unknown
+    for op in [*a.all_acks.get(sub, []), *a.negative_acks.get(sub, [])]:
+        if op.invoked_at < after or _consumer_of(op) != consumer:
+            continue
+        acked = _message_id(op, op.args, "value", required=False)
+        if acked is None or _covers(acked, op.f == "ack_cumulative", message.position):
+            return True
+    return False
+
+
+def lost_redeliveries(a: TxnAnalysis, out: _Collector) -> None:
+    """``lost-redelivery`` (liveness under a stated bound): a message a consumer gave back was not
+    delivered again on the subscription within the bound the history states, although every
+    consumer of the subscription then found nothing.  Given back: by a ``negative_ack`` (ok) whose
+    value states ``redeliver_within_ms`` (the client asks the broker to redeliver it after its
+    negative-ack delay), or by the ack timeout that the consumer's ``subscribe`` states
+    (``ack_timeout_ms`` and ``redeliver_within_ms``): a message the consumer received and then
+    neither acknowledged nor negatively acknowledged is redelivered once the timeout passes (PA-1:
+    what nobody acknowledged stays PENDING on the cursor, PA-3: only an acknowledgement deletes it,
+    and a redelivery request dispatches it again).
+
+    Judged only where the history accounts for every consumer of the subscription
+    (:func:`_consumers`), with the bound counted from the negative ack's completion, or from the
+    receive's completion plus the ack timeout."""
+    for sub in sorted(set(a.negative_acks) | set(a.subscribes)):
+        partition, _ = split_subscription(parse_object(sub)[1])
+        handbacks: list[tuple[_Message, _Delivery, Operation | None, int, str]] = []
+        for nack in a.negative_acks.get(sub, []):
+            within = _field(nack, nack.args, "redeliver_within_ms", "value", (int,), required=False)
+            if nack.type is not OpType.OK or within is None or nack.completed_at is None:
+                continue
+            nacked = _message_id(nack, nack.args, "value", required=True)
+            assert nacked is not None
+            consumer = _consumer_of(nack)
+            for message in a.acked_messages(partition, nacked):
+                origins = [
+                    d
+                    for d in a.received.get(sub, {}).get(message.payload, [])
+                    if d.consumer == consumer and (d.op.completed_at or 0) <= nack.invoked_at
+                ]
+                if origins:
+                    origin = max(origins, key=lambda d: d.op.completed_at or 0)
+                    handbacks.append(
+                        (message, origin, nack, nack.completed_at + within, f"negative ack op {nack.index}")
+                    )
+        for got in a.received.get(sub, {}).values():
+            for d in got:
+                attached = _subscribe_of(a, sub, d.consumer)
+                sent = a.messages.get(d.payload)
+                if attached is None or sent is None or d.op.completed_at is None:
+                    continue
+                timeout = _field(attached, attached.args, "ack_timeout_ms", "value", (int,), required=False)
+                bound = _field(attached, attached.args, "redeliver_within_ms", "value", (int,), required=False)
+                if timeout is None or bound is None or _acked_by(a, sub, d.consumer, sent, d.op.completed_at):
+                    continue
+                handbacks.append(
+                    (sent, d, None, d.op.completed_at + timeout + bound, f"the ack timeout of {timeout} ms")
+                )
+        for message, origin, request, due, how in handbacks:
+            missed = _missed(a, sub, message, origin.op.completed_at or 0, due)
+            if missed is None:
+                continue
+            idle, late = missed
+            when = (
+                f"; it came only later (receive op {late[0].op.index} at {late[0].op.completed_at})"
+                if late
+                else "; it never came again"
+            )
+            out.add(
+                "lost-redelivery",
+                [
+                    message.send,
+                    origin.op,
+                    *([request] if request is not None else []),
+                    *idle.values(),
+                    *(d.op for d in late[:1]),
+                ],
+                f"{origin.consumer} received {message.payload!r} (receive op {origin.op.index}) and gave it back by "
+                f"{how}, so it was due again on {sub} by {due}; every consumer of {sub} found nothing after that: "
+                f"{_idle_text(idle)}{when}",
+            )
 
 
 Check = Callable[[TxnAnalysis, _Collector], None]
@@ -1058,6 +1322,8 @@ CHECKS: dict[str, Check] = {
     "cyclic-information-flow": cyclic_information_flow,
     "realtime-order": realtime_order,
     "out-of-order-delivery": out_of_order_deliveries,
+    "late-delivery": late_deliveries,
+    "lost-redelivery": lost_redeliveries,
 }
 
 

@@ -293,11 +293,14 @@ def _linearizability_row(
 def _transactional_row(
     name: str, client_ops: Sequence[Operation], file: str, options: VerifyOptions, seed: int | None
 ) -> VerdictRow:
+    from invariants.applicability import applicability
     from invariants.report import render_txn_text, txn_html
     from invariants.transactional import check_transactional
 
     started = time.perf_counter()
     txn = check_transactional(client_ops)
+    # Which checks had anything to judge: an absent check must never read as a pass.
+    applies = {found.check: found.to_json() for found in applicability(client_ops)}
     return VerdictRow(
         name,
         "transactional",
@@ -309,7 +312,7 @@ def _transactional_row(
         0,
         time.perf_counter() - started,
         None,
-        json.dumps({"counts": txn.counts, "anomalies": [a.to_json() for a in txn.anomalies]}),
+        json.dumps({"counts": txn.counts, "anomalies": [a.to_json() for a in txn.anomalies], "applicability": applies}),
         None if txn.ok else render_txn_text(txn, seed=seed),
         None
         if txn.ok or not options.counterexamples

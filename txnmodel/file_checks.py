@@ -16,10 +16,11 @@ from typing import Any
 from invariants.verify import Outcome, VerdictRow, VerifyOptions, check_grouped, check_histories
 from spec.history import Operation
 
-__all__ = ["GroupedRows", "check_file", "check_files_local", "read_groups"]
+__all__ = ["GroupedRows", "Unit", "check_file", "check_files_local", "check_units", "read_groups"]
 
 # Stage 1 of --group-by-history: (history, [(file, its rows)]), or (None, a bad-input row).
 GroupedRows = tuple[str | None, Any]
+Unit = tuple[str, "tuple[str, ...] | None"]  # a file, and the histories of it to check (None: all)
 
 
 def _bad_file(path: str, options: VerifyOptions, detail: str) -> VerdictRow:
@@ -39,6 +40,19 @@ def check_file(path: str, fmt: str, options: VerifyOptions, only: Sequence[str] 
     return check_histories(histories, path, options)
 
 
+def check_units(
+    units: Sequence[Unit], fmt: str, options: VerifyOptions, out: str | None = None, part: str = "00000"
+) -> list[VerdictRow]:
+    """Check some files (or some histories of them); with ``out``, write the verdicts there as part
+    ``part`` (:func:`txnmodel.verdicts.write_part`) and return them without their HTML pages."""
+    rows = [row for path, names in units for row in check_file(path, fmt, options, names)]
+    if out is None:
+        return rows
+    from txnmodel.verdicts import write_part
+
+    return write_part(Path(out), part, rows)
+
+
 def read_groups(path: str, fmt: str, options: VerifyOptions) -> list[GroupedRows]:
     """Stage 1 of ``--group-by-history``: one file's rows keyed by history, ``(None, row)`` for bad input.
 
@@ -49,7 +63,7 @@ def read_groups(path: str, fmt: str, options: VerifyOptions) -> list[GroupedRows
     from spec.errors import InputError
 
     try:
-        if fmt == "jepsen":
+        if fmt in ("jepsen", "edn"):
             return [(name, [(path, ops)]) for name, ops in read_file(path, fmt).items()]
         groups: dict[str, list[Operation]] = {}
         for op in iter_parquet(path) if fmt == "parquet" else iter_jsonl(path):
@@ -60,10 +74,17 @@ def read_groups(path: str, fmt: str, options: VerifyOptions) -> list[GroupedRows
 
 
 def check_files_local(
-    files: Sequence[str], fmt: str, options: VerifyOptions, progress: Any = None, group_by_history: bool = False
+    files: Sequence[str],
+    fmt: str,
+    options: VerifyOptions,
+    progress: Any = None,
+    group_by_history: bool = False,
+    out: str | None = None,
 ) -> list[VerdictRow]:
     """Every file checked in this process, file after file (or, grouped by history, all files read
-    first).  ``progress``: a :class:`txnmodel.progress.Phase` told of every file, or None."""
+    first).  ``progress``: a :class:`txnmodel.progress.Phase` told of every file, or None.  With
+    ``out``, each file's verdicts are written as a part of their own, as a Spark task writes its
+    share, and come back without their HTML pages."""
     phase = None if progress is None or isinstance(progress, bool) else progress
     if phase is not None:
         phase.set_total(len(files))
@@ -78,11 +99,14 @@ def check_files_local(
                     groups.setdefault(key, []).extend(payload)
             if phase is not None:
                 phase.advance(note=Path(path).name)
-        for history, parts in groups.items():
-            rows.extend(check_grouped(history, parts, options))
-        return rows
-    for path in files:
-        rows.extend(check_file(path, fmt, options))
+        checked = [row for history, parts in groups.items() for row in check_grouped(history, parts, options)]
+        if out is None:
+            return rows + checked
+        from txnmodel.verdicts import write_part
+
+        return write_part(Path(out), "grouped", rows + checked)
+    for number, path in enumerate(files):
+        rows.extend(check_units([(path, None)], fmt, options, out, f"{number:05d}"))
         if phase is not None:
             phase.advance(note=Path(path).name)
     return rows

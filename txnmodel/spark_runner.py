@@ -7,8 +7,9 @@ Spark, calls it and gets the same session; :func:`stop_session` ends it.
 
 :func:`check_files_spark` checks history files on Spark: the files (a large Parquet file split by
 history when there are fewer files than task slots) are packed into a few balanced tasks per core,
-and each task runs :func:`txnmodel.file_checks.check_file` on its share.  Histories are read by the
-executors, never by the driver.
+and each task runs :func:`txnmodel.file_checks.check_units` on its share and writes its verdicts
+itself.  Histories are read by the executors, never by the driver.  :func:`use_spark` decides
+whether Spark pays for a given input at all.
 
 pyspark is imported only inside the functions that need it.
 """
@@ -25,9 +26,18 @@ from pathlib import Path
 from typing import Any
 
 from invariants.verify import VerdictRow, VerifyOptions, check_grouped
-from txnmodel.file_checks import check_file, read_groups
+from txnmodel.file_checks import Unit, check_units, read_groups
 
-__all__ = ["Unit", "check_files_spark", "pack", "spark_session", "stop_session", "work_units"]
+__all__ = [
+    "BREAK_EVEN_OPS",
+    "check_files_spark",
+    "estimate_operations",
+    "pack",
+    "spark_session",
+    "stop_session",
+    "use_spark",
+    "work_units",
+]
 
 _SESSION: Any = None
 _SESSION_MASTER: str | None = None
@@ -123,7 +133,8 @@ def _ship_packages(sc: Any) -> None:
     with zipfile.ZipFile(name, "w") as archive:
         for package in ("spec", "reference", "invariants", "txnmodel"):
             for file in (root / package).rglob("*"):
-                if file.is_file() and "__pycache__" not in file.parts:
+                # compiled modules cannot be imported from a zip: the executors run their source
+                if file.is_file() and "__pycache__" not in file.parts and file.suffix not in (".so", ".c", ".pyd"):
                     archive.write(file, file.relative_to(root))
     sc.addPyFile(name)
 
@@ -176,14 +187,20 @@ def check_files_spark(
     progress: Any = None,
     spark: Any = None,
     group_by_history: bool = False,
+    out: str | None = None,
 ) -> list[VerdictRow]:
-    """Check on Spark; the verdicts come back to the driver.  ``progress``: a
-    :class:`txnmodel.progress.Phase` fed with the tasks done, or None.
+    """Check on Spark.  ``progress``: a :class:`txnmodel.progress.Phase` fed with the tasks done,
+    or None.
 
-    Default: each task runs :func:`check_file` on a few files (a history lives in one file, so no
-    shuffle).  ``group_by_history``: tasks read files into (history, rows) pairs, Spark groups them
-    by history across files (``reduceByKey``), and the grouped histories are checked in a second
-    stage: for datasets whose histories are spread over part files.
+    Default: each task runs :func:`check_units` on a few files or on some histories of a large
+    file (a history lives in one file, so no shuffle).  ``group_by_history``: tasks read files into
+    (history, rows) pairs, Spark groups them by history across files (``reduceByKey``, a shuffle
+    between executors), and the grouped histories are checked in a second stage: for datasets whose
+    histories are spread over part files.  Histories never reach the driver.
+
+    With ``out`` (a folder every executor can write to) each task writes its verdicts and
+    counterexamples there itself (:func:`txnmodel.verdicts.write_part`) and only the verdict rows,
+    without their HTML pages, come back; without it the whole rows come back (tests, benchmarks).
     """
     session = spark if spark is not None else spark_session(master)
     sc = session.sparkContext
@@ -195,7 +212,11 @@ def check_files_spark(
         with _Progress(sc, len(work), progress):
             rows: list[VerdictRow] = (
                 sc.parallelize(work, len(work))
-                .flatMap(lambda part: [row for path, names in part for row in check_file(path, fmt, options, names)])
+                .mapPartitionsWithIndex(
+                    lambda index, bins: [
+                        row for units in bins for row in check_units(units, fmt, options, out, f"{index:05d}")
+                    ]
+                )
                 .collect()
             )
             return rows
@@ -207,13 +228,29 @@ def check_files_spark(
     checked = (
         keyed.filter(lambda pair: pair[0] is not None)
         .reduceByKey(lambda left, right: left + right, numPartitions=slots)
-        .flatMap(lambda pair: check_grouped(pair[0], pair[1], options))
+        .mapPartitionsWithIndex(lambda index, pairs: _check_grouped_part(list(pairs), options, out, f"g{index:05d}"))
     )
     with _Progress(sc, len(bins) + slots, progress):
-        return bad.union(checked).collect()  # type: ignore[no-any-return]
+        rows = checked.collect()
+        failed: list[VerdictRow] = bad.collect()  # bad-input rows only: small
+    if out is not None and failed:
+        from txnmodel.verdicts import write_part
+
+        failed = write_part(Path(out), "unread", failed)
+    return failed + rows
 
 
-Unit = tuple[str, "tuple[str, ...] | None"]  # a file, and the histories of it to check (None: all)
+def _check_grouped_part(
+    pairs: Sequence[tuple[str, Any]], options: VerifyOptions, out: str | None, part: str
+) -> list[VerdictRow]:
+    """Stage 2 of ``--group-by-history`` on one Spark partition: check each grouped history, and
+    with ``out`` write the partition's verdicts there."""
+    rows = [row for history, parts in pairs for row in check_grouped(history, parts, options)]
+    if out is None:
+        return rows
+    from txnmodel.verdicts import write_part
+
+    return write_part(Path(out), part, rows)
 
 
 def work_units(files: Sequence[str], fmt: str, slots: int) -> list[tuple[Unit, float]]:
@@ -254,6 +291,55 @@ def pack(units: Sequence[tuple[Unit, float]], count: int) -> list[list[Unit]]:
         bins[lightest].append(unit)
         loads[lightest] += cost
     return [b for b in bins if b]
+
+
+# Operations below which a verification runs faster in one process than on Spark on this project's
+# 2-core machine: starting the session (a JVM and Python workers) costs more than the second core
+# saves.  Measured by benchmarks/bulk_bench.py ("break-even"); see docs/cluster.md.
+BREAK_EVEN_OPS = 300_000
+
+
+def estimate_operations(files: Sequence[str], fmt: str, enough: int) -> int:
+    """How many operations the files hold, counted from what is cheap to read on the driver: a
+    Parquet file's row count from its footer, a text file's lines (Jepsen logs hold one event per
+    line, two per operation).  Counting stops once ``enough`` is passed."""
+    total = 0
+    for path in files:
+        try:
+            if fmt == "parquet":
+                import pyarrow.parquet as pq
+
+                total += pq.ParquetFile(path).metadata.num_rows
+            else:
+                lines = 0
+                with open(path, "rb") as handle:
+                    for chunk in iter(lambda: handle.read(1 << 20), b""):
+                        lines += chunk.count(b"\n")
+                total += lines // 2 if fmt == "jepsen" else lines
+        except Exception:  # unreadable: the check itself reports it; count it as nothing here
+            continue
+        if total > enough:
+            break
+    return total
+
+
+def use_spark(
+    files: Sequence[str], fmt: str, mode: str, master: str | None, cores: int, threshold: int = BREAK_EVEN_OPS
+) -> tuple[bool, str]:
+    """Whether to check on Spark, and why.  ``mode`` ``local`` or ``spark`` decides.  ``auto``
+    checks in this process when the input holds fewer than ``threshold`` operations
+    (:data:`BREAK_EVEN_OPS`), or when no master is named and there is one core; on Spark otherwise
+    (at ``master``, or ``local[cores]``)."""
+    if mode == "local":
+        return False, "--local"
+    if mode == "spark":
+        return True, "--spark"
+    ops = estimate_operations(files, fmt, threshold)
+    if ops < threshold:
+        return False, f"{ops:,} operations, under the break-even of {threshold:,} for Spark; --spark forces it"
+    if master is None and cores < 2:
+        return False, "one core and no --master"
+    return True, f"at least {threshold:,} operations, " + (f"--master {master}" if master else f"{cores} cores")
 
 
 def _size(path: str) -> int:

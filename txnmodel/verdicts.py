@@ -1,12 +1,16 @@
 """Verdicts on disk and on the terminal: the Parquet table, counterexample pages, summaries and the
 exit code of ``txnmodel verify``.
 
-``OUT/verdicts.parquet`` holds one row per (history, checker) with :data:`VERDICT_COLUMNS`;
-``OUT/counterexamples/<history>.<checker>.{txt,html}`` one explanation per verdict that has one.
+``OUT/verdicts.parquet`` is a Parquet dataset (a folder of part files, as Spark writes them: each
+task writes its own part) with one row per (history, checker) and the columns
+:data:`VERDICT_COLUMNS`; ``OUT/counterexamples/<history>.<checker>.{txt,html}`` holds one
+explanation per verdict that has one.  ``pyarrow.parquet.read_table(OUT / "verdicts.parquet")``
+and Spark's ``spark.read.parquet`` read the folder whole.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -17,12 +21,18 @@ from invariants.verify import Outcome, VerdictRow, worst
 from txnmodel.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 __all__ = [
+    "VERDICTS",
     "VERDICT_COLUMNS",
     "Summary",
+    "applicability_lines",
+    "clear_verdicts",
     "exit_code",
     "history_results",
     "print_report",
+    "read_verdicts",
     "summarize",
+    "write_index",
+    "write_part",
     "write_verdicts",
 ]
 
@@ -43,39 +53,91 @@ VERDICT_COLUMNS = (
 )
 
 
-def write_verdicts(out: Path, rows: Sequence[VerdictRow]) -> list[Path]:
-    """``OUT/verdicts.parquet``, ``OUT/counterexamples/<history>.<checker>.{txt,html}`` and
-    ``OUT/index.html`` (every verdict, each counterexample linked: :func:`invariants.viewer.index_page`).
-    Returns the counterexample files written."""
+VERDICTS = "verdicts.parquet"  # a folder of Parquet part files, one per task that wrote verdicts
+PAGES = "counterexamples"
+INDEX = "index.html"
+
+
+def clear_verdicts(out: Path) -> None:
+    """Remove the verdicts, counterexample pages and index of an earlier run from ``out`` (nothing else)."""
+    import shutil
+
+    target = out / VERDICTS
+    if target.is_dir():
+        shutil.rmtree(target)
+    elif target.exists():
+        target.unlink()
+    if (out / PAGES).is_dir():
+        shutil.rmtree(out / PAGES)
+    if (out / INDEX).exists():
+        (out / INDEX).unlink()
+
+
+def write_part(out: Path, part: str, rows: Sequence[VerdictRow]) -> list[VerdictRow]:
+    """Write ``rows`` where they belong: ``OUT/verdicts.parquet/part-<part>.parquet`` and each
+    counterexample as ``OUT/counterexamples/<history>.<checker>.{txt,html}``.  What one Spark task
+    (or the in-process run, per file) does with its verdicts; returns them without their HTML pages,
+    which is all the driver needs to summarize."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from invariants.viewer import index_page
-
-    out.mkdir(parents=True, exist_ok=True)
+    folder = out / VERDICTS
+    folder.mkdir(parents=True, exist_ok=True)
     types = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64()}
     schema = pa.schema([pa.field(name, types[kind]) for name, kind in VERDICT_COLUMNS])
     table = pa.table({name: [getattr(row, name) for row in rows] for name, _ in VERDICT_COLUMNS}, schema=schema)
-    pq.write_table(table, out / "verdicts.parquet")
-    pages = out / "counterexamples"
+    # written under a temporary name and renamed: a reader never sees half a part
+    final = folder / f"part-{part}.parquet"
+    partial = folder / f".part-{part}.parquet.tmp"
+    pq.write_table(table, partial)
+    partial.replace(final)
+    pages = out / PAGES
+    for row in rows:
+        if row.counterexample is None:
+            continue
+        pages.mkdir(parents=True, exist_ok=True)
+        stem = _stem(row)
+        (pages / f"{stem}.txt").write_text(row.counterexample + "\n", encoding="utf-8")
+        if row.html is not None:
+            (pages / f"{stem}.html").write_text(row.html, encoding="utf-8")
+    return [dataclasses.replace(row, html=None) if row.html is not None else row for row in rows]
+
+
+def write_index(out: Path, rows: Sequence[VerdictRow]) -> list[Path]:
+    """``OUT/index.html``: every verdict, each counterexample linked (:func:`invariants.viewer.index_page`),
+    from the rows the tasks returned and the pages they wrote.  Returns the counterexample files."""
+    from invariants.viewer import index_page
+
+    pages = out / PAGES
     written: list[Path] = []
     listed = []
     for row in rows:
         entry = row.to_json()
         entry.pop("counterexample", None)
         if row.counterexample is not None:
-            pages.mkdir(exist_ok=True)
             stem = _stem(row)
-            (pages / f"{stem}.txt").write_text(row.counterexample + "\n", encoding="utf-8")
-            written.append(pages / f"{stem}.txt")
-            entry["txt"] = f"counterexamples/{stem}.txt"
-            if row.html is not None:
-                (pages / f"{stem}.html").write_text(row.html, encoding="utf-8")
-                written.append(pages / f"{stem}.html")
-                entry["html"] = f"counterexamples/{stem}.html"
+            for suffix in ("txt", "html"):
+                if (pages / f"{stem}.{suffix}").exists():
+                    written.append(pages / f"{stem}.{suffix}")
+                    entry[suffix] = f"{PAGES}/{stem}.{suffix}"
         listed.append(entry)
-    (out / "index.html").write_text(index_page(listed, title=f"txnmodel verify: {out}"), encoding="utf-8")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / INDEX).write_text(index_page(listed, title=f"txnmodel verify: {out}"), encoding="utf-8")
     return written
+
+
+def write_verdicts(out: Path, rows: Sequence[VerdictRow]) -> list[Path]:
+    """All of ``rows`` as the only part of ``OUT/verdicts.parquet`` (after clearing an earlier run),
+    their counterexample pages and the index.  Returns the counterexample files written."""
+    clear_verdicts(out)
+    return write_index(out, write_part(out, "00000", rows))
+
+
+def read_verdicts(out: Path) -> list[dict[str, Any]]:
+    """Every verdict row under ``out``, as dicts (every part)."""
+    import pyarrow.parquet as pq
+
+    return list(pq.read_table(out / VERDICTS).to_pylist())
 
 
 def _stem(row: VerdictRow) -> str:
@@ -174,3 +236,33 @@ def print_report(
         print(f"counterexample: {path}")
     print(f"verdicts: {out / 'verdicts.parquet'}")
     print(f"index of every verdict: {out / 'index.html'}")
+
+
+def applicability_lines(rows: Iterable[VerdictRow]) -> list[str]:
+    """Per transactional check, in how many histories it had something to judge
+    (:mod:`invariants.applicability`); a check that applied to none is named as such, so that its
+    silence is not read as a pass."""
+    import json
+
+    applied: Counter[str] = Counter()
+    order: list[str] = []
+    judged = 0
+    for row in rows:
+        if row.checker != "transactional" or not row.detail.startswith("{"):
+            continue
+        found = json.loads(row.detail).get("applicability")
+        if not found:
+            continue
+        judged += 1
+        for check, statement in found.items():
+            if check not in order:
+                order.append(check)
+            applied[check] += bool(statement["applies"])
+    if not judged:
+        return []
+    lines = [f"checks that had something to judge (of {judged} histories with client operations):"]
+    lines.append("  " + ", ".join(f"{check} {applied[check]}" for check in order))
+    absent = [check for check in order if not applied[check]]
+    if absent:
+        lines.append("  nothing to judge in any history (not a pass): " + ", ".join(absent))
+    return lines

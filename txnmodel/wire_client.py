@@ -102,6 +102,7 @@ class WireClient:
         self._queues: dict[int, collections.deque[WireMessage]] = {}
         self._pending: list[Frame] = []
         self._tc_connected = False
+        self.closed_by_broker = False  # the broker closed the connection: every later request times out
         self.server_version = ""
         self._send(
             T(
@@ -149,6 +150,7 @@ class WireClient:
             except TimeoutError:
                 raise WireTimeout("no answer in time") from None
             if not chunk:
+                self.closed_by_broker = True
                 raise WireTimeout("the broker closed the connection")
             self._buffer += chunk
 

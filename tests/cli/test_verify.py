@@ -86,7 +86,7 @@ def test_verify_on_spark_writes_verdicts_and_counterexamples(
     spark: Any, folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
-    code = verify_main([str(folder), "--out", str(out), "--master", "local[2]"])
+    code = verify_main([str(folder), "--out", str(out), "--spark", "--master", "local[2]"])
     printed = capsys.readouterr()
     assert code == 1
     assert "ILLEGAL bad-register-1 [linearizability]" in printed.out and "lost-message" in printed.out
@@ -231,3 +231,67 @@ def test_a_large_file_is_split_by_history_and_each_part_reads_only_its_rows(tmp_
     assert [names for (_, names), _ in work_units(files, "parquet", 2)] == [None, None]
     with pytest.raises(ValueError, match="Parquet"):
         read_file(files[0], "jsonl", first)
+
+
+def test_spark_only_where_it_pays(folder: Path, tmp_path: Path) -> None:
+    from txnmodel.spark_runner import BREAK_EVEN_OPS, estimate_operations, use_spark
+
+    files = sorted(str(p) for p in folder.rglob("*.parquet"))
+    ops = estimate_operations(files, "parquet", 10**9)
+    assert ops == sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    assert use_spark(files, "parquet", "local", "spark://h:7077", 8) == (False, "--local")
+    assert use_spark(files, "parquet", "spark", None, 1) == (True, "--spark")
+    # small: in this process, master or not
+    for master in (None, "spark://h:7077"):
+        small, why = use_spark(files, "parquet", "auto", master, 2)
+        assert not small and f"{ops:,} operations" in why and f"{BREAK_EVEN_OPS:,}" in why
+    # large enough: Spark, at the master if one is named; one core and no master stays here
+    assert use_spark(files, "parquet", "auto", "spark://h:7077", 1, threshold=ops) == (
+        True,
+        f"at least {ops:,} operations, --master spark://h:7077",
+    )
+    assert use_spark(files, "parquet", "auto", None, 1, threshold=ops) == (False, "one core and no --master")
+    assert use_spark(files, "parquet", "auto", None, 2, threshold=ops) == (
+        True,
+        f"at least {ops:,} operations, 2 cores",
+    )
+    # Jepsen logs: two lines per operation; counting stops once past what decides
+    log = tmp_path / "etcd_000.log"
+    log.write_text("INFO  jepsen.util - 1\t:invoke\t:read\tnil\nINFO  jepsen.util - 1\t:ok\t:read\tnil\n" * 50)
+    assert estimate_operations([str(log)], "jepsen", 10**9) == 50
+
+
+def test_small_inputs_are_checked_in_this_process_by_default(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = verify_main([str(folder / "bad"), "--out", str(tmp_path / "o")])
+    assert code == 1 and "verify: in this process (" in capsys.readouterr().err
+    assert verify_main([str(folder), "--local", "--master", "local[2]"]) == 2  # --local takes no master
+    assert verify_main([str(folder), "--local", "--spark"]) == 2
+
+
+def test_executors_write_the_verdicts_and_return_them_without_pages(spark: Any, folder: Path, tmp_path: Path) -> None:
+    files = sorted(str(p) for p in folder.rglob("*.parquet"))
+    out = tmp_path / "o"
+    rows = check_files_spark(files, "parquet", VerifyOptions(), spark=spark, progress=False, out=str(out))
+    parts = sorted((out / "verdicts.parquet").glob("part-*.parquet"))
+    assert len(parts) > 1  # one per task
+    table = pq.read_table(out / "verdicts.parquet").to_pylist()
+    assert sorted((r["history"], r["checker"], r["verdict"]) for r in table) == _key(rows)
+    assert all(r.html is None for r in rows)
+    bad = next(r for r in rows if r.history == "bad-register-1")
+    assert bad.counterexample and (out / "counterexamples" / "bad-register-1.linearizability.html").exists()
+    # A second run into the same folder replaces the first: no stale part survives.
+    code = verify_main([str(folder / "bad"), "--local", "--no-progress", "--out", str(out)])
+    assert code == 1 and {r["history"] for r in pq.read_table(out / "verdicts.parquet").to_pylist()} == {
+        "bad-register-1",
+        "lost-2",
+    }
+
+
+def test_one_spark_session_per_process(spark: Any) -> None:
+    """Every phase that asks for the same master gets the session already running."""
+    from txnmodel.spark_runner import spark_session
+
+    assert spark_session("local[2]") is spark
+    assert spark_session("local[2]") is spark_session("local[2]")

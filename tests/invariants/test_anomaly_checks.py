@@ -35,6 +35,7 @@ SUB = object_id("subscription", f"{P}#sub")
 TC = object_id("coordinator", 0)
 T1, T2 = [0, 1], [0, 2]
 EXCL = {"initial_position": "Earliest", "sub_type": "Exclusive"}
+SHARED = {"initial_position": "Earliest", "sub_type": "Shared"}
 
 
 def _send(index: int, message: str, position: list[int], at: int, txn: list[int] | None = None) -> Operation:
@@ -119,6 +120,29 @@ SCENARIOS: dict[str, Callable[[], list[Operation]]] = {
         op(1, 2, "receive", SUB, {}, {"message": "a", "position": [1, 0]}, at=40, done=60),
     ],
     "cyclic-information-flow": _cycle,
+    # Due at 100, within 50: the one consumer found nothing at 200 and got it only at 300.
+    "late-delivery": lambda: [
+        op(0, 2, "subscribe", SUB, {**SHARED, "consumer": "c"}, at=0),
+        op(
+            1,
+            0,
+            "send",
+            PART,
+            {"message": "a", "txn": None, "deliver_at_ms": 100, "deliver_within_ms": 50},
+            {"position": [1, 0]},
+            at=5,
+        ),
+        op(2, 2, "receive", SUB, {"consumer": "c"}, None, at=200, done=210),
+        op(3, 2, "receive", SUB, {"consumer": "c"}, {"message": "a", "position": [1, 0]}, at=290, done=300),
+    ],
+    # Negatively acked at 20, to be redelivered within 100: nothing by 500, then never again.
+    "lost-redelivery": lambda: [
+        op(0, 2, "subscribe", SUB, {**SHARED, "consumer": "c"}, at=0),
+        _send(1, "a", [1, 0], 2),
+        op(2, 2, "receive", SUB, {"consumer": "c"}, {"message": "a", "position": [1, 0]}, at=10, done=12),
+        op(3, 2, "negative_ack", SUB, {"position": [1, 0], "consumer": "c", "redeliver_within_ms": 100}, at=20),
+        op(4, 2, "receive", SUB, {"consumer": "c"}, None, at=500, done=510),
+    ],
 }
 
 
@@ -138,6 +162,8 @@ def test_every_anomaly_has_one_check_and_one_scenario() -> None:
         "cyclic-information-flow",
         "realtime-order",
         "out-of-order-delivery",
+        "late-delivery",
+        "lost-redelivery",
     ]
     assert set(CHECKS) == set(ANOMALIES) == set(SCENARIOS)
 

@@ -124,6 +124,21 @@ def test_held_back_flags_a_delivery_while_the_txn_is_open() -> None:
     assert names(_held(100)) == {"held-back-delivery": 1}
 
 
+def test_held_back_passes_a_receive_that_may_have_come_before_the_ack() -> None:
+    """Found recording from serve: a consumer's receive and its ack in a transaction, both within
+    one millisecond; the receive invoked the instant the ack completed may well have come first."""
+    h = H()
+    h.subscribe()
+    h.send("m", (0, 0), 1)
+    h.new_txn((0, 1), 2, process=9)
+    h.receive("m", (0, 0), 10, 10)
+    h.ack((0, 0), 10, txn=(0, 1))
+    h.ops[-1] = dataclasses.replace(h.ops[-1], completed_at=10)
+    assert names(h) == {}
+    h.receive("m", (0, 0), 11, 12)  # strictly later: held back, must not come again
+    assert names(h) == {"held-back-delivery": 1}
+
+
 def test_held_back_passes_a_delivery_once_the_txn_may_have_ended() -> None:
     # After the commit is invoked the redelivery is judged by redelivered-after-ack, not here.
     assert "held-back-delivery" not in names(_held(505))
@@ -175,6 +190,28 @@ def test_redelivered_after_ack_covers_a_committed_txn_ack() -> None:
     assert names(h) == {"redelivered-after-ack": 1}
     h.ops = good
     assert names(h) == {}
+
+
+def test_a_copy_the_client_wrote_again_is_not_the_acked_one() -> None:
+    """A recorder of the official client marks its sends ``deduplicated: false``: the producer
+    resends what it has no receipt for after a reconnect, so "m" may lie at [0, 0] (receipt lost)
+    and at [0, 1] (the id the send returned).  A transaction acked the copy at [0, 1] and committed;
+    the copy at [0, 0] coming afterwards was never acked.  The acked copy coming again still is."""
+    h = H()
+    h.subscribe()
+    h.op("send", PART, {"message": "m", "txn": None, "deduplicated": False}, {"position": [0, 1]}, 1, 3, process=2)
+    h.receive("m", (0, 1), 5, 6)
+    h.new_txn((0, 1), 10, process=9)
+    h.ack((0, 1), 20, txn=(0, 1))
+    h.end("commit", (0, 1), 30, 40, process=9)
+    h.receive("m", (0, 0), 60, 61)
+    good = list(h.ops)
+    assert names(h) == {}
+    h.receive("m", (0, 1), 70, 71)
+    assert names(h) == {"redelivered-after-ack": 1}
+    h.ops = [dataclasses.replace(good[1], value='{"message":"m","txn":null}', _value=None), *good[2:]]
+    h.ops = [good[0], *h.ops]
+    assert names(h) == {"redelivered-after-ack": 1}  # without the mark, any copy is the acked one
 
 
 # --- early-visibility -------------------------------------------------------------------------------
@@ -233,6 +270,16 @@ def _late(empty_at: int, *, txn_ended: bool = True, unknown_send: bool = False) 
 
 def test_late_visibility_flags_an_empty_receive_past_the_bound() -> None:
     assert names(_late(30 + LAG_BOUND_MS)) == {"late-visibility": 1}
+
+
+def test_late_visibility_is_not_judged_where_a_subscribe_states_no_liveness() -> None:
+    h = _late(LAG_BOUND_MS + 50)
+    assert names(h) == {"late-visibility": 1}
+    h.ops = [
+        dataclasses.replace(op, value=op.value[:-1] + ',"liveness":false}', _value=None) if op.f == "subscribe" else op
+        for op in h.ops
+    ]
+    assert names(h) == {}
 
 
 def test_late_visibility_passes_within_the_bound() -> None:

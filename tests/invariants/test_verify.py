@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from invariants.models import random_register_history
+from invariants.transactional import CHECKS
 from invariants.verify import (
     MACHINE_KINDS,
     ModelPlan,
@@ -71,7 +72,10 @@ def test_check_history_gives_one_row_per_checker() -> None:
         ("transactional", "ok", "elle"),
         ("delivery", "ok", "client-visible"),
     ]
-    assert json.loads(rows[0].detail) == {"counts": {}, "anomalies": []}
+    transactional = json.loads(rows[0].detail)
+    assert transactional["counts"] == {} and transactional["anomalies"] == []
+    # and beside the verdict, which checks had anything to judge (invariants.applicability)
+    assert set(transactional["applicability"]) == set(CHECKS)
     delivery = json.loads(rows[1].detail)
     assert (
         delivery["counts"] == {}

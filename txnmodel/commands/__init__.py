@@ -5,6 +5,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from txnmodel.commands import config, inspect, prove, run, serve, simulate, vectors, verify, view
+from txnmodel.commands import config, inspect, prove, record, run, serve, simulate, vectors, verify, view
 
-COMMANDS: tuple[ModuleType, ...] = (run, vectors, prove, inspect, config, simulate, verify, serve, view)
+COMMANDS: tuple[ModuleType, ...] = (run, vectors, prove, inspect, config, simulate, verify, serve, record, view)

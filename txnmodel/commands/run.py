@@ -20,9 +20,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     """The main job: every real check the project has, then a summary table.
 
     1. the conformance vectors; 2. every Z3 proof; 3. seeded histories of every workload, with faults,
-    on file ledgers, every variant and fault mix mixed by seed; 4. those histories verified on local
-    Spark (linearizability, transactional and delivery checks).  Every counterexample is printed with
-    the seed that reproduces it.
+    on file ledgers, every variant and fault mix mixed by seed; 4. those histories verified
+    (linearizability, transactional and delivery checks), on Spark when they are large enough to pay
+    for it (the process's one session, :func:`txnmodel.spark_runner.spark_session`).  Every
+    counterexample is printed with the seed that reproduces it.
     """
     import tempfile
 
@@ -162,10 +163,10 @@ def _per_machine_summary(rows: Sequence[VerdictRow]) -> list[tuple[str, str, str
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = sub.add_parser(
         "run",
-        help="the main job: vectors, proofs, simulated histories verified on local Spark, then a summary",
+        help="the main job: vectors, proofs, simulated histories verified (on Spark when it pays), then a summary",
         description="Run every conformance vector and every Z3 proof, simulate seeded histories of every workload "
-        "with faults on file ledgers, verify them on Spark (local by default), and print a summary table with every "
-        "counterexample and its seed. Exit 0 when everything passed, 1 otherwise.",
+        "with faults on file ledgers, verify them (on local Spark when they are large enough to pay for it), and "
+        "print a summary table with every counterexample and its seed. Exit 0 when everything passed, 1 otherwise.",
     )
     run.add_argument(
         "--rlimit",
@@ -182,5 +183,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--ops", type=int, default=60, help="transactions attempted per history (default 60)")
     run.add_argument("--seed", type=int, default=1, help="the first seed (default 1)")
     run.add_argument("--out", default="out/run", help="where histories and verdicts go (default out/run)")
-    run.add_argument("--master", default="local[2]", help="Spark master URL, passed unchanged (default local[2])")
+    run.add_argument(
+        "--master",
+        default=None,
+        help="Spark master URL for the verify phase, passed unchanged (default: local Spark when the histories are "
+        "large enough to pay for it, else in this process; see txnmodel verify)",
+    )
     run.set_defaults(func=cmd_run)

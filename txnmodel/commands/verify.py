@@ -3,13 +3,17 @@
 The job:
 
 1. lists the history files under PATH (``--format parquet|jsonl|jepsen``);
-2. checks them, on Spark (:mod:`txnmodel.spark_runner`; ``local[2]`` by default, ``--master URL``
-   passed unchanged) or, with ``--local``, in this process (:mod:`txnmodel.file_checks`): each
-   history gets every checker that applies (:mod:`invariants.verify`).  A history lives in one
-   file (a file may hold many), unless ``--group-by-history``: then rows are grouped by history
-   across files before checking;
-3. writes one verdict row per (history, checker) to ``OUT/verdicts.parquet`` and every
-   counterexample to ``OUT/counterexamples/`` (text and HTML), and prints a summary.
+2. checks them where it pays (:func:`txnmodel.spark_runner.use_spark`): on Spark
+   (:mod:`txnmodel.spark_runner`; at ``--master URL``, passed unchanged, or ``local[<cores>]``)
+   with ``--spark``, or when the input holds enough operations to pay for starting Spark and a
+   master is named or there is more than one core; in this process (:mod:`txnmodel.file_checks`)
+   with ``--local``, for a small input, or on one core without a master.
+   Each history gets every checker that applies (:mod:`invariants.verify`).  A history lives in
+   one file (a file may hold many), unless ``--group-by-history``: then rows are grouped by
+   history across files before checking;
+3. each task (or, in this process, each file) writes its verdict rows to the Parquet dataset
+   ``OUT/verdicts.parquet/`` and its counterexamples to ``OUT/counterexamples/`` (text and
+   HTML); this process prints a summary.
 
 Exit codes (:mod:`txnmodel.common`): 0 every history passed every checker; 1 a violation
 (``illegal`` or a transactional anomaly), an ``error`` (a model or machine raised: a programming
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -57,8 +62,8 @@ class VerifyRequest:
     format: str = "parquet"
     options: VerifyOptions = field(default_factory=VerifyOptions)
     out: str = DEFAULT_OUT
-    master: str = "local[2]"
-    local: bool = False
+    master: str | None = None  # a Spark master URL; None: local[<cores>] when Spark is used
+    mode: str = "auto"  # auto | local | spark (see txnmodel.spark_runner.use_spark)
     group_by_history: bool = False
     unknown_ok: bool = False
     progress: bool = True
@@ -82,8 +87,7 @@ def verify(request: VerifyRequest) -> VerifyResult:
     from invariants.models import model_by_name
     from spec.errors import InputError
     from spec.history import BadHistory
-    from txnmodel.file_checks import check_files_local
-    from txnmodel.verdicts import exit_code, history_results, print_report, summarize, write_verdicts
+    from txnmodel.verdicts import applicability_lines, exit_code, history_results, print_report, summarize
 
     started = time.perf_counter()
     out = Path(request.out)
@@ -107,33 +111,14 @@ def verify(request: VerifyRequest) -> VerifyResult:
     if request.format == "jepsen" and options.model == "auto":
         options = VerifyOptions("cas-register", options.step_budget, options.seconds, options.counterexamples)
     from txnmodel.progress import Reporter
+    from txnmodel.verdicts import write_index
 
     reporter = request.reporter if request.reporter is not None else Reporter()
     if not request.progress:
         reporter = Reporter(enabled=False)
-    grouped = request.group_by_history
-    if request.local:
-        with reporter.phase("verify", total=len(files), unit="files") as phase:
-            rows = check_files_local(files, request.format, options, progress=phase, group_by_history=grouped)
-    else:
-        from txnmodel.spark_runner import check_files_spark, spark_session
-
-        with reporter.phase("verify: start Spark", unit=""):
-            session = spark_session(request.master)  # a JVM starts: tens of seconds on a busy machine
-        with reporter.phase(f"verify on Spark ({request.master})", unit="tasks") as phase:
-            rows = check_files_spark(
-                files,
-                request.format,
-                options,
-                master=request.master,
-                progress=phase,
-                spark=session,
-                group_by_history=grouped,
-            )
-    if not grouped:
-        rows = list(rows) + duplicate_histories(rows)
+    rows = _check(request, files, options, reporter)
     elapsed = time.perf_counter() - started
-    written = write_verdicts(out, rows)
+    written = write_index(out, rows)
     code = exit_code(rows, unknown_ok=request.unknown_ok)
     summary = summarize(rows, elapsed)
     if request.json:
@@ -151,7 +136,53 @@ def verify(request: VerifyRequest) -> VerifyResult:
         sys.stdout.write("\n")
     else:
         print_report(rows, summary, out, written)
+        for line in applicability_lines(rows):
+            print(line)
     return VerifyResult(code, tuple(rows), elapsed)
+
+
+def _check(request: VerifyRequest, files: list[str], options: VerifyOptions, reporter: Any) -> list[VerdictRow]:
+    """Check the files where it pays (in this process or on Spark) and write every verdict under
+    ``request.out``: each task writes its own part, and this process adds the histories found in
+    two files.  Returns the verdict rows without their HTML pages."""
+    from txnmodel.file_checks import check_files_local
+    from txnmodel.spark_runner import use_spark
+    from txnmodel.verdicts import clear_verdicts, write_part
+
+    out = Path(request.out)
+    clear_verdicts(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cores = os.cpu_count() or 1
+    spark, why = use_spark(files, request.format, request.mode, request.master, cores)
+    grouped = request.group_by_history
+    reporter.say(f"verify: {'on Spark' if spark else 'in this process'} ({why})")
+    if spark:
+        from txnmodel.spark_runner import check_files_spark, spark_session
+
+        master = request.master or f"local[{cores}]"
+        with reporter.phase("verify: start Spark", unit=""):
+            session = spark_session(master)  # a JVM starts: tens of seconds on a busy machine
+        with reporter.phase(f"verify on Spark ({master})", unit="tasks") as phase:
+            rows = check_files_spark(
+                files,
+                request.format,
+                options,
+                master=master,
+                progress=phase,
+                spark=session,
+                group_by_history=grouped,
+                out=str(out.resolve()),
+            )
+    else:
+        with reporter.phase("verify", total=len(files), unit="files") as phase:
+            rows = check_files_local(
+                files, request.format, options, progress=phase, group_by_history=grouped, out=str(out)
+            )
+    if not grouped:
+        duplicates = duplicate_histories(rows)
+        if duplicates:
+            rows = list(rows) + write_part(out, "duplicates", duplicates)
+    return list(rows)
 
 
 def request_from_args(args: argparse.Namespace) -> VerifyRequest:
@@ -163,7 +194,7 @@ def request_from_args(args: argparse.Namespace) -> VerifyRequest:
         ),
         out=args.out,
         master=args.master,
-        local=args.local,
+        mode="local" if args.local else "spark" if args.spark else "auto",
         group_by_history=args.group_by_history,
         unknown_ok=args.unknown_ok,
         progress=not args.no_progress,
@@ -173,6 +204,9 @@ def request_from_args(args: argparse.Namespace) -> VerifyRequest:
 
 def run_verify(args: argparse.Namespace) -> int:
     """The subcommand: parsed arguments in, exit code out."""
+    if args.local and args.master:
+        print("txnmodel verify: --local checks in this process; it takes no --master", file=sys.stderr)
+        return EXIT_BAD_INPUT
     return verify(request_from_args(args)).exit_code
 
 
@@ -181,9 +215,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("path", metavar="PATH", help="a history file, or a folder searched for them")
     parser.add_argument(
         "--format",
-        choices=["parquet", "jsonl", "jepsen"],
+        choices=["parquet", "jsonl", "jepsen", "edn"],
         default="parquet",
-        help="history format (default parquet; jepsen: Jepsen etcd logs)",
+        help="history format (default parquet; jepsen: Jepsen etcd logs; edn: Jepsen's history.edn, register, "
+        "cas-register, set and queue workloads)",
     )
     parser.add_argument(
         "--model",
@@ -192,8 +227,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "machine (coordinator, buffer, pending_ack, delayed); auto (default) picks a generic "
         "model from the objects, and transactional histories get the Elle-style checks",
     )
-    parser.add_argument("--master", default="local[2]", help="Spark master URL, passed unchanged (default local[2])")
-    parser.add_argument("--local", action="store_true", help="check in this process without Spark")
+    parser.add_argument(
+        "--master",
+        default=None,
+        help="Spark master URL, passed unchanged (spark://HOST:PORT for a standalone cluster), for when Spark is "
+        "used: with --spark, or for an input large enough to pay for it",
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--local", action="store_true", help="check in this process, whatever the input's size")
+    where.add_argument(
+        "--spark",
+        action="store_true",
+        help="check on Spark (local[<cores>] unless --master), whatever the input's size; by default Spark is "
+        "used only for enough operations to pay for starting it, and with --master or more than one core",
+    )
     parser.add_argument(
         "--group-by-history",
         action="store_true",
