@@ -35,35 +35,39 @@ V = TypeVar("V")
 # evolve
 # --------------------------------------------------------------------------------------------
 
-_KEEP: Final = object()
-_EVOLVERS: dict[type, Callable[..., Any]] = {}
+_EVOLVERS: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
 
 def evolve(obj: V, **changes: Any) -> V:
     """A copy of the frozen dataclass ``obj`` with ``changes`` applied, as ``dataclasses.replace``
     builds it but without running ``__init__`` (and so ``__post_init__``); an unknown field name
     is a ``TypeError`` as there."""
-    make = _EVOLVERS.get(type(obj))
+    key = (type(obj), *changes)
+    make = _EVOLVERS.get(key)
     if make is None:
-        make = _EVOLVERS[type(obj)] = _evolver(type(obj))
-    result: V = make(obj, **changes)
+        make = _EVOLVERS[key] = _evolver(type(obj), tuple(changes))
+    result: V = make(obj, *changes.values())
     return result
 
 
-def _evolver(cls: type) -> Callable[..., Any]:
-    """One function per class, with one keyword parameter per field (what ``dataclasses`` itself
-    does for ``__init__``): a field not passed keeps ``obj``'s value.  Fields are set through the
-    slot descriptors, which a frozen dataclass's ``__setattr__`` does not guard."""
+def _evolver(cls: type, changed: tuple[str, ...]) -> Callable[..., Any]:
+    """One function per class and set of changed fields (what ``dataclasses`` itself does for
+    ``__init__``, generated once): it takes the new values positionally and copies every other
+    field from ``obj``.  Fields are set through the slot descriptors, which a frozen dataclass's
+    ``__setattr__`` does not guard."""
     if not dataclasses.is_dataclass(cls) or "__slots__" not in cls.__dict__:
         raise TypeError(f"evolve needs a slotted dataclass, got {cls.__name__}")
     names = [f.name for f in dataclasses.fields(cls)]
-    scope: dict[str, Any] = {"_KEEP": _KEEP, "_CLS": cls, **{f"_SET_{n}": cls.__dict__[n].__set__ for n in names}}
-    params = ", ".join(f"{n}=_KEEP" for n in names)
+    unknown = [n for n in changed if n not in names]
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {unknown[0]!r}")
+    scope: dict[str, Any] = {"_CLS": cls, **{f"_SET_{n}": cls.__dict__[n].__set__ for n in names}}
+    params = "".join(f", {n}" for n in changed)
     # the class and the setters are bound as defaults: local names, the cheapest to reach
     bound = ", ".join(f"_set_{n}=_SET_{n}" for n in names)
-    body = "".join(f"    _set_{n}(new, obj.{n} if {n} is _KEEP else {n})\n" for n in names)
+    body = "".join(f"    _set_{n}(new, {n if n in changed else 'obj.' + n})\n" for n in names)
     source = (
-        f"def evolve_{cls.__name__}(obj, *, {params}, _new=object.__new__, _cls=_CLS, {bound}):\n"
+        f"def evolve_{cls.__name__}(obj{params}, *, _new=object.__new__, _cls=_CLS, {bound}):\n"
         f"    new = _new(_cls)\n{body}    return new\n"
     )
     exec(source, scope)
