@@ -702,11 +702,9 @@ def next_delivery_time(state: BucketTracker) -> int:
     """DD-13: the smallest queued deliver-at (mutable queue or shared queue); Long.MAX when nothing
     is queued (#26080)."""
     head = queue_head(state.mutable)
-    if state.shared:
-        shared = state.shared[0].head()
-        if head is None or shared < head:
-            head = shared
-    return unpack(head)[0] if head is not None else NO_TIMESTAMP
+    # keys order deliver-at first, so the smaller head's deliver-at is the smaller deliver-at
+    ts = unpack(head)[0] if head is not None else NO_TIMESTAMP
+    return min(ts, state.shared[0].head_ts()) if state.shared else ts
 
 
 def _move_due(state: BucketTracker, cutoff: int) -> BucketTracker:

@@ -58,6 +58,8 @@ __all__ = [
 _ABS: Final = struct.Struct(">QQQ")
 _KEY: Final = struct.Struct("24s")  # one absolute record, as the key it is
 _REL: Final = struct.Struct(">III")
+_TS: Final = struct.Struct(">Q")  # the deliver-at leading an absolute record
+_TS_REL: Final = struct.Struct(">I")  # the deliver-at leading a relative record
 _U32: Final = 1 << 32
 
 
@@ -112,6 +114,15 @@ class Run:
 
     def head(self) -> bytes:
         return self.key(0)
+
+    def head_ts(self) -> int:
+        """The deliver-at of the first record (without making its key)."""
+        at = self.offset * self.width
+        if self.width == 24:
+            ts: int = _TS.unpack_from(self.data, at)[0]
+            return ts
+        relative: int = _TS_REL.unpack_from(self.data, at)[0]
+        return relative + self.base_ts
 
     def indexes(self) -> Iterator[Index]:
         view = memoryview(self.data)[self.offset * self.width :]

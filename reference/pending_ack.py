@@ -30,7 +30,7 @@ from typing import Any, Final
 import immutables
 
 from reference.conformance import MachineVectors
-from reference.persistent import HashOnce, evolve
+from reference.persistent import HashOnce, evolve, slot_init
 from spec.config import PENDING_ACK_INIT_BACKOFF_INITIAL_MS, Config
 from spec.errors import BadRecord, DomainError, NotAllowed, ServiceUnitNotReady, TransactionConflict
 from spec.jsonvalues import from_json
@@ -137,6 +137,7 @@ class PositionInPendingAck(PulsarName, enum.Enum):
     InvalidPosition = "InvalidPosition"
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class AckedPosition:
     """One message id of an ack request, and one ``PendingAckMetadata`` of a log record.
@@ -172,6 +173,7 @@ class AckedPosition:
         return _full(self.batch_size) & ~words_to_bits(self.ack_set)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class AckBits:
     """What is acknowledged of one entry: ``acked`` bits (bit i = index i) or the whole entry (None)."""
@@ -204,6 +206,7 @@ _EMPTY_BATCH: Final[immutables.Map[Position, AckBits]] = immutables.Map()
 _NO_ACKS: Final[immutables.Map[Position, AckBits]] = immutables.Map()
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class CursorView(HashOnce):
     """The subscription cursor as the pending-ack rules read it.
@@ -235,6 +238,7 @@ class CursorView(HashOnce):
 # --------------------------------------------------------------------------------------------
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PendingAckRecord:
     """One ``PendingAckMetadataEntry`` of the subscription's pending-ack log (PA-15)."""
@@ -297,6 +301,7 @@ class PendingAckRecord:
 # --------------------------------------------------------------------------------------------
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class AppendPendingAckRecord(Effect):
     """Append ``record`` to the pending-ack log under the logical id ``record_id`` (PA-15)."""
@@ -305,6 +310,7 @@ class AppendPendingAckRecord(Effect):
     record: PendingAckRecord
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class TrimPendingAckLog(Effect):
     """Mark-delete the pending-ack log up to and including ``record_id`` (PA-16)."""
@@ -312,6 +318,7 @@ class TrimPendingAckLog(Effect):
     record_id: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class CursorIndividualAck(Effect):
     """Acknowledge these positions on the subscription cursor (ack sets in wire form)."""
@@ -326,6 +333,7 @@ class CursorCumulativeAck(Effect):
     position: AckedPosition
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class RedeliverUnacknowledgedMessages(Effect):
     """Hand these positions back to the dispatcher for redelivery (PA-12)."""

@@ -26,7 +26,7 @@ from typing import Any, Final, Generic, TypeVar, overload
 
 import immutables
 
-__all__ = ["HashOnce", "Log", "evolve"]
+__all__ = ["HashOnce", "Log", "evolve", "slot_init"]
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -73,6 +73,44 @@ def _evolver(cls: type, changed: tuple[str, ...]) -> Callable[..., Any]:
     exec(source, scope)
     made: Callable[..., Any] = scope[f"evolve_{cls.__name__}"]
     return made
+
+
+_FACTORY: Final = object()  # the default of a parameter whose field has a default_factory
+
+
+def slot_init(cls: type[V]) -> type[V]:
+    """Give a frozen slotted dataclass an ``__init__`` that sets its fields through the slot
+    descriptors (as :func:`evolve` does) instead of ``object.__setattr__`` field by field: the
+    same parameters and defaults as the dataclass's own, then ``__post_init__`` if it has one.
+    For the records a step makes every time (a log record, an effect), where the generated
+    ``__init__`` of ten fields costs more than the rule that fills them."""
+    if not dataclasses.is_dataclass(cls) or "__slots__" not in cls.__dict__:
+        raise TypeError(f"slot_init needs a slotted dataclass, got {cls.__name__}")
+    scope: dict[str, Any] = {"_FACTORY": _FACTORY}
+    params: list[str] = []
+    body: list[str] = []
+    for f in dataclasses.fields(cls):
+        if not f.init or f.kw_only:
+            raise TypeError(f"slot_init: {cls.__name__}.{f.name} is not a plain positional field")
+        scope[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
+        if f.default is not dataclasses.MISSING:
+            scope[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+        elif f.default_factory is not dataclasses.MISSING:
+            scope[f"_factory_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=_FACTORY")
+            body.append(f"    if {f.name} is _FACTORY:\n        {f.name} = _factory_{f.name}()\n")
+        else:
+            params.append(f.name)
+        body.append(f"    _set_{f.name}(self, {f.name})\n")
+    if hasattr(cls, "__post_init__"):
+        body.append("    self.__post_init__()\n")
+    source = f"def __init__(self, {', '.join(params)}):\n{''.join(body) or '    pass'}\n"
+    exec(source, scope)
+    init = scope["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
 
 
 # --------------------------------------------------------------------------------------------
