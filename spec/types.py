@@ -260,8 +260,11 @@ class BatchedPosition:
         """
         if self.batch_size == 1:
             return None
-        bits = ((1 << self.batch_size) - 1) & ~(1 << self.batch_index)
-        return bits_to_words(bits)
+        return bits_to_words(self.ack_bits())
+
+    def ack_bits(self) -> int:
+        """:meth:`ack_set` as one int (bit i set: index i still present), for a one-record batch too."""
+        return ((1 << self.batch_size) - 1) & ~(1 << self.batch_index)
 
     def __str__(self) -> str:
         return f"{self.ledger_id}:{self.entry_id}[{self.batch_index}/{self.batch_size}]"
