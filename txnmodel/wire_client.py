@@ -223,6 +223,13 @@ class WireClient:
             raise WireError(body.error_code, body.error_message)
         return body
 
+    def ping(self) -> None:
+        """A PING/PONG round trip: the broker has handled every frame sent before it (a connection's
+        frames are handled in order), including those it never answers (FLOW, an ACK without a
+        receipt, REDELIVER_UNACKNOWLEDGED_MESSAGES)."""
+        self._send(T(type=T.PING, ping=api.CommandPing()))
+        self._wait(lambda f: f.command.type == T.PONG)
+
     # -- transactions ------------------------------------------------------------------------------
 
     def _tc_connect(self) -> None:
@@ -413,13 +420,31 @@ class WireConsumer:
             return None
         message = queue.popleft()
         # One permit back per message taken, as the official client's receiver queue does in bulk.
-        self.client._send(T(type=T.FLOW, flow=api.CommandFlow(consumer_id=self.consumer_id, messagePermits=1)))
+        self.flow(1)
         return message
 
+    def flow(self, permits: int) -> None:
+        """Grant the broker ``permits`` more messages (FLOW; the broker never answers it)."""
+        self.client._send(T(type=T.FLOW, flow=api.CommandFlow(consumer_id=self.consumer_id, messagePermits=permits)))
+
+    def redeliver_unacknowledged(self) -> None:
+        """Ask for every unacknowledged message again (REDELIVER_UNACKNOWLEDGED_MESSAGES; never
+        answered).  Messages already queued here are dropped, as the broker sends them again."""
+        self.client._queues[self.consumer_id].clear()
+        command = api.CommandRedeliverUnacknowledgedMessages(consumer_id=self.consumer_id)
+        self.client._send(T(type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES, redeliverUnacknowledgedMessages=command))
+
     def acknowledge(
-        self, message: WireMessage, *, txn: WireTransaction | None = None, cumulative: bool = False
+        self,
+        message: WireMessage,
+        *,
+        txn: WireTransaction | None = None,
+        cumulative: bool = False,
+        receipt: bool = True,
     ) -> None:
-        """Acknowledge ``message`` and wait for the broker's ACK_RESPONSE (errors raise)."""
+        """Acknowledge ``message`` and wait for the broker's ACK_RESPONSE (errors raise); with
+        ``receipt=False`` the ACK carries no request id and nothing is awaited, as the official
+        clients' default acks."""
         if txn is not None:
             txn._use_subscription(self.topic, self.subscription)
         mid = api.MessageIdData(
@@ -429,8 +454,12 @@ class WireConsumer:
             consumer_id=self.consumer_id,
             ack_type=api.CommandAck.Cumulative if cumulative else api.CommandAck.Individual,
             message_id=[mid],
-            request_id=next(self.client._ids),
         )
+        if receipt:
+            ack.request_id = next(self.client._ids)
         if txn is not None:
             ack.txnid_most_bits, ack.txnid_least_bits = txn.txn_id.most_sig_bits, txn.txn_id.least_sig_bits
-        self.client._request(T(type=T.ACK, ack=ack), T.ACK_RESPONSE, "ack")
+        if receipt:
+            self.client._request(T(type=T.ACK, ack=ack), T.ACK_RESPONSE, "ack")
+        else:
+            self.client._send(T(type=T.ACK, ack=ack))

@@ -8,7 +8,10 @@ history's metadata), the faults of :data:`reference.engine.simulate.FAULT_RATES`
   coordinator crash (reloaded after 20-300 ms), or a topic unload (the partition reloads; its
   producers and consumers get CLOSE_PRODUCER / CLOSE_CONSUMER and reconnect); and, serve's own
   kind, a dropped connection (``connection_drop``);
-* a request frame is dropped (``drop_request``): the client's operation timeout ends it;
+* a request frame is dropped (``drop_request``): the client's operation timeout ends it.  Only a
+  request the client awaits an answer to is dropped (one with a request id, or a SEND): FLOW,
+  REDELIVER_UNACKNOWLEDGED_MESSAGES and an ACK without a receipt are never answered, so no timeout
+  would ever tell the client, and TCP loses no frame on a live connection;
 * a response is dropped (``drop_response``) or, one time in ten, the connection's output is held
   back up to ``max_extra_delay_ms`` (later frames wait behind it: TCP keeps the order);
 * ledger appends and reads fail (``ledger_append``, ``ledger_read``): the component reloads from
@@ -39,15 +42,30 @@ from .storage import LedgerFaults
 if TYPE_CHECKING:
     from .server import PulsarServer, _Connection
 
-__all__ = ["FAULT_RATES", "FaultEvent", "ServeFaults", "ledger_faults", "parse_faults"]
+__all__ = ["FAULT_RATES", "FaultEvent", "ServeFaults", "awaited", "ledger_faults", "parse_faults"]
 
 log = logging.getLogger("txnmodel.serve.faults")
 
 FAULT_RATES: dict[str, float] = {**{k: float(v) for k, v in SIMULATOR_RATES.items()}, "connection_drop": 0.2}
 T = api.BaseCommand
-# Never dropped: without them nothing else can happen on the connection, and a dropped handshake
-# tells a client developer nothing a refused connection would not.
-_KEPT = frozenset({T.CONNECT, T.CONNECTED, T.PING, T.PONG, T.MESSAGE})
+# Responses never dropped: without them nothing else can happen on the connection, and a dropped
+# handshake tells a client developer nothing a refused connection would not.
+_KEPT = frozenset({T.CONNECTED, T.PONG, T.MESSAGE})
+
+
+def awaited(command: Any) -> bool:
+    """Whether the client waits for an answer to ``command`` and gives up after its timeout: a
+    request with a request id, or a SEND (its receipt).  Nothing answers the others (FLOW,
+    REDELIVER_UNACKNOWLEDGED_MESSAGES, an ACK without a request id, PING's PONG aside), so a client
+    never learns that one was lost: dropping one would leave a consumer without permits, an
+    unacknowledged message never redelivered or an ack never made, for as long as the connection
+    lives."""
+    if command.type == T.SEND:
+        return True
+    for descriptor, body in command.ListFields():
+        if descriptor.message_type is not None and "request_id" in descriptor.message_type.fields_by_name:
+            return bool(body.HasField("request_id"))
+    return False
 
 
 def parse_faults(spec: str) -> dict[str, float] | None:
@@ -130,7 +148,7 @@ class ServeFaults:
     # -- per frame --------------------------------------------------------------------------------
 
     def drop_request(self, conn: _Connection, command: Any) -> bool:
-        if command.type in _KEPT or not self._chance("drop_request"):
+        if not awaited(command) or not self._chance("drop_request"):
             return False
         self.injected(f"request-dropped-{T.Type.Name(command.type)}", conn.peer)
         return True
@@ -195,8 +213,7 @@ class ServeFaults:
             if not (broker.up and names):
                 return False
             name = self.rng.choice(names)
-            broker.partitions[name].crash()
-            server.close_handles(name)
+            broker.partitions[name].crash()  # its producers and consumers are sent away (close_handles)
             self.injected("topic-unload", name)
             broker.restart_later(broker.partitions[name])
         elif kind == "connection_drop":

@@ -234,6 +234,7 @@ class PulsarServer:
         self.topics: dict[str, int] = self._read_topics()
         partitioned = {name: n for name, n in self.topics.items() if n > 0}
         self.broker = Broker(self.sim, self.store, self.config, topics=partitioned, observer=self.observer)
+        self.broker.unload_listeners.append(self.close_handles)
         for name, n in self.topics.items():
             if n == 0:
                 self._add_partition(name)
@@ -502,8 +503,12 @@ class PulsarServer:
             conn.sock.close()
 
     def close_handles(self, partition: str) -> None:
-        """A topic was unloaded: its producers and consumers are told to reconnect (CLOSE_PRODUCER /
-        CLOSE_CONSUMER with request id -1, as a broker sends when it unloads a topic)."""
+        """A partition's memory went while the broker stays up (an unload, a reload after a failed
+        write, a deletion): its producers and consumers are told to reconnect (CLOSE_PRODUCER /
+        CLOSE_CONSUMER with request id -1, as a broker sends when it unloads a topic).  A handle
+        kept would name what the reloaded partition no longer knows: a consumer its subscription
+        forgot (it would receive nothing again), a producer whose receipts wait behind a send the
+        partition never answered."""
         for conn in list(self._connections.values()):
             for producer in [p for p in conn.producers.values() if p.partition == partition]:
                 conn.producers.pop(producer.producer_id, None)

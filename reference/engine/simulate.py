@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -48,9 +49,10 @@ from spec.history import Operation
 from .broker import BrokerFaults
 from .client import Client, Cluster, Consumer, ConsumerType, OperationFailed, OperationTimeout, Producer
 from .delayed_service import BUCKET_FACTORY
+from .disk import DiskFaults, SimDisk
 from .fault import InjectedFault
 from .sim import Future, NetworkFaults, SimTimeout, spawn
-from .storage import LedgerFaults
+from .storage import LedgerFaults, LedgerStore
 
 __all__ = [
     "DEFAULT_DEADLINE_MS",
@@ -84,6 +86,10 @@ FAULT_RATES: dict[str, float | int] = {
     "duplicate_request": 0.05,
     "max_extra_delay_ms": 200,
     "ledger_append": 0.003,
+    # Per write and per sync of the simulated disk (--disk sim only): an EIO.  A failed journal
+    # write or sync takes the broker down; recovery replays the journal.  (Read failures are
+    # ledger_read's: a failed read is retried, and EIO on reads would mostly fail recoveries.)
+    "disk_eio": 0.0005,
     "ledger_read": 0.05,
     "short_txn_timeout": 0.1,
     "participant_timeout": 0.0,
@@ -131,6 +137,9 @@ FAULT_MIXES: dict[str, dict[str, float | int]] = {
 }
 # ``--fault-mix mixed``: the mix of each seed, by seed modulo the length of this cycle.
 MIX_CYCLE = ("default", "default", "late-append", "coordinator", "quiesce")
+# How long a broker crash on a store with group commit may wait for the journal to have changes
+# waiting for their commit (half of those crashes do: see _Run.fault_process).
+POWER_CUT_WAIT_MS = 2_000
 # Far beyond any clean run (the longest of the main job's are under 200 s of simulated time): the
 # deadline only cuts runs that would otherwise never end.
 DEFAULT_DEADLINE_MS = 3_600_000
@@ -196,6 +205,12 @@ class RunSpec:
     unsubscribe: bool = False  # readers unsubscribe when done instead of closing (the subscription goes)
     cumulative: bool = False  # ctp processors acknowledge their input cumulatively in the txn (PA-9)
     redeliver: bool = False  # ctp processors ask for redelivery and receive again while their txn is open
+    # File ledgers only: the real disk or the simulated one (whose broker crashes are power cuts),
+    # and the journal's group commit (None: every change committed as it is made).
+    disk: str = "real"
+    group_commit_ms: int | None = None
+    # On the simulated disk: write the store's final files here at the end (for txnmodel inspect).
+    export_dir: str | None = None
 
     def broker_config(self) -> Config:
         """The brokers' configuration: ``config``, with the bucket tracker for a delayed run that asks for it."""
@@ -234,6 +249,8 @@ class RunSpec:
             "unsubscribe": self.unsubscribe,
             "cumulative": self.cumulative,
             "redeliver": self.redeliver,
+            "disk": self.disk if self.ledger == "file" else None,
+            "group_commit_ms": self.group_commit_ms if self.ledger == "file" else None,
             "fault_rates": rates,
             "config": config_overrides(self.broker_config()),
         }
@@ -351,7 +368,13 @@ class _Run:
             network_faults=net,
             ledger_faults=ledger_faults,
             history=f"{spec.workload}-{spec.ledger}-seed{spec.seed}",
+            disk=spec.disk,
+            group_commit_ms=spec.group_commit_ms,
+            disk_faults=DiskFaults(write_eio=float(rates["disk_eio"]), sync_eio=float(rates["disk_eio"]))
+            if spec.faults and spec.ledger == "file" and spec.disk == "sim"
+            else None,
         )
+        self.cluster.on_disk_failure = self.disk_failure
         if rates["participant_timeout"]:
             # END_TXN_ON_* requests time out in the TB client (retryable: the coordinator re-drives the end).
             self.cluster.broker.faults = BrokerFaults(participant_timeout=float(rates["participant_timeout"]))
@@ -431,6 +454,10 @@ class _Run:
         op = fault.operation.op.value
         self.injected(f"ledger-{op.replace('_', '-')}-failed", fault.operation.ledger)
         self.ledger_faults[f"ledger_{op}_failed"] = self.ledger_faults.get(f"ledger_{op}_failed", 0) + 1
+
+    def disk_failure(self, error: BaseException) -> None:
+        """The store's journal failed for good (a disk fault): the broker goes down and comes back."""
+        self.injected("disk-failure", "broker")
 
     def injected(self, kind: str, target: str) -> None:
         self.faults.append(FaultEvent(self.sim.now, kind, target))
@@ -589,6 +616,12 @@ class _Run:
             crash, reload = float(self.rates["broker_crash"]), float(self.rates["coordinator_crash"])
             unload = float(self.rates["topic_unload"])
             if roll < crash:
+                store = broker.store
+                if store.deferred and self.rng.random() < 0.5:
+                    # A busy moment: the power goes as the journal has changes waiting for their
+                    # group commit (a broker is mostly idle in simulated time, so a cut at a
+                    # random instant rarely finds any).
+                    yield self.store_busy(store, POWER_CUT_WAIT_MS)
                 broker.crash()
                 self.injected("broker-crash", "broker")
                 yield self.sim.sleep(self.rng.randint(20, 300))
@@ -621,11 +654,27 @@ class _Run:
                 self.injected("topic-unload-at-heal", name)
                 broker.restart_later(broker.partitions[name])
 
+    def store_busy(self, store: LedgerStore, wait_ms: int) -> Future[None]:
+        """A future done as soon as ``store`` queues a change for its journal's next commit (or
+        after ``wait_ms``, if it stays idle)."""
+        busy: Future[None] = Future()
+        store.on_queue = lambda: busy.set_result(None)
+
+        def done(_: Future[None]) -> None:
+            store.on_queue = None
+
+        busy.add_done_callback(done)
+        self.sim.schedule(wait_ms, lambda: busy.set_result(None))
+        return busy
+
     def heal(self) -> None:
         """Stop injecting faults and give pending work time to settle (timeouts, retries)."""
         self.faults_on = False
         self.cluster.network.faults = NetworkFaults()
         self.cluster.broker.store.set_faults(False)
+        disk = self.cluster.broker.store.disk
+        if isinstance(disk, SimDisk):
+            disk.clear_faults()
         self.cluster.broker.faults = BrokerFaults()
         if self.spec.faults:
             self.injected("heal", "cluster")
@@ -738,6 +787,12 @@ class _Run:
             "network_duplicated": self.cluster.network.duplicated,
             **self.ledger_faults,
         }
+        if spec.ledger == "file":
+            # The store's journal over the run: its syncs, the power cuts, and what recovery replayed.
+            store = self.cluster.broker.store
+            counters.update({f"journal_{k}": v for k, v in store.journal_stats().items()})
+            if isinstance(store.disk, SimDisk):
+                counters["disk_faults_injected"] = len(store.disk.injected)
         return RunResult(
             spec,
             self.cluster.recorder.operations(),
@@ -764,6 +819,9 @@ def run(spec: RunSpec, progress: Callable[[str], None] | None = None) -> RunResu
         return runner.execute(progress)
     finally:
         runner.cluster.close()
+        store = runner.cluster.broker.store
+        if spec.export_dir is not None and isinstance(store.disk, SimDisk) and store.directory is not None:
+            store.disk.export(os.path.abspath(os.fspath(store.directory)), spec.export_dir)
 
 
 @dataclass(frozen=True)
@@ -791,6 +849,8 @@ class SimulateOptions:
     unsubscribe: str = "off"  # mixed: seeds = 1 mod 5
     cumulative: str = "off"  # mixed: seeds = 1 mod 7
     redeliver: str = "off"  # mixed: seeds = 3 mod 6
+    disk: str = "real"  # file ledgers: "real", or "sim" (broker crashes are power cuts)
+    group_commit_ms: int | None = None  # file ledgers: the journal's group commit (None: every change)
 
     @property
     def workloads(self) -> tuple[str, ...]:
@@ -801,8 +861,11 @@ class SimulateOptions:
         specs = []
         for k in range(self.histories):
             seed = self.seed + k
-            data = None
-            if self.ledger == "file":
+            data = export = None
+            if self.ledger == "file" and self.disk == "sim":
+                # The store lives on the simulated disk; with --data its final files are written there.
+                export = str(Path(self.data) / f"{workload}-seed{seed}") if self.data else None
+            elif self.ledger == "file":
                 data = str(Path(self.data or scratch) / f"{workload}-seed{seed}")
             tracker = {"bucket": "on", "memory": "off"}.get(self.delayed_tracker, self.delayed_tracker)
             specs.append(
@@ -827,6 +890,9 @@ class SimulateOptions:
                     unsubscribe=variant(self.unsubscribe, seed, 5),
                     cumulative=variant(self.cumulative, seed, 7),
                     redeliver=variant(self.redeliver, seed + 4, 6),
+                    disk=self.disk,
+                    group_commit_ms=self.group_commit_ms,
+                    export_dir=export,
                 )
             )
         return specs

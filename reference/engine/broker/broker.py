@@ -157,6 +157,9 @@ class Broker:
         self._system: dict[str, ManagedLedger] = {}  # namespace system topics (TB snapshots)
         self._system_generation = 0
         self._restarting: set[int] = set()
+        # Told the name of a partition whose memory went while the broker stays up (an unload, a
+        # reload after a failed write, a deletion): a server sends its producers and consumers away.
+        self.unload_listeners: list[Callable[[str], None]] = []
         self.start()
 
     @property
@@ -187,6 +190,13 @@ class Broker:
 
     def restart(self) -> None:
         self.start()
+
+    def partition_unloaded(self, name: str) -> None:
+        """A partition's memory went.  In a broker crash nobody is told: every connection goes
+        with the broker."""
+        if self.up:
+            for listener in list(self.unload_listeners):
+                listener(name)
 
     def restart_later(self, component: Restartable) -> None:
         """Reload a component after ``restart_delay_ms`` (retried while its ledger reads fail)."""

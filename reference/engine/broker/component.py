@@ -81,7 +81,8 @@ class Restartable(Protocol):
 class BrokerHost(Protocol):
     """What a component needs of the broker that hosts it: the simulation, configuration and
     ledgers, the observer (read at call time: a test may attach one later), the log writers'
-    settings, the namespace system topics, and the restart-later loop."""
+    settings, the namespace system topics, the restart-later loop, and who to tell that a
+    partition's memory went."""
 
     sim: Simulation
     config: Config
@@ -92,6 +93,8 @@ class BrokerHost(Protocol):
     delayed_async_create: bool
 
     def restart_later(self, component: Restartable) -> None: ...
+
+    def partition_unloaded(self, name: str) -> None: ...
 
     def system_topic(self, name: str) -> ManagedLedger: ...
 

@@ -155,12 +155,15 @@ class Partition(Component[tb.BufferState, tb.Command, BufferResult]):
         return True
 
     def crash(self) -> None:
+        """The partition's memory goes (an unload, a reload after a failed write, a deletion, a
+        broker crash); the broker tells whoever serves its producers and consumers."""
         self._new_epoch()
         self.state = None
         self._parked = []
         for sub in self.subscriptions.values():
             sub.crash()
         self._observe_crash()
+        self.host.partition_unloaded(self.name)
 
     # -- stepping ---------------------------------------------------------------------------------
 
