@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -521,10 +522,13 @@ def _trim(state: BucketTracker) -> tuple[BucketTracker, list[Effect]]:
 # --------------------------------------------------------------------------------------------
 
 
+_START_LEDGER: Final = operator.attrgetter("start_ledger_id")
+
+
 def _covering(buckets: Sequence[ImmutableBucket], ledger: int) -> int | None:
     if not buckets or ledger > buckets[-1].end_ledger_id:
         return None  # above every bucket, where messages of a topic being written go
-    at = bisect.bisect_right(buckets, ledger, key=lambda b: b.start_ledger_id) - 1
+    at = bisect.bisect_right(buckets, ledger, key=_START_LEDGER) - 1
     if at >= 0 and buckets[at].end_ledger_id >= ledger:
         return at
     return None
