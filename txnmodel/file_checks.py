@@ -99,7 +99,8 @@ def check_units(
 
 
 def read_groups(path: str, fmt: str, options: VerifyOptions) -> list[GroupedRows]:
-    """Stage 1 of ``--group-by-history``: one file's rows keyed by history, ``(None, row)`` for bad input.
+    """Stage 1 of ``--group-by-history``: one file's rows keyed by history, ``(None, row)`` for bad
+    input and for a history whose run stopped early (its run metadata says ``incomplete``).
 
     Only the per-row contract is checked here; the cross-row rules need the whole history
     (:func:`invariants.verify.check_grouped`, stage 2).
@@ -115,7 +116,13 @@ def read_groups(path: str, fmt: str, options: VerifyOptions) -> list[GroupedRows
             groups.setdefault(op.history, []).append(op)
     except InputError as exc:
         return [(None, _bad_file(path, options, str(exc)))]
-    return [(name, [(path, ops)]) for name, ops in groups.items()]
+    commands, incomplete = _run_notes(path)
+    stopped: list[GroupedRows] = [
+        (None, _incomplete_row(name, path, options, incomplete[name], commands.get(name)))
+        for name in groups
+        if name in incomplete
+    ]
+    return [(name, [(path, ops)]) for name, ops in groups.items()] + stopped
 
 
 def check_files_local(

@@ -58,6 +58,11 @@ def test_a_full_simulated_disk_stops_simulate_and_verify_says_so(tmp_path: Path)
     assert "incomplete: the run stopped early" in result["checkers"]["run"]["detail"]
     # the reproduce line says the capacity, so it reruns the same stopped run
     assert "--disk-capacity 65536" in (result["checkers"]["run"]["reproduce"] or "")
+    # the same with the histories grouped across files
+    grouped = _txnmodel("verify", str(out), "--out", str(verdicts), "--group-by-history", "--json")
+    assert grouped.returncode == 1, grouped.stderr[-2000:]
+    (result,) = json.loads(grouped.stdout)["histories"]
+    assert result["checkers"]["run"]["verdict"] == "unknown"
     # --unknown-ok is the caller's way to accept it
     assert _txnmodel("verify", str(out), "--out", str(verdicts), "--unknown-ok").returncode == 0
 
