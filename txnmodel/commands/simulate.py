@@ -145,6 +145,20 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         default="off",
         help="ctp processors ask for redelivery and receive again before ending their txn; mixed: seeds = 3 mod 6",
     )
+    _disk_arguments(parser)
+    parser.add_argument(
+        "--jobs", type=positive_int, default=1, metavar="N", help="run N histories at once (processes; default 1)"
+    )
+    parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
+    parser.add_argument(
+        "--check", action="store_true", help="check each history's transactional properties (exit 1 on any anomaly)"
+    )
+    parser.add_argument("--quiet", action="store_true")
+    return parser
+
+
+def _disk_arguments(parser: argparse.ArgumentParser) -> None:
+    """File ledgers' disk: real or simulated, the journal's group commit, the simulated disk's size."""
     parser.add_argument(
         "--disk",
         choices=("real", "sim"),
@@ -169,15 +183,6 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="--disk sim: the bytes its files may hold; past them every write fails with ENOSPC, a full disk, "
         "which stops the run (exit 2) with the history recorded until then kept and marked incomplete",
     )
-    parser.add_argument(
-        "--jobs", type=positive_int, default=1, metavar="N", help="run N histories at once (processes; default 1)"
-    )
-    parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
-    parser.add_argument(
-        "--check", action="store_true", help="check each history's transactional properties (exit 1 on any anomaly)"
-    )
-    parser.add_argument("--quiet", action="store_true")
-    return parser
 
 
 def options_from_args(args: argparse.Namespace) -> SimulateOptions:
