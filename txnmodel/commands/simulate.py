@@ -17,6 +17,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from spec.errors import InputError
@@ -93,6 +94,21 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--clients", type=positive_int, default=4, help="concurrent transactional clients")
     parser.add_argument("--partitions", type=positive_int, default=2, help="partitions of each topic")
     parser.add_argument("--faults", choices=("on", "off"), default="on")
+    _add_variants(parser, engine)
+    _disk_arguments(parser)
+    parser.add_argument(
+        "--jobs", type=positive_int, default=1, metavar="N", help="run N histories at once (processes; default 1)"
+    )
+    parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
+    parser.add_argument(
+        "--check", action="store_true", help="check each history's transactional properties (exit 1 on any anomaly)"
+    )
+    parser.add_argument("--quiet", action="store_true")
+    return parser
+
+
+def _add_variants(parser: argparse.ArgumentParser, engine: ModuleType) -> None:
+    """The workload variants and fault mixes of ``txnmodel simulate``: each on, off, or mixed by seed."""
     parser.add_argument(
         "--batching",
         choices=("on", "off", "mixed"),
@@ -145,16 +161,6 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         default="off",
         help="ctp processors ask for redelivery and receive again before ending their txn; mixed: seeds = 3 mod 6",
     )
-    _disk_arguments(parser)
-    parser.add_argument(
-        "--jobs", type=positive_int, default=1, metavar="N", help="run N histories at once (processes; default 1)"
-    )
-    parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
-    parser.add_argument(
-        "--check", action="store_true", help="check each history's transactional properties (exit 1 on any anomaly)"
-    )
-    parser.add_argument("--quiet", action="store_true")
-    return parser
 
 
 def _disk_arguments(parser: argparse.ArgumentParser) -> None:
