@@ -36,18 +36,36 @@ def check_file(path: str, fmt: str, options: VerifyOptions, only: Sequence[str] 
     from spec.errors import InputError
 
     rows: list[VerdictRow] = []
-    commands = _reproduce_commands(path)
+    commands, incomplete = _run_notes(path)
     try:
         for name, ops in iter_histories(path, fmt, only):
             rows.extend(check_history(name, ops, path, options, reproduce=commands.get(name)))
+            if name in incomplete:
+                rows.append(_incomplete_row(name, path, options, incomplete[name], commands.get(name)))
     except InputError as exc:
         rows.append(_bad_file(path, options, str(exc)))
     return rows
 
 
-def _reproduce_commands(path: str) -> dict[str, str]:
-    """The command that reruns each history of a file the simulator wrote (its run metadata), by
-    history; none for files without metadata (Jepsen logs, other tools' histories)."""
+def _incomplete_row(history: str, path: str, options: VerifyOptions, why: str, reproduce: str | None) -> VerdictRow:
+    """The verdict on a history whose run stopped early (its run metadata says ``incomplete``):
+    ``unknown``, whatever the checks said of the part recorded, since the run did not do what it
+    was asked to (a store lost to corruption or a full disk)."""
+    return VerdictRow(
+        history,
+        "run",
+        Outcome.UNKNOWN.value,
+        path,
+        options.model,
+        detail=f"incomplete: the run stopped early ({why}); the checks judged only what was recorded until then",
+        reproduce=reproduce,
+    )
+
+
+def _run_notes(path: str) -> tuple[dict[str, str], dict[str, str]]:
+    """From a file the simulator wrote (its run metadata), by history: the command that reruns
+    each, and why a run stopped early (``incomplete``); nothing for files without metadata (Jepsen
+    logs, other tools' histories)."""
     from invariants.history import read_metadata
     from spec.errors import InputError
     from txnmodel.commands.simulate import reproduce_command
@@ -55,13 +73,16 @@ def _reproduce_commands(path: str) -> dict[str, str]:
     try:
         metadata = read_metadata(path)
     except InputError:
-        return {}  # the histories are checked (and refused, if they are bad) on their own
+        return {}, {}  # the histories are checked (and refused, if they are bad) on their own
     commands: dict[str, str] = {}
+    incomplete: dict[str, str] = {}
     for history, run in (metadata or {}).get("runs", {}).items():
         command = reproduce_command(history, run)
         if command is not None:
             commands[history] = command
-    return commands
+        if isinstance(run, dict) and run.get("incomplete"):
+            incomplete[history] = str(run["incomplete"])
+    return commands, incomplete
 
 
 def check_units(
@@ -78,7 +99,8 @@ def check_units(
 
 
 def read_groups(path: str, fmt: str, options: VerifyOptions) -> list[GroupedRows]:
-    """Stage 1 of ``--group-by-history``: one file's rows keyed by history, ``(None, row)`` for bad input.
+    """Stage 1 of ``--group-by-history``: one file's rows keyed by history, ``(None, row)`` for bad
+    input and for a history whose run stopped early (its run metadata says ``incomplete``).
 
     Only the per-row contract is checked here; the cross-row rules need the whole history
     (:func:`invariants.verify.check_grouped`, stage 2).
@@ -94,7 +116,13 @@ def read_groups(path: str, fmt: str, options: VerifyOptions) -> list[GroupedRows
             groups.setdefault(op.history, []).append(op)
     except InputError as exc:
         return [(None, _bad_file(path, options, str(exc)))]
-    return [(name, [(path, ops)]) for name, ops in groups.items()]
+    commands, incomplete = _run_notes(path)
+    stopped: list[GroupedRows] = [
+        (None, _incomplete_row(name, path, options, incomplete[name], commands.get(name)))
+        for name in groups
+        if name in incomplete
+    ]
+    return [(name, [(path, ops)]) for name, ops in groups.items()] + stopped
 
 
 def check_files_local(

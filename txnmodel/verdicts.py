@@ -11,6 +11,7 @@ and Spark's ``spark.read.parquet`` read the folder whole.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -89,7 +90,7 @@ def write_part(out: Path, part: str, rows: Sequence[VerdictRow]) -> list[Verdict
     table = pa.table({name: [getattr(row, name) for row in rows] for name, _ in VERDICT_COLUMNS}, schema=schema)
     # written under a temporary name and renamed: a reader never sees half a part
     final = folder / f"part-{part}.parquet"
-    partial = folder / f".part-{part}.parquet.tmp"
+    partial = folder / f".part-{part}.{os.getpid()}.parquet.tmp"  # one per writer: no two share it
     pq.write_table(table, partial)
     partial.replace(final)
     pages = out / PAGES

@@ -685,16 +685,24 @@ class FileLedger:
             frame = self._fs.pread(self._fd(ledger), FRAME_HEADER.size + length, offset)
         except OSError as exc:
             raise LedgerError(f"read of {ledger.path} failed: {exc}") from exc
-        # Verify on every read: damage after open must never be returned as data.
+        # Verify on every read: damage after open must never be returned as data, and the store's
+        # owner hears of it (corruption is not an ordinary ledger error).
+        corrupted = self._store.corrupted
         if len(frame) != FRAME_HEADER.size + length:
-            raise LedgerCorrupted(f"entry {entry_id} is cut short", file=ledger.path, offset=offset + len(frame))
+            raise corrupted(
+                LedgerCorrupted(f"entry {entry_id} is cut short", file=ledger.path, offset=offset + len(frame))
+            )
         found_length, found_id, head_crc, payload_crc = FRAME_HEADER.unpack_from(frame)
         if head_crc != crc32c(frame[:12]) or found_length != length or found_id != entry_id:
-            raise LedgerCorrupted(f"frame header of entry {entry_id} changed on disk", file=ledger.path, offset=offset)
+            raise corrupted(
+                LedgerCorrupted(f"frame header of entry {entry_id} changed on disk", file=ledger.path, offset=offset)
+            )
         payload = frame[FRAME_HEADER.size :]
         if payload_crc != crc32c(payload):
-            raise LedgerCorrupted(
-                f"payload CRC mismatch in entry {entry_id}", file=ledger.path, offset=offset + FRAME_HEADER.size
+            raise corrupted(
+                LedgerCorrupted(
+                    f"payload CRC mismatch in entry {entry_id}", file=ledger.path, offset=offset + FRAME_HEADER.size
+                )
             )
         return payload
 

@@ -128,6 +128,9 @@ class FileStore:
         self.failed: BaseException | None = None
         self.closed = False
         self.on_failure: Callable[[BaseException], None] | None = None
+        # Told of damage a read finds after open (a CRC that no longer matches): never an ordinary
+        # ledger error to its owner (see LedgerStore.fatal).
+        self.on_corruption: Callable[[LedgerCorrupted], None] | None = None
         self.stats = StoreStats()
         self._waiting: list[_Waiting] = []  # actions to run once a ticket is durable
         self._barriers: list[Callable[[], None]] = []
@@ -376,6 +379,12 @@ class FileStore:
     def busy(self) -> bool:
         """Records are waiting for a commit."""
         return self.journal.pending
+
+    def corrupted(self, error: LedgerCorrupted) -> LedgerCorrupted:
+        """``error``, once the owner has been told of it (for the caller to raise)."""
+        if self.on_corruption is not None:
+            self.on_corruption(error)
+        return error
 
     def _fail(self, error: BaseException) -> None:
         if self.failed is not None:

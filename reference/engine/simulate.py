@@ -55,7 +55,7 @@ from .delayed_service import BUCKET_FACTORY
 from .disk import DiskFaults, SimDisk
 from .fault import InjectedFault
 from .sim import Future, NetworkFaults, SimTimeout, spawn
-from .storage import LedgerFaults, LedgerStore
+from .storage import LedgerFaults, LedgerStore, storage_lost
 
 __all__ = [
     "DEFAULT_DEADLINE_MS",
@@ -214,6 +214,9 @@ class RunSpec:
     group_commit_ms: int | None = None
     # On the simulated disk: write the store's final files here at the end (for txnmodel inspect).
     export_dir: str | None = None
+    # On the simulated disk: the bytes its files may hold (ENOSPC past it: a full disk, which is
+    # outside every fault mix and stops the run, see RunResult.incomplete).  None: no bound.
+    disk_capacity: int | None = None
 
     def broker_config(self) -> Config:
         """The brokers' configuration: ``config``, with the bucket tracker for a delayed run that asks for it."""
@@ -254,6 +257,7 @@ class RunSpec:
             "redeliver": self.redeliver,
             "disk": self.disk if self.ledger == "file" else None,
             "group_commit_ms": self.group_commit_ms if self.ledger == "file" else None,
+            "disk_capacity": self.disk_capacity,
             "fault_rates": rates,
             "config": config_overrides(self.broker_config()),
         }
@@ -295,13 +299,18 @@ class RunResult:
     counters: dict[str, int] = field(default_factory=dict)  # faults drawn per operation, by kind
     cut: bool = False  # the deadline stopped the run
     failures: list[ComponentFailure] = field(default_factory=list)  # components that raised (contained)
+    # Why the run stopped before its end, its storage lost for good (corruption, a full disk):
+    # the history is what was recorded until then (LedgerStore.fatal).  None: it ran to its end.
+    incomplete: str | None = None
 
     def metadata(self) -> dict[str, Any]:
-        """This run's metadata: its configuration, whether the deadline cut it, the faults injected,
-        and the component failures when there were any."""
+        """This run's metadata: its configuration, whether the deadline cut it or a storage failure
+        stopped it (``incomplete``), the faults injected, and the component failures when there were
+        any."""
         meta = {
             **self.spec.to_json(),
             "cut_at_deadline": self.cut,
+            "incomplete": self.incomplete,
             "sim_time_ms": self.sim_time_ms,
             "fault_schedule": [f.to_json() for f in self.faults],
             "fault_counts": dict(sorted(self.counters.items())),
@@ -378,8 +387,12 @@ class _Run:
             history=f"{spec.workload}-{spec.ledger}-seed{spec.seed}",
             disk=spec.disk,
             group_commit_ms=spec.group_commit_ms,
-            disk_faults=DiskFaults(write_eio=float(rates["disk_eio"]), sync_eio=float(rates["disk_eio"]))
-            if spec.faults and spec.ledger == "file" and spec.disk == "sim"
+            disk_faults=DiskFaults(
+                write_eio=float(rates["disk_eio"]) if spec.faults else 0.0,
+                sync_eio=float(rates["disk_eio"]) if spec.faults else 0.0,
+                capacity=spec.disk_capacity,
+            )
+            if spec.ledger == "file" and spec.disk == "sim"
             else None,
         )
         self.cluster.on_disk_failure = self.disk_failure
@@ -392,6 +405,10 @@ class _Run:
         self.rng = self.sim.rng
         self.rates = rates
         self.faults: list[FaultEvent] = []
+        self.stopped: str | None = None  # set when the store is lost for good: the run ends there
+        self.cluster.broker.store.on_fatal = self.storage_lost
+        if self.cluster.broker.store.fatal is not None:  # lost while the broker started
+            self.storage_lost(self.cluster.broker.store.fatal)
         self.cut = False
         self.budget = _Budget(spec.ops, lambda: self.sim.now, spec.duration_ms)
         self.running = 0
@@ -468,6 +485,13 @@ class _Run:
     def disk_failure(self, error: BaseException) -> None:
         """The store's journal failed for good (a disk fault): the broker goes down and comes back."""
         self.injected("disk-failure", "broker")
+
+    def storage_lost(self, error: BaseException) -> None:
+        """The store is lost for good (:func:`~reference.engine.storage.storage_lost`): the run
+        stops at once, keeping what it recorded, instead of taking it for a ledger error."""
+        if self.stopped is None:
+            self.stopped = storage_lost(error) or str(error)
+            self.injected("storage-lost", "broker")
 
     def injected(self, kind: str, target: str) -> None:
         self.faults.append(FaultEvent(self.sim.now, kind, target))
@@ -693,7 +717,10 @@ class _Run:
             self.injected("broker-restart", "broker")
 
     def past_deadline(self) -> bool:
-        """The run's deadline: the next event is due after it (the clock stops there)."""
+        """The run's deadline: the next event is due after it (the clock stops there), or the
+        store is lost (the run stops where it is)."""
+        if self.stopped is not None:
+            return True
         due = self.sim.next_due()
         if due is None or due <= self.spec.deadline_ms:
             return False
@@ -760,7 +787,7 @@ class _Run:
             spawn(self.sim, self.fault_process())
         last_report = time.monotonic()
         while finished[0] < worker_count and not self.past_deadline():
-            if not self.sim.run_one():
+            if not self.sim.run_one() and self.stopped is None:
                 raise SimTimeout("the run stalled with workers still running")
             if progress is not None and time.monotonic() - last_report > 2:
                 last_report = time.monotonic()
@@ -768,7 +795,7 @@ class _Run:
                     f"  {spec.workload} seed {spec.seed}: t={self.sim.now} ms, {len(self.cluster.recorder)} ops, "
                     f"{spec.ops - max(self.budget.left, 0)}/{spec.ops} txns"
                 )
-        if not self.cut:
+        if not self.cut and self.stopped is None:
             self.heal()
             heal_until = self.sim.now + 12_000  # every open transaction times out, every end is re-driven
             while (due := self.sim.next_due()) is not None and due <= heal_until and not self.past_deadline():
@@ -783,15 +810,20 @@ class _Run:
                     self.sim.run_one()
                 if not self.cut:
                     self.sim.now = settled
-        if deferred:
+        if deferred and self.stopped is None:
             for proc in readers:
                 self.start(proc)
         writers_done[0] = True
         while self.running > 0 and not self.past_deadline():
             if not self.sim.run_one():
                 break
-        if self.errors:
+        if self.errors and self.stopped is None:  # after a lost store, errors are its consequences
             raise self.errors[0]
+        return self.result()
+
+    def result(self) -> RunResult:
+        """The run as far as it went: its history, figures and faults."""
+        spec = self.spec
         counters = {
             "network_dropped": self.cluster.network.dropped,
             "network_duplicated": self.cluster.network.duplicated,
@@ -815,6 +847,7 @@ class _Run:
             counters,
             self.cut,
             list(self.cluster.broker.failures),
+            self.stopped,
         )
 
 
@@ -827,7 +860,14 @@ def run(spec: RunSpec, progress: Callable[[str], None] | None = None) -> RunResu
         raise ValueError(f"unknown workload {spec.workload!r}; workloads are {', '.join(WORKLOADS)}")
     runner = _Run(spec)
     try:
-        return runner.execute(progress)
+        try:
+            return runner.execute(progress)
+        except Exception:
+            if runner.stopped is None:
+                raise
+            # The lost store's error escaped a callback (a write that could not fail softly): the
+            # run stops there all the same, with what it recorded.
+            return runner.result()
     finally:
         runner.cluster.close()
         store = runner.cluster.broker.store
@@ -862,6 +902,7 @@ class SimulateOptions:
     redeliver: str = "off"  # mixed: seeds = 3 mod 6
     disk: str = "real"  # file ledgers: "real", or "sim" (broker crashes are power cuts)
     group_commit_ms: int | None = None  # file ledgers: the journal's group commit (None: every change)
+    disk_capacity: int | None = None  # the simulated disk's bytes (ENOSPC past them; None: no bound)
 
     @property
     def workloads(self) -> tuple[str, ...]:
@@ -903,6 +944,7 @@ class SimulateOptions:
                     redeliver=variant(self.redeliver, seed + 4, 6),
                     disk=self.disk,
                     group_commit_ms=self.group_commit_ms,
+                    disk_capacity=self.disk_capacity if self.ledger == "file" and self.disk == "sim" else None,
                     export_dir=export,
                 )
             )

@@ -19,6 +19,7 @@ the next open recovers the store from its journal.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import random
@@ -26,17 +27,20 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import TypeVar
 
 from spec.config import Config
 
 from .disk import FileSystem, OsFileSystem
 from .fault import FaultyLedger, InjectedFault, Op
-from .file_ledger import MAX_JOURNAL_BYTES, MAX_JOURNAL_RECORDS
+from .file_ledger import MAX_JOURNAL_BYTES, MAX_JOURNAL_RECORDS, LedgerCorrupted
 from .file_store import FileStore, StoreRecovery, StoreStats
 from .ledger import LedgerWriteFailed, ManagedLedger
 from .memory_ledger import MemoryLedger, MemoryLedgerStorage
 
-__all__ = ["LedgerFaults", "LedgerStore", "ledger_key"]
+__all__ = ["LedgerFaults", "LedgerStore", "ledger_key", "storage_lost"]
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -108,6 +112,10 @@ class LedgerStore:
         # Told when a change is queued for the journal's next group commit (the simulator's
         # power cuts use it to find a busy moment).
         self.on_queue: Callable[[], None] | None = None
+        # The first error that lost the store for good (:func:`storage_lost`: corruption, a full
+        # disk), and who is told of it: its owner must stop, not retry as after a disk fault.
+        self.fatal: BaseException | None = None
+        self.on_fatal: Callable[[BaseException], None] | None = None
 
     @property
     def deferred(self) -> bool:
@@ -121,12 +129,15 @@ class LedgerStore:
                 store = FileStore(
                     os.path.abspath(os.fspath(self.directory)),
                     self.config,
-                    fs=self.disk,
+                    fs=_Watched(self.disk, self._note_fatal),
                     deferred=self.deferred,
                     request_commit=self._request_commit,
                     max_journal_records=self.max_journal_records,
                     max_journal_bytes=self.max_journal_bytes,
                 )
+            except LedgerCorrupted as exc:
+                self._note_fatal(exc)
+                raise
             except OSError as exc:
                 # A disk error during recovery: what it had repaired may be in the page cache but not
                 # durable, so the store is reopened only after a crash (a power cut, on the simulated
@@ -134,6 +145,7 @@ class LedgerStore:
                 self._store_failed(exc)
                 raise LedgerWriteFailed(f"cannot recover the store {self.directory}: {exc}") from exc
             store.on_failure = self._store_failed
+            store.on_corruption = self._note_fatal
             self.recoveries.append(store.recovery)
             self._files = store
         return self._files
@@ -146,8 +158,15 @@ class LedgerStore:
             self.on_queue()
 
     def _store_failed(self, error: BaseException) -> None:
+        self._note_fatal(error)
         if self.on_failure is not None:
             self.on_failure(error)
+
+    def _note_fatal(self, error: BaseException) -> None:
+        if self.fatal is None and storage_lost(error) is not None:
+            self.fatal = error
+            if self.on_fatal is not None:
+                self.on_fatal(error)
 
     def barrier(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once everything written so far is durable (at once unless deferred)."""
@@ -171,7 +190,11 @@ class LedgerStore:
             else:
                 ledger = MemoryLedger(storage=storage)
         else:
-            ledger = self.file_store().open_ledger(ledger_key(name), name=name)
+            try:
+                ledger = self.file_store().open_ledger(ledger_key(name), name=name)
+            except LedgerCorrupted as exc:
+                self._note_fatal(exc)
+                raise
         self._open[name] = ledger
         if self.faults.append or self.faults.read:
             if self.rng is None:
@@ -272,3 +295,109 @@ class LedgerStore:
             "power_cuts": self.power_cuts,
             "power_cut_bytes_lost": self.power_cut_bytes_lost,
         }
+
+
+# A full disk, a quota or a file-size limit: the store cannot go on, whatever is retried.
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def storage_lost(error: BaseException) -> str | None:
+    """Why ``error`` (or an error it was raised from) loses the store for good, or None when it is
+    a fault the store recovers from (an EIO the simulated disk injects, a failed write the fault
+    mix draws).  Corruption (:class:`LedgerCorrupted`: what is durable is not what was written) and
+    a full disk (ENOSPC, EDQUOT, EFBIG: every write after it fails too) are such errors: a run must
+    stop on them, with what it recorded kept, instead of counting them as ledger errors."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, LedgerCorrupted):
+            return f"corrupted ledger data: {current}"
+        if isinstance(current, OSError) and current.errno in _FULL:
+            return f"no room to write (a full disk, a quota or a file-size limit): {current}"
+        current = current.__cause__ or current.__context__
+    return None
+
+
+class _Watched:
+    """The store's file system, every call passed on; an error that loses the store for good
+    (:func:`storage_lost`: a full disk) is told to ``lost`` before it is raised, wherever the
+    store then handles it (a failed append is otherwise reverted and reported as a ledger error)."""
+
+    def __init__(self, fs: FileSystem, lost: Callable[[BaseException], None]) -> None:
+        self._fs = fs
+        self._lost = lost
+
+    def _call(self, call: Callable[[], _T]) -> _T:
+        try:
+            return call()
+        except OSError as exc:
+            if exc.errno in _FULL:
+                self._lost(exc)
+            raise
+
+    def makedirs(self, path: str) -> None:
+        self._call(lambda: self._fs.makedirs(path))
+
+    def listdir(self, path: str) -> list[str]:
+        return self._call(lambda: self._fs.listdir(path))
+
+    def exists(self, path: str) -> bool:
+        return self._fs.exists(path)
+
+    def is_dir(self, path: str) -> bool:
+        return self._fs.is_dir(path)
+
+    def open(self, path: str, *, create: bool = False, truncate: bool = False) -> int:
+        return self._call(lambda: self._fs.open(path, create=create, truncate=truncate))
+
+    def close(self, fd: int) -> None:
+        self._call(lambda: self._fs.close(fd))
+
+    def size(self, fd: int) -> int:
+        return self._call(lambda: self._fs.size(fd))
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:  # hot: no closure
+        try:
+            return self._fs.pread(fd, size, offset)
+        except OSError as exc:
+            if exc.errno in _FULL:
+                self._lost(exc)
+            raise
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> None:  # hot: no closure
+        try:
+            self._fs.pwrite(fd, data, offset)
+        except OSError as exc:
+            if exc.errno in _FULL:
+                self._lost(exc)
+            raise
+
+    def truncate(self, fd: int, length: int) -> None:
+        self._call(lambda: self._fs.truncate(fd, length))
+
+    def sync(self, fd: int) -> None:  # hot: no closure
+        try:
+            self._fs.sync(fd)
+        except OSError as exc:
+            if exc.errno in _FULL:
+                self._lost(exc)
+            raise
+
+    def sync_dir(self, path: str) -> None:
+        self._call(lambda: self._fs.sync_dir(path))
+
+    def rename(self, src: str, dst: str) -> None:
+        self._call(lambda: self._fs.rename(src, dst))
+
+    def unlink(self, path: str) -> None:
+        self._call(lambda: self._fs.unlink(path))
+
+    def rmtree(self, path: str) -> None:
+        self._call(lambda: self._fs.rmtree(path))
+
+    def lock(self, path: str) -> int:
+        return self._call(lambda: self._fs.lock(path))
+
+    def unlock(self, fd: int) -> None:
+        self._call(lambda: self._fs.unlock(fd))

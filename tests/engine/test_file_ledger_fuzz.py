@@ -503,3 +503,33 @@ def test_inspect_shows_the_journal(pristine: dict[str, bytes], tmp_path: Path) -
         "bytes": 2,
         "reason": "incomplete record header",
     }
+
+
+def _opens(directory: Path) -> bool:
+    try:
+        FileLedger(directory, fs=NO_SYNC).close()
+    except LedgerCorrupted:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_inspect_says_ok_exactly_when_recovery_opens_every_flip_and_cut(
+    pristine: dict[str, bytes], tmp_path: Path, target: str
+) -> None:
+    """Every single-byte flip and every truncation of each file, not a sample: ``inspect``'s
+    ``ok`` (recovery's own read-only plan) is True exactly when recovery opens the directory."""
+    original = pristine[target]
+    damaged_copies = [Flip(offset, offset % 8).apply(original)[0] for offset in range(len(original))]
+    damaged_copies += [original[:length] for length in range(len(original))]
+    disagreements = []
+    for number, damaged in enumerate(damaged_copies):
+        directory = tmp_path / f"d{number}"
+        directory.mkdir()
+        for name, data in pristine.items():
+            (directory / name).write_bytes(damaged if name == target else data)
+        ok = inspect_directory(directory)["ok"]
+        if ok != _opens(directory):
+            disagreements.append((number, ok))
+    assert len(damaged_copies) == 2 * len(original)
+    assert disagreements == [], f"inspect and recovery disagree on {len(disagreements)} copies: {disagreements[:5]}"

@@ -375,6 +375,29 @@ def test_broker_crashes_on_the_simulated_disk_are_power_cuts_that_recovery_repla
     assert result.metadata()["disk"] == "sim" and result.metadata()["group_commit_ms"] == 1
 
 
+def test_every_faulty_main_job_history_with_a_crash_replays_its_journal() -> None:
+    """The main job's own runs (MAIN_JOB's variants and fault mixes, file ledgers on the simulated
+    disk with its 1 ms group commit, as ``txnmodel run`` makes them): every history a broker crash
+    hit was a power cut, and the next load recovered the store and replayed its journal."""
+    from reference.engine.simulate import MAIN_JOB
+
+    options = dataclasses.replace(MAIN_JOB, seed=1, histories=2, ops=30, ledger="file", disk="sim", group_commit_ms=1)
+    specs = [spec for workload in options.workloads for spec in options.specs(workload, "unused")]
+    assert len(specs) == 6 and all(spec.faults and spec.disk == "sim" for spec in specs)
+    crashed = 0
+    for spec in specs:
+        result = run(spec)
+        counters = result.counters
+        assert result.incomplete is None
+        if result.crashes == 0:
+            continue
+        crashed += 1
+        assert counters["journal_power_cuts"] >= result.crashes, (spec.workload, spec.seed, counters)
+        assert counters["journal_recoveries"] > 0, (spec.workload, spec.seed, counters)
+        assert counters["journal_replayed"] > 0, (spec.workload, spec.seed, counters)
+    assert crashed >= 3  # most of them: the fault mixes crash the broker
+
+
 def test_the_simulated_and_the_real_disk_give_the_same_history_bytes(tmp_path: Path) -> None:
     def spec(disk: str) -> RunSpec:
         data = str(tmp_path / "real") if disk == "real" else None

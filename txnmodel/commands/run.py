@@ -59,7 +59,7 @@ def _job(args: argparse.Namespace) -> int:
 
     from proofs.framework import RLIMIT, Row, Verdict, available_machines, count_obligations, prove_machine
     from reference.engine.simulate import MAIN_JOB, WORKLOADS
-    from txnmodel.commands.simulate import simulate
+    from txnmodel.commands.simulate import RunStopped, simulate
     from txnmodel.commands.verify import VerifyRequest, verify
     from txnmodel.progress import Phase, Reporter
     from txnmodel.vectors import run_paths
@@ -137,7 +137,13 @@ def _job(args: argparse.Namespace) -> int:
                 unit="histories",
             ) as phase:
                 # a line per history is too many here: the progress says how far it is
-                code = simulate(options, out=histories_dir, quiet=True, progress=phase, jobs=args.jobs)
+                try:
+                    code = simulate(options, out=histories_dir, quiet=True, progress=phase, jobs=args.jobs)
+                except RunStopped as stopped:
+                    # A store lost for good (a full disk): the histories written are still verified,
+                    # the stopped one marked incomplete (verify's run check says so).
+                    progress.say(f"simulate: {one_line(str(stopped))}")
+                    code = EXIT_BAD_INPUT
             elapsed = f"{time.perf_counter() - t0:.1f}s"
             summary.append(("simulate", "ok" if code == EXIT_OK else f"exit {code}", elapsed))
             worst = max(worst, code)

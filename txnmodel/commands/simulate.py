@@ -20,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from spec.errors import InputError
 from txnmodel.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -27,6 +28,7 @@ from txnmodel.common import (
     UsageError,
     exclusive_folder,
     non_negative_int,
+    one_line,
     positive_int,
     seed_int,
 )
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from reference.engine.simulate import RunResult, RunSpec, SimulateOptions
 
 __all__ = [
+    "RunStopped",
     "build_parser",
     "history_file",
     "options_from_args",
@@ -92,22 +95,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--partitions", type=positive_int, default=2, help="partitions of each topic")
     parser.add_argument("--faults", choices=("on", "off"), default="on")
     _add_variants(parser, engine)
-    parser.add_argument(
-        "--disk",
-        choices=("real", "sim"),
-        default="real",
-        help="file ledgers: the real file system (under --data; a broker crash kills the process) or the simulated "
-        "disk (a broker crash is a power cut: unsynced writes lost, torn or reordered; with --data the store's "
-        "final files are written there). Same seed, same history on either",
-    )
-    parser.add_argument(
-        "--group-commit",
-        type=non_negative_int,
-        default=None,
-        metavar="MS",
-        help="file ledgers: commit the store's journal every MS simulated ms, one sync for every change waiting "
-        "(answers wait for it); default: every change committed as it is made",
-    )
+    _disk_arguments(parser)
     parser.add_argument(
         "--jobs", type=positive_int, default=1, metavar="N", help="run N histories at once (processes; default 1)"
     )
@@ -175,6 +163,34 @@ def _add_variants(parser: argparse.ArgumentParser, engine: ModuleType) -> None:
     )
 
 
+def _disk_arguments(parser: argparse.ArgumentParser) -> None:
+    """File ledgers' disk: real or simulated, the journal's group commit, the simulated disk's size."""
+    parser.add_argument(
+        "--disk",
+        choices=("real", "sim"),
+        default="real",
+        help="file ledgers: the real file system (under --data; a broker crash kills the process) or the simulated "
+        "disk (a broker crash is a power cut: unsynced writes lost, torn or reordered; with --data the store's "
+        "final files are written there). Same seed, same history on either",
+    )
+    parser.add_argument(
+        "--group-commit",
+        type=non_negative_int,
+        default=None,
+        metavar="MS",
+        help="file ledgers: commit the store's journal every MS simulated ms, one sync for every change waiting "
+        "(answers wait for it); default: every change committed as it is made",
+    )
+    parser.add_argument(
+        "--disk-capacity",
+        type=positive_int,
+        default=None,
+        metavar="BYTES",
+        help="--disk sim: the bytes its files may hold; past them every write fails with ENOSPC, a full disk, "
+        "which stops the run (exit 2) with the history recorded until then kept and marked incomplete",
+    )
+
+
 def options_from_args(args: argparse.Namespace) -> SimulateOptions:
     """The runs the parsed arguments ask for."""
     from reference.engine.simulate import SimulateOptions
@@ -201,6 +217,7 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         redeliver=args.redeliver,
         disk=args.disk,
         group_commit_ms=args.group_commit,
+        disk_capacity=args.disk_capacity,
     )
 
 
@@ -220,7 +237,10 @@ def simulate(
     every history.  ``jobs`` runs that many at once, in processes (each run is deterministic on its
     own, so the histories are the same).  EXIT_OK when every run finished (and, with ``check``, was
     clean), EXIT_FAILED otherwise -- also when a broker component raised (contained as its crash,
-    so the history is still written; each failure is named on stderr, even with ``quiet``)."""
+    so the history is still written; each failure is named on stderr, even with ``quiet``).
+    :class:`RunStopped` when a run's store was lost for good (corrupted ledger data, a full disk):
+    the batch stops there, the histories recorded so far are written, that one marked
+    ``incomplete`` in its run metadata."""
     from reference.engine.simulate import file_stem, run
 
     if jobs < 1:
@@ -235,13 +255,15 @@ def simulate(
         specs = [spec for workload in options.workloads for spec in options.specs(workload, scratch)]
         last = {spec.workload: index for index, spec in enumerate(specs)}
         files: dict[str, dict[str, RunResult]] = {}
-        for index, (spec, result) in enumerate(zip(specs, _runs(specs, jobs, say, run), strict=True)):
+        stopped: tuple[str, str] | None = None  # (history, why) of a run whose store was lost
+        for index, (spec, result) in enumerate(zip(specs, _runs(specs, jobs, say, run), strict=False)):
             history = result.operations[0].history if result.operations else f"{spec.workload}-{spec.seed}"
             files.setdefault(file_stem(spec), {})[history] = result
             line = (
                 f"{history}: {len(result.operations)} ops, {result.committed} commits, {result.aborted} "
                 f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated"
                 f"{' (cut at the deadline)' if result.cut else ''}"
+                f"{f' (stopped: {result.incomplete})' if result.incomplete else ''}"
             )
             if result.failures:
                 # A component raised: contained so the history is written, but the run failed.
@@ -256,12 +278,28 @@ def simulate(
             say(line)
             if progress is not None:
                 progress.advance(note=history)
-            if index == last[spec.workload]:
+            if result.incomplete is not None:
+                stopped = (history, result.incomplete)
+            if index == last[spec.workload] or stopped is not None:
                 # A workload's files are written once its last run is in, and its results let go.
                 if out is not None:
                     _write(out, files, jsonl, say)
                 files = {}
+            if stopped is not None:
+                break  # the runs after it are not started (the pool's are ended)
+    if stopped is not None:
+        history, why = stopped
+        kept = f"kept in {out}, marked incomplete" if out is not None else "not written (no --out)"
+        raise RunStopped(
+            f"{history} stopped early, its storage lost: {one_line(why)}; "
+            f"the history recorded until then is {kept}; later runs were not started"
+        )
     return status
+
+
+class RunStopped(InputError):
+    """A run's store was lost for good (:func:`reference.engine.storage.storage_lost`): the batch
+    stopped, exit 2 (the input it was given, a disk or a store, cannot hold the run)."""
 
 
 def _runs(
@@ -321,6 +359,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         )
     if args.data is not None and args.ledger != "file":
         raise UsageError("--data is where file ledgers go: it needs --ledger file")
+    if args.disk_capacity is not None and (args.ledger != "file" or args.disk != "sim"):
+        raise UsageError("--disk-capacity bounds the simulated disk: it needs --ledger file --disk sim")
     options = options_from_args(args)
     total = len(options.workloads) * options.histories
     with contextlib.ExitStack() as folders:
@@ -387,6 +427,8 @@ def reproduce_argv(run: Mapping[str, Any]) -> list[str] | None:
         argv += ["--disk", str(run["disk"])]
     if run.get("group_commit_ms") is not None:
         argv += ["--group-commit", str(run["group_commit_ms"])]
+    if run.get("disk_capacity") is not None:
+        argv += ["--disk-capacity", str(run["disk_capacity"])]
     for mix in FAULT_MIXES:
         candidate = [*argv, "--fault-mix", mix] if mix != "default" else argv
         if _says(candidate, run):
