@@ -191,7 +191,7 @@ class MachineObserver:
         context.steps.append(step)
         self._open.setdefault(obj, []).append(step)
 
-    def failed(self, obj: str, machine: str, command: Any, error: str) -> None:
+    def failed(self, obj: str, machine: str, command: object, error: str) -> None:
         """Stepping ``command`` on ``obj`` raised: an operation completed ``fail`` with ``error`` at
         once (the component crashes next, and no answer comes for the request that stepped it)."""
         op = self.recorder.begin(self._new_process(), _command_name(machine, command), obj, to_json(command))
