@@ -161,10 +161,12 @@ def _aborted_with_live_marker(state: tb.BufferState) -> frozenset[TxnID]:
 
 def buffer_recovers_live(live: tb.BufferState) -> bool:
     """TB-24: a recovered buffer (latest snapshot, then the entries after it) has the live
-    ongoing transactions at the same first positions, the same readable maxReadPosition, and the
-    same aborted transactions among those whose abort marker is still stored.  Low water marks,
-    the move counter and parked appends are memory only (TB-10, TB-13, TB-4); an aborted
-    transaction whose marker's ledger is gone may be remembered by one and not the other (TB-23)."""
+    ongoing transactions at the same first positions, lets readers see the same entries, and has
+    the same aborted transactions among those whose abort marker is still stored.  Low water marks,
+    the move counter and parked appends are memory only (TB-10, TB-13, TB-4); maxReadPosition
+    itself may differ over messages of aborted transactions, which no reader sees (TB-9, TB-16);
+    an aborted transaction whose marker's ledger is gone may be remembered by one and not the
+    other (TB-23)."""
     if live.status not in (tb.BufferStatus.READY, tb.BufferStatus.NO_SNAPSHOT):
         return True
     view = tb.recovery_view(
@@ -177,9 +179,19 @@ def buffer_recovers_live(live: tb.BufferState) -> bool:
     )
     again, _ = tb.step(view, tb.StartRecovery())
     again, _ = tb.step(again, tb.CompleteRecovery())
+    # TB-24's other exception: a transaction whose messages are stored but whose end marker went with
+    # a deleted ledger (only a late append after the abort, under the quirk append-after-abort, stores
+    # messages after the marker) is ongoing after a recovery from an older snapshot, and pins
+    # maxReadPosition there: the rules say the two differ then.
+    marked = {e.txn_id for e in live.entries if e.kind.is_marker}
+    if any(
+        e.kind is tb.EntryKind.TXN_DATA and e.txn_id not in live.ongoing and e.txn_id not in marked
+        for e in live.entries
+    ):
+        return True
     return (
         dict(again.ongoing) == dict(live.ongoing)
-        and tb.readable_max_read_position(again) == tb.readable_max_read_position(live)
+        and tb.dispatchable(again) == tb.dispatchable(live)
         and _aborted_with_live_marker(again) == _aborted_with_live_marker(live)
     )
 
@@ -240,7 +252,7 @@ class SystemView:
 
 @dataclass(frozen=True)
 class Liveness:
-    """"On every fair path, ``goal`` holds infinitely often": a violation is a reachable fair cycle
+    """ "On every fair path, ``goal`` holds infinitely often": a violation is a reachable fair cycle
     (or a state with no fair step) where it never holds."""
 
     name: str
@@ -262,9 +274,7 @@ def buffer_ended(buffer: tb.BufferState, decided: Decided, reopened: frozenset[T
     return not any(decided.get(txn) in _FINISHED and txn not in reopened for txn in buffer.ongoing)
 
 
-def pending_ack_ended(
-    state: pa.PendingAckState, decided: Decided, reopened: frozenset[TxnID] = frozenset()
-) -> bool:
+def pending_ack_ended(state: pa.PendingAckState, decided: Decided, reopened: frozenset[TxnID] = frozenset()) -> bool:
     """PA-12 .. PA-14: a finished transaction holds no pending ack on this subscription, unless an
     acknowledgement of it arrived after its end (it waits for a later low water mark, PA-14)."""
     if any(decided.get(txn) in _FINISHED and txn not in reopened for txn in state.individual_ack_of_transaction):

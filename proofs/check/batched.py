@@ -22,16 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 from invariants import batched_log as batched_inv
 from invariants import composed
+from proofs.check.model import CAUX, CLOG, COORD
 from reference import batched_log as bl
 from reference import coordinator as tc
 from spec.envelope import LogKind
 from spec.result import Err, Ok
 from spec.types import BatchedPosition, Position, bits_to_words
 
-from proofs.check.model import CAUX, CLOG, COORD
-
 if TYPE_CHECKING:
-    from proofs.check.model import Model, Successor, _W
+    from proofs.check.model import _W, Model, Successor
 
 __all__ = ["BatchedLog"]
 
@@ -113,11 +112,19 @@ class BatchedLog:
                 entries.append(bl.LoggedEntry(position, effect.data))
                 w.caux[IN_FLIGHT] = (*w.caux[IN_FLIGHT], (effect.write_id, 1, len(entries) - 1))
                 records = [r.record for r in bl.read_entry(KIND, position, effect.data)]
+                pb: Any
                 for pb in records:
                     if pb.HasField("max_local_txn_id"):
                         max_local = max(max_local, pb.max_local_txn_id)
             elif isinstance(effect, bl.AddComplete):
+                # Each caller's future completes in batch order, and what waited on it runs at once
+                # (the engine's done-callbacks): a deletion of a record id the coordinator then reuses
+                # (a refused log-before-check does not advance next_record_id) hits the right entry.
+                w.clog = self.store.put((tuple(entries), max_local))
                 self._completed(w, effect.request_id, effect.position)
+                self._release(w)
+                entries, max_local = self.store.get(w.clog)
+                entries = list(entries)
             elif isinstance(effect, bl.CursorDelete):
                 writer = self.store.get(w.caux[WRITER])
                 for item in effect.entries:
@@ -223,13 +230,14 @@ class BatchedLog:
         the store replays the ledger through the cursor (BW-23..25, TC-21..24)."""
         entries, max_local = self.store.get(w.clog)
         replayed = bl.replay(KIND, entries)
-        records = tuple((i, tc.TxnLogRecord.from_pb(r.record)) for i, r in enumerate(replayed))
+        records = tuple((i, tc.TxnLogRecord.from_pb(_entry(r.record))) for i, r in enumerate(replayed))
         last = entries[-1] if entries else None
         interceptor = max_local
         if last is not None:
             for r in bl.read_entry(KIND, last.position, last.data):
-                if r.record.HasField("max_local_txn_id"):
-                    interceptor = max(interceptor, r.record.max_local_txn_id)
+                record = _entry(r.record)
+                if record.HasField("max_local_txn_id"):
+                    interceptor = max(interceptor, record.max_local_txn_id)
         state, effects = tc.recover(self.config, 0, records, interceptor, next_record_id=len(records))
         writer = self.store.put(bl.recover_for(self.cfg, entries, 0))
         positions = []
@@ -254,9 +262,7 @@ class BatchedLog:
 
     def violations(self, s: tuple[Any, ...]) -> list[str]:
         caux = s[CAUX]
-        out = [
-            f"batched_log/{n}" for n in self.store.violated("batched_log", batched_inv.INVARIANTS, caux[WRITER])
-        ]
+        out = [f"batched_log/{n}" for n in self.store.violated("batched_log", batched_inv.INVARIANTS, caux[WRITER])]
         writer = self.store.get(caux[WRITER])
         idle = not writer.buffer and not caux[IN_FLIGHT] and not caux[DEFERRED] and not caux[REQUESTS]
         if idle:
@@ -270,5 +276,10 @@ class BatchedLog:
         live store."""
         entries, max_local = self.store.get(s[CLOG])
         replayed = bl.replay(KIND, entries)
-        records = tuple((i, tc.TxnLogRecord.from_pb(r.record)) for i, r in enumerate(replayed))
+        records = tuple((i, tc.TxnLogRecord.from_pb(_entry(r.record))) for i, r in enumerate(replayed))
         return composed.coordinator_recovers_live(self.store.get(s[COORD]), records, max_local)
+
+
+def _entry(message: Any) -> Any:
+    """A replayed record: the coordinator's TransactionMetadataEntry (the log holds no other kind)."""
+    return message

@@ -241,7 +241,10 @@ def _explore(model: Model, options: Options) -> Result:
     result.depth = depth
     if stop or (found and options.stop_at_first):
         result.complete = False
-    if graph is not None and not found and result.complete:
+    complete = result.complete
+    # A run that stops at its first violation is incomplete; one that goes on (``stop_at_first``
+    # off) explored the whole graph and reports the lassos too.
+    if graph is not None and complete and (not found or not options.stop_at_first):
         properties = composed.LIVENESS + (composed.LIVENESS_STRICT if options.strict else ())
         for violation in _liveness(model, graph, visited, init_fp, properties):
             found.setdefault(violation.name, violation)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable, Iterator
+from functools import partial
 from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
@@ -307,11 +308,9 @@ class _W:
 class Model:
     """The transition system of one :class:`ModelSpec` (see the module docstring)."""
 
-    def __init__(
-        self, spec: ModelSpec, store: Store | None = None, *, step_timeout_s: float | None = None
-    ) -> None:
+    def __init__(self, spec: ModelSpec, store: Store | None = None, *, step_timeout_s: float | None = None) -> None:
         self.spec = spec
-        self.layout = L = Layout(spec.partitions, len(spec.subscriptions), spec.clients)
+        self.layout = Layout(spec.partitions, len(spec.subscriptions), spec.clients)
         self.store = store if store is not None else Store()
         self.config = spec.config
         self.step_timeout_s = step_timeout_s
@@ -319,6 +318,11 @@ class Model:
             tuple(s for s, sub in enumerate(spec.subscriptions) if sub.partition == p) for p in range(spec.partitions)
         )
         self.sub_names = tuple(subscription_of(spec, s) for s in range(len(spec.subscriptions)))
+        consumed = {
+            op.target for program in spec.programs for script in program for op in script.ops if op.kind == "consume"
+        }
+        # Subscriptions no one reads: their dispatcher reads on its own (a separate action).
+        self._unread = frozenset(i for i, sub in enumerate(spec.subscriptions) if not sub.reader and i not in consumed)
         self._sub_index = {name: s for s, name in enumerate(self.sub_names)}
         self._part_index = {partition_name(p): p for p in range(spec.partitions)}
         # The batched log's deferred answers name clients inside interned values: no symmetry there.
@@ -412,12 +416,15 @@ class Model:
             payload = []
             for i in range(spec.preload[p] if spec.preload else 0):
                 state, result = tb.step(state, tb.PublishMessage())
+                assert isinstance(result, Ok)
                 payload.append((_pos(result.value), -1, -1, i, -1))
             parts.append((put(state), (), tuple(payload)))
         subs = []
         for sub in spec.subscriptions:
-            state = pa.initial(self.config, sub_type=pa.SubType[sub.sub_type])
-            subs.append((put(state), put(()), 0, _NO_POS, (), (), (), 0))
+            # The engine's cursor at EARLIEST starts just before the first ledger: (first, -1).
+            cursor = pa.CursorView(Position(tb.initial(self.config).ledgers[0].ledger_id, -1))
+            pending = pa.initial(self.config, sub_type=pa.SubType[sub.sub_type], cursor=cursor)
+            subs.append((put(pending), put(()), 0, _NO_POS, (), (), (), 0))
         clients = [(IDLE, 0, -1, 0, 0, (), (), (), END_NONE) if program else _done() for program in spec.programs]
         caux: tuple[Any, ...] = (0, (), (), ())
         if self.batched is not None:
@@ -425,7 +432,22 @@ class Model:
             clog = self.batched.initial_log()
         per_sub = (((), (), ()),) * len(spec.subscriptions)
         per_part = ((),) * spec.partitions
-        return (coord, clog, caux, (), (0, 0, 0, 0, 0, 0), 0, (), (), *parts, *subs, *clients, *per_sub, *per_part, *per_part)
+        return (
+            coord,
+            clog,
+            caux,
+            (),
+            (0, 0, 0, 0, 0, 0),
+            0,
+            (),
+            (),
+            *parts,
+            *subs,
+            *clients,
+            *per_sub,
+            *per_part,
+            *per_part,
+        )
 
     # ------------------------------------------------------------------------------------------
     # successors
@@ -456,8 +478,23 @@ class Model:
                 family = ("c", c) if label[0] != "client-timeout" else ("ct", c)
                 self._add(out, s, label, family, act, self._client_footprint(label))
         self._component_actions(s, out)
+        if not self.spec.faults.timeouts and not any(x.family is not None for x in out):
+            self._quiescent_ticks(s, out)
         self._environment_actions(s, out, seen_messages)
         return out
+
+    def _quiescent_ticks(self, s: tuple[Any, ...], out: list[Successor]) -> None:
+        """Without ``timeouts`` the transaction timeout is long against everything else: the
+        coordinator's timeout tracker (TC-18) fires only once nothing but a fault can happen, which
+        is when a client waits for an answer that will never come or for a message that is not
+        there.  Pulsar's coordinator always runs the tracker, so a transaction no one ends is
+        aborted; a model without it would find every lost answer a liveness violation."""
+        coord = self.value(s[COORD])
+        for seq, meta in sorted(coord.txns.items()):
+            if meta.status is TxnStatus.OPEN:
+                self._add(
+                    out, s, ("tick", seq), ("tick", seq), lambda w, seq=seq: self._tick(w, seq), self._COORDINATOR
+                )
 
     def _add(
         self,
@@ -465,7 +502,7 @@ class Model:
         s: tuple[Any, ...],
         label: tuple[Any, ...],
         family: tuple[Any, ...] | None,
-        act: Callable[[_W], Any],
+        act: Callable[..., Any],
         footprint: tuple[int, ...] | None = None,
     ) -> None:
         """Add the successor ``act`` makes of ``s``.  With a ``footprint`` (the paths into the state
@@ -575,7 +612,7 @@ class Model:
         if phase == BEGUN:
             return False
         if phase != IN_TXN:
-            return phase == IDLE
+            return bool(phase == IDLE)
         if any(status in (OP_REG, OP_FLIGHT) for status in ops) or any(st == REG_ASKED for _, st in regs):
             return False
         if end in (END_COMMIT, END_ABORT):
@@ -586,7 +623,7 @@ class Model:
     # ------------------------------------------------------------------------------------------
     # clients
 
-    def _client_actions(self, s: tuple[Any, ...], c: int) -> Iterator[tuple[tuple[Any, ...], Callable[[_W], Any]]]:
+    def _client_actions(self, s: tuple[Any, ...], c: int) -> Iterator[tuple[tuple[Any, ...], Callable[..., Any]]]:
         phase, k, seq, ctd, pc, _regs, ops, _held, end = s[self.layout.client(c)]
         program = self.spec.programs[c]
         if phase == IDLE:
@@ -639,9 +676,10 @@ class Model:
 
     def _issue(self, w: _W, c: int) -> None:
         """The client's next operation: a send, or the ack of a consumed message (TC-30, TC-31)."""
-        _phase, k, seq, _ctd, pc, regs, ops, held, _end = w.clients[c]
+        _phase, k, seq, _ctd, pc, regs, ops, _held, _end = w.clients[c]
         op = self.spec.programs[c][k].ops[pc]
         if op.kind == "send":
+            command: Any
             target, command = op.target, ct.Send(partition_name(op.target))
         else:
             target = _SUB_TARGET + op.target
@@ -784,23 +822,25 @@ class Model:
             if pos in handed:
                 continue
             if pa.message_state(state, Position(*pos)) is MessageState.PENDING:
-                return pos
+                return (int(pos[0]), int(pos[1]))
         return None
 
     def _can_receive(self, s: tuple[Any, ...], c: int, sub_index: int) -> bool:
-        return self._consumer_allowed(c, sub_index) and self._handout(s[self.layout.sub(sub_index)]) is not None
+        return self._consumer_allowed(c, sub_index)
 
-    def _receive(self, w: _W, c: int, s: int) -> bool:
+    def _receive(self, w: _W, c: int, s: int) -> None:
+        """The consumer asks: the dispatcher reads what it may (:meth:`_refresh`) and hands out the
+        next message, if there is one."""
+        self._refresh(w, s)
         pos = self._handout(w.subs[s])
         if pos is None:
-            return False
+            return
         self._hand(w, s, pos, c)
         _phase, _k, _seq, _ctd, pc, _regs, ops, held, _end = w.clients[c]
         ops, held = list(ops), list(held)
         ops[pc] = OP_HELD
         held[pc] = pos
         self._set_client(w, c, ops=tuple(ops), held=tuple(held))
-        return True
 
     def _hand(self, w: _W, s: int, pos: tuple[int, int], c: int) -> None:
         """Hand ``pos`` to consumer ``c`` (``-1``: the subscription's reader), checking the
@@ -1184,16 +1224,17 @@ class Model:
         sub = w.subs[s]
         w.subs[s] = (*sub[:3], read_after, tuple(sorted({*sub[4], *fresh})), *sub[5:])
 
-    def _read(self, w: _W, s: int) -> bool:
-        """The subscription's reader takes the next message and acknowledges it (not in a txn)."""
+    def _read(self, w: _W, s: int) -> None:
+        """The subscription's reader asks: the dispatcher reads (:meth:`_refresh`), and the reader
+        takes the next message and acknowledges it (not in a txn)."""
+        self._refresh(w, s)
         pos = self._handout(w.subs[s])
         if pos is None:
-            return False
+            return
         self._hand(w, s, pos, -1)
         command = pa.NormalAck(AckType.INDIVIDUAL, (pa.AckedPosition(Position(*pos)),))
         result = self._pa_step(w, s, command)
         self._pa_effects(w, s, result, command)
-        return True
 
     # ------------------------------------------------------------------------------------------
     # component steps of their own (timers, snapshots, the dispatcher)
@@ -1211,9 +1252,9 @@ class Model:
                 out, s, ("resume", *timer), ("r", timer), lambda w, t=timer: self._resume(w, t), self._COORDINATOR
             )
         if self.batched is not None:
-            self.batched.actions(s, out, lambda out, s, label, family, act: self._add(
-                out, s, label, family, act, self._COORDINATOR
-            ))
+            self.batched.actions(
+                s, out, lambda out, s, label, family, act: self._add(out, s, label, family, act, self._COORDINATOR)
+            )
         L = self.layout
         for p, part in enumerate(s[L.parts]):
             buffer = self.value(part[0])
@@ -1226,7 +1267,12 @@ class Model:
                     lambda w, p=p: self._first_snapshot(w, p),
                     (L.part(p), L.reopen(p), L.end(p)),
                 )
-            if buffer.status is tb.BufferStatus.READY and buffer.change_max_read_position_count > 0:
+            if (
+                self.spec.faults.crash_partition
+                and buffer.status is tb.BufferStatus.READY
+                and buffer.change_max_read_position_count > 0
+            ):
+                # The timer's snapshots (TB-21) only matter to a recovery, so only where topics crash.
                 self._add(
                     out,
                     s,
@@ -1247,14 +1293,16 @@ class Model:
                     (L.sub(i), L.ack(i)),
                 )
             partition = self.spec.subscriptions[i].partition
-            self._add(
-                out,
-                s,
-                ("dispatch", i),
-                ("rf", i),
-                lambda w, i=i: self._refresh(w, i),
-                (L.sub(i), L.part(partition), CLOCK, L.ack(i)),
-            )
+            if i in self._unread:
+                # Nobody reads here: the dispatcher still reads on its own (markers are acknowledged).
+                self._add(
+                    out,
+                    s,
+                    ("dispatch", i),
+                    ("rf", i),
+                    lambda w, i=i: self._refresh(w, i),
+                    (L.sub(i), L.part(partition), CLOCK, L.ack(i)),
+                )
             if self.spec.subscriptions[i].reader:
                 self._add(out, s, ("reader", i), ("rd", i), lambda w, i=i: self._read(w, i), self._reader_footprint(i))
         if self.spec.clock_limit and s[CLOCK] < self.spec.clock_limit:
@@ -1347,15 +1395,21 @@ class Model:
     def _crash_partition(self, w: _W, p: int) -> None:
         """The topic crashes or is unloaded and loaded again: the buffer recovers from its ledgers
         and snapshot topics (TB-1, TB-24); each subscription reopens its cursor and replays its
-        pending-ack log (PA-17 .. PA-20); parked appends and queued requests are never answered."""
+        pending-ack log (PA-17 .. PA-20).  Parked appends and queued requests are lost with the
+        topic's memory: their callers' requests time out (the connection is gone), which is the
+        answer they get here."""
         w.used[3] += 1
         self._buf_step(w, p, tb.ReloadTopic())
         self._buf_step(w, p, tb.StartRecovery())
         self._buf_step(w, p, tb.CompleteRecovery())
         part = w.parts[p]
         w.parts[p] = (part[0], (), part[2])
+        for c, seq, op, _deliver_at in part[1]:
+            w.send((SEND_RESP, c, seq, op, _TIMEOUT_CODE))
         for s in self.subs_of[p]:
             sub = w.subs[s]
+            for request, _extra in sub[6]:
+                w.send((*request, _TIMEOUT_CODE))
             w.subs[s] = self._reload_subscription(sub, s)
 
     def _reload_subscription(self, sub: tuple[Any, ...], s: int) -> tuple[Any, ...]:
@@ -1436,9 +1490,7 @@ class Model:
             out[L.ack(ps[i])] = s[L.ack(i)]
         epoch, runs, waiters, timers = s[CAUX][:4]
         runs = tuple(
-            sorted(
-                (*r[:4], tuple(sorted(pp[x] for x in r[4])), tuple(sorted(ps[x] for x in r[5])), r[6]) for r in runs
-            )
+            sorted((*r[:4], tuple(sorted(pp[x] for x in r[4])), tuple(sorted(ps[x] for x in r[5])), r[6]) for r in runs)
         )
         waiters = tuple(sorted((seq, action, pc[c]) for seq, action, c in waiters))
         out[CAUX] = (epoch, runs, waiters, timers, *s[CAUX][4:])
@@ -1447,13 +1499,9 @@ class Model:
         out[CLOG] = self._renamed(s[CLOG], g, "log")
         return tuple(out)
 
-    def _permute_client(
-        self, cl: tuple[Any, ...], g: int, pp: tuple[int, ...], ps: tuple[int, ...]
-    ) -> tuple[Any, ...]:
+    def _permute_client(self, cl: tuple[Any, ...], g: int, pp: tuple[int, ...], ps: tuple[int, ...]) -> tuple[Any, ...]:
         phase, k, seq, ctd, pc_, regs, ops, held, end = cl
-        regs = tuple(
-            sorted((pp[t] if t < _SUB_TARGET else _SUB_TARGET + ps[t - _SUB_TARGET], st) for t, st in regs)
-        )
+        regs = tuple(sorted((pp[t] if t < _SUB_TARGET else _SUB_TARGET + ps[t - _SUB_TARGET], st) for t, st in regs))
         return (phase, k, seq, self._renamed(ctd, g, "client") if ctd else 0, pc_, regs, ops, held, end)
 
     def _renamed(self, d: int, g: int, kind: str) -> int:
@@ -1504,8 +1552,8 @@ class Model:
                 continue
             d = s[L.part(p)][0]
             out.extend(f"buffer/{n}" for n in store.violated("buffer", buffer_inv.INVARIANTS, d))
-            out.extend(store.memo(("partition-safety", d, s[DECIDED]), lambda d=d: self._partition_safety(d, s)))
-            if not store.memo(("buffer-recovers", d), lambda d=d: composed.buffer_recovers_live(self.value(d))):
+            out.extend(store.memo(("partition-safety", d, s[DECIDED]), partial(self._partition_safety, d, s)))
+            if not store.memo(("buffer-recovers", d), partial(self._buffer_recovers, d)):
                 out.append("buffer-recovers-live")
         for i in range(L.subscriptions):
             if not (everything or L.sub(i) in slots):
@@ -1516,7 +1564,7 @@ class Model:
                 out.extend(f"delayed/{n}" for n in store.violated("delayed", delayed_inv.INVARIANTS, sub[7]))
             ok = store.memo(
                 ("pa-recovers", sub[0], sub[1], sub[2]),
-                lambda sub=sub: composed.pending_ack_recovers_live(self.value(sub[0]), self.value(sub[1]), bool(sub[2])),
+                partial(composed.pending_ack_recovers_live, self.value(sub[0]), self.value(sub[1]), bool(sub[2])),
             )
             if not ok:
                 out.append("pending-ack-recovers-live")
@@ -1530,6 +1578,9 @@ class Model:
             out.extend(sorted({b[0] for b in s[BAD]}))
         return out
 
+    def _buffer_recovers(self, d: int) -> bool:
+        return composed.buffer_recovers_live(self.value(d))
+
     def _partition_safety(self, d: int, s: tuple[Any, ...]) -> tuple[str, ...]:
         state, decided = self.value(d), self.decided(s)
         return tuple(inv.name for inv in composed.PARTITION_SAFETY if not inv.holds(state, decided))
@@ -1538,9 +1589,7 @@ class Model:
         L = self.layout
         buffers = {partition_name(p): self.value(part[0]) for p, part in enumerate(s[L.parts])}
         pending = {self.sub_names[i]: self.value(sub[0]) for i, sub in enumerate(s[L.subs])}
-        reopened = {
-            partition_name(p): frozenset(TxnID(0, seq) for seq in seqs) for p, seqs in enumerate(s[L.reopened])
-        }
+        reopened = {partition_name(p): frozenset(TxnID(0, seq) for seq in seqs) for p, seqs in enumerate(s[L.reopened])}
         reopened_acks = {
             self.sub_names[i]: frozenset(TxnID(0, seq) for seq in triple[2]) for i, triple in enumerate(s[L.acks])
         }
@@ -1569,9 +1618,9 @@ class Model:
             for pos, c, seq, _op, at in s[L.part(sub_spec.partition)][2]:
                 if at < 0 or at > s[CLOCK] or c < 0:
                     continue
-                if seq < len(decided) and decided[seq] == TxnStatus.COMMITTED:
-                    if pos not in handed and not cursor.is_deleted(Position(*pos)):
-                        out.append(Position(*pos))
+                committed = seq < len(decided) and decided[seq] == TxnStatus.COMMITTED
+                if committed and pos not in handed and not cursor.is_deleted(Position(*pos)):
+                    out.append(Position(*pos))
         return tuple(out)
 
     def goals(self, s: tuple[Any, ...], properties: tuple[composed.Liveness, ...]) -> tuple[bool, ...]:
@@ -1655,7 +1704,9 @@ def _duplicate(w: _W, m: tuple[int, ...]) -> None:
     w.send(m)
 
 
-def _permute_message(m: tuple[int, ...], pc: tuple[int, ...], pp: tuple[int, ...], ps: tuple[int, ...]) -> tuple[int, ...]:
+def _permute_message(
+    m: tuple[int, ...], pc: tuple[int, ...], pp: tuple[int, ...], ps: tuple[int, ...]
+) -> tuple[int, ...]:
     kind = m[0]
     if kind in (NEW_REQ, NEW_RESP, END_REQ, END_RESP, SEND_RESP, ACK_RESP):
         return (kind, pc[m[1]], *m[2:])

@@ -164,9 +164,7 @@ def _delayed(b: dict[str, int], config: Config) -> ModelSpec:
     and a reader; the clock advances one tick at a time up to ``delay + 1``."""
     ops = tuple(Op("send", 0, deliver_at=b["delay"]) for _ in range(b["messages"]))
     programs = tuple(tuple(TxnScript(ops, _ends(b)) for _ in range(b["txns"])) for _ in range(b["clients"]))
-    strict = config.with_overrides(
-        {"isDelayedDeliveryDeliverAtTimeStrict": True, "delayedDeliveryTickTimeMillis": 1}
-    )
+    strict = config.with_overrides({"isDelayedDeliveryDeliverAtTimeStrict": True, "delayedDeliveryTickTimeMillis": 1})
     return ModelSpec(
         "delayed",
         "delayed delivery inside transactions",
@@ -226,22 +224,29 @@ MODELS: dict[str, NamedModel] = {
             "atomic multi-partition produce: every client's transaction sends to several partitions; readers see "
             "all of a committed transaction or none of an aborted one",
             {
-                "clients": 2,
+                "clients": 1,
                 "partitions": 2,
                 "spread": 2,
                 "messages": 1,
                 "txns": 1,
-                "readers": 0,
+                "readers": 1,
                 "loss": 1,
                 "duplicate": 1,
                 "crash_coordinator": 0,
                 "crash_partition": 0,
                 "rollover": 0,
                 "retention": 0,
-                "timeouts": 1,
+                "timeouts": 0,
                 "aborts": 1,
             },
-            {"clients": (1, 4), "partitions": (1, 4), "spread": (1, 4), "messages": (1, 3), "txns": (1, 3), "readers": (0, 1)},
+            {
+                "clients": (1, 4),
+                "partitions": (1, 4),
+                "spread": (1, 4),
+                "messages": (1, 3),
+                "txns": (1, 3),
+                "readers": (0, 1),
+            },
             _produce,
         ),
         NamedModel(
@@ -251,7 +256,7 @@ MODELS: dict[str, NamedModel] = {
             {
                 "clients": 2,
                 "outputs": 1,
-                "input": 2,
+                "input": 1,
                 "txns": 1,
                 "loss": 0,
                 "duplicate": 0,
@@ -271,8 +276,8 @@ MODELS: dict[str, NamedModel] = {
             "coordinator and topic crashes at every point and END_TXN_ON_* timeouts",
             {
                 "clients": 1,
-                "partitions": 2,
-                "loss": 1,
+                "partitions": 1,
+                "loss": 0,
                 "duplicate": 0,
                 "crash_coordinator": 1,
                 "crash_partition": 1,
@@ -292,7 +297,7 @@ MODELS: dict[str, NamedModel] = {
                 "clients": 2,
                 "messages": 1,
                 "input": 1,
-                "txns": 2,
+                "txns": 1,
                 "cumulative": 0,
                 "loss": 0,
                 "duplicate": 0,
@@ -344,7 +349,7 @@ MODELS: dict[str, NamedModel] = {
                 "rollover": 0,
                 "retention": 0,
                 "timeouts": 0,
-                "aborts": 1,
+                "aborts": 0,
             },
             {"clients": (1, 3), "partitions": (0, 2), "txns": (1, 2), "batch": (2, 4)},
             _batched_log,

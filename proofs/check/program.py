@@ -156,9 +156,7 @@ class ModelSpec:
         return tuple(out) if len(set(out)) == len(out) else None
 
     @staticmethod
-    def _mapped(
-        program: tuple[TxnScript, ...], pp: tuple[int, ...], ps: tuple[int, ...]
-    ) -> tuple[TxnScript, ...]:
+    def _mapped(program: tuple[TxnScript, ...], pp: tuple[int, ...], ps: tuple[int, ...]) -> tuple[TxnScript, ...]:
         return tuple(
             TxnScript(
                 tuple(

@@ -83,6 +83,8 @@ class Store:
         self._memo: dict[Any, Any] = {}
         self.step_misses = 0
         self.step_hits = 0
+        # Digests interned since the last ``take_new`` (a Spark task ships them to the driver).
+        self.new_digests: list[int] = []
 
     def put(self, value: Any) -> int:
         """Intern ``value``; its digest."""
@@ -95,7 +97,20 @@ class Store:
             raise DigestCollision(f"digest {d:#x} names two values: {known!r} and {value!r}")
         self.values[d] = value
         self._digests[value] = d
+        self.new_digests.append(d)
         return d
+
+    def adopt(self, d: int, value: Any) -> None:
+        """Intern ``value`` under the digest another process computed for it."""
+        if d not in self.values:
+            self.values[d] = value
+            self._digests[value] = d
+
+    def take_new(self) -> list[tuple[int, Any]]:
+        """The values interned since the last call, with their digests."""
+        out = [(d, self.values[d]) for d in self.new_digests]
+        self.new_digests = []
+        return out
 
     def get(self, d: int) -> Any:
         return self.values[d]

@@ -1,0 +1,61 @@
+"""``txnmodel check`` on the command line: bounds printed, exit codes, JSON, counterexample files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.known_bugs.catalogue import MUTANTS, applied
+from txnmodel.cli import main
+
+
+def test_a_model_passes_and_prints_its_bounds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["check", "--model", "pending-ack", "--bound", "input=1", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "bounds: clients=2, messages=1, input=1, txns=1" in out
+    assert "OK:" in out and "liveness checked" in out
+
+
+def test_json_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["check", "--model", "delayed", "--json", "--no-liveness", "--out", str(tmp_path)])
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 0 and summary["exit"] == 0
+    (run,) = summary["models"]
+    assert run["model"] == "delayed" and run["verdict"] == "ok"
+    assert run["bounds"]["delay"] == 2 and run["states"] > 0 and run["liveness_checked"] is False
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--model", "no-such-model"],
+        ["--model", "produce", "--bound", "clients"],
+        ["--model", "produce", "--bound", "clients=x"],
+        ["--model", "produce", "--bound", "nonsense=1"],
+        ["--model", "produce", "--bound", "clients=99"],
+        ["--model", "produce", "--quirk", "no-such-quirk"],
+        ["--master", "local[1]", "--local"],
+    ],
+)
+def test_bad_usage_exits_2(argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        raise SystemExit(main(["check", *argv, "--out", str(tmp_path)]))
+    assert exited.value.code == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_violation_exits_1_and_writes_its_counterexample(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mutant = next(m for m in MUTANTS if m.name == "abort-not-recorded")
+    with applied(mutant):
+        code = main(["check", "--model", "produce", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "safety violation: read-committed" in out
+    folder = tmp_path / "produce" / "read-committed"
+    assert (folder / "trace.txt").read_text().startswith("safety violation: read-committed")
+    assert (folder / "history.jsonl").stat().st_size > 0
