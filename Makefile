@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 HYPOTHESIS_PROFILE ?= ci
 PYTEST_ARGS ?=
 
-.PHONY: run test lint typecheck docs pytest thorough protos bench clean
+.PHONY: run test lint typecheck docs pytest thorough protos bench clean build chromium graphviz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-run: $(STAMP)
+# The linearizability search compiled with Cython (optional: without a C compiler the same file
+# runs as plain Python).  Rebuilt whenever invariants/_wgl.py changed since the last build.
+build: $(STAMP)
+	$(BIN)/python setup.py --quiet build_ext --inplace
+
+run: build
 	$(BIN)/txnmodel run
 
 test: lint typecheck docs pytest
@@ -30,20 +35,36 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy spec reference invariants proofs txnmodel
 
-docs: $(STAMP)
+# The docs' diagrams are drawn by Graphviz at build time (scripts/mkdocs_diagrams.py); installed when missing.
+graphviz:
+	@command -v dot >/dev/null 2>&1 || { \
+	  echo "== installing graphviz (Debian) to draw the docs' diagrams"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null; \
+	}
+
+docs: $(STAMP) graphviz
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 
-pytest: $(STAMP)
+pytest: build chromium
 	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(BIN)/python -m pytest -n 2 -q $(PYTEST_ARGS)
 
-thorough: $(STAMP)
+# The viewer's browser tests drive Debian's Chromium (tests/viewer); installed when missing.
+# TXNMODEL_CHROMIUM names another binary.  Without one the browser tests fail, they never skip.
+CHROMIUM ?= $(or $(TXNMODEL_CHROMIUM),/usr/bin/chromium)
+chromium:
+	@test -x $(CHROMIUM) || { \
+	  echo "== installing chromium (Debian) for the viewer's browser tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	}
+
+thorough: build chromium
 	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -n 2 -q $(PYTEST_ARGS)
 
 protos: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python scripts/gen_protos.py
 
-bench: $(STAMP)
+bench: build
 	for script in benchmarks/*.py; do $(BIN)/python $$script || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis invariants/_wgl.c invariants/_wgl.*.so

@@ -337,4 +337,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from txnmodel.progress import Reporter
+
+    # results go to stdout; stderr says it is still working (a line every 10 s when piped)
+    with Reporter().phase("batched_log_bench", unit=""):
+        code = main()
+    raise SystemExit(code)

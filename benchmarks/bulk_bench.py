@@ -1,20 +1,23 @@
-"""Bulk checking: Spark local[2] against the single-process checker, and how check time grows.
+"""Bulk checking: one process against Spark local[1] and local[2], where Spark pays, and how check
+time grows.
 
-    .venv/bin/python benchmarks/bulk_bench.py [--histories 240] [--ops 300] [--quick]
+    .venv/bin/python benchmarks/bulk_bench.py [--histories 240] [--ops 300] [--engine 20] [--quick]
 
-Prints, in one run:
+Prints, in one run (ratios within the run; absolute times depend on the machine's load):
 
-1. operations checked per second by the Spark job on ``local[2]`` and by the single-process checker
-   on the same Parquet histories (the session start is reported apart; the job is run once to warm
-   the Python workers, then timed), and their ratio (target >= 1.6x on 2 cores);
-2. single-process check time against history length (fixed clients) and against the number of
-   concurrent clients (fixed length), on simulated cas-register histories (median of a few seeds);
-3. the time to check the 103 Jepsen etcd histories, with and without counterexample shrinking;
-4. the ratio of (1) on simulated engine histories (what the main job checks): per-object
-   linearizability against the reference machines plus the transactional checks.
-
-A PNG plot of (2) is written to docs/img/bulk-scaling.png (matplotlib, a dev dependency); without it the
-tables are the output.  Absolute times depend on the machine's load; read the ratios.
+1. cas-register histories (12 clients, 5% crashed ops) and the main job's kind of histories
+   (simulated engine runs of every workload with faults and the batch / Key_Shared /
+   bucket-tracker variants: per-object linearizability against the reference machines plus the
+   transactional checks), each checked by one process, by Spark ``local[1]`` and by Spark
+   ``local[2]`` (each writing its verdicts as ``txnmodel verify`` does; the Spark job run once to
+   warm its Python workers, then the best of two); the ratios local[2]/one process (goal >= 1.6x
+   on 2 cores) and local[2]/local[1], and the CPU each runner got;
+2. the transactional checks alone on the engine histories: client operations per CPU second;
+3. where Spark pays: the session's start, a job's fixed cost and the per-operation costs give the
+   break-even input size for ``verify`` (compare ``txnmodel.spark_runner.BREAK_EVEN_OPS``);
+4. the 103 Jepsen etcd logs, with and without counterexamples, in one process;
+5. one-process check time against history length and against concurrent clients, drawn to
+   ``out/bench/bulk-scaling.png`` (matplotlib, a dev dependency; copy it into docs by hand).
 """
 
 from __future__ import annotations
@@ -25,21 +28,37 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from invariants.bulk import VerifyOptions, check_files_local, check_files_spark, spark_session  # noqa: E402
 from invariants.history import history_files, write_parquet  # noqa: E402
 from invariants.linearizability import check_history  # noqa: E402
 from invariants.models import CasRegister, random_register_history  # noqa: E402
+from invariants.verify import VerifyOptions  # noqa: E402
+from txnmodel.file_checks import check_files_local, check_units  # noqa: E402
+from txnmodel.spark_runner import (  # noqa: E402
+    BREAK_EVEN_OPS,
+    check_files_spark,
+    pack,
+    spark_session,
+    stop_session,
+    work_units,
+)
 
-JEPSEN = ROOT.parent / "shared" / "data" / "porcupine" / "jepsen-etcd"
+JEPSEN = Path(os.environ.get("TXNMODEL_JEPSEN_DATA", ROOT.parent / "shared" / "data" / "porcupine" / "jepsen-etcd"))
+OUT = ROOT / "out" / "bench"
 
 
-def _write_corpus(folder: Path, histories: int, ops: int, per_file: int) -> tuple[list[str], int]:
+def _load() -> str:
+    return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+
+
+def register_corpus(folder: Path, histories: int, ops: int) -> tuple[list[str], int]:
+    per_file = max(1, histories // 24)
     total = 0
     for start in range(0, histories, per_file):
         batch = {}
@@ -51,134 +70,63 @@ def _write_corpus(folder: Path, histories: int, ops: int, per_file: int) -> tupl
     return [str(p) for p in history_files(folder, "parquet")], total
 
 
-def spark_vs_local(histories: int, ops: int, engine: int = 0) -> None:
-    options = VerifyOptions(counterexamples=False)
-    with tempfile.TemporaryDirectory() as tmp:
-        files, total = _write_corpus(Path(tmp), histories, ops, per_file=max(1, histories // 24))
-        started, cpu = time.perf_counter(), time.process_time()
-        local_rows = check_files_local(files, "parquet", options)
-        local, local_cpu = time.perf_counter() - started, time.process_time() - cpu
+def engine_corpus(folder: Path, per_workload: int) -> tuple[list[str], float]:
+    """The main job's histories (its flags, on memory ledgers), written by ``txnmodel simulate``."""
+    from txnmodel.cli import main
 
-        started = time.perf_counter()
-        spark = spark_session("local[2]")
-        session = time.perf_counter() - started
-        on_spark, spark_rows = _best_spark_run(spark, files, options)
-        cpu_wall, task_cpu = _spark_cpu(spark, files, options)
-        cpu_used = sum(task_cpu)
-        makespan = _makespan(task_cpu, spark.sparkContext.defaultParallelism)
-        assert sorted((r.history, r.verdict) for r in spark_rows) == sorted((r.history, r.verdict) for r in local_rows)
-        assert {r.verdict for r in local_rows} == {"ok"}
-
-        print(
-            f"== Spark local[2] vs single process: {histories} cas-register histories x {ops} ops "
-            f"(12 clients, 5% crashed ops), {len(files)} Parquet files"
-        )
-        print(f"{'runner':<22} {'seconds':>9} {'ops/s':>10}")
-        print(f"{'single process':<22} {local:>9.2f} {total / local:>10.0f}")
-        print(
-            f"{'spark local[2]':<22} {on_spark:>9.2f} {total / on_spark:>10.0f}   (session start {session:.1f}s, "
-            f"not included)"
-        )
-        print(f"ratio spark/single: {local / on_spark:.2f}x (target >= 1.6x)")
-        print(
-            f"single process: {local_cpu:.2f} CPU s in {local:.2f} s wall = {local_cpu / local:.2f} cores; "
-            f"spark tasks: {cpu_used:.2f} CPU s in {cpu_wall:.2f} s wall = {cpu_used / cpu_wall:.2f} cores "
-            f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
-        )
-        print(
-            f"ratio of CPU-normalized throughput (ops per CPU second, spark/single): "
-            f"{(total / cpu_used) / (total / local_cpu):.2f}x"
-        )
-        print(
-            f"projection for idle cores (a model, not a measurement): the {len(task_cpu)} tasks' CPU times "
-            f"scheduled on {spark.sparkContext.defaultParallelism} slots finish in {makespan:.2f} CPU s, "
-            f"so spark/single = {local_cpu / makespan:.2f}x before Spark's fixed job cost"
-        )
-        print(
-            "(processes of one session share one scheduler autogroup: on a busy machine more worker "
-            "processes do not get this job more CPU)\n"
-        )
-
-        started = time.perf_counter()
-        check_files_spark(
-            [str(p) for p in sorted(JEPSEN.glob("*.log"))],
-            "jepsen",
-            VerifyOptions(model="cas-register", counterexamples=False),
-            spark=spark,
-            progress=False,
-        )
-        jepsen_spark = time.perf_counter() - started
-        engine_histories(spark, engine)
-        spark.stop()
-    jepsen(jepsen_spark)
+    started = time.perf_counter()
+    code = main(
+        [
+            "simulate",
+            "--seed",
+            "1",
+            "--workload",
+            "all",
+            "--histories",
+            str(per_workload),
+            "--ops",
+            "60",
+            "--ledger",
+            "memory",
+            "--out",
+            str(folder),
+            "--faults",
+            "on",
+            "--batch-messages",
+            "mixed",
+            "--key-shared",
+            "mixed",
+            "--delayed-tracker",
+            "mixed",
+            "--quiet",
+        ]
+    )
+    assert code == 0, code
+    return [str(p) for p in history_files(folder, "parquet")], time.perf_counter() - started
 
 
-def engine_histories(spark: object, per_workload: int) -> None:
-    """The main job's kind of data: simulated engine histories (faults on, every workload, the
-    batch / Key_Shared / bucket-tracker variants), checked per object against the reference machines
-    and transactionally, in one process and on Spark with warm workers."""
-    if per_workload <= 0:
-        return
-    from reference.engine.simulate import simulate_main
-
-    options = VerifyOptions(counterexamples=False)
-    with tempfile.TemporaryDirectory() as tmp:
-        started = time.perf_counter()
-        code = simulate_main(
-            [
-                "--seed",
-                "1",
-                "--workload",
-                "all",
-                "--histories",
-                str(per_workload),
-                "--ops",
-                "60",
-                "--ledger",
-                "memory",
-                "--out",
-                tmp,
-                "--faults",
-                "on",
-                "--batch-messages",
-                "mixed",
-                "--key-shared",
-                "mixed",
-                "--delayed-tracker",
-                "mixed",
-                "--quiet",
-            ]
-        )
-        assert code == 0, code
-        simulated = time.perf_counter() - started
-        files = [str(p) for p in history_files(Path(tmp), "parquet")]
-        started = time.perf_counter()
-        local_rows = check_files_local(files, "parquet", options)
-        local = time.perf_counter() - started
-        on_spark, spark_rows = _best_spark_run(spark, files, options)
-        assert sorted((r.history, r.checker, r.verdict) for r in spark_rows) == sorted(
-            (r.history, r.checker, r.verdict) for r in local_rows
-        )
-        assert {r.verdict for r in local_rows} == {"ok"}, {r.verdict for r in local_rows}
-        total = sum(r.ops for r in local_rows if r.checker == "linearizability")
-        print(
-            f"== engine histories: {3 * per_workload} simulated runs ({simulated:.1f}s to simulate), "
-            f"{len(files)} Parquet files, {total} operations, per-object linearizability + transactional"
-        )
-        print(f"{'single process':<22} {local:>9.2f} s {total / local:>10.0f} ops/s")
-        print(f"{'spark local[2]':<22} {on_spark:>9.2f} s {total / on_spark:>10.0f} ops/s")
-        print(f"ratio spark/single on engine histories: {local / on_spark:.2f}x\n")
+def _timed(run: Callable[[], Any]) -> tuple[float, float, Any]:
+    """(wall seconds, CPU seconds of this process, result)."""
+    started, cpu = time.perf_counter(), time.process_time()
+    result = run()
+    return time.perf_counter() - started, time.process_time() - cpu, result
 
 
-def _best_spark_run(spark: object, files: list[str], options: VerifyOptions) -> tuple[float, list[Any]]:
-    """The Spark job once to warm the Python workers, then the best of two timed runs."""
-    check_files_spark(files, "parquet", options, spark=spark, progress=False)
-    best, rows = float("inf"), []
-    for _ in range(2):
-        started = time.perf_counter()
-        rows = check_files_spark(files, "parquet", options, spark=spark, progress=False)
-        best = min(best, time.perf_counter() - started)
-    return best, rows
+def _spark_cpu(spark: Any, files: list[str], options: VerifyOptions) -> tuple[float, list[float]]:
+    """The job instrumented: its wall time and the CPU seconds each task's Python worker got."""
+
+    def task(units: list[Any]) -> list[float]:
+        cpu = time.process_time()
+        check_units(units, "parquet", options)
+        return [time.process_time() - cpu]
+
+    sc = spark.sparkContext
+    slots = 3 * sc.defaultParallelism
+    units = work_units(files, "parquet", slots)
+    bins = pack(units, max(1, min(len(units), slots)))
+    started = time.perf_counter()
+    used = sc.parallelize(bins, len(bins)).flatMap(task).collect()
+    return time.perf_counter() - started, used
 
 
 def _makespan(costs: list[float], slots: int) -> float:
@@ -189,44 +137,137 @@ def _makespan(costs: list[float], slots: int) -> float:
     return max(loads)
 
 
-def _spark_cpu(spark: object, files: list[str], options: VerifyOptions) -> tuple[float, list[float]]:
-    """The same job instrumented: wall time and the CPU seconds its Python workers actually got."""
-    from invariants.bulk import _pack, _units, check_file
+COLD: dict[str, float] = {}  # the first session's start: a JVM and its Python workers from nothing
 
-    def task(units: list[tuple[str, tuple[str, ...] | None]]) -> list[float]:
+
+def compare_runners(name: str, files: list[str], total: int, scratch: Path) -> dict[str, float]:
+    """One process, Spark local[1], Spark local[2] on the same files; every runner writes its
+    verdicts as verify does."""
+    options = VerifyOptions(counterexamples=False)
+    figures: dict[str, float] = {}
+    wall, cpu, rows = _timed(lambda: check_files_local(files, "parquet", options, out=str(scratch / "one")))
+    verdicts = sorted((r.history, r.checker, r.verdict) for r in rows)
+    figures.update(one=wall, one_cpu=cpu)
+    for master in ("local[1]", "local[2]"):
+        stop_session()
+        started = time.perf_counter()
+        spark = spark_session(master)
+        figures[f"{master} start"] = time.perf_counter() - started
+        COLD.setdefault("start", figures[f"{master} start"])
+
+        def job(spark: Any = spark, master: str = master) -> list[Any]:
+            return check_files_spark(files, "parquet", options, spark=spark, progress=False, out=str(scratch / master))
+
+        first, _, _ = _timed(job)
+        figures[f"{master} first job"] = first
+        best = float("inf")
+        for _ in range(2):
+            wall, _, got = _timed(job)
+            best = min(best, wall)
+            assert sorted((r.history, r.checker, r.verdict) for r in got) == verdicts, master
+        figures[master] = best
+        figures[f"{master} task cpu wall"], costs = _spark_cpu(spark, files, options)
+        figures[f"{master} task cpu"] = sum(costs)
+        figures[f"{master} makespan"] = _makespan(costs, int(master[6:-1]))
+    print(f"== {name}: {total:,} operations in {len(files)} Parquet files; verdicts {_counts(verdicts)}")
+    print(f"{'runner':<16} {'seconds':>9} {'ops/s':>10}  notes")
+    print(f"{'one process':<16} {figures['one']:>9.2f} {total / figures['one']:>10.0f}  {figures['one_cpu']:.2f} CPU s")
+    for master in ("local[1]", "local[2]"):
+        print(
+            f"{'spark ' + master:<16} {figures[master]:>9.2f} {total / figures[master]:>10.0f}  session start "
+            f"{figures[master + ' start']:.1f} s, first job {figures[master + ' first job']:.1f} s (not counted); "
+            f"tasks got {figures[master + ' task cpu']:.2f} CPU s in {figures[master + ' task cpu wall']:.2f} s"
+        )
+    print(
+        f"ratio local[2]/one process: {figures['one'] / figures['local[2]']:.2f}x (goal >= 1.6x); "
+        f"local[2]/local[1]: {figures['local[1]'] / figures['local[2]']:.2f}x; {_load()}"
+    )
+    print(
+        f"CPU the runners got: one process {figures['one_cpu'] / figures['one']:.2f} cores, local[2] tasks "
+        f"{figures['local[2] task cpu'] / figures['local[2] task cpu wall']:.2f} cores (on a busy machine the "
+        f"processes of one session share one scheduler autogroup: a second worker gets it no more CPU)"
+    )
+    print(
+        f"projection for idle cores (a model, not a measurement): the tasks' CPU times scheduled on 2 slots "
+        f"take {figures['local[2] makespan']:.2f} s against {figures['one_cpu']:.2f} CPU s in one process: "
+        f"{figures['one_cpu'] / figures['local[2] makespan']:.2f}x before Spark's fixed cost per job\n"
+    )
+    figures["ops"] = total
+    return figures
+
+
+def _counts(verdicts: list[tuple[str, str, str]]) -> str:
+    counts: dict[str, int] = {}
+    for _, _, verdict in verdicts:
+        counts[verdict] = counts.get(verdict, 0) + 1
+    return ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+
+
+def transactional_rate(files: list[str]) -> None:
+    from invariants.history import read_file
+    from invariants.transactional import check_transactional
+    from spec.history import is_machine_operation
+
+    histories = {}
+    for path in files:
+        histories.update(read_file(path, "parquet"))
+    clients = [[op for op in ops if not is_machine_operation(op)] for ops in histories.values()]
+    count = sum(len(ops) for ops in clients)
+    best = float("inf")
+    for _ in range(3):
         cpu = time.process_time()
-        for path, names in units:
-            check_file(path, "parquet", options, names)
-        return [time.process_time() - cpu]
-
-    sc = spark.sparkContext  # type: ignore[attr-defined]
-    slots = 3 * sc.defaultParallelism
-    units = _units(files, "parquet", slots)
-    bins = _pack(units, max(1, min(len(units), slots)))
-    started = time.perf_counter()
-    used = sc.parallelize(bins, len(bins)).flatMap(task).collect()
-    return time.perf_counter() - started, used
+        for ops in clients:
+            check_transactional(ops)
+        best = min(best, time.process_time() - cpu)
+    print(
+        f"== transactional checks alone on the engine histories: {len(clients)} histories, {count:,} client "
+        f"operations in {best:.3f} CPU s = {count / best:,.0f} operations per second per core "
+        f"(goal >= 100,000; {_load()})\n"
+    )
 
 
-def jepsen(on_spark: float) -> None:
+def break_even(engine: dict[str, float]) -> None:
+    """Spark pays once the work it saves exceeds what it costs to start: with per-operation costs
+    c1 (one process) and c2 (local[2]) and a fixed cost F (a session's cold start plus a first
+    job's extra), the break-even input is F / (c1 - c2) operations."""
+    ops = engine["ops"]
+    fixed = COLD.get("start", engine["local[2] start"]) + max(0.0, engine["local[2] first job"] - engine["local[2]"])
+    print("== where Spark pays (engine histories, the main job's kind)")
+    print(
+        f"fixed cost {fixed:.1f} s: a session's cold start {COLD.get('start', 0.0):.1f} s and the first job's "
+        f"extra {max(0.0, engine['local[2] first job'] - engine['local[2]']):.1f} s (Python workers, imports)"
+    )
+    measured = (engine["one"] / ops, engine["local[2]"] / ops)
+    idle = (engine["one_cpu"] / ops, engine["local[2] makespan"] / ops)
+    for label, (c1, c2) in (("measured (this load)", measured), ("projected for idle cores", idle)):
+        if c2 >= c1:
+            print(f"{label}: local[2] is no faster per operation ({c1 * 1e6:.1f} us against {c2 * 1e6:.1f} us)")
+        else:
+            print(
+                f"{label}: {c1 * 1e6:.1f} us per operation in one process, {c2 * 1e6:.1f} us on local[2]: "
+                f"break-even at {fixed / (c1 - c2):,.0f} operations"
+            )
+    print(f"(txnmodel.spark_runner.BREAK_EVEN_OPS = {BREAK_EVEN_OPS:,}); {_load()}\n")
+
+
+def jepsen() -> None:
     logs = [str(p) for p in sorted(JEPSEN.glob("*.log"))]
     if not logs:
-        print(f"== Jepsen etcd: no data at {JEPSEN}")
+        print(f"== Jepsen etcd: no data at {JEPSEN}\n")
         return
     times = {}
     for shrink in (False, True):
+        options = VerifyOptions(model="cas-register", counterexamples=shrink)
         started = time.perf_counter()
-        rows = check_files_local(logs, "jepsen", VerifyOptions(model="cas-register", counterexamples=shrink))
+        rows = check_files_local(logs, "jepsen", options)
         times[shrink] = time.perf_counter() - started
     verdicts = [r.verdict for r in rows]
-    ops = sum(r.ops for r in rows)
     print(
-        f"== Jepsen etcd: {len(logs)} logs, {ops} operations, {verdicts.count('ok')} ok, "
+        f"== Jepsen etcd: {len(logs)} logs, {sum(r.ops for r in rows)} operations, {verdicts.count('ok')} ok, "
         f"{verdicts.count('illegal')} illegal, {verdicts.count('unknown')} unknown"
     )
-    print(f"single process, verdicts only:        {times[False]:.2f}s")
-    print(f"single process, with counterexamples: {times[True]:.2f}s")
-    print(f"spark local[2], verdicts only:        {on_spark:.2f}s\n")
+    print(f"one process, verdicts only:        {times[False]:.2f} s (files read and checked)")
+    print(f"one process, with counterexamples: {times[True]:.2f} s; {_load()}\n")
 
 
 def _median_check(ops: int, clients: int, seeds: int = 3) -> tuple[float, int]:
@@ -244,13 +285,13 @@ def scaling(quick: bool) -> dict[str, list[tuple[int, float]]]:
     lengths = [50, 100, 200, 400] if quick else [50, 100, 200, 400, 800, 1600]
     clients = [1, 2, 4, 8] if quick else [1, 2, 4, 8, 12, 16]
     curves: dict[str, list[tuple[int, float]]] = {"length": [], "clients": []}
-    print("== single-process check time vs history length (4 clients, one register, median of 3)")
+    print("== one-process check time vs history length (4 clients, one register, median of 3)")
     print(f"{'ops':>6} {'ms':>10} {'steps':>10} {'us/op':>8}")
     for n in lengths:
         seconds, steps = _median_check(n, 4)
         curves["length"].append((n, seconds))
         print(f"{n:>6} {seconds * 1000:>10.1f} {steps:>10} {seconds / n * 1e6:>8.1f}")
-    print("\n== single-process check time vs concurrent clients (200 ops, one register, median of 3)")
+    print("\n== one-process check time vs concurrent clients (200 ops, one register, median of 3)")
     print(f"{'clients':>7} {'ms':>10} {'steps':>10}")
     for c in clients:
         seconds, steps = _median_check(200, c)
@@ -280,30 +321,54 @@ def plot(curves: dict[str, list[tuple[int, float]]]) -> None:
     left.set_title("one register, 4 clients")
     right.set_title("one register, 200 operations")
     figure.tight_layout()
-    target = Path(__file__).resolve().parent.parent / "docs" / "img" / "bulk-scaling.png"
-    target.parent.mkdir(parents=True, exist_ok=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    target = OUT / "bulk-scaling.png"
     figure.savefig(target)
-    print(f"plot: {target}")
+    print(f"plot: {target} (copy it to docs/img/ by hand to publish it)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--histories", type=int, default=240)
-    parser.add_argument("--ops", type=int, default=300)
-    parser.add_argument("--quick", action="store_true", help="smaller corpus and curves")
+    parser.add_argument("--histories", type=int, default=240, help="cas-register histories (default 240)")
+    parser.add_argument("--ops", type=int, default=300, help="operations per cas-register history (default 300)")
     parser.add_argument(
-        "--engine",
-        type=int,
-        default=None,
-        help="simulated engine histories per workload for the engine-history ratio (0: skip; "
-        "default 10 with --quick, else 30)",
+        "--engine", type=int, default=None, help="engine runs per workload (default 20; 6 with --quick; 0 skips)"
     )
+    parser.add_argument("--quick", action="store_true", help="smaller corpora and curves")
     args = parser.parse_args()
     histories = 60 if args.quick else args.histories
-    engine = args.engine if args.engine is not None else (10 if args.quick else 30)
-    spark_vs_local(histories, args.ops, engine)
+    per_workload = args.engine if args.engine is not None else (6 if args.quick else 20)
+    print(f"{_load()} at the start\n")
+    with tempfile.TemporaryDirectory(prefix="txnmodel-bulk-bench-") as tmp:
+        scratch = Path(tmp)
+        (scratch / "registers").mkdir()
+        files, total = register_corpus(scratch / "registers", histories, args.ops)
+        compare_runners(
+            f"{histories} cas-register histories x {args.ops} ops (12 clients, 5% crashed)", files, total, scratch / "r"
+        )
+        if per_workload > 0:
+            (scratch / "engine").mkdir()
+            files, simulated = engine_corpus(scratch / "engine", per_workload)
+            from invariants.history import read_file
+
+            ops = sum(len(h) for f in files for h in read_file(f, "parquet").values())
+            engine = compare_runners(
+                f"engine histories: {3 * per_workload} simulated runs ({simulated:.0f} s to simulate)",
+                files,
+                ops,
+                scratch / "e",
+            )
+            transactional_rate(files)
+            break_even(engine)
+        stop_session()
+    jepsen()
     plot(scaling(args.quick))
+    print(f"{_load()} at the end")
 
 
 if __name__ == "__main__":
-    main()
+    from txnmodel.progress import Reporter
+
+    # results go to stdout; stderr says it is still working (a line every 10 s when piped)
+    with Reporter().phase("bulk_bench", unit=""):
+        main()

@@ -40,8 +40,8 @@ __all__ = [
     "write_parquet",
 ]
 
-FORMATS = ("parquet", "jsonl", "jepsen")
-_SUFFIXES = {"parquet": (".parquet",), "jsonl": (".jsonl", ".ndjson"), "jepsen": (".log",)}
+FORMATS = ("parquet", "jsonl", "jepsen", "edn")
+_SUFFIXES = {"parquet": (".parquet",), "jsonl": (".jsonl", ".ndjson"), "jepsen": (".log",), "edn": (".edn",)}
 METADATA_KEY = "txnmodel.run"
 _METADATA_VERSION = 1
 _SIDECAR = ".meta.json"
@@ -196,6 +196,10 @@ def read_file(path: str | Path, fmt: str, histories: Collection[str] | None = No
 
         ops = read_jepsen_log(path)
         return {Path(path).stem: ops}  # an empty log is an empty history, not nothing
+    if fmt == "edn":
+        from invariants.edn import read_edn
+
+        return read_edn(path)
     raise BadHistory(f"unknown format {fmt!r}; formats are {', '.join(FORMATS)}", where=str(path))
 
 

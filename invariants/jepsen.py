@@ -1,4 +1,5 @@
-"""Jepsen etcd logs (``../shared/data/porcupine/jepsen-etcd``) as histories of the cas-register model.
+"""Jepsen etcd logs (``../shared/data/porcupine/jepsen-etcd``) as histories of the cas-register model,
+and Jepsen key-value logs (Porcupine's ``test_data/kv``) as histories of the kv model.
 
 A log line that records an operation looks like::
 
@@ -20,9 +21,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from spec.history import BadHistory, Event, Operation, OpType, object_id, pair_events
+from spec.history import BadHistory, Event, Operation, OpType, make_operation, object_id, pair_events
 
-__all__ = ["JEPSEN_OBJECT", "parse_jepsen_log", "read_jepsen_log", "read_verdicts"]
+__all__ = ["JEPSEN_OBJECT", "parse_jepsen_log", "parse_kv_log", "read_jepsen_log", "read_kv_log", "read_verdicts"]
 
 JEPSEN_OBJECT = object_id("register", "etcd")
 
@@ -90,3 +91,60 @@ def read_verdicts(path: str | Path) -> dict[str, bool]:
             )
         verdicts[parts[0]] = parts[1] == "linearizable"
     return verdicts
+
+
+# {:process 0, :type :invoke, :f :append, :key "0", :value "x 0 0 y"}; a get's invocation has :value nil
+_KV_LINE = re.compile(
+    r'^\{:process (\d+), :type :(invoke|ok|fail|info), :f :(get|put|append), :key "([^"]*)", :value (nil|"[^"]*")\}$'
+)
+
+
+def parse_kv_log(text: str, *, history: str, where: str | None = None) -> list[Operation]:
+    """Parse a Jepsen key-value log, one event per line (Porcupine's kv test data).
+
+    Each key is its own object (``key:<k>``, the kv model's partition); a get's completion carries
+    the value read (nil reads as the empty string), a put's and an append's the value written.
+    Logical time is the line number.  Blank lines are skipped; any other line that does not parse
+    is bad input, with its row."""
+    place = where or history
+    events: list[Event] = []
+    for row, line in enumerate(text.splitlines()):
+        if not line.strip():
+            continue
+        match = _KV_LINE.match(line.strip())
+        if match is None:
+            raise BadHistory(f"not a key-value event: {line.strip()!r}", where=place, row=row)
+        process, kind, f, key, raw = match.groups()
+        value = None if raw == "nil" else raw[1:-1]
+        events.append(Event(int(process), OpType(kind), f, [key, value], row))
+    paired = pair_events(history, events, obj=object_id("key", ""), where=place)
+    out = []
+    for op in paired:
+        key, argument = op.args
+        result = op.returned[1] if op.returned is not None and op.f == "get" else None
+        out.append(
+            make_operation(
+                history,
+                op.index,
+                op.process,
+                op.type,
+                op.f,
+                object_id("key", key),
+                argument,
+                result,
+                invoked_at=op.invoked_at,
+                completed_at=op.completed_at,
+                error=op.error,
+            )
+        )
+    return out
+
+
+def read_kv_log(path: str | Path) -> list[Operation]:
+    """Read one key-value log; the history id is the file name without its extension."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadHistory(f"cannot read: {exc}", where=str(file)) from None
+    return parse_kv_log(text, history=file.stem, where=str(file))

@@ -1,7 +1,8 @@
 """Linearizability of a history against a model: Wing-Gong-Lowe search, memoized, split per object.
 
 The search is Lowe's refinement of Wing and Gong's backtracking algorithm as Porcupine implements
-it (Horn and Kroening, "Faster linearizability checking via P-compositionality"):
+it (Horn and Kroening, "Faster linearizability checking via P-compositionality"), with reductions
+for operations of unknown outcome and for reads (the loop is :mod:`invariants._wgl`):
 
 * Calls and returns of one object's operations form a doubly linked list in time order (a call
   sorts before a return at the same instant: operations are *closed* intervals).
@@ -13,32 +14,48 @@ it (Horn and Kroening, "Faster linearizability checking via P-compositionality")
 * The set of linearized operations is a bitset (a Python int) and the memo is a set of
   (bitset, state) pairs; states must therefore be hashable, and cheap hashes are what make the
   memo pay (the reference machines' states are frozen values of persistent maps).
-* Operations whose outcome is unknown (``info``, ``invoke``) return at +infinity: they may be
-  linearized anywhere after their call, including after everything else, which is the same as
-  never taking effect.  Their output is :data:`UNKNOWN`, which every model must accept.
+* Operations whose outcome is unknown (``info``, ``invoke``) never return: they may be linearized
+  anywhere after their call.  Their output is :data:`UNKNOWN`.  Where the model says such an
+  operation is accepted in every state reachable after its call (``Model.may_skip``: the register
+  and kv models always, a machine's within its last crash epoch), placing it last is the same as
+  never, so it is optional: kept out of the list, tried only where the search is stuck at a return
+  (just in time), the earliest of identical ones first, and a configuration that used a superset of
+  them to reach the same required operations and state is dominated and pruned.
+* A read (``Model.read_state``, optional: the one state a read accepts, :data:`UNKNOWN` for any,
+  :data:`NOT_A_READ` for an operation that may change the state) is never tried call by call: at
+  each configuration a read called by then that the current state satisfies is looked up and
+  placed at once, and nowhere later (it changes nothing, so a linearization placing it later can
+  place it there).
 
 Linearizability is local (Herlihy and Wing), so a history is linearizable iff each object's
-sub-history is: :func:`check_history` splits first (``Model.partition``), checks the small parts
-first, gives each part a step budget (and optionally a wall-clock budget) whose exhaustion gives
-``unknown`` instead of hanging, and stops at the first ``illegal`` part (the other parts are
-reported ``skipped``).
+sub-history is: :func:`check_history` splits first (``Model.partition``), lets the parts take
+turns (smallest first), gives each part a step budget (and the history a wall-clock budget) whose
+exhaustion gives ``unknown`` instead of hanging, and stops at the first ``illegal`` part (the
+others are reported ``skipped``).
 """
 
 from __future__ import annotations
 
 import enum
+import importlib.util
+import math
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Generator, Hashable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
+from invariants import _wgl as _compiled_or_not
 from spec.history import Operation
 
 __all__ = [
     "DEFAULT_STEP_BUDGET",
+    "NOT_A_READ",
     "UNKNOWN",
     "HistoryResult",
     "Model",
+    "ModelContractError",
     "ObjectResult",
     "Verdict",
     "check_history",
@@ -69,6 +86,18 @@ class _Unknown:
 UNKNOWN: Any = _Unknown()
 
 
+class _NotARead:
+    def __repr__(self) -> str:
+        return "NOT_A_READ"
+
+    def __reduce__(self) -> str:
+        return "NOT_A_READ"
+
+
+NOT_A_READ: Any = _NotARead()
+"""What a model's ``read_state`` says of an operation that may change the state."""
+
+
 class Verdict(enum.Enum):
     OK = "ok"
     ILLEGAL = "illegal"
@@ -95,6 +124,11 @@ class Model(Protocol):
         ...
 
     def partition(self, ops: Sequence[Operation]) -> list[list[Operation]]: ...
+
+    # Optional: ``read_state(op_input, op_output)``, for an operation that never changes the state,
+    # the one state in which it is accepted (UNKNOWN: every state); NOT_A_READ for any other.
+    # Optional: ``may_skip(decoded)``, per operation of a part, whether it is accepted in every state
+    # reachable after its call when its output is UNKNOWN (then the search may leave it for last).
 
     def describe_op(self, op_input: Any, op_output: Any) -> str: ...
 
@@ -158,6 +192,50 @@ class HistoryResult:
         return next((o for o in self.objects if o.verdict is Verdict.ILLEGAL), None)
 
 
+class ModelContractError(Exception):
+    """A model rejected an operation of unknown outcome: every model must accept one (the
+    :class:`Model` contract), which is what lets the search leave it for last."""
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What one search ends with: the verdict, the steps it took, a linearization (ok) or the longest
+    linearizable prefix it found (illegal, unknown: positions in the part), the operation that could
+    not be placed (illegal) and the model state after the linearization or prefix."""
+
+    verdict: Verdict
+    steps: int
+    order: list[int]
+    blocked: int | None
+    state: Any
+
+
+def _search_module() -> ModuleType:
+    """:mod:`invariants._wgl`, compiled if it was built from the current source; a compiled module
+    older than its source is ignored (the source is loaded as plain Python instead), so an edit is
+    never shadowed by a stale build."""
+    module = _compiled_or_not
+    source = Path(__file__).with_name("_wgl.py")
+    if not module.compiled() or not source.exists():
+        return module
+    try:
+        stale = Path(module.__file__ or "").stat().st_mtime < source.stat().st_mtime
+    except OSError:
+        stale = False
+    if not stale:
+        return module
+    spec = importlib.util.spec_from_file_location("invariants._wgl_source", source)
+    assert spec is not None and spec.loader is not None
+    plain = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plain)
+    return plain
+
+
+_wgl = _search_module()
+SLICE = _wgl.SLICE  # search steps between two yields of a search
+FIRST_TURN, TURN = 128, 16  # slices a part runs for in its first turn and in each later one
+
+
 def check_object(
     model: Model,
     ops: Sequence[Operation],
@@ -167,52 +245,118 @@ def check_object(
     name: str | None = None,
     ignore_outputs: frozenset[int] = frozenset(),
 ) -> ObjectResult:
-    """Wing-Gong-Lowe search over one part; ``deadline`` is a ``time.monotonic()`` instant.
+    """The search over one part; ``deadline`` is a ``time.monotonic()`` instant.
 
     ``ignore_outputs`` (history indexes) makes those operations' outputs :data:`UNKNOWN` while
     keeping their intervals: a weakening the counterexample shrinker uses.
     """
-    started = time.perf_counter()
-    label = name if name is not None else (ops[0].object if ops else "")
-    if not ops:
-        return ObjectResult(label, Verdict.OK, 0)
-    # A model may decode a part as a whole (the machine models number crash epochs across it).
-    decode_all = getattr(model, "decode_all", None)
-    decoded = list(decode_all(ops)) if decode_all is not None else [model.decode(op) for op in ops]
-    if ignore_outputs:
-        decoded = [(d[0], UNKNOWN) if op.index in ignore_outputs else d for op, d in zip(ops, decoded, strict=True)]
-    verdict, steps, order, blocked, state = _search(
-        model.init(),
-        model.step,
-        decoded,
-        [op.invoked_at for op in ops],
-        [op.return_time for op in ops],
-        step_budget,
-        deadline,
-    )
-    indexes = tuple(ops[i].index for i in order)
-    blocked_index = ops[blocked].index if blocked is not None else None
-    reason = ""
-    if verdict is Verdict.ILLEGAL and blocked is not None:
-        inp, out = decoded[blocked]
-        reason = (
-            f"after {len(order)} linearized operations the state is {model.describe_state(state)}; "
-            f"op {blocked_index} ({model.describe_op(inp, out)}) cannot be placed: every order that "
-            f"fits it before its return is rejected by the model"
+    part = _Part(model, ops, step_budget, name=name, ignore_outputs=ignore_outputs)
+    while not part.advance(deadline):
+        pass
+    return part.result()
+
+
+class _Part:
+    """One part's search, resumable: :meth:`advance` runs it a slice at a time, so the parts of a
+    history can take turns (see :func:`check_history`)."""
+
+    def __init__(
+        self,
+        model: Model,
+        ops: Sequence[Operation],
+        step_budget: int,
+        *,
+        name: str | None = None,
+        ignore_outputs: frozenset[int] = frozenset(),
+    ) -> None:
+        self.model, self.ops = model, ops
+        self.label = name if name is not None else (ops[0].object if ops else "")
+        self.seconds = 0.0
+        self._slices = 0
+        self.found: _Found | None = None
+        self.decoded: list[tuple[Any, Any]] = []
+        self._search: Generator[None, None, _Found] | None = None
+        if not ops:
+            self.found = _Found(Verdict.OK, 0, [], None, model.init())
+            return
+        # A model may decode a part as a whole (the machine models number crash epochs across it).
+        decode_all = getattr(model, "decode_all", None)
+        decoded = list(decode_all(ops)) if decode_all is not None else [model.decode(op) for op in ops]
+        if ignore_outputs:
+            decoded = [(d[0], UNKNOWN) if op.index in ignore_outputs else d for op, d in zip(ops, decoded, strict=True)]
+        self.decoded = decoded
+        calls = [op.invoked_at for op in ops]
+        infinity = math.inf
+        returns = [
+            infinity if op.completed_at is None or op.type.indeterminate else float(op.completed_at) for op in ops
+        ]
+        read_state = getattr(model, "read_state", None)
+        may_skip = getattr(model, "may_skip", None)
+        self._search = _search(model.init(), model.step, decoded, calls, returns, step_budget, read_state, may_skip)
+
+    @property
+    def done(self) -> bool:
+        return self.found is not None
+
+    @property
+    def illegal(self) -> bool:
+        return self.found is not None and self.found.verdict is Verdict.ILLEGAL
+
+    def advance(self, deadline: float | None, slices: int | None = None) -> bool:
+        """Run up to ``slices`` slices (all, when None); True once the search has a verdict."""
+        if self.found is not None or self._search is None:
+            return True
+        started = time.perf_counter()
+        try:
+            count = 0
+            while slices is None or count < slices:
+                next(self._search)
+                count += 1
+                self._slices += 1
+                if deadline is not None and time.monotonic() > deadline:
+                    self._search.close()
+                    self.found = _Found(Verdict.UNKNOWN, self._slices * SLICE, [], None, self.model.init())
+                    break
+        except StopIteration as stop:
+            self.found = stop.value
+        finally:
+            self.seconds += time.perf_counter() - started
+        return self.found is not None
+
+    def skip(self) -> ObjectResult:
+        if self._search is not None:
+            self._search.close()
+        return ObjectResult(
+            self.label, Verdict.SKIPPED, len(self.ops), reason="not checked: another object of this history is illegal"
         )
-    elif verdict is Verdict.UNKNOWN:
-        reason = f"budget exhausted after {steps} search steps"
-    return ObjectResult(
-        label,
-        verdict,
-        len(ops),
-        steps,
-        time.perf_counter() - started,
-        indexes,
-        blocked_index,
-        model.describe_state(state),
-        reason,
-    )
+
+    def result(self) -> ObjectResult:
+        found = self.found
+        assert found is not None
+        ops, model = self.ops, self.model
+        indexes = tuple(ops[i].index for i in found.order)
+        blocked_index = ops[found.blocked].index if found.blocked is not None else None
+        reason = ""
+        if found.verdict is Verdict.ILLEGAL and found.blocked is not None:
+            inp, out = self.decoded[found.blocked]
+            reason = (
+                f"after {len(found.order)} linearized operations the state is {model.describe_state(found.state)}; "
+                f"op {blocked_index} ({model.describe_op(inp, out)}) cannot be placed: every order that "
+                f"fits it before its return is rejected by the model"
+            )
+        elif found.verdict is Verdict.UNKNOWN:
+            reason = f"budget exhausted after {found.steps} search steps"
+        return ObjectResult(
+            self.label,
+            found.verdict,
+            len(ops),
+            found.steps,
+            self.seconds,
+            indexes,
+            blocked_index,
+            model.describe_state(found.state),
+            reason,
+        )
 
 
 def check_history(
@@ -221,27 +365,24 @@ def check_history(
     """Split ``ops`` (one history) with the model's partition and check each part.
 
     ``step_budget`` applies per part; ``seconds`` is a wall-clock budget for the whole history.
-    Parts are checked smallest first and the first ``illegal`` stops the rest (``skipped``).
+    Parts are ordered by difficulty as far as it can be told beforehand (fewest operations
+    first), each gets a first turn of :data:`FIRST_TURN` search steps in that order, and the
+    parts still undecided then take turns of :data:`TURN` steps (as Porcupine's goroutines share a
+    core): one hard part never holds up the others, and the first ``illegal`` part found stops
+    the rest (``skipped``).
     """
     history = ops[0].history if ops else ""
-    parts = sorted(model.partition(ops), key=len)
+    parts = [_Part(model, part, step_budget) for part in sorted(model.partition(ops), key=len)]
     deadline = time.monotonic() + seconds if seconds is not None else None
-    results: list[ObjectResult] = []
-    illegal = False
-    for part in parts:
-        if illegal:
-            results.append(
-                ObjectResult(
-                    part[0].object,
-                    Verdict.SKIPPED,
-                    len(part),
-                    reason="not checked: another object of this history is illegal",
-                )
-            )
-            continue
-        result = check_object(model, part, step_budget=step_budget, deadline=deadline)
-        results.append(result)
-        illegal = result.verdict is Verdict.ILLEGAL
+    live = [part for part in parts if not part.done]
+    turn = FIRST_TURN
+    while live and not any(part.illegal for part in parts):
+        for part in live:
+            if part.advance(deadline, slices=turn) and part.illegal:
+                break
+        live = [part for part in live if not part.done]
+        turn = TURN
+    results = tuple(part.result() if part.done else part.skip() for part in parts)
     verdicts = {r.verdict for r in results}
     overall = (
         Verdict.ILLEGAL
@@ -250,7 +391,7 @@ def check_history(
         if Verdict.UNKNOWN in verdicts
         else Verdict.OK
     )
-    return HistoryResult(history, overall, tuple(results))
+    return HistoryResult(history, overall, results)
 
 
 def _search(
@@ -260,74 +401,36 @@ def _search(
     calls: Sequence[int],
     returns: Sequence[float],
     budget: int,
-    deadline: float | None,
-) -> tuple[Verdict, int, list[int], int | None, Any]:
-    """The search loop.  Returns (verdict, steps, linearization or longest prefix, blocked op, state).
+    read_state: Callable[[Any, Any], Any] | None = None,
+    may_skip: Callable[[Sequence[tuple[Any, Any]]], Sequence[bool]] | None = None,
+) -> Generator[None, None, _Found]:
+    """The search of one part (:func:`invariants._wgl.search`, compiled when it could be built),
+    then the optional operations it left out placed last: a linearization of every operation.
 
-    Entries are numbered 1..2n (0 is the head sentinel, 2n+1 the tail); entry ``2i+1`` is op i's
-    call and ``2i+2`` its return.
-    """
-    n = len(decoded)
-    events = sorted([(calls[i], 0, 2 * i + 1) for i in range(n)] + [(returns[i], 1, 2 * i + 2) for i in range(n)])
-    end = 2 * n + 1
-    nxt = [0] * (end + 1)
-    prv = [0] * (end + 1)
-    previous = 0
-    for _, _, entry in events:
-        nxt[previous] = entry
-        prv[entry] = previous
-        previous = entry
-    nxt[previous] = end
-    prv[end] = previous
-
+    An operation is optional when it never returned and the model's ``may_skip`` says it is
+    accepted in every state reachable after its call (so leaving it for last is always possible);
+    without ``may_skip`` none is, and each must be placed before the end like any other."""
     inputs = [d[0] for d in decoded]
     outputs = [d[1] for d in decoded]
-    cache: set[tuple[int, Any]] = set()
-    stack: list[tuple[int, Any]] = []  # (call entry, state before it)
-    state = init
-    linearized = 0
-    entry = nxt[0]
-    steps = 0
-    best: list[int] = []
-    best_state = init
-    blocked: int | None = None
-    while nxt[0] != end:
-        steps += 1
-        if steps > budget or (deadline is not None and not steps & 1023 and time.monotonic() > deadline):
-            return Verdict.UNKNOWN, steps, best, None, best_state
-        if entry & 1:  # a call
-            i = entry >> 1
-            accepted, new_state = step(state, inputs[i], outputs[i])
-            if accepted:
-                key = (linearized | (1 << i), new_state)
-                if key not in cache:
-                    cache.add(key)
-                    stack.append((entry, state))
-                    state = new_state
-                    linearized = key[0]
-                    ret = entry + 1
-                    # lift the call and its return out of the list
-                    nxt[prv[entry]] = nxt[entry]
-                    prv[nxt[entry]] = prv[entry]
-                    nxt[prv[ret]] = nxt[ret]
-                    prv[nxt[ret]] = prv[ret]
-                    entry = nxt[0]
-                    continue
-            entry = nxt[entry]
-        else:  # a return: its op had to be linearized by now; backtrack
-            if len(stack) > len(best) or blocked is None:
-                best = [e >> 1 for e, _ in stack]
-                best_state = state
-                blocked = (entry - 1) >> 1
-            if not stack:
-                return Verdict.ILLEGAL, steps, best, blocked, best_state
-            entry, state = stack.pop()
-            linearized &= ~(1 << (entry >> 1))
-            ret = entry + 1
-            # unlift: the return first, then the call (the reverse of lifting)
-            nxt[prv[ret]] = ret
-            prv[nxt[ret]] = ret
-            nxt[prv[entry]] = entry
-            prv[nxt[entry]] = entry
-            entry = nxt[entry]
-    return Verdict.OK, steps, [e >> 1 for e, _ in stack], None, state
+    skippable = [False] * len(decoded) if may_skip is None else list(may_skip(decoded))
+    optional = [skippable[i] and returns[i] == math.inf for i in range(len(decoded))]
+    if read_state is None:
+        witnesses = [NOT_A_READ] * len(decoded)
+    else:
+        witnesses = [read_state(op_input, op_output) for op_input, op_output in zip(inputs, outputs, strict=True)]
+    code, steps, order, blocked, state = yield from _wgl.search(
+        init, step, inputs, outputs, calls, returns, optional, witnesses, NOT_A_READ, UNKNOWN, budget
+    )
+    if code == _wgl.UNKNOWN_VERDICT:
+        return _Found(Verdict.UNKNOWN, steps, order, None, state)
+    if code == _wgl.ILLEGAL:
+        return _Found(Verdict.ILLEGAL, steps, order, blocked, state)
+    # Every required op is placed; the optional ones left take effect last (or never: the same).
+    placed = set(order)
+    order = list(order)
+    for i in sorted((i for i in range(len(decoded)) if i not in placed), key=lambda i: (calls[i], i)):
+        accepted, state = step(state, inputs[i], outputs[i])
+        if not accepted:
+            raise ModelContractError(f"the model rejected an operation of unknown outcome ({inputs[i]!r})")
+        order.append(i)
+    return _Found(Verdict.OK, steps, order, None, state)

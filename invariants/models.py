@@ -25,7 +25,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from invariants.linearizability import UNKNOWN, Model, partition_by_object
+from invariants.linearizability import NOT_A_READ, UNKNOWN, Model, partition_by_object
 from spec.history import RECOVER, BadHistory, Operation, OpType, is_machine_operation, make_operation, object_id
 
 __all__ = [
@@ -49,6 +49,7 @@ class _NoEffect:
 
 NO_EFFECT: Any = _NoEffect()
 _NIL = "nil"
+_READ = ("read",)
 
 
 def _bad(op: Operation, column: str, message: str) -> BadHistory:
@@ -83,30 +84,41 @@ class CasRegister:
         return op_output is UNKNOWN or op_output == matches, new_state
 
     def decode(self, op: Operation) -> tuple[Any, Any]:
-        args = op.args
-        if op.f == "read":
-            op_input: tuple[Any, ...] = ("read",)
-        elif op.f == "write":
-            op_input = ("write", args)
-        elif op.f == "cas":
+        f, kind = op.f, op.type
+        if f == "read":
+            op_input: tuple[Any, ...] = _READ
+        elif f == "write":
+            op_input = ("write", op.args)
+            _check_hashable(op, op_input)
+        elif f == "cas":
+            args = op.args
             if not (isinstance(args, list) and len(args) == 2):
                 raise _bad(op, "value", f"a cas takes [from, to], got {op.value}")
             op_input = ("cas", args[0], args[1])
+            _check_hashable(op, op_input)
         else:
-            raise _bad(op, "f", f"the {self.name} model knows read, write and cas, not {op.f!r}")
-        _check_hashable(op, op_input)
-        if op.type.indeterminate:
-            return op_input, UNKNOWN
-        if op.type is OpType.FAIL:
-            if op.f == "cas" and op.error is None:
+            raise _bad(op, "f", f"the {self.name} model knows read, write and cas, not {f!r}")
+        if kind is OpType.OK:
+            return op_input, op.returned if f == "read" else True if f == "cas" else None
+        if kind is OpType.FAIL:
+            if f == "cas" and op.error is None:
                 return op_input, False
-            return op_input, UNKNOWN if op.f == "read" else NO_EFFECT
-        if op.f == "read":
-            return op_input, op.returned
-        return op_input, True if op.f == "cas" else None
+            return op_input, UNKNOWN if f == "read" else NO_EFFECT
+        return op_input, UNKNOWN  # info or invoke: indeterminate
 
     def partition(self, ops: Sequence[Operation]) -> list[list[Operation]]:
         return partition_by_object(ops)
+
+    def may_skip(self, decoded: Sequence[tuple[Any, Any]]) -> list[bool]:
+        """An operation of unknown outcome is accepted in every state: it may be left for last."""
+        return [op_output is UNKNOWN for _, op_output in decoded]
+
+    def read_state(self, op_input: Any, op_output: Any) -> Any:
+        """A read changes nothing and is accepted in the state it read (any state when its output
+        is unknown): the search places it as soon as that is the state."""
+        if op_input[0] != "read":
+            return NOT_A_READ
+        return op_output
 
     def describe_op(self, op_input: Any, op_output: Any) -> str:
         shown = "?" if op_output is UNKNOWN else "failed" if op_output is NO_EFFECT else _show(op_output)
@@ -156,6 +168,16 @@ class KeyValue:
 
     def partition(self, ops: Sequence[Operation]) -> list[list[Operation]]:
         return partition_by_object(ops)
+
+    def may_skip(self, decoded: Sequence[tuple[Any, Any]]) -> list[bool]:
+        """An operation of unknown outcome is accepted in every state: it may be left for last."""
+        return [op_output is UNKNOWN for _, op_output in decoded]
+
+    def read_state(self, op_input: Any, op_output: Any) -> Any:
+        """A get changes nothing and is accepted in the state it read (any state when unknown)."""
+        if op_input[0] != "get":
+            return NOT_A_READ
+        return op_output
 
     def describe_op(self, op_input: Any, op_output: Any) -> str:
         if op_input[0] == "get":
@@ -323,6 +345,16 @@ class MachineModel:
             return _canonical(to_json(result.value)) == expected, new_state
         return kind == "err" and result.error.name == expected, new_state
 
+    def may_skip(self, decoded: Sequence[tuple[Any, Any]]) -> list[bool]:
+        """An operation of unknown outcome is accepted in any state of its own crash epoch, so it
+        may be left for last only when that is the part's last epoch (a part of
+        :meth:`partition` has one); one of an earlier epoch must be placed before the recovery."""
+        last = sum(isinstance(op_input, _Recover) for op_input, _ in decoded)
+        return [
+            op_output is UNKNOWN and isinstance(op_input, _Step) and (op_input.epoch is None or op_input.epoch == last)
+            for op_input, op_output in decoded
+        ]
+
     def partition(self, ops: Sequence[Operation]) -> list[list[Operation]]:
         """Per object, then per epoch: a ``recover`` row is a barrier nothing crosses (an op of an
         earlier epoch stepped before the crash, one of a later epoch after the load) and the state
@@ -348,17 +380,26 @@ class MachineModel:
             shown = "not sent"
         else:
             shown = op_output[1] if op_output[0] == "err" else ("ok" if op_output[1] is None else op_output[1])
+        from invariants.readable import short
+
         command = op_input.command if isinstance(op_input, _Step) else op_input
-        return f"{command!r} -> {shown}"
+        return f"{short(command)} -> {shown}"
 
     def describe_state(self, state: Any) -> str:
+        from invariants.readable import short
+
         epoch, machine = state if isinstance(state, tuple) and len(state) == 2 else (None, state)
-        if self._describe_state is not None:
-            text = self._describe_state(machine)
-        else:
-            text = repr(machine)
-            text = text if len(text) <= 400 else text[:397] + "..."
+        text = self._describe_state(machine) if self._describe_state is not None else short(machine, limit=400)
         return text if not epoch else f"[epoch {epoch}] {text}"
+
+    def state_rows(self, state: Any, *, max_rows: int = 400) -> tuple[list[tuple[str, str]], int]:
+        """The state flattened for the counterexample viewer: its crash epoch, then the machine's
+        fields (:func:`invariants.readable.rows`)."""
+        from invariants.readable import rows
+
+        epoch, machine = state
+        found, left = rows(machine, max_rows=max_rows - 1)
+        return [("epoch", str(epoch)), *found], left
 
 
 _FIELDS: dict[type, tuple[dict[str, Any], dict[str, Any]]] = {}

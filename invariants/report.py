@@ -11,15 +11,17 @@ For an ``illegal`` object, :func:`explain` computes:
 * **the last linearizable prefix** of the core and **the operation that cannot be placed** after it,
   with the model's state at that point.
 
-:func:`render_text` prints it; :func:`render_html` draws a self-contained HTML page with one lane
-per client (the picture Porcupine draws) whose size is capped: at most ``max_ops`` operations are
-drawn (those nearest the blocked operation in time) and the page never exceeds ``max_bytes``.
+:func:`render_text` prints it; :func:`counterexample_html` makes the interactive page of
+:mod:`invariants.viewer` (a time axis, one lane per process, the core and the blocked operation
+called out, and a stepper through the longest partial linearizations with the model's state at
+each step), capped in size.  :func:`txn_html` does the same for a history's transactional
+anomalies: each named, with the rule it breaks (:data:`ANOMALY_RULES`), its operations in words
+and its dependency cycle drawn.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import html
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -28,15 +30,17 @@ from typing import Any
 
 from invariants.linearizability import UNKNOWN, Model, ObjectResult, Verdict, check_object
 from invariants.models import NO_EFFECT
-from invariants.transactional import TxnResult
+from invariants.readable import Row, rows
+from invariants.transactional import ANOMALIES, TxnResult
+from invariants.viewer import Caps, Linearization, linearizability_page, partial_linearizations, transactional_page
 from spec.history import Operation, OpType
 
 __all__ = [
+    "ANOMALY_RULES",
     "Counterexample",
     "counterexample_html",
     "ddmin",
     "explain",
-    "render_html",
     "render_text",
     "render_txn_text",
     "txn_html",
@@ -44,6 +48,62 @@ __all__ = [
 
 MAX_HTML_OPS = 400
 MAX_HTML_BYTES = 1_000_000
+
+# What each transactional anomaly breaks: the rules (ids of spec/rules/*.md) and the rule in words.
+ANOMALY_RULES: dict[str, tuple[tuple[str, ...], str]] = {
+    "garbage-read": ((), "a consumer receives only messages that a producer sent to that partition"),
+    "aborted-read": (
+        ("TB-16",),
+        "the messages of an aborted transaction are never delivered (read committed, Adya G1a)",
+    ),
+    "uncommitted-read": (
+        ("TB-15", "TB-7"),
+        "a reader never passes maxReadPosition, which stays before the first message of every open "
+        "transaction (read committed, Adya G1a)",
+    ),
+    "premature-read": (
+        ("TB-15", "TB-7"),
+        "a transaction's messages become readable only once it commits: no dispatch beyond maxReadPosition (Adya G1b)",
+    ),
+    "fractured-read": (
+        ("TB-19",),
+        "once nothing is open, a committed transaction is visible whole: a reader that passed some of its "
+        "messages sees all of them",
+    ),
+    "lost-message": (
+        ("TB-19", "TC-14"),
+        "a committed transaction's messages all become visible: every participant gets the commit marker and "
+        "a reader that drains the partition receives them",
+    ),
+    "duplicate-after-commit": (
+        ("PA-12", "PA-3"),
+        "a commit acknowledges exactly the transaction's pending acks on the cursor, and an acknowledged "
+        "message is never delivered again",
+    ),
+    "missing-redelivery": (
+        ("PA-13",),
+        "an abort returns the transaction's individual acks to pending and redelivers those messages",
+    ),
+    "inconsistent-position": ((), "a position holds one message (or one batch at distinct indexes), as sent"),
+    "realtime-order": ((), "a send that completed before another began is written before it"),
+    "out-of-order-delivery": (("TB-17",), "dispatch follows log order: first deliveries come in position order"),
+    "early-delivery": (("DD-1", "DD-13"), "a delayed message is delivered only once its deliver-at time is due"),
+    "late-delivery": (
+        ("DD-1", "DD-25"),
+        "once due, a delayed message is released at the next tick and dispatched to a consumer with permits",
+    ),
+    "lost-redelivery": (
+        ("PA-1", "PA-3"),
+        "a message nobody acknowledged stays PENDING on the cursor: when its consumer gives it back it is "
+        "delivered again",
+    ),
+    "commit-and-abort": (("TC-6",), "a transaction ends once: COMMITTED and ABORTED are terminal"),
+    "cyclic-information-flow": (
+        ("TB-15", "TB-16"),
+        "a transaction reads only committed data, so whoever it consumed from committed first: no cycle (Adya G1c)",
+    ),
+}
+assert set(ANOMALY_RULES) == set(ANOMALIES), set(ANOMALY_RULES) ^ set(ANOMALIES)
 
 
 @dataclass(frozen=True)
@@ -61,6 +121,9 @@ class Counterexample:
     descriptions: dict[int, str]
     searches: int  # checker runs spent on shrinking
     original_ops: int = 0  # operations of the object before the cut
+    # the longest partial linearizations with the model's state at each step (for the viewer)
+    linearizations: tuple[Linearization, ...] = ()
+    ignored: frozenset[int] = frozenset()  # operations whose outputs the core ignores
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -196,6 +259,7 @@ def explain(
     for op in current:
         inp, out = model.decode(op)
         descriptions[op.index] = model.describe_op(inp, out)
+    ignored = everything - frozenset(core)
     return Counterexample(
         history=ops[0].history,
         object=ops[0].object,
@@ -210,7 +274,110 @@ def explain(
         descriptions=descriptions,
         searches=searches,
         original_ops=len(ops),
+        # display only: a few seconds at most, whatever the shrinking left
+        linearizations=_linearizations(model, current, ignored, final.linearization, seconds=min(3.0, seconds)),
+        ignored=ignored,
     )
+
+
+def _linearizations(
+    model: Model,
+    ops: Sequence[Operation],
+    ignored: frozenset[int],
+    checker_prefix: Sequence[int],
+    *,
+    limit: int = 5,
+    budget: int = 20_000,
+    max_rows: int = 400,
+    seconds: float = 3.0,
+) -> tuple[Linearization, ...]:
+    """The checker's longest linearizable prefix, then the other longest partial linearizations a
+    bounded search finds, each with the model's state before and after every step and, at its end,
+    what could come next and why the model refuses it."""
+    decode_all = getattr(model, "decode_all", None)
+    decoded = list(decode_all(ops)) if decode_all is not None else [model.decode(op) for op in ops]
+    decoded = [(d[0], UNKNOWN) if op.index in ignored else d for op, d in zip(ops, decoded, strict=True)]
+    calls = [op.invoked_at for op in ops]
+    returns = [op.return_time for op in ops]
+    where = {op.index: k for k, op in enumerate(ops)}
+    first = tuple(where[i] for i in checker_prefix if i in where)
+    others = partial_linearizations(
+        model.init(),
+        model.step,
+        decoded,
+        calls,
+        returns,
+        limit=limit,
+        budget=budget,
+        deadline=time.monotonic() + seconds,
+    )
+    orders = [(first, "checker")] + [
+        (order, "search") for order in others if set(order) != set(first) and len(order) >= len(first) // 2
+    ]
+    state_rows = getattr(model, "state_rows", None)
+
+    def flatten(state: Any) -> tuple[list[Row], int]:
+        if state_rows is not None:
+            found: tuple[list[Row], int] = state_rows(state, max_rows=max_rows)
+            return found
+        return rows(state, max_rows=max_rows)
+
+    out = []
+    for order, source in orders[:limit]:
+        state = model.init()
+        found, left = flatten(state)
+        states = [tuple(found)]
+        for k in order:
+            accepted, state = model.step(state, *decoded[k])
+            if not accepted:  # cannot happen for an order the search or the checker accepted
+                break
+            found, more = flatten(state)
+            left = max(left, more)
+            states.append(tuple(found))
+        placed = set(order[: len(states) - 1])
+        next_ops, blocked = _what_next(model, ops, decoded, calls, returns, placed, state)
+        out.append(
+            Linearization(
+                order=tuple(ops[k].index for k in order[: len(states) - 1]),
+                states=tuple(states),
+                rows_left=left,
+                source=source,
+                next_ops=next_ops,
+                blocked=blocked,
+            )
+        )
+    return tuple(out)
+
+
+def _what_next(
+    model: Model,
+    ops: Sequence[Operation],
+    decoded: Sequence[tuple[Any, Any]],
+    calls: Sequence[int],
+    returns: Sequence[float],
+    placed: set[int],
+    state: Any,
+) -> tuple[tuple[tuple[int, str], ...], int | None]:
+    """After a partial linearization: each operation that real time lets come next and what the
+    model says of it, and the operation whose return closes the prefix (the first open return)."""
+    open_ops = [k for k in range(len(ops)) if k not in placed]
+    if not open_ops:
+        return (), None
+    first_return = min(open_ops, key=lambda k: (returns[k], k))
+    why = []
+    for k in sorted(open_ops, key=lambda k: (calls[k], k)):
+        bound = min((returns[j] for j in open_ops if j != k), default=math.inf)
+        if calls[k] > bound:
+            continue
+        accepted, _ = model.step(state, *decoded[k])
+        words = model.describe_op(*decoded[k])
+        if accepted:
+            why.append(
+                (ops[k].index, f"{words}: the model accepts it here, but every way on from it fails before a return")
+            )
+        else:
+            why.append((ops[k].index, f"{words}: the model refuses it in this state"))
+    return tuple(why), ops[first_return].index
 
 
 def _op_line(op: Operation, text: str) -> str:
@@ -272,115 +439,25 @@ def render_txn_text(result: TxnResult, *, seed: int | None = None) -> str:
 
 # --- HTML ------------------------------------------------------------------------------------------
 
-_CSS = """
-body{font:13px system-ui,sans-serif;margin:16px;color:#222}
-h1{font-size:16px} .note{color:#555;margin:4px 0}
-svg{border:1px solid #ccc;background:#fafafa}
-rect.op{stroke:#666;stroke-width:1}
-rect.ok{fill:#cfe8cf} rect.fail{fill:#eee} rect.info{fill:#fff;stroke-dasharray:4 3}
-rect.core{stroke:#c00;stroke-width:2} rect.blocked{fill:#f4a6a6;stroke:#c00;stroke-width:3}
-rect.weak{opacity:.45} text{font-size:11px;pointer-events:none}
-table{border-collapse:collapse;margin-top:12px} td,th{border:1px solid #ddd;padding:2px 6px;text-align:left}
-"""
 
-
-def render_html(
-    ops: Sequence[Operation],
-    *,
-    title: str,
-    descriptions: dict[int, str] | None = None,
-    core: Sequence[int] = (),
-    prefix: Sequence[int] = (),
-    blocked: int | None = None,
-    notes: Sequence[str] = (),
-    max_ops: int = MAX_HTML_OPS,
-    max_bytes: int = MAX_HTML_BYTES,
-) -> str:
-    """A self-contained HTML timeline: one lane per process, one box per operation.
-
-    Boxes: green ok, grey fail, dashed open-ended info; red outline = in the failing core; red fill
-    = the op that cannot be placed; the number in a box is its place in the linearizable prefix.
-    Hover a box for its details.  At most ``max_ops`` boxes (nearest to the blocked op or to the
-    core) and ``max_bytes`` bytes.
-    """
-    descriptions = descriptions or {}
-    core_set, order = set(core), {index: k + 1 for k, index in enumerate(prefix)}
-    chosen = list(ops)
-    omitted = 0
-    if len(chosen) > max_ops:
-        focus = [op for op in ops if op.index == blocked or op.index in core_set] or list(ops[:1])
-        centre = sum(op.invoked_at for op in focus) / len(focus)
-        chosen = sorted(sorted(ops, key=lambda op: abs(op.invoked_at - centre))[:max_ops], key=lambda op: op.index)
-        omitted = len(ops) - len(chosen)
-    processes = sorted({op.process for op in chosen})
-    lane = {p: i for i, p in enumerate(processes)}
-    start = min((op.invoked_at for op in chosen), default=0)
-    finish = max((op.completed_at if op.completed_at is not None else op.invoked_at for op in chosen), default=1)
-    span = max(finish - start, 1)
-    width, left, row_h = 1100, 70, 26
-    scale = (width - left - 40) / span
-    height = row_h * len(processes) + 30
-    parts = [f'<svg width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg">']
-    for p, i in lane.items():
-        parts.append(f'<text x="4" y="{i * row_h + 20}">proc {p}</text>')
-    budget = max_bytes - 4000
-    used = sum(len(p) for p in parts)
-    for drawn, op in enumerate(chosen):
-        x = left + (op.invoked_at - start) * scale
-        end = width - 10 if op.type.indeterminate else left + ((op.completed_at or op.invoked_at) - start) * scale
-        w = max(end - x, 4)
-        y = lane[op.process] * row_h + 6
-        classes = ["op", "ok" if op.type is OpType.OK else "fail" if op.type is OpType.FAIL else "info"]
-        if op.index in core_set:
-            classes.append("core")
-        elif core_set:
-            classes.append("weak")
-        if op.index == blocked:
-            classes.append("blocked")
-        text = descriptions.get(op.index, f"{op.f} {op.value}")
-        tip = (
-            f"op {op.index} process {op.process} {op.type.value} [{op.invoked_at}, "
-            f"{'∞' if op.type.indeterminate else op.completed_at}] {text}"
-            + (f" error {op.error}" if op.error else "")
-            + (f" (#{order[op.index]} linearized)" if op.index in order else "")
-        )
-        label = (f"{order[op.index]}: " if op.index in order else "") + text
-        label = label if len(label) * 6 < w else label[: max(int(w / 6) - 1, 0)]
-        piece = (
-            f'<g><title>{html.escape(tip)}</title><rect class="{" ".join(classes)}" x="{x:.1f}" y="{y}" '
-            f'width="{w:.1f}" height="{row_h - 8}" rx="3"/><text x="{x + 3:.1f}" y="{y + 13}">'
-            f"{html.escape(label)}</text></g>"
-        )
-        if used + len(piece) > budget:
-            omitted += len(chosen) - drawn
-            break
-        parts.append(piece)
-        used += len(piece)
-    parts.append("</svg>")
-    all_notes = list(notes)
-    if omitted:
-        all_notes.append(f"{omitted} operations not drawn (size cap: {max_ops} ops, {max_bytes} bytes)")
-    body = "".join(f'<p class="note">{html.escape(n)}</p>' for n in all_notes)
-    return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>{body}{''.join(parts)}"
-        f"<p class='note'>green ok · grey fail · dashed: outcome unknown (open-ended) · red outline: failing "
-        f"core · red fill: cannot be placed · n: position in the linearizable prefix</p></body></html>"
-    )
-
-
-def counterexample_html(cx: Counterexample, **caps: int) -> str:
-    notes = [cx.reason] + ([f"reproduce with seed {cx.seed}"] if cx.seed is not None else [])
-    notes.append(f"state after the prefix: {cx.state_after}")
-    return render_html(
-        cx.ops,
-        title=f"{cx.history} · {cx.object} · not linearizable ({cx.model})",
+def counterexample_html(cx: Counterexample, *, max_ops: int = MAX_HTML_OPS, max_bytes: int = MAX_HTML_BYTES) -> str:
+    """The interactive page of a counterexample (:func:`invariants.viewer.linearizability_page`)."""
+    return linearizability_page(
+        history=cx.history,
+        obj=cx.object,
+        model=cx.model,
+        seed=cx.seed,
+        ops=cx.ops,
         descriptions=cx.descriptions,
         core=cx.core,
-        prefix=cx.prefix,
+        ignored=cx.ignored,
         blocked=cx.blocked,
-        notes=notes,
-        **caps,
+        reason=cx.reason,
+        state_after=cx.state_after,
+        linearizations=cx.linearizations,
+        original_ops=cx.original_ops,
+        searches=cx.searches,
+        caps=Caps(max_ops=max_ops, max_bytes=max_bytes),
     )
 
 
@@ -392,22 +469,14 @@ def txn_html(
     max_ops: int = MAX_HTML_OPS,
     max_bytes: int = MAX_HTML_BYTES,
 ) -> str:
-    """A transactional verdict as a timeline: the evidence of every listed anomaly outlined in red."""
-    evidence = sorted({index for anomaly in result.anomalies for index in anomaly.ops})
-    notes = [str(anomaly) for anomaly in result.anomalies[:20]]
-    if seed is not None:
-        notes.insert(0, f"reproduce with seed {seed}")
-    descriptions = {
-        op.index: f"{op.f} {op.object.split(':', 1)[0]} {op.value}"
-        + (f" -> {op.result}" if op.result is not None else "")
-        for op in ops
-    }
-    return render_html(
-        ops,
-        title=f"{result.history} · transactional anomalies",
-        descriptions=descriptions,
-        core=evidence,
-        notes=notes,
-        max_ops=max_ops,
-        max_bytes=max_bytes,
+    """A history's transactional anomalies as an interactive page
+    (:func:`invariants.viewer.transactional_page`)."""
+    return transactional_page(
+        history=result.history,
+        seed=seed,
+        ops=ops,
+        anomalies=result.anomalies,
+        counts=result.counts,
+        rules=ANOMALY_RULES,
+        caps=Caps(max_ops=max_ops, max_bytes=max_bytes),
     )

@@ -441,7 +441,7 @@ def _inductive(
     mutant: str | None,
     strengthen: bool,
 ) -> Obligation:
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         p, s, t, c = Params.fresh(), AbstractState.fresh(""), AbstractState.fresh("'"), Cmd.fresh()
         pre = _all_invariants(p, s) if strengthen else inv(p, s)
         return prove_inductive(
@@ -449,7 +449,7 @@ def _inductive(
             inv=pre,
             trans=transition(p, s, t, c, only=command, mutant=mutant),
             inv_next=inv(p, t),
-            timeout_ms=timeout_ms,
+            rlimit=rlimit,
             describe=_describe(p, s, t, c),
             background=[p.valid(), *(_lemma_instances(s, c) if strengthen else [])],
         )
@@ -464,7 +464,7 @@ def _inductive(
 def _successes_in_order() -> Obligation:
     """BW-17: a success callback names requests newer than every earlier success, in increasing order."""
 
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         p, s, t, c = Params.fresh(), AbstractState.fresh(""), AbstractState.fresh("'"), Cmd.fresh()
         j = z3.Int("j")
         head = z3.SubSeq(s.F, 0, c.n)
@@ -475,7 +475,7 @@ def _successes_in_order() -> Obligation:
         )
         return prove_valid(
             claim,
-            timeout_ms=timeout_ms,
+            rlimit=rlimit,
             describe=_describe(p, s, t, c),
             assumptions=[
                 p.valid(),
@@ -492,7 +492,7 @@ def _successes_in_order() -> Obligation:
 def _batch_indexes_distinct() -> Obligation:
     """BW-15: the callbacks of a batch of N get indexes 0..N-1: distinct and within [0, N)."""
 
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         n, i, j = z3.Ints("n i j")
         # The reference enumerates the batch: the i-th request gets batch index i.
         index = z3.Lambda([i], i)
@@ -503,7 +503,7 @@ def _batch_indexes_distinct() -> Obligation:
                 z3.And(index[i] != index[j], index[i] >= 0, index[i] < n),
             ),
         )
-        return prove_valid(claim, timeout_ms=timeout_ms, assumptions=[n >= 1])
+        return prove_valid(claim, rlimit=rlimit, assumptions=[n >= 1])
 
     return Obligation("batch indexes distinct and in [0, size)", ("BW-15",), "unbounded", check)
 
@@ -514,7 +514,7 @@ ACK_BITS = 512
 def _ack_set_shape() -> Obligation:
     """BW-20: the ack set of (N, i) is exactly [0, N) without i (Java BitSet words)."""
 
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         n, i = z3.BitVecs("n i", ACK_BITS)
         one = z3.BitVecVal(1, ACK_BITS)
         mask = (one << n) - 1
@@ -522,7 +522,7 @@ def _ack_set_shape() -> Obligation:
         ack = mask & ~bit
         claim = z3.And(ack & bit == 0, ack | bit == mask, ack & ~mask == 0)
         domain = [z3.UGE(n, 2), z3.ULT(n, ACK_BITS), z3.ULT(i, n)]
-        return prove_valid(claim, timeout_ms=timeout_ms, assumptions=domain)
+        return prove_valid(claim, rlimit=rlimit, assumptions=domain)
 
     return Obligation("ack set clears exactly its own index", ("BW-20",), f"batch size < {ACK_BITS}", check)
 
@@ -531,7 +531,7 @@ def _deletion_rule() -> Obligation:
     """BW-20, BW-24: ANDing a record's ack set removes exactly that index; the entry is gone
     exactly when no index is left; replay then skips exactly the removed indexes."""
 
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         n, i, rem, k = z3.BitVecs("n i rem k", ACK_BITS)
         one = z3.BitVecVal(1, ACK_BITS)
         mask = (one << n) - 1
@@ -544,7 +544,7 @@ def _deletion_rule() -> Obligation:
             z3.Implies(z3.ULT(k, n), replayed == z3.And(k != i, (rem >> k) & one == one)),
         )
         domain = [z3.UGE(n, 2), z3.ULT(n, ACK_BITS), z3.ULT(i, n), rem & ~mask == 0]
-        return prove_valid(claim, timeout_ms=timeout_ms, assumptions=domain)
+        return prove_valid(claim, rlimit=rlimit, assumptions=domain)
 
     return Obligation(
         "batch-index delete removes only its index", ("BW-20", "BW-24"), f"batch size < {ACK_BITS}", check
@@ -579,13 +579,13 @@ def encode_envelope(records: Sequence[Any]) -> Any:
 def _envelope_prefix() -> Obligation:
     """The reader sees the magic and version and hands it exactly the batch body (BW-13, BW-23)."""
 
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         body = z3.Const("body", BYTES)
         e = z3.Concat(_b(0x0E), _b(0x01), _b(0x00), _b(0x01), body)
         claim = z3.And(
             e[0] == 0x0E, e[1] == 0x01, e[2] == 0x00, e[3] == 0x01, z3.SubSeq(e, 4, z3.Length(e) - 4) == body
         )
-        return prove_valid(claim, timeout_ms=timeout_ms)
+        return prove_valid(claim, rlimit=rlimit)
 
     return Obligation("envelope prefix then the batch body", ("BW-13", "BW-23"), "unbounded", check)
 
@@ -595,7 +595,7 @@ def _frame_roundtrip() -> Obligation:
     the number of records, decoding an encoded batch of any length gives back its records in
     order: decode(encode(batch)) = batch (BW-13, BW-15, BW-23)."""
 
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         r, rest = z3.Consts("r rest", BYTES)
         s = z3.Concat(_frame(r), rest)
         n = z3.Length(r)
@@ -606,7 +606,7 @@ def _frame_roundtrip() -> Obligation:
             z3.SubSeq(s, 2 + n, z3.Length(s) - 2 - n) == rest,
             z3.Length(s) == 2 + n + z3.Length(rest),
         )
-        return prove_valid(claim, timeout_ms=timeout_ms, assumptions=[n <= MAX_RECORD_LEN])
+        return prove_valid(claim, rlimit=rlimit, assumptions=[n <= MAX_RECORD_LEN])
 
     return Obligation(
         "decode(encode(batch)) = batch (frame step)",
@@ -619,7 +619,7 @@ def _frame_roundtrip() -> Obligation:
 def _roundtrip(k: int) -> Obligation:
     """The same, unrolled for ``k`` records, as a check on the induction's base."""
 
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         records = [z3.Const(f"r{j}", BYTES) for j in range(k)]
         data = encode_envelope(records)
         rest = z3.SubSeq(data, 4, z3.Length(data) - 4)
@@ -630,7 +630,7 @@ def _roundtrip(k: int) -> Obligation:
             rest = z3.SubSeq(rest, 2 + n, z3.Length(rest) - 2 - n)
         facts.append(z3.Length(rest) == 0)
         domain = [z3.Length(r) <= MAX_RECORD_LEN for r in records]
-        return prove_valid(z3.And(facts), timeout_ms=timeout_ms, assumptions=domain)
+        return prove_valid(z3.And(facts), rlimit=rlimit, assumptions=domain)
 
     return Obligation(
         f"decode(encode(batch)) = batch, {k} records",
@@ -643,7 +643,7 @@ def _roundtrip(k: int) -> Obligation:
 def _sequence_lemmas() -> Obligation:
     """L1-L5 of ``_lemma_instances``, for all integer sequences."""
 
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         x, y, f = z3.Consts("X Y F", INT_SEQ)
         v, k, n = z3.Ints("v k n")
         lemmas = z3.And(
@@ -655,7 +655,7 @@ def _sequence_lemmas() -> Obligation:
             z3.ForAll([x, y, k], z3.Implies(z3.And(k >= 0, k < z3.Length(x)), z3.Concat(x, y)[k] == x[k])),
             z3.ForAll([f, n, k], z3.Implies(z3.And(k >= 0, k < n, n <= z3.Length(f)), z3.SubSeq(f, 0, n)[k] == f[k])),
         )
-        return prove_valid(lemmas, timeout_ms=timeout_ms)
+        return prove_valid(lemmas, rlimit=rlimit)
 
     return Obligation("sequence lemmas L1-L5", ("BW-17",), "unbounded", check)
 
@@ -664,12 +664,12 @@ def _plain_never_batched() -> Obligation:
     """A serialized record starts with its first field's tag varint; no tag of a wire type 0..5
     begins with byte 0x0E, so a plain record is never read as a batch (BW-23)."""
 
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         field, wire = z3.BitVecs("field wire", 32)
         tag = (field << 3) | wire
         first = z3.If(z3.ULT(tag, 0x80), z3.Extract(7, 0, tag), z3.Extract(7, 0, tag & 0x7F) | 0x80)
         domain = [z3.UGE(field, 1), z3.ULE(field, (1 << 29) - 1), z3.ULE(wire, 5)]
-        return prove_valid(first != 0x0E, timeout_ms=timeout_ms, assumptions=domain)
+        return prove_valid(first != 0x0E, rlimit=rlimit, assumptions=domain)
 
     return Obligation("a plain record never starts with the magic", ("BW-23",), "unbounded (every field number)", check)
 

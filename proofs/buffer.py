@@ -659,11 +659,13 @@ def concretize(model: z3.ModelRef, s: Vars, cmd: Cmd | None = None, command: str
         store = tb.SnapshotStore(snapshot=tb.TransactionBufferSnapshot(base.topic, pos(num(s.smrp)), ()))
     from dataclasses import replace
 
+    from reference.persistent import Log
+
     state = replace(
         base,
         status=tb.BufferStatus.READY if num(s.st) == READY else tb.BufferStatus.NO_SNAPSHOT,
         ledgers=(LedgerInfo(1, len(entries)),),
-        entries=tuple(entries),
+        entries=Log(entries),
         max_read_position=pos(num(s.mrp)),
         ongoing=immutables.Map(ongoing),
         aborted=immutables.Map(aborted),
@@ -722,14 +724,14 @@ def _inductive(inv_name: str, command: str, transitions: Mapping[str, Any] | Non
     rules, fn = INVARIANTS[inv_name]
     table = COMMANDS if transitions is None else transitions
 
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         a, b, c = fresh(""), fresh("'"), _cmd()
         return prove_inductive(
             init=init(a),
             inv=z3.And(invariant(a), domain(a)),
             trans=table[command](a, b, c),
             inv_next=fn(b),
-            timeout_ms=timeout_ms,
+            rlimit=rlimit,
             describe=_describe(a, b, c, f"{inv_name} broken by {command}", command),
         )
 
@@ -737,11 +739,11 @@ def _inductive(inv_name: str, command: str, transitions: Mapping[str, Any] | Non
 
 
 def _safety(name: str, rules: tuple[str, ...], claim: Callable[[Vars], z3.BoolRef]) -> Obligation:
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         s = fresh("")
         return prove_valid(
             claim(s),
-            timeout_ms=timeout_ms,
+            rlimit=rlimit,
             describe=_describe(s, None, None, name),
             assumptions=[invariant(s), domain(s)],
         )
@@ -752,11 +754,11 @@ def _safety(name: str, rules: tuple[str, ...], claim: Callable[[Vars], z3.BoolRe
 def _step_property(
     name: str, rules: tuple[str, ...], command: str, claim: Callable[[Vars, Vars, Cmd], z3.BoolRef]
 ) -> Obligation:
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         a, b, c = fresh(""), fresh("'"), _cmd()
         return prove_valid(
             claim(a, b, c),
-            timeout_ms=timeout_ms,
+            rlimit=rlimit,
             describe=_describe(a, b, c, f"{name} broken by {command}", command),
             assumptions=[invariant(a), domain(a), COMMANDS[command](a, b, c)],
         )
@@ -845,7 +847,7 @@ def _trim_loop_bounded(n: int) -> Obligation:
     """TB-23's loop ("while the oldest marker's ledger is gone, drop it") drops exactly the markers
     below ``lo`` when markers are kept in ascending order: checked for every list of ``n`` markers."""
 
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         markers = [z3.Int(f"m{i}") for i in range(n)]
         lo = z3.Int("lo_trim")
         sorted_ = z3.And(*(markers[i] < markers[i + 1] for i in range(n - 1)))
@@ -856,7 +858,7 @@ def _trim_loop_bounded(n: int) -> Obligation:
             stopped = z3.Or(stopped, m >= lo)
             dropped = z3.Not(stopped)
             claims.append(dropped == (m < lo))
-        return prove_valid(z3.And(*claims), timeout_ms=timeout_ms, assumptions=[sorted_])
+        return prove_valid(z3.And(*claims), rlimit=rlimit, assumptions=[sorted_])
 
     return Obligation(f"trim_loop_drops_exactly_deleted_markers (n={n})", ("TB-23",), f"<= {n} aborted txns", check)
 

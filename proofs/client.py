@@ -91,7 +91,7 @@ def can(current: Any, new: Any) -> z3.BoolRef:
         *[
             z3.And(current == index(c), new == index(n))
             for c, targets in CLIENT_TXN_TRANSITIONS.items()
-            for n in targets
+            for n in sorted(targets, key=index)  # a set: its order would change the query per process
         ]
     )
 
@@ -249,14 +249,14 @@ def _rules(*ids: str) -> tuple[str, ...]:
 
 
 def _preserved(name: str, rules: tuple[str, ...], inv: Callable[[C], z3.BoolRef], cmd: Cmd, mutant: bool) -> Obligation:
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         a, b = C.fresh(""), C.fresh("'")
         return prove_inductive(
             init=init(a),
             inv=z3.And(all_invariants(a), inv(a)),
             trans=cmd.relation(a, b, mutant),
             inv_next=z3.And(inv_well_formed(b), inv(b)),
-            timeout_ms=timeout_ms,
+            rlimit=rlimit,
             describe=_describe(a, b),
         )
 
@@ -264,12 +264,12 @@ def _preserved(name: str, rules: tuple[str, ...], inv: Callable[[C], z3.BoolRef]
 
 
 def _follows_table(cmd: Cmd, mutant: bool) -> Obligation:
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         a, b = C.fresh(""), C.fresh("'")
         return prove_valid(
             z3.Or(a.st == b.st, can(a.st, b.st)),
             assumptions=(all_invariants(a), cmd.relation(a, b, mutant)),
-            timeout_ms=timeout_ms,
+            rlimit=rlimit,
             describe=_describe(a, b),
         )
 
@@ -279,12 +279,12 @@ def _follows_table(cmd: Cmd, mutant: bool) -> Obligation:
 
 
 def _table(name: str, claim: Callable[[Any, Any], z3.BoolRef]) -> Obligation:
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         c, n = z3.Int("current"), z3.Int("new")
         domain = z3.And(c >= 0, c < len(STATES), n >= 0, n < len(STATES))
         return prove_valid(
             z3.Implies(domain, claim(c, n)),
-            timeout_ms=timeout_ms,
+            rlimit=rlimit,
             describe=lambda m: f"current={STATES[m.eval(c).as_long()].value} new={STATES[m.eval(n).as_long()].value}",
         )
 

@@ -326,14 +326,14 @@ def _describe(pre: Z, post: Z, extra: tuple[Any, ...] = ()) -> Callable[[z3.Mode
 
 
 def _preserved(name: str, rules: tuple[str, ...], inv: Callable[[Z], z3.BoolRef], cmd: Cmd, mutant: bool) -> Obligation:
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         a, b = Z.fresh(""), Z.fresh("'")
         return prove_inductive(
             init=init(a),
             inv=z3.And(all_invariants(a), inv(a)),
             trans=cmd.relation(a, b, mutant),
             inv_next=inv(b),
-            timeout_ms=timeout_ms,
+            rlimit=rlimit,
             describe=_describe(a, b),
         )
 
@@ -343,12 +343,12 @@ def _preserved(name: str, rules: tuple[str, ...], inv: Callable[[Z], z3.BoolRef]
 def _step_property(
     name: str, rules: tuple[str, ...], prop: Callable[[Z, Z], z3.BoolRef], cmd: Cmd, mutant: bool = False
 ) -> Obligation:
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         a, b = Z.fresh(""), Z.fresh("'")
         return prove_valid(
             prop(a, b),
             assumptions=(all_invariants(a), cmd.relation(a, b, mutant)),
-            timeout_ms=timeout_ms,
+            rlimit=rlimit,
             describe=_describe(a, b),
         )
 
@@ -394,12 +394,12 @@ def _next_id_above_issued(a: Z, b: Z) -> z3.BoolRef:
 
 
 def _table(name: str, claim: Callable[[Any, Any], z3.BoolRef]) -> Obligation:
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         c, n = z3.Int("current"), z3.Int("new")
         domain = z3.And(c >= 0, c <= 4, n >= 0, n <= 4)
         return prove_valid(
             z3.Implies(domain, claim(c, n)),
-            timeout_ms=timeout_ms,
+            rlimit=rlimit,
             describe=lambda m: f"current={m.eval(c)} new={m.eval(n)}",
         )
 
@@ -438,7 +438,7 @@ def _replay_obligation() -> Obligation:
     Invariant: ``xl == yl`` and, where live, ``x == y``.  Transactions are independent in replay
     (each record names its own), so this is the whole of TC-25 for statuses."""
 
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         x, y, xl, yl = z3.Int("x"), z3.Int("y"), z3.Bool("xl"), z3.Bool("yl")
         new, expected, ready = z3.Int("new"), z3.Int("expected"), z3.Bool("ready")
         accepted = z3.And(ready, xl, x != new, x == expected, can(x, new))
@@ -450,7 +450,7 @@ def _replay_obligation() -> Obligation:
         yl2 = z3.And(yl, z3.Not(z3.And(accepted, replay_ok, _terminal(new))))
         inv = z3.And(xl == yl, z3.Implies(xl, x == y), z3.Implies(xl, z3.Or(x == OPEN, x == COMMITTING, x == ABORTING)))
         inv2 = z3.And(xl2 == yl2, z3.Implies(xl2, x2 == y2))
-        return prove_valid(z3.Implies(inv, inv2), timeout_ms=timeout_ms, describe=lambda m: str(m))
+        return prove_valid(z3.Implies(inv, inv2), rlimit=rlimit, describe=lambda m: str(m))
 
     return Obligation(
         "replay reproduces each txn's status", ("TC-21", "TC-22", "TC-25"), "one txn, any number of updates", check
@@ -461,14 +461,14 @@ def _lwm_is_effective() -> Obligation:
     """TC-17: when a txn is live, ``min(live) - 1`` (Pulsar's value) is the greatest lower bound,
     i.e. the effective low watermark, and is below every live sequence."""
 
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         z, low, c, k = Z.fresh(""), z3.Int("low"), z3.Int("c"), z3.Int("k")
         is_min = z3.And(z.live[low + 1], z3.ForAll([k], z3.Implies(z.live[k], k >= low + 1)))
         claim = z3.And(
             z3.ForAll([k], z3.Implies(z.live[k], low < k)),
             z3.ForAll([c], lower_bound(z, c) == (c <= low)),
         )
-        return prove_valid(claim, assumptions=(all_invariants(z), is_min), timeout_ms=timeout_ms)
+        return prove_valid(claim, assumptions=(all_invariants(z), is_min), rlimit=rlimit)
 
     return Obligation("low watermark sent is the effective one", ("TC-14", "TC-17"), "unbounded", check)
 

@@ -200,7 +200,7 @@ def _describe(names: Sequence[str]) -> Callable[[z3.ModelRef], str]:
 
 
 def _ranges_obligation(transition: str, *, mutant: bool = False) -> Callable[[int], Outcome]:
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         s = RangeState.fresh("s")
         init = z3.And([z3.Not(x) for x in s.live] + [s.ms == -1, s.me == -1, s.size == 0])
         ledger, min_index, a, b = z3.Ints("ledger min_index a b")
@@ -212,7 +212,7 @@ def _ranges_obligation(transition: str, *, mutant: bool = False) -> Callable[[in
                 inv=ranges_inv(s),
                 trans=trans,
                 inv_next=ranges_inv(nxt),
-                timeout_ms=timeout_ms,
+                rlimit=rlimit,
                 describe=_describe(["s_", "ledger", "min_index"]),
             )
         outcomes = []
@@ -229,7 +229,7 @@ def _ranges_obligation(transition: str, *, mutant: bool = False) -> Callable[[in
                     inv=ranges_inv(s),
                     trans=pre,
                     inv_next=ranges_inv(nxt),
-                    timeout_ms=timeout_ms,
+                    rlimit=rlimit,
                     describe=_describe(["s_", "a", "b"]),
                 )
             )
@@ -281,7 +281,7 @@ def count_trim(s: CountState, dropped: Sequence[Any]) -> CountState:
 
 
 def _count_obligation(transition: str, *, mutant: bool = False) -> Callable[[int], Outcome]:
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         s = CountState.fresh("s")
         init = z3.And([z3.Not(b) for b in s.bits] + [s.count == 0])
         due = z3.Bool("due")
@@ -298,7 +298,7 @@ def _count_obligation(transition: str, *, mutant: bool = False) -> Callable[[int
                 inv=count_inv(s),
                 trans=z3.BoolVal(True),
                 inv_next=count_inv(nxt),
-                timeout_ms=timeout_ms,
+                rlimit=rlimit,
                 describe=_describe(["s_", "due", "trim"]),
             )
             if outcome.verdict.value != "proved":
@@ -308,7 +308,7 @@ def _count_obligation(transition: str, *, mutant: bool = False) -> Callable[[int
     return check
 
 
-def _returned_once(timeout_ms: int) -> Outcome:
+def _returned_once(rlimit: int) -> Outcome:
     """DD-15: a returned position was tracked, is untracked afterwards, and a second pop of it
     (with no add in between) returns nothing."""
     s = CountState.fresh("s")
@@ -317,7 +317,7 @@ def _returned_once(timeout_ms: int) -> Outcome:
         returned, after = count_pop(s, p)
         again, _ = count_pop(after, p)
         claims.append(z3.Implies(returned, z3.And(s.bits[p], z3.Not(after.bits[p]), z3.Not(again))))
-    return prove_valid(z3.And(claims), timeout_ms=timeout_ms, describe=_describe(["s_"]))
+    return prove_valid(z3.And(claims), rlimit=rlimit, describe=_describe(["s_"]))
 
 
 # ---- segment cutting (DD-9) ---------------------------------------------------------------------
@@ -338,7 +338,7 @@ def cut_assign(ts: Sequence[Any], step: Any, max_indexes: Any, *, mutant: bool =
 
 
 def _cutting(prop: str, *, mutant: bool = False) -> Callable[[int], Outcome]:
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         ts = [z3.Int(f"t{i}") for i in range(STREAM)]
         step, max_indexes = z3.Ints("step max_indexes")
         assumptions = [ts[i] <= ts[i + 1] for i in range(STREAM - 1)]
@@ -357,7 +357,7 @@ def _cutting(prop: str, *, mutant: bool = False) -> Callable[[int], Outcome]:
                 claims.append(ts[i] - first[i] <= z3.If(step >= 1, step - 1, 0))
         return prove_valid(
             z3.And(claims),
-            timeout_ms=timeout_ms,
+            rlimit=rlimit,
             assumptions=assumptions,
             describe=_describe(["t", "step", "max_indexes"]),
         )
@@ -369,7 +369,7 @@ def _cutting(prop: str, *, mutant: bool = False) -> Callable[[int], Outcome]:
 
 
 def _never_early(*, mutant: bool = False) -> Callable[[int], Outcome]:
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         deliver_at, added_at, now, tick = z3.Ints("deliver_at added_at now tick")
         strict = z3.Bool("strict")
 
@@ -386,7 +386,7 @@ def _never_early(*, mutant: bool = False) -> Callable[[int], Outcome]:
             ),
         )
         return prove_valid(
-            claim, timeout_ms=timeout_ms, describe=_describe(["deliver_at", "added_at", "now", "tick", "strict"])
+            claim, rlimit=rlimit, describe=_describe(["deliver_at", "added_at", "now", "tick", "strict"])
         )
 
     return check
@@ -396,7 +396,7 @@ def _never_early(*, mutant: bool = False) -> Callable[[int], Outcome]:
 
 
 def _merge_preserves(*, mutant: bool = False) -> Callable[[int], Outcome]:
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         pos = z3.DeclareSort("Position")
         tracked = [z3.Array(f"tracked{k}", pos, z3.BoolSort()) for k in range(2)]
         loaded = [z3.Array(f"loaded{k}", pos, z3.BoolSort()) for k in range(2)]
@@ -415,9 +415,7 @@ def _merge_preserves(*, mutant: bool = False) -> Callable[[int], Outcome]:
         merged = z3.Or(in_snapshot(0, p), in_snapshot(1, p))
         merged_ts = ts[p]  # indexes are copied, never rewritten
         claim = z3.And(merged == z3.Or(tracked[0][p], tracked[1][p]), merged_ts == ts[p])
-        return prove_valid(
-            claim, timeout_ms=timeout_ms, assumptions=background, describe=_describe(["tracked", "loaded"])
-        )
+        return prove_valid(claim, rlimit=rlimit, assumptions=background, describe=_describe(["tracked", "loaded"]))
 
     return check
 
@@ -857,14 +855,14 @@ def _places_initial(s: PlaceState) -> z3.BoolRef:
 
 
 def _places_obligation(command: str, *, mutant: bool = False) -> Callable[[int], Outcome]:
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         s = PlaceState.fresh("s")
         describe = _describe(["s_", "c_"])
         cases: list[tuple[Any, PlaceState]] = []
         if command == "recover":
             pre, post = places_recover(s, mutant=mutant)
             return prove_valid(
-                exactly_one_place(post), timeout_ms=timeout_ms, describe=describe, assumptions=[_store_wf(s), pre]
+                exactly_one_place(post), rlimit=rlimit, describe=describe, assumptions=[_store_wf(s), pre]
             )
         if command == "add":
             cases = [places_add(s, p) for p in _P]
@@ -887,7 +885,7 @@ def _places_obligation(command: str, *, mutant: bool = False) -> Callable[[int],
                 inv=exactly_one_place(s),
                 trans=pre,
                 inv_next=exactly_one_place(post),
-                timeout_ms=timeout_ms,
+                rlimit=rlimit,
                 describe=describe,
             )
             if outcome.verdict is not Verdict.PROVED:

@@ -13,12 +13,21 @@ The helpers here turn a Z3 formula into a verdict:
   is *unknown* (timeout, incompleteness).
 * :func:`prove_inductive` is the usual pair: ``init => inv`` and ``inv /\\ trans => inv'``.
 
+Budgets are counted in Z3's resource units (``rlimit``), never in seconds: a query given ``n`` units
+stops after the same amount of work on a busy and on an idle machine, so its verdict does not
+depend on the load (a wall-clock timeout turned proofs into ``unknown`` at load average 5).  Each
+query is solved in a fresh Z3 context into which it is translated, so its work (and verdict) does
+not depend on which proofs ran before it in the same process either: the same formula, seed and
+budget give the same answer, and the same count of resources, every time.  ``txnmodel prove``
+prints what each obligation used beside its budget.
+
 A proof that is never refuted can be vacuous, so every machine also keeps a *mutant*: a broken
 transition that must produce a counterexample (``tests/<machine>/test_proofs.py``).
 """
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import importlib
 import time
@@ -31,6 +40,7 @@ import z3
 from spec.machines import MACHINES, machine_info
 
 __all__ = [
+    "RLIMIT",
     "Obligation",
     "Outcome",
     "Row",
@@ -48,6 +58,13 @@ class Verdict(enum.Enum):
     UNKNOWN = "unknown"
 
 
+#: The default budget of one Z3 query, in Z3 resource units (its ``rlimit``).  The most any query
+#: of the current obligations needs is under a tenth of the first seed's share of it (see
+#: ``txnmodel prove``'s rlimit column and docs/contributing.md); a diverging query stops after
+#: about ten seconds of work on an idle core.
+RLIMIT = 150_000_000
+
+
 @dataclass(frozen=True)
 class Outcome:
     verdict: Verdict
@@ -60,7 +77,24 @@ class Obligation:
     name: str
     rules: tuple[str, ...]
     bound: str
-    check: Callable[[int], Outcome]  # the argument is the Z3 timeout in milliseconds
+    check: Callable[[int], Outcome]  # the argument is the budget of each Z3 query, in rlimit units
+
+
+@dataclass
+class Usage:
+    """The resources one obligation's Z3 queries used (a query's figure sums its seeds' attempts)."""
+
+    queries: int = 0
+    most: int = 0  # the largest one query used
+    total: int = 0
+
+    def add(self, used: int) -> None:
+        self.queries += 1
+        self.most = max(self.most, used)
+        self.total += used
+
+
+_USAGE: contextvars.ContextVar[Usage | None] = contextvars.ContextVar("proof_usage", default=None)
 
 
 @dataclass(frozen=True)
@@ -73,6 +107,15 @@ class Row:
     seconds: float
     counterexample: str | None = None
     reason: str | None = None
+    rlimit: int = 0  # the budget of each query
+    rlimit_used: int = 0  # the most one query used (all its seeds' attempts)
+    rlimit_total: int = 0  # every query together
+    queries: int = 0
+
+    @property
+    def margin(self) -> float | None:
+        """How many times over the first seed's share of the budget covers the largest query."""
+        return _first_share(self.rlimit) / self.rlimit_used if self.rlimit_used else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +125,10 @@ class Row:
             "verdict": self.verdict.value,
             "bound": self.bound,
             "seconds": round(self.seconds, 4),
+            "rlimit": self.rlimit,
+            "rlimit_used": self.rlimit_used,
+            "rlimit_total": self.rlimit_total,
+            "queries": self.queries,
             "counterexample": self.counterexample,
             "reason": self.reason,
         }
@@ -90,40 +137,70 @@ class Row:
 def prove_valid(
     claim: z3.BoolRef,
     *,
-    timeout_ms: int,
+    rlimit: int,
     describe: Callable[[z3.ModelRef], str] | None = None,
     assumptions: Sequence[z3.BoolRef] = (),
 ) -> Outcome:
-    """Is ``assumptions => claim`` valid?
+    """Is ``assumptions => claim`` valid, within ``rlimit`` Z3 resource units?
 
-    Quantified queries can diverge under one search order and finish at once under another (seen
-    here: 0.02 s on its own, over 30 s after other proofs had filled the same Z3 context), so the
-    budget is split over a few random seeds.  The verdict does not depend on the seed: ``unsat``
-    under any seed is a proof and ``sat`` under any seed is a real counterexample.
+    Quantified queries can diverge under one search order and finish at once under another, so the
+    budget is split over a few random seeds: the first gets most of it (a slow but converging proof
+    needs it), the others a share each.  The verdict does not depend on the seed: ``unsat`` under any
+    seed is a proof and ``sat`` under any seed is a real counterexample.  Each attempt runs in a
+    fresh context (see the module docstring), so the same query always does the same work.
     """
     reasons: list[str] = []
-    # The first seed gets most of the budget (a slow but converging proof needs it); a diverging one
-    # is then retried briefly under other seeds, where it typically finishes in milliseconds.
-    budgets = [timeout_ms * 3 // 5] + [timeout_ms // (5 * (_SEEDS - 1)) * 2] * (_SEEDS - 1)
-    for seed, budget in enumerate(budgets):
-        solver = z3.Solver()
-        solver.set("timeout", max(1, budget))
-        solver.set("random_seed", seed)
-        solver.set("smt.random_seed", seed)
-        solver.add(*assumptions)
-        solver.add(z3.Not(claim))
-        answer = solver.check()
-        if answer == z3.unsat:
-            return Outcome(Verdict.PROVED)
-        if answer == z3.sat:
-            model = solver.model()
-            text = describe(model) if describe is not None else str(model)
-            return Outcome(Verdict.COUNTEREXAMPLE, counterexample=text)
-        reasons.append(f"seed {seed}: {solver.reason_unknown()}")
-    return Outcome(Verdict.UNKNOWN, reason="; ".join(reasons))
+    spent = 0
+    try:
+        for seed, budget in enumerate(_shares(rlimit)):
+            answer, used, model, why = _solve(claim, assumptions, seed, budget)
+            spent += used
+            if answer == z3.unsat:
+                return Outcome(Verdict.PROVED)
+            if answer == z3.sat:
+                assert model is not None
+                text = describe(model) if describe is not None else str(model)
+                return Outcome(Verdict.COUNTEREXAMPLE, counterexample=text)
+            reasons.append(f"seed {seed}: {why} after {used:,} of {budget:,} rlimit")
+        return Outcome(Verdict.UNKNOWN, reason="; ".join(reasons))
+    finally:
+        usage = _USAGE.get()
+        if usage is not None:
+            usage.add(spent)
 
 
 _SEEDS = 3
+
+
+def _shares(rlimit: int) -> list[int]:
+    """The seeds' budgets: 3/5 of ``rlimit`` for the first, 1/5 for each of the other two."""
+    rest = rlimit // (5 * (_SEEDS - 1)) * 2
+    return [max(1, _first_share(rlimit))] + [max(1, rest)] * (_SEEDS - 1)
+
+
+def _first_share(rlimit: int) -> int:
+    return rlimit * 3 // 5
+
+
+def _solve(
+    claim: z3.BoolRef, assumptions: Sequence[z3.BoolRef], seed: int, rlimit: int
+) -> tuple[z3.CheckSatResult, int, z3.ModelRef | None, str]:
+    """One attempt: (answer, resources used, model in the caller's context, reason if unknown)."""
+    home = claim.ctx
+    ctx = z3.Context()
+    solver = z3.Solver(ctx=ctx)
+    solver.set("random_seed", seed)
+    solver.set("smt.random_seed", seed)
+    solver.set("rlimit", rlimit)
+    for fact in assumptions:
+        solver.add(fact.translate(ctx))
+    solver.add(z3.Not(claim).translate(ctx))
+    answer = solver.check()
+    stats = solver.statistics()
+    used = int(stats.get_key_value("rlimit count")) if "rlimit count" in stats.keys() else 0  # noqa: SIM118 (no __contains__)
+    model = solver.model().translate(home) if answer == z3.sat else None
+    why = solver.reason_unknown() if answer == z3.unknown else ""
+    return answer, used, model, why
 
 
 def prove_inductive(
@@ -132,16 +209,16 @@ def prove_inductive(
     inv: z3.BoolRef,
     trans: z3.BoolRef,
     inv_next: z3.BoolRef,
-    timeout_ms: int,
+    rlimit: int,
     describe: Callable[[z3.ModelRef], str] | None = None,
     background: Sequence[z3.BoolRef] = (),
 ) -> Outcome:
     """``init => inv`` and ``inv /\\ trans => inv'``; the first failure is reported."""
-    base = prove_valid(z3.Implies(init, inv), timeout_ms=timeout_ms, describe=describe, assumptions=background)
+    base = prove_valid(z3.Implies(init, inv), rlimit=rlimit, describe=describe, assumptions=background)
     if base.verdict is not Verdict.PROVED:
         return base
     return prove_valid(
-        z3.Implies(z3.And(inv, trans), inv_next), timeout_ms=timeout_ms, describe=describe, assumptions=background
+        z3.Implies(z3.And(inv, trans), inv_next), rlimit=rlimit, describe=describe, assumptions=background
     )
 
 
@@ -171,7 +248,20 @@ def available_machines() -> list[str]:
     return names
 
 
-def prove_machine(machine: str, *, timeout_ms: int = 30_000, only: str | None = None) -> list[Row]:
+def count_obligations(machine: str, only: str | None = None) -> int:
+    """How many properties :func:`prove_machine` will check (for progress)."""
+    return sum(1 for ob in _obligations(machine) or () if only is None or only in ob.name)
+
+
+def prove_machine(
+    machine: str,
+    *,
+    rlimit: int = RLIMIT,
+    only: str | None = None,
+    on_row: Callable[[Row], None] | None = None,
+) -> list[Row]:
+    """Every obligation of ``machine`` (or those whose name contains ``only``), each query within
+    ``rlimit`` Z3 resource units; ``on_row`` hears each row as it is decided (progress)."""
     obligations = _obligations(machine)
     if obligations is None:
         raise KeyError(f"machine {machine!r} has no proofs yet (proofs/{machine_info(machine).module}.py)")
@@ -180,10 +270,14 @@ def prove_machine(machine: str, *, timeout_ms: int = 30_000, only: str | None = 
         if only is not None and only not in ob.name:
             continue
         started = time.perf_counter()
+        usage = Usage()
+        token = _USAGE.set(usage)
         try:
-            outcome = ob.check(timeout_ms)
+            outcome = ob.check(rlimit)
         except z3.Z3Exception as exc:
             outcome = Outcome(Verdict.UNKNOWN, reason=f"z3 error: {exc}")
+        finally:
+            _USAGE.reset(token)
         rows.append(
             Row(
                 machine=machine,
@@ -194,14 +288,32 @@ def prove_machine(machine: str, *, timeout_ms: int = 30_000, only: str | None = 
                 seconds=time.perf_counter() - started,
                 counterexample=outcome.counterexample,
                 reason=outcome.reason,
+                rlimit=rlimit,
+                rlimit_used=usage.most,
+                rlimit_total=usage.total,
+                queries=usage.queries,
             )
         )
+        if on_row is not None:
+            on_row(rows[-1])
     return rows
 
 
 def format_table(rows: Sequence[Row]) -> str:
-    headers = ("machine", "property", "rules", "verdict", "bound", "seconds")
-    body = [(r.machine, r.name, ",".join(r.rules), r.verdict.value, r.bound, f"{r.seconds:.3f}") for r in rows]
+    headers = ("machine", "property", "rules", "verdict", "bound", "rlimit used", "margin", "seconds")
+    body = [
+        (
+            r.machine,
+            r.name,
+            ",".join(r.rules),
+            r.verdict.value,
+            r.bound,
+            f"{r.rlimit_used:,}",
+            f"{r.margin:.0f}x" if r.margin is not None else "-",
+            f"{r.seconds:.3f}",
+        )
+        for r in rows
+    ]
     widths = [max(len(h), *(len(line[i]) for line in body)) if body else len(h) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines.append("  ".join("-" * w for w in widths))

@@ -5,7 +5,7 @@ symbolic in 1..64 so one ack-set word is one ``BitVec(64)`` (the entry's mask ``
 variable); handle Ready.  Two txns suffice for the facts proved here: exclusivity is a property of
 pairs, and "other txns are untouched" is stated of each other txn on its own, which the
 encoding treats symmetrically.  The obligations are split per command kind so each query stays
-small (about 20 s of Z3 time for all of them).  What the encoding leaves out, and why that is
+small, and every query is pure bit-vector logic (see ``_small``).  What the encoding leaves out, and why that is
 sound for the properties proved:
 
 * the low-watermark loop (PA-14): each txn it removes is removed by the abort path of PA-13,
@@ -98,6 +98,22 @@ _W = 64
 ZERO = z3.BitVecVal(0, _W)
 ONE = z3.BitVecVal(1, _W)
 
+# The small integers (mark-delete entry, slot owner and entry, the command's kind, txn and entry)
+# are signed 4-bit vectors rather than Ints: every query is then pure bit-vector logic, which Z3
+# bit-blasts to SAT, instead of bit-vectors mixed with arithmetic, which took it four to six times
+# the resources (the replay obligations most).  They are only compared, never added, so nothing
+# can overflow; every value the encoding uses fits.
+_SMALL = 4
+assert max(ENTRIES, TXNS, len(KIND_NAMES)) < 2 ** (_SMALL - 1)
+
+
+def _small(name: str) -> Any:
+    return z3.BitVec(name, _SMALL)
+
+
+def _small_val(value: int) -> Any:
+    return z3.BitVecVal(value, _SMALL)
+
 
 @dataclass(frozen=True)
 class ZState:
@@ -126,7 +142,7 @@ class ZCommand:
 def _fresh_state(prefix: str) -> ZState:
     rng = range(ENTRIES)
     return ZState(
-        md=z3.Int(f"{prefix}md"),
+        md=_small(f"{prefix}md"),
         idel=tuple(z3.Bool(f"{prefix}idel{e}") for e in rng),
         cdel=tuple(z3.BitVec(f"{prefix}cdel{e}", _W) for e in rng),
         whole=tuple(tuple(z3.Bool(f"{prefix}whole{t}_{e}") for e in rng) for t in range(TXNS)),
@@ -134,17 +150,17 @@ def _fresh_state(prefix: str) -> ZState:
         cin=tuple(z3.Bool(f"{prefix}cin{e}") for e in rng),
         cw=tuple(z3.Bool(f"{prefix}cw{e}") for e in rng),
         cb=tuple(z3.BitVec(f"{prefix}cb{e}", _W) for e in rng),
-        co=z3.Int(f"{prefix}co"),
-        ce=z3.Int(f"{prefix}ce"),
+        co=_small(f"{prefix}co"),
+        ce=_small(f"{prefix}ce"),
     )
 
 
 def _fresh_command(prefix: str) -> ZCommand:
     rng = range(ENTRIES)
     return ZCommand(
-        kind=z3.Int(f"{prefix}kind"),
-        txn=z3.Int(f"{prefix}txn"),
-        entry=z3.Int(f"{prefix}entry"),
+        kind=_small(f"{prefix}kind"),
+        txn=_small(f"{prefix}txn"),
+        entry=_small(f"{prefix}entry"),
         sel=tuple(z3.Bool(f"{prefix}sel{e}") for e in rng),
         wh=tuple(z3.Bool(f"{prefix}wh{e}") for e in rng),
         bits=tuple(z3.BitVec(f"{prefix}bits{e}", _W) for e in rng),
@@ -185,7 +201,7 @@ def _normalize(md: Any, idel: tuple[Any, ...], cdel: tuple[Any, ...], full: tupl
     """Fold full batch entries into individual deletes and contiguous deletes into md (PA-3)."""
     idel = tuple(z3.Or(idel[e], z3.And(cdel[e] != ZERO, cdel[e] & full[e] == full[e])) for e in range(ENTRIES))
     for e in range(ENTRIES):
-        md = z3.If(z3.And(md == e - 1, idel[e]), z3.IntVal(e), md)
+        md = z3.If(z3.And(md == e - 1, idel[e]), _small_val(e), md)
     idel = tuple(z3.And(idel[e], md < e) for e in range(ENTRIES))
     cdel = tuple(z3.If(z3.Or(e <= md, idel[e]), ZERO, cdel[e]) for e in range(ENTRIES))
     return (md, idel, cdel)
@@ -208,7 +224,7 @@ def strip(s: ZState) -> ZState:
     cb = tuple(z3.If(gone[e], ZERO, z3.If(s.cw[e], ZERO, s.cb[e] & ~s.cdel[e])) for e in rng)
     cw = tuple(z3.And(s.cw[e], s.cin[e], z3.Not(gone[e])) for e in rng)
     cin = tuple(z3.And(s.cin[e], z3.Or(cw[e], cb[e] != ZERO)) for e in rng)
-    co = z3.If(z3.And(s.co >= 0, s.ce <= s.md), z3.IntVal(-1), s.co)
+    co = z3.If(z3.And(s.co >= 0, s.ce <= s.md), _small_val(-1), s.co)
     return replace(s, whole=whole, own=own, cb=cb, cw=cw, cin=cin, co=co)
 
 
@@ -289,7 +305,7 @@ def _commit(s: ZState, t: Any, full: tuple[Any, ...], mutant: str | None) -> ZSt
     """PA-12: the owned slot moves md; each holding is deleted on the cursor; t is forgotten."""
     owned = z3.And(s.co >= 0, s.co == t)
     md = z3.If(z3.And(owned, s.ce > s.md), s.ce, s.md)
-    s1 = replace(s, md=md, co=z3.If(owned, z3.IntVal(-1), s.co))
+    s1 = replace(s, md=md, co=z3.If(owned, _small_val(-1), s.co))
     for e in range(ENTRIES):
         w = z3.Or(*[z3.And(t == k, s.whole[k][e]) for k in range(TXNS)])
         b = _pick(t, tuple(s.own[k][e] for k in range(TXNS)))
@@ -303,7 +319,7 @@ def _commit(s: ZState, t: Any, full: tuple[Any, ...], mutant: str | None) -> ZSt
 def _abort(s: ZState, t: Any) -> ZState:
     """PA-13: release t's holdings, clear its slot; the cursor does not move."""
     owned = z3.And(s.co >= 0, s.co == t)
-    return replace(_release(s, t), co=z3.If(owned, z3.IntVal(-1), s.co))
+    return replace(_release(s, t), co=z3.If(owned, _small_val(-1), s.co))
 
 
 def _normal(s: ZState, c: ZCommand, full: tuple[Any, ...], cumulative: bool) -> ZState:
@@ -525,7 +541,7 @@ def concrete_state(state: PendingAckState) -> ZState:
     comb = [state.individual_ack_positions.get(_pos(e)) for e in rng]
     slot = state.cumulative_ack
     return ZState(
-        md=z3.IntVal(min(md.entry_id, ENTRIES - 1) if md.ledger_id == LEDGER else -1),
+        md=_small_val(min(md.entry_id, ENTRIES - 1) if md.ledger_id == LEDGER else -1),
         idel=tuple(z3.BoolVal(_pos(e) in cur.individually_deleted) for e in rng),
         cdel=tuple(cdel),
         whole=tuple(tuple(z3.BoolVal(_is_whole(holding(t, e))) for e in rng) for t in range(TXNS)),
@@ -533,8 +549,8 @@ def concrete_state(state: PendingAckState) -> ZState:
         cin=tuple(z3.BoolVal(c is not None) for c in comb),
         cw=tuple(z3.BoolVal(c is not None and c.acked is None) for c in comb),
         cb=tuple(bv(c.acked if c is not None else 0) for c in comb),
-        co=z3.IntVal(slot.txn_id.least_sig_bits if slot is not None else -1),
-        ce=z3.IntVal(slot.position.entry_id if slot is not None else 0),
+        co=_small_val(slot.txn_id.least_sig_bits if slot is not None else -1),
+        ce=_small_val(slot.position.entry_id if slot is not None else 0),
     )
 
 
@@ -574,9 +590,9 @@ def concrete_command(command: Any) -> ZCommand:
         wh[e] = a is None
         bits[e] = a or 0
     return ZCommand(
-        kind=z3.IntVal(kind),
-        txn=z3.IntVal(txn),
-        entry=z3.IntVal(entry),
+        kind=_small_val(kind),
+        txn=_small_val(txn),
+        entry=_small_val(entry),
         sel=tuple(z3.BoolVal(x) for x in sel),
         wh=tuple(z3.BoolVal(x) for x in wh),
         bits=tuple(z3.BitVecVal(x, _W) for x in bits),
@@ -683,7 +699,7 @@ def _setup(kind: int) -> tuple[ZState, ZCommand, tuple[Any, ...], tuple[Any, ...
 def _inductive(
     name: str, rules: tuple[str, ...], inv: Callable[[ZState, tuple[Any, ...]], Any], mutant: str | None, kind: int
 ) -> Obligation:
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         s, c, sizes, full, background = _setup(kind)
         _ok, post = encode_step(s, c, full, mutant, kind)
         return prove_inductive(
@@ -691,7 +707,7 @@ def _inductive(
             inv=all_invariants(s, full),
             trans=z3.BoolVal(True),
             inv_next=inv(post, full),
-            timeout_ms=timeout_ms,
+            rlimit=rlimit,
             describe=lambda m: _decode(m, s, c, sizes),
             background=background,
         )
@@ -706,12 +722,12 @@ def _safety(
     mutant: str | None,
     kind: int,
 ) -> Obligation:
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         s, c, sizes, full, background = _setup(kind)
         ok, post = encode_step(s, c, full, mutant, kind)
         return prove_valid(
             claim(s, c, ok, post, full),
-            timeout_ms=timeout_ms,
+            rlimit=rlimit,
             describe=lambda m: _decode(m, s, c, sizes),
             assumptions=[*background, all_invariants(s, full)],
         )
@@ -770,7 +786,7 @@ def _pick_bool(t: Any, values: tuple[Any, ...]) -> Any:
 def _abort_exact(s: ZState, c: ZCommand, ok: Any, post: ZState, full: tuple[Any, ...]) -> Any:
     t = c.txn
     owned = z3.And(s.co >= 0, s.co == t)
-    clauses = [post.md == s.md, post.co == z3.If(owned, z3.IntVal(-1), s.co)]
+    clauses = [post.md == s.md, post.co == z3.If(owned, _small_val(-1), s.co)]
     for e in range(ENTRIES):
         mine_w = _pick_bool(t, tuple(s.whole[k][e] for k in range(TXNS)))
         mine_b = _pick(t, tuple(s.own[k][e] for k in range(TXNS)))
@@ -822,7 +838,7 @@ def _same_pending(a: ZState, b: ZState) -> Any:
 
 
 def _replay_obligation(mutant: str | None, kind: int) -> Obligation:
-    def check(timeout_ms: int) -> Outcome:
+    def check(rlimit: int) -> Outcome:
         s, c, sizes, full, background = _setup(kind)
         ok, post = encode_step(s, c, full, mutant, kind)
         later = _fresh_state("l_")
@@ -842,7 +858,7 @@ def _replay_obligation(mutant: str | None, kind: int) -> Obligation:
             claim = z3.Implies(ok, z3.And(_same_pending(replayed, after_live), same_cursor))
         return prove_valid(
             claim,
-            timeout_ms=timeout_ms,
+            rlimit=rlimit,
             describe=lambda m: _decode(m, s, c, sizes),
             assumptions=[*background, all_invariants(s, full), *cursor_later],
         )

@@ -35,6 +35,7 @@ from google.protobuf.message import DecodeError, Message
 from pyroaring import FrozenBitMap
 
 from reference.conformance import MachineVectors
+from reference.persistent import HashOnce, evolve
 from spec.config import Config
 from spec.envelope import MAGIC, LogKind, decode_entry, encode_batch, encode_plain, is_batched
 from spec.errors import (
@@ -46,7 +47,7 @@ from spec.errors import (
     error_by_name,
 )
 from spec.result import Effect, Err, Ok
-from spec.types import BatchedPosition, Position, bits_to_words, words_to_bits
+from spec.types import BatchedPosition, Position, PulsarName, bits_to_words, words_to_bits
 
 __all__ = [
     "CLOSED_MESSAGE",
@@ -94,13 +95,13 @@ __all__ = [
 CLOSED_MESSAGE: Final = "Transaction log buffered write has closed"
 
 
-class WriterStatus(enum.Enum):
+class WriterStatus(PulsarName, enum.Enum):
     OPEN = "OPEN"
     CLOSING = "CLOSING"
     CLOSED = "CLOSED"
 
 
-class FlushTrigger(enum.Enum):
+class FlushTrigger(PulsarName, enum.Enum):
     """Why a batch was flushed; each names one ``*_bufferedwriter_flush_trigger_*`` counter."""
 
     MAX_RECORDS = "max_records"
@@ -111,6 +112,7 @@ class FlushTrigger(enum.Enum):
 
 # --------------------------------------------------------------------------------------------
 # Configuration
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +156,7 @@ def writer_config(config: Config, kind: LogKind, *, enabled: bool | None = None)
 
 # --------------------------------------------------------------------------------------------
 # State
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +201,7 @@ class FlushStats:
 
     def observe(self, trigger: FlushTrigger, records: int, size: int, delay_ms: int) -> FlushStats:
         counted = {trigger.value: getattr(self, trigger.value) + 1}
-        return replace(
+        return evolve(
             self,
             batches=self.batches + 1,
             records_sum=self.records_sum + records,
@@ -209,7 +212,9 @@ class FlushStats:
 
 
 @dataclass(frozen=True, slots=True)
-class WriterState:
+class WriterState(HashOnce):
+    __hash__ = HashOnce.__hash__
+
     config: WriterConfig
     status: WriterStatus
     buffer: tuple[Buffered, ...]
@@ -227,16 +232,6 @@ class WriterState:
     @property
     def accepted(self) -> int:
         return self.next_request_id
-
-
-_STATE_FIELDS: Final = tuple(WriterState.__dataclass_fields__)
-
-
-def _evolve(state: WriterState, **changes: Any) -> WriterState:
-    # dataclasses.replace re-inspects the fields on every call; this is the writer's hot path.
-    values = {name: getattr(state, name) for name in _STATE_FIELDS}
-    values.update(changes)
-    return WriterState(**values)
 
 
 def initial(
@@ -272,6 +267,7 @@ def _fresh(cfg: WriterConfig, now_ms: int, entries: immutables.Map[Position, Ent
 
 # --------------------------------------------------------------------------------------------
 # Commands
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,10 +331,13 @@ Command = (
     | DeleteRecords
     | SetBatchedWrite
 )
+Result = Ok[Any] | Err
+Step = tuple[WriterState, Result]
 
 
 # --------------------------------------------------------------------------------------------
 # Results and effects
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,26 +433,28 @@ class CursorDelete(Effect):
 
 # --------------------------------------------------------------------------------------------
 # The step
+# --------------------------------------------------------------------------------------------
 
 
-def step(state: WriterState, command: Command) -> tuple[WriterState, Ok[Any] | Err]:
+def step(state: WriterState, command: Command) -> Step:
     """Apply one event on the writer's executor."""
-    if isinstance(command, AsyncAddData):
-        return async_add_data(state, command)
-    if isinstance(command, TimerFired):
-        return timer_fired(state, command)
-    if isinstance(command, AddEntryComplete):
-        return add_entry_complete(state, command)
-    if isinstance(command, AddEntryFailed):
-        return add_entry_failed(state, command)
-    if isinstance(command, Close):
-        return close(state)
-    if isinstance(command, FinishClose):
-        return finish_close(state)
-    if isinstance(command, DeleteRecords):
-        return delete_records(state, command)
-    if isinstance(command, SetBatchedWrite):
-        return set_batched_write(state, command)
+    match command:
+        case AsyncAddData():
+            return async_add_data(state, command)
+        case TimerFired():
+            return timer_fired(state, command)
+        case AddEntryComplete():
+            return add_entry_complete(state, command)
+        case AddEntryFailed():
+            return add_entry_failed(state, command)
+        case Close():
+            return close(state)
+        case FinishClose():
+            return finish_close(state)
+        case DeleteRecords():
+            return delete_records(state, command)
+        case SetBatchedWrite():
+            return set_batched_write(state, command)
     raise TypeError(f"not a batched_log command: {command!r}")
 
 
@@ -480,7 +481,7 @@ def canonical_record(data: bytes, kind: LogKind) -> bytes | DomainError:
     return encode_plain(decoded.records[0])
 
 
-def async_add_data(state: WriterState, cmd: AsyncAddData) -> tuple[WriterState, Ok[Any] | Err]:
+def async_add_data(state: WriterState, cmd: AsyncAddData) -> Step:
     """``asyncAddData`` on the executor (BW-4, BW-5, BW-6, BW-7, BW-8, BW-9, BW-10, BW-11).
 
     Closed writers reject at once; unserializable records fail alone; with batching off every
@@ -496,33 +497,21 @@ def async_add_data(state: WriterState, cmd: AsyncAddData) -> tuple[WriterState, 
         return state, Err(record)
     request_id = state.next_request_id
     if not cfg.effective:
-        state, write = _issue_write(
-            _evolve(state, next_request_id=request_id + 1), record, (request_id,), batched=False
-        )
+        state, write = _issue_write(evolve(state, next_request_id=request_id + 1), record, (request_id,), batched=False)
         return state, Ok(AddAccepted(request_id), (write,))
     if len(record) >= cfg.max_size:
-        state = _evolve(state, next_request_id=request_id + 1)
+        state = evolve(state, next_request_id=request_id + 1)
         effects: list[Effect] = []
         if state.buffer:
             state = _flush(state, FlushTrigger.LARGE_DATA, cmd.now_ms, effects)
         state, write = _issue_write(state, record, (request_id,), batched=False)
         effects.append(write)
         return state, Ok(AddAccepted(request_id), tuple(effects))
-    s = state
-    state = WriterState(
-        s.config,
-        s.status,
-        (*s.buffer, Buffered(request_id, record, cmd.now_ms)),
-        s.bytes_size + len(record),
-        s.timer_due_ms,
-        s.in_flight,
-        request_id + 1,
-        s.next_write_id,
-        s.succeeded,
-        s.failed,
-        s.last_succeeded,
-        s.entries,
-        s.stats,
+    state = evolve(
+        state,
+        buffer=(*state.buffer, Buffered(request_id, record, cmd.now_ms)),
+        bytes_size=state.bytes_size + len(record),
+        next_request_id=request_id + 1,
     )
     effects = []
     if len(state.buffer) >= cfg.max_records:
@@ -536,7 +525,7 @@ def _issue_write(
     state: WriterState, data: bytes, request_ids: tuple[int, ...], *, batched: bool
 ) -> tuple[WriterState, AsyncAddEntry]:
     write = AsyncAddEntry(state.next_write_id, data, request_ids, batched)
-    state = _evolve(
+    state = evolve(
         state,
         next_write_id=state.next_write_id + 1,
         in_flight=(*state.in_flight, InFlight(write.write_id, request_ids, batched)),
@@ -550,11 +539,11 @@ def _flush(state: WriterState, trigger: FlushTrigger, now_ms: int, effects: list
     delay_ms = max(0, now_ms - buffer[0].added_ms)
     effects.append(FlushObserved(trigger, len(buffer), state.bytes_size, delay_ms))
     stats = state.stats.observe(trigger, len(buffer), state.bytes_size, delay_ms)
-    state = _evolve(state, buffer=(), bytes_size=0, stats=stats)
+    state = evolve(state, buffer=(), bytes_size=0, stats=stats)
     if state.status is not WriterStatus.OPEN:
         error = ManagedLedgerFenced(CLOSED_MESSAGE)
         effects.extend(AddFailed(b.request_id, error) for b in buffer)
-        return _evolve(state, failed=state.failed + len(buffer))
+        return evolve(state, failed=state.failed + len(buffer))
     return _write_batch(state, buffer, effects)
 
 
@@ -567,7 +556,7 @@ def _write_batch(state: WriterState, buffer: tuple[Buffered, ...], effects: list
     return state
 
 
-def timer_fired(state: WriterState, cmd: TimerFired) -> tuple[WriterState, Ok[Any] | Err]:
+def timer_fired(state: WriterState, cmd: TimerFired) -> Step:
     """The delay timer's executor task: flush a non-empty buffer, then re-arm unless closing (BW-12)."""
     due = state.timer_due_ms
     if due is None:
@@ -580,10 +569,10 @@ def timer_fired(state: WriterState, cmd: TimerFired) -> tuple[WriterState, Ok[An
         state = _flush(state, FlushTrigger.MAX_DELAY, cmd.now_ms, effects)
     if state.status is WriterStatus.OPEN:
         next_due = cmd.now_ms + state.config.max_delay_ms
-        state = _evolve(state, timer_due_ms=next_due)
+        state = evolve(state, timer_due_ms=next_due)
         effects.append(ArmTimer(next_due))
     else:
-        state = _evolve(state, timer_due_ms=None)
+        state = evolve(state, timer_due_ms=None)
     return state, Ok(Flushed(flushed), tuple(effects))
 
 
@@ -593,10 +582,10 @@ def _pop_write(state: WriterState, write_id: int) -> tuple[WriterState, InFlight
     if not state.in_flight or state.in_flight[0].write_id != write_id:
         head = state.in_flight[0].write_id if state.in_flight else None
         raise ValueError(f"write {write_id} answered out of order (oldest in flight: {head})")
-    return _evolve(state, in_flight=state.in_flight[1:]), state.in_flight[0]
+    return evolve(state, in_flight=state.in_flight[1:]), state.in_flight[0]
 
 
-def add_entry_complete(state: WriterState, cmd: AddEntryComplete) -> tuple[WriterState, Ok[Any] | Err]:
+def add_entry_complete(state: WriterState, cmd: AddEntryComplete) -> Step:
     """The ledger wrote an entry: every record of it learns its position, in batch order (BW-15, BW-17)."""
     state, write = _pop_write(state, cmd.write_id)
     if cmd.position in state.entries:
@@ -611,7 +600,7 @@ def add_entry_complete(state: WriterState, cmd: AddEntryComplete) -> tuple[Write
     else:
         effects = (AddComplete(write.request_ids[0], cmd.position),)
     view = EntryView(n, write.batched, FrozenBitMap(range(n)))
-    state = _evolve(
+    state = evolve(
         state,
         succeeded=state.succeeded + n,
         last_succeeded=write.request_ids[-1],
@@ -620,25 +609,25 @@ def add_entry_complete(state: WriterState, cmd: AddEntryComplete) -> tuple[Write
     return state, Ok(Completed(n), effects)
 
 
-def add_entry_failed(state: WriterState, cmd: AddEntryFailed) -> tuple[WriterState, Ok[Any] | Err]:
+def add_entry_failed(state: WriterState, cmd: AddEntryFailed) -> Step:
     """The ledger failed an entry: every record of it fails with that error, in batch order (BW-16)."""
     error = error_by_name(cmd.error)(cmd.message)
     state, write = _pop_write(state, cmd.write_id)
     effects = tuple(AddFailed(rid, error) for rid in write.request_ids)
-    return _evolve(state, failed=state.failed + len(write.request_ids)), Ok(Completed(0), effects)
+    return evolve(state, failed=state.failed + len(write.request_ids)), Ok(Completed(0), effects)
 
 
-def close(state: WriterState) -> tuple[WriterState, Ok[Any] | Err]:
+def close(state: WriterState) -> Step:
     """``close()``'s compare-and-set (BW-18): OPEN goes to CLOSING (batching effective, a
     :class:`FinishClose` task follows) or straight to CLOSED; closing twice is a no-op."""
     if state.status is not WriterStatus.OPEN:
         return state, Ok(CloseResult(state.status))
     if not state.config.effective:
-        return _evolve(state, status=WriterStatus.CLOSED), Ok(CloseResult(WriterStatus.CLOSED))
-    return _evolve(state, status=WriterStatus.CLOSING), Ok(CloseResult(WriterStatus.CLOSING))
+        return evolve(state, status=WriterStatus.CLOSED), Ok(CloseResult(WriterStatus.CLOSED))
+    return evolve(state, status=WriterStatus.CLOSING), Ok(CloseResult(WriterStatus.CLOSING))
 
 
-def finish_close(state: WriterState) -> tuple[WriterState, Ok[Any] | Err]:
+def finish_close(state: WriterState) -> Step:
     """The close task on the executor: fail what is buffered, cancel the timer, CLOSED (BW-18)."""
     if state.status is not WriterStatus.CLOSING:
         return state, Err(NotAllowed(f"close task runs only while CLOSING, writer is {state.status.value}"))
@@ -646,7 +635,7 @@ def finish_close(state: WriterState) -> tuple[WriterState, Ok[Any] | Err]:
     effects: list[Effect] = [AddFailed(b.request_id, error) for b in state.buffer]
     if state.timer_due_ms is not None:
         effects.append(CancelTimer())
-    state = _evolve(
+    state = evolve(
         state,
         status=WriterStatus.CLOSED,
         buffer=(),
@@ -657,7 +646,7 @@ def finish_close(state: WriterState) -> tuple[WriterState, Ok[Any] | Err]:
     return state, Ok(CloseResult(WriterStatus.CLOSED), tuple(effects))
 
 
-def set_batched_write(state: WriterState, cmd: SetBatchedWrite) -> tuple[WriterState, Ok[Any] | Err]:
+def set_batched_write(state: WriterState, cmd: SetBatchedWrite) -> Step:
     """Turn batching on or off for this writer from the next record on (BW-22).
 
     Turning it off writes what is buffered as one batched entry first (no flush trigger is
@@ -668,24 +657,24 @@ def set_batched_write(state: WriterState, cmd: SetBatchedWrite) -> tuple[WriterS
     if state.status is not WriterStatus.OPEN:
         return state, Err(ManagedLedgerFenced(CLOSED_MESSAGE))
     was = state.config.effective
-    state = _evolve(state, config=replace(state.config, enabled=cmd.enabled))
+    state = evolve(state, config=replace(state.config, enabled=cmd.enabled))
     now = state.config.effective
     effects: list[Effect] = []
     if was and not now:
         if state.buffer:
             buffer = state.buffer
-            state = _write_batch(_evolve(state, buffer=(), bytes_size=0), buffer, effects)
+            state = _write_batch(evolve(state, buffer=(), bytes_size=0), buffer, effects)
         if state.timer_due_ms is not None:
             effects.append(CancelTimer())
-        state = _evolve(state, timer_due_ms=None)
+        state = evolve(state, timer_due_ms=None)
     elif now and not was:
         due = cmd.now_ms + state.config.max_delay_ms
-        state = _evolve(state, timer_due_ms=due)
+        state = evolve(state, timer_due_ms=due)
         effects.append(ArmTimer(due))
     return state, Ok(BatchedWriteSwitched(was, now), tuple(effects))
 
 
-def delete_records(state: WriterState, cmd: DeleteRecords) -> tuple[WriterState, Ok[Any] | Err]:
+def delete_records(state: WriterState, cmd: DeleteRecords) -> Step:
     """Delete records at batch-index level (BW-20, BW-21).
 
     A batched position deletes only its index (ack set: all of ``[0, batch size)`` but it); a
@@ -693,7 +682,7 @@ def delete_records(state: WriterState, cmd: DeleteRecords) -> tuple[WriterState,
     is left.  Deleting an index twice is harmless; a position this writer did not write, or a
     batch size that is not the entry's, rejects the whole command.
     """
-    removals: dict[Position, FrozenBitMap] = {}
+    removals: dict[Position, FrozenBitMap | list[int]] = {}  # the whole entry's bits, or indexes
     ack_sets: dict[Position, int | None] = {}
     for raw in cmd.positions:
         position = raw.position if isinstance(raw, BatchedPosition) else raw
@@ -708,7 +697,9 @@ def delete_records(state: WriterState, cmd: DeleteRecords) -> tuple[WriterState,
             ack_sets[position] = None
             continue
         assert isinstance(raw, BatchedPosition)
-        removals[position] = removals.get(position, FrozenBitMap()) | FrozenBitMap([raw.batch_index])
+        indexes = removals.setdefault(position, [])
+        if isinstance(indexes, list):
+            indexes.append(raw.batch_index)
         own = words_to_bits(raw.ack_set() or ())
         if position not in ack_sets:
             ack_sets[position] = own
@@ -719,19 +710,22 @@ def delete_records(state: WriterState, cmd: DeleteRecords) -> tuple[WriterState,
     with entries.mutate() as mutable:
         for position, removed in removals.items():
             view = mutable[position]
-            remaining = FrozenBitMap(view.remaining - removed)
+            remaining = FrozenBitMap(
+                view.remaining - (removed if isinstance(removed, FrozenBitMap) else FrozenBitMap(removed))
+            )
             if remaining:
-                mutable[position] = replace(view, remaining=remaining)
+                mutable[position] = evolve(view, remaining=remaining)
             else:
                 del mutable[position]
                 fully.append(position)
         entries = mutable.finish()
     deletes = tuple(CursorDeleteEntry(p, None if bits is None else bits_to_words(bits)) for p, bits in ack_sets.items())
-    return _evolve(state, entries=entries), Ok(Deleted(tuple(fully)), (CursorDelete(deletes),))
+    return evolve(state, entries=entries), Ok(Deleted(tuple(fully)), (CursorDelete(deletes),))
 
 
 # --------------------------------------------------------------------------------------------
 # Reading and recovery
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -845,7 +839,8 @@ def sample_record(size: int, seq: int = 0, kind: LogKind = LogKind.TRANSACTION_L
 
 
 # --------------------------------------------------------------------------------------------
-# Vectors
+# Vectors adapter
+# --------------------------------------------------------------------------------------------
 
 
 def _decode_init(config: Config, init: Mapping[str, Any]) -> WriterState:

@@ -22,20 +22,21 @@ Rule ids refer to ``spec/rules/buffer.md``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import immutables
 
 from reference.conformance import MachineVectors
+from reference.persistent import HashOnce, Log, evolve
+from spec import topic_entry
 from spec.config import Config
 from spec.errors import NotAllowed, ServiceUnitNotReady
 from spec.pb import PulsarApi_pb2 as api_pb
-from spec.pb import PulsarMarkers_pb2 as markers_pb
 from spec.pb import TransactionBufferSnapshot_pb2 as snap_pb
 from spec.result import Effect, Err, Ok
-from spec.types import EARLIEST, LedgerInfo, Position, TxnID, previous_position
+from spec.types import EARLIEST, LedgerInfo, Position, PulsarName, TxnID, previous_position
 
 __all__ = [
     "VECTORS",
@@ -73,6 +74,7 @@ __all__ = [
     "WriteSnapshot",
     "WriteSnapshotIndexes",
     "WriteSnapshotSegment",
+    "classify_entry",
     "dispatch",
     "dispatchable",
     "entry_from_metadata",
@@ -83,6 +85,7 @@ __all__ = [
     "is_txn_aborted",
     "last_confirmed_entry",
     "last_dispatchable_position",
+    "marker_type",
     "readable_max_read_position",
     "recover",
     "recovery_view",
@@ -99,7 +102,7 @@ DEFAULT_TOPIC = "persistent://public/default/txn-topic-partition-0"
 # --------------------------------------------------------------------------------------------
 
 
-class BufferStatus(enum.Enum):
+class BufferStatus(PulsarName, enum.Enum):
     """``TopicTransactionBufferState.State``; the value is Pulsar's spelling.  (TB-1)"""
 
     NONE = "None"
@@ -111,7 +114,7 @@ class BufferStatus(enum.Enum):
     CLOSED_AND_CLEARED = "ClosedAndCleared"
 
 
-class EntryKind(enum.Enum):
+class EntryKind(PulsarName, enum.Enum):
     """What one topic entry is, as the buffer and the dispatcher classify it (TB-16)."""
 
     NORMAL = "NORMAL"  # a message without a txn id
@@ -130,8 +133,17 @@ class LogEntry:
     kind: EntryKind
     txn_id: TxnID | None = None
 
+    def __hash__(self) -> int:
+        # The same fields the generated hash covers, flattened: a topic's log hashes every entry
+        # it appends (reference.persistent.Log), and the generated one calls three more hashes.
+        p, t = self.position, self.txn_id
+        txn = None if t is None else (t.most_sig_bits, t.least_sig_bits)
+        return hash((p.ledger_id, p.entry_id, self.kind._name_, txn))
 
-# --- snapshot records (TB-20 .. TB-24), with converters to the protobuf messages -------------
+
+# --------------------------------------------------------------------------------------------
+# Snapshot records (TB-20 .. TB-24), with converters to the protobuf messages
+# --------------------------------------------------------------------------------------------
 
 
 def _to_long(value: int) -> int:
@@ -163,8 +175,10 @@ class AbortTxnMetadata:
 
 
 @dataclass(frozen=True, slots=True)
-class TransactionBufferSnapshot:
+class TransactionBufferSnapshot(HashOnce):
     """Single-mode snapshot: ``max_read_position`` and every aborted txn with its marker.  (TB-20)"""
+
+    __hash__ = HashOnce.__hash__
 
     topic_name: str
     max_read_position: Position
@@ -273,8 +287,10 @@ class TransactionBufferSnapshotIndexesMetadata:
 
 
 @dataclass(frozen=True, slots=True)
-class TransactionBufferSnapshotIndexes:
+class TransactionBufferSnapshotIndexes(HashOnce):
     """The segmented mode's snapshot: the segment index plus ``max_read_position`` and unsealed ids.  (TB-22)"""
+
+    __hash__ = HashOnce.__hash__
 
     topic_name: str
     index_list: tuple[TransactionBufferSnapshotIndex, ...]
@@ -296,10 +312,20 @@ class TransactionBufferSnapshotIndexes:
         )
 
 
-# --- entry metadata (TB-16) --------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Entry metadata (TB-16)
+# --------------------------------------------------------------------------------------------
+# The bytes are spec.topic_entry's; what a buffer's entry carries, and how a stored one is
+# classified, is this rule's.
 
 TXN_MARKER_PRODUCER = "pulsar.txn.marker"
-_MARKER_TYPES = {EntryKind.TXN_COMMIT: markers_pb.TXN_COMMIT, EntryKind.TXN_ABORT: markers_pb.TXN_ABORT}
+_MARKER_TYPES = {EntryKind.TXN_COMMIT: topic_entry.TXN_COMMIT_MARKER, EntryKind.TXN_ABORT: topic_entry.TXN_ABORT_MARKER}
+
+
+def marker_type(kind: EntryKind) -> int | None:
+    """The ``marker_type`` of an entry of ``kind``: 21 for a commit marker, 22 for an abort marker,
+    none for a message.  (TB-16)"""
+    return _MARKER_TYPES.get(kind)
 
 
 def entry_metadata(
@@ -308,33 +334,42 @@ def entry_metadata(
     """The ``MessageMetadata`` an entry carries on the wire.  A marker is written by the buffer with
     producer ``pulsar.txn.marker``, sequence id -1 (Java's long, so 2^64-1 as the proto's uint64),
     ``marker_type`` 21 or 22 and the txn id; a transactional message carries the txn id.  (TB-16)"""
-    md = api_pb.MessageMetadata(producer_name=producer_name, sequence_id=sequence_id, publish_time=publish_time_ms)
     if entry.kind.is_marker:
-        md.producer_name = TXN_MARKER_PRODUCER
-        md.sequence_id = (1 << 64) - 1
-        md.marker_type = _MARKER_TYPES[entry.kind]
-    if entry.txn_id is not None:
-        md.txnid_most_bits = entry.txn_id.most_sig_bits
-        md.txnid_least_bits = entry.txn_id.least_sig_bits
-    return md
+        producer_name, sequence_id = TXN_MARKER_PRODUCER, (1 << 64) - 1
+    return topic_entry.message_metadata(
+        topic_entry.TopicEntry(
+            producer_name=producer_name,
+            sequence_id=sequence_id,
+            publish_time=publish_time_ms,
+            txn_id=entry.txn_id,
+            marker_type=marker_type(entry.kind),
+        )
+    )
 
 
 def entry_from_metadata(position: Position, md: api_pb.MessageMetadata) -> LogEntry:
+    """Classify a stored entry by its metadata (:func:`classify_entry`).  (TB-16)"""
+    decoded = topic_entry.entry_from_metadata(md)
+    return classify_entry(position, decoded.marker_type, decoded.txn_id)
+
+
+def classify_entry(position: Position, marker: int | None, txn_id: TxnID | None) -> LogEntry:
     """Classify a stored entry as the buffer and the dispatcher do: ``marker_type`` 21/22 is a txn
     marker (``isTxnMarker``), a txn id without a marker type is a transactional message, anything
     else is a normal message (other server-only markers are outside this machine).  (TB-16)"""
-    txn_id = TxnID(md.txnid_most_bits, md.txnid_least_bits) if md.HasField("txnid_most_bits") else None
-    if md.HasField("marker_type") and md.marker_type in (markers_pb.TXN_COMMIT, markers_pb.TXN_ABORT):
+    if marker in (topic_entry.TXN_COMMIT_MARKER, topic_entry.TXN_ABORT_MARKER):
         if txn_id is None:
             raise ValueError(f"txn marker at {position} without a txn id")
-        kind = EntryKind.TXN_COMMIT if md.marker_type == markers_pb.TXN_COMMIT else EntryKind.TXN_ABORT
+        kind = EntryKind.TXN_COMMIT if marker == topic_entry.TXN_COMMIT_MARKER else EntryKind.TXN_ABORT
         return LogEntry(position, kind, txn_id)
     if txn_id is not None:
         return LogEntry(position, EntryKind.TXN_DATA, txn_id)
     return LogEntry(position, EntryKind.NORMAL)
 
 
-# --- effects ---------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Effects
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,8 +419,10 @@ SnapshotEffect = WriteSnapshot | WriteSnapshotSegment | DeleteSnapshotSegment | 
 
 
 @dataclass(frozen=True, slots=True)
-class SnapshotStore:
+class SnapshotStore(HashOnce):
     """The persisted content of the snapshot system topics for this topic: the fold of snapshot effects."""
+
+    __hash__ = HashOnce.__hash__
 
     snapshot: TransactionBufferSnapshot | None = None
     indexes: TransactionBufferSnapshotIndexes | None = None
@@ -393,22 +430,24 @@ class SnapshotStore:
 
     def apply(self, effect: Effect) -> SnapshotStore:
         if isinstance(effect, WriteSnapshot):
-            return replace(self, snapshot=effect.snapshot)
+            return evolve(self, snapshot=effect.snapshot)
         if isinstance(effect, WriteSnapshotIndexes):
-            return replace(self, indexes=effect.indexes)
+            return evolve(self, indexes=effect.indexes)
         if isinstance(effect, WriteSnapshotSegment):
-            return replace(self, segments=self.segments.set(effect.segment.sequence_id, effect.segment))
+            return evolve(self, segments=self.segments.set(effect.segment.sequence_id, effect.segment))
         if isinstance(effect, DeleteSnapshotSegment):
             # A tombstone for a key the compacted topic no longer holds is harmless.
             if effect.sequence_id not in self.segments:
                 return self
-            return replace(self, segments=self.segments.delete(effect.sequence_id))
+            return evolve(self, segments=self.segments.delete(effect.sequence_id))
         if isinstance(effect, ClearSnapshot):
             return SnapshotStore()
         return self
 
 
-# --- results ---------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,20 +480,24 @@ class Dispatch:
 
 
 @dataclass(frozen=True, slots=True)
-class AbortedSegment:
+class AbortedSegment(HashOnce):
+    __hash__ = HashOnce.__hash__
+
     sequence_id: int
     persistent_position: Position
     aborts: frozenset[TxnID]
 
 
 @dataclass(frozen=True, slots=True)
-class BufferState:
+class BufferState(HashOnce):
+    __hash__ = HashOnce.__hash__
+
     config: Config
     topic: str
     status: BufferStatus
     # --- the managed-ledger view (persisted by the topic, not by the buffer) ---
     ledgers: tuple[LedgerInfo, ...]
-    entries: tuple[LogEntry, ...]
+    entries: Log[LogEntry]  # in position order; a persistent log, so a write does not copy the topic
     # --- the buffer's memory ---
     max_read_position: Position
     ongoing: immutables.Map[TxnID, Position]
@@ -468,6 +511,34 @@ class BufferState:
     next_segment_sequence_id: int
     # --- what the snapshot topics hold for this topic ---
     snapshot_store: SnapshotStore
+    # --- lookups the steps keep beside ``aborted`` and ``unsealed``, so that neither is sorted or
+    # scanned on a step.  Not part of the value (not compared, not hashed): ``__init__`` rebuilds
+    # them, so a state made by hand or by ``replace()`` has them, and the steps keep them current.
+    aborted_by_marker: Log[tuple[Position, TxnID]] = field(init=False, compare=False, repr=False)
+    unsealed_ids: immutables.Map[TxnID, None] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.entries, Log):
+            object.__setattr__(self, "entries", Log(self.entries))
+        object.__setattr__(self, "aborted_by_marker", _by_marker(self.aborted))
+        object.__setattr__(self, "unsealed_ids", _ids(self.unsealed))
+
+
+def _by_marker(aborted: immutables.Map[TxnID, Position]) -> Log[tuple[Position, TxnID]]:
+    """``aborted`` in marker order (ties, which only a hand-made state has, as the map iterates)."""
+    return Log(sorted(((marker, txn_id) for txn_id, marker in aborted.items()), key=lambda pair: pair[0]))
+
+
+def _ids(txn_ids: Iterable[TxnID]) -> immutables.Map[TxnID, None]:
+    return immutables.Map(dict.fromkeys(txn_ids))
+
+
+def _position(entry: LogEntry) -> Position:
+    return entry.position
+
+
+def _ledger_of(entry: LogEntry) -> int:
+    return entry.position.ledger_id
 
 
 def segment_capacity(config: Config, topic: str) -> int:
@@ -500,7 +571,7 @@ def _first_ongoing(state: BufferState) -> tuple[TxnID, Position] | None:
 
 def is_txn_aborted(state: BufferState, txn_id: TxnID) -> bool:
     """``isTxnAborted(txn, position)``: membership only, the position is ignored.  (TB-16)"""
-    if txn_id in state.aborted or txn_id in state.unsealed:
+    if txn_id in state.aborted or txn_id in state.unsealed_ids:
         return True
     return any(txn_id in seg.aborts for seg in state.segments)
 
@@ -528,7 +599,7 @@ def initial(
         topic=topic,
         status=BufferStatus.NONE,
         ledgers=ledgers,
-        entries=(),
+        entries=Log(),
         max_read_position=Position(ledger_id, -1),
         ongoing=immutables.Map(),
         aborted=immutables.Map(),
@@ -551,7 +622,7 @@ def restart(state: BufferState) -> BufferState:
     topics are kept, and a new buffer is constructed in state None with ``max_read_position`` = LAC.  (TB-2)
     """
     fresh = initial(state.config, topic=state.topic, recovered=False)
-    return replace(
+    return evolve(
         fresh,
         ledgers=state.ledgers,
         entries=state.entries,
@@ -656,7 +727,8 @@ Command = (
     | ClearTransactionBufferSnapshot
 )
 
-StepResult = tuple[BufferState, Ok[Any] | Err]
+Result = Ok[Any] | Err
+Step = tuple[BufferState, Result]
 
 
 # --------------------------------------------------------------------------------------------
@@ -671,7 +743,7 @@ def _write(state: BufferState, kind: EntryKind, txn_id: TxnID | None) -> tuple[B
     current = state.ledgers[-1]
     entry = LogEntry(Position(current.ledger_id, current.entries), kind, txn_id)
     ledgers = (*state.ledgers[:-1], LedgerInfo(current.ledger_id, current.entries + 1))
-    return replace(state, ledgers=ledgers, entries=(*state.entries, entry)), entry
+    return evolve(state, ledgers=ledgers, entries=state.entries.append(entry)), entry
 
 
 def _move_max_read_position(state: BufferState, position: Position) -> BufferState:
@@ -679,7 +751,7 @@ def _move_max_read_position(state: BufferState, position: Position) -> BufferSta
     count = state.change_max_read_position_count
     if position > state.max_read_position and state.status is not BufferStatus.NO_SNAPSHOT:
         count += 1
-    return replace(state, max_read_position=position, change_max_read_position_count=count)
+    return evolve(state, max_read_position=position, change_max_read_position_count=count)
 
 
 def _update_max_read_position(state: BufferState) -> BufferState:
@@ -693,8 +765,16 @@ def _snapshot_effect(state: BufferState) -> Effect:
     """The snapshot of the current memory: single record, or the index record in segmented mode.  (TB-20, TB-22)"""
     if state.config.transaction_buffer_segmented_snapshot_enabled:
         return WriteSnapshotIndexes(_indexes(state))
-    aborts = tuple(AbortTxnMetadata(t, p) for t, p in sorted(state.aborted.items(), key=lambda kv: (kv[1], kv[0])))
+    # The marker order is kept (aborted_by_marker); sorting it again only orders equal markers.
+    aborts = tuple(AbortTxnMetadata(t, p) for p, t in sorted(_aborted_in_marker_order(state)))
     return WriteSnapshot(TransactionBufferSnapshot(state.topic, state.max_read_position, aborts))
+
+
+def _aborted_in_marker_order(state: BufferState) -> Iterator[tuple[Position, TxnID]]:
+    """``aborted`` as (marker, txn) pairs, oldest marker first (a txn aborted twice is where its
+    last marker is)."""
+    aborted = state.aborted
+    return ((p, t) for p, t in state.aborted_by_marker if aborted.get(t) == p)
 
 
 def _indexes(state: BufferState) -> TransactionBufferSnapshotIndexes:
@@ -708,11 +788,11 @@ def _persist(state: BufferState, effects: Iterable[Effect]) -> tuple[BufferState
     store = state.snapshot_store
     for effect in effects:
         store = store.apply(effect)
-    return replace(state, snapshot_store=store), effects
+    return evolve(state, snapshot_store=store), effects
 
 
 def _take_snapshot(state: BufferState) -> tuple[BufferState, _Effects]:
-    state = replace(state, change_max_read_position_count=0)
+    state = evolve(state, change_max_read_position_count=0)
     return _persist(state, (_snapshot_effect(state),))
 
 
@@ -738,36 +818,51 @@ def _trim_expired_aborted(state: BufferState) -> tuple[BufferState, _Effects]:
             segments = segments[1:]
         if not effects:
             return state, ()
-        state = replace(state, segments=segments)
+        state = evolve(state, segments=segments)
         effects.append(WriteSnapshotIndexes(_indexes(state)))
         return _persist(state, effects)
     aborted = state.aborted
-    for txn_id, marker in sorted(aborted.items(), key=lambda kv: kv[1]):
-        if _ledger_exists(state, marker.ledger_id):
-            break
-        aborted = aborted.delete(txn_id)
-    return replace(state, aborted=aborted), ()
+    passed = 0  # index pairs looked at: trimmed txns, and stale pairs of txns aborted again since
+    for marker, txn_id in state.aborted_by_marker:
+        if aborted.get(txn_id) == marker:
+            if _ledger_exists(state, marker.ledger_id):
+                break
+            aborted = aborted.delete(txn_id)
+        passed += 1
+    if not passed:
+        return state, ()
+    return evolve(state, aborted=aborted, aborted_by_marker=state.aborted_by_marker.drop_first(passed)), ()
 
 
 def _add_aborted(state: BufferState, txn_id: TxnID, marker: Position) -> tuple[BufferState, _Effects]:
     """Remember an aborted txn; in segmented mode seal a full unsealed list into a segment.  (TB-12, TB-22)"""
     if not state.config.transaction_buffer_segmented_snapshot_enabled:
-        return replace(state, aborted=state.aborted.set(txn_id, marker)), ()
+        return evolve(
+            state,
+            aborted=state.aborted.set(txn_id, marker),
+            aborted_by_marker=state.aborted_by_marker.append((marker, txn_id)),
+        ), ()
     if is_txn_aborted(state, txn_id):
         return state, ()
     unsealed = (*state.unsealed, txn_id)
     if len(unsealed) < segment_capacity(state.config, state.topic):
-        return replace(state, unsealed=unsealed), ()
+        return evolve(state, unsealed=unsealed, unsealed_ids=state.unsealed_ids.set(txn_id, None)), ()
     seq = state.next_segment_sequence_id
     segment = AbortedSegment(seq, marker, frozenset(unsealed))
-    state = replace(state, unsealed=(), segments=(*state.segments, segment), next_segment_sequence_id=seq + 1)
+    state = evolve(
+        state,
+        unsealed=(),
+        unsealed_ids=_ids(()),
+        segments=(*state.segments, segment),
+        next_segment_sequence_id=seq + 1,
+    )
     record = TransactionBufferSnapshotSegment(state.topic, seq, marker, unsealed)
     return _persist(state, (WriteSnapshotSegment(record), WriteSnapshotIndexes(_indexes(state))))
 
 
 def _remove_and_update(state: BufferState, txn_id: TxnID) -> BufferState:
     return _update_max_read_position(
-        replace(state, ongoing=state.ongoing.delete(txn_id) if txn_id in state.ongoing else state.ongoing)
+        evolve(state, ongoing=state.ongoing.delete(txn_id) if txn_id in state.ongoing else state.ongoing)
     )
 
 
@@ -785,7 +880,7 @@ def _internal_append(state: BufferState, txn_id: TxnID) -> tuple[BufferState, Ok
         return state, Err(NotAllowed(message)), ()
     state, entry = _write(state, EntryKind.TXN_DATA, txn_id)
     if txn_id not in state.ongoing and not is_txn_aborted(state, txn_id):
-        state = replace(state, ongoing=state.ongoing.set(txn_id, entry.position))
+        state = evolve(state, ongoing=state.ongoing.set(txn_id, entry.position))
         state = _update_max_read_position(state)
     return state, Ok(entry.position), (AppendEntry(entry),)
 
@@ -794,7 +889,7 @@ def _flush_pending(state: BufferState) -> tuple[BufferState, tuple[AppendOutcome
     """Ready: write the parked appends in arrival order.  (TB-4)"""
     outcomes: list[AppendOutcome] = []
     effects: list[Effect] = []
-    pending, state = state.pending_appends, replace(state, pending_appends=())
+    pending, state = state.pending_appends, evolve(state, pending_appends=())
     for txn_id in pending:
         state, result, eff = _internal_append(state, txn_id)
         effects.extend(eff)
@@ -810,9 +905,13 @@ def _handle_low_water_mark(state: BufferState, txn_id: TxnID, lwm: int) -> tuple
     tc = txn_id.most_sig_bits
     old = state.low_water_marks.get(tc)
     if old is None or lwm > old:
-        state = replace(state, low_water_marks=state.low_water_marks.set(tc, lwm))
+        state = evolve(state, low_water_marks=state.low_water_marks.set(tc, lwm))
     effects: list[Effect] = []
-    while state.status is BufferStatus.READY:
+    # At most one abort per txn ongoing now: each abort ends the txn it aborts, so a correct buffer
+    # never needs more, and a step stays a step (Pulsar's loop is asynchronous, one marker at a time).
+    for _ in range(len(state.ongoing)):
+        if state.status is not BufferStatus.READY:
+            break
         first = _first_ongoing(state)
         if first is None:
             break
@@ -841,15 +940,15 @@ def _abort_core(state: BufferState, txn_id: TxnID) -> tuple[BufferState, Positio
 
 
 # --------------------------------------------------------------------------------------------
-# Step
+# The step
 # --------------------------------------------------------------------------------------------
 
 
-def _not_ready(state: BufferState, what: str) -> StepResult:
+def _not_ready(state: BufferState, what: str) -> Step:
     return state, Err(ServiceUnitNotReady(f"{what}: transaction buffer is {state.status.value}"))
 
 
-def _append_buffer_to_txn(state: BufferState, cmd: AppendBufferToTxn) -> StepResult:
+def _append_buffer_to_txn(state: BufferState, cmd: AppendBufferToTxn) -> Step:
     """Ready: write now; NoSnapshot: park and write the first snapshot; Initializing/FirstSnapshotting:
     park; otherwise ServiceUnitNotReady.  (TB-4, TB-5, TB-6, TB-7, TB-8)"""
     if state.status is BufferStatus.READY:
@@ -857,15 +956,15 @@ def _append_buffer_to_txn(state: BufferState, cmd: AppendBufferToTxn) -> StepRes
         return new, (Ok(result.value, effects) if isinstance(result, Ok) else result)
     if state.status in (BufferStatus.INITIALIZING, BufferStatus.FIRST_SNAPSHOTTING):
         ticket = len(state.pending_appends)
-        return replace(state, pending_appends=(*state.pending_appends, cmd.txn_id)), Ok(Queued(ticket))
+        return evolve(state, pending_appends=(*state.pending_appends, cmd.txn_id)), Ok(Queued(ticket))
     if state.status is BufferStatus.NO_SNAPSHOT:
-        state = replace(state, status=BufferStatus.FIRST_SNAPSHOTTING, pending_appends=(cmd.txn_id,))
+        state = evolve(state, status=BufferStatus.FIRST_SNAPSHOTTING, pending_appends=(cmd.txn_id,))
         state, effects = _persist(state, (_snapshot_effect(state),))
         return state, Ok(Queued(0), effects)
     return _not_ready(state, "appendBufferToTxn")
 
 
-def _publish_message(state: BufferState, cmd: PublishMessage) -> StepResult:
+def _publish_message(state: BufferState, cmd: PublishMessage) -> Step:
     """A normal publish; ``max_read_position`` follows the LAC in NoSnapshot, and in Ready when nothing
     is ongoing; otherwise it stays.  (TB-9)"""
     if state.status in (BufferStatus.CLOSE, BufferStatus.CLOSED_AND_CLEARED):
@@ -876,7 +975,7 @@ def _publish_message(state: BufferState, cmd: PublishMessage) -> StepResult:
     return state, Ok(entry.position, (AppendEntry(entry),))
 
 
-def _end_guard(state: BufferState, what: str) -> StepResult | None:
+def _end_guard(state: BufferState, what: str) -> Step | None:
     if state.status in (BufferStatus.NONE, BufferStatus.INITIALIZING):
         return _not_ready(state, what)
     if state.status in (BufferStatus.CLOSE, BufferStatus.CLOSED_AND_CLEARED):
@@ -884,7 +983,7 @@ def _end_guard(state: BufferState, what: str) -> StepResult | None:
     return None
 
 
-def _commit_txn(state: BufferState, cmd: CommitTxn) -> StepResult:
+def _commit_txn(state: BufferState, cmd: CommitTxn) -> Step:
     """Write a commit marker in any recovered state, even for a txn this buffer never saw (Q6); then
     remove it from ongoing, low water mark, trim, snapshot by count.  (TB-11, TB-13, TB-14)"""
     guard = _end_guard(state, "commitTxn")
@@ -902,7 +1001,7 @@ def _commit_txn(state: BufferState, cmd: CommitTxn) -> StepResult:
     return state, Ok(marker.position, tuple(effects))
 
 
-def _abort_txn(state: BufferState, cmd: AbortTxn) -> StepResult:
+def _abort_txn(state: BufferState, cmd: AbortTxn) -> Step:
     """Outside Ready an abort succeeds and writes nothing (Q6); in Ready: abort marker, aborted set,
     ``max_read_position``, trim, snapshot by count, then the low water mark.  (TB-12, TB-13, TB-14)"""
     guard = _end_guard(state, "abortTxn")
@@ -915,13 +1014,13 @@ def _abort_txn(state: BufferState, cmd: AbortTxn) -> StepResult:
     return state, Ok(marker, (*effects, *eff))
 
 
-def _roll_over_ledger(state: BufferState, cmd: RollOverLedger) -> StepResult:
+def _roll_over_ledger(state: BufferState, cmd: RollOverLedger) -> Step:
     """A new empty ledger becomes current; the LAC does not move.  (TB-2)"""
     new_id = state.ledgers[-1].ledger_id + 1
-    return replace(state, ledgers=(*state.ledgers, LedgerInfo(new_id, 0))), Ok(new_id)
+    return evolve(state, ledgers=(*state.ledgers, LedgerInfo(new_id, 0))), Ok(new_id)
 
 
-def _delete_ledger(state: BufferState, cmd: DeleteLedger) -> StepResult:
+def _delete_ledger(state: BufferState, cmd: DeleteLedger) -> Step:
     """Retention deletes the oldest, non-current ledger once every entry in it is at or before
     ``max_read_position`` of a recovered buffer.  Aborted ids are trimmed later.  (TB-23)"""
     if state.status not in (BufferStatus.READY, BufferStatus.NO_SNAPSHOT):
@@ -931,11 +1030,12 @@ def _delete_ledger(state: BufferState, cmd: DeleteLedger) -> StepResult:
     info = state.ledgers[0]
     if info.entries and Position(info.ledger_id, info.entries - 1) > state.max_read_position:
         return state, Err(NotAllowed(f"ledger {cmd.ledger_id} holds entries after the max read position"))
-    entries = tuple(e for e in state.entries if e.position.ledger_id != cmd.ledger_id)
-    return replace(state, ledgers=state.ledgers[1:], entries=entries), Ok(cmd.ledger_id)
+    # The oldest ledger's entries are the front of the log.
+    stored = state.entries.bisect_right(cmd.ledger_id, key=_ledger_of)
+    return evolve(state, ledgers=state.ledgers[1:], entries=state.entries.drop_first(stored)), Ok(cmd.ledger_id)
 
 
-def _take_snapshot_by_time(state: BufferState, cmd: TakeSnapshot) -> StepResult:
+def _take_snapshot_by_time(state: BufferState, cmd: TakeSnapshot) -> Step:
     """The timer snapshots only a Ready buffer whose ``max_read_position`` moved since the last one.  (TB-21)"""
     if state.status is not BufferStatus.READY or state.change_max_read_position_count == 0:
         return state, Ok(None)
@@ -943,14 +1043,14 @@ def _take_snapshot_by_time(state: BufferState, cmd: TakeSnapshot) -> StepResult:
     return state, Ok(None, effects)
 
 
-def _start_recovery(state: BufferState, cmd: StartRecovery) -> StepResult:
+def _start_recovery(state: BufferState, cmd: StartRecovery) -> Step:
     """None -> Initializing.  (TB-1)"""
     if state.status is not BufferStatus.NONE:
         return state, Err(NotAllowed(f"recovery already started: transaction buffer is {state.status.value}"))
-    return replace(state, status=BufferStatus.INITIALIZING), Ok(None)
+    return evolve(state, status=BufferStatus.INITIALIZING), Ok(None)
 
 
-def _complete_recovery(state: BufferState, cmd: CompleteRecovery) -> StepResult:
+def _complete_recovery(state: BufferState, cmd: CompleteRecovery) -> Step:
     """Initializing -> Ready (a snapshot exists) or NoSnapshot; then the parked appends: with a
     snapshot they are written, without one the first snapshot is written first.  (TB-1, TB-4, TB-24)"""
     if state.status is not BufferStatus.INITIALIZING:
@@ -958,22 +1058,22 @@ def _complete_recovery(state: BufferState, cmd: CompleteRecovery) -> StepResult:
     recovered, sealed = _recover_with_effects(
         state.config, state.topic, state.ledgers, state.entries, state.snapshot_store
     )
-    recovered = replace(recovered, pending_appends=state.pending_appends)
+    recovered = evolve(recovered, pending_appends=state.pending_appends)
     if not recovered.pending_appends:
         return recovered, Ok((), sealed)
     if recovered.status is BufferStatus.READY:
         recovered, outcomes, effects = _flush_pending(recovered)
         return recovered, Ok(outcomes, (*sealed, *effects))
-    recovered = replace(recovered, status=BufferStatus.FIRST_SNAPSHOTTING)
+    recovered = evolve(recovered, status=BufferStatus.FIRST_SNAPSHOTTING)
     recovered, effects = _persist(recovered, (_snapshot_effect(recovered),))
     return recovered, Ok((), (*sealed, *effects))
 
 
-def _complete_first_snapshot(state: BufferState, cmd: CompleteFirstSnapshot) -> StepResult:
+def _complete_first_snapshot(state: BufferState, cmd: CompleteFirstSnapshot) -> Step:
     """FirstSnapshotting -> Ready, then the parked appends in order.  (TB-4)"""
     if state.status is not BufferStatus.FIRST_SNAPSHOTTING:
         return state, Err(NotAllowed(f"no first snapshot in progress: transaction buffer is {state.status.value}"))
-    state, outcomes, effects = _flush_pending(replace(state, status=BufferStatus.READY))
+    state, outcomes, effects = _flush_pending(evolve(state, status=BufferStatus.READY))
     if not state.ongoing and state.max_read_position < last_confirmed_entry(state):
         # Normal publishes made while FirstSnapshotting did not move max_read_position (TB-9); if no
         # parked append became ongoing, catch up now instead of waiting for the next write (TB-4).
@@ -981,55 +1081,60 @@ def _complete_first_snapshot(state: BufferState, cmd: CompleteFirstSnapshot) -> 
     return state, Ok(outcomes, effects)
 
 
-def _reload(state: BufferState, cmd: ReloadTopic) -> StepResult:
+def _reload(state: BufferState, cmd: ReloadTopic) -> Step:
     """A new buffer in None over the same ledgers and snapshot topics; a deleted topic stays deleted.  (TB-2, TB-25)"""
     if state.status is BufferStatus.CLOSED_AND_CLEARED:
         return state, Err(NotAllowed("the topic was deleted"))
     return restart(state), Ok(None)
 
 
-def _close(state: BufferState, cmd: CloseTransactionBuffer) -> StepResult:
+def _close(state: BufferState, cmd: CloseTransactionBuffer) -> Step:
     """Any state -> Close; parked appends fail.  (TB-1)"""
     failed = tuple(AppendOutcome(t, None, "ServiceUnitNotReady") for t in state.pending_appends)
-    return replace(state, status=BufferStatus.CLOSE, pending_appends=()), Ok(failed)
+    return evolve(state, status=BufferStatus.CLOSE, pending_appends=()), Ok(failed)
 
 
-def _clear(state: BufferState, cmd: ClearTransactionBufferSnapshot) -> StepResult:
+def _clear(state: BufferState, cmd: ClearTransactionBufferSnapshot) -> Step:
     """Close -> ClosedAndCleared with a tombstone for the topic's snapshots.  (TB-1, TB-25)"""
     if state.status is not BufferStatus.CLOSE:
         return state, Err(NotAllowed(f"transaction buffer is {state.status.value}, not Close"))
-    state = replace(state, status=BufferStatus.CLOSED_AND_CLEARED)
+    state = evolve(state, status=BufferStatus.CLOSED_AND_CLEARED)
     effects: list[Effect] = [DeleteSnapshotSegment(state.topic, s.sequence_id) for s in state.segments]
     effects.append(ClearSnapshot(state.topic))
     state, out = _persist(state, effects)
     return state, Ok(None, out)
 
 
-_HANDLERS: Mapping[type, Any] = {
-    AppendBufferToTxn: _append_buffer_to_txn,
-    PublishMessage: _publish_message,
-    CommitTxn: _commit_txn,
-    AbortTxn: _abort_txn,
-    RollOverLedger: _roll_over_ledger,
-    DeleteLedger: _delete_ledger,
-    TakeSnapshot: _take_snapshot_by_time,
-    StartRecovery: _start_recovery,
-    CompleteRecovery: _complete_recovery,
-    CompleteFirstSnapshot: _complete_first_snapshot,
-    ReloadTopic: _reload,
-    CloseTransactionBuffer: _close,
-    ClearTransactionBufferSnapshot: _clear,
-}
-
-
-def step(state: BufferState, command: Command) -> StepResult:
+def step(state: BufferState, command: Command) -> Step:
     """Apply one command (TB-1 .. TB-25); a rejected command returns ``state`` unchanged and an Err."""
-    handler = _HANDLERS.get(type(command))
-    if handler is None:
-        raise TypeError(f"not a transaction-buffer command: {command!r}")
-    new, result = handler(state, command)
-    assert isinstance(result, Ok | Err)
-    return new, result
+    match command:
+        case AppendBufferToTxn():
+            return _append_buffer_to_txn(state, command)
+        case PublishMessage():
+            return _publish_message(state, command)
+        case CommitTxn():
+            return _commit_txn(state, command)
+        case AbortTxn():
+            return _abort_txn(state, command)
+        case RollOverLedger():
+            return _roll_over_ledger(state, command)
+        case DeleteLedger():
+            return _delete_ledger(state, command)
+        case TakeSnapshot():
+            return _take_snapshot_by_time(state, command)
+        case StartRecovery():
+            return _start_recovery(state, command)
+        case CompleteRecovery():
+            return _complete_recovery(state, command)
+        case CompleteFirstSnapshot():
+            return _complete_first_snapshot(state, command)
+        case ReloadTopic():
+            return _reload(state, command)
+        case CloseTransactionBuffer():
+            return _close(state, command)
+        case ClearTransactionBufferSnapshot():
+            return _clear(state, command)
+    raise TypeError(f"not a transaction-buffer command: {command!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1046,23 +1151,29 @@ def _entry_visible(state: BufferState, entry: LogEntry) -> bool:
     return False
 
 
+def _readable(state: BufferState, after: Position) -> Iterator[LogEntry]:
+    """The stored entries after ``after`` up to the readable ``max_read_position``, in log order."""
+    limit = readable_max_read_position(state)
+    for e in state.entries.iter_from(state.entries.bisect_right(after, key=_position)):
+        if e.position > limit:
+            return
+        yield e
+
+
 def dispatchable(state: BufferState) -> tuple[Position, ...]:
     """Every position a reader from the start may receive now, in log order: entries at or before the
     readable ``max_read_position`` that are normal messages or messages of a txn not aborted.  What is
     visible of one txn is therefore a prefix of its messages.  (TB-15, TB-16, TB-19)"""
-    limit = readable_max_read_position(state)
-    return tuple(e.position for e in state.entries if e.position <= limit and _entry_visible(state, e))
+    return tuple(e.position for e in _readable(state, EARLIEST) if _entry_visible(state, e))
 
 
 def dispatch(state: BufferState, after: Position = EARLIEST) -> Dispatch:
     """What a cursor whose read position is just after ``after`` reads now: delivered messages, and the
-    markers and aborted-txn messages the dispatcher individually acks instead.  (TB-15, TB-16, TB-17)"""
-    limit = readable_max_read_position(state)
+    markers and aborted-txn messages the dispatcher individually acks instead; what it delivers of
+    one txn is a prefix of its messages.  (TB-15, TB-16, TB-17, TB-19)"""
     delivered: list[Position] = []
     acked: list[Position] = []
-    for e in state.entries:
-        if e.position <= after or e.position > limit:
-            continue
+    for e in _readable(state, after):
         (delivered if _entry_visible(state, e) else acked).append(e.position)
     return Dispatch(tuple(delivered), tuple(acked))
 
@@ -1070,8 +1181,12 @@ def dispatch(state: BufferState, after: Position = EARLIEST) -> Dispatch:
 def last_dispatchable_position(state: BufferState) -> Position:
     """Scan back from the readable ``max_read_position`` over markers and aborted messages; with nothing
     dispatchable, the readable ``max_read_position`` itself.  (TB-18)"""
-    visible = dispatchable(state)
-    return visible[-1] if visible else readable_max_read_position(state)
+    limit = readable_max_read_position(state)
+    entries = state.entries
+    for i in range(entries.bisect_right(limit, key=_position) - 1, -1, -1):
+        if _entry_visible(state, entries[i]):
+            return entries[i].position
+    return limit
 
 
 def get_last_message_id(state: BufferState) -> Ok[Position] | Err:
@@ -1099,7 +1214,7 @@ def recover(
     *,
     topic: str,
     ledgers: tuple[LedgerInfo, ...],
-    entries: tuple[LogEntry, ...],
+    entries: Iterable[LogEntry],
     snapshot_records: Iterable[Effect],
 ) -> BufferState:
     """The buffer a broker builds on topic load from the topic's entries and the snapshot records
@@ -1114,7 +1229,7 @@ def recovery_view(
     topic: str,
     ledger_id: int,
     ledgers: tuple[LedgerInfo, ...],
-    entries: tuple[LogEntry, ...],
+    entries: Iterable[LogEntry],
     snapshot_records: Iterable[Effect],
 ) -> BufferState:
     """What a loading topic's buffer starts from, before it steps :class:`StartRecovery` (TB-1,
@@ -1122,22 +1237,26 @@ def recovery_view(
     store folded from the snapshot records written so far.  The broker's load builds it, and a
     history's ``recover`` operation rebuilds the same state from the same inputs."""
     fresh = initial(config, topic=topic, ledger_id=ledger_id, recovered=False)
-    return replace(fresh, ledgers=ledgers, entries=entries, snapshot_store=_fold_store(snapshot_records))
+    return evolve(fresh, ledgers=ledgers, entries=_as_log(entries), snapshot_store=_fold_store(snapshot_records))
+
+
+def _as_log(entries: Iterable[LogEntry]) -> Log[LogEntry]:
+    return entries if isinstance(entries, Log) else Log(entries)
 
 
 def _recover_with_effects(
     config: Config,
     topic: str,
     ledgers: tuple[LedgerInfo, ...],
-    entries: tuple[LogEntry, ...],
+    entries: Iterable[LogEntry],
     store: SnapshotStore,
 ) -> tuple[BufferState, _Effects]:
     """The recovered state, and the segment records a replay that fills the unsealed list seals
     (Pulsar writes them while recovering, too)."""
-    base = replace(
+    base = evolve(
         initial(config, topic=topic, recovered=False),
         ledgers=ledgers,
-        entries=entries,
+        entries=_as_log(entries),
         snapshot_store=store,
     )
     lac = last_confirmed_entry(base)
@@ -1150,10 +1269,11 @@ def _recover_with_effects(
                 continue  # a trimmed segment whose index entry was not rewritten yet
             segments.append(AbortedSegment(record.sequence_id, record.persistent_position, frozenset(record.aborts)))
         next_seq = max((s.sequence_id for s in segments), default=-1) + 1
-        base = replace(
+        base = evolve(
             base,
             segments=tuple(segments),
             unsealed=store.indexes.snapshot.aborts,
+            unsealed_ids=_ids(store.indexes.snapshot.aborts),
             next_segment_sequence_id=next_seq,
         )
         start = store.indexes.snapshot.max_read_position
@@ -1161,30 +1281,32 @@ def _recover_with_effects(
         # Segmented mode without an index falls back to the single snapshot (the upgrade path, #20235).
         snap = store.snapshot
         if config.transaction_buffer_segmented_snapshot_enabled:
-            base = replace(base, unsealed=tuple(a.txn_id for a in snap.aborts))
+            unsealed = tuple(a.txn_id for a in snap.aborts)
+            base = evolve(base, unsealed=unsealed, unsealed_ids=_ids(unsealed))
         else:
-            base = replace(base, aborted=immutables.Map({a.txn_id: a.marker_position for a in snap.aborts}))
+            aborted = immutables.Map({a.txn_id: a.marker_position for a in snap.aborts})
+            base = evolve(base, aborted=aborted, aborted_by_marker=_by_marker(aborted))
         start = snap.max_read_position
     if start is None:
-        return replace(base, status=BufferStatus.NO_SNAPSHOT, max_read_position=lac), ()
-    state = replace(base, status=BufferStatus.READY, max_read_position=start)
+        return evolve(base, status=BufferStatus.NO_SNAPSHOT, max_read_position=lac), ()
+    state = evolve(base, status=BufferStatus.READY, max_read_position=start)
     effects: list[Effect] = []
-    for entry in entries:
-        if entry.position <= start or entry.txn_id is None:
+    for entry in base.entries.iter_from(base.entries.bisect_right(start, key=_position)):
+        if entry.txn_id is None:
             continue
         txn_id = entry.txn_id
         if entry.kind is EntryKind.TXN_ABORT:
             state, sealed = _add_aborted(state, txn_id, entry.position)
             effects.extend(sealed)
-            state = replace(state, ongoing=state.ongoing.delete(txn_id) if txn_id in state.ongoing else state.ongoing)
+            state = evolve(state, ongoing=state.ongoing.delete(txn_id) if txn_id in state.ongoing else state.ongoing)
         elif entry.kind is EntryKind.TXN_COMMIT:
             if txn_id in state.ongoing:
-                state = replace(state, ongoing=state.ongoing.delete(txn_id))
+                state = evolve(state, ongoing=state.ongoing.delete(txn_id))
         elif txn_id not in state.ongoing and not is_txn_aborted(state, txn_id):
-            state = replace(state, ongoing=state.ongoing.set(txn_id, entry.position))
+            state = evolve(state, ongoing=state.ongoing.set(txn_id, entry.position))
     first = first_ongoing_position(state)
     mrp = _previous(state, first) if first is not None else lac
-    return replace(state, max_read_position=mrp, change_max_read_position_count=0), tuple(effects)
+    return evolve(state, max_read_position=mrp, change_max_read_position_count=0), tuple(effects)
 
 
 # --------------------------------------------------------------------------------------------

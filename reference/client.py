@@ -13,9 +13,10 @@ Rules: ``spec/rules/coordinator.md``, TC-29 .. TC-36 here (the coordinator's TC-
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from reference.conformance import MachineVectors
+from reference.persistent import HashOnce, evolve
 from spec.config import CLIENT_DEFAULT_TXN_TIMEOUT_MS, Config
 from spec.errors import CoordinatorNotFound, InvalidTxnStatus, TransactionNotFound
 from spec.result import Effect, Err, Ok
@@ -44,7 +45,7 @@ _FIRST_TXN = TxnID(0, 0)
 
 
 @dataclass(frozen=True, slots=True)
-class ClientTxn:
+class ClientTxn(HashOnce):
     """One client transaction object.
 
     ``pending_ops`` counts sends and acks of this txn not yet answered; ``op_failed`` remembers
@@ -52,6 +53,8 @@ class ClientTxn:
     abort); ``end_sent`` whether it is on the wire.  ``commit_became_abort`` marks a commit turned
     into an abort because an operation failed (TC-32).
     """
+
+    __hash__ = HashOnce.__hash__
 
     txn_id: TxnID
     state: ClientTxnState
@@ -65,7 +68,9 @@ class ClientTxn:
     commit_became_abort: bool = False
 
 
-# --- effects -------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Effects
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +105,9 @@ class CompleteEnd(Effect):
     error: str | None = None
 
 
-# --- commands ------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,11 +180,11 @@ def _register(txn: ClientTxn, cmd: Send | Ack) -> Step:
     if isinstance(cmd, Send):
         if cmd.topic not in txn.produced_topics:
             effects = (SendAddPartitionToTxn(txn.txn_id, cmd.topic),)
-            txn = replace(txn, produced_topics=txn.produced_topics | {cmd.topic})
+            txn = evolve(txn, produced_topics=txn.produced_topics | {cmd.topic})
     elif cmd.subscription not in txn.acked_subscriptions:
         effects = (SendAddSubscriptionToTxn(txn.txn_id, cmd.subscription),)
-        txn = replace(txn, acked_subscriptions=txn.acked_subscriptions | {cmd.subscription})
-    return replace(txn, pending_ops=txn.pending_ops + 1), Ok(None, effects)
+        txn = evolve(txn, acked_subscriptions=txn.acked_subscriptions | {cmd.subscription})
+    return evolve(txn, pending_ops=txn.pending_ops + 1), Ok(None, effects)
 
 
 def _maybe_send_end(txn: ClientTxn) -> Step:
@@ -187,16 +194,16 @@ def _maybe_send_end(txn: ClientTxn) -> Step:
         return txn, Ok(txn.state)
     action = txn.end_action
     if action is TxnAction.COMMIT and txn.op_failed:
-        txn = replace(txn, state=S.ABORTING, end_action=TxnAction.ABORT, commit_became_abort=True)
+        txn = evolve(txn, state=S.ABORTING, end_action=TxnAction.ABORT, commit_became_abort=True)
         action = TxnAction.ABORT
-    return replace(txn, end_sent=True), Ok(txn.state, (SendEndTxn(txn.txn_id, action),))
+    return evolve(txn, end_sent=True), Ok(txn.state, (SendEndTxn(txn.txn_id, action),))
 
 
 def _op_completed(txn: ClientTxn, cmd: OpCompleted) -> Step:
     """TC-32: an answered operation; the last one may release a waiting commit or abort."""
     if txn.pending_ops == 0:
         raise ValueError(f"{txn.txn_id}: an operation completed but none was pending")
-    txn = replace(txn, pending_ops=txn.pending_ops - 1, op_failed=txn.op_failed or cmd.failed)
+    txn = evolve(txn, pending_ops=txn.pending_ops - 1, op_failed=txn.op_failed or cmd.failed)
     return _maybe_send_end(txn)
 
 
@@ -208,7 +215,7 @@ def _end(txn: ClientTxn, action: TxnAction) -> Step:
     if txn.state is ending and txn.end_sent:
         # A retried commit/abort after a retryable failure: send END_TXN again.
         return txn, Ok(txn.state, (SendEndTxn(txn.txn_id, action),))
-    return _maybe_send_end(replace(txn, state=ending, end_action=action))
+    return _maybe_send_end(evolve(txn, state=ending, end_action=action))
 
 
 def _end_response(txn: ClientTxn, cmd: EndTxnResponse) -> Step:
@@ -221,22 +228,22 @@ def _end_response(txn: ClientTxn, cmd: EndTxnResponse) -> Step:
         # TC-32: the user asked to commit; the abort went through, so their commit fails.
         error = "TransactionHasOperationFailed" if txn.commit_became_abort else None
         user_action = TxnAction.COMMIT if txn.commit_became_abort else action
-        return replace(txn, state=done), Ok(done, (CompleteEnd(user_action, error),))
+        return evolve(txn, state=done), Ok(done, (CompleteEnd(user_action, error),))
     if cmd.error == CoordinatorNotFound.__name__:
         # The TC client retries until the coordinator is loaded.
         return txn, Ok(txn.state, (SendEndTxn(txn.txn_id, action),))
     user_action = TxnAction.COMMIT if txn.commit_became_abort else action
     if cmd.error in (TransactionNotFound.__name__, InvalidTxnStatus.__name__):
-        return replace(txn, state=S.ERROR), Ok(S.ERROR, (CompleteEnd(user_action, cmd.error),))
+        return evolve(txn, state=S.ERROR), Ok(S.ERROR, (CompleteEnd(user_action, cmd.error),))
     # Any other failure leaves the state as it is, so the user may retry (TC-32, TC-33).
-    return replace(txn, end_sent=True), Ok(txn.state, (CompleteEnd(user_action, cmd.error),))
+    return evolve(txn, end_sent=True), Ok(txn.state, (CompleteEnd(user_action, cmd.error),))
 
 
 def _timeout(txn: ClientTxn) -> Step:
     """TC-36: OPEN -> TIME_OUT.  commit/abort cancel the timer, so later firings change nothing."""
     if txn.state is not S.OPEN:
         return txn, Ok(txn.state)
-    return replace(txn, state=S.TIME_OUT), Ok(S.TIME_OUT)
+    return evolve(txn, state=S.TIME_OUT), Ok(S.TIME_OUT)
 
 
 def step(txn: ClientTxn, command: Command) -> Step:

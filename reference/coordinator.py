@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Final
 
 import immutables
 
 from reference.conformance import MachineVectors
+from reference.persistent import HashOnce, evolve
 from spec.config import END_TXN_RETRY_INTERVAL_MS, TIMEOUT_TRACKER_TICK_MS, Config
 from spec.errors import (
     BadRecord,
@@ -48,7 +49,7 @@ from spec.errors import (
 )
 from spec.pb import PulsarApi_pb2, PulsarTransactionMetadata_pb2
 from spec.result import Effect, Err, Ok
-from spec.types import Subscription, TxnAction, TxnID, TxnStatus, can_transition
+from spec.types import PulsarName, Subscription, TxnAction, TxnID, TxnStatus, can_transition
 
 __all__ = [
     "VECTORS",
@@ -88,10 +89,12 @@ __all__ = [
 ]
 
 
-# --- vocabulary ----------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Vocabulary
+# --------------------------------------------------------------------------------------------
 
 
-class StoreState(enum.Enum):
+class StoreState(PulsarName, enum.Enum):
     """``TransactionMetadataStoreState.State``; Pulsar spells them None, Initializing, Ready, Closing, Close."""
 
     NONE = "None"
@@ -101,7 +104,7 @@ class StoreState(enum.Enum):
     CLOSE = "Close"
 
 
-class TxnMetadataOp(enum.IntEnum):
+class TxnMetadataOp(PulsarName, enum.IntEnum):
     """``TransactionMetadataEntry.TransactionMetadataOp``."""
 
     NEW = 0
@@ -191,8 +194,10 @@ class TxnLogRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class TxnMeta:
+class TxnMeta(HashOnce):
     """What the store knows of one live transaction (``TxnMetaImpl`` plus its log record ids)."""
+
+    __hash__ = HashOnce.__hash__
 
     txn_id: TxnID
     status: TxnStatus
@@ -219,8 +224,10 @@ class TxnMeta:
 
 
 @dataclass(frozen=True, slots=True)
-class CoordinatorStats:
+class CoordinatorStats(HashOnce):
     """In-memory counters of the store (TC-20); Pulsar starts them at 0 on every load."""
+
+    __hash__ = HashOnce.__hash__
 
     created: int = 0
     committed: int = 0
@@ -229,13 +236,15 @@ class CoordinatorStats:
 
 
 @dataclass(frozen=True, slots=True)
-class CoordinatorState:
+class CoordinatorState(HashOnce):
     """One coordinator's metadata store.
 
     ``sequence_id`` is ``MLTransactionSequenceIdGenerator``'s counter: the last sequence issued,
     ``-1`` before the first (TC-3).  ``txns`` maps a sequence to its live transaction; finished
     transactions are not in it (TC-9).
     """
+
+    __hash__ = HashOnce.__hash__
 
     config: Config
     coordinator_id: int
@@ -246,7 +255,9 @@ class CoordinatorState:
     stats: CoordinatorStats = field(default_factory=CoordinatorStats)
 
 
-# --- effects -------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Effects
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +305,9 @@ class CloseTransactionLog(Effect):
     """Close the transaction log's managed ledger; deliver :class:`TransactionLogClosed` when done."""
 
 
-# --- commands ------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,7 +472,9 @@ _ENDING: Final = {TxnAction.COMMIT: TxnStatus.COMMITTING, TxnAction.ABORT: TxnSt
 _FINAL: Final = {TxnAction.COMMIT: TxnStatus.COMMITTED, TxnAction.ABORT: TxnStatus.ABORTED}
 
 
-# --- construction --------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Construction
+# --------------------------------------------------------------------------------------------
 
 
 def initial(config: Config, coordinator_id: int = 0, store_state: StoreState = StoreState.READY) -> CoordinatorState:
@@ -477,7 +492,9 @@ def initial(config: Config, coordinator_id: int = 0, store_state: StoreState = S
     )
 
 
-# --- queries -------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Observers
+# --------------------------------------------------------------------------------------------
 
 
 def low_water_mark(state: CoordinatorState) -> int:
@@ -510,7 +527,9 @@ def live_record_ids(state: CoordinatorState) -> frozenset[int]:
     return frozenset(rid for meta in state.txns.values() for rid in meta.record_ids)
 
 
-# --- helpers -------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
 
 
 def _not_ready(state: CoordinatorState) -> Err | None:
@@ -550,6 +569,8 @@ def _may_access(state: CoordinatorState, meta: TxnMeta, caller: str | None) -> b
 
 
 def _record(state: CoordinatorState, op: TxnMetadataOp, txn_id: TxnID, now_ms: int, **fields: object) -> TxnLogRecord:
+    """A ``TransactionMetadataEntry`` to write (TC-26).  The step hands it out as an
+    :class:`AppendRecord` effect and from then on treats it as durable (TC-28)."""
     return TxnLogRecord(
         metadata_op=op,
         txn_id=txn_id,
@@ -564,22 +585,24 @@ def _invalid_status(txn_id: TxnID, expected: TxnStatus, actual: TxnStatus) -> In
 
 
 def _with_meta(state: CoordinatorState, meta: TxnMeta, *, records: int = 0, **changes: object) -> CoordinatorState:
-    return replace(
+    return evolve(
         state,
         txns=state.txns.set(meta.txn_id.least_sig_bits, meta),
         next_record_id=state.next_record_id + records,
-        **changes,  # type: ignore[arg-type]
+        **changes,
     )
 
 
-# --- lifecycle (TC-1) ----------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Lifecycle (TC-1)
+# --------------------------------------------------------------------------------------------
 
 
 def _init_store(state: CoordinatorState, cmd: InitStore) -> Step:
     """TC-1, TC-23: None -> Initializing, the sequence generator primed from the log."""
     if state.store_state is not StoreState.NONE:
         return state, Err(TransactionMetadataStoreState(f"cannot init a store in state {state.store_state.value}"))
-    return replace(
+    return evolve(
         state, store_state=StoreState.INITIALIZING, sequence_id=max(state.sequence_id, cmd.max_local_txn_id)
     ), Ok(None)
 
@@ -588,17 +611,19 @@ def _close_store(state: CoordinatorState) -> Step:
     """TC-1: None/Initializing/Ready -> Closing (compare-and-set)."""
     if state.store_state not in (StoreState.NONE, StoreState.INITIALIZING, StoreState.READY):
         return state, Err(TransactionMetadataStoreState(f"cannot close a store in state {state.store_state.value}"))
-    return replace(state, store_state=StoreState.CLOSING), Ok(None, (CloseTransactionLog(),))
+    return evolve(state, store_state=StoreState.CLOSING), Ok(None, (CloseTransactionLog(),))
 
 
 def _log_closed(state: CoordinatorState) -> Step:
     """TC-1: Closing -> Close."""
     if state.store_state is not StoreState.CLOSING:
         return state, Err(TransactionMetadataStoreState(f"store is {state.store_state.value}, not Closing"))
-    return replace(state, store_state=StoreState.CLOSE), Ok(None)
+    return evolve(state, store_state=StoreState.CLOSE), Ok(None)
 
 
-# --- replay (TC-21 .. TC-24) ---------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Replay (TC-21 .. TC-24)
+# --------------------------------------------------------------------------------------------
 
 
 def _replay(state: CoordinatorState, cmd: HandleMetadataEntry) -> Step:
@@ -616,7 +641,7 @@ def _replay(state: CoordinatorState, cmd: HandleMetadataEntry) -> Step:
         raise ValueError(f"record_id={rid} must be >= 0")
     seq = rec.txn_id.least_sig_bits
     # TC-23: defence in depth; in a consistent log this never raises the interceptor's value.
-    base = replace(
+    base = evolve(
         state,
         next_record_id=max(state.next_record_id, rid + 1),
         sequence_id=max(state.sequence_id, rec.max_local_txn_id if rec.max_local_txn_id is not None else -1),
@@ -625,7 +650,7 @@ def _replay(state: CoordinatorState, cmd: HandleMetadataEntry) -> Step:
     meta = base.txns.get(seq)
     if rec.metadata_op is TxnMetadataOp.NEW:
         if meta is not None:
-            return _with_meta(base, replace(meta, record_ids=(*meta.record_ids, rid))), Ok(None)
+            return _with_meta(base, evolve(meta, record_ids=(*meta.record_ids, rid))), Ok(None)
         start = rec.start_time or 0
         fresh = TxnMeta(
             txn_id=TxnID(state.coordinator_id, seq),
@@ -638,7 +663,7 @@ def _replay(state: CoordinatorState, cmd: HandleMetadataEntry) -> Step:
             owner=rec.owner,
             record_ids=(rid,),
         )
-        return _with_meta(replace(base, sequence_id=max(base.sequence_id, seq)), fresh), Ok(None)
+        return _with_meta(evolve(base, sequence_id=max(base.sequence_id, seq)), fresh), Ok(None)
     if meta is None:
         return drop  # TC-21: orphan
     last_mod = rec.last_modification_time if rec.last_modification_time is not None else meta.last_modification_time
@@ -646,10 +671,10 @@ def _replay(state: CoordinatorState, cmd: HandleMetadataEntry) -> Step:
         if meta.status is not TxnStatus.OPEN:
             return drop  # TC-22
         if rec.metadata_op is TxnMetadataOp.ADD_PARTITION:
-            meta = replace(meta, produced_partitions=meta.produced_partitions | frozenset(rec.partitions))
+            meta = evolve(meta, produced_partitions=meta.produced_partitions | frozenset(rec.partitions))
         else:
-            meta = replace(meta, acked_subscriptions=meta.acked_subscriptions | frozenset(rec.subscriptions))
-        return _with_meta(base, replace(meta, record_ids=(*meta.record_ids, rid), last_modification_time=last_mod)), Ok(
+            meta = evolve(meta, acked_subscriptions=meta.acked_subscriptions | frozenset(rec.subscriptions))
+        return _with_meta(base, evolve(meta, record_ids=(*meta.record_ids, rid), last_modification_time=last_mod)), Ok(
             None
         )
     # UPDATE: TxnMetaImpl.updateTxnStatus, which has no same-status shortcut (that is the store's).
@@ -658,8 +683,8 @@ def _replay(state: CoordinatorState, cmd: HandleMetadataEntry) -> Step:
         return drop  # TC-22
     record_ids = (*meta.record_ids, rid)
     if new.is_terminal:
-        return replace(base, txns=base.txns.delete(seq)), Ok(None, (DeleteRecords(record_ids),))
-    return _with_meta(base, replace(meta, status=new, record_ids=record_ids, last_modification_time=last_mod)), Ok(None)
+        return evolve(base, txns=base.txns.delete(seq)), Ok(None, (DeleteRecords(record_ids),))
+    return _with_meta(base, evolve(meta, status=new, record_ids=record_ids, last_modification_time=last_mod)), Ok(None)
 
 
 def _replay_complete(state: CoordinatorState) -> Step:
@@ -676,10 +701,12 @@ def _replay_complete(state: CoordinatorState) -> Step:
         for _, meta in sorted(state.txns.items())
         if meta.status in (TxnStatus.COMMITTING, TxnStatus.ABORTING)
     )
-    return replace(state, store_state=StoreState.READY), Ok(None, effects)
+    return evolve(state, store_state=StoreState.READY), Ok(None, effects)
 
 
-# --- store operations ----------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Store operations
+# --------------------------------------------------------------------------------------------
 
 
 def _new_txn(state: CoordinatorState, cmd: NewTxn) -> Step:
@@ -694,7 +721,7 @@ def _new_txn(state: CoordinatorState, cmd: NewTxn) -> Step:
         return state, Err(IllegalArgument("Owner can't be blank"))
     seq = state.sequence_id + 1
     txn_id = TxnID(state.coordinator_id, seq)
-    grown = replace(state, sequence_id=seq)
+    grown = evolve(state, sequence_id=seq)
     rid = state.next_record_id
     record = _record(
         grown, TxnMetadataOp.NEW, txn_id, cmd.now_ms, start_time=cmd.now_ms, timeout_ms=cmd.timeout_ms, owner=cmd.owner
@@ -710,7 +737,7 @@ def _new_txn(state: CoordinatorState, cmd: NewTxn) -> Step:
         owner=cmd.owner,
         record_ids=(rid,),
     )
-    after = _with_meta(grown, meta, records=1, stats=replace(state.stats, created=state.stats.created + 1))
+    after = _with_meta(grown, meta, records=1, stats=evolve(state.stats, created=state.stats.created + 1))
     effects: tuple[Effect, ...] = (AppendRecord(rid, record),)
     if cmd.timeout_ms < TIMEOUT_TRACKER_TICK_MS:
         # TC-19: the tracker aborts at once instead of queueing.
@@ -739,10 +766,10 @@ def _add_to_txn(state: CoordinatorState, cmd: AddPartitionToTxn | AddSubscriptio
             (AppendRecord(rid, record), DeleteRecords((rid,))),
         )
     if isinstance(cmd, AddPartitionToTxn):
-        meta = replace(found, produced_partitions=found.produced_partitions | frozenset(cmd.partitions))
+        meta = evolve(found, produced_partitions=found.produced_partitions | frozenset(cmd.partitions))
     else:
-        meta = replace(found, acked_subscriptions=found.acked_subscriptions | frozenset(cmd.subscriptions))
-    meta = replace(meta, last_modification_time=cmd.now_ms, record_ids=(*found.record_ids, rid))
+        meta = evolve(found, acked_subscriptions=found.acked_subscriptions | frozenset(cmd.subscriptions))
+    meta = evolve(meta, last_modification_time=cmd.now_ms, record_ids=(*found.record_ids, rid))
     return _with_meta(state, meta, records=1), Ok(None, (AppendRecord(rid, record),))
 
 
@@ -776,22 +803,24 @@ def _update_txn_status(
         )
     stats = state.stats
     if new is TxnStatus.ABORTING and is_timeout:
-        stats = replace(stats, timeout=stats.timeout + 1)
+        stats = evolve(stats, timeout=stats.timeout + 1)
     record_ids = (*meta.record_ids, rid)
     if new.is_terminal:
         # TC-9: forget the txn at once, then delete every record it ever had.
         stats = (
-            replace(stats, committed=stats.committed + 1)
+            evolve(stats, committed=stats.committed + 1)
             if new is TxnStatus.COMMITTED
-            else replace(stats, aborted=stats.aborted + 1)
+            else evolve(stats, aborted=stats.aborted + 1)
         )
-        after = replace(state, txns=state.txns.delete(txn_id.least_sig_bits), next_record_id=rid + 1, stats=stats)
+        after = evolve(state, txns=state.txns.delete(txn_id.least_sig_bits), next_record_id=rid + 1, stats=stats)
         return after, Ok(new, (*written, DeleteRecords(record_ids)))
-    meta = replace(meta, status=new, last_modification_time=now_ms, record_ids=record_ids)
+    meta = evolve(meta, status=new, last_modification_time=now_ms, record_ids=record_ids)
     return _with_meta(state, meta, records=1, stats=stats), Ok(new, written)
 
 
-# --- ending a transaction (TC-13 .. TC-16) -------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Ending a transaction (TC-13 .. TC-16)
+# --------------------------------------------------------------------------------------------
 
 
 def _retry(txn_id: TxnID, action: TxnAction, is_timeout: bool, error: DomainError, effects: tuple[Effect, ...]) -> Err:
@@ -862,7 +891,9 @@ def _end_in_buffer_result(state: CoordinatorState, cmd: EndTxnInTransactionBuffe
     return after, result
 
 
-# --- timeouts (TC-18, TC-19) ---------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Timeouts (TC-18, TC-19)
+# --------------------------------------------------------------------------------------------
 
 
 def _tick(state: CoordinatorState, cmd: Tick) -> Step:
@@ -889,7 +920,9 @@ def _tick(state: CoordinatorState, cmd: Tick) -> Step:
     return state, Ok(tuple(aborted), tuple(effects))
 
 
-# --- queries as commands -------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Queries as commands
+# --------------------------------------------------------------------------------------------
 
 
 def _get_txn_meta(state: CoordinatorState, cmd: GetTxnMeta | GetTxnStatus) -> Step:
@@ -905,7 +938,9 @@ def _slow(state: CoordinatorState, cmd: GetSlowTransactions) -> Step:
     return state, Ok(tuple(meta.txn_id for _, meta in sorted(state.txns.items()) if meta.timeout_ms > cmd.timeout_ms))
 
 
-# --- the step ------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# The step
+# --------------------------------------------------------------------------------------------
 
 
 def step(state: CoordinatorState, command: Command) -> Step:
@@ -944,7 +979,9 @@ def step(state: CoordinatorState, command: Command) -> Step:
     raise TypeError(f"not a coordinator command: {command!r}")
 
 
-# --- recovery (TC-21 .. TC-25) -------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Recovery (TC-21 .. TC-25)
+# --------------------------------------------------------------------------------------------
 
 
 def recover(
@@ -956,7 +993,8 @@ def recover(
     next_record_id: int = 0,
 ) -> tuple[CoordinatorState, tuple[Effect, ...]]:
     """Load a coordinator from its log: the fold of :class:`HandleMetadataEntry` over the
-    ``(record_id, record)`` pairs still live, in log order (TC-21 .. TC-24).
+    ``(record_id, record)`` pairs still live, in log order (TC-21 .. TC-24); what a crash keeps
+    (TC-25).
 
     ``max_local_txn_id`` is what the sequence-id interceptor recovered: the value on the log's
     last entry (live or not) or the ledger property written at roll-over (TC-23).  Returns the
@@ -971,7 +1009,7 @@ def recover(
         effects.extend(result.effects)
     state, result = step(state, ReplayComplete())
     effects.extend(result.effects)
-    return replace(state, next_record_id=max(state.next_record_id, next_record_id)), tuple(effects)
+    return evolve(state, next_record_id=max(state.next_record_id, next_record_id)), tuple(effects)
 
 
 def after_crash(state: CoordinatorState) -> CoordinatorState:
@@ -981,7 +1019,7 @@ def after_crash(state: CoordinatorState) -> CoordinatorState:
     the same; the sequence is the same (given the interceptor's value); the record-id counter
     continues above the highest live record; the counters start again at zero."""
     records = live_record_ids(state)
-    return replace(
+    return evolve(
         state,
         store_state=StoreState.READY,
         next_record_id=max(records) + 1 if records else 0,
@@ -989,7 +1027,9 @@ def after_crash(state: CoordinatorState) -> CoordinatorState:
     )
 
 
-# --- vectors -------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# Vectors adapter
+# --------------------------------------------------------------------------------------------
 
 
 def _observe_status(state: CoordinatorState, txn_id: TxnID) -> TxnStatus | None:

@@ -23,18 +23,19 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final
 
 import immutables
 
 from reference.conformance import MachineVectors
+from reference.persistent import HashOnce, evolve
 from spec.config import PENDING_ACK_INIT_BACKOFF_INITIAL_MS, Config
 from spec.errors import BadRecord, DomainError, NotAllowed, ServiceUnitNotReady, TransactionConflict
 from spec.jsonvalues import from_json
 from spec.pb import TransactionPendingAck_pb2 as pb
 from spec.result import Effect, Err, Ok
-from spec.types import INT64_MAX, AckType, MessageState, Position, TxnID, bits_to_words, words_to_bits
+from spec.types import INT64_MAX, AckType, MessageState, Position, PulsarName, TxnID, bits_to_words, words_to_bits
 
 __all__ = [
     "VECTORS",
@@ -93,11 +94,12 @@ def _full(batch_size: int) -> int:
     return (1 << batch_size) - 1
 
 
-# ---------------------------------------------------------------------------------------------
-# Words
+# --------------------------------------------------------------------------------------------
+# Vocabulary
+# --------------------------------------------------------------------------------------------
 
 
-class HandleState(enum.Enum):
+class HandleState(PulsarName, enum.Enum):
     """PendingAckHandleState (PA-17)."""
 
     NONE = "None"
@@ -107,7 +109,7 @@ class HandleState(enum.Enum):
     CLOSED = "Close"
 
 
-class SubType(enum.Enum):
+class SubType(PulsarName, enum.Enum):
     """CommandSubscribe.SubType; only whether cumulative acks are honoured matters here (PA-10)."""
 
     Exclusive = 0
@@ -116,7 +118,7 @@ class SubType(enum.Enum):
     Key_Shared = 3
 
 
-class PendingAckOp(enum.IntEnum):
+class PendingAckOp(PulsarName, enum.IntEnum):
     """TransactionPendingAck.proto ``PendingAckOp``."""
 
     ACK = 1
@@ -124,7 +126,7 @@ class PendingAckOp(enum.IntEnum):
     ABORT = 3
 
 
-class PositionInPendingAck(enum.Enum):
+class PositionInPendingAck(PulsarName, enum.Enum):
     """The admin answer of ``checkPositionInPendingAckState`` (PA-21)."""
 
     PendingAckNotReady = "PendingAckNotReady"
@@ -185,8 +187,10 @@ class AckBits:
 
 
 @dataclass(frozen=True, slots=True)
-class CumulativeSlot:
+class CumulativeSlot(HashOnce):
     """``cumulativeAckOfTransaction``: the one (txn, position) pair a subscription holds (PA-9)."""
+
+    __hash__ = HashOnce.__hash__
 
     txn_id: TxnID
     position: Position
@@ -199,13 +203,15 @@ _EMPTY_BATCH: Final[immutables.Map[Position, AckBits]] = immutables.Map()
 
 
 @dataclass(frozen=True, slots=True)
-class CursorView:
+class CursorView(HashOnce):
     """The subscription cursor as the pending-ack rules read it.
 
     An entry is deleted when it is at or below ``mark_delete_position`` or in
     ``individually_deleted``; ``batch_deleted`` holds the acked indexes of batch entries deleted
     only in part (never empty, never all of the entry).
     """
+
+    __hash__ = HashOnce.__hash__
 
     mark_delete_position: Position = _FIRST_LEDGER_START
     individually_deleted: frozenset[Position] = frozenset()
@@ -222,8 +228,9 @@ class CursorView:
         return 0 if bits is None or bits.acked is None else bits.acked
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # Log records (PA-15)
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,8 +290,9 @@ class PendingAckRecord:
         return cls.from_pb(entry)
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # Effects
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,8 +344,9 @@ class ScheduleInitRetry(Effect):
     delay_ms: int
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # Commands
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,12 +453,15 @@ class Ignored:
     reason: str
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # State
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class PendingAckState:
+class PendingAckState(HashOnce):
+    __hash__ = HashOnce.__hash__
+
     config: Config
     sub_type: SubType
     cursor: CursorView
@@ -471,6 +483,10 @@ class PendingAckState:
     current_index_lag: int
     max_index_lag: int
     log_mark_delete: int
+
+
+Result = Ok[Any] | Err
+Step = tuple[PendingAckState, Result]
 
 
 @dataclass(frozen=True, slots=True)
@@ -523,7 +539,8 @@ def initial(
     return PendingAckState(
         config=config,
         sub_type=sub_type,
-        cursor=cursor if cursor is not None else CursorView(),
+        # normal, as the steps keep it (PA-3): a cursor given from outside may not be yet
+        cursor=_normalize_cursor(cursor) if cursor is not None else CursorView(),
         handle_state=HandleState.NONE,
         individual_ack_of_transaction=immutables.Map(),
         txn_order=(),
@@ -541,8 +558,9 @@ def initial(
     )
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # Observers
+# --------------------------------------------------------------------------------------------
 
 
 def message_state(state: PendingAckState, position: Position, batch_index: int | None = None) -> MessageState:
@@ -593,16 +611,24 @@ def txn_positions(state: PendingAckState, txn_id: TxnID) -> tuple[tuple[Position
     return tuple((p, held[p].acked) for p in sorted(held))
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # Cursor (what the pending-ack rules need of ManagedCursor)
+# --------------------------------------------------------------------------------------------
 
 
-def _normalize_cursor(cursor: CursorView) -> CursorView:
-    """Fold contiguous individual deletes into the mark-delete position, within its ledger (PA-3)."""
+def _normalize_cursor(cursor: CursorView, *, was_normal: bool = False) -> CursorView:
+    """Fold contiguous individual deletes into the mark-delete position, within its ledger (PA-3).
+
+    ``was_normal``: the cursor was normal before one entry was individually deleted, so the fold
+    is all there is to do (nothing else lies at or below the mark-delete position)."""
     md = cursor.mark_delete_position
-    deleted = set(cursor.individually_deleted)
+    deleted = cursor.individually_deleted
+    folded = []
     while md.next() in deleted:
         md = md.next()
+        folded.append(md)
+    if was_normal:
+        return CursorView(md, deleted.difference(folded), cursor.batch_deleted) if folded else cursor
     kept_deleted = frozenset(p for p in deleted if p > md)
     batch = cursor.batch_deleted
     for p in [p for p in batch if p <= md or p in kept_deleted]:
@@ -624,9 +650,14 @@ def _cursor_delete(cursor: CursorView, position: Position, batch_size: int, acke
         if merged & _full(size) != _full(size):
             if merged == 0:
                 return cursor
-            return replace(cursor, batch_deleted=cursor.batch_deleted.set(position, AckBits(size, merged)))
+            return evolve(cursor, batch_deleted=cursor.batch_deleted.set(position, AckBits(size, merged)))
     batch = cursor.batch_deleted.delete(position) if position in cursor.batch_deleted else cursor.batch_deleted
-    return _normalize_cursor(CursorView(cursor.mark_delete_position, cursor.individually_deleted | {position}, batch))
+    deleted = CursorView(cursor.mark_delete_position, cursor.individually_deleted | {position}, batch)
+    # The steps keep the cursor normal, so only deleting the entry right after the mark-delete
+    # position gives it something to fold.
+    if position == cursor.mark_delete_position.next():
+        return _normalize_cursor(deleted, was_normal=True)
+    return deleted
 
 
 def _cursor_mark_delete(cursor: CursorView, position: Position, batch_size: int, acked: int | None) -> CursorView:
@@ -643,20 +674,38 @@ def _cursor_mark_delete(cursor: CursorView, position: Position, batch_size: int,
     return moved
 
 
-def _strip_deleted(state: PendingAckState) -> PendingAckState:
+def _strip_deleted(
+    state: PendingAckState, touched: Iterable[Position] | None = None, *, mark_delete_moved: bool = False
+) -> PendingAckState:
     """Cursor wins: drop from the pending maps every entry and bit the cursor has deleted (PA-3, PA-11).
 
     Also drops the cumulative slot once the mark-delete position reached it, and forgets a txn
     whose individual acks the cursor has all taken (replay could not rebuild it once the log
     holding its acks is trimmed, PA-16).
+
+    A live step passes the entries its cursor change deleted (``touched``), and whether a
+    cumulative ack moved the mark-delete position (then every held entry at or below it is looked
+    at): the cursor won over every other entry when it deleted it, so only these can hold
+    something the cursor deleted.  Without ``touched`` (replay, over a cursor read from outside)
+    every held entry is looked at.
     """
     cursor = state.cursor
+    combined = state.individual_ack_positions
+    if touched is None:
+        candidates = set(combined.keys())
+    else:
+        candidates = {p for p in touched if p in combined}
+        if mark_delete_moved:
+            md = cursor.mark_delete_position
+            candidates.update(p for p in combined if p <= md)
     txns = state.individual_ack_of_transaction
-    for txn, held in state.individual_ack_of_transaction.items():
-        new_held = _strip_map(cursor, held)
-        if new_held is not held:
-            txns = txns.set(txn, new_held) if new_held else txns.delete(txn)
-    positions = _strip_map(cursor, state.individual_ack_positions)
+    positions = combined
+    if candidates:
+        for txn, held in state.individual_ack_of_transaction.items():
+            new_held = _strip_map(cursor, held, candidates)
+            if new_held is not held:
+                txns = txns.set(txn, new_held) if new_held else txns.delete(txn)
+        positions = _strip_map(cursor, combined, candidates)
     slot = state.cumulative_ack
     if slot is not None and slot.position <= cursor.mark_delete_position:
         slot = None
@@ -667,7 +716,7 @@ def _strip_deleted(state: PendingAckState) -> PendingAckState:
     ):
         return state
     order = state.txn_order if len(txns) == len(state.txn_order) else tuple(t for t in state.txn_order if t in txns)
-    return replace(
+    return evolve(
         state,
         individual_ack_of_transaction=txns,
         individual_ack_positions=positions,
@@ -676,9 +725,14 @@ def _strip_deleted(state: PendingAckState) -> PendingAckState:
     )
 
 
-def _strip_map(cursor: CursorView, held: immutables.Map[Position, AckBits]) -> immutables.Map[Position, AckBits]:
+def _strip_map(
+    cursor: CursorView, held: immutables.Map[Position, AckBits], candidates: Iterable[Position]
+) -> immutables.Map[Position, AckBits]:
     out = held
-    for position, bits in held.items():
+    for position in candidates:
+        bits = held.get(position)
+        if bits is None:
+            continue
         deleted = cursor.deleted_bits(position)
         if deleted is None:
             out = out.delete(position)
@@ -688,26 +742,27 @@ def _strip_map(cursor: CursorView, held: immutables.Map[Position, AckBits]) -> i
     return out
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # The log: append, sparse index, trimming
+# --------------------------------------------------------------------------------------------
 
 
 def _append(state: PendingAckState, record: PendingAckRecord) -> tuple[PendingAckState, list[Effect]]:
     """Append one record and do the index bookkeeping of its callback (PA-15, PA-16)."""
     record_id = state.next_record_id
     effects: list[Effect] = [AppendPendingAckRecord(record_id, record)]
-    state = replace(state, next_record_id=record_id + 1)
-    state, trim = _index_record(state, record, record_id)
+    state, trim = _index_record(state, record, record_id, next_record_id=record_id + 1)
     if trim is not None:
         effects.append(trim)
     return state, effects
 
 
 def _index_record(
-    state: PendingAckState, record: PendingAckRecord, record_id: int
+    state: PendingAckState, record: PendingAckRecord, record_id: int, *, next_record_id: int
 ) -> tuple[PendingAckState, TrimPendingAckLog | None]:
     """MLPendingAckStore's sparse index: every ``maxIndexLag`` records, remember (max acked
-    position -> record id); then pop what the cursor's mark-delete covers and trim the log (PA-16)."""
+    position -> record id); then pop what the cursor's mark-delete covers and trim the log (PA-16).
+    ``next_record_id`` is the id counter after this record."""
     max_ack = state.max_ack_position
     if record.op is PendingAckOp.ACK:
         for acked in record.positions:
@@ -720,7 +775,14 @@ def _index_record(
         index = (*tuple(e for e in index if e[0] < max_ack), (max_ack, record_id))
         lag = 0
         max_lag = _next_lag(state.config, len(index))
-    state = replace(state, max_ack_position=max_ack, current_index_lag=lag, log_index=index, max_index_lag=max_lag)
+    state = evolve(
+        state,
+        next_record_id=next_record_id,
+        max_ack_position=max_ack,
+        current_index_lag=lag,
+        log_index=index,
+        max_index_lag=max_lag,
+    )
     return _clear_useless_log_data(state)
 
 
@@ -731,7 +793,7 @@ def _clear_useless_log_data(state: PendingAckState) -> tuple[PendingAckState, Tr
         return state, None
     kept = tuple(e for e in state.log_index if e[0] > md)
     last = popped[-1][1]
-    trimmed = replace(
+    trimmed = evolve(
         state,
         log_index=kept,
         log_mark_delete=max(state.log_mark_delete, last),
@@ -740,8 +802,9 @@ def _clear_useless_log_data(state: PendingAckState) -> tuple[PendingAckState, Tr
     return trimmed, TrimPendingAckLog(last)
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # The rules, shared by the live path and replay
+# --------------------------------------------------------------------------------------------
 
 
 def _individual_conflict(
@@ -795,7 +858,7 @@ def _apply_individual(state: PendingAckState, txn: TxnID, positions: Sequence[Ac
     if not held:
         return state
     order = state.txn_order if txn in state.individual_ack_of_transaction else (*state.txn_order, txn)
-    return replace(
+    return evolve(
         state,
         individual_ack_of_transaction=state.individual_ack_of_transaction.set(txn, held),
         individual_ack_positions=combined,
@@ -853,8 +916,8 @@ def _commit_individual(state: PendingAckState, txn: TxnID) -> tuple[PendingAckSt
         cursor = _cursor_delete(cursor, position, bits.batch_size, bits.acked)
         acks.append(_wire(position, bits.batch_size, bits.acked))
         combined = _release(combined, position, bits.acked)
-    state = _forget(replace(state, cursor=cursor, individual_ack_positions=combined), txn)
-    return _strip_deleted(state), [CursorIndividualAck(tuple(acks))] if acks else []
+    state = _forget(state, txn, cursor=cursor, individual_ack_positions=combined)
+    return _strip_deleted(state, held.keys()), [CursorIndividualAck(tuple(acks))] if acks else []
 
 
 def _abort_individual(state: PendingAckState, txn: TxnID) -> tuple[PendingAckState, list[Effect]]:
@@ -865,7 +928,7 @@ def _abort_individual(state: PendingAckState, txn: TxnID) -> tuple[PendingAckSta
     combined = state.individual_ack_positions
     for position, bits in held.items():
         combined = _release(combined, position, bits.acked)
-    state = _forget(replace(state, individual_ack_positions=combined), txn)
+    state = _forget(state, txn, individual_ack_positions=combined)
     redeliver = tuple(sorted(held))
     return state, [RedeliverUnacknowledgedMessages(redeliver)] if redeliver else []
 
@@ -882,11 +945,20 @@ def _release(
     return combined.set(position, AckBits(existing.batch_size, rest)) if rest else combined.delete(position)
 
 
-def _forget(state: PendingAckState, txn: TxnID) -> PendingAckState:
-    return replace(
+def _without(order: tuple[TxnID, ...], txn: TxnID) -> tuple[TxnID, ...]:
+    if txn not in order:
+        return order
+    at = order.index(txn)
+    return order[:at] + order[at + 1 :]
+
+
+def _forget(state: PendingAckState, txn: TxnID, **changes: Any) -> PendingAckState:
+    """The state without ``txn``'s individual acks, with ``changes`` made at the same time."""
+    return evolve(
         state,
+        **changes,
         individual_ack_of_transaction=state.individual_ack_of_transaction.delete(txn),
-        txn_order=tuple(t for t in state.txn_order if t != txn),
+        txn_order=_without(state.txn_order, txn),
     )
 
 
@@ -900,15 +972,16 @@ def _commit_cumulative(state: PendingAckState) -> tuple[PendingAckState, list[Ef
     slot = state.cumulative_ack
     assert slot is not None
     cursor = _cursor_mark_delete(state.cursor, slot.position, slot.batch_size, slot.acked)
-    state = _strip_deleted(replace(state, cursor=cursor, cumulative_ack=None))
+    state = _strip_deleted(evolve(state, cursor=cursor, cumulative_ack=None), (slot.position,), mark_delete_moved=True)
     return state, [CursorCumulativeAck(_wire(slot.position, slot.batch_size, slot.acked))]
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # Live commands
+# --------------------------------------------------------------------------------------------
 
 
-def _individual_ack(state: PendingAckState, cmd: IndividualAck) -> tuple[PendingAckState, Ok[Any] | Err]:
+def _individual_ack(state: PendingAckState, cmd: IndividualAck) -> Step:
     """Individual txn ack: check every position first; a conflict fails the whole request and
     writes nothing; an accepted request is logged, then applied (PA-4 .. PA-8)."""
     error = _individual_conflict(state, cmd.positions, replay=False)
@@ -918,7 +991,7 @@ def _individual_ack(state: PendingAckState, cmd: IndividualAck) -> tuple[Pending
     return _apply_individual(state, cmd.txn_id, cmd.positions), Ok(None, tuple(effects))
 
 
-def _cumulative_ack(state: PendingAckState, cmd: CumulativeAck) -> tuple[PendingAckState, Ok[Any] | Err]:
+def _cumulative_ack(state: PendingAckState, cmd: CumulativeAck) -> Step:
     """Cumulative txn ack: one owner of the slot, strictly advancing (PA-9, PA-10)."""
     acked = cmd.positions[0]
     error = _cumulative_conflict(state, cmd.txn_id, acked)
@@ -927,7 +1000,7 @@ def _cumulative_ack(state: PendingAckState, cmd: CumulativeAck) -> tuple[Pending
     record = PendingAckRecord(PendingAckOp.ACK, AckType.CUMULATIVE, cmd.txn_id, cmd.positions)
     state, effects = _append(state, record)
     slot = CumulativeSlot(cmd.txn_id, acked.position, acked.batch_size, acked.acked)
-    return replace(state, cumulative_ack=slot), Ok(None, tuple(effects))
+    return evolve(state, cumulative_ack=slot), Ok(None, tuple(effects))
 
 
 def _end_txn(state: PendingAckState, txn: TxnID, lwm: int, commit: bool) -> tuple[PendingAckState, list[Effect]]:
@@ -944,7 +1017,7 @@ def _end_txn(state: PendingAckState, txn: TxnID, lwm: int, commit: bool) -> tupl
                 state, more = _commit_cumulative(state)
                 effects += more
             else:
-                state = replace(state, cumulative_ack=None)
+                state = evolve(state, cumulative_ack=None)
     has_individual = txn in state.individual_ack_of_transaction
     if has_individual or (slot is None and (commit or state.individual_ack_of_transaction)):
         state, more = _append(state, PendingAckRecord(op, AckType.INDIVIDUAL, txn))
@@ -962,7 +1035,7 @@ def _handle_low_water_mark(state: PendingAckState, txn: TxnID, lwm: int) -> tupl
     the watermark of its coordinator (PA-14)."""
     tc = txn.most_sig_bits
     if lwm > state.low_water_marks.get(tc, -1):
-        state = replace(state, low_water_marks=state.low_water_marks.set(tc, lwm))
+        state = evolve(state, low_water_marks=state.low_water_marks.set(tc, lwm))
     effects: list[Effect] = []
     while state.txn_order:
         first = state.txn_order[0]
@@ -973,7 +1046,7 @@ def _handle_low_water_mark(state: PendingAckState, txn: TxnID, lwm: int) -> tupl
     return state, effects
 
 
-def _normal_ack(state: PendingAckState, cmd: NormalAck) -> tuple[PendingAckState, Ok[Any] | Err]:
+def _normal_ack(state: PendingAckState, cmd: NormalAck) -> Step:
     """A non-transactional ack is applied to the cursor; the cursor wins over pending acks (PA-10, PA-11)."""
     cursor = state.cursor
     if cmd.ack_type is AckType.CUMULATIVE:
@@ -988,7 +1061,9 @@ def _normal_ack(state: PendingAckState, cmd: NormalAck) -> tuple[PendingAckState
             if acked.acked != 0:
                 cursor = _cursor_delete(cursor, acked.position, acked.batch_size, acked.acked)
         effect = CursorIndividualAck(cmd.positions)
-    return _strip_deleted(replace(state, cursor=cursor)), Ok(None, (effect,))
+    touched = [acked.position for acked in cmd.positions]
+    cumulative = cmd.ack_type is AckType.CUMULATIVE
+    return _strip_deleted(evolve(state, cursor=cursor), touched, mark_delete_moved=cumulative), Ok(None, (effect,))
 
 
 def _ignored_cumulative(state: PendingAckState, positions: Sequence[AckedPosition]) -> Ignored | None:
@@ -1001,7 +1076,7 @@ def _ignored_cumulative(state: PendingAckState, positions: Sequence[AckedPositio
     return None
 
 
-def _run_txn_command(state: PendingAckState, cmd: TxnCommand) -> tuple[PendingAckState, Ok[Any] | Err]:
+def _run_txn_command(state: PendingAckState, cmd: TxnCommand) -> Step:
     if isinstance(cmd, IndividualAck):
         return _individual_ack(state, cmd)
     if isinstance(cmd, CumulativeAck):
@@ -1010,43 +1085,45 @@ def _run_txn_command(state: PendingAckState, cmd: TxnCommand) -> tuple[PendingAc
     return state, Ok(None, tuple(effects))
 
 
-def step(state: PendingAckState, command: Command) -> tuple[PendingAckState, Ok[Any] | Err]:
+def step(state: PendingAckState, command: Command) -> Step:
     """Apply one command (PA-1 .. PA-18)."""
-    if isinstance(command, NormalAck):
-        return _normal_ack(state, command)
-    if isinstance(command, CumulativeAck) and (ignored := _ignored_cumulative(state, command.positions)):
-        return state, Ok(ignored)
-    if isinstance(command, IndividualAck | CumulativeAck | CommitTxn | AbortTxn):
-        return _txn_command(state, command)
-    if isinstance(command, PendingAckInitComplete):
-        return _init_complete(state)
-    if isinstance(command, PendingAckInitFailed):
-        return _init_failed(state, command.retryable)
-    if isinstance(command, RetryPendingAckInit):
-        return _retry_init(state)
-    if isinstance(command, ClosePendingAckHandle):
-        return _close(state)
-    if isinstance(command, ReloadSubscription):
-        reloaded = recover(
-            state.config,
-            ((r.record_id, r.record) for r in command.records),
-            cursor=state.cursor,
-            sub_type=state.sub_type,
-            log_mark_delete=state.log_mark_delete,
-            next_record_id=state.next_record_id,
-        )
-        return reloaded, Ok(None)
+    match command:
+        case NormalAck():
+            return _normal_ack(state, command)
+        case CumulativeAck() if ignored := _ignored_cumulative(state, command.positions):
+            return state, Ok(ignored)
+        case IndividualAck() | CumulativeAck() | CommitTxn() | AbortTxn():
+            return _txn_command(state, command)
+        case PendingAckInitComplete():
+            return _init_complete(state)
+        case PendingAckInitFailed():
+            return _init_failed(state, command.retryable)
+        case RetryPendingAckInit():
+            return _retry_init(state)
+        case ClosePendingAckHandle():
+            return _close(state)
+        case ReloadSubscription():
+            reloaded = recover(
+                state.config,
+                ((r.record_id, r.record) for r in command.records),
+                cursor=state.cursor,
+                sub_type=state.sub_type,
+                log_mark_delete=state.log_mark_delete,
+                next_record_id=state.next_record_id,
+            )
+            return reloaded, Ok(None)
     raise TypeError(f"not a pending-ack command: {command!r}")
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # The handle's lifecycle (PA-17)
+# --------------------------------------------------------------------------------------------
 
 _NOT_REPLAYED: Final = "PendingAckHandle not replay error!"
 _CLOSED: Final = "PendingAckHandle have been closed!"
 
 
-def _txn_command(state: PendingAckState, cmd: TxnCommand) -> tuple[PendingAckState, Ok[Any] | Err]:
+def _txn_command(state: PendingAckState, cmd: TxnCommand) -> Step:
     """Txn ops run when Ready, queue while None/Initializing (the first one starts the lazy
     initialisation) and fail when Error or Closed (PA-17)."""
     handle = state.handle_state
@@ -1058,16 +1135,16 @@ def _txn_command(state: PendingAckState, cmd: TxnCommand) -> tuple[PendingAckSta
         return state, Err(ServiceUnitNotReady(_CLOSED))
     queued = (*state.queued, cmd)
     if handle is HandleState.NONE and state.init_attempts == 0:
-        state = replace(state, handle_state=HandleState.INITIALIZING, queued=queued)
+        state = evolve(state, handle_state=HandleState.INITIALIZING, queued=queued)
         return state, Ok(Queued(len(queued)), (InitPendingAckStore(),))
-    return replace(state, queued=queued), Ok(Queued(len(queued)))
+    return evolve(state, queued=queued), Ok(Queued(len(queued)))
 
 
-def _init_complete(state: PendingAckState) -> tuple[PendingAckState, Ok[Any] | Err]:
+def _init_complete(state: PendingAckState) -> Step:
     if state.handle_state is not HandleState.INITIALIZING:
         return state, Err(NotAllowed(f"pending-ack init completed while {state.handle_state.value}"))
     queued = state.queued
-    state = replace(state, handle_state=HandleState.READY, queued=(), init_attempts=0)
+    state = evolve(state, handle_state=HandleState.READY, queued=(), init_attempts=0)
     outcomes: list[Ok[Any] | Err] = []
     effects: list[Effect] = []
     for cmd in queued:
@@ -1082,31 +1159,32 @@ def _outcome_value(outcome: Ok[Any] | Err) -> Ok[Any] | Err:
     return Ok(outcome.value) if isinstance(outcome, Ok) else Err(outcome.error)
 
 
-def _init_failed(state: PendingAckState, retryable: bool) -> tuple[PendingAckState, Ok[Any] | Err]:
+def _init_failed(state: PendingAckState, retryable: bool) -> Step:
     if state.handle_state is not HandleState.INITIALIZING:
         return state, Err(NotAllowed(f"pending-ack init failed while {state.handle_state.value}"))
     if retryable:
         attempt = state.init_attempts + 1
         delay = PENDING_ACK_INIT_BACKOFF_INITIAL_MS << (attempt - 1)
-        state = replace(state, handle_state=HandleState.NONE, init_attempts=attempt)
+        state = evolve(state, handle_state=HandleState.NONE, init_attempts=attempt)
         return state, Ok(None, (ScheduleInitRetry(attempt, delay),))
     failed = tuple(Err(ServiceUnitNotReady(_NOT_REPLAYED)) for _ in state.queued)
-    return replace(state, handle_state=HandleState.ERROR, queued=(), init_attempts=0), Ok(failed)
+    return evolve(state, handle_state=HandleState.ERROR, queued=(), init_attempts=0), Ok(failed)
 
 
-def _retry_init(state: PendingAckState) -> tuple[PendingAckState, Ok[Any] | Err]:
+def _retry_init(state: PendingAckState) -> Step:
     if state.handle_state is not HandleState.NONE or state.init_attempts == 0:
         return state, Err(NotAllowed(f"no pending-ack init retry is due while {state.handle_state.value}"))
-    return replace(state, handle_state=HandleState.INITIALIZING), Ok(None, (InitPendingAckStore(),))
+    return evolve(state, handle_state=HandleState.INITIALIZING), Ok(None, (InitPendingAckStore(),))
 
 
-def _close(state: PendingAckState) -> tuple[PendingAckState, Ok[Any] | Err]:
+def _close(state: PendingAckState) -> Step:
     failed = tuple(Err(ServiceUnitNotReady(_CLOSED)) for _ in state.queued)
-    return replace(state, handle_state=HandleState.CLOSED, queued=(), init_attempts=0), Ok(failed)
+    return evolve(state, handle_state=HandleState.CLOSED, queued=(), init_attempts=0), Ok(failed)
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # Replay (PA-18, PA-19)
+# --------------------------------------------------------------------------------------------
 
 
 def replay_record(state: PendingAckState, record_id: int, record: PendingAckRecord) -> PendingAckState:
@@ -1126,25 +1204,19 @@ def replay_record(state: PendingAckState, record_id: int, record: PendingAckReco
                 and _cum_key(acked.position, acked.batch_size, acked.acked)
                 > _cum_key(slot.position, slot.batch_size, slot.acked)
             ):
-                state = replace(
-                    state, cumulative_ack=CumulativeSlot(txn, acked.position, acked.batch_size, acked.acked)
-                )
+                state = evolve(state, cumulative_ack=CumulativeSlot(txn, acked.position, acked.batch_size, acked.acked))
     elif record.ack_type is AckType.CUMULATIVE:
         slot = state.cumulative_ack
         if slot is not None and slot.txn_id == txn:
             state = (
-                _commit_cumulative(state)[0]
-                if record.op is PendingAckOp.COMMIT
-                else replace(state, cumulative_ack=None)
+                _commit_cumulative(state)[0] if record.op is PendingAckOp.COMMIT else evolve(state, cumulative_ack=None)
             )
     elif record.op is PendingAckOp.COMMIT:
         state = _commit_individual(state, txn)[0]
     else:
         state = _abort_individual(state, txn)[0]
     state = _strip_deleted(state)
-    state, _trim = _index_record(
-        replace(state, next_record_id=max(state.next_record_id, record_id + 1)), record, record_id
-    )
+    state, _trim = _index_record(state, record, record_id, next_record_id=max(state.next_record_id, record_id + 1))
     return state
 
 
@@ -1164,7 +1236,7 @@ def recover(
     ``ready=False`` the handle is left Initializing, so requests queue until
     :class:`PendingAckInitComplete` (a broker that reloads a subscription whose log exists).
     """
-    state = replace(
+    state = evolve(
         initial(config, sub_type=sub_type, cursor=_normalize_cursor(cursor)),
         log_mark_delete=log_mark_delete,
         next_record_id=log_mark_delete + 1,
@@ -1175,8 +1247,8 @@ def recover(
             continue
         state = replay_record(state, record_id, record)
     if next_record_id is not None:
-        state = replace(state, next_record_id=max(state.next_record_id, next_record_id))
-    return replace(state, handle_state=HandleState.READY if ready else HandleState.INITIALIZING)
+        state = evolve(state, next_record_id=max(state.next_record_id, next_record_id))
+    return evolve(state, handle_state=HandleState.READY if ready else HandleState.INITIALIZING)
 
 
 def surviving_records(effects: Iterable[Effect]) -> list[tuple[int, PendingAckRecord]]:
@@ -1191,8 +1263,9 @@ def surviving_records(effects: Iterable[Effect]) -> list[tuple[int, PendingAckRe
     return [(i, r) for i, r in appended if i > trimmed]
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # Vectors adapter
+# --------------------------------------------------------------------------------------------
 
 
 def _decode_init(config: Config, init: Mapping[str, Any]) -> PendingAckState:
@@ -1210,7 +1283,7 @@ def _decode_init(config: Config, init: Mapping[str, Any]) -> PendingAckState:
     handle = from_json(init.get("handle_state", "NONE"), HandleState, "$.init.handle_state")
     if handle is HandleState.READY:
         # A subscription whose (empty) store is already open.
-        state = replace(state, handle_state=HandleState.READY)
+        state = evolve(state, handle_state=HandleState.READY)
     elif handle is not HandleState.NONE:
         raise ValueError("init handle_state must be NONE or READY")
     return state

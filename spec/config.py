@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import itertools
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -143,6 +145,24 @@ class Config:
     # --- managed ledger and security (what the engine needs) -----------------------------------
     managed_ledger_max_entries_per_ledger: int = _key("managedLedgerMaxEntriesPerLedger", 50000, _min(1))
     managed_ledger_max_size_per_ledger_mbytes: int = _key("managedLedgerMaxSizePerLedgerMbytes", 2048, _min(1))
+    max_message_size: int = _key(
+        "maxMessageSize", 5 * 1024 * 1024, _min(1), "Bytes; a protocol frame may be 10 KiB longer (serve)."
+    )
+    # --- topic auto-creation (what ``txnmodel serve`` needs) -----------------------------------
+    allow_auto_topic_creation: bool = _key(
+        "allowAutoTopicCreation", True, doc="A lookup, producer or consumer of an unknown topic creates it."
+    )
+    allow_auto_topic_creation_type: str = _key(
+        "allowAutoTopicCreationType",
+        "non-partitioned",
+        lambda v: (
+            None if v in ("partitioned", "non-partitioned") else f"must be partitioned or non-partitioned, got {v!r}"
+        ),
+        "What auto-creation creates.",
+    )
+    default_num_partitions: int = _key(
+        "defaultNumPartitions", 1, _min(1), "Partitions of an auto-created partitioned topic."
+    )
     authentication_enabled: bool = _key("authenticationEnabled", False)
     authorization_enabled: bool = _key("authorizationEnabled", False)
     super_user_roles: tuple[str, ...] = _key("superUserRoles", ())
@@ -196,20 +216,50 @@ class Config:
         return cls().with_overrides(overrides)
 
     @classmethod
-    def from_broker_conf(cls, text: str) -> Config:
-        """Parse broker.conf text (``key=value`` lines, ``#`` comments); keys we do not model
-        are ignored because a real broker.conf holds hundreds of them."""
+    def from_broker_conf(cls, text: str, *, where: str = "broker.conf") -> Config:
+        """Parse broker.conf text as Pulsar does: Java properties (``java.util.Properties.load``).
+
+        Every syntax of the format is accepted: ``key=value``, ``key: value``, ``key value``,
+        ``\\`` line continuations, ``#`` and ``!`` comments, ``\\uXXXX`` and the other escapes; a
+        key given twice keeps its last value.  Keys we do not model are ignored (a real broker.conf
+        holds hundreds).  A blank value keeps the default, as Pulsar's ``FieldParser.update`` does
+        for scalar fields (and makes a list key empty).  A bad value is a :class:`BadConfig` naming
+        the key and the line it starts on; a malformed ``\\u`` escape names the line.
+        """
+        import javaproperties
+
         known = set(cls.broker_conf_keys())
-        overrides: dict[str, str] = {}
-        for number, line in enumerate(text.splitlines(), start=1):
-            stripped = line.strip()
-            if not stripped or stripped.startswith("#"):
-                continue
-            if "=" not in stripped:
-                raise BadConfig(f"line {number}", f"expected key=value, got {stripped!r}")
-            key, _, value = stripped.partition("=")
-            if key.strip() in known:
-                overrides[key.strip()] = value.strip()
+        raw: dict[str, tuple[str, int]] = {}
+        line = 1
+        elements = javaproperties.parse(text)
+        while True:
+            try:
+                element = next(elements)
+            except StopIteration:
+                break
+            except javaproperties.InvalidUEscapeError as exc:
+                start = _offset_of_line(text, line)
+                at = text.find(exc.escape, start)
+                bad = line + _line_breaks(text[start:at]) if at >= 0 else line
+                named = re.match(r"[ \t\f]*([^ \t\f=:\r\n]*)", text[start:])
+                raise BadConfig(
+                    named.group(1) if named and named.group(1) else f"line {bad}",
+                    f"malformed \\uXXXX escape {exc.escape!r} (Java properties need four hex digits)",
+                    where=f"{where} line {bad}",
+                ) from None
+            if isinstance(element, javaproperties.KeyValue) and element.key in known:
+                raw[element.key] = (element.value, line)
+            line += _line_breaks(element.source)
+        overrides: dict[str, Any] = {}
+        for key, (value, number) in raw.items():
+            attr = _KEY_TO_ATTR[key]
+            if not value.strip() and _FIELD_TYPES[attr] != "tuple[str, ...]":
+                continue  # blank: Pulsar keeps the default of a scalar field
+            try:
+                overrides[key] = _coerce(key, _FIELD_TYPES[attr], value)
+                cls.from_mapping({key: overrides[key]})  # each key's range alone, to name its line
+            except BadConfig as exc:
+                raise BadConfig(key, exc.problem, where=f"{where} line {number}") from None
         return cls.from_mapping(overrides)
 
 
@@ -217,6 +267,21 @@ class Config:
 QUIRKS: Final[Mapping[str, Mapping[str, Any]]] = {
     "append-after-abort": {"txnmodelQuirkAppendAfterAbort": True},
 }
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # the line terminators of java.util.Properties
+
+
+def _line_breaks(text: str) -> int:
+    return len(_LINE_BREAK.findall(text))
+
+
+def _offset_of_line(text: str, line: int) -> int:
+    """The offset where ``line`` (1-based) starts."""
+    if line <= 1:
+        return 0
+    found = list(itertools.islice(_LINE_BREAK.finditer(text), line - 1))
+    return found[-1].end() if found else len(text)
 
 
 _KEY_TO_ATTR: dict[str, str] = {f.metadata["key"]: f.name for f in dataclasses.fields(Config)}

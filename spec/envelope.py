@@ -26,6 +26,7 @@ from google.protobuf.message import DecodeError, Message
 from spec.errors import BadEnvelope, BadRecord, TruncatedInput, UnsupportedVersion
 from spec.pb import PulsarTransactionMetadata_pb2 as tc_pb
 from spec.pb import TransactionPendingAck_pb2 as pa_pb
+from spec.types import PulsarName
 from spec.wire import check_message
 
 __all__ = [
@@ -46,7 +47,7 @@ PREFIX_LENGTH: Final = 4
 _PREFIX: Final = struct.Struct(">HH")
 
 
-class LogKind(enum.Enum):
+class LogKind(PulsarName, enum.Enum):
     """Which log an entry belongs to; each has its own record and batch message."""
 
     TRANSACTION_LOG = "transaction_log"

@@ -17,16 +17,21 @@ import enum
 from dataclasses import dataclass
 from typing import ClassVar
 
+from spec.types import PulsarName
+
 __all__ = [
     "BadConfig",
     "BadEnvelope",
     "BadRecord",
+    "BadTopicEntry",
     "BadVector",
     "BucketNotExist",
     "BucketSnapshotPersistence",
     "BucketSnapshotSerialization",
+    "ChecksumMismatch",
     "CoordinatorNotFound",
     "DomainError",
+    "FrameTooLarge",
     "IllegalArgument",
     "InputError",
     "InvalidTxnStatus",
@@ -55,8 +60,8 @@ __all__ = [
 ]
 
 
-class ServerError(enum.IntEnum):
-    """The subset of PulsarApi.proto's ``ServerError`` that transactions use."""
+class ServerError(PulsarName, enum.IntEnum):
+    """PulsarApi.proto's ``ServerError``: the code of every failed request on the wire."""
 
     UnknownError = 0
     MetadataError = 1
@@ -65,11 +70,25 @@ class ServerError(enum.IntEnum):
     AuthorizationError = 4
     ConsumerBusy = 5
     ServiceNotReady = 6
+    ProducerBlockedQuotaExceededError = 7
+    ProducerBlockedQuotaExceededException = 8
+    ChecksumError = 9
+    UnsupportedVersionError = 10
+    TopicNotFound = 11
+    SubscriptionNotFound = 12
+    ConsumerNotFound = 13
+    TooManyRequests = 14
+    TopicTerminatedError = 15
+    ProducerBusy = 16
+    InvalidTopicName = 17
+    IncompatibleSchema = 18
+    ConsumerAssignError = 19
     TransactionCoordinatorNotFound = 20
     InvalidTxnStatus = 21
     NotAllowedError = 22
     TransactionConflict = 23
     TransactionNotFound = 24
+    ProducerFenced = 25
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,12 +315,38 @@ class BadRecord(InputError):
         super().__init__(f"{message} (at byte offset {offset})", where=where)
 
 
-class BadConfig(InputError):
-    """A config key that does not exist or a value out of range; names the key."""
+class ChecksumMismatch(BadRecord):
+    """A message's CRC32C does not match its bytes (the wire's ``ChecksumError``)."""
 
-    def __init__(self, key: str, message: str) -> None:
+
+class FrameTooLarge(InputError):
+    """A protocol frame longer than the connection allows (``maxMessageSize`` plus Pulsar's padding)."""
+
+    def __init__(self, message: str, *, size: int, limit: int, where: str | None = None) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f"{message}: {size} bytes, the limit is {limit}", where=where)
+
+
+class BadTopicEntry(BadRecord, ValueError):
+    """Bytes that are not a topic entry (``spec.topic_entry``): a metadata size or a batch message
+    that runs past the end, metadata that does not parse, bytes after a batch's last message.
+    ``reason`` is the message without the location.  Also a ``ValueError``, which the broker's own
+    entry decoder raised before the codec moved here."""
+
+    def __init__(self, message: str, *, offset: int, where: str | None = None) -> None:
+        self.reason = message
+        super().__init__(message, offset=offset, where=where)
+
+
+class BadConfig(InputError):
+    """A config key that does not exist or a value out of range; names the key (and, read from a
+    file, where: ``broker.conf line 12``)."""
+
+    def __init__(self, key: str, message: str, *, where: str | None = None) -> None:
         self.key = key
-        super().__init__(f"{key}: {message}")
+        self.problem = message
+        super().__init__(f"{key}: {message}", where=where)
 
 
 class BadVector(InputError):

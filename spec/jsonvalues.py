@@ -11,10 +11,17 @@ BatchedPosition   ``[ledger_id, entry_id, batch_size, batch_index]`` ``[3, 12, 1
 Subscription      ``[topic, subscription]``                       ``["t1", "sub"]``
 enum              its name                                        ``"COMMITTING"``
 dataclass         object of its fields, plus ``"@type"``          ``{"@type": "Ok", ...}``
-tuple, frozenset  array (frozenset sorted)                        ``[1, 2]``
+tuple, frozenset  array (frozenset sorted, see below)             ``[9, 10, 60, 130]``
 mapping           array of ``[key, value]`` pairs, sorted by key  ``[[[0, 1], "OPEN"]]``
 bytes             ``{"@bytes": "<hex>"}``
 ================  ==============================================  ==========================
+
+Sets and mappings have no order of their own; their arrays are sorted in one total order of JSON
+values (:func:`json_order`), so another implementation can produce the same arrays without our
+classes: ``null`` < ``false`` < ``true`` < numbers (numerically) < strings (by Unicode code point)
+< arrays (element by element, a prefix first) < objects (by their sorted ``[key, value]`` pairs).
+Numbers sort as numbers, never as their JSON text (``[9, 10, 60, 130]``, not ``[10, 130, 60, 9]``);
+a TxnID ``[0, 9]`` sorts before ``[0, 10]``.
 
 Decoding is driven by the target's type hints, so ``[0, 7]`` becomes a TxnID where a TxnID is
 expected and a Position where a Position is expected.  Errors say which JSON path is wrong.
@@ -27,7 +34,7 @@ import enum
 import functools
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import immutables
@@ -35,7 +42,7 @@ from pyroaring import BitMap, FrozenBitMap
 
 from spec.types import BatchedPosition, Position, Subscription, TxnID
 
-__all__ = ["JsonError", "from_json", "to_json"]
+__all__ = ["JsonError", "from_json", "json_order", "to_json"]
 
 JSON = Any
 
@@ -74,22 +81,39 @@ def to_json(value: object) -> JSON:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, JSON] = {"@type": type(value).__name__}
         for f in dataclasses.fields(value):
-            out[f.name] = to_json(getattr(value, f.name))
+            if f.compare:  # a field outside equality (a cache, an index) is not part of the value
+                out[f.name] = to_json(getattr(value, f.name))
         return out
     if isinstance(value, Mapping | immutables.Map):
         pairs = [[to_json(k), to_json(v)] for k, v in value.items()]
-        return sorted(pairs, key=_sort_key)
+        return sorted(pairs, key=json_order)
     if isinstance(value, frozenset | set):
-        return sorted((to_json(v) for v in value), key=_sort_key)
-    if isinstance(value, tuple | list):
+        return sorted((to_json(v) for v in value), key=json_order)
+    if isinstance(value, tuple | list | Sequence) and not isinstance(value, str | bytes):
+        # any other sequence (a machine's persistent log) is spelled as the tuple it stands for
         return [to_json(v) for v in value]
     raise TypeError(f"no JSON spelling for {type(value).__name__}")
 
 
-def _sort_key(item: JSON) -> str:
-    import json
+_OrderKey = tuple[Any, ...]
 
-    return json.dumps(item, sort_keys=True)
+
+def json_order(item: JSON) -> _OrderKey:
+    """The sort key of a JSON value in the total order sets and mappings are spelled in (module
+    docstring): kind first (null, false, true, number, string, array, object), then the value."""
+    if item is None:
+        return (0,)
+    if isinstance(item, bool):  # before int: JSON booleans are not numbers
+        return (1, item)
+    if isinstance(item, int | float):
+        return (2, item)
+    if isinstance(item, str):
+        return (3, item)
+    if isinstance(item, list | tuple):
+        return (4, tuple(json_order(v) for v in item))
+    if isinstance(item, dict):
+        return (5, tuple((key, json_order(item[key])) for key in sorted(item)))
+    raise TypeError(f"not a JSON value: {type(item).__name__}")
 
 
 def from_json(data: JSON, target: Any, path: str = "$") -> Any:

@@ -11,7 +11,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import total_ordering
-from typing import Final
+from typing import Final, cast
 
 __all__ = [
     "EARLIEST",
@@ -25,6 +25,7 @@ __all__ = [
     "LedgerInfo",
     "MessageState",
     "Position",
+    "PulsarName",
     "Subscription",
     "TxnAction",
     "TxnID",
@@ -40,6 +41,8 @@ UINT64_MAX: Final = (1 << 64) - 1
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> int:
+    if type(value) is int and low <= value <= high:
+        return value  # the common case, first: every step builds positions and ids
     # bool is an int subclass; a True txn id is always a caller's mistake.
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
@@ -48,7 +51,6 @@ def _check_int(name: str, value: object, low: int, high: int) -> int:
     return value
 
 
-@total_ordering
 @dataclass(frozen=True, slots=True)
 class TxnID:
     """A transaction id: ``(most_sig_bits, least_sig_bits)``.
@@ -77,10 +79,27 @@ class TxnID:
     def sequence(self) -> int:
         return self.least_sig_bits
 
+    # The four orderings spelled out (not functools.total_ordering, whose derived ones cost two
+    # calls each): ids are compared on every step.
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, TxnID):
             return NotImplemented
         return (self.most_sig_bits, self.least_sig_bits) < (other.most_sig_bits, other.least_sig_bits)
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, TxnID):
+            return NotImplemented
+        return (self.most_sig_bits, self.least_sig_bits) <= (other.most_sig_bits, other.least_sig_bits)
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, TxnID):
+            return NotImplemented
+        return (self.most_sig_bits, self.least_sig_bits) > (other.most_sig_bits, other.least_sig_bits)
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, TxnID):
+            return NotImplemented
+        return (self.most_sig_bits, self.least_sig_bits) >= (other.most_sig_bits, other.least_sig_bits)
 
     def __str__(self) -> str:
         # Pulsar prints a TxnID as "(most,least)"; logs and vectors use the same spelling.
@@ -101,7 +120,6 @@ class TxnID:
             raise ValueError(f"not a TxnID: {text!r} ({exc})") from None
 
 
-@total_ordering
 @dataclass(frozen=True, slots=True)
 class Position:
     """A managed-ledger position ``(ledger_id, entry_id)``, totally ordered ledger-first.
@@ -118,10 +136,27 @@ class Position:
         _check_int("ledger_id", self.ledger_id, -1, INT64_MAX)
         _check_int("entry_id", self.entry_id, -1, INT64_MAX)
 
+    # The four orderings spelled out, as for TxnID.  A BatchedPosition is not a Position: the
+    # comparison is handed to it (NotImplemented), which compares as its plain position.
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, Position):
             return NotImplemented
         return (self.ledger_id, self.entry_id) < (other.ledger_id, other.entry_id)
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Position):
+            return NotImplemented
+        return (self.ledger_id, self.entry_id) <= (other.ledger_id, other.entry_id)
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, Position):
+            return NotImplemented
+        return (self.ledger_id, self.entry_id) > (other.ledger_id, other.entry_id)
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Position):
+            return NotImplemented
+        return (self.ledger_id, self.entry_id) >= (other.ledger_id, other.entry_id)
 
     def next(self) -> Position:
         """The next entry id in the same ledger (Pulsar's ``getNext``)."""
@@ -259,7 +294,25 @@ class Subscription:
         return f"{self.topic}/{self.subscription}"
 
 
-class TxnStatus(enum.IntEnum):
+class PulsarName:
+    """Mixin for the domain's enums: ``str()`` and f-strings give Pulsar's spelling of a value, not
+    a number (``IntEnum``'s default) nor ``Class.MEMBER`` (``Enum``'s).
+
+    Pulsar's spelling is the member's value when that is a string (``HandleState.READY`` is
+    ``Ready``, as ``PendingAckHandleState`` spells it) and its name otherwise (``TxnStatus.COMMITTING``
+    is ``COMMITTING``, the proto enum's name).  ``repr`` stays Python's, and ``int()``, comparisons
+    and the wire encodings are unchanged: only what a person reads is.
+    """
+
+    def __str__(self) -> str:
+        member = cast(enum.Enum, self)
+        return member.value if isinstance(member.value, str) else member.name
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+class TxnStatus(PulsarName, enum.IntEnum):
     """The coordinator's transaction status; values equal the proto enum ``TxnStatus``.
 
     Pulsar's server has no TIME_OUT status: a timed-out transaction is aborted through
@@ -302,7 +355,7 @@ def can_transition(current: TxnStatus, new: TxnStatus) -> bool:
     return new in TXN_STATUS_TRANSITIONS[current]
 
 
-class ClientTxnState(enum.Enum):
+class ClientTxnState(PulsarName, enum.Enum):
     """The client's ``Transaction.State`` (TransactionImpl), a machine of its own."""
 
     OPEN = "OPEN"
@@ -333,21 +386,21 @@ def client_can_transition(current: ClientTxnState, new: ClientTxnState) -> bool:
     return new in CLIENT_TXN_TRANSITIONS[current]
 
 
-class TxnAction(enum.IntEnum):
+class TxnAction(PulsarName, enum.IntEnum):
     """``TxnAction`` of PulsarApi.proto."""
 
     COMMIT = 0
     ABORT = 1
 
 
-class AckType(enum.IntEnum):
+class AckType(PulsarName, enum.IntEnum):
     """``CommandAck.AckType`` of PulsarApi.proto."""
 
     INDIVIDUAL = 0
     CUMULATIVE = 1
 
 
-class MessageState(enum.Enum):
+class MessageState(PulsarName, enum.Enum):
     """PIP-31's per-subscription message states.
 
     PENDING: delivered or deliverable, not acknowledged.  PENDING_ACK: acknowledged inside an

@@ -9,7 +9,7 @@ input (the message names the file and the JSON path).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -59,14 +59,25 @@ def load_vector(path: Path) -> dict[str, Any]:
     return data  # type: ignore[no-any-return]
 
 
-def run_paths(paths: Iterable[str | Path]) -> list[VectorResult]:
-    """Run every vector under ``paths``; vector ids must be unique.  Bad input raises BadVector."""
+def run_paths(
+    paths: Iterable[str | Path],
+    *,
+    on_total: Callable[[int], None] | None = None,
+    on_result: Callable[[VectorResult], None] | None = None,
+) -> list[VectorResult]:
+    """Run every vector under ``paths``; vector ids must be unique.  Bad input raises BadVector.
+    ``on_total`` hears how many files there are, ``on_result`` each result (progress)."""
     results: list[VectorResult] = []
     seen: dict[str, Path] = {}
-    for path in collect_vector_files(paths):
+    files = collect_vector_files(paths)
+    if on_total is not None:
+        on_total(len(files))
+    for path in files:
         data = load_vector(path)
         if data["id"] in seen:
             raise BadVector(f"$.id: {data['id']!r} is also the id of {seen[data['id']]}", where=str(path))
         seen[data["id"]] = path
         results.append(run_vector(path, data))
+        if on_result is not None:
+            on_result(results[-1])
     return results

@@ -29,6 +29,7 @@ import immutables
 from pyroaring import BitMap, FrozenBitMap
 
 from invariants.base import Invariant, StepProperty
+from reference.persistent import Log
 from spec.config import Config
 
 __all__ = ["DigestCollision", "Store", "canonical", "digest_of"]
@@ -48,7 +49,7 @@ def canonical(value: Any) -> Any:
         return value
     if isinstance(value, enum.Enum):
         return ("E", type(value).__name__, value.name)
-    if isinstance(value, tuple | list):
+    if isinstance(value, tuple | list | Log):
         return tuple(canonical(v) for v in value)
     if isinstance(value, Config):
         return "CONFIG"

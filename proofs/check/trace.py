@@ -1,10 +1,10 @@
 """Counterexamples of the composed model checker, in the forms people and tools read.
 
 * :func:`render_text` -- the trace step by step: what happened, and each component's state change;
-* :func:`trace_json` -- the documented JSON shape (``txnmodel.check.trace`` version 1): the states of
-  every component at every step, for viewers (docs/check/index.md describes it);
+* :func:`trace_json` -- the viewer's trace shape (:mod:`invariants.trace`, docs/viewer.md): every
+  component's state at every step, which ``txnmodel view`` draws;
 * :func:`trace_history` -- the client operations of the trace as a history (``spec/history.py``),
-  which ``txnmodel verify`` checks and ``invariants/report.py`` draws;
+  which ``txnmodel verify`` checks;
 * :func:`trace_vector` -- a conformance vector when every machine step of the trace is one
   machine's (``txnmodel vectors run`` replays it);
 * :func:`trace_test` -- a pytest module that replays the trace by its action labels and asserts the
@@ -22,6 +22,8 @@ from typing import Any
 
 import immutables
 
+from invariants.trace import FORMAT as TRACE_FORMAT
+from invariants.trace import VERSION as TRACE_VERSION
 from proofs.check.explore import Result, TraceStep, Violation
 from proofs.check.model import (
     ACK_REQ,
@@ -30,7 +32,6 @@ from proofs.check.model import (
     ADDP_RESP,
     ADDS_REQ,
     ADDS_RESP,
-    CLOCK,
     CLOG,
     COORD,
     END_REQ,
@@ -67,8 +68,6 @@ __all__ = [
     "trace_test",
     "trace_vector",
 ]
-
-TRACE_FORMAT = "txnmodel.check.trace"
 
 
 # --- words ----------------------------------------------------------------------------------
@@ -291,52 +290,82 @@ def render_text(model: Model, violation: Violation) -> str:
     return "\n".join(lines)
 
 
+def _actor(model: Model, label: tuple[Any, ...]) -> str:
+    """Who takes the step: the component a message is delivered to, the client acting, the
+    environment for a fault."""
+    kind = label[0]
+    if kind == "deliver":
+        m = label[1]
+        if m[0] in (NEW_RESP, ADDP_RESP, ADDS_RESP, SEND_RESP, ACK_RESP, END_RESP):
+            return f"client {m[1]}"
+        if m[0] == SEND_REQ:
+            return f"partition {m[3]}"
+        if m[0] == ENDP:
+            return f"partition {m[6]}"
+        if m[0] == ACK_REQ:
+            return f"subscription {m[3]}"
+        if m[0] == ENDS:
+            return f"subscription {m[6]}"
+        return "coordinator"
+    if kind in ("begin", "issue", "end", "receive", "client-timeout"):
+        return f"client {label[1]}"
+    if kind in ("tick", "resume", "write-complete", "writer-timer"):
+        return "coordinator"
+    if kind in ("first-snapshot", "snapshot"):
+        return f"partition {label[1]}"
+    if kind in ("pending-ack-init", "dispatch", "reader"):
+        return f"subscription {label[1]}"
+    if kind == "time":
+        return "clock"
+    return "environment"
+
+
 def trace_json(model: Model, violation: Violation, result: Result | None = None) -> dict[str, Any]:
-    """The ``txnmodel.check.trace`` (version 1) document of a counterexample."""
+    """The counterexample in the viewer's trace shape (:mod:`invariants.trace`, docs/viewer.md):
+    every component's initial state, then per step its actor, the action in words and the states
+    of the components it changed.  A liveness counterexample is a lasso whose loop starts at
+    ``loop_from``; one that ends where no fair step is enabled loops on a last stuttering step."""
     first = components(model, violation.trace[0].state)
-    machines = {
-        "coordinator": "coordinator",
-        "log": "transaction log (durable records)",
-        "partition": "buffer",
-        "subscription": "pending_ack",
-        "tracker": "delayed",
-        "client": "client",
-        "writer": "batched_log",
-    }
-    steps = []
-    previous: dict[str, Any] | None = None
-    for index, step in enumerate(violation.trace):
+    steps: list[dict[str, Any]] = []
+    previous = first
+    for step in violation.trace[1:]:
         now = components(model, step.state)
-        changed = [name for name in now if previous is None or previous.get(name) != now.get(name)]
+        changed = {name: _plain(state) for name, state in now.items() if previous.get(name) != state}
         steps.append(
-            {
-                "index": index,
-                "action": {"label": _plain(list(step.label)), "text": describe_label(model, step.label)},
-                "changed": changed,
-                "states": {name: _plain(state) for name, state in now.items()},
-                "in_flight": [_message(model, m) for m in step.state[NET]],
-                "clock": step.state[CLOCK],
-            }
+            {"actor": _actor(model, step.label), "action": describe_label(model, step.label), "states": changed}
         )
         previous = now
+    loop_from = violation.cycle_start
+    if loop_from is not None and loop_from >= len(steps):
+        steps.append(
+            {
+                "actor": "environment",
+                "action": "no fair step is enabled: the run stays in this state forever",
+                "states": {},
+            }
+        )
+        loop_from = len(steps) - 1
+    message = violation.detail
+    if result is not None:
+        message = (message + "; " if message else "") + (
+            f"{result.states:,} states and {result.transitions:,} transitions explored in {result.seconds:.1f} s"
+        )
+    overrides = _config_overrides(model)
+    bounds: dict[str, Any] = dict(model.spec.bounds)
+    if overrides:
+        bounds["config"] = overrides
     return {
         "format": TRACE_FORMAT,
-        "version": 1,
+        "version": TRACE_VERSION,
         "model": model.spec.name,
-        "bounds": dict(model.spec.bounds),
-        "config": {k: v for k, v in _config_overrides(model).items()},
-        "violation": {
-            "kind": violation.kind,
-            "property": violation.name,
-            "detail": violation.detail,
-            "length": violation.length,
-            "cycle_start": violation.cycle_start,
-        },
-        "explored": None
-        if result is None
-        else {"states": result.states, "transitions": result.transitions, "seconds": round(result.seconds, 3)},
-        "components": [{"id": name, "machine": machines[name.split(":", 1)[0]]} for name in first],
+        "property": violation.name,
+        # A step that never returns is a safety violation of its own kind (the step terminates).
+        "kind": "liveness" if violation.kind == "liveness" else "safety",
+        "message": message,
+        "bounds": bounds,
+        "initial": {name: _plain(state) for name, state in first.items()},
         "steps": steps,
+        "loop_from": loop_from,
     }
 
 

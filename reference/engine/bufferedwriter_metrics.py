@@ -15,6 +15,12 @@ four counters under a prefix: ``pulsar_txn_tc`` for the coordinator's log and
 The pure machine emits one :class:`reference.batched_log.FlushObserved` per batch flush; the
 engine hands it to :meth:`BufferedWriterMetrics.observe`.  Nothing is recorded when batching is
 not effective, because the machine emits nothing then (BW-19).
+
+Every series exists, at 0, from the moment the object is made: Pulsar's constructor takes each
+collector's child for its label values right after registering it (``metric.labels(values)``), so
+a scrape of a broker that has flushed nothing already shows the seven series with their labels,
+and a dashboard's rate() has a starting point.  prometheus-client, like Pulsar's simpleclient,
+exports a labelled collector's series only once its child exists.
 """
 
 from __future__ import annotations
@@ -108,17 +114,22 @@ class BufferedWriterMetrics:
                 self.registry.unregister(collector)
             raise
         self._collectors: tuple[Counter | Histogram, ...] = tuple(made)
+        # the children, made now as Pulsar makes them: the series exist at 0 before any flush
+        labels = self._labels
+        self._records_child = self._records.labels(**labels)
+        self._bytes_child = self._bytes.labels(**labels)
+        self._delay_child = self._delay.labels(**labels)
+        self._trigger_children = {trigger: counter.labels(**labels) for trigger, counter in self._triggers.items()}
         self._closed = False
 
     def observe(self, flush: FlushObserved) -> None:
         """One batch flush: one trigger counter, one observation per histogram (BW-19)."""
         if self._closed:
             return
-        labels = self._labels
-        self._triggers[flush.trigger].labels(**labels).inc()
-        self._records.labels(**labels).observe(flush.records)
-        self._bytes.labels(**labels).observe(flush.bytes_size)
-        self._delay.labels(**labels).observe(flush.delay_ms / 1000.0)
+        self._trigger_children[flush.trigger].inc()
+        self._records_child.observe(flush.records)
+        self._bytes_child.observe(flush.bytes_size)
+        self._delay_child.observe(flush.delay_ms / 1000.0)
 
     def sample(self, name: str) -> float | None:
         """A sample's value by its exported name (``..._total``, ``..._sum``, ``..._count``, ...)."""

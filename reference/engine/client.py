@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -37,9 +38,10 @@ from spec.config import CLIENT_DEFAULT_TXN_TIMEOUT_MS, Config
 from spec.errors import DomainError, error_by_name
 from spec.history import is_machine_operation, object_id
 from spec.result import Err
-from spec.types import ClientTxnState, Position, Subscription, TxnAction, TxnID
+from spec.types import ClientTxnState, Position, PulsarName, Subscription, TxnAction, TxnID
 
 from .broker import BatchedMessage, Broker, BrokerError, Delivered, partition_name
+from .disk import DiskFaults, FileSystem, SimDisk
 from .ledger import InitialPosition
 from .recorder import HistoryRecorder, MachineObserver, OpenOp
 from .sim import Future, Network, NetworkFaults, SimTimeout, Simulation
@@ -63,7 +65,7 @@ T = TypeVar("T")
 DEFAULT_OPERATION_TIMEOUT_MS = 30_000
 
 
-class ConsumerType(enum.Enum):
+class ConsumerType(PulsarName, enum.Enum):
     Exclusive = "Exclusive"
     Shared = "Shared"
     Failover = "Failover"
@@ -160,6 +162,8 @@ class Cluster:
         self.recorder = recorder
         # One counter for client and machine-level processes, so their ids never collide.
         self._processes = processes if processes is not None else itertools.count()
+        self.disk_failures = 0
+        self.on_disk_failure: Callable[[BaseException], None] | None = None
         self._next_consumer = 0
         network.observer = broker.observer
 
@@ -177,19 +181,65 @@ class Cluster:
         ledger_faults: LedgerFaults | None = None,
         history: str | None = None,
         record_machines: bool = True,
+        disk: str | FileSystem = "real",
+        group_commit_ms: int | None = None,
+        disk_faults: DiskFaults | None = None,
     ) -> Cluster:
         """``record_machines``: also record every machine step and load (spec.history's machine-level
-        operations) in the history, for the per-object linearizability checks."""
+        operations) in the history, for the per-object linearizability checks.
+
+        File ledgers only: ``disk`` is ``real`` (the OS file system under ``data_dir``), ``sim``
+        (a :class:`~reference.engine.disk.SimDisk` seeded from ``seed``, whose broker crashes are
+        power cuts; ``disk_faults`` its injected faults), or a file system to use as it is.
+        ``group_commit_ms``: the store's journal commits every that many simulated milliseconds, and
+        no answer leaves the broker before the commit that makes what it depends on durable; None
+        commits every change as it is made."""
+        if isinstance(disk, str) and disk not in ("real", "sim"):
+            raise ValueError(f"disk must be real or sim, not {disk!r}")
         sim = Simulation(seed)
         config = config or Config()
-        store = LedgerStore(ledger, config, directory=data_dir, rng=sim.rng, faults=ledger_faults)
+        fs: FileSystem | None = None if isinstance(disk, str) else disk
+        if ledger == "file" and disk == "sim":
+            fs = SimDisk(seed=seed, faults=disk_faults or DiskFaults())
+            data_dir = os.path.abspath(data_dir or "/sim/data")
+        schedule = None
+        if ledger == "file" and group_commit_ms is not None:
+            delay = group_commit_ms
+
+            def schedule(action: Callable[[], None]) -> None:
+                sim.schedule(delay, action)
+
+        store = LedgerStore(
+            ledger, config, directory=data_dir, rng=sim.rng, faults=ledger_faults, disk=fs, schedule=schedule
+        )
         recorder = HistoryRecorder(history or f"sim-{seed}", seed, lambda: sim.now)
         processes = itertools.count()
         # The observer exists before the broker: the broker's first loads are recovery operations.
         observer = MachineObserver(recorder, lambda: next(processes), config) if record_machines else None
         broker = Broker(sim, store, config, topics=topics or {"topic": 1}, batching=batching, observer=observer)
-        network = Network(sim, faults=network_faults)
-        return cls(sim, broker, network, recorder, processes)
+        network = Network(sim, faults=network_faults, barrier=store.barrier if store.deferred else None)
+        cluster = cls(sim, broker, network, recorder, processes)
+        store.on_failure = cluster._disk_failed
+        return cluster
+
+    def _disk_failed(self, error: BaseException) -> None:
+        """The store's journal failed for good: the broker goes down as a bookie does, and comes
+        back (recovering the store from its journal) after its restart delay."""
+        self.disk_failures += 1
+        if self.on_disk_failure is not None:
+            self.on_disk_failure(error)
+        broker = self.broker
+
+        def crash() -> None:
+            if broker.up:
+                broker.crash()
+                self.sim.schedule(broker.restart_delay_ms, restart)
+
+        def restart() -> None:
+            if not broker.up:
+                broker.restart()
+
+        self.sim.schedule(0, crash)
 
     def new_process(self) -> int:
         return next(self._processes)
@@ -219,8 +269,8 @@ class Cluster:
             raise OperationFailed(error.error) if isinstance(error, BrokerError) else error
 
     def close(self) -> None:
-        """Release every ledger handle (file ledgers hold file descriptors)."""
-        self.broker.store.close_all()
+        """Release every ledger handle (file ledgers hold file descriptors): a clean shutdown."""
+        self.broker.store.close()
 
 
 class Client:

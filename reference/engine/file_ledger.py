@@ -1,61 +1,53 @@
-"""A crash-safe managed ledger on a real file system.
+"""A crash-safe managed ledger on a file system, written through a journal.
 
 One directory per managed ledger::
 
-    METADATA                    the committed metadata (ledger list, properties, cursors)
-    METADATA.tmp                a metadata version being written; never read, removed at open
-    CURSORS.log                 the cursor journal: a header, then framed cursor states
+    METADATA                    the last checkpoint: ledger list, properties, cursors, journal lsn
+    METADATA.tmp                a checkpoint being written; never read, removed at open
     LOCK                        flock()ed by the one handle that owns the directory
     ledger-00000000000000000007.log   one file per ledger: a header, then framed entries
 
-The byte layouts, the durability argument and the recovery rules are in
-``docs/engine/ledgers.md``; the short version:
+and a **journal** (:mod:`reference.engine.journal`): the store's, shared by every managed ledger
+of a :class:`~reference.engine.file_store.FileStore`, or a ledger's own (segments
+``journal-<seq>.log`` in its directory) when it is opened on its own.  The byte layouts, the
+durability argument and the recovery rules are in ``docs/engine/ledgers.md``; the short version:
 
-* An append writes one frame (length, entry id, a CRC32C of the frame header, a CRC32C of the
-  payload, the payload) and returns only after ``fdatasync`` of the ledger file.  With
-  ``group_commit=True`` concurrent appenders share one sync: the first waiter syncs everything
-  written so far while the others queue behind it.
-* Metadata is replaced atomically: write ``METADATA.tmp``, sync it, rename it over
-  ``METADATA``, sync the directory.  The rename is the commit point.
-* A cursor change (create, mark-delete, individual deletes, properties, delete) appends one
-  framed record holding that cursor's whole new state (or its deletion) and the metadata
-  generation it applies on top of to ``CURSORS.log``, and returns after one ``fdatasync`` of it.
-  Every metadata commit folds the current cursors in, so records of an older generation are
-  stale; the journal is then cut back to its header (best effort: stale records are ignored).
-  A journal past its bound (records or bytes) is folded by a metadata commit instead.
-* A new ledger file is created, its header written and synced and the directory synced
-  *before* the metadata that names it is committed, so a committed ledger always exists.
-* Opening the directory recovers: it truncates a torn tail (an incomplete last frame, or a tail
-  of zero bytes) of the last ledger, applies the journal's records of the committed generation
-  in order (a torn journal tail is cut the same way; a record of a newer generation is damage),
-  removes files a crash left behind (an uncommitted new ledger that holds no entry, a deleted
-  ledger whose unlink did not happen, ``METADATA.tmp``),
-  closes the last ledger and opens a new one, as a new owner of a Pulsar topic does.  Anything
-  else that does not check out (a bad CRC, a bad header, a closed ledger of the wrong length, a
-  missing file, corrupt metadata) raises :class:`LedgerCorrupted` naming the file and the byte
-  offset; nothing is skipped.
+* Every change is one journal record, durable once the journal is synced past it: an append (the
+  entry's frame is also written to the ledger file, behind: not synced), a cursor's new state,
+  a new metadata version (roll-over, properties, deleted ledgers).  Concurrent writers of every
+  ledger of a store share one ``fdatasync`` (group commit).
+* A **checkpoint** makes the files self-sufficient: every ledger file written since the last
+  one is synced, the directory synced, and ``METADATA`` replaced atomically (``METADATA.tmp``,
+  sync, rename, directory sync) with the journal lsn it covers and the open ledger's synced
+  extent.  The store checkpoints every ledger it holds when the journal's segment is full, then
+  deletes the older segments; a handle checkpoints when it closes.  A managed ledger's creation
+  is a checkpoint: its directory, first ledger file and ``METADATA`` are durable before it opens.
+* Opening recovers: ``METADATA`` is checked, every file it calls synced is checked frame by frame
+  (closed ledgers exactly, the open one up to its synced extent), the journal's records after the
+  checkpoint are replayed into the files (bytes after the synced extent were written behind and
+  are replaced), leftovers of a crash are removed, and a checkpoint is written; then the last
+  ledger is closed and a new one opened, as a new owner of a Pulsar topic does.  Anything that
+  does not check out raises :class:`LedgerCorrupted` naming the file and the byte offset; the
+  checks all run before the first repair, so a refused directory is left exactly as found.
 
-Every file-system call goes through a :class:`FileSystem` (``OsFileSystem`` by default), so a
-test can record the calls and replay what a power cut at any point would leave.
+Every file-system call goes through a :class:`~reference.engine.disk.FileSystem`
+(:class:`~reference.engine.disk.OsFileSystem` by default, or the simulated disk).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import os
 import re
 import struct
-import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final
 
 import google_crc32c
 
@@ -63,6 +55,8 @@ from spec.config import Config
 from spec.errors import InputError
 from spec.types import INT64_MAX, INT64_MIN, LedgerInfo, Position
 
+from .disk import FileSystem, LedgerLocked, OsFileSystem, makedirs_durably
+from .journal import JOURNAL_RECORD, RawRecord, RecordKind, encode_entry_body
 from .ledger import (
     Entry,
     InitialPosition,
@@ -80,43 +74,45 @@ from .memory_ledger import (
     ledger_is_full,
 )
 
+if TYPE_CHECKING:
+    from .file_store import FileStore
+
 __all__ = [
     "FRAME_HEADER",
-    "JOURNAL_HEADER",
-    "JOURNAL_MAGIC",
-    "JOURNAL_NAME",
     "LEDGER_HEADER",
     "LEDGER_MAGIC",
     "LOCK_NAME",
     "MAX_ENTRY_BYTES",
+    "MAX_JOURNAL_BYTES",
+    "MAX_JOURNAL_RECORDS",
     "METADATA_HEADER",
     "METADATA_MAGIC",
     "METADATA_NAME",
     "METADATA_TMP_NAME",
+    "METADATA_VERSION",
     "VERSION",
     "FileLedger",
     "FileSystem",
     "FrameInfo",
-    "JournalRecord",
-    "JournalScan",
     "LedgerCorrupted",
     "LedgerLocked",
     "LedgerRecord",
     "LedgerScan",
     "Metadata",
     "OsFileSystem",
+    "RecoveryPlan",
     "RecoveryReport",
-    "apply_journal",
+    "apply_recovery",
     "crc32c",
+    "decode_cursor_body",
     "decode_metadata",
+    "encode_cursor_body",
     "encode_frame",
-    "encode_journal_header",
-    "encode_journal_record",
     "encode_ledger_header",
     "encode_metadata",
     "ledger_file_name",
     "parse_ledger_file_name",
-    "scan_journal",
+    "plan_recovery",
     "scan_ledger",
 ]
 
@@ -136,10 +132,6 @@ class LedgerCorrupted(InputError, LedgerError):
         super().__init__(f"{message} (at byte offset {offset})", where=file)
 
 
-class LedgerLocked(LedgerError):
-    """Another handle (in this process or another) owns the directory."""
-
-
 # ---------------------------------------------------------------------------------------------
 # Formats.
 
@@ -149,14 +141,12 @@ METADATA_MAGIC: Final = b"TMLM"
 METADATA_NAME: Final = "METADATA"
 METADATA_TMP_NAME: Final = "METADATA.tmp"
 LOCK_NAME: Final = "LOCK"
-JOURNAL_NAME: Final = "CURSORS.log"
-JOURNAL_MAGIC: Final = b"TMLC"
-# magic, version, flags, CRC32C of the 8 bytes before it.
-JOURNAL_HEADER: Final = struct.Struct(">4sHHI")
-# A journal record is a FRAME_HEADER frame whose 8-byte id slot holds the metadata generation.
-# Past either bound a cursor change is folded into a metadata commit, which empties the journal.
-MAX_JOURNAL_RECORDS: Final = 1000
-MAX_JOURNAL_BYTES: Final = 1 << 20
+# The METADATA format: version 2 records the journal checkpoint (lsn, open ledger's synced extent).
+METADATA_VERSION: Final = 2
+# Past either bound (records or bytes in the current journal segment) the store checkpoints: every
+# ledger file written behind is synced, METADATA rewritten, and the journal starts a new segment.
+MAX_JOURNAL_RECORDS: Final = 4096
+MAX_JOURNAL_BYTES: Final = 4 << 20
 # magic, version, flags, ledger id, CRC32C of the 16 bytes before it.
 LEDGER_HEADER: Final = struct.Struct(">4sHHQI")
 # payload length, entry id, CRC32C of those 12 bytes, CRC32C of the payload.
@@ -328,12 +318,18 @@ class LedgerRecord:
 
 @dataclass(frozen=True, slots=True)
 class Metadata:
+    """A managed ledger's metadata.  ``generation`` counts metadata changes.  ``journal_lsn`` and
+    ``open_synced`` are the checkpoint: every journal record up to ``journal_lsn`` is in the files,
+    and the open ledger's first ``open_synced`` (entries, bytes) were synced by it."""
+
     name: str
     generation: int
     next_ledger_id: int
     ledgers: tuple[LedgerRecord, ...]
     properties: Mapping[str, str]
     cursors: Mapping[str, CursorState]
+    journal_lsn: int = -1
+    open_synced: tuple[int, int] = (0, 20)
 
 
 def _pos(p: Position) -> list[int]:
@@ -341,10 +337,11 @@ def _pos(p: Position) -> list[int]:
 
 
 def _cursor_json(state: CursorState) -> dict[str, object]:
+    # Sorted by plain (ledger, entry) pairs: the same order as Position's, far cheaper to compare.
     return {
         "mark_delete": _pos(state.mark_delete),
-        "individually_deleted": [_pos(p) for p in sorted(state.individually_deleted)],
-        "batch_ack_sets": [[_pos(p), list(words)] for p, words in sorted(state.ack_sets.items())],
+        "individually_deleted": sorted([p.ledger_id, p.entry_id] for p in state.individually_deleted),
+        "batch_ack_sets": sorted([[p.ledger_id, p.entry_id], list(words)] for p, words in state.ack_sets.items()),
         "properties": dict(state.properties),
     }
 
@@ -364,9 +361,11 @@ def encode_metadata(meta: Metadata) -> bytes:
         ],
         "properties": dict(meta.properties),
         "cursors": {name: _cursor_json(state) for name, state in meta.cursors.items()},
+        "journal_lsn": meta.journal_lsn,
+        "open_synced": list(meta.open_synced),
     }
     payload = _canonical_json(body)
-    head = struct.pack(">4sHHQI", METADATA_MAGIC, VERSION, 0, meta.generation, len(payload))
+    head = struct.pack(">4sHHQI", METADATA_MAGIC, METADATA_VERSION, 0, meta.generation, len(payload))
     return head + struct.pack(">I", crc32c(head, payload)) + payload
 
 
@@ -411,9 +410,9 @@ def decode_metadata(blob: bytes, *, file: str) -> Metadata:
     magic, version, flags, generation, length, crc = METADATA_HEADER.unpack_from(blob)
     if magic != METADATA_MAGIC:
         raise LedgerCorrupted(f"bad magic {magic!r}, expected {METADATA_MAGIC!r}", file=file, offset=0)
-    if version != VERSION:
+    if version != METADATA_VERSION:
         raise LedgerCorrupted(
-            f"unsupported metadata version {version} (this reader knows {VERSION})", file=file, offset=4
+            f"unsupported metadata version {version} (this reader knows {METADATA_VERSION})", file=file, offset=4
         )
     if len(blob) != size + length:
         raise LedgerCorrupted(
@@ -465,6 +464,15 @@ def _metadata_from_json(body: object, generation: int) -> Metadata:
     assert isinstance(raw_cursors, dict)
     for cursor_name, raw in raw_cursors.items():
         cursors[cursor_name] = _cursor_from_json(raw, f"cursors[{cursor_name!r}]")
+    journal_lsn = _int(_get(body, "journal_lsn", int), "journal_lsn", -1, INT64_MAX)
+    synced = _get(body, "open_synced", list)
+    assert isinstance(synced, list)
+    if len(synced) != 2:
+        raise _Bad(f"open_synced must be [entries, length], got {synced!r}")
+    open_synced = (
+        _int(synced[0], "open_synced entries", 0, INT64_MAX),
+        _int(synced[1], "open_synced length", LEDGER_HEADER.size, INT64_MAX),
+    )
     return Metadata(
         name=str(name),
         generation=generation,
@@ -472,6 +480,8 @@ def _metadata_from_json(body: object, generation: int) -> Metadata:
         ledgers=tuple(records),
         properties=MappingProxyType(_string_map(_get(body, "properties", dict), "properties")),
         cursors=MappingProxyType(cursors),
+        journal_lsn=journal_lsn,
+        open_synced=open_synced,
     )
 
 
@@ -492,246 +502,393 @@ def _cursor_from_json(raw: object, where: str) -> CursorState:
     return CursorState(mark, deleted, MappingProxyType(ack_sets), MappingProxyType(props))
 
 
-# -- the cursor journal ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class JournalRecord:
-    """One journal record: cursor ``name``'s whole new state (None: deleted), applying on top of
-    the metadata of ``generation``; ``offset`` is where its frame starts."""
-
-    generation: int
-    name: str
-    state: CursorState | None
-    offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class JournalScan:
-    """What a scan of the journal found.  ``valid_length`` is where the last good record ends (0
-    when not even the header is there: a creation a crash cut short); ``torn_bytes`` follow it."""
-
-    records: tuple[JournalRecord, ...]
-    valid_length: int
-    torn_bytes: int
-    torn_reason: str | None = None
-
-
-def encode_journal_header() -> bytes:
-    head = struct.pack(">4sHH", JOURNAL_MAGIC, VERSION, 0)
-    return head + struct.pack(">I", crc32c(head))
-
-
-def encode_journal_record(generation: int, name: str, state: CursorState | None) -> bytes:
-    body = {"cursor": name, "state": None if state is None else _cursor_json(state)}
-    return encode_frame(generation, _canonical_json(body))
-
-
-def scan_journal(read_at: ReadAt, size: int, *, file: str) -> JournalScan:
-    """Check the cursor journal record by record, as :func:`scan_ledger` checks the open ledger:
-    an incomplete last record or a zero tail is torn (never synced, never acknowledged), any
-    other damage raises.  Record generations never decrease (a commit only raises it)."""
-    if size < JOURNAL_HEADER.size or _zero_tail(read_at, 0, size):
-        # The header is synced before any record is written: a creation a crash cut short (a
-        # prefix of the header, or zeros) holds none.  Other short bytes are not ours.
-        start = read_at(0, min(size, JOURNAL_HEADER.size))
-        if start.count(0) != len(start) and not encode_journal_header().startswith(start):
-            at = next(i for i, (a, b) in enumerate(zip(start, encode_journal_header(), strict=False)) if a != b)
-            raise LedgerCorrupted("journal shorter than its header, and not a prefix of one", file=file, offset=at)
-        return JournalScan((), 0, size, "incomplete journal header" if size else None)
-    header = read_at(0, JOURNAL_HEADER.size)
-    magic, version, flags, header_crc = JOURNAL_HEADER.unpack(header)
-    if magic != JOURNAL_MAGIC:
-        raise LedgerCorrupted(f"bad magic {magic!r}, expected {JOURNAL_MAGIC!r}", file=file, offset=0)
-    if version != VERSION:
-        raise LedgerCorrupted(
-            f"unsupported journal version {version} (this reader knows {VERSION})", file=file, offset=4
-        )
-    if header_crc != crc32c(header[:8]):
-        raise LedgerCorrupted("journal header CRC mismatch", file=file, offset=8)
-    if flags != 0:
-        raise LedgerCorrupted(f"unknown journal header flags 0x{flags:04x}", file=file, offset=6)
-    records: list[JournalRecord] = []
-    offset = JOURNAL_HEADER.size
-    while offset < size:
-        remaining = size - offset
-        if remaining < FRAME_HEADER.size:
-            return JournalScan(tuple(records), offset, remaining, "incomplete record header")
-        head = read_at(offset, FRAME_HEADER.size)
-        length, generation, head_crc, payload_crc = FRAME_HEADER.unpack(head)
-        if head_crc != crc32c(head[:12]):
-            if _zero_tail(read_at, offset, size):
-                return JournalScan(tuple(records), offset, remaining, "zero-filled tail")
-            raise LedgerCorrupted("journal record header CRC mismatch", file=file, offset=offset)
-        end = offset + FRAME_HEADER.size + length
-        if end > size:
-            return JournalScan(tuple(records), offset, remaining, "incomplete last record")
-        payload = read_at(offset + FRAME_HEADER.size, length)
-        if payload_crc != crc32c(payload):
-            raise LedgerCorrupted("journal record payload CRC mismatch", file=file, offset=offset + FRAME_HEADER.size)
-        if records and generation < records[-1].generation:
-            raise LedgerCorrupted(
-                f"journal record of generation {generation} follows one of generation {records[-1].generation}",
-                file=file,
-                offset=offset + 4,
-            )
-        name, state = _journal_body(payload, file=file, offset=offset + FRAME_HEADER.size)
-        records.append(JournalRecord(generation, name, state, offset))
-        offset = end
-    return JournalScan(tuple(records), offset, 0)
-
-
-def _journal_body(payload: bytes, *, file: str, offset: int) -> tuple[str, CursorState | None]:
-    try:
-        body = json.loads(payload.decode())
-        name = _get(body, "cursor", str)
-        assert isinstance(body, dict) and isinstance(name, str)
-        if "state" not in body:
-            raise _Bad("missing 'state'")
-        raw = body["state"]
-        return name, None if raw is None else _cursor_from_json(raw, f"journal cursor {name!r}")
-    except UnicodeDecodeError as exc:
-        raise LedgerCorrupted(
-            f"journal record is not UTF-8: {exc.reason}", file=file, offset=offset + exc.start
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise LedgerCorrupted(f"journal record is not JSON: {exc.msg}", file=file, offset=offset + exc.pos) from None
-    except (_Bad, ValueError, TypeError) as exc:
-        raise LedgerCorrupted(f"journal record does not follow the schema: {exc}", file=file, offset=offset) from None
-
-
-def apply_journal(meta: Metadata, scan: JournalScan, *, file: str) -> Metadata:
-    """``meta`` with the journal's records of its generation applied in order; older records
-    are stale (a later commit folded them in), a newer one cannot have been written."""
-    cursors = dict(meta.cursors)
-    for record in scan.records:
-        if record.generation > meta.generation:
-            raise LedgerCorrupted(
-                f"journal record of generation {record.generation} is newer than the metadata "
-                f"(generation {meta.generation})",
-                file=file,
-                offset=record.offset + 4,
-            )
-        if record.generation < meta.generation:
-            continue
-        if record.state is None:
-            cursors.pop(record.name, None)
-        else:
-            cursors[record.name] = record.state
-    return replace(meta, cursors=MappingProxyType(cursors))
-
-
 def _as_list(value: object) -> list[object]:
     assert isinstance(value, list)
     return value
 
 
+# -- journal record bodies --------------------------------------------------------------------------
+
+
+def encode_cursor_body(name: str, state: CursorState | None) -> bytes:
+    """A CURSOR record's body: the cursor's whole new state, or null when it was deleted."""
+    return _canonical_json({"cursor": name, "state": None if state is None else _cursor_json(state)})
+
+
+def decode_cursor_body(body: bytes, *, file: str, offset: int) -> tuple[str, CursorState | None]:
+    try:
+        raw_body = json.loads(body.decode())
+        name = _get(raw_body, "cursor", str)
+        assert isinstance(raw_body, dict) and isinstance(name, str)
+        if "state" not in raw_body:
+            raise _Bad("missing 'state'")
+        raw = raw_body["state"]
+        return name, None if raw is None else _cursor_from_json(raw, f"journal cursor {name!r}")
+    except UnicodeDecodeError as exc:
+        raise LedgerCorrupted(
+            f"cursor record is not UTF-8: {exc.reason}", file=file, offset=offset + exc.start
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise LedgerCorrupted(f"cursor record is not JSON: {exc.msg}", file=file, offset=offset + exc.pos) from None
+    except (_Bad, ValueError, TypeError) as exc:
+        raise LedgerCorrupted(f"cursor record does not follow the schema: {exc}", file=file, offset=offset) from None
+
+
+def _body_offset(record: RawRecord) -> int:
+    return record.offset + JOURNAL_RECORD.size + 3 + len(record.key.encode())
+
+
+def _meta_of(record: RawRecord) -> Metadata:
+    try:
+        return decode_metadata(record.body, file=record.file)
+    except LedgerCorrupted as exc:
+        raise LedgerCorrupted(
+            f"metadata record: {exc.args[0].rsplit(' (at byte offset', 1)[0]}",
+            file=record.file,
+            offset=_body_offset(record) + exc.offset,
+        ) from None
+
+
+_NO_CURSORS: Mapping[str, CursorState] = MappingProxyType({})
+
 # ---------------------------------------------------------------------------------------------
-# The file-system layer.
+# Recovery: a read-only plan, then the repair.
 
 
-class FileSystem(Protocol):
-    """The calls the file ledger makes.  Paths are absolute strings; fds are ints."""
+@dataclass
+class _FilePlan:
+    """One ledger file of a recovery: what the checkpoint synced of it, and what to append."""
 
-    def makedirs(self, path: str) -> None: ...
-    def listdir(self, path: str) -> list[str]: ...
-    def exists(self, path: str) -> bool: ...
-    def open(self, path: str, *, create: bool = False, truncate: bool = False) -> int: ...
-    def close(self, fd: int) -> None: ...
-    def size(self, fd: int) -> int: ...
-    def pread(self, fd: int, size: int, offset: int) -> bytes: ...
-    def pwrite(self, fd: int, data: bytes, offset: int) -> None: ...
-    def truncate(self, fd: int, length: int) -> None: ...
-    def sync(self, fd: int) -> None: ...
-    def sync_dir(self, path: str) -> None: ...
-    def rename(self, src: str, dst: str) -> None: ...
-    def unlink(self, path: str) -> None: ...
-    def lock(self, path: str) -> int: ...
-    def unlock(self, fd: int) -> None: ...
+    ledger_id: int
+    path: str
+    size: int  # bytes the file holds now (0: missing)
+    synced: tuple[int, int] | None  # (entries, length) the checkpoint synced; None: created after it
+    exact: bool  # closed at the checkpoint: the file must be exactly its synced length
+    frames: list[FrameInfo]  # the synced part's frames
+    replayed: list[bytes] = field(default_factory=list)  # entries from the journal, after the synced part
+
+    @property
+    def base_length(self) -> int:
+        return self.synced[1] if self.synced is not None else LEDGER_HEADER.size
+
+    matches: bool = False  # the file already holds exactly what the replay would write (unsynced)
+
+    @property
+    def rewrite(self) -> bool:
+        if self.matches:
+            return False
+        return self.synced is None or bool(self.replayed) or self.size != self.base_length
+
+    @property
+    def unsynced(self) -> bool:
+        """Bytes the checkpoint did not sync are part of the ledger: sync them."""
+        return self.synced is None or bool(self.replayed)
+
+    def expected_tail(self) -> bytes:
+        """What the file holds after its synced part once the replayed entries are appended."""
+        head = encode_ledger_header(self.ledger_id) if self.synced is None else b""
+        first = len(self.frames)
+        return head + b"".join(encode_frame(first + i, data) for i, data in enumerate(self.replayed))
+
+    def layout(self) -> tuple[list[int], list[int], int]:
+        """Frame offsets, payload lengths and end once the replayed entries are appended."""
+        offsets = [f.offset for f in self.frames]
+        lengths = [f.length for f in self.frames]
+        end = self.base_length
+        for data in self.replayed:
+            offsets.append(end)
+            lengths.append(len(data))
+            end += FRAME_HEADER.size + len(data)
+        return offsets, lengths, end
 
 
-class OsFileSystem:
-    """The real thing: POSIX calls through ``os``."""
+@dataclass
+class RecoveryPlan:
+    """What opening a ledger directory will find and repair; made read-only by :func:`plan_recovery`
+    (which raises on damage), carried out by :func:`apply_recovery`."""
 
-    def makedirs(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
+    directory: str
+    meta: Metadata | None  # None: nothing durable names a ledger here (create it)
+    files: dict[int, _FilePlan]
+    leftovers: list[str]  # file names a crash left behind
+    stale: bool  # the directory is an earlier incarnation its deletion (a DROP record) removed
+    replayed: int  # journal records applied on top of the checkpoint
+    last_lsn: int  # the journal lsn the repaired files cover
 
-    def listdir(self, path: str) -> list[str]:
-        return sorted(os.listdir(path))
+    @property
+    def changed(self) -> bool:
+        return bool(
+            self.leftovers or self.stale or self.replayed or any(f.rewrite or f.unsynced for f in self.files.values())
+        )
 
-    def exists(self, path: str) -> bool:
-        return os.path.exists(path)
 
-    def open(self, path: str, *, create: bool = False, truncate: bool = False) -> int:
-        flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
-        if create:
-            flags |= os.O_CREAT
-        if truncate:
-            flags |= os.O_TRUNC
-        return os.open(path, flags, 0o644)
+def _read_whole(fs: FileSystem, path: str) -> bytes:
+    fd = fs.open(path)
+    try:
+        return fs.pread(fd, fs.size(fd), 0)
+    finally:
+        fs.close(fd)
 
-    def close(self, fd: int) -> None:
-        os.close(fd)
 
-    def size(self, fd: int) -> int:
-        return os.fstat(fd).st_size
+def plan_recovery(
+    fs: FileSystem,
+    directory: str,
+    records: Sequence[RawRecord] = (),
+    *,
+    name: str | None = None,
+    drop_lsn: int | None = None,
+) -> RecoveryPlan:
+    """Check a ledger directory and the journal ``records`` of it (lsn order), read-only.
 
-    def pread(self, fd: int, size: int, offset: int) -> bytes:
-        chunks: list[bytes] = []
-        while size > 0:
-            chunk = os.pread(fd, size, offset)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size -= len(chunk)
-            offset += len(chunk)
-        return b"".join(chunks)
+    ``drop_lsn``: the journal says the managed ledger was deleted at that lsn, so a directory
+    checkpointed before it is a leftover of the deleted incarnation."""
+    names = fs.listdir(directory) if fs.exists(directory) else []
+    ledger_names = {lid: n for n in names if (lid := parse_ledger_file_name(n)) is not None}
+    leftovers = [METADATA_TMP_NAME] if METADATA_TMP_NAME in names else []
+    base: Metadata | None = None
+    meta_path = os.path.join(directory, METADATA_NAME)
+    if METADATA_NAME in names:
+        base = decode_metadata(_read_whole(fs, meta_path), file=meta_path)
+    if base is not None and drop_lsn is not None and base.journal_lsn < drop_lsn:
+        return RecoveryPlan(directory, None, {}, [n for n in names if n != LOCK_NAME], True, 0, drop_lsn)
+    if base is not None and name is not None and base.name != name:
+        raise ValueError(f"{directory} holds managed ledger {base.name!r}, not {name!r}")
+    if base is None:
+        # A ledger's creation is a checkpoint, durable before any record of it is written: without
+        # METADATA no record can be ours, and no ledger file can hold an acknowledged entry.
+        if records:
+            first = records[0]
+            raise LedgerCorrupted(
+                f"the journal holds records of {directory} but it has no METADATA", file=first.file, offset=first.offset
+            )
+        for lid, file_name in sorted(ledger_names.items()):
+            _check_entryless_orphan(fs, os.path.join(directory, file_name), lid)
+            leftovers.append(file_name)
+        return RecoveryPlan(directory, None, {}, leftovers, False, 0, -1)
+    tail = [r for r in records if r.lsn > base.journal_lsn]
+    synced: dict[int, tuple[int, int]] = {r.ledger_id: (r.entries or 0, r.length or 0) for r in base.ledgers[:-1]}
+    synced[base.ledgers[-1].ledger_id] = base.open_synced
+    counts = {lid: entries for lid, (entries, _) in synced.items()}
+    replayed: dict[int, list[bytes]] = {}
+    meta = base
+    cursors = dict(base.cursors)
+    for record in tail:
+        if record.kind is RecordKind.META:
+            new = _meta_of(record)
+            if new.name != meta.name:
+                raise LedgerCorrupted(
+                    f"metadata record names managed ledger {new.name!r}, the directory holds {meta.name!r}",
+                    file=record.file,
+                    offset=record.offset,
+                )
+            for info in new.ledgers:
+                counts.setdefault(info.ledger_id, 0)
+            meta = new  # (a metadata record holds no cursors: those are the CURSOR records')
+        elif record.kind is RecordKind.ENTRY:
+            ledger_id, entry_id, data = record.entry()
+            open_id = meta.ledgers[-1].ledger_id
+            if ledger_id != open_id or entry_id != counts.get(ledger_id, 0):
+                raise LedgerCorrupted(
+                    f"entry record {ledger_id}:{entry_id} does not follow the ledger (open ledger {open_id} "
+                    f"holds {counts.get(open_id, 0)} entries)",
+                    file=record.file,
+                    offset=record.offset,
+                )
+            counts[ledger_id] = entry_id + 1
+            replayed.setdefault(ledger_id, []).append(data)
+        elif record.kind is RecordKind.CURSOR:
+            cursor, state = decode_cursor_body(record.body, file=record.file, offset=_body_offset(record))
+            if state is None:
+                cursors.pop(cursor, None)
+            else:
+                cursors[cursor] = state
+        else:
+            raise LedgerCorrupted("a DROP record in the middle of a ledger's records", file=record.file, offset=0)
+    meta = replace(meta, cursors=MappingProxyType(cursors))
+    listed = {r.ledger_id for r in meta.ledgers}
+    for lid, file_name in sorted(ledger_names.items()):
+        if lid in listed:
+            continue
+        if lid < meta.ledgers[0].ledger_id or lid >= meta.next_ledger_id:
+            # Deleted (the metadata without it is durable, the unlink was not), or created by a
+            # roll-over whose metadata never became durable (so none of its entries did either).
+            leftovers.append(file_name)
+        else:
+            raise LedgerCorrupted(
+                f"ledger file {file_name} is not in the metadata but lies between ledgers it lists",
+                file=os.path.join(directory, file_name),
+                offset=0,
+            )
+    open_at_checkpoint = base.ledgers[-1].ledger_id
+    files: dict[int, _FilePlan] = {}
+    for info in meta.ledgers:
+        lid = info.ledger_id
+        path = os.path.join(directory, ledger_file_name(lid))
+        present = lid in ledger_names
+        extent = synced.get(lid)
+        plan = _FilePlan(lid, path, 0, extent, extent is not None and lid != open_at_checkpoint, [])
+        plan.replayed = replayed.get(lid, [])
+        if extent is not None:
+            if not present:
+                raise LedgerCorrupted(f"ledger {lid} is in the metadata but its file is missing", file=path, offset=0)
+            plan.frames, plan.size = _check_synced(fs, path, lid, extent, exact=plan.exact)
+        elif present:
+            fd = fs.open(path)
+            try:
+                plan.size = fs.size(fd)
+            finally:
+                fs.close(fd)
+        if present and (plan.replayed or plan.synced is None):
+            # After a process crash (not a power cut) the file holds what the journal replays:
+            # then only a sync is missing, and nothing needs rewriting.
+            start = 0 if extent is None else extent[1]
+            expected = plan.expected_tail()
+            if plan.size == start + len(expected):
+                fd = fs.open(path)
+                try:
+                    plan.matches = fs.pread(fd, len(expected), start) == expected
+                finally:
+                    fs.close(fd)
+        if not info.is_open:
+            _, _, end = plan.layout()
+            total = len(plan.frames) + len(plan.replayed)
+            if total != info.entries or end != info.length:
+                raise LedgerCorrupted(
+                    f"closed ledger {lid} should hold {info.entries} entries in {info.length} bytes, "
+                    f"the checkpoint and the journal give {total} entries in {end} bytes",
+                    file=path,
+                    offset=min(plan.size, info.length or 0),
+                )
+        files[lid] = plan
+    last_lsn = tail[-1].lsn if tail else base.journal_lsn
+    return RecoveryPlan(directory, meta, files, leftovers, False, len(tail), last_lsn)
 
-    def pwrite(self, fd: int, data: bytes, offset: int) -> None:
-        view = memoryview(data)
-        while view:
-            written = os.pwrite(fd, view, offset)
-            view = view[written:]
-            offset += written
 
-    def truncate(self, fd: int, length: int) -> None:
-        os.ftruncate(fd, length)
+def _check_synced(
+    fs: FileSystem, path: str, ledger_id: int, extent: tuple[int, int], *, exact: bool
+) -> tuple[list[FrameInfo], int]:
+    """A file's checkpointed part must hold exactly its entries (bytes after it were written
+    behind, unless the ledger was already closed then)."""
+    entries, length = extent
+    fd = fs.open(path)
+    try:
+        size = fs.size(fd)
+        # Scan first, so damage is reported where it is rather than as a wrong length.
+        scan = scan_ledger(
+            lambda o, n: fs.pread(fd, n, o), min(size, length), file=path, ledger_id=ledger_id, allow_torn_tail=False
+        )
+    finally:
+        fs.close(fd)
+    if exact and size > length:
+        raise LedgerCorrupted(
+            f"closed ledger {ledger_id} should hold {entries} entries in {length} bytes, the file holds {size}",
+            file=path,
+            offset=length,
+        )
+    if size < length or len(scan.frames) != entries:
+        raise LedgerCorrupted(
+            f"ledger {ledger_id} should hold {entries} synced entries in {length} bytes, "
+            f"found {len(scan.frames)} entries in {min(size, length)} bytes",
+            file=path,
+            offset=scan.valid_length,
+        )
+    return list(scan.frames), size
 
-    def sync(self, fd: int) -> None:
-        # fdatasync persists the data and the file size (what a later read needs) without the
-        # timestamps; that is all an append needs.
-        if hasattr(os, "fdatasync"):
-            os.fdatasync(fd)
-        else:  # pragma: no cover - macOS
-            os.fsync(fd)
 
-    def sync_dir(self, path: str) -> None:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+def _check_entryless_orphan(fs: FileSystem, path: str, ledger_id: int) -> None:
+    """A ledger file nothing durable names may go only if it holds no entry."""
+    fd = fs.open(path)
+    try:
+        size = fs.size(fd)
+        if size > LEDGER_HEADER.size:
+            scan = scan_ledger(
+                lambda o, n: fs.pread(fd, n, o), size, file=path, ledger_id=ledger_id, allow_torn_tail=True
+            )
+            if scan.frames:
+                raise LedgerCorrupted(
+                    f"ledger file {os.path.basename(path)} holds {len(scan.frames)} entries but no METADATA names it",
+                    file=path,
+                    offset=scan.frames[0].offset,
+                )
+    finally:
+        fs.close(fd)
+
+
+def apply_recovery(fs: FileSystem, plan: RecoveryPlan) -> tuple[Metadata | None, tuple[tuple[str, int, int], ...]]:
+    """Repair what :func:`plan_recovery` found: remove leftovers, rewrite every file from its
+    synced part and the replayed entries, sync, and checkpoint.  Returns the checkpointed
+    metadata (None when the directory holds no ledger) and the files cut back (path, new length,
+    bytes removed).  Raises OSError when a step fails (nothing acknowledged is lost by that)."""
+    directory = plan.directory
+    if plan.stale:
+        if fs.exists(directory):
+            fs.rmtree(directory)
+            fs.sync_dir(os.path.dirname(directory))
+        return None, ()
+    for file_name in plan.leftovers:
+        fs.unlink(os.path.join(directory, file_name))
+    if plan.meta is None:
+        if plan.leftovers:
+            fs.sync_dir(directory)
+        return None, ()
+    truncated: list[tuple[str, int, int]] = []
+    for file_plan in plan.files.values():
+        if not file_plan.rewrite:
+            if file_plan.unsynced:
+                fd = fs.open(file_plan.path)
+                try:
+                    fs.sync(fd)
+                finally:
+                    fs.close(fd)
+            continue
+        fd = fs.open(file_plan.path, create=True)
         try:
-            os.fsync(fd)
+            # Cut back to what the checkpoint synced (a file created after it: its header), then
+            # append what the journal replays.
+            if file_plan.synced is None:
+                fs.truncate(fd, 0)
+                fs.pwrite(fd, encode_ledger_header(file_plan.ledger_id), 0)
+            elif file_plan.size != file_plan.base_length:
+                fs.truncate(fd, file_plan.base_length)
+            if file_plan.size > file_plan.base_length:
+                truncated.append((file_plan.path, file_plan.base_length, file_plan.size - file_plan.base_length))
+            at, entry_id = file_plan.base_length, len(file_plan.frames)
+            for data in file_plan.replayed:
+                frame = encode_frame(entry_id, data)
+                fs.pwrite(fd, frame, at)
+                at += len(frame)
+                entry_id += 1
+            fs.sync(fd)
         finally:
-            os.close(fd)
+            fs.close(fd)
+    current = plan.files[plan.meta.ledgers[-1].ledger_id]
+    offsets, _, end = current.layout()
+    meta = replace(plan.meta, journal_lsn=plan.last_lsn, open_synced=(len(offsets), end))
+    if plan.changed:
+        fs.sync_dir(directory)
+        write_metadata_file(fs, directory, meta)
+    # The plan now describes the files as they are: every entry synced.
+    for file_plan in plan.files.values():
+        offsets, lengths, end = file_plan.layout()
+        file_plan.frames = [FrameInfo(i, o, n) for i, (o, n) in enumerate(zip(offsets, lengths, strict=True))]
+        file_plan.replayed = []
+        file_plan.synced = (len(offsets), end)
+        file_plan.size = end
+        file_plan.matches = False
+    return meta, tuple(truncated)
 
-    def rename(self, src: str, dst: str) -> None:
-        os.replace(src, dst)
 
-    def unlink(self, path: str) -> None:
-        os.unlink(path)
-
-    def lock(self, path: str) -> int:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise LedgerLocked(f"{path} is locked by another handle") from None
-            raise
-        return fd
-
-    def unlock(self, fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+def write_metadata_file(fs: FileSystem, directory: str, meta: Metadata) -> None:
+    """Replace ``METADATA`` atomically: write ``METADATA.tmp``, sync it, rename it, sync the directory."""
+    tmp = os.path.join(directory, METADATA_TMP_NAME)
+    fd = fs.open(tmp, create=True, truncate=True)
+    try:
+        fs.pwrite(fd, encode_metadata(meta), 0)
+        fs.sync(fd)
+    finally:
+        fs.close(fd)
+    fs.rename(tmp, os.path.join(directory, METADATA_NAME))
+    fs.sync_dir(directory)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -747,17 +904,21 @@ class _OpenFile:
     fd: int | None  # None: a sealed ledger whose descriptor was given back; reopened to read
     offsets: list[int] = field(default_factory=list)  # frame start of each written entry
     lengths: list[int] = field(default_factory=list)  # payload length of each written entry
-    durable_entries: int = 0
-    durable_end: int = LEDGER_HEADER.size
+    durable_entries: int = 0  # acknowledged: in the journal, synced (or, in a deferred store, written)
     written_end: int = LEDGER_HEADER.size
     payload_bytes: int = 0
-    failed: bool = False  # a write or sync failed: no more appends, roll over
-    sealed: bool = False  # rolled over: closed at durable_entries
+    failed: bool = False  # a write failed: no more appends, roll over
+    sealed: bool = False  # rolled over: closed at written_entries
     full: bool = False  # full, but the eager roll-over failed: roll before the next append
+    dirty: bool = False  # written since the last checkpoint: synced by the next one
+    pending: list[tuple[int, int]] = field(default_factory=list)  # (journal ticket, entries) not yet durable
 
     @property
     def written_entries(self) -> int:
         return len(self.offsets)
+
+    def end_of(self, entries: int) -> int:
+        return self.offsets[entries] if entries < len(self.offsets) else self.written_end
 
 
 @dataclass(frozen=True, slots=True)
@@ -768,17 +929,21 @@ class RecoveryReport:
     truncated: tuple[tuple[str, int, int], ...] = ()  # (file, new length, bytes removed)
     removed: tuple[str, ...] = ()
     closed_ledger: int | None = None
+    replayed: int = 0  # journal records applied on top of the last checkpoint
 
 
 class FileLedger:
     """A file-backed :class:`~reference.engine.ledger.ManagedLedger`; see the module docstring.
 
-    ``directory`` is created if missing.  ``config`` supplies the roll-over limits.
-    ``group_commit`` lets concurrent appenders share one sync.  Past ``max_journal_records``
-    records or ``max_journal_bytes`` bytes in the cursor journal, a cursor change is folded into
-    a metadata commit instead (0 folds every change).  ``fs`` replaces the OS calls
-    (tests).  Opening recovers the directory (:attr:`recovery` says what it repaired) and starts
-    a new ledger; a second handle on a directory that is open raises :class:`LedgerLocked`.
+    ``directory`` is created if missing.  ``config`` supplies the roll-over limits.  ``store`` is
+    the :class:`~reference.engine.file_store.FileStore` whose journal it writes through (``key`` is
+    its directory's name in the store); without one the ledger keeps its own journal in its
+    directory.  ``group_commit`` lets concurrent writers share one journal sync (without it a
+    writer syncs while holding the lock).  ``max_journal_records`` / ``max_journal_bytes`` bound
+    a private journal's segment before a checkpoint (0: checkpoint after every change).  ``fs``
+    replaces the OS calls.  Opening recovers the directory (:attr:`recovery` says what it
+    repaired) and starts a new ledger; a second handle on an open directory raises
+    :class:`LedgerLocked`.
     """
 
     def __init__(
@@ -793,17 +958,9 @@ class FileLedger:
         max_open_sealed_files: int = MAX_OPEN_SEALED_FILES,
         max_journal_records: int = MAX_JOURNAL_RECORDS,
         max_journal_bytes: int = MAX_JOURNAL_BYTES,
+        store: FileStore | None = None,
+        key: str = ".",
     ) -> None:
-        if max_journal_records < 0 or max_journal_bytes < 0:
-            raise ValueError(f"journal bounds must be >= 0, got {max_journal_records}, {max_journal_bytes}")
-        self._max_journal_records = max_journal_records
-        self._max_journal_bytes = max_journal_bytes
-        # The journal's descriptor is opened at the first record, not at open, so a ledger that
-        # never changes a cursor holds no extra descriptor.
-        self._journal_fd: int | None = None
-        self._journal_end = 0  # where the next record goes; 0: the journal is not known good
-        self._journal_records = 0
-        self._journal_ready = False  # recovery has not yet reset the journal: commits leave it alone
         if max_open_sealed_files < 0:
             raise ValueError(f"max_open_sealed_files must be >= 0, got {max_open_sealed_files}")
         # The file being read stays open during the read, so the bound is never below one.
@@ -812,22 +969,43 @@ class FileLedger:
         self._dir = os.path.abspath(os.fspath(directory))
         self._config = config or Config()
         self._group_commit = group_commit
-        self._fs: FileSystem = fs or OsFileSystem()
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._syncing = False
         self._closed = False
         self._files: dict[int, _OpenFile] = {}
-        fs_ = self._fs
-        if not fs_.exists(self._dir):
-            fs_.makedirs(self._dir)
-            fs_.sync_dir(os.path.dirname(self._dir))
-        self._lock_fd: int | None = fs_.lock(self._path(LOCK_NAME))
+        self.dirty = False  # journaled since the last checkpoint
+        self._dir_dirty = False  # directory entries changed since the last checkpoint
+        self._history: list[tuple[int, Metadata]] = []  # metadata versions not yet durable, by ticket
+        self._lock_fd: int | None = None
+        self._private = store is None
+        if store is None:
+            from .file_store import FileStore
+
+            if name is not None:
+                # Refused before the private store's recovery touches anything.
+                _check_name(fs or OsFileSystem(), self._dir, name)
+
+            store = FileStore(
+                self._dir,
+                self._config,
+                fs=fs or OsFileSystem(),
+                lock_store=False,
+                max_journal_records=max_journal_records,
+                max_journal_bytes=max_journal_bytes,
+            )
+        self._store = store
+        self._fs: FileSystem = store.fs
+        self._key = key
+        self._lock = store.lock
         try:
-            self._meta, self.recovery = self._recover(name, first_ledger_id)
+            with self._lock:
+                self._meta, self.recovery = self._open(name, first_ledger_id)
+                self._durable_meta = self._meta
+                store.attach(key, self)
         except BaseException:
             self._release_files()
+            if self._private:
+                store.crash()
             raise
+        self._settle(self._opening_ticket)
 
     # -- paths and small helpers ----------------------------------------------------------------
 
@@ -847,9 +1025,13 @@ class FileLedger:
         return self._config
 
     @property
+    def store(self) -> FileStore:
+        return self._store
+
+    @property
     def metadata(self) -> Metadata:
-        """The last committed metadata (its ``generation`` counts commits) with the cursor
-        changes journaled since applied: the durable state as recovery would rebuild it."""
+        """The current metadata (every acknowledged change applied; ``journal_lsn`` is the last
+        checkpoint's): the durable state as recovery would rebuild it."""
         with self._lock:
             return self._meta
 
@@ -857,330 +1039,280 @@ class FileLedger:
     def _current(self) -> _OpenFile:
         return self._files[self._meta.ledgers[-1].ledger_id]
 
-    # -- recovery -------------------------------------------------------------------------------
+    # -- opening --------------------------------------------------------------------------------
 
-    def _recover(self, name: str | None, first_ledger_id: int) -> tuple[Metadata, RecoveryReport]:
-        """Check everything first, read-only; only then repair (remove leftovers, cut the torn
-        tail), so a :class:`LedgerCorrupted` leaves the directory exactly as it was found."""
+    def _open(self, name: str | None, first_ledger_id: int) -> tuple[Metadata, RecoveryReport]:
+        """Check everything first, read-only; only then repair, so a :class:`LedgerCorrupted`
+        leaves the directory exactly as it was found."""
         fs = self._fs
-        names = fs.listdir(self._dir)
-        ledger_names = {lid: n for n in names if (lid := parse_ledger_file_name(n)) is not None}
-        # METADATA.tmp was never committed (the rename is the commit point).
-        leftovers = [METADATA_TMP_NAME] if METADATA_TMP_NAME in names else []
-        if METADATA_NAME not in names:
-            # The first metadata commit never happened: the only files a crash can have left
-            # are ledger files without entries.
-            for ledger_id, file_name in sorted(ledger_names.items()):
-                self._check_entryless_orphan(ledger_id, file_name)
-                leftovers.append(file_name)
-            if JOURNAL_NAME in names:
-                # The journal is created after the first commit; without one it can hold no record.
-                orphan = self._scan_journal()
-                if orphan.records:
-                    raise LedgerCorrupted(
-                        "the cursor journal holds records but there is no METADATA",
-                        file=self._path(JOURNAL_NAME),
-                        offset=orphan.records[0].offset,
-                    )
-                leftovers.append(JOURNAL_NAME)
-            self._remove(leftovers)
-            fresh = name or os.path.basename(self._dir)
-            meta = Metadata(fresh, 0, first_ledger_id, (), MappingProxyType({}), MappingProxyType({}))
-            meta = self._open_new_ledger(meta)
-            self._reset_journal()
-            return meta, RecoveryReport(created=True, removed=tuple(leftovers))
-        meta = self._read_metadata()
-        if name is not None and name != meta.name:
-            raise ValueError(f"{self._dir} holds managed ledger {meta.name!r}, not {name!r}")
-        journal_torn: tuple[tuple[str, int, int], ...] = ()
-        if JOURNAL_NAME in names:
-            journal = self._scan_journal()
-            meta = apply_journal(meta, journal, file=self._path(JOURNAL_NAME))
-            if journal.torn_bytes:
-                # Cut by the reset below, after the commit that folds the records in.
-                journal_torn = ((self._path(JOURNAL_NAME), journal.valid_length, journal.torn_bytes),)
-        listed = {r.ledger_id for r in meta.ledgers}
-        for ledger_id, file_name in sorted(ledger_names.items()):
-            if ledger_id in listed:
-                continue
-            if ledger_id < meta.ledgers[0].ledger_id:
-                pass  # deleted: the metadata without it was committed, the unlink did not happen
-            elif ledger_id >= meta.next_ledger_id:
-                # A roll-over that created the file but never committed the metadata naming it.
-                self._check_entryless_orphan(ledger_id, file_name)
-            else:
-                raise LedgerCorrupted(
-                    f"ledger file {file_name} is not in the metadata but lies between ledgers it lists",
-                    file=self._path(file_name),
-                    offset=0,
-                )
-            leftovers.append(file_name)
-        torn: list[tuple[_OpenFile, LedgerScan]] = []
-        for record in meta.ledgers:
-            path = self._path(ledger_file_name(record.ledger_id))
-            if record.ledger_id not in ledger_names:
-                raise LedgerCorrupted(
-                    f"ledger {record.ledger_id} is in the metadata but its file is missing", file=path, offset=0
-                )
-            opened, scan = self._open_existing(record, path)
-            if scan.torn_bytes:
-                torn.append((opened, scan))
-        # Everything checked out: repair.
-        self._remove(leftovers)
-        truncated: list[tuple[str, int, int]] = []
-        for opened, scan in torn:
-            # Only never-acknowledged bytes can be torn: an append returns after its sync.
-            fs.truncate(self._fd(opened), scan.valid_length)
-            fs.sync(self._fd(opened))
-            truncated.append((opened.path, scan.valid_length, scan.torn_bytes))
+        self._opening_ticket = -1
+        if not fs.exists(self._dir):
+            # The directory's own entry is synced by the creation (a directory without METADATA
+            # holds nothing that was acknowledged); its parents' entries now.
+            makedirs_durably(fs, os.path.dirname(self._dir))
+            fs.makedirs(self._dir)
+        self._lock_fd = fs.lock(self._path(LOCK_NAME))
+        earlier = self._store.take_rebuild_report(self._key)
+        # A ledger this store checkpointed itself (closed, or rebuilt at its recovery) is known
+        # exactly; anything else is checked from disk.
+        known = self._store.take_plan(self._key)
+        if known is not None and name is not None and known.meta is not None and known.meta.name != name:
+            known = None
+        plan = known if known is not None else plan_recovery(fs, self._dir, (), name=name)
+        if plan.meta is None:
+            meta = self._create(plan, name, first_ledger_id)
+            return meta, RecoveryReport(created=True, removed=tuple(plan.leftovers), replayed=earlier.replayed)
+        recovered, truncated = apply_recovery(fs, plan)
+        assert recovered is not None
+        meta = recovered
+        if self._store.first_open(self._key):
+            # Its directory and the directory's entry must be durable before any record of it is
+            # (a creation that failed after METADATA, before its syncs, left them unsynced).
+            fs.sync_dir(self._dir)
+            fs.sync_dir(os.path.dirname(self._dir))
+        for file_plan in plan.files.values():
+            opened = _OpenFile(file_plan.ledger_id, file_plan.path, None)
+            opened.offsets = [f.offset for f in file_plan.frames]
+            opened.lengths = [f.length for f in file_plan.frames]
+            opened.durable_entries = len(opened.offsets)
+            opened.written_end = file_plan.base_length
+            opened.payload_bytes = sum(opened.lengths)
+            self._files[file_plan.ledger_id] = opened
+        self._meta = meta
         # Close the recovered open ledger and start a new one, as Pulsar's new owner does.
         last = self._files[meta.ledgers[-1].ledger_id]
-        closed = replace(meta.ledgers[-1], entries=last.durable_entries, length=last.durable_end)
-        # This commit folds the journal's records in; only then may the journal be emptied.
-        meta = self._open_new_ledger(replace(meta, ledgers=(*meta.ledgers[:-1], closed)))
-        self._reset_journal()
-        truncated.extend(journal_torn)
-        report = RecoveryReport(truncated=tuple(truncated), removed=tuple(leftovers), closed_ledger=closed.ledger_id)
-        for record in meta.ledgers[:-1]:
+        closed = replace(meta.ledgers[-1], entries=last.written_entries, length=last.written_end)
+        self._opening_ticket = self._open_new_ledger(replace(meta, ledgers=(*meta.ledgers[:-1], closed)))
+        for record in self._meta.ledgers[:-1]:
             self._seal_file(self._files[record.ledger_id])
-        return meta, report
-
-    def _remove(self, file_names: Sequence[str]) -> None:
-        for file_name in file_names:
-            self._fs.unlink(self._path(file_name))
-        if file_names:
-            self._fs.sync_dir(self._dir)
-
-    def _read_metadata(self) -> Metadata:
-        path = self._path(METADATA_NAME)
-        fd = self._fs.open(path)
-        try:
-            blob = self._fs.pread(fd, self._fs.size(fd), 0)
-        finally:
-            self._fs.close(fd)
-        return decode_metadata(blob, file=path)
-
-    def _scan_journal(self) -> JournalScan:
-        path = self._path(JOURNAL_NAME)
-        fd = self._fs.open(path)
-        try:
-            return scan_journal(lambda o, n: self._fs.pread(fd, n, o), self._fs.size(fd), file=path)
-        finally:
-            self._fs.close(fd)
-
-    def _reset_journal(self) -> None:
-        """Start an empty journal (recovery, after the commit that folded the old records in)."""
-        fs = self._fs
-        path = self._path(JOURNAL_NAME)
-        fd = fs.open(path, create=True, truncate=True)
-        try:
-            fs.pwrite(fd, encode_journal_header(), 0)
-            fs.sync(fd)
-        finally:
-            fs.close(fd)
-        # A record is acknowledged only in a journal the directory durably names.  Synced even
-        # when the file was there: a crashed earlier recovery may have created it unsynced.
-        fs.sync_dir(self._dir)
-        self._journal_end, self._journal_records, self._journal_ready = JOURNAL_HEADER.size, 0, True
-
-    def _check_entryless_orphan(self, ledger_id: int, file_name: str) -> None:
-        """A ledger file no committed metadata names may be removed only if it holds no entry:
-        entries are appended only to a ledger the committed metadata names."""
-        path = self._path(file_name)
-        fd = self._fs.open(path)
-        try:
-            size = self._fs.size(fd)
-            if size > LEDGER_HEADER.size:
-                scan = scan_ledger(
-                    lambda o, n: self._fs.pread(fd, n, o), size, file=path, ledger_id=ledger_id, allow_torn_tail=True
-                )
-                if scan.frames:
-                    raise LedgerCorrupted(
-                        f"ledger file {file_name} holds {len(scan.frames)} entries but no committed metadata names it",
-                        file=path,
-                        offset=scan.frames[0].offset,
-                    )
-        finally:
-            self._fs.close(fd)
-
-    def _open_existing(self, record: LedgerRecord, path: str) -> tuple[_OpenFile, LedgerScan]:
-        fs = self._fs
-        fd = fs.open(path)
-        opened = _OpenFile(record.ledger_id, path, fd)
-        self._files[record.ledger_id] = opened
-        size = fs.size(fd)
-        scan = scan_ledger(
-            lambda o, n: fs.pread(fd, n, o), size, file=path, ledger_id=record.ledger_id, allow_torn_tail=record.is_open
+        report = RecoveryReport(
+            truncated=earlier.truncated + truncated,
+            removed=earlier.removed + tuple(plan.leftovers),
+            closed_ledger=closed.ledger_id,
+            replayed=earlier.replayed + plan.replayed,
         )
-        if not record.is_open and (len(scan.frames) != record.entries or size != record.length):
-            raise LedgerCorrupted(
-                f"closed ledger {record.ledger_id} should hold {record.entries} entries in {record.length} bytes, "
-                f"found {len(scan.frames)} entries in {size} bytes",
-                file=path,
-                offset=min(size, record.length or 0, scan.valid_length),
-            )
-        opened.offsets = [f.offset for f in scan.frames]
-        opened.lengths = [f.length for f in scan.frames]
-        opened.durable_entries = len(scan.frames)
-        opened.durable_end = opened.written_end = scan.valid_length
-        opened.payload_bytes = sum(opened.lengths)
-        opened.sealed = not record.is_open
-        return opened, scan
+        return self._meta, report
 
-    # -- metadata commits and new ledgers (callers hold the lock, or are the constructor) ------
-
-    def _commit(self, meta: Metadata) -> Metadata:
-        """Make ``meta`` (with the next generation) the committed metadata; returns it.  Raises
-        :class:`LedgerWriteFailed` if any step fails: the old or the new version is then on disk
-        and this handle keeps the old one."""
-        meta = replace(meta, generation=meta.generation + 1)
-        blob = encode_metadata(meta)
+    def _create(self, plan: RecoveryPlan, name: str | None, first_ledger_id: int) -> Metadata:
+        """A new managed ledger, created durably (its creation is a checkpoint): leftovers gone,
+        the first ledger file synced, METADATA committed, the directory's own entry synced."""
         fs = self._fs
-        tmp = self._path(METADATA_TMP_NAME)
-        try:
-            fd = fs.open(tmp, create=True, truncate=True)
-            try:
-                fs.pwrite(fd, blob, 0)
-                fs.sync(fd)
-            finally:
-                fs.close(fd)
-            fs.rename(tmp, self._path(METADATA_NAME))
-            fs.sync_dir(self._dir)
-        except OSError as exc:
-            # METADATA may now be of the next generation: a record of this one would be stale
-            # at recovery, so the next cursor change must commit (fold) instead.
-            self._journal_end = 0
-            raise LedgerWriteFailed(f"metadata commit of {self._dir} failed: {exc}") from exc
-        self._meta = meta
-        self._empty_journal()
+        # Everything queued before is made durable first, so the store's journal order stays the
+        # order of its changes: no power cut keeps this ledger and loses a change made before it.
+        self._store.flush()
+        apply_recovery(fs, plan)
+        path = self._path(ledger_file_name(first_ledger_id))
+        fd = fs.open(path, create=True, truncate=True)
+        self._files[first_ledger_id] = _OpenFile(first_ledger_id, path, fd)
+        fs.pwrite(fd, encode_ledger_header(first_ledger_id), 0)
+        fs.sync(fd)
+        # The file's name is durable before the METADATA naming it can be (a power cut may keep a
+        # later directory operation, the rename, and lose an earlier one).
+        fs.sync_dir(self._dir)
+        meta = Metadata(
+            name or os.path.basename(self._dir),
+            0,
+            first_ledger_id + 1,
+            (LedgerRecord(first_ledger_id),),
+            MappingProxyType({}),
+            MappingProxyType({}),
+            journal_lsn=self._store.journal.durable_lsn,
+            open_synced=(0, LEDGER_HEADER.size),
+        )
+        write_metadata_file(fs, self._dir, meta)
+        fs.sync_dir(os.path.dirname(self._dir))
+        self._store.first_open(self._key)
         return meta
 
-    def _empty_journal(self) -> None:
-        """Cut the journal back to its header after a commit folded its records in.  Best effort:
-        its records are stale now, so a crash (or a failure) before the cut is harmless; after a
-        failure the journal is not trusted until a later commit cuts it."""
-        if not self._journal_ready or (self._journal_end == JOURNAL_HEADER.size and not self._journal_records):
+    # -- journal records (callers hold the lock) ------------------------------------------------
+
+    def _record(self, kind: RecordKind, body: bytes) -> int:
+        ticket = self._store.record(self._key, kind, body)
+        self.dirty = True
+        return ticket
+
+    def _record_meta(self, meta: Metadata) -> int:
+        """Journal a new metadata version and adopt it; returns the record's ticket."""
+        meta = replace(meta, generation=meta.generation + 1)
+        # Cursors are not in a metadata record: each change of one is its own CURSOR record.
+        ticket = self._record(RecordKind.META, encode_metadata(replace(meta, cursors=_NO_CURSORS)))
+        self._adopt(ticket, meta)
+        return ticket
+
+    def _adopt(self, ticket: int, meta: Metadata) -> None:
+        self._meta = meta
+        if not self._store.deferred:
+            self._history.append((ticket, meta))
+
+    def _settle(self, ticket: int) -> None:
+        """Wait until the record ``ticket`` (and so every earlier one) is durable; on failure,
+        undo everything of this handle that is not durable and raise LedgerWriteFailed."""
+        if ticket < 0 or self._store.deferred:
             return
-        self._journal_end = 0
-        fs = self._fs
         try:
-            if self._journal_fd is None:
-                self._journal_fd = fs.open(self._path(JOURNAL_NAME))
-            fs.truncate(self._journal_fd, JOURNAL_HEADER.size)
-            # Synced before the next record overwrites the cut bytes, so no stale record can
-            # show through a torn write of a new one.
-            fs.sync(self._journal_fd)
-        except OSError:
-            return
-        self._journal_end, self._journal_records = JOURNAL_HEADER.size, 0
+            self._store.wait(ticket)
+        except LedgerWriteFailed:
+            with self._lock:
+                self._store.revert_all()
+            raise
+        with self._lock:
+            self._durable_upto(ticket)
+        self._store.maybe_checkpoint()
 
-    def _cut_journal(self, fd: int, length: int) -> None:
-        self._fs.truncate(fd, length)
-        self._fs.sync(fd)
+    def _durable_upto(self, ticket: int) -> None:
+        while self._history and self._history[0][0] <= ticket:
+            _, self._durable_meta = self._history.pop(0)
+        for opened in self._files.values():
+            while opened.pending and opened.pending[0][0] <= ticket:
+                _, entries = opened.pending.pop(0)
+                opened.durable_entries = max(opened.durable_entries, entries)
 
-    def _journal_cursor(self, name: str, state: CursorState | None) -> None:
-        """Make cursor ``name``'s new state (None: deleted) durable: one journal record and one
-        sync, or a metadata commit when the journal is full or not trusted."""
-        cursors = dict(self._meta.cursors)
-        if state is None:
-            cursors.pop(name, None)
-        else:
-            cursors[name] = state
-        record = encode_journal_record(self._meta.generation, name, state)
-        end = self._journal_end
-        if (
-            not self._journal_ready
-            or end == 0
-            or self._journal_records >= self._max_journal_records
-            or end + len(record) > self._max_journal_bytes
-        ):
-            self._commit_cursors(cursors)
-            return
+    def _revert(self) -> None:
+        """A journal batch failed: nothing of this handle that was not durable survives (the
+        journal was cut back), so memory goes back to the durable state; a ledger that lost
+        entries takes no append until it is rolled over (Pulsar's rule after a failed add)."""
+        self._meta = self._durable_meta
+        self._history.clear()
+        listed = {r.ledger_id for r in self._meta.ledgers}
+        for ledger_id in [lid for lid in self._files if lid not in listed]:
+            gone = self._files.pop(ledger_id)
+            self._open_sealed.pop(ledger_id, None)
+            if gone.fd is not None:
+                _best_effort(partial(self._fs.close, gone.fd))
+            _best_effort(partial(self._fs.unlink, gone.path))
+            self._dir_dirty = True
+        for opened in self._files.values():
+            opened.pending.clear()
+            if opened.written_entries > opened.durable_entries:
+                end = opened.end_of(opened.durable_entries)
+                del opened.offsets[opened.durable_entries :]
+                del opened.lengths[opened.durable_entries :]
+                opened.written_end = end
+                opened.payload_bytes = sum(opened.lengths)
+                opened.failed = True
+                opened.dirty = True
+                if opened.fd is not None:
+                    _best_effort(partial(self._fs.truncate, opened.fd, end))
+        current = self._current
+        current.sealed = False
+
+    def _write_op(self, change: Callable[[], int]) -> None:
+        """Run ``change`` (which journals and returns a ticket) under the lock, then settle it:
+        inside the lock without group commit, outside it (so others can queue) with it."""
+        with self._lock:
+            self._check_open()
+            ticket = change()
+            if not self._group_commit:
+                self._settle(ticket)
+                return
+        self._settle(ticket)
+
+    # -- checkpoints (the store calls these with its lock held) --------------------------------
+
+    def _checkpoint_locked(self, lsn: int) -> None:
+        """Make the files self-sufficient up to journal lsn ``lsn``: sync every ledger file written
+        since the last checkpoint, sync the directory, commit METADATA saying so."""
         fs = self._fs
-        try:
-            if self._journal_fd is None:
-                self._journal_fd = fs.open(self._path(JOURNAL_NAME))
-            fs.pwrite(self._journal_fd, record, end)
-            fs.sync(self._journal_fd)
-        except OSError as exc:
-            # Not acknowledged: cut it off so it cannot resurface, and fold the next change so a
-            # new generation makes it stale should the cut not have reached the disk.
-            self._journal_end = 0
-            fd = self._journal_fd
-            if fd is not None:
-                _best_effort(partial(self._cut_journal, fd, end))
-            raise LedgerWriteFailed(f"cursor journal write of {self._dir} failed: {exc}") from exc
-        self._journal_end = end + len(record)
-        self._journal_records += 1
-        self._meta = replace(self._meta, cursors=MappingProxyType(cursors))
+        for opened in self._files.values():
+            if opened.dirty:
+                fd = self._fd(opened)
+                if fs.size(fd) != opened.written_end:
+                    fs.truncate(fd, opened.written_end)  # a failed write's bytes after the last entry
+                fs.sync(fd)
+        if self._dir_dirty:
+            fs.sync_dir(self._dir)
+        current = self._current
+        meta = replace(self._meta, journal_lsn=lsn, open_synced=(current.written_entries, current.written_end))
+        write_metadata_file(fs, self._dir, meta)
+        for opened in self._files.values():
+            opened.dirty = False
+        self._meta = self._durable_meta = meta
+        self._history.clear()
+        self._dir_dirty = False
+        self.dirty = False
 
-    def _open_new_ledger(self, meta: Metadata) -> Metadata:
-        """Create the next ledger's file durably, then commit ``meta`` with it as the open
-        ledger.  ``meta`` already records the previous ledger as closed."""
+    def _open_new_ledger(self, meta: Metadata) -> int:
+        """Create the next ledger's file (written behind) and journal ``meta`` with it as the open
+        ledger; ``meta`` already records the previous ledger as closed.  Returns the ticket."""
         fs = self._fs
         ledger_id = meta.next_ledger_id
         path = self._path(ledger_file_name(ledger_id))
+        fd: int | None = None
         try:
             fd = fs.open(path, create=True, truncate=True)
-        except OSError as exc:
-            raise LedgerWriteFailed(f"cannot create {path}: {exc}") from exc
-        try:
             fs.pwrite(fd, encode_ledger_header(ledger_id), 0)
-            fs.sync(fd)
-            fs.sync_dir(self._dir)
-            committed = self._commit(
+        except OSError as exc:
+            if fd is not None:
+                _best_effort(partial(fs.close, fd))
+            _best_effort(partial(fs.unlink, path))
+            raise LedgerWriteFailed(f"cannot create {path}: {exc}") from exc
+        self._files[ledger_id] = _OpenFile(ledger_id, path, fd, dirty=True)
+        self._dir_dirty = True
+        try:
+            return self._record_meta(
                 replace(meta, next_ledger_id=ledger_id + 1, ledgers=(*meta.ledgers, LedgerRecord(ledger_id)))
             )
-        except (OSError, LedgerWriteFailed) as exc:
-            fs.close(fd)
-            _best_effort(lambda: fs.unlink(path))
-            if isinstance(exc, LedgerWriteFailed):
-                raise
-            raise LedgerWriteFailed(f"cannot create {path}: {exc}") from exc
-        self._files[ledger_id] = _OpenFile(ledger_id, path, fd)
-        return committed
+        except LedgerWriteFailed:
+            del self._files[ledger_id]
+            _best_effort(partial(fs.close, fd))
+            _best_effort(partial(fs.unlink, path))
+            raise
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Sync what was written, release the files and the lock.  Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            while self._syncing:
-                self._cond.wait()
-            current = self._current
-            if not current.failed and current.written_entries > current.durable_entries:
-                # Appenders still waiting get their answer from this sync; if it fails they get
-                # LedgerWriteFailed and the handle closes anyway.
-                with contextlib.suppress(LedgerWriteFailed):
-                    self._sync_locked(current)
-            if self._journal_records:
-                # Fold the journal so a cleanly closed directory's METADATA is the whole state;
-                # if the commit fails the journal still holds it.
-                with contextlib.suppress(LedgerWriteFailed):
-                    self._commit(self._meta)
-            self._closed = True
-            self._cond.notify_all()
-            self._release_files()
+        """Make everything written durable, checkpoint, release the files and the lock.
+        Idempotent.  If the checkpoint fails the journal still holds every acknowledged change."""
+        if self._private:
+            with self._lock:
+                if self._closed:
+                    return
+            self._store.close()
+            return
+        self._store.close_ledger(self._key, self)
+
+    def _close_locked(self, lsn: int | None) -> RecoveryPlan | None:
+        """The store's part of closing: checkpoint at ``lsn`` (None: it failed or was not wanted).
+        Returns what a reopening needs to know of the files when they are exactly as checkpointed
+        (the store keeps it, so the next handle need not scan them again)."""
+        if self._closed:
+            return None
+        if lsn is not None and self.dirty:
+            self._checkpoint_locked(lsn)
+        known = None if self.dirty or self._dir_dirty else self._as_plan()
+        self._closed = True
+        self._release_files()
+        return known
+
+    def _as_plan(self) -> RecoveryPlan:
+        files = {}
+        for record in self._meta.ledgers:
+            opened = self._files[record.ledger_id]
+            frames = [FrameInfo(i, o, n) for i, (o, n) in enumerate(zip(opened.offsets, opened.lengths, strict=True))]
+            extent = (opened.written_entries, opened.written_end)
+            files[record.ledger_id] = _FilePlan(
+                record.ledger_id, opened.path, opened.written_end, extent, not record.is_open, frames
+            )
+        return RecoveryPlan(self._dir, self._meta, files, [], False, 0, self._meta.journal_lsn)
 
     def crash(self) -> None:
-        """Stop as a killed process would: no sync, no metadata, files and lock released.
-        Whatever the OS already has stays (a process crash is not a power cut)."""
-        with self._lock:
-            self._closed = True
-            self._cond.notify_all()
-            self._release_files()
+        """Stop as a killed process would: no sync, no checkpoint, files and lock released.
+        What the journal already holds stays (it is the store's; a lone ledger's is its own)."""
+        if self._private:
+            self._store.crash()
+            return
+        self._store.crash_ledger(self._key, self)
+
+    def _crash_locked(self) -> None:
+        self._closed = True
+        self._release_files()
 
     def _release_files(self) -> None:
         for opened in self._files.values():
             if opened.fd is not None:
                 _best_effort(partial(self._fs.close, opened.fd))
-        self._files.clear()
+                opened.fd = None
         self._open_sealed.clear()
-        journal_fd, self._journal_fd = self._journal_fd, None
-        if journal_fd is not None:
-            _best_effort(partial(self._fs.close, journal_fd))
         lock_fd, self._lock_fd = self._lock_fd, None
         if lock_fd is not None:
             _best_effort(lambda: self._fs.unlock(lock_fd))
@@ -1188,130 +1320,69 @@ class FileLedger:
     def _check_open(self) -> None:
         if self._closed:
             raise LedgerClosed(f"managed ledger {self.name} is closed")
+        if self._store.failed is not None and not self._store.deferred:
+            raise LedgerWriteFailed(f"the journal of {self.name} failed: {self._store.failed}")
 
     # -- appends --------------------------------------------------------------------------------
 
     def append(self, data: bytes) -> Position:
-        """Append one entry; returns its position once it is durable (after the sync)."""
+        """Append one entry; returns its position once it is durable (its journal record synced)."""
         payload = bytes(data)
         if len(payload) > MAX_ENTRY_BYTES:
             raise ValueError(f"an entry holds at most {MAX_ENTRY_BYTES} bytes, got {len(payload)}")
         with self._lock:
             self._check_open()
             while self._current.full:
-                # Full, and its roll-over failed or is in progress in another thread (which
-                # may be waiting for a sync): roll it, or find it rolled.
-                self._roll_locked(self._current)
+                # Full, and its roll-over failed: roll it now (or find it rolled).
+                self._settle_locked(self._roll_locked(self._current))
                 self._check_open()
             ledger = self._current
             if ledger.failed:
                 raise LedgerClosed(f"ledger {ledger.ledger_id} of {self.name} had a write failure; roll over first")
             entry_id = ledger.written_entries
             offset = ledger.written_end
-            frame = encode_frame(entry_id, payload)
             try:
-                self._fs.pwrite(self._fd(ledger), frame, offset)
+                self._fs.pwrite(self._fd(ledger), encode_frame(entry_id, payload), offset)
             except OSError as exc:
-                self._fail_locked(ledger)
+                ledger.failed = ledger.dirty = True
                 raise LedgerWriteFailed(f"write to {ledger.path} failed: {exc}") from exc
+            ticket = self._record(RecordKind.ENTRY, encode_entry_body(ledger.ledger_id, entry_id, payload))
             ledger.offsets.append(offset)
             ledger.lengths.append(len(payload))
-            ledger.written_end = offset + len(frame)
+            ledger.written_end = offset + FRAME_HEADER.size + len(payload)
             ledger.payload_bytes += len(payload)
-            if not self._group_commit:
-                self._sync_locked(ledger)
+            ledger.dirty = True
+            if self._store.deferred:
+                ledger.durable_entries = ledger.written_entries  # the store's barrier holds the answers
+            else:
+                ledger.pending.append((ticket, ledger.written_entries))
             if ledger_is_full(ledger.written_entries, ledger.payload_bytes, self._config):
-                # Mark it first: rolling may wait for a group sync, and no other appender may
-                # write into a full ledger meanwhile.
+                # Mark it first: no other appender may write into a full ledger meanwhile.
                 ledger.full = True
                 with contextlib.suppress(LedgerError):
-                    # If the roll fails the entry may still be durable (below); the next append
-                    # retries the roll.
-                    self._roll_locked(ledger)
-            self._await_durable_locked(ledger, entry_id)
-            return Position(ledger.ledger_id, entry_id)
+                    # If the roll fails the entry may still be durable (below); the next append retries it.
+                    ticket = max(ticket, self._roll_locked(ledger))
+            position = Position(ledger.ledger_id, entry_id)
+            if not self._group_commit:
+                self._settle(ticket)
+                return position
+        self._settle(ticket)
+        return position
 
-    def _await_durable_locked(self, ledger: _OpenFile, entry_id: int) -> None:
-        # Group commit: the first waiter to find no sync running syncs everything written so
-        # far, with the lock released so others can write and queue; the rest wait for it.
-        while True:
-            if entry_id < ledger.durable_entries:
-                return
-            if ledger.failed or ledger.sealed or self._closed:
-                raise LedgerWriteFailed(f"entry {ledger.ledger_id}:{entry_id} of {self.name} was not made durable")
-            if self._syncing:
-                self._cond.wait()
-                continue
-            self._syncing = True
-            target_entries, target_end = ledger.written_entries, ledger.written_end
-            self._lock.release()
-            error: OSError | None = None
-            try:
-                self._fs.sync(self._fd(ledger))
-            except OSError as exc:
-                error = exc
-            finally:
-                self._lock.acquire()
-                self._syncing = False
-                self._cond.notify_all()
-            if ledger.failed:
-                # Another writer failed while we synced and cut the unsynced tail off: what we
-                # synced is not all there any more, so nothing past durable_entries counts.
-                continue
-            if error is not None:
-                self._fail_locked(ledger)
-            else:
-                ledger.durable_entries = max(ledger.durable_entries, target_entries)
-                ledger.durable_end = max(ledger.durable_end, target_end)
-
-    def _sync_locked(self, ledger: _OpenFile) -> None:
-        while self._syncing:
-            self._cond.wait()
-        target_entries, target_end = ledger.written_entries, ledger.written_end
-        try:
-            self._fs.sync(self._fd(ledger))
-        except OSError as exc:
-            self._fail_locked(ledger)
-            raise LedgerWriteFailed(f"sync of {ledger.path} failed: {exc}") from exc
-        ledger.durable_entries, ledger.durable_end = target_entries, target_end
-        self._cond.notify_all()
-
-    def _fail_locked(self, ledger: _OpenFile) -> None:
-        """A write or sync failed: what was not synced is not acknowledged and is cut off the
-        file, so it cannot resurface after a crash as an entry its writer saw fail."""
-        ledger.failed = True
-        del ledger.offsets[ledger.durable_entries :]
-        del ledger.lengths[ledger.durable_entries :]
-        ledger.written_end = ledger.durable_end
-        ledger.payload_bytes = sum(ledger.lengths)
-        _best_effort(lambda: self._truncate_tail(ledger))
-        self._cond.notify_all()
-
-    def _truncate_tail(self, ledger: _OpenFile) -> None:
-        self._fs.truncate(self._fd(ledger), ledger.durable_end)
-        self._fs.sync(self._fd(ledger))
+    def _settle_locked(self, ticket: int) -> None:
+        self._settle(ticket)
 
     def roll_over(self) -> None:
-        """Close the current ledger at its last durable entry and open the next one."""
-        with self._lock:
-            self._check_open()
-            self._roll_locked(self._current)
+        """Close the current ledger at its last written entry and open the next one."""
+        self._write_op(lambda: self._roll_locked(self._current))
 
-    def _roll_locked(self, old: _OpenFile) -> None:
-        while self._syncing:
-            self._cond.wait()
+    def _roll_locked(self, old: _OpenFile) -> int:
         if self._closed or self._current is not old:
-            return  # another thread rolled it (or closed the ledger) while we waited
-        if old.failed:
-            try:
-                self._truncate_tail(old)
-            except OSError as exc:
-                raise LedgerWriteFailed(f"cannot cut the failed tail of {old.path}: {exc}") from exc
-        elif old.written_entries > old.durable_entries:
-            self._sync_locked(old)
-        closed = LedgerRecord(old.ledger_id, old.durable_entries, old.durable_end)
-        self._open_new_ledger(replace(self._meta, ledgers=(*self._meta.ledgers[:-1], closed)))
+            return -1  # another thread rolled it (or closed the ledger)
+        closed = LedgerRecord(old.ledger_id, old.written_entries, old.written_end)
+        ticket = self._open_new_ledger(replace(self._meta, ledgers=(*self._meta.ledgers[:-1], closed)))
         self._seal_file(old)
+        return ticket
 
     # -- descriptors of sealed ledgers ----------------------------------------------------------
 
@@ -1369,7 +1440,7 @@ class FileLedger:
         if max_entries < 0:
             raise ValueError(f"max_entries must be >= 0, got {max_entries}")
         with self._lock:
-            self._check_open()
+            self._check_readable()
             out: list[Entry] = []
             for record in self._meta.ledgers:
                 if len(out) >= max_entries:
@@ -1384,11 +1455,15 @@ class FileLedger:
 
     def read_entry(self, position: Position) -> bytes:
         with self._lock:
-            self._check_open()
+            self._check_readable()
             ledger = self._files.get(position.ledger_id)
             if ledger is None or not 0 <= position.entry_id < ledger.durable_entries:
                 raise NoSuchEntry(f"no entry at {position} in {self.name}")
             return self._read_locked(ledger, position.entry_id)
+
+    def _check_readable(self) -> None:
+        if self._closed:
+            raise LedgerClosed(f"managed ledger {self.name} is closed")
 
     def _infos_locked(self) -> tuple[LedgerInfo, ...]:
         return tuple(LedgerInfo(r.ledger_id, self._files[r.ledger_id].durable_entries) for r in self._meta.ledgers)
@@ -1399,22 +1474,24 @@ class FileLedger:
 
     def last_confirmed(self) -> Position:
         with self._lock:
-            self._check_open()
+            self._check_readable()
             return self._last_confirmed_locked()
 
     def ledgers(self) -> tuple[LedgerInfo, ...]:
         with self._lock:
-            self._check_open()
+            self._check_readable()
             return self._infos_locked()
 
     # -- deletion -------------------------------------------------------------------------------
 
     def delete_consumed_ledgers(self, up_to: int | None = None) -> tuple[int, ...]:
         """Delete every non-current ledger all cursors have mark-deleted (with ``up_to``, only ids
-        at most ``up_to``).  The metadata without them is committed first; a crash before the
-        unlinks leaves files recovery removes."""
-        with self._lock:
-            self._check_open()
+        at most ``up_to``).  The metadata without them is journaled first; their files are
+        unlinked once it is durable (a crash before leaves files recovery removes)."""
+        doomed: tuple[int, ...] = ()
+
+        def change() -> int:
+            nonlocal doomed
             doomed = consumed_ledgers(
                 self._infos_locked(),
                 self._current.ledger_id,
@@ -1422,17 +1499,24 @@ class FileLedger:
                 up_to,
             )
             if not doomed:
-                return ()
+                return -1
             gone = set(doomed)
-            self._commit(replace(self._meta, ledgers=tuple(r for r in self._meta.ledgers if r.ledger_id not in gone)))
+            ticket = self._record_meta(
+                replace(self._meta, ledgers=tuple(r for r in self._meta.ledgers if r.ledger_id not in gone))
+            )
+            paths = []
             for ledger_id in doomed:
                 opened = self._files.pop(ledger_id)
                 self._open_sealed.pop(ledger_id, None)
                 if opened.fd is not None:
                     _best_effort(partial(self._fs.close, opened.fd))
-                _best_effort(partial(self._fs.unlink, opened.path))
-            _best_effort(lambda: self._fs.sync_dir(self._dir))
-            return doomed
+                paths.append(opened.path)
+            self._dir_dirty = True
+            self._store.after_durable(ticket, partial(_unlink_all, self._fs, paths))
+            return ticket
+
+        self._write_op(change)
+        return doomed
 
     # -- properties -----------------------------------------------------------------------------
 
@@ -1442,11 +1526,12 @@ class FileLedger:
             return self._meta.properties
 
     def _set_properties(self, change: Callable[[dict[str, str]], None]) -> None:
-        with self._lock:
-            self._check_open()
+        def journal() -> int:
             props = dict(self._meta.properties)
             change(props)
-            self._commit(replace(self._meta, properties=MappingProxyType(props)))
+            return self._record_meta(replace(self._meta, properties=MappingProxyType(props)))
+
+        self._write_op(journal)
 
     def set_property(self, key: str, value: str) -> None:
         if not isinstance(key, str) or not isinstance(value, str):
@@ -1461,27 +1546,35 @@ class FileLedger:
 
     # -- cursors --------------------------------------------------------------------------------
 
+    def _journal_cursor(self, name: str, state: CursorState | None) -> int:
+        """Journal cursor ``name``'s new state (None: deleted) and adopt it; returns the ticket."""
+        cursors = dict(self._meta.cursors)
+        if state is None:
+            cursors.pop(name, None)
+        else:
+            cursors[name] = state
+        ticket = self._record(RecordKind.CURSOR, encode_cursor_body(name, state))
+        self._adopt(ticket, replace(self._meta, cursors=MappingProxyType(cursors)))
+        return ticket
+
     def open_cursor(self, name: str, initial_position: InitialPosition = InitialPosition.LATEST) -> Cursor:
         check_cursor_name(name)
-        with self._lock:
-            self._check_open()
-            if name not in self._meta.cursors:
-                state = initial_cursor_state(initial_position, self._infos_locked(), self._last_confirmed_locked())
-                self._journal_cursor(name, state)
-            return Cursor(self, name)
+
+        def create() -> int:
+            if name in self._meta.cursors:
+                return -1
+            state = initial_cursor_state(initial_position, self._infos_locked(), self._last_confirmed_locked())
+            return self._journal_cursor(name, state)
+
+        self._write_op(create)
+        return Cursor(self, name)
 
     def delete_cursor(self, name: str) -> None:
-        with self._lock:
-            self._check_open()
-            if name in self._meta.cursors:
-                self._journal_cursor(name, None)
+        self._write_op(lambda: self._journal_cursor(name, None) if name in self._meta.cursors else -1)
 
     def cursors(self) -> tuple[Cursor, ...]:
         with self._lock:
             return tuple(Cursor(self, name) for name in sorted(self._meta.cursors))
-
-    def _commit_cursors(self, cursors: Mapping[str, CursorState]) -> None:
-        self._commit(replace(self._meta, cursors=MappingProxyType(dict(cursors))))
 
     def cursor_state(self, name: str) -> CursorState:
         with self._lock:
@@ -1493,18 +1586,31 @@ class FileLedger:
     def update_cursor(
         self, name: str, change: Callable[[CursorState, tuple[LedgerInfo, ...], Position], CursorState]
     ) -> None:
-        with self._lock:
-            self._check_open()
+        def journal() -> int:
             try:
                 state = self._meta.cursors[name]
             except KeyError:
                 raise LedgerClosed(f"cursor {name} of {self.name} was deleted") from None
             new = change(state, self._infos_locked(), self._last_confirmed_locked())
-            if new != state:
-                self._journal_cursor(name, new)
+            return self._journal_cursor(name, new) if new != state else -1
+
+        self._write_op(journal)
 
     def __repr__(self) -> str:
         return f"FileLedger({self._dir!r}, ledgers={[r.ledger_id for r in self._meta.ledgers]})"
+
+
+def _check_name(fs: FileSystem, directory: str, name: str) -> None:
+    path = os.path.join(directory, METADATA_NAME)
+    if fs.exists(path):
+        found = decode_metadata(_read_whole(fs, path), file=path).name
+        if found != name:
+            raise ValueError(f"{directory} holds managed ledger {found!r}, not {name!r}")
+
+
+def _unlink_all(fs: FileSystem, paths: Sequence[str]) -> None:
+    for path in paths:
+        _best_effort(partial(fs.unlink, path))
 
 
 def _best_effort(action: Callable[[], object]) -> None:

@@ -12,9 +12,9 @@ Entries are decoded through :mod:`spec.envelope`: a PIP-160 batched envelope or 
 of the transaction log or of a pending-ack log.  With ``kind=None`` each entry is tried as both
 and every kind it decodes as is shown (a plain protobuf record can be valid as both).
 
-An entry that is a Pulsar message (``[4-byte size][MessageMetadata][payload]``: topic entries and
-the transaction buffer's snapshot records on the namespace system topics) is also shown as one,
-with its key and, for a snapshot topic, the Avro record (:mod:`spec.snapshot_avro`) decoded.
+An entry that is a Pulsar message (a topic entry, :mod:`spec.topic_entry`: topic entries and the
+transaction buffer's snapshot records on the namespace system topics) is also shown as one, with
+its key and, for a snapshot topic, the Avro record (:mod:`spec.snapshot_avro`) decoded.
 """
 
 from __future__ import annotations
@@ -25,17 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
 
 from spec import snapshot_avro
 from spec.envelope import LogKind, decode_entry
-from spec.errors import InputError
-from spec.pb import PulsarApi_pb2
+from spec.errors import BadTopicEntry, InputError
+from spec.topic_entry import TXN_ABORT_MARKER, TXN_COMMIT_MARKER, decode_frame, iter_batch_payload
 from spec.types import Position
 
+from .disk import OsFileSystem
 from .file_ledger import (
     FRAME_HEADER,
-    JOURNAL_NAME,
     LEDGER_HEADER,
     LEDGER_MAGIC,
     METADATA_NAME,
@@ -43,12 +42,21 @@ from .file_ledger import (
     VERSION,
     LedgerCorrupted,
     Metadata,
-    apply_journal,
     crc32c,
+    decode_cursor_body,
     decode_metadata,
     ledger_file_name,
     parse_ledger_file_name,
-    scan_journal,
+    plan_recovery,
+)
+from .journal import (
+    RawRecord,
+    RecordKind,
+    SegmentScan,
+    group_by_key,
+    parse_segment_file_name,
+    read_segments,
+    scan_segment,
 )
 from .memory_ledger import CursorState
 
@@ -59,6 +67,7 @@ __all__ = [
     "inspect_ledger_file",
     "inspect_metadata",
     "inspect_path",
+    "inspect_store",
     "read_entry",
     "render_text",
 ]
@@ -99,40 +108,35 @@ def _snapshot_schema(topic: str | None) -> str | None:
 
 
 def inspect_message(data: bytes, *, topic: str | None = None, where: str | None = None) -> Json | None:
-    """The entry as a Pulsar message, or None if it is not one.
+    """The entry as a Pulsar message (:mod:`spec.topic_entry`), or None if it is not one.
 
     Returns ``{"key", "null_value", "num_messages_in_batch", "record": {schema: json}, "errors":
     {schema: error}}``.  The payload is decoded as the snapshot record of ``topic``'s system topic;
     without ``topic``, as a segment when the key is ``multiple-...``, else as every snapshot
     schema it fits (a tombstone has no record).
     """
-    if len(data) < 4:
-        return None
-    size = int.from_bytes(data[:4], "big")
-    if size > len(data) - 4:
-        return None
-    meta = PulsarApi_pb2.MessageMetadata()
     try:
-        meta.ParseFromString(data[4 : 4 + size])
-    except DecodeError:
+        frame = decode_frame(data, where=where)
+    except BadTopicEntry:
         return None
-    if not meta.IsInitialized():
-        return None
-    key = meta.partition_key if meta.HasField("partition_key") else None
+    message = frame.entry
+    key = message.partition_key
+    txn = message.txn_id
+    marker = message.marker_type
     out: Json = {
         "key": key,
-        "null_value": meta.null_value,
-        "num_messages_in_batch": meta.num_messages_in_batch if meta.HasField("num_messages_in_batch") else None,
+        "null_value": message.null_value,
+        "num_messages_in_batch": frame.num_messages_in_batch,
         "record": {},
         "errors": {},
-        "txn": [meta.txnid_most_bits, meta.txnid_least_bits] if meta.HasField("txnid_most_bits") else None,
-        "marker": _MARKERS.get(meta.marker_type, str(meta.marker_type)) if meta.HasField("marker_type") else None,
-        "deliver_at": meta.deliver_at_time if meta.HasField("deliver_at_time") else None,
-        "publish_time": meta.publish_time,
+        "txn": [txn.most_sig_bits, txn.least_sig_bits] if txn is not None else None,
+        "marker": _MARKERS.get(marker, str(marker)) if marker is not None else None,
+        "deliver_at": message.deliver_at,
+        "publish_time": message.publish_time,
         "payload": None,
         "batch": None,
     }
-    if meta.null_value:
+    if message.null_value:
         return out
     schema = _snapshot_schema(topic)
     if schema is not None:
@@ -142,12 +146,11 @@ def inspect_message(data: bytes, *, topic: str | None = None, where: str | None 
     elif topic is None and key is not None and out["txn"] is None and out["marker"] is None:
         schemas = ("TransactionBufferSnapshot", "TransactionBufferSnapshotIndexes")
     else:
-        _topic_payload(out, data[4 + size :], where)
+        _topic_payload(out, message.payload, where)
         return out
-    payload = data[4 + size :]
     for name in schemas:
         try:
-            record = _AVRO_DECODERS[name](payload, where=where)
+            record = _AVRO_DECODERS[name](message.payload, where=where)
         except InputError as exc:
             out["errors"][name] = _error(exc)
             continue
@@ -155,7 +158,7 @@ def inspect_message(data: bytes, *, topic: str | None = None, where: str | None 
     return out
 
 
-_MARKERS = {21: "TXN_COMMIT", 22: "TXN_ABORT"}
+_MARKERS = {TXN_COMMIT_MARKER: "TXN_COMMIT", TXN_ABORT_MARKER: "TXN_ABORT"}
 
 
 def _text(payload: bytes) -> str:
@@ -167,7 +170,8 @@ def _text(payload: bytes) -> str:
 
 
 def _topic_payload(out: Json, payload: bytes, where: str | None) -> None:
-    """A topic entry's payload: one message, or a batch of ``[size][SingleMessageMetadata][payload]``."""
+    """A topic entry's payload: one message, or a batch, listed message by message up to any damage
+    (its offset is within the payload)."""
     count = out["num_messages_in_batch"]
     if out["marker"] is not None:
         return
@@ -175,28 +179,11 @@ def _topic_payload(out: Json, payload: bytes, where: str | None) -> None:
         out["payload"] = _text(payload)
         return
     messages: list[Json] = []
-    pos = 0
-    for index in range(count):
-        if pos + 4 > len(payload):
-            out["errors"]["batch"] = {"message": f"batch message {index} is cut short", "offset": pos}
-            break
-        size = int.from_bytes(payload[pos : pos + 4], "big")
-        single = PulsarApi_pb2.SingleMessageMetadata()
-        try:
-            single.ParseFromString(payload[pos + 4 : pos + 4 + size])
-        except DecodeError as exc:
-            out["errors"]["batch"] = {"message": f"SingleMessageMetadata of message {index}: {exc}", "offset": pos + 4}
-            break
-        pos += 4 + size
-        body = payload[pos : pos + single.payload_size]
-        pos += single.payload_size
-        messages.append(
-            {
-                "index": index,
-                "key": single.partition_key if single.HasField("partition_key") else None,
-                "payload": _text(body),
-            }
-        )
+    try:
+        for index, single in enumerate(iter_batch_payload(payload, count, where=where)):
+            messages.append({"index": index, "key": single.partition_key, "payload": _text(single.payload)})
+    except BadTopicEntry as exc:
+        out["errors"]["batch"] = {"message": exc.reason, "offset": exc.offset}
     out["batch"] = messages
 
 
@@ -387,6 +374,11 @@ def _metadata_json(meta: Metadata) -> Json:
         ],
         "properties": dict(meta.properties),
         "cursors": {name: _cursor_json(state) for name, state in sorted(meta.cursors.items())},
+        "checkpoint": {
+            "journal_lsn": meta.journal_lsn,
+            "open_synced_entries": meta.open_synced[0],
+            "open_synced_length": meta.open_synced[1],
+        },
     }
 
 
@@ -399,44 +391,76 @@ def _cursor_json(state: CursorState) -> Json:
     }
 
 
-def inspect_journal(path: str | os.PathLike[str], *, metadata: Metadata | None = None) -> Json:
-    """The cursor journal decoded: each record (its generation, cursor and new state, or
-    ``null`` for a deletion) and whether it is ``current`` or ``stale`` against ``metadata``
-    (``null`` without one).  Damage, or a record newer than the metadata, is the ``error``."""
+def _record_json(record: RawRecord, status: str | None) -> Json:
+    out: Json = {
+        "offset": record.offset,
+        "lsn": record.lsn,
+        "kind": record.kind.name,
+        "ledger": record.key,
+        "status": status,
+    }
+    try:
+        if record.kind is RecordKind.ENTRY:
+            ledger_id, entry_id, data = record.entry()
+            out["position"] = str(Position(ledger_id, entry_id))
+            out["length"] = len(data)
+        elif record.kind is RecordKind.CURSOR:
+            name, state = decode_cursor_body(record.body, file=record.file, offset=record.offset)
+            out["cursor"] = name
+            out["state"] = None if state is None else _cursor_json(state)
+        elif record.kind is RecordKind.META:
+            out["metadata"] = _metadata_json(decode_metadata(record.body, file=record.file))
+    except LedgerCorrupted as exc:
+        out["error"] = _error(exc)
+    return out
+
+
+def _segment_json(scan: SegmentScan, statuses: dict[int, str] | None = None) -> Json:
+    return {
+        "file": scan.file,
+        "seq": scan.seq,
+        "first_lsn": scan.first_lsn,
+        "records": [_record_json(r, (statuses or {}).get(r.lsn)) for r in scan.records],
+        "torn_tail": {"offset": scan.valid_length, "bytes": scan.torn_bytes, "reason": scan.torn_reason}
+        if scan.torn_bytes
+        else None,
+        "error": None,
+    }
+
+
+def inspect_journal(path: str | os.PathLike[str]) -> Json:
+    """One journal segment decoded: each record (lsn, kind, ledger, and the entry's position, the
+    cursor's new state or the new metadata), a torn tail, or the first damage (the records
+    before it are still listed)."""
     file = os.fspath(path)
     data = Path(file).read_bytes()
-    report: Json = {"file": file, "size": len(data), "records": [], "torn_tail": None, "error": None}
+    seq = parse_segment_file_name(os.path.basename(file))
     try:
-        scan = scan_journal(lambda o, n: data[o : o + n], len(data), file=file)
+        scan = scan_segment(lambda o, n: data[o : o + n], len(data), file=file, seq=seq)
     except LedgerCorrupted as exc:
-        report["error"] = _error(exc)
-        # List the records before the damage: the bytes up to it scan as a journal with a torn tail.
+        report: Json = {"file": file, "size": len(data), "records": [], "torn_tail": None, "error": _error(exc)}
+        # List the records before the damage: the bytes up to it scan as a segment with a torn tail.
         cut = exc.offset
         try:
-            scan = scan_journal(lambda o, n: data[o : min(o + n, cut)], cut, file=file)
+            partial_scan = scan_segment(lambda o, n: data[o : min(o + n, cut)], cut, file=file, seq=seq)
         except LedgerCorrupted:
             return report
-    for record in scan.records:
-        status = None
-        if metadata is not None:
-            status = "current" if record.generation == metadata.generation else "stale"
-        report["records"].append(
-            {
-                "offset": record.offset,
-                "generation": record.generation,
-                "cursor": record.name,
-                "state": None if record.state is None else _cursor_json(record.state),
-                "status": status,
-            }
-        )
-    if scan.torn_bytes and report["error"] is None:
-        report["torn_tail"] = {"offset": scan.valid_length, "bytes": scan.torn_bytes, "reason": scan.torn_reason}
-    if metadata is not None and report["error"] is None:
-        try:
-            apply_journal(metadata, scan, file=file)
-        except LedgerCorrupted as exc:
-            report["error"] = _error(exc)
-    return report
+        return {**_segment_json(partial_scan), "size": len(data), "torn_tail": None, "error": _error(exc)}
+    return {**_segment_json(scan), "size": len(data)}
+
+
+def _journal_of(directory: str, names: list[str]) -> tuple[list[Json], dict[str, list[RawRecord]], Json | None]:
+    """The journal segments among ``names``: their reports, the records by ledger key, and the
+    damage recovery would refuse (None when the journal is sound)."""
+    segment_names = [n for n in names if parse_segment_file_name(n) is not None]
+    if not segment_names:
+        return [], {}, None
+    try:
+        scans = read_segments(OsFileSystem(), directory, segment_names)
+    except LedgerCorrupted as exc:
+        reports = [inspect_journal(os.path.join(directory, n)) for n in sorted(segment_names)]
+        return reports, {}, _error(exc)
+    return [{**_segment_json(s), "size": os.path.getsize(s.file)} for s in scans], group_by_key(scans), None
 
 
 def inspect_metadata(path: str | os.PathLike[str]) -> Json:
@@ -449,40 +473,61 @@ def inspect_metadata(path: str | os.PathLike[str]) -> Json:
     return {"file": file, **_metadata_json(meta), "error": None}
 
 
-def inspect_directory(path: str | os.PathLike[str], *, kind: LogKind | None = None, decode: bool = True) -> Json:
-    """A whole ledger directory: the metadata, each ledger file (in id order, with its state
-    from the metadata: open, closed, or ``unlisted`` for a file the metadata does not name)
-    and any other files.  ``ok`` is true when recovery would open it without an error."""
+def inspect_directory(
+    path: str | os.PathLike[str],
+    *,
+    kind: LogKind | None = None,
+    decode: bool = True,
+    records: list[RawRecord] | None = None,
+) -> Json:
+    """A whole ledger directory: the checkpoint (``METADATA``), each ledger file (in id order,
+    with its state from the checkpoint: open, closed, or ``unlisted`` for a file it does not
+    name), the journal (a lone ledger's own segments, or ``records``: the store journal's
+    records of this ledger) and any other files.  ``ok`` is what recovery's own read-only checks
+    say (:func:`~reference.engine.file_ledger.plan_recovery`): it would open the directory."""
     directory = os.fspath(path)
     names = sorted(os.listdir(directory))
     report: Json = {
         "directory": directory,
         "metadata": None,
-        "cursor_journal": None,
+        "journal": [],
         "ledgers": [],
         "other_files": [],
         "ok": True,
+        "error": None,
     }
-    records: dict[int, Any] = {}
+    segments, by_key, journal_error = _journal_of(directory, names)
+    report["journal"] = segments
+    mine = list(records) if records is not None else by_key.get(".", [])
+    if records is None and not segments:
+        # A managed ledger of a store: its changes since the checkpoint are in the store's journal.
+        parent = os.path.dirname(os.path.abspath(directory))
+        _, parent_records, parent_error = _journal_of(parent, sorted(os.listdir(parent)))
+        mine = parent_records.get(os.path.basename(os.path.abspath(directory)), [])
+        journal_error = journal_error or parent_error
+    drop = mine[0].lsn if mine and mine[0].kind is RecordKind.DROP else None
+    try:
+        if journal_error is not None:
+            raise LedgerCorrupted(journal_error["message"], file=journal_error["file"], offset=journal_error["offset"])
+        plan = plan_recovery(OsFileSystem(), directory, mine[1:] if drop is not None else mine, drop_lsn=drop)
+        report["replays"] = plan.replayed
+    except (LedgerCorrupted, ValueError) as exc:
+        report["ok"] = False
+        report["error"] = _error(exc)
+    ledger_records: dict[int, Any] = {}
     topic: str | None = None
     meta_path = os.path.join(directory, METADATA_NAME)
     meta: Metadata | None = None
     if METADATA_NAME in names:
         report["metadata"] = inspect_metadata(meta_path)
         if report["metadata"]["error"] is None:
-            records = {r["ledger_id"]: r for r in report["metadata"]["ledgers"]}
+            ledger_records = {r["ledger_id"]: r for r in report["metadata"]["ledgers"]}
             topic = report["metadata"]["name"]
             meta = decode_metadata(Path(meta_path).read_bytes(), file=meta_path)
-        else:
-            report["ok"] = False
-    if JOURNAL_NAME in names:
-        journal = inspect_journal(os.path.join(directory, JOURNAL_NAME), metadata=meta)
-        report["cursor_journal"] = journal
-        if journal["error"] is not None or (meta is None and journal["records"]):
-            report["ok"] = False
+    open_id = meta.ledgers[-1].ledger_id if meta is not None else None
     ledger_ids = sorted(lid for n in names if (lid := parse_ledger_file_name(n)) is not None)
-    for ledger_id in sorted(set(ledger_ids) | set(records)):
-        record = records.get(ledger_id)
+    for ledger_id in sorted(set(ledger_ids) | set(ledger_records)):
+        record = ledger_records.get(ledger_id)
         file = os.path.join(directory, ledger_file_name(ledger_id))
         state = record["state"] if record else "unlisted"
         if ledger_id not in ledger_ids:
@@ -490,7 +535,6 @@ def inspect_directory(path: str | os.PathLike[str], *, kind: LogKind | None = No
                 f"ledger {ledger_id} is in the metadata but its file is missing", file=file, offset=0
             )
             report["ledgers"].append({"ledger_id": ledger_id, "state": state, "file": file, "error": _error(missing)})
-            report["ok"] = False
             continue
         one = inspect_ledger_file(
             file,
@@ -501,11 +545,17 @@ def inspect_directory(path: str | os.PathLike[str], *, kind: LogKind | None = No
             expected_length=record.get("length") if record else None,
             topic=topic,
         )
+        if meta is not None and ledger_id == open_id:
+            # Past the checkpoint's synced extent the file was written behind: recovery replaces
+            # it from the journal, so what is there is shown but never judged.
+            synced_entries, synced_length = meta.open_synced
+            one["synced"] = {"entries": synced_entries, "length": synced_length}
+            one["written_behind"] = [f["position"] for f in one["entries"] if f["offset"] >= synced_length]
         report["ledgers"].append({"ledger_id": ledger_id, "state": state, **one})
-        if one["error"] is not None and state != "unlisted":
-            report["ok"] = False
     report["other_files"] = [
-        n for n in names if parse_ledger_file_name(n) is None and n not in (METADATA_NAME, JOURNAL_NAME)
+        n
+        for n in names
+        if parse_ledger_file_name(n) is None and n != METADATA_NAME and parse_segment_file_name(n) is None
     ]
     if METADATA_TMP_NAME in names:
         report["uncommitted_metadata"] = inspect_metadata(os.path.join(directory, METADATA_TMP_NAME))
@@ -536,30 +586,62 @@ def _is_store(directory: str) -> bool:
     names = os.listdir(directory)
     if METADATA_NAME in names or any(parse_ledger_file_name(n) is not None for n in names):
         return False
-    return any(os.path.isfile(os.path.join(directory, n, METADATA_NAME)) for n in names)
+    return any(parse_segment_file_name(n) is not None for n in names) or any(
+        os.path.isfile(os.path.join(directory, n, METADATA_NAME)) for n in names
+    )
 
 
 def inspect_store(path: str | os.PathLike[str], *, kind: LogKind | None = None) -> Json:
-    """Every managed ledger of a ledger store, by name; ``ok`` when each would open."""
+    """A ledger store: its journal (every segment, record by record) and every managed ledger,
+    by name, with the journal's records of it; ``ok`` when the store would open."""
     directory = os.fspath(path)
-    ledgers = [
-        inspect_directory(os.path.join(directory, n), kind=kind)
-        for n in sorted(os.listdir(directory))
-        if os.path.isdir(os.path.join(directory, n))
-    ]
-    others = [n for n in sorted(os.listdir(directory)) if not os.path.isdir(os.path.join(directory, n))]
+    names = sorted(os.listdir(directory))
+    segments, by_key, journal_error = _journal_of(directory, names)
+    ledgers = []
+    for name in names:
+        if not os.path.isdir(os.path.join(directory, name)) or name.endswith(".deleted"):
+            continue
+        one = inspect_directory(os.path.join(directory, name), kind=kind, records=by_key.pop(name, []))
+        one["key"] = name
+        ledgers.append(one)
+    # Records of a ledger whose directory is gone: a deletion (DROP) finished, or damage.
+    for key, records in sorted(by_key.items()):
+        if records and records[0].kind is not RecordKind.DROP:
+            first = records[0]
+            ledgers.append(
+                {
+                    "directory": os.path.join(directory, key),
+                    "key": key,
+                    "metadata": None,
+                    "journal": [],
+                    "ledgers": [],
+                    "other_files": [],
+                    "ok": False,
+                    "error": _error(
+                        LedgerCorrupted(
+                            f"the journal holds records of {key} but it has no METADATA",
+                            file=first.file,
+                            offset=first.offset,
+                        )
+                    ),
+                }
+            )
+    others = [n for n in names if not os.path.isdir(os.path.join(directory, n)) and parse_segment_file_name(n) is None]
     return {
         "kind": "store",
         "directory": directory,
+        "journal": segments,
+        "journal_error": journal_error,
         "managed_ledgers": ledgers,
         "other_files": others,
-        "ok": all(one["ok"] for one in ledgers),
+        "ok": journal_error is None and all(one["ok"] for one in ledgers),
     }
 
 
 def inspect_path(path: str | os.PathLike[str], *, entry: Position | None = None, kind: LogKind | None = None) -> Json:
-    """What ``txnmodel inspect PATH`` shows: a ledger directory (or one ``--entry L:E`` of it),
-    a ledger file, a ``METADATA`` file, or any other file as one raw entry."""
+    """What ``txnmodel inspect PATH`` shows: a ledger store, a ledger directory (or one ``--entry
+    L:E`` of it), a ledger file, a ``METADATA`` file, a journal segment, or any other file as one
+    raw entry."""
     file = os.fspath(path)
     if os.path.isdir(file):
         if entry is not None:
@@ -573,8 +655,8 @@ def inspect_path(path: str | os.PathLike[str], *, entry: Position | None = None,
         return {"kind": "ledger_file", **inspect_ledger_file(file, kind=kind)}
     if name in (METADATA_NAME, METADATA_TMP_NAME):
         return {"kind": "metadata", **inspect_metadata(file)}
-    if name == JOURNAL_NAME:
-        return {"kind": "cursor_journal", **inspect_journal(file)}
+    if parse_segment_file_name(name) is not None:
+        return {"kind": "journal_segment", **inspect_journal(file)}
     return {"kind": "entry", "file": file, **inspect_entry(Path(file).read_bytes(), kind=kind, where=file)}
 
 
@@ -653,27 +735,31 @@ def render_text(report: Json) -> str:
         lines.extend(_metadata_lines(report))
     elif kind == "ledger_file":
         lines.extend(_ledger_lines(report, ""))
-    elif kind == "cursor_journal":
+    elif kind == "journal_segment":
         lines.extend(_journal_lines(report, ""))
     elif kind == "store":
         damaged = sum(1 for one in report["managed_ledgers"] if not one["ok"])
+        records = sum(len(segment["records"]) for segment in report["journal"])
         lines.append(
             f"{report['directory']}: ledger store, {len(report['managed_ledgers'])} managed ledgers, "
-            f"{'ok' if report['ok'] else f'{damaged} DAMAGED'}"
+            f"journal {len(report['journal'])} segment(s) with {records} records after the checkpoints, "
+            f"{'ok' if report['ok'] else f'{damaged} DAMAGED'}{_err_text(report.get('journal_error'))}"
         )
+        for segment in report["journal"]:
+            lines.extend(_journal_lines(segment, "  "))
         for one in report["managed_ledgers"]:
             lines.append("")
             lines.extend("  " + line for line in render_text({"kind": "directory", **one}).splitlines())
         if report["other_files"]:
             lines.append(f"  other files: {', '.join(report['other_files'])}")
     else:
-        lines.append(f"{report['directory']}: {'ok' if report['ok'] else 'DAMAGED'}")
+        lines.append(f"{report['directory']}: {'ok' if report['ok'] else 'DAMAGED'}{_err_text(report.get('error'))}")
         if report["metadata"] is not None:
             lines.extend("  " + line for line in _metadata_lines(report["metadata"]))
         else:
             lines.append("  no METADATA")
-        if report.get("cursor_journal") is not None:
-            lines.extend(_journal_lines(report["cursor_journal"], "  "))
+        for segment in report.get("journal") or ():
+            lines.extend(_journal_lines(segment, "  "))
         for ledger in report["ledgers"]:
             lines.extend(_ledger_lines(ledger, "  "))
         if report["other_files"]:
@@ -684,9 +770,12 @@ def render_text(report: Json) -> str:
 def _metadata_lines(meta: Json) -> list[str]:
     if meta.get("error"):
         return [f"{meta['file']}:{_err_text(meta['error'])}"]
+    checkpoint = meta.get("checkpoint") or {}
     lines = [
         f"metadata generation {meta['generation']}: managed ledger {meta['name']!r}, "
         f"next ledger id {meta['next_ledger_id']}",
+        f"  checkpoint: journal lsn {checkpoint.get('journal_lsn')}, open ledger synced "
+        f"{checkpoint.get('open_synced_entries')} entries in {checkpoint.get('open_synced_length')} bytes",
         f"  properties: {meta['properties']}",
     ]
     for name, cursor in meta["cursors"].items():
@@ -700,24 +789,28 @@ def _metadata_lines(meta: Json) -> list[str]:
 
 def _journal_lines(journal: Json, indent: str) -> list[str]:
     lines = [
-        f"{indent}cursor journal: {journal['file']}, {journal['size']} bytes, {len(journal['records'])} records"
-        f"{_err_text(journal.get('error'))}"
+        f"{indent}journal segment: {journal['file']}, {journal.get('size', 0)} bytes, "
+        f"{len(journal['records'])} records{_err_text(journal.get('error'))}"
     ]
     for record in journal["records"]:
-        status = f" ({record['status']})" if record["status"] else ""
-        state = record["state"]
-        change = (
-            "deleted"
-            if state is None
-            else (
-                f"mark-delete {state['mark_delete']}, individually deleted {state['individually_deleted']}, "
+        if record["kind"] == "ENTRY":
+            what = f"entry {record.get('position')} ({record.get('length')} bytes)"
+        elif record["kind"] == "CURSOR":
+            state = record.get("state")
+            what = f"cursor {record.get('cursor')!r} " + (
+                "deleted"
+                if state is None
+                else f"mark-delete {state['mark_delete']}, individually deleted {state['individually_deleted']}, "
                 f"batch ack sets {state['batch_ack_sets']}, properties {state['properties']}"
             )
-        )
-        lines.append(
-            f"{indent}  @{record['offset']} generation {record['generation']}{status}: "
-            f"cursor {record['cursor']!r} {change}"
-        )
+        elif record["kind"] == "META":
+            meta = record.get("metadata") or {}
+            what = f"metadata generation {meta.get('generation')}, ledgers " + ", ".join(
+                f"{r['ledger_id']}:{r['state']}" for r in meta.get("ledgers", [])
+            )
+        else:
+            what = "managed ledger deleted"
+        lines.append(f"{indent}  @{record['offset']} lsn {record['lsn']} [{record['ledger']}]: {what}")
     if journal.get("torn_tail"):
         torn = journal["torn_tail"]
         lines.append(f"{indent}  torn tail @{torn['offset']}: {torn['bytes']} bytes ({torn['reason']})")
@@ -737,6 +830,11 @@ def _ledger_lines(ledger: Json, indent: str) -> list[str]:
         lines.append(f"{indent}  {frame['position']} @{frame['offset']} len {frame['length']} {crc}")
         if "entry" in frame:
             lines.extend(_entry_lines(frame["entry"], indent + "    "))
+    if ledger.get("written_behind"):
+        lines.append(
+            f"{indent}  written after the checkpoint (replaced from the journal by recovery): "
+            f"{', '.join(ledger['written_behind'])}"
+        )
     if ledger.get("torn_tail"):
         torn = ledger["torn_tail"]
         lines.append(f"{indent}  torn tail @{torn['offset']}: {torn['bytes']} bytes ({torn['reason']})")

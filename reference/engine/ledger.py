@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from spec.errors import DomainError, ManagedLedgerAlreadyClosed, ManagedLedgerFenced, PersistenceError
-from spec.types import LedgerInfo, Position
+from spec.types import LedgerInfo, Position, PulsarName
 
 __all__ = [
     "Entry",
@@ -74,7 +74,7 @@ class InvalidCursorPosition(LedgerError):
     the request was applied."""
 
 
-class InitialPosition(enum.Enum):
+class InitialPosition(PulsarName, enum.Enum):
     """Where a new cursor starts (Pulsar's ``CommandSubscribe.InitialPosition``).
 
     LATEST: the mark-delete position is the last confirmed entry, so only later entries are

@@ -120,6 +120,17 @@ class RecordLog:
             if isinstance(result, Err):
                 raise ValueError(f"{self.ledger.name}: delete {positions}: {result.error}")
 
+    def close(self) -> None:
+        """Close the writer for good (BW-3, BW-18): what is buffered fails, what is in flight is not
+        waited for (the log is going away)."""
+        if not self._alive:
+            return
+        result = self._step(bl.Close())
+        if isinstance(result, Ok) and result.value == bl.CloseResult(bl.WriterStatus.CLOSING):
+            self._step(bl.FinishClose())
+        self._alive = False
+        self._pending.clear()
+
     def crash(self) -> None:
         """Forget everything not durable: buffered and in-flight records are lost, their callers hang."""
         self._alive = False

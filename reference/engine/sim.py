@@ -212,14 +212,24 @@ class Network:
     ``observer`` (a :class:`~reference.engine.recorder.MachineObserver`, set by the cluster) learns
     when each delivery's handler runs and when its answer reaches the client, so the machine steps
     the handler made get the request's window in the history.
+
+    ``barrier`` (set when the broker's store commits its journal in groups) holds every answer
+    until what the broker wrote before it is durable: ``barrier(send)`` calls ``send`` then, or
+    never if the power goes first -- as a database flushes its log before it replies.
     """
 
     def __init__(
-        self, sim: Simulation, *, latency_ms: tuple[int, int] = (1, 3), faults: NetworkFaults | None = None
+        self,
+        sim: Simulation,
+        *,
+        latency_ms: tuple[int, int] = (1, 3),
+        faults: NetworkFaults | None = None,
+        barrier: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         self.sim = sim
         self.latency_ms = latency_ms
         self.faults = faults or NetworkFaults()
+        self.barrier = barrier
         self.dropped = 0
         self.duplicated = 0
         self.observer: Any = None
@@ -271,6 +281,10 @@ class Network:
                 else:
                     answer.set_result(done.result())
 
-            self.sim.schedule(self._latency(), arrive)
+            delay = self._latency()  # drawn now, with or without a barrier: the same random sequence
+            if self.barrier is None:
+                self.sim.schedule(delay, arrive)
+            else:
+                self.barrier(lambda: self.sim.schedule(delay, arrive))
 
         response.add_done_callback(back)

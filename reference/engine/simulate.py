@@ -1,4 +1,4 @@
-"""Named workloads under a seeded fault schedule, and ``txnmodel simulate``.
+"""Named workloads under a seeded fault schedule: the runs behind ``txnmodel simulate``.
 
 A run is one :class:`~reference.engine.client.Cluster` (one seed), many concurrent clients as
 generator processes, an optional fault process, a heal phase and a final drain, after which the
@@ -26,16 +26,17 @@ history, byte for byte, on either ledger.
 Every run carries its metadata (:meth:`RunResult.metadata`): the :class:`RunSpec` (workload, seed,
 ledger, batching, fault rates, broker.conf overrides) and the fault schedule actually injected,
 which ``txnmodel simulate`` writes into each history file (``invariants.history.read_metadata``).
+This module runs and returns histories; the command line (``txnmodel/commands/simulate.py``)
+writes them and calls the checkers.
 A run stops at its deadline (``RunSpec.deadline_ms`` of simulated time): operations still open are
 recorded as ``invoke``, so a run that would never end still yields a finite history to check.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
-import sys
-import tempfile
+import os
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -48,25 +49,29 @@ from spec.history import Operation
 from .broker import BrokerFaults
 from .client import Client, Cluster, Consumer, ConsumerType, OperationFailed, OperationTimeout, Producer
 from .delayed_service import BUCKET_FACTORY
+from .disk import DiskFaults, SimDisk
 from .fault import InjectedFault
 from .sim import Future, NetworkFaults, SimTimeout, spawn
-from .storage import LedgerFaults
+from .storage import LedgerFaults, LedgerStore
 
 __all__ = [
     "DEFAULT_DEADLINE_MS",
+    "FAULT_MIXES",
     "FAULT_RATES",
     "KEYS",
+    "MAIN_JOB",
+    "MIX_CYCLE",
     "TRACKERS",
     "WORKLOADS",
     "FaultEvent",
     "RunResult",
     "RunSpec",
-    "build_parser",
+    "SimulateOptions",
+    "fault_mix",
     "file_metadata",
     "file_stem",
+    "main_job_spec",
     "run",
-    "run_simulate",
-    "simulate_main",
     "variant",
 ]
 
@@ -81,6 +86,10 @@ FAULT_RATES: dict[str, float | int] = {
     "duplicate_request": 0.05,
     "max_extra_delay_ms": 200,
     "ledger_append": 0.003,
+    # Per write and per sync of the simulated disk (--disk sim only): an EIO.  A failed journal
+    # write or sync takes the broker down; recovery replays the journal.  (Read failures are
+    # ledger_read's: a failed read is retried, and EIO on reads would mostly fail recoveries.)
+    "disk_eio": 0.0005,
     "ledger_read": 0.05,
     "short_txn_timeout": 0.1,
     "participant_timeout": 0.0,
@@ -88,7 +97,49 @@ FAULT_RATES: dict[str, float | int] = {
     "broker_crash": 0.4,
     "coordinator_crash": 0.4,
     "topic_unload": 0.2,
+    # Once the heal has ended every transaction: the chance that each partition is unloaded (a
+    # recovery with nothing written after it, which a stale maxReadPosition would never leave);
+    # with it on, the readers start only after that (see ``_Run.execute``).
+    "unload_at_heal": 0.0,
 }
+# Fault mixes: overrides of FAULT_RATES that reach what the default profile rarely does (see
+# docs/known_bugs.md).  ``late-append``: short transaction timeouts and long network delays, so a
+# txn's message reaches a partition after its timeout abort and re-opens it there (TB-8, TB-13);
+# ``coordinator``: coordinator crashes while participants time out END_TXN, so reloads find
+# COMMITTING and ABORTING transactions to re-drive (TC-16, TC-24); ``quiesce``: the default
+# faults, every partition unloaded once every transaction has ended, and the readers start after
+# that, so what they read was recovered with nothing written after the recovery (TB-24).
+FAULT_MIXES: dict[str, dict[str, float | int]] = {
+    "default": {},
+    "late-append": {
+        "drop_request": 0.0,
+        "drop_response": 0.0,
+        "duplicate_request": 0.0,
+        "ledger_append": 0.0,
+        "ledger_read": 0.0,
+        "broker_crash": 0.0,
+        "coordinator_crash": 0.0,
+        "topic_unload": 0.0,
+        "short_txn_timeout": 0.5,
+        "max_extra_delay_ms": 400,
+    },
+    "coordinator": {
+        "drop_request": 0.0,
+        "drop_response": 0.0,
+        "ledger_append": 0.0,
+        "ledger_read": 0.0,
+        "broker_crash": 0.0,
+        "topic_unload": 0.0,
+        "coordinator_crash": 1.0,
+        "participant_timeout": 0.2,
+    },
+    "quiesce": {"unload_at_heal": 1.0},
+}
+# ``--fault-mix mixed``: the mix of each seed, by seed modulo the length of this cycle.
+MIX_CYCLE = ("default", "default", "late-append", "coordinator", "quiesce")
+# How long a broker crash on a store with group commit may wait for the journal to have changes
+# waiting for their commit (half of those crashes do: see _Run.fault_process).
+POWER_CUT_WAIT_MS = 2_000
 # Far beyond any clean run (the longest of the main job's are under 200 s of simulated time): the
 # deadline only cuts runs that would otherwise never end.
 DEFAULT_DEADLINE_MS = 3_600_000
@@ -109,7 +160,7 @@ _BUCKET_CONFIG: dict[str, Any] = {
     "delayedDeliveryTrackerFactoryClassName": BUCKET_FACTORY,
     "delayedDeliveryMinIndexCountPerBucket": 4,
     "delayedDeliveryMaxIndexesPerBucketSnapshotSegment": 3,
-    "delayedDeliveryMaxNumBuckets": 6,
+    "delayedDeliveryMaxNumBuckets": 3,  # few, so that buckets merge (DD-20, DD-21)
     "managedLedgerMaxEntriesPerLedger": 16,
 }
 # How far ahead the delayed workload's messages are due.  On the bucket tracker further: a bucket
@@ -151,6 +202,15 @@ class RunSpec:
     batch_messages: bool = False  # batching producers (client batches, not PIP-160's batched log)
     key_shared: bool = False  # partition keys on every send, Key_Shared readers
     delayed_tracker: str = "memory"  # the delayed workload's tracker: "memory" or "bucket"
+    unsubscribe: bool = False  # readers unsubscribe when done instead of closing (the subscription goes)
+    cumulative: bool = False  # ctp processors acknowledge their input cumulatively in the txn (PA-9)
+    redeliver: bool = False  # ctp processors ask for redelivery and receive again while their txn is open
+    # File ledgers only: the real disk or the simulated one (whose broker crashes are power cuts),
+    # and the journal's group commit (None: every change committed as it is made).
+    disk: str = "real"
+    group_commit_ms: int | None = None
+    # On the simulated disk: write the store's final files here at the end (for txnmodel inspect).
+    export_dir: str | None = None
 
     def broker_config(self) -> Config:
         """The brokers' configuration: ``config``, with the bucket tracker for a delayed run that asks for it."""
@@ -186,6 +246,11 @@ class RunSpec:
             "batch_messages": self.batch_messages,
             "key_shared": self.key_shared,
             "delayed_tracker": self.delayed_tracker,
+            "unsubscribe": self.unsubscribe,
+            "cumulative": self.cumulative,
+            "redeliver": self.redeliver,
+            "disk": self.disk if self.ledger == "file" else None,
+            "group_commit_ms": self.group_commit_ms if self.ledger == "file" else None,
             "fault_rates": rates,
             "config": config_overrides(self.broker_config()),
         }
@@ -303,7 +368,13 @@ class _Run:
             network_faults=net,
             ledger_faults=ledger_faults,
             history=f"{spec.workload}-{spec.ledger}-seed{spec.seed}",
+            disk=spec.disk,
+            group_commit_ms=spec.group_commit_ms,
+            disk_faults=DiskFaults(write_eio=float(rates["disk_eio"]), sync_eio=float(rates["disk_eio"]))
+            if spec.faults and spec.ledger == "file" and spec.disk == "sim"
+            else None,
         )
+        self.cluster.on_disk_failure = self.disk_failure
         if rates["participant_timeout"]:
             # END_TXN_ON_* requests time out in the TB client (retryable: the coordinator re-drives the end).
             self.cluster.broker.faults = BrokerFaults(participant_timeout=float(rates["participant_timeout"]))
@@ -384,6 +455,10 @@ class _Run:
         self.injected(f"ledger-{op.replace('_', '-')}-failed", fault.operation.ledger)
         self.ledger_faults[f"ledger_{op}_failed"] = self.ledger_faults.get(f"ledger_{op}_failed", 0) + 1
 
+    def disk_failure(self, error: BaseException) -> None:
+        """The store's journal failed for good (a disk fault): the broker goes down and comes back."""
+        self.injected("disk-failure", "broker")
+
     def injected(self, kind: str, target: str) -> None:
         self.faults.append(FaultEvent(self.sim.now, kind, target))
 
@@ -442,7 +517,21 @@ class _Run:
                     return
                 target = self.rng.randrange(self.spec.partitions)
                 yield from self.send(client, "out", target, f"{msg.payload.decode()}>w{w}.{n}", txn=txn)
-                yield consumer.acknowledge_async(msg, txn=txn)
+                if self.spec.cumulative:
+                    # One processor per input partition (Exclusive): a cumulative ack in the txn
+                    # acknowledges this input and everything before it (PA-9, PA-12).
+                    yield consumer.acknowledge_cumulative_async(msg, txn=txn)
+                else:
+                    yield consumer.acknowledge_async(msg, txn=txn)
+                if self.spec.redeliver:
+                    # As a consumer's ack timeout would: everything unacked comes back, but not what
+                    # the open txn holds (PA-1); whatever does come is processed in the same txn.
+                    yield consumer.redeliver_unacknowledged_messages_async()
+                    more = yield consumer.receive_async(20)
+                    if more is not None:
+                        target = self.rng.randrange(self.spec.partitions)
+                        yield from self.send(client, "out", target, f"{more.payload.decode()}>w{w}.{n}b", txn=txn)
+                        yield consumer.acknowledge_async(more, txn=txn)
                 yield from self.end(txn)
 
             yield from _attempt(one)
@@ -507,7 +596,15 @@ class _Run:
         # several consumers (Key_Shared) what it still held goes to the others, which read to the end.
         # (A consumer that stayed connected without reading would keep its keys' messages for good,
         # in Pulsar too, and the drain of another consumer would then prove nothing.)
-        consumer.close()
+        if self.spec.unsubscribe:
+            # Unsubscribing drops the subscription with its cursor, pending-ack log and delayed
+            # tracker (DD-23); a reader that is done may do that instead of closing.
+            try:
+                yield consumer.unsubscribe_async()
+            except _ERRORS:
+                consumer.close()
+        else:
+            consumer.close()
 
     def fault_process(self) -> Proc:
         broker = self.cluster.broker
@@ -519,6 +616,12 @@ class _Run:
             crash, reload = float(self.rates["broker_crash"]), float(self.rates["coordinator_crash"])
             unload = float(self.rates["topic_unload"])
             if roll < crash:
+                store = broker.store
+                if store.deferred and self.rng.random() < 0.5:
+                    # A busy moment: the power goes as the journal has changes waiting for their
+                    # group commit (a broker is mostly idle in simulated time, so a cut at a
+                    # random instant rarely finds any).
+                    yield self.store_busy(store, POWER_CUT_WAIT_MS)
                 broker.crash()
                 self.injected("broker-crash", "broker")
                 yield self.sim.sleep(self.rng.randint(20, 300))
@@ -539,11 +642,39 @@ class _Run:
                 self.injected("topic-unload", partition)
                 broker.restart_later(broker.partitions[partition])
 
+    def unload_at_heal(self) -> None:
+        """``unload_at_heal``: unload partitions once every transaction has ended (they reload on their own)."""
+        rate = float(self.rates["unload_at_heal"])
+        broker = self.cluster.broker
+        if not self.spec.faults or rate <= 0 or not broker.up:
+            return
+        for name in sorted(broker.partitions):
+            if self.rng.random() < rate:
+                broker.partitions[name].crash()
+                self.injected("topic-unload-at-heal", name)
+                broker.restart_later(broker.partitions[name])
+
+    def store_busy(self, store: LedgerStore, wait_ms: int) -> Future[None]:
+        """A future done as soon as ``store`` queues a change for its journal's next commit (or
+        after ``wait_ms``, if it stays idle)."""
+        busy: Future[None] = Future()
+        store.on_queue = lambda: busy.set_result(None)
+
+        def done(_: Future[None]) -> None:
+            store.on_queue = None
+
+        busy.add_done_callback(done)
+        self.sim.schedule(wait_ms, lambda: busy.set_result(None))
+        return busy
+
     def heal(self) -> None:
         """Stop injecting faults and give pending work time to settle (timeouts, retries)."""
         self.faults_on = False
         self.cluster.network.faults = NetworkFaults()
         self.cluster.broker.store.set_faults(False)
+        disk = self.cluster.broker.store.disk
+        if isinstance(disk, SimDisk):
+            disk.clear_faults()
         self.cluster.broker.faults = BrokerFaults()
         if self.spec.faults:
             self.injected("heal", "cluster")
@@ -608,8 +739,13 @@ class _Run:
 
         for proc in workers:
             spawn(self.sim, proc, worker_exit)
-        for proc in readers:
-            self.start(proc)
+        # ``unload_at_heal`` (the quiesce mix): the readers start only once every transaction has
+        # ended and the partitions were unloaded and reloaded, so everything committed is still
+        # unread when the partitions recover with nothing after the recovery (TB-24).
+        deferred = spec.faults and float(self.rates["unload_at_heal"]) > 0
+        if not deferred:
+            for proc in readers:
+                self.start(proc)
         if spec.faults:
             spawn(self.sim, self.fault_process())
         last_report = time.monotonic()
@@ -629,6 +765,17 @@ class _Run:
                 self.sim.run_one()
             if not self.cut:
                 self.sim.now = heal_until
+            if deferred and not self.cut:
+                # Everything has ended: unload the partitions, let them reload, then start reading.
+                self.unload_at_heal()
+                settled = self.sim.now + 2_000
+                while (due := self.sim.next_due()) is not None and due <= settled and not self.past_deadline():
+                    self.sim.run_one()
+                if not self.cut:
+                    self.sim.now = settled
+        if deferred:
+            for proc in readers:
+                self.start(proc)
         writers_done[0] = True
         while self.running > 0 and not self.past_deadline():
             if not self.sim.run_one():
@@ -640,6 +787,12 @@ class _Run:
             "network_duplicated": self.cluster.network.duplicated,
             **self.ledger_faults,
         }
+        if spec.ledger == "file":
+            # The store's journal over the run: its syncs, the power cuts, and what recovery replayed.
+            store = self.cluster.broker.store
+            counters.update({f"journal_{k}": v for k, v in store.journal_stats().items()})
+            if isinstance(store.disk, SimDisk):
+                counters["disk_faults_injected"] = len(store.disk.injected)
         return RunResult(
             spec,
             self.cluster.recorder.operations(),
@@ -666,63 +819,100 @@ def run(spec: RunSpec, progress: Callable[[str], None] | None = None) -> RunResu
         return runner.execute(progress)
     finally:
         runner.cluster.close()
+        store = runner.cluster.broker.store
+        if spec.export_dir is not None and isinstance(store.disk, SimDisk) and store.directory is not None:
+            store.disk.export(os.path.abspath(os.fspath(store.directory)), spec.export_dir)
 
 
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="txnmodel simulate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seed", type=int, default=0, help="the first seed (history k uses seed + k)")
-    parser.add_argument("--ledger", choices=("memory", "file"), default="memory")
-    parser.add_argument("--data", default=None, help="directory for file ledgers (default: a temporary one)")
-    parser.add_argument("--out", default=None, help="directory for histories (Parquet; see --jsonl)")
-    parser.add_argument("--workload", choices=(*WORKLOADS, "all"), default="ctp")
-    parser.add_argument("--histories", type=int, default=1, help="how many seeds to run per workload")
-    parser.add_argument("--ops", type=int, default=200, help="transactions attempted per history")
-    parser.add_argument(
-        "--duration",
-        type=int,
-        default=None,
-        metavar="MS",
-        help="also stop starting transactions after MS of simulated time",
-    )
-    parser.add_argument(
-        "--deadline",
-        type=int,
-        default=DEFAULT_DEADLINE_MS,
-        metavar="MS",
-        help="stop a run at MS of simulated time; its open operations are recorded as invoke "
-        f"(default {DEFAULT_DEADLINE_MS})",
-    )
-    parser.add_argument("--clients", type=int, default=4, help="concurrent transactional clients")
-    parser.add_argument("--partitions", type=int, default=2)
-    parser.add_argument("--faults", choices=("on", "off"), default="on")
-    parser.add_argument("--batching", choices=("on", "off"), default="off", help="PIP-160 batched log writes")
-    parser.add_argument(
-        "--batch-messages",
-        choices=("on", "off", "mixed"),
-        default="mixed",
-        help="batching producers shared by the clients (batch messages, PIP-54 acks); mixed (default): odd seeds",
-    )
-    parser.add_argument(
-        "--key-shared",
-        choices=("on", "off", "mixed"),
-        default="mixed",
-        help=f"partition keys on every send and {KEY_SHARED_READERS} Key_Shared consumers per "
-        "partition instead of the workload's readers; mixed (default): seeds = 1 mod 3",
-    )
-    parser.add_argument(
-        "--delayed-tracker",
-        choices=(*TRACKERS, "mixed"),
-        default="mixed",
-        help="the delayed workload's tracker: Pulsar's in-memory default or the bucket tracker "
-        "(its runs go to delayed-bucket.parquet); mixed (default): bucket on seeds 2, 3, 6, 7, ... "
-        "(seed // 2 odd)",
-    )
-    parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
-    parser.add_argument(
-        "--check", action="store_true", help="check each history's transactional properties (exit 1 on any anomaly)"
-    )
-    parser.add_argument("--quiet", action="store_true")
-    return parser
+@dataclass(frozen=True)
+class SimulateOptions:
+    """A batch of seeded runs, as ``txnmodel simulate`` asks for them: ``histories`` seeds from
+    ``seed`` for each workload (``"all"``: every one), with the variants ``on``, ``off`` or ``mixed``
+    (on for some seeds, :func:`variant`).  :meth:`specs` turns it into the runs, in order."""
+
+    seed: int = 0
+    workload: str = "ctp"
+    histories: int = 1
+    ops: int = 200
+    ledger: str = "memory"
+    data: str | None = None  # where file ledgers go (default: the caller's scratch directory)
+    duration: int | None = None
+    deadline: int = DEFAULT_DEADLINE_MS
+    clients: int = 4
+    partitions: int = 2
+    faults: bool = True
+    batching: str = "off"  # on, off or mixed (seeds = 1 mod 4)
+    batch_messages: str = "mixed"
+    key_shared: str = "mixed"
+    delayed_tracker: str = "mixed"
+    fault_mix: str = "default"  # a FAULT_MIXES name, or mixed (by seed, MIX_CYCLE)
+    unsubscribe: str = "off"  # mixed: seeds = 1 mod 5
+    cumulative: str = "off"  # mixed: seeds = 1 mod 7
+    redeliver: str = "off"  # mixed: seeds = 3 mod 6
+    disk: str = "real"  # file ledgers: "real", or "sim" (broker crashes are power cuts)
+    group_commit_ms: int | None = None  # file ledgers: the journal's group commit (None: every change)
+
+    @property
+    def workloads(self) -> tuple[str, ...]:
+        return WORKLOADS if self.workload == "all" else (self.workload,)
+
+    def specs(self, workload: str, scratch: str) -> list[RunSpec]:
+        """The runs of ``workload``, one per seed; file ledgers under ``data`` (else ``scratch``)."""
+        specs = []
+        for k in range(self.histories):
+            seed = self.seed + k
+            data = export = None
+            if self.ledger == "file" and self.disk == "sim":
+                # The store lives on the simulated disk; with --data its final files are written there.
+                export = str(Path(self.data) / f"{workload}-seed{seed}") if self.data else None
+            elif self.ledger == "file":
+                data = str(Path(self.data or scratch) / f"{workload}-seed{seed}")
+            tracker = {"bucket": "on", "memory": "off"}.get(self.delayed_tracker, self.delayed_tracker)
+            specs.append(
+                RunSpec(
+                    workload=workload,
+                    seed=seed,
+                    ledger=self.ledger,
+                    data_dir=data,
+                    ops=self.ops,
+                    clients=self.clients,
+                    faults=self.faults,
+                    batching=variant(self.batching, seed, 4),
+                    partitions=self.partitions,
+                    duration_ms=self.duration,
+                    deadline_ms=self.deadline,
+                    batch_messages=variant(self.batch_messages, seed, 2),
+                    key_shared=variant(self.key_shared, seed, 3),
+                    delayed_tracker="bucket"
+                    if workload == "delayed" and variant(tracker, seed, 2, step=2)
+                    else "memory",
+                    fault_rates=dict(FAULT_MIXES[fault_mix(self.fault_mix, seed)]),
+                    unsubscribe=variant(self.unsubscribe, seed, 5),
+                    cumulative=variant(self.cumulative, seed, 7),
+                    redeliver=variant(self.redeliver, seed + 4, 6),
+                    disk=self.disk,
+                    group_commit_ms=self.group_commit_ms,
+                    export_dir=export,
+                )
+            )
+        return specs
+
+
+# The runs of the main job (``txnmodel run``) other than seeds, histories and ledger: faults on, and
+# every variant and fault mix mixed by seed.
+MAIN_JOB = SimulateOptions(
+    workload="all",
+    ops=60,
+    faults=True,
+    batching="mixed",
+    batch_messages="mixed",
+    key_shared="mixed",
+    delayed_tracker="mixed",
+    fault_mix="mixed",
+    unsubscribe="mixed",
+    cumulative="mixed",
+    redeliver="mixed",
+)
 
 
 def variant(choice: str, seed: int, modulus: int, step: int = 1) -> bool:
@@ -731,82 +921,20 @@ def variant(choice: str, seed: int, modulus: int, step: int = 1) -> bool:
     return choice == "on" or (choice == "mixed" and (seed // step) % modulus == 1)
 
 
+def fault_mix(choice: str, seed: int) -> str:
+    """The fault mix of one seed: ``choice``, or for ``mixed`` the seed's place in :data:`MIX_CYCLE`."""
+    return MIX_CYCLE[seed % len(MIX_CYCLE)] if choice == "mixed" else choice
+
+
+def main_job_spec(workload: str, seed: int, ops: int = 60) -> RunSpec:
+    """One history of the main job (``txnmodel run``: faults on, every variant and fault mix
+    ``mixed``, :data:`MAIN_JOB`), on the memory ledger, which gives the same history as the file ledger."""
+    options = dataclasses.replace(MAIN_JOB, seed=seed, workload=workload, histories=1, ops=ops, ledger="memory")
+    (spec,) = options.specs(workload, "")
+    return spec
+
+
 def file_stem(spec: RunSpec) -> str:
     """The history file a run goes to: one per workload, and the delayed workload's bucket-tracker
     runs apart (a file's runs share their broker.conf overrides)."""
     return f"{spec.workload}-bucket" if spec.broker_config() != spec.config else spec.workload
-
-
-def simulate_main(argv: list[str]) -> int:
-    """``txnmodel simulate``: 0 when every run finished (and, with --check, was clean), 1 otherwise."""
-    return run_simulate(build_parser().parse_args(argv))
-
-
-def run_simulate(args: argparse.Namespace) -> int:
-    """The body of ``simulate_main`` for arguments already parsed by :func:`build_parser`."""
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-    workloads = WORKLOADS if args.workload == "all" else (args.workload,)
-    say: Callable[[str], None] = (lambda _: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
-    status = 0
-    with tempfile.TemporaryDirectory(prefix="txnmodel-sim-") as scratch:
-        for workload in workloads:
-            files: dict[str, dict[str, RunResult]] = {}
-            for k in range(args.histories):
-                seed = args.seed + k
-                data = None
-                if args.ledger == "file":
-                    data = str(Path(args.data or scratch) / f"{workload}-seed{seed}")
-                tracker = {"bucket": "on", "memory": "off"}.get(args.delayed_tracker, args.delayed_tracker)
-                spec = RunSpec(
-                    workload=workload,
-                    seed=seed,
-                    ledger=args.ledger,
-                    data_dir=data,
-                    ops=args.ops,
-                    clients=args.clients,
-                    faults=args.faults == "on",
-                    batching=args.batching == "on",
-                    partitions=args.partitions,
-                    duration_ms=args.duration,
-                    deadline_ms=args.deadline,
-                    batch_messages=variant(args.batch_messages, seed, 2),
-                    key_shared=variant(args.key_shared, seed, 3),
-                    delayed_tracker="bucket"
-                    if workload == "delayed" and variant(tracker, seed, 2, step=2)
-                    else "memory",
-                )
-                result = run(spec, say)
-                history = result.operations[0].history if result.operations else f"{workload}-{seed}"
-                files.setdefault(file_stem(spec), {})[history] = result
-                line = (
-                    f"{history}: {len(result.operations)} ops, {result.committed} commits, {result.aborted} "
-                    f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated"
-                    f"{' (cut at the deadline)' if result.cut else ''}"
-                )
-                if args.check:
-                    from invariants.transactional import check_transactional
-
-                    verdict = check_transactional(result.operations)
-                    line += ", transactional: " + ("ok" if verdict.ok else json.dumps(verdict.counts))
-                    if not verdict.ok:
-                        status = 1
-                        for anomaly in verdict.anomalies[:5]:
-                            say(f"    {anomaly}")
-                say(line)
-            if out is not None:
-                from invariants.history import write_jsonl, write_parquet
-
-                for stem, runs in sorted(files.items()):
-                    histories = {name: result.operations for name, result in runs.items()}
-                    metadata = file_metadata(runs)
-                    write_parquet(out / f"{stem}.parquet", histories, metadata=metadata)
-                    if args.jsonl:
-                        write_jsonl(out / f"{stem}.jsonl", histories, metadata=metadata)
-                    say(f"wrote {out / f'{stem}.parquet'}")
-    return status
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(simulate_main(sys.argv[1:]))

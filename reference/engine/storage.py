@@ -6,6 +6,15 @@ file store the same directory, reopened and recovered.  What the previous owner 
 is there; nothing else is.  With ``faults`` each handle is wrapped in
 :class:`~reference.engine.fault.FaultyLedger` and its appends (and reads) fail with the given
 probability, drawn from the simulation's random source.
+
+The file store is a :class:`~reference.engine.file_store.FileStore`: every managed ledger in one
+directory, all writing through one journal, on a :class:`~reference.engine.disk.FileSystem` (the
+real one, or the simulated disk).  With ``schedule`` its group commit is *deferred*: a write
+returns at once, a commit runs as a scheduled event, and :meth:`LedgerStore.barrier` holds
+whatever must not leave before it (the simulator's answers).  :meth:`LedgerStore.close_all` is a
+crash: the store stops where it is (what was queued for the journal is lost) and, on the
+simulated disk, the power goes (unsynced writes lost, torn or reordered as the disk models it);
+the next open recovers the store from its journal.
 """
 
 from __future__ import annotations
@@ -14,19 +23,20 @@ import hashlib
 import os
 import random
 import re
-import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from spec.config import Config
 
+from .disk import FileSystem, OsFileSystem
 from .fault import FaultyLedger, InjectedFault, Op
-from .file_ledger import FileLedger
-from .ledger import ManagedLedger
+from .file_ledger import MAX_JOURNAL_BYTES, MAX_JOURNAL_RECORDS
+from .file_store import FileStore, StoreRecovery, StoreStats
+from .ledger import LedgerWriteFailed, ManagedLedger
 from .memory_ledger import MemoryLedger, MemoryLedgerStorage
 
-__all__ = ["LedgerFaults", "LedgerStore"]
+__all__ = ["LedgerFaults", "LedgerStore", "ledger_key"]
 
 
 @dataclass
@@ -37,13 +47,22 @@ class LedgerFaults:
     read: float = 0.0
 
 
-def _file_name(name: str) -> str:
+def ledger_key(name: str) -> str:
+    """The directory name of managed ledger ``name`` in a file store: readable, and unique by its hash."""
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[:80]
     return f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
 
 
+_file_name = ledger_key  # the name it had before (tests and tools still use it)
+
+
 class LedgerStore:
-    """Opens managed ledgers by name on one backend (``memory`` or ``file``)."""
+    """Opens managed ledgers by name on one backend (``memory`` or ``file``).
+
+    ``disk`` is the file store's file system (the real one by default).  ``schedule`` turns on
+    the deferred group commit: ``schedule(action)`` must run ``action`` later (the simulation
+    schedules it ``group commit`` milliseconds ahead).  ``max_journal_records`` /
+    ``max_journal_bytes`` bound a journal segment before the store checkpoints."""
 
     def __init__(
         self,
@@ -53,6 +72,10 @@ class LedgerStore:
         directory: str | os.PathLike[str] | None = None,
         rng: random.Random | None = None,
         faults: LedgerFaults | None = None,
+        disk: FileSystem | None = None,
+        schedule: Callable[[Callable[[], None]], None] | None = None,
+        max_journal_records: int = MAX_JOURNAL_RECORDS,
+        max_journal_bytes: int = MAX_JOURNAL_BYTES,
     ) -> None:
         if kind not in ("memory", "file"):
             raise ValueError(f"ledger kind must be memory or file, not {kind!r}")
@@ -63,12 +86,75 @@ class LedgerStore:
         self.directory = Path(directory) if directory is not None else None
         self.rng = rng
         self.faults = faults or LedgerFaults()
+        self.disk: FileSystem = disk if disk is not None else OsFileSystem()
+        self.schedule = schedule
+        self.max_journal_records = max_journal_records
+        self.max_journal_bytes = max_journal_bytes
         self._memory: dict[str, MemoryLedgerStorage] = {}
         self._open: dict[str, ManagedLedger] = {}
         self._faulty: list[FaultyLedger] = []
         self._enabled = True
+        self._files: FileStore | None = None
+        # Every file store this object opened (one per crash), for the run's figures.
+        self.recoveries: list[StoreRecovery] = []
+        self._past = StoreStats()
+        self.power_cuts = 0
+        self.power_cut_bytes_lost = 0  # unsynced bytes the simulated disk's power cuts dropped or tore
         # Told of each fault injected on any handle this store opened, so a run's fault schedule lists them.
         self.on_fault: Callable[[InjectedFault], None] | None = None
+        # Told when the file store's journal failed for good (a disk error it could not undo): the
+        # owner must crash and reopen the store, as a bookie restarts after a journal failure.
+        self.on_failure: Callable[[BaseException], None] | None = None
+        # Told when a change is queued for the journal's next group commit (the simulator's
+        # power cuts use it to find a busy moment).
+        self.on_queue: Callable[[], None] | None = None
+
+    @property
+    def deferred(self) -> bool:
+        return self.kind == "file" and self.schedule is not None
+
+    def file_store(self) -> FileStore:
+        """The file store, opened (and so recovered) at first use after a crash."""
+        if self._files is None:
+            assert self.directory is not None
+            try:
+                store = FileStore(
+                    os.path.abspath(os.fspath(self.directory)),
+                    self.config,
+                    fs=self.disk,
+                    deferred=self.deferred,
+                    request_commit=self._request_commit,
+                    max_journal_records=self.max_journal_records,
+                    max_journal_bytes=self.max_journal_bytes,
+                )
+            except OSError as exc:
+                # A disk error during recovery: what it had repaired may be in the page cache but not
+                # durable, so the store is reopened only after a crash (a power cut, on the simulated
+                # disk), from what is durable; the owner is told, as of any failed journal.
+                self._store_failed(exc)
+                raise LedgerWriteFailed(f"cannot recover the store {self.directory}: {exc}") from exc
+            store.on_failure = self._store_failed
+            self.recoveries.append(store.recovery)
+            self._files = store
+        return self._files
+
+    def _request_commit(self) -> None:
+        store = self._files
+        assert self.schedule is not None and store is not None
+        self.schedule(store.commit)
+        if self.on_queue is not None:
+            self.on_queue()
+
+    def _store_failed(self, error: BaseException) -> None:
+        if self.on_failure is not None:
+            self.on_failure(error)
+
+    def barrier(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once everything written so far is durable (at once unless deferred)."""
+        if self._files is None or not self.deferred:
+            callback()
+        else:
+            self._files.barrier(callback)
 
     def open(self, name: str) -> ManagedLedger:
         """A new owner's handle on ``name`` (created empty if it never existed)."""
@@ -85,8 +171,7 @@ class LedgerStore:
             else:
                 ledger = MemoryLedger(storage=storage)
         else:
-            assert self.directory is not None
-            ledger = FileLedger(self.directory / _file_name(name), self.config, name=name)
+            ledger = self.file_store().open_ledger(ledger_key(name), name=name)
         self._open[name] = ledger
         if self.faults.append or self.faults.read:
             if self.rng is None:
@@ -108,33 +193,21 @@ class LedgerStore:
         """Whether a managed ledger ``name`` was ever created (Pulsar's ledger-exists check)."""
         if self.kind == "memory":
             return name in self._memory
-        assert self.directory is not None
-        return (self.directory / _file_name(name)).exists()
+        return self.file_store().exists(ledger_key(name))
 
     def delete(self, name: str) -> None:
         """Delete the managed ledger ``name`` for good (missing is fine), as a BookKeeper client
-        deletes a bucket snapshot's ledger.  On files the directory is first renamed out of the
-        way (one atomic step, then the parent is synced), so a crash mid-way leaves either the whole
-        ledger or a tombstone no ``open`` will ever read, never a half-deleted ledger."""
+        deletes a bucket snapshot's ledger.  In a file store the deletion is a journal record made
+        durable at once, then the directory is renamed out of the way (the store's directory
+        synced) and removed: a crash mid-way leaves the whole ledger (if the record was lost) or a
+        tombstone the next open removes, never a half-deleted ledger."""
         handle = self._open.pop(name, None)
         if handle is not None:
             handle.close()
         if self.kind == "memory":
             self._memory.pop(name, None)
             return
-        assert self.directory is not None
-        path = self.directory / _file_name(name)
-        if not path.exists():
-            return
-        tombstone = path.with_name(path.name + ".deleted")
-        shutil.rmtree(tombstone, ignore_errors=True)
-        os.rename(path, tombstone)
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        shutil.rmtree(tombstone, ignore_errors=True)
+        self.file_store().drop(ledger_key(name))
 
     def set_faults(self, enabled: bool) -> None:
         """Suspend or resume injected faults (a run heals before its final checks)."""
@@ -148,8 +221,54 @@ class LedgerStore:
             self.faults = LedgerFaults()
 
     def close_all(self) -> None:
-        """A crash: every handle goes away (the file ledger syncs nothing more than it had)."""
+        """A crash: every handle goes away.  In a file store nothing more is written or synced
+        (what waited for the journal is lost), and on the simulated disk the power goes; the next
+        open recovers the store from its journal."""
+        self._open.clear()
+        self._faulty.clear()
+        if self.kind == "memory":
+            return
+        if self._files is not None:
+            self._files.crash()
+            self._retire(self._files)
+            self._files = None
+        power_cut = getattr(self.disk, "power_cut", None)
+        if callable(power_cut):
+            cut = power_cut()
+            self.power_cuts += 1
+            self.power_cut_bytes_lost += getattr(cut, "bytes_lost", 0)
+
+    def close(self) -> None:
+        """Shut down cleanly: every handle closed, the file store checkpointed and released."""
         for ledger in self._open.values():
             ledger.close()
         self._open.clear()
         self._faulty.clear()
+        if self._files is not None:
+            self._files.close()
+            self._retire(self._files)
+            self._files = None
+
+    def _retire(self, store: FileStore) -> None:
+        store.stats.commits = store.journal.commits
+        store.stats.records = store.journal.records_committed
+        for item in fields(StoreStats):
+            setattr(self._past, item.name, getattr(self._past, item.name) + getattr(store.stats, item.name))
+
+    def journal_stats(self) -> dict[str, int]:
+        """The file store's figures over this object's life (every recovery after a crash
+        included): commits (syncs of the journal), records, checkpoints, recoveries, records
+        replayed, ledgers rebuilt, torn journal bytes cut, records queued and lost at a crash,
+        power cuts and the unsynced bytes they dropped or tore."""
+        totals = StoreStats(**{f.name: getattr(self._past, f.name) for f in fields(StoreStats)})
+        if self._files is not None:
+            live = self._files
+            totals.commits += live.journal.commits
+            totals.records += live.journal.records_committed
+            for name in ("checkpoints", "recoveries", "replayed", "rebuilt", "torn_bytes", "queued_lost"):
+                setattr(totals, name, getattr(totals, name) + getattr(live.stats, name))
+        return {
+            **{f.name: getattr(totals, f.name) for f in fields(StoreStats)},
+            "power_cuts": self.power_cuts,
+            "power_cut_bytes_lost": self.power_cut_bytes_lost,
+        }

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proofs import batched_log as pb
-from proofs.framework import Verdict
+from proofs.framework import RLIMIT, Verdict
 from reference import batched_log as bl
 from spec.config import Config
 from spec.envelope import LogKind
@@ -192,7 +192,7 @@ def test_encoding_agrees_with_reference(
 def test_every_obligation_proved() -> None:
     failures = []
     for obligation in pb.OBLIGATIONS:
-        outcome = obligation.check(30_000)
+        outcome = obligation.check(RLIMIT)
         if outcome.verdict is not Verdict.PROVED:
             failures.append((obligation.name, outcome))
     assert failures == []
@@ -221,7 +221,7 @@ def test_every_invariant_has_a_proof_counterpart() -> None:
 def test_broken_threshold_rule_is_refuted(mutant: str) -> None:
     """BW-9 with ``>`` instead of ``>=``: a full buffer is kept, so the threshold invariant breaks."""
     broken = {o.name: o for o in pb.build_obligations(mutant=mutant)}
-    outcome = broken["thresholds preserved by add"].check(30_000)
+    outcome = broken["thresholds preserved by add"].check(RLIMIT)
     assert outcome.verdict is Verdict.COUNTEREXAMPLE
     assert outcome.counterexample is not None and "command: add" in outcome.counterexample
     # The same state and command in the reference keeps the invariant: the mutant is the encoding's.

@@ -537,3 +537,34 @@ def test_bw26_already_closed_ledger_rolls_before_the_next_write() -> None:
 def test_results_are_values_not_exceptions() -> None:
     _state, result = bl.step(writer(), add())
     assert isinstance(result, Ok) and result.value == bl.AddAccepted(0)
+
+
+def test_bw24_read_entry_gives_a_plain_entry_its_plain_position_and_a_batch_its_indexes() -> None:
+    """BW-23, BW-24: one record at the entry's position for a plain entry; for a batch, the records
+    whose bits are still set, at their batch positions."""
+    plain = bl.sample_record(6, 9)
+    (only,) = bl.read_entry(TC, Position(1, 0), plain)
+    assert only.position == Position(1, 0) and not isinstance(only.position, BatchedPosition)
+    batch = encode_batch([tc_pb.TransactionMetadataEntry.FromString(bl.sample_record(4, i)) for i in range(3)], TC)
+    assert [r.position for r in bl.read_entry(TC, Position(1, 1), batch)] == [
+        BatchedPosition(1, 1, 3, i) for i in range(3)
+    ]
+    assert [r.position for r in bl.read_entry(TC, Position(1, 1), batch, ack_set=(0b101,))] == [
+        BatchedPosition(1, 1, 3, 0),
+        BatchedPosition(1, 1, 3, 2),
+    ]
+
+
+def test_bw25_recovery_keeps_the_batch_indexes_not_deleted() -> None:
+    """BW-25: the recovered writer knows each durable entry and which of its indexes are left."""
+    batch = encode_batch([tc_pb.TransactionMetadataEntry.FromString(bl.sample_record(4, i)) for i in range(3)], TC)
+    plain = bl.sample_record(6, 9)
+    log = [
+        bl.LoggedEntry(Position(1, 0), batch, (0b110,)),
+        bl.LoggedEntry(Position(1, 1), plain),
+        bl.LoggedEntry(Position(1, 2), batch),
+    ]
+    state = bl.recover_for(bl.writer_config(Config(), TC), log)
+    assert list(state.entries[Position(1, 0)].remaining) == [1, 2]
+    assert list(state.entries[Position(1, 2)].remaining) == [0, 1, 2]
+    assert state.entries[Position(1, 1)].batched is False and list(state.entries[Position(1, 1)].remaining) == [0]

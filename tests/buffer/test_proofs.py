@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from invariants.base import violated
 from invariants.buffer import INVARIANTS
 from proofs import buffer as pb
-from proofs.framework import Verdict, prove_inductive, prove_valid
+from proofs.framework import RLIMIT, Verdict, prove_inductive, prove_valid
 from reference import buffer as tb
 from spec.config import Config
 from spec.result import Err
@@ -102,7 +102,7 @@ def test_encoding_agrees_with_reference_step(config: Config, setup: list[Any], c
 
     # (1) the reference's post-state is one the encoding allows
     solver = z3.Solver()
-    solver.set("timeout", 20_000)
+    solver.set("rlimit", RLIMIT)
     solver.add(*facts, *pre, trans, *post)
     assert solver.check() == z3.sat, f"encoding rejects reference step {cmd} from {pre_a} to {post_a}"
 
@@ -116,13 +116,13 @@ def test_encoding_agrees_with_reference_step(config: Config, setup: list[Any], c
         if t in ongoing:
             determined.append(b.first[k] == ongoing[t])
     solver = z3.Solver()
-    solver.set("timeout", 20_000)
+    solver.set("rlimit", RLIMIT)
     solver.add(*facts, *pre, trans, z3.Not(z3.And(*determined)))
     assert solver.check() == z3.unsat, f"encoding allows another outcome of {cmd} from {pre_a}"
 
 
 def test_every_obligation_is_proved() -> None:
-    rows = [(ob.name, ob.check(30_000)) for ob in pb.OBLIGATIONS]
+    rows = [(ob.name, ob.check(RLIMIT)) for ob in pb.OBLIGATIONS]
     failed = [(name, out) for name, out in rows if out.verdict is not Verdict.PROVED]
     assert failed == []
     assert len(rows) >= 70
@@ -161,7 +161,7 @@ def test_mutant_rule_yields_counterexample() -> None:
         inv=z3.And(pb.invariant(a), pb.domain(a)),
         trans=_mutant_append(a, b, c),
         inv_next=pb.inv_mrp_before_every_ongoing(b),
-        timeout_ms=30_000,
+        rlimit=RLIMIT,
         describe=pb._describe(a, b, c, "mutant", "append_buffer_to_txn"),
     )
     assert outcome.verdict is Verdict.COUNTEREXAMPLE
@@ -183,7 +183,7 @@ def test_strict_atomic_visibility_is_refuted() -> None:
     (vector edge-partial-visibility-behind-open-txn replays the counterexample's shape)."""
     s = pb.fresh("")
     outcome = prove_valid(
-        pb.claim_strict_atomic_visibility(s), timeout_ms=30_000, assumptions=[pb.invariant(s), pb.domain(s)]
+        pb.claim_strict_atomic_visibility(s), rlimit=RLIMIT, assumptions=[pb.invariant(s), pb.domain(s)]
     )
     assert outcome.verdict is Verdict.COUNTEREXAMPLE
 
@@ -208,4 +208,4 @@ def test_partial_visibility_in_the_reference() -> None:
 
 @pytest.mark.parametrize("n", [3, 8])
 def test_trim_loop_bounded(n: int) -> None:
-    assert pb._trim_loop_bounded(n).check(30_000).verdict is Verdict.PROVED
+    assert pb._trim_loop_bounded(n).check(RLIMIT).verdict is Verdict.PROVED

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from invariants.trace import Trace
 from tests.known_bugs.catalogue import MUTANTS, applied
 from txnmodel.cli import main
 
@@ -47,9 +48,7 @@ def test_bad_usage_exits_2(argv: list[str], tmp_path: Path, capsys: pytest.Captu
     assert "Traceback" not in capsys.readouterr().err
 
 
-def test_a_violation_exits_1_and_writes_its_counterexample(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_violation_exits_1_and_writes_its_counterexample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     mutant = next(m for m in MUTANTS if m.name == "abort-not-recorded")
     with applied(mutant):
         code = main(["check", "--model", "produce", "--out", str(tmp_path)])
@@ -58,4 +57,30 @@ def test_a_violation_exits_1_and_writes_its_counterexample(
     assert "safety violation: read-committed" in out
     folder = tmp_path / "produce" / "read-committed"
     assert (folder / "trace.txt").read_text().startswith("safety violation: read-committed")
-    assert (folder / "history.jsonl").stat().st_size > 0
+    # The viewer's trace shape, which its loader accepts and `txnmodel view` draws.
+    trace = Trace.from_json(json.loads((folder / "trace.json").read_text()))
+    assert trace.kind == "safety" and trace.property_name == "read-committed" and trace.loop_from is None
+    assert any(name.startswith("partition:") for name in trace.components)
+    assert "<svg" in (folder / "trace.html").read_text()
+    # The history `txnmodel verify` reads, and a vector of the one buffer involved.
+    assert (
+        main(["verify", str(folder), "--format", "jsonl", "--local", "--no-progress", "--out", str(tmp_path / "v")])
+        == 0
+    )
+    vector = json.loads((folder / "vector.json").read_text())
+    assert vector["machine"] == "buffer" and vector["steps"]
+
+
+def test_a_liveness_trace_is_a_lasso_in_the_viewer_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mutant = next(m for m in MUTANTS if m.name == "timeouts-never-fire")
+    with applied(mutant):
+        code = main(["check", "--model", "pending-ack", "--out", str(tmp_path)])
+    assert code == 1
+    assert "liveness violation: txns-end" in capsys.readouterr().out
+    trace = Trace.from_json(json.loads((tmp_path / "pending-ack" / "txns-end" / "trace.json").read_text()))
+    assert trace.kind == "liveness" and trace.loop_from is not None
+    assert 0 <= trace.loop_from < len(trace.steps)
+    assert (
+        main(["view", str(tmp_path / "pending-ack" / "txns-end" / "trace.json"), "--out", str(tmp_path / "p.html")])
+        == 0
+    )

@@ -108,6 +108,19 @@ def test_config_defaults_and_overrides(tmp_path: Path, capsys: pytest.CaptureFix
     assert "transactionLogBatchedWriteMaxRecords" in capsys.readouterr().err
 
 
+def test_config_reads_broker_conf_as_java_properties(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    conf = tmp_path / "broker.conf"
+    # ISO 8859-1 bytes, as java.util.Properties reads them: a Latin-1 role name survives
+    conf.write_bytes(b"! Pulsar style\nsuperUserRoles: r\xf4le, \\\n  proxy\ntransactionLogBatchedWriteMaxRecords 8\n")
+    assert main(["config", "--broker-conf", str(conf), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["superUserRoles"] == ["r\u00f4le", "proxy"] and shown["transactionLogBatchedWriteMaxRecords"] == 8
+    conf.write_text("# ok\ntransactionLogBatchedWriteMaxRecords: lots\n")
+    assert main(["config", "--broker-conf", str(conf)]) == 2
+    err = capsys.readouterr().err
+    assert f"{conf} line 2" in err and "transactionLogBatchedWriteMaxRecords" in err and "Traceback" not in err
+
+
 def test_console_script_entry_point_runs() -> None:
     done = subprocess.run([sys.executable, "-m", "txnmodel", "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0 and "vectors" in done.stdout
@@ -132,3 +145,26 @@ def test_main_job_end_to_end_small(tmp_path: Path, capsys: pytest.CaptureFixture
     ):
         assert line in out
     assert (tmp_path / "run" / "verdicts" / "verdicts.parquet").exists()
+
+
+def test_view_draws_a_trace_and_refuses_a_bad_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = {
+        "format": "txnmodel-trace",
+        "version": 1,
+        "model": "m",
+        "property": "p",
+        "initial": {"coordinator": {"@type": "S", "txns": []}},
+        "steps": [{"actor": "client 0", "action": "new txn", "states": {"coordinator": {"@type": "S", "txns": [1]}}}],
+    }
+    source = tmp_path / "trace.json"
+    source.write_text(json.dumps(trace))
+    assert main(["view", str(source)]) == 0
+    assert f"counterexample page: {tmp_path / 'trace.html'}" in capsys.readouterr().out
+    assert "new txn" in (tmp_path / "trace.html").read_text()
+    trace["steps"][0]["states"] = {"nobody": {}}
+    source.write_text(json.dumps(trace))
+    assert main(["view", str(source), "--out", str(tmp_path / "x.html")]) == 2
+    err = capsys.readouterr().err
+    assert "$.steps[0].states.nobody" in err and "trace.json" in err and "Traceback" not in err
+    source.write_text("{")
+    assert main(["view", str(source)]) == 2 and "not JSON" in capsys.readouterr().err

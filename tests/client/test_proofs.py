@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proofs import client as pcl
-from proofs.framework import Verdict
+from proofs.framework import RLIMIT, Verdict
 from reference import client as cl
 from spec.config import Config
 from spec.types import Subscription, TxnAction, TxnID
@@ -90,12 +90,12 @@ def test_encoding_states_match_enum_order() -> None:
 
 @pytest.mark.parametrize("obligation", pcl.OBLIGATIONS, ids=lambda ob: ob.name)
 def test_every_obligation_is_proved(obligation: Any) -> None:
-    outcome = obligation.check(20_000)
+    outcome = obligation.check(RLIMIT)
     assert outcome.verdict is Verdict.PROVED, outcome.counterexample or outcome.reason
 
 
 def test_mutant_committing_despite_a_failed_operation_is_refuted() -> None:
     mutants = [ob for ob in pcl.build_obligations(mutant=True) if ob.name.startswith("commit_with_failed_op_aborts")]
-    refuted = [o for o in (ob.check(20_000) for ob in mutants) if o.verdict is Verdict.COUNTEREXAMPLE]
+    refuted = [o for o in (ob.check(RLIMIT) for ob in mutants) if o.verdict is Verdict.COUNTEREXAMPLE]
     assert refuted, "the mutant survived"
     assert "state=COMMITTING" in (refuted[0].counterexample or "")

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proofs import coordinator as pc
-from proofs.framework import Verdict
+from proofs.framework import RLIMIT, Verdict
 from reference import coordinator as tc
 from spec.config import Config
 from spec.types import Subscription, TxnAction, TxnID, TxnStatus
@@ -173,14 +173,14 @@ def test_encoding_agrees_with_reference_step(config: Config, history: list[Any],
 
 @pytest.mark.parametrize("obligation", pc.OBLIGATIONS, ids=lambda ob: ob.name)
 def test_every_obligation_is_proved(obligation: Any) -> None:
-    outcome = obligation.check(20_000)
+    outcome = obligation.check(RLIMIT)
     assert outcome.verdict is Verdict.PROVED, outcome.counterexample or outcome.reason
 
 
 def test_mutant_keeping_finished_txns_is_refuted() -> None:
     """TC-9 broken in the encoding: Z3 must find a live COMMITTED/ABORTED txn."""
     mutants = [ob for ob in pc.build_obligations(mutant=True) if ob.name.startswith("no_finished_txn_live")]
-    outcomes = [ob.check(20_000) for ob in mutants]
+    outcomes = [ob.check(RLIMIT) for ob in mutants]
     refuted = [o for o in outcomes if o.verdict is Verdict.COUNTEREXAMPLE]
     assert refuted, "the mutant survived: the TC-9 obligation is vacuous"
     assert "COMMITTED" in (refuted[0].counterexample or "") or "ABORTED" in (refuted[0].counterexample or "")

@@ -11,7 +11,7 @@ import z3
 from hypothesis import given
 
 from proofs import delayed as proof
-from proofs.framework import Verdict, prove_machine
+from proofs.framework import RLIMIT, Verdict, prove_machine
 from reference import delayed as d
 from spec.result import Ok
 
@@ -139,7 +139,7 @@ def test_cut_encoding_agrees_with_cut_segments(gaps: list[int], step_ms: int, ma
 
 @functools.cache
 def _rows() -> tuple[Any, ...]:
-    return tuple(prove_machine("delayed", timeout_ms=30_000))
+    return tuple(prove_machine("delayed"))
 
 
 @pytest.mark.parametrize("name", [ob.name for ob in proof.OBLIGATIONS])
@@ -150,7 +150,7 @@ def test_every_obligation_is_proved(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(proof.MUTANTS))
 def test_mutants_are_refuted(name: str) -> None:
-    outcome = proof.MUTANTS[name](30_000)
+    outcome = proof.MUTANTS[name](RLIMIT)
     assert outcome.verdict is Verdict.COUNTEREXAMPLE and outcome.counterexample
 
 

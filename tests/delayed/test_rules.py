@@ -9,6 +9,7 @@ import pytest
 from pyroaring import BitMap, FrozenBitMap
 
 from reference import delayed as d
+from spec.config import Config
 from spec.pb import DelayedMessageIndexBucketMetadata_pb2 as meta_pb
 from spec.pb import DelayedMessageIndexBucketSegment_pb2 as seg_pb
 from spec.result import Err, Ok
@@ -611,3 +612,20 @@ def test_dd31_trimmed_while_creating_deletes_the_snapshot_when_created() -> None
     assert isinstance(result, Ok)
     assert any(isinstance(e, d.DeleteBucketSnapshot) for e in result.effects)
     assert not state.storage.snapshots and not state.storage.properties
+
+
+def test_dd24_recovery_inputs_decode_and_unknown_ones_are_refused() -> None:
+    """DD-24: the engine's recovery inputs rebuild a tracker; an input it does not know is an error."""
+    config = Config()
+    assert isinstance(d.recover_from_json(config, {"tracker": "in_memory"}), d.InMemoryTracker)
+    bucket = d.recover_from_json(config, {"tracker": "bucket", "mark_delete_ledger": 3, "next_bucket_id": 5})
+    assert not isinstance(bucket, d.InMemoryTracker)
+    with pytest.raises(KeyError, match="unknown recovery input"):
+        d.recover_from_json(config, {"tracker": "bucket", "surprise": 1})
+
+
+def test_dd29_a_message_on_ledger_zero_is_tracked() -> None:
+    """DD-29: ledger ids start at 0; a message there is tracked like any other."""
+    state = d.initial(Config(), tracker="in_memory")
+    state, result = d.step(state, d.AddMessage(0, 3, 5_000, 0))
+    assert isinstance(result, Ok) and result.value is True

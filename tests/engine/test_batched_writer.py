@@ -408,7 +408,22 @@ def test_metrics_large_data_alternating() -> None:
 def test_metrics_disabled_batching_records_nothing() -> None:
     """C.1 4."""
     m = _metrics_run(cfg(enabled=False), [4] * 1000)
-    assert not m.sample("batch_records_count")
+    assert m.sample("batch_records_count") == 0 and m.sample("flush_trigger_max_records_total") == 0
+
+
+def test_metrics_series_exist_at_zero_from_creation() -> None:
+    """Pulsar takes every collector's child in its constructor: a fresh object exports all seven
+    series, labelled, at 0, before the first flush."""
+    m = BufferedWriterMetrics(TC, cluster="c1", broker="b1")
+    for trigger in bl.FlushTrigger:
+        assert m.sample(f"flush_trigger_{trigger.value}_total") == 0
+    for name in ("batch_records", "batch_size_bytes", "batch_oldest_record_delay_seconds"):
+        assert (m.sample(f"{name}_count"), m.sample(f"{name}_sum")) == (0, 0)
+    families = {f.name: f for f in text_string_to_metric_families(m.exposition())}
+    ours = [f for name, f in families.items() if name.startswith("pulsar_txn_tc_bufferedwriter_")]
+    assert sorted(f.type for f in ours if f.type != "gauge") == ["counter"] * 4 + ["histogram"] * 3  # gauges: _created
+    assert all(s.labels.get("cluster") == "c1" for f in families.values() for s in f.samples)
+    m.close()
 
 
 def test_metrics_exposition_names_types_labels_buckets() -> None:

@@ -1,12 +1,14 @@
 """The file ledger's reader on corrupted bytes.
 
-Flip bits, truncate and insert bytes at random offsets of a ledger file, the metadata or the
-cursor journal, then
-open the directory (recovery) or read after open.  The outcome is always one of:
+Flip bits, truncate and insert bytes at random offsets of a ledger file, the metadata (the
+checkpoint) or the journal, then open the directory (recovery) or read after open.  The outcome is
+always one of:
 
-* a correct read of what was acknowledged: the closed ledger unchanged, the open ledger a prefix
-  of its entries (a shorter prefix only when the open ledger itself lost its tail: a torn tail),
-  the cursor one of its acknowledged states (an earlier one only when the journal lost its tail);
+* a correct read of what was acknowledged: the checkpointed entries and cursor unchanged, and the
+  changes journaled after the checkpoint replayed in order -- all of them, or (only when the
+  journal itself was cut short, or damaged in its last batch, which no log can tell from a torn
+  write) a prefix of them; bytes a ledger file holds past its checkpoint are replaced from the
+  journal, so damage there changes nothing;
 * a :class:`LedgerCorrupted` (an ``InputError``) naming the damaged file and a byte offset in it.
 
 Never another exception type, and never different bytes, positions, properties or cursors.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,24 +26,17 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from reference.engine.file_ledger import (
-    FRAME_HEADER,
-    JOURNAL_HEADER,
-    JOURNAL_NAME,
     METADATA_NAME,
     FileLedger,
     LedgerCorrupted,
     LedgerRecord,
     Metadata,
     OsFileSystem,
-    apply_journal,
     decode_metadata,
     encode_frame,
-    encode_journal_header,
-    encode_journal_record,
     encode_ledger_header,
     encode_metadata,
     ledger_file_name,
-    scan_journal,
     scan_ledger,
 )
 from reference.engine.inspect import (
@@ -50,6 +45,16 @@ from reference.engine.inspect import (
     inspect_path,
     read_entry,
     render_text,
+)
+from reference.engine.journal import (
+    JOURNAL_RECORD,
+    JOURNAL_SEGMENT,
+    RecordKind,
+    encode_record,
+    encode_record_payload,
+    encode_segment_header,
+    scan_segment,
+    segment_file_name,
 )
 from reference.engine.ledger import InitialPosition
 from reference.engine.memory_ledger import CursorState
@@ -123,27 +128,35 @@ def first_difference(a: bytes, b: bytes) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# The directory under test: ledger 0 closed, ledger 1 open, two cursors, properties.
+# The directory under test: a checkpoint holding ledger 0 closed, ledger 1 open with two entries,
+# a cursor and a property; then five changes only in the journal (two entries, three cursor
+# changes), each its own batch; then the handle killed.
 
 CLOSED = [b"closed-0", b"", b"closed-2" * 20]
 OPEN = [b"open-0", b"\x0e\x01\x00\x01batched?", b"open-2" * 7, b"open-3"]
+CHECKPOINT_AFTER = 8  # records: the cursor, the property, three entries, the roll-over, two entries
+SEGMENT = segment_file_name(1)  # the segment the checkpoint started
 
 
 def _build(directory: Path) -> dict[str, bytes]:
-    ml = FileLedger(directory, name="fuzzed")
+    ml = FileLedger(directory, name="fuzzed", max_journal_records=CHECKPOINT_AFTER)
     sub = ml.open_cursor("sub", InitialPosition.EARLIEST)
     ml.set_property("max_local_txn_id", "41")
     for data in CLOSED:
         ml.append(data)
     ml.roll_over()
-    for data in OPEN:
+    for data in OPEN[:2]:
+        ml.append(data)
+    assert decode_metadata((directory / METADATA_NAME).read_bytes(), file="m").open_synced[0] == 2
+    for data in OPEN[2:]:
         ml.append(data)
     sub.delete([P(0, 1)])
     sub.delete([P(1, 2)], {P(1, 2): bits_to_words(0b1101)})
     sub.set_property("bucket", "1")
-    # The three cursor changes above are only in the cursor journal: nothing folded them yet.
-    ml.crash()  # leave ledger 1 open, as after a power cut with everything synced
-    return {p.name: p.read_bytes() for p in directory.iterdir() if p.name != "LOCK"}
+    ml.crash()  # the last five changes are only in the journal (and written behind)
+    files = {p.name: p.read_bytes() for p in directory.iterdir() if p.name != "LOCK"}
+    assert SEGMENT in files and len([n for n in files if n.startswith("journal-")]) == 1
+    return files
 
 
 @pytest.fixture(scope="module")
@@ -162,9 +175,9 @@ class NoSyncFileSystem(OsFileSystem):
 
 NO_SYNC = NoSyncFileSystem()
 _counter = itertools.count()
-TARGETS = [ledger_file_name(0), ledger_file_name(1), METADATA_NAME, JOURNAL_NAME]
-# The cursor's acknowledged states, oldest first: the first is what METADATA holds, each later
-# one is a journal record of _build.
+TARGETS = [ledger_file_name(0), ledger_file_name(1), METADATA_NAME, SEGMENT]
+# The cursor's acknowledged states, oldest first: the first is what the checkpoint holds, each
+# later one a journal record of _build.
 SUB_HISTORY = [
     CursorState(P(0, -1)),
     CursorState(P(0, -1), frozenset({P(0, 1)})),
@@ -173,9 +186,21 @@ SUB_HISTORY = [
 ]
 
 
-def _state(ml: FileLedger) -> tuple[object, ...]:
-    cursors = {c.name: c.state() for c in ml.cursors()}
-    return (ml.name, dict(ml.properties), cursors)
+def _after(changes: int) -> tuple[list[tuple[Position, bytes]], CursorState]:
+    """The acknowledged state after the first ``changes`` journaled changes."""
+    entries = [(P(0, i), d) for i, d in enumerate(CLOSED)] + [(P(1, i), d) for i, d in enumerate(OPEN)]
+    return entries[: len(CLOSED) + 2 + min(changes, 2)], SUB_HISTORY[max(0, changes - 2)]
+
+
+def _batches(segment: bytes) -> list[int]:
+    """Where each batch of a segment starts (every change of _build is its own batch)."""
+    scan = scan_segment(lambda o, n: segment[o : o + n], len(segment), file="s")
+    starts: list[int] = []
+    for record in scan.records:
+        batch_start = int.from_bytes(segment[record.offset + 16 : record.offset + 24], "big")
+        if not starts or starts[-1] != batch_start:
+            starts.append(batch_start)
+    return starts
 
 
 @given(target=st.sampled_from(TARGETS), chosen=few_mutations)
@@ -203,28 +228,32 @@ def test_recovery_reads_an_acknowledged_prefix_or_names_the_damage(
         if target != METADATA_NAME:
             # The report points at the damaged structure: at or before the first changed byte,
             # give or take the header the damage was found in.
-            assert exc.offset <= damage_at + FRAME_HEADER.size, (exc, damage_at)
+            assert exc.offset <= damage_at + JOURNAL_RECORD.size, (exc, damage_at)
         return
     assert report["ok"], report
     try:
         entries = [(e.position, e.data) for e in ml.read(P(0, 0), 100)]
-        expected = [(P(0, i), d) for i, d in enumerate(CLOSED)] + [(P(1, i), d) for i, d in enumerate(OPEN)]
-        assert entries == expected[: len(entries)], "a read returned bytes that were never written there"
-        if len(entries) < len(expected):
-            assert target == ledger_file_name(1), "only the open ledger's torn tail may be cut"
-            assert len(entries) >= len(CLOSED)
         assert ml.name == "fuzzed"
         assert dict(ml.properties) == {"max_local_txn_id": "41"}
         sub = ml.open_cursor("sub").state()
-        if target == JOURNAL_NAME:
-            # Only a torn tail may be cut: an acknowledged state, an earlier one only when the
-            # journal was cut short (then maybe damaged in its torn tail) or zero-extended; a
-            # flip or an insert elsewhere leaves a complete record that is damage.
-            assert sub in SUB_HISTORY, sub
-            if sub != SUB_HISTORY[-1]:
-                assert len(damaged) < len(original) or original.startswith(damaged.rstrip(b"\x00")), chosen
-        else:
-            assert sub == CursorState(P(0, -1), frozenset({P(0, 1)}), {P(1, 2): bits_to_words(0b1101)}, {"bucket": "1"})
+        kept = next((k for k in range(5, -1, -1) if _after(k) == (entries, sub)), None)
+        assert kept is not None, f"recovered a state that was never acknowledged: {entries}, {sub}"
+        if kept < 5:
+            # Changes are lost only when the journal lost them: cut short, or damaged in its last
+            # batch (which reads as a torn write); a damaged earlier batch is refused as damage.
+            assert target == SEGMENT, f"damage in {target} lost journaled changes"
+            batches = _batches(original)
+            ends = [*batches[1:], len(original)]
+            if original.startswith(damaged):
+                # Cut short: every batch wholly kept survives (a segment cut inside its header
+                # reads as a creation cut short, which holds nothing).
+                if len(damaged) >= JOURNAL_SEGMENT.size:
+                    assert kept >= sum(1 for end in ends if end <= len(damaged)), (chosen, kept)
+            elif len(chosen) == 1:
+                # One damaged spot before the last batch leaves a later batch intact, which proves
+                # the spot was synced: that is refused as damage, never read as a torn write.
+                # (Several spots can take the proof with them; then only safety is checked.)
+                assert damage_at >= batches[-1] and kept >= len(batches) - 1, (chosen, kept)
     finally:
         ml.close()
 
@@ -287,63 +316,51 @@ def test_scan_of_damaged_ledger_bytes(payloads: list[bytes], chosen: list[Mutati
         assert scan.torn_bytes == 0
 
 
-_JOURNAL_STATES = [
-    None,
-    CursorState(P(3, 4), frozenset({P(3, 6)}), {P(3, 7): (-1, 5)}, {"k": "v", "é": "ü"}),
-    CursorState(P(2, -1)),
-]
-
-
 @given(
-    records=st.lists(
-        st.tuples(st.integers(0, 3), st.sampled_from(["sub", "other"]), st.sampled_from(range(len(_JOURNAL_STATES)))),
+    batches=st.lists(
+        st.lists(st.tuples(st.sampled_from(list(RecordKind)), st.binary(max_size=48)), min_size=1, max_size=3),
         min_size=1,
-        max_size=6,
+        max_size=5,
     ),
     chosen=few_mutations,
 )
-@example(records=[(1, "sub", 1), (1, "sub", 0)], chosen=[Truncate(JOURNAL_HEADER.size + 20)])
-@example(records=[(1, "sub", 1)], chosen=[Insert(1 << 20, bytes(9))])
-@example(records=[(1, "sub", 1)], chosen=[Flip(JOURNAL_HEADER.size + FRAME_HEADER.size + 2, 3)])
-def test_scan_of_damaged_journal_bytes(records: list[tuple[int, str, int]], chosen: list[Mutation]) -> None:
-    records = sorted(records, key=lambda r: r[0])  # generations never decrease in a journal
-    written = [(g, name, _JOURNAL_STATES[i]) for g, name, i in records]
-    original = encode_journal_header() + b"".join(encode_journal_record(*r) for r in written)
-    damaged = mutate(original, chosen)
-    damage_at = first_difference(original, damaged)
+@example(batches=[[(RecordKind.ENTRY, bytes(20))], [(RecordKind.CURSOR, b"x")]], chosen=[Truncate(40)])
+@example(batches=[[(RecordKind.ENTRY, bytes(20))]], chosen=[Insert(1 << 20, bytes(9))])
+@example(batches=[[(RecordKind.META, b"m")], [(RecordKind.META, b"n")]], chosen=[Flip(JOURNAL_SEGMENT.size + 40, 3)])
+def test_scan_of_damaged_journal_bytes(batches: list[list[tuple[RecordKind, bytes]]], chosen: list[Mutation]) -> None:
+    original = bytearray(encode_segment_header(4, 100))
+    written: list[tuple[RecordKind, bytes]] = []
+    starts: list[int] = []
+    lsn = 100
+    for batch in batches:
+        start = len(original)
+        starts.append(start)
+        for kind, body in batch:
+            if kind is RecordKind.ENTRY:
+                body = bytes(16) + body  # an entry's body starts with its ledger and entry ids
+            original += encode_record(lsn, start, encode_record_payload(kind, "k", body))
+            written.append((kind, body))
+            lsn += 1
+    damaged = mutate(bytes(original), chosen)
+    damage_at = first_difference(bytes(original), damaged)
     try:
-        scan = scan_journal(lambda o, n: damaged[o : o + n], len(damaged), file="j")
+        scan = scan_segment(lambda o, n: damaged[o : o + n], len(damaged), file="j", seq=4)
     except LedgerCorrupted as exc:
         assert exc.file == "j" and 0 <= exc.offset <= len(damaged)
-        assert exc.offset <= damage_at + FRAME_HEADER.size, (exc, damage_at)
+        assert exc.offset <= damage_at + JOURNAL_RECORD.size, (exc, damage_at)
         return
-    found = [(r.generation, r.name, r.state) for r in scan.records]
+    found = [(r.kind, r.body) for r in scan.records]
     assert found == written[: len(found)]
+    assert [r.lsn for r in scan.records] == list(range(100, 100 + len(found)))
     assert scan.valid_length + scan.torn_bytes == len(damaged)
     # What is kept is the original bytes; what is cut is a torn tail, never a whole record.
-    assert original.startswith(damaged[: scan.valid_length])
-    if len(found) < len(written):
-        # Only cutting the journal short (then maybe a bad byte in its torn tail), or a zero
-        # tail, loses records.
+    assert bytes(original).startswith(damaged[: scan.valid_length])
+    if len(found) < len(written) and len(chosen) == 1:
+        # Only cutting the segment short, damage in its last batch, or a zero tail loses records
+        # (one damaged spot before the last batch leaves a later batch intact, which proves the
+        # spot was synced; several spots can take that proof with them).
         tail = damaged[scan.valid_length :]
-        assert len(damaged) < len(original) or tail.count(0) == len(tail), chosen
-    meta = replace(_metadata(), generation=2)
-    try:
-        applied = apply_journal(meta, scan, file="j")
-    except LedgerCorrupted as exc:
-        assert (
-            any(g > 2 for g, _, _ in found)
-            and exc.offset == next(r.offset for r in scan.records if r.generation > 2) + 4
-        )
-        return
-    expected = dict(meta.cursors)
-    for g, name, state in found:
-        if g == 2:
-            if state is None:
-                expected.pop(name, None)
-            else:
-                expected[name] = state
-    assert dict(applied.cursors) == expected
+        assert len(damaged) < len(original) or damage_at >= starts[-1] or tail.count(0) == len(tail), chosen
 
 
 def _metadata() -> Metadata:
@@ -355,6 +372,8 @@ def _metadata() -> Metadata:
         ledgers=(LedgerRecord(3, 8, 400), LedgerRecord(4, 0, 20), LedgerRecord(5)),
         properties={"max_local_txn_id": "99"},
         cursors={"sub": cursor, "other": CursorState(P(2, -1))},
+        journal_lsn=77,
+        open_synced=(3, 120),
     )
 
 
@@ -441,50 +460,46 @@ def test_inspect_reports_damage_without_raising(tmp_path: Path) -> None:
     assert read_entry(directory, P(0, 2)) == b"three"
 
 
-def test_inspect_shows_the_cursor_journal(pristine: dict[str, bytes], tmp_path: Path) -> None:
+def test_inspect_shows_the_journal(pristine: dict[str, bytes], tmp_path: Path) -> None:
     directory = tmp_path / "ml"
     directory.mkdir()
     for name, data in pristine.items():
         (directory / name).write_bytes(data)
     report = inspect_path(directory)
     json.dumps(report)
-    assert report["ok"] and JOURNAL_NAME not in report["other_files"]
-    journal = report["cursor_journal"]
-    generation = report["metadata"]["generation"]
-    assert journal["error"] is None and journal["torn_tail"] is None
-    records = [(r["cursor"], r["generation"], r["status"]) for r in journal["records"]]
-    assert records == [("sub", generation, "current")] * 3
-    assert journal["records"][0]["offset"] == JOURNAL_HEADER.size
-    assert journal["records"][-1]["state"] == {
+    assert report["ok"] and report["replays"] == 5 and SEGMENT not in report["other_files"]
+    (segment,) = report["journal"]
+    assert segment["error"] is None and segment["torn_tail"] is None
+    kinds = [(r["kind"], r.get("position") or r.get("cursor")) for r in segment["records"]]
+    assert kinds == [("ENTRY", "1:2"), ("ENTRY", "1:3"), ("CURSOR", "sub"), ("CURSOR", "sub"), ("CURSOR", "sub")]
+    assert segment["records"][0]["offset"] == JOURNAL_SEGMENT.size
+    assert segment["records"][-1]["state"] == {
         "mark_delete": "0:-1",
         "individually_deleted": ["0:1"],
         "batch_ack_sets": {"1:2": [13]},
         "properties": {"bucket": "1"},
     }
+    assert report["metadata"]["checkpoint"]["open_synced_entries"] == 2
+    (open_ledger,) = [one for one in report["ledgers"] if one["state"] == "open"]
+    assert open_ledger["written_behind"] == ["1:2", "1:3"]
     text = render_text(report)
-    assert "cursor journal: " in text and "3 records" in text and "(current): cursor 'sub' mark-delete 0:-1" in text
-    # The journal file on its own, and its damage, reported without raising.
-    alone = inspect_path(directory / JOURNAL_NAME)
-    assert alone["kind"] == "cursor_journal" and len(alone["records"]) == 3 and alone["records"][0]["status"] is None
-    assert "cursor journal" in render_text(alone)
-    bad = bytearray(pristine[JOURNAL_NAME])
-    bad[-1] ^= 0x01
-    (directory / JOURNAL_NAME).write_bytes(bytes(bad) + b"\x00\x01")
+    assert "journal segment: " in text and "5 records" in text and "cursor 'sub' mark-delete 0:-1" in text
+    assert "written after the checkpoint" in text
+    # The segment on its own, and its damage, reported without raising.
+    alone = inspect_path(directory / SEGMENT)
+    assert alone["kind"] == "journal_segment" and len(alone["records"]) == 5
+    assert "journal segment" in render_text(alone)
+    bad = bytearray(pristine[SEGMENT])
+    bad[JOURNAL_SEGMENT.size + JOURNAL_RECORD.size + 2] ^= 0x01  # the first record's payload
+    (directory / SEGMENT).write_bytes(bytes(bad))
     damaged = inspect_directory(directory)
     assert not damaged["ok"]
-    assert damaged["cursor_journal"]["error"]["file"] == str(directory / JOURNAL_NAME)
-    assert len(damaged["cursor_journal"]["records"]) == 2  # the records before the damage
-    assert "journal record payload CRC mismatch" in render_text({"kind": "directory", **damaged})
-    (directory / JOURNAL_NAME).write_bytes(pristine[JOURNAL_NAME] + b"\x00\x01")
+    assert damaged["error"]["file"] == str(directory / SEGMENT)
+    assert "payload CRC mismatch" in render_text({"kind": "directory", **damaged})
+    (directory / SEGMENT).write_bytes(pristine[SEGMENT] + b"\x00\x01")
     torn = inspect_directory(directory)
-    assert torn["ok"] and torn["cursor_journal"]["torn_tail"] == {
-        "offset": len(pristine[JOURNAL_NAME]),
+    assert torn["ok"] and torn["journal"][0]["torn_tail"] == {
+        "offset": len(pristine[SEGMENT]),
         "bytes": 2,
         "reason": "incomplete record header",
     }
-    # A record newer than the metadata: recovery refuses it, so the inspector flags it.
-    newer = encode_journal_record(generation + 1, "sub", None)
-    (directory / JOURNAL_NAME).write_bytes(pristine[JOURNAL_NAME] + newer)
-    flagged = inspect_directory(directory)
-    assert not flagged["ok"] and "newer than the metadata" in flagged["cursor_journal"]["error"]["message"]
-    assert [r["status"] for r in flagged["cursor_journal"]["records"]] == ["current"] * 3 + ["stale"]

@@ -52,3 +52,36 @@ def test_the_cli_reads_a_store_and_one_topic_entry(tmp_path: Path, capsys: objec
     out = capsys.readouterr().out  # type: ignore[attr-defined]
     report = json.loads(out[out.index("{\n") :])
     assert report["entry"]["message"]["payload"] == "t"
+
+
+def test_a_crashed_store_shows_its_journal_and_what_recovery_would_refuse(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    cluster = Cluster.start(seed=1, topics={"in": 1}, ledger="file", data_dir=str(data), disk="sim")
+    client = cluster.client()
+    producer = client.create_producer("in")
+    for i in range(3):
+        producer.send(f"m{i}")
+    store = cluster.broker.store
+    cluster.broker.crash()  # a power cut: the journal holds every change since the ledgers' creation
+    disk = store.disk
+    assert hasattr(disk, "export")
+    disk.export(str(store.directory), data)  # type: ignore[attr-defined]
+    report = inspect_path(data)
+    assert report["kind"] == "store" and report["ok"], report
+    records = [r for segment in report["journal"] for r in segment["records"]]
+    assert any(r["kind"] == "ENTRY" for r in records) and any(r["kind"] == "META" for r in records)
+    topic = next(one for one in report["managed_ledgers"] if one["key"].startswith("persistent_public_default_in"))
+    assert topic["replays"] > 0  # recovery would replay the journal into this ledger
+    text = render_text(report)
+    assert "journal segment" in text and "lsn" in text
+    # One ledger directory on its own finds its records in the store's journal.
+    assert inspect_path(topic["directory"])["replays"] == topic["replays"]
+    # A damaged record before the last batch: recovery would refuse the store, and so does inspect.
+    (segment,) = sorted(data.glob("journal-*.log"))
+    blob = bytearray(segment.read_bytes())
+    first_record = 28
+    blob[first_record + 40] ^= 0x01
+    segment.write_bytes(bytes(blob))
+    damaged = inspect_path(data)
+    assert not damaged["ok"] and damaged["journal_error"]["offset"] == first_record
+    assert main(["inspect", str(data)]) == 2  # damaged input

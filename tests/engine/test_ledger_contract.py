@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
+from reference.engine.disk import SimDisk
 from reference.engine.fault import FaultyLedger, Op
 from reference.engine.file_ledger import FileLedger, OsFileSystem
+from reference.engine.file_store import FileStore
 from reference.engine.ledger import (
     InitialPosition,
     InvalidCursorPosition,
@@ -68,8 +70,8 @@ def _file_harness(tmp: Path, *, group_commit: bool = False) -> Harness:
 
 
 def _killed_file_harness(tmp: Path) -> Harness:
-    # Reopened after the process was killed (no close, so nothing folds the cursor journal),
-    # with a journal so small that cursor changes keep crossing fold points.
+    # Reopened after the process was killed (no close, so no checkpoint: recovery replays the
+    # journal), with journal segments so small that changes keep crossing checkpoints.
     directory = tmp / "ml"
     configs: list[Config] = []
 
@@ -83,6 +85,35 @@ def _killed_file_harness(tmp: Path) -> Harness:
         return FileLedger(directory, configs[-1], max_journal_records=2)
 
     return Harness("file-killed-tiny-journal", make, reopen)
+
+
+def _store_harness(tmp: Path, *, disk: str, deferred: bool = False) -> Harness:
+    # A managed ledger of a file store (one journal for many ledgers), on the real disk (reopened
+    # after a clean close) or on the simulated one (reopened after a power cut; in the deferred
+    # mode the journal is committed first, as the simulator's answers wait for it).
+    fs = SimDisk(seed=7) if disk == "sim" else OsFileSystem()
+    root = "/data/store" if disk == "sim" else str(tmp / "store")
+    stores: list[FileStore] = []
+
+    def make(config: Config) -> ManagedLedger:
+        stores.append(FileStore(root, config, fs=fs, deferred=deferred))
+        return stores[-1].open_ledger("topic", name="topic")
+
+    def reopen(ml: ManagedLedger) -> ManagedLedger:
+        store = stores[-1]
+        if disk == "sim":
+            store.commit()
+            store.crash()
+            assert isinstance(fs, SimDisk)
+            fs.power_cut()
+        else:
+            ml.close()
+            store.close()
+        stores.append(FileStore(root, store.config, fs=fs, deferred=deferred))
+        return stores[-1].open_ledger("topic")
+
+    name = f"store-{disk}" + ("-deferred" if deferred else "")
+    return Harness(name, make, reopen)
 
 
 def _faulty_memory_harness(_tmp: Path) -> Harness:
@@ -99,6 +130,9 @@ HARNESSES = {
     "file": _file_harness,
     "file-group-commit": partial(_file_harness, group_commit=True),
     "file-killed-tiny-journal": _killed_file_harness,
+    "store-real": partial(_store_harness, disk="real"),
+    "store-sim-power-cut": partial(_store_harness, disk="sim"),
+    "store-sim-deferred-power-cut": partial(_store_harness, disk="sim", deferred=True),
     "faulty-memory": _faulty_memory_harness,
 }
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from invariants.bulk import MACHINE_KINDS, VerifyOptions, check_histories, failing_part
 from invariants.history import read_parquet, write_parquet
 from invariants.linearizability import Verdict, check_history
 from invariants.models import MachineModel, model_by_name
 from invariants.report import explain
+from invariants.verify import MACHINE_KINDS, VerifyOptions, check_histories, failing_part
 from reference import buffer as tb
 from reference.engine.client import Cluster, OperationTimeout
 from reference.engine.sim import NetworkFaults
@@ -174,12 +174,13 @@ def test_the_history_round_trips_through_parquet_and_bulk_checks_every_kind(tmp_
     ((name, back),) = read_parquet(path).items()
     assert [op.to_row() for op in back] == [op.to_row() for op in ops]
     rows = {row.checker: row for row in check_histories({name: back}, str(path), VerifyOptions())}
-    assert set(rows) == {"linearizability", "transactional"}
+    assert set(rows) == {"linearizability", "transactional", "delivery"}
     lin = rows["linearizability"]
     assert lin.verdict == "ok" and lin.model == "coordinator+buffer+pending_ack+delayed", lin.detail
     assert lin.ops == sum(1 for op in back if is_machine_operation(op))
     assert rows["transactional"].verdict == "ok"
     assert rows["transactional"].ops == sum(1 for op in back if not is_machine_operation(op))
+    assert rows["delivery"].verdict == "ok" and rows["delivery"].ops == rows["transactional"].ops
 
 
 def test_recording_can_be_switched_off() -> None:

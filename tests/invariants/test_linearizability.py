@@ -271,3 +271,122 @@ def test_adapter_from_a_vectors_table() -> None:
     )
     model = MachineModel.from_vectors(vectors, Config(), {"status": "COMMITTING"})
     assert verdict([m(0, 0, "get_status", {}, "COMMITTING", 0, 1)], model) is Verdict.OK
+
+
+# --- the search against a brute-force oracle, compiled and interpreted ------------------------------
+
+
+def _plain_search_module() -> Any:
+    """``invariants/_wgl.py`` loaded from source, as plain Python whether or not a build exists."""
+    import importlib.util
+    from pathlib import Path
+
+    import invariants.linearizability as lin
+
+    source = Path(lin.__file__).with_name("_wgl.py")
+    spec = importlib.util.spec_from_file_location("invariants._wgl_plain_for_tests", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert not module.compiled()
+    return module
+
+
+PLAIN = _plain_search_module()
+
+
+def _oracle(model: Any, ops: list[Operation]) -> bool:
+    """Linearizable by enumeration: some order of the operations respects real time (an op goes
+    next only if it was invoked before every op not yet placed returned) and the model accepts it;
+    an op of unknown outcome that never returned may be left out."""
+    decoded = [model.decode(op) for op in ops]
+    optional = [d[1] is UNKNOWN and op.return_time == float("inf") for op, d in zip(ops, decoded, strict=True)]
+
+    def extend(state: Any, left: frozenset[int]) -> bool:
+        if all(optional[i] for i in left):
+            return True
+        deadline = min(ops[i].return_time for i in left)
+        for i in left:
+            if ops[i].invoked_at <= deadline:
+                accepted, after = model.step(state, *decoded[i])
+                if accepted and extend(after, left - {i}):
+                    return True
+        return False
+
+    return extend(model.init(), frozenset(range(len(ops))))
+
+
+@st.composite
+def _small_register_histories(draw: st.DrawFn) -> list[Operation]:
+    seed = draw(st.integers(0, 100_000))
+    ops = random_register_history(
+        seed,
+        ops=draw(st.integers(1, 8)),
+        clients=draw(st.integers(1, 4)),
+        crash=draw(st.sampled_from([0.0, 0.3, 0.6])),
+        values=3,
+    )
+    if draw(st.booleans()):  # perturb one completed op's output: often (not always) illegal
+        done = [o for o in ops if o.type is OpType.OK and o.f == "read"]
+        if done:
+            victim = draw(st.sampled_from(done))
+            ops = [
+                o if o is not victim else dataclasses.replace(o, result=str(draw(st.integers(0, 2))), _result=None)
+                for o in ops
+            ]
+    return ops
+
+
+@pytest.mark.parametrize("implementation", ["built", "plain"])
+@given(ops=_small_register_histories())
+def test_the_search_agrees_with_enumeration(implementation: str, ops: list[Operation]) -> None:
+    import invariants.linearizability as lin
+
+    saved = lin._wgl
+    lin._wgl = PLAIN if implementation == "plain" else saved
+    try:
+        got = check_object(CasRegister(), ops).verdict
+    finally:
+        lin._wgl = saved
+    assert got is (Verdict.OK if _oracle(CasRegister(), ops) else Verdict.ILLEGAL)
+
+
+def test_the_built_search_is_the_compiled_one_when_it_could_be_built() -> None:
+    """``make`` builds it wherever a C compiler and Python's headers are; elsewhere the plain module
+    is what runs (and the tests above check it gives the same results)."""
+    import shutil
+    import sysconfig
+    from pathlib import Path
+
+    import invariants.linearizability as lin
+
+    buildable = shutil.which(sysconfig.get_config_var("CC").split()[0] if sysconfig.get_config_var("CC") else "cc")
+    headers = Path(sysconfig.get_paths()["include"], "Python.h").exists()
+    if buildable and headers:
+        assert lin._wgl.compiled(), "invariants/_wgl.py is not compiled (or older than its build): run make build"
+    else:
+        assert not lin._wgl.compiled()
+
+
+@given(st.integers(0, 10_000), st.integers(1, 80), st.integers(1, 8), st.sampled_from([0.0, 0.1, 0.3]))
+def test_built_and_plain_searches_give_the_same_results(seed: int, n: int, clients: int, crash: float) -> None:
+    """Same verdict, steps, linearization and blocked operation, on legal and broken histories."""
+    import invariants.linearizability as lin
+
+    ops = random_register_history(seed, ops=n, clients=clients, crash=crash, values=3)
+    reads = [o for o in ops if o.f == "read" and o.type is OpType.OK]
+    if reads and seed % 2:
+        ops = [o if o is not reads[-1] else dataclasses.replace(o, result="7", _result=None) for o in ops]
+    built = check_object(CasRegister(), ops)
+    saved = lin._wgl
+    lin._wgl = PLAIN
+    try:
+        plain = check_object(CasRegister(), ops)
+    finally:
+        lin._wgl = saved
+    assert (plain.verdict, plain.steps, plain.linearization, plain.blocked) == (
+        built.verdict,
+        built.steps,
+        built.linearization,
+        built.blocked,
+    )

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from invariants.bulk import MACHINE_KINDS
 from invariants.linearizability import Verdict, check_history
 from invariants.models import MachineModel
+from invariants.verify import MACHINE_KINDS
 from spec.config import Config
 from spec.history import Operation, OpType, make_operation, object_id
 from spec.jsonvalues import from_json, to_json

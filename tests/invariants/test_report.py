@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from invariants.linearizability import Verdict, check_history, check_object
 from invariants.models import CasRegister, random_register_history
-from invariants.report import counterexample_html, ddmin, explain, render_html, render_text, render_txn_text
+from invariants.report import counterexample_html, ddmin, explain, render_text, render_txn_text
 from invariants.transactional import check_transactional
 from spec.history import Operation, OpType, make_operation, object_id
 
@@ -88,16 +88,130 @@ def test_the_core_of_a_planted_bug_is_sound_and_minimal(seed: int, n: int, clien
     assert cx.core == (reads[len(reads) // 2].index,)  # a value nobody wrote needs no other evidence
 
 
+def _self_contained(page: str) -> None:
+    """Nothing is loaded from anywhere: no src or href to another origin, no stylesheet link, no
+    import; the only scripts are the page's own data and code."""
+    assert page.startswith("<!doctype html>")
+    lowered = page.lower()
+    assert " src=" not in lowered and "<link" not in lowered and "@import" not in lowered and "url(http" not in lowered
+    assert "http://" not in lowered.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "https://" not in lowered
+    assert lowered.count("<script") == 2  # the JSON data and the viewer's own script
+
+
 def test_html_is_self_contained_and_capped() -> None:
-    ops = random_register_history(5, ops=3000, clients=10, crash=0.05)
-    page = render_html(ops, title="big", max_ops=200, max_bytes=60_000)
-    assert page.startswith("<!doctype html>") and "<script" not in page and "http" not in page.split("<svg", 1)[0]
+    ops = random_register_history(5, ops=600, clients=10)
+    broken = [
+        o
+        if o.index != 300
+        else dataclasses.replace(o, type=OpType.OK, f="read", value="null", result="77", _value=None, _result=None)
+        for o in ops
+    ]
+    result = check_history(CasRegister(), broken)
+    assert result.verdict is Verdict.ILLEGAL
+    cx = explain(CasRegister(), broken, result.objects[0], seconds=2.0)  # shrinking may stop early: still sound
+    assert len(cx.ops) > 100
+    page = counterexample_html(cx, max_ops=100, max_bytes=60_000)
+    _self_contained(page)
     assert len(page.encode()) <= 60_000
-    assert "not drawn" in page
+    assert "Capped:" in page and "operations drawn" in page  # the page says what it left out
     cx_page = counterexample_html(
         explain(CasRegister(), _stale_read_history(), check_history(CasRegister(), _stale_read_history()).objects[0])
     )
-    assert "blocked" in cx_page and "reproduce with seed 42" in cx_page and "core" in cx_page
+    _self_contained(cx_page)
+    assert "cannot be placed" in cx_page and "reproduce with seed" in cx_page.lower() and "Failing core" in cx_page
+
+
+def test_stale_read_page_labels_every_operation_and_steps_through_states() -> None:
+    ops = _stale_read_history()
+    cx = explain(CasRegister(), ops, check_history(CasRegister(), ops).objects[0])
+    page = counterexample_html(cx)
+    for op in cx.ops:  # every operation drawn, labelled with its index and its words
+        assert f'data-op="{op.index}"' in page
+        assert f"#{op.index} " in page
+    assert "read -&gt; 1" in page and 'class="op ok core blocked"' in page
+    # the stepper's first linearization is the checker's prefix, with the model's state at each step
+    lin = cx.linearizations[0]
+    assert lin.source == "checker" and lin.order == cx.prefix and lin.blocked == cx.blocked
+    values = [dict(state)["value"] for state in lin.states]
+    assert len(values) == len(cx.prefix) + 1 and values[0] == "null" and values[-1] == cx.state_after == "2"
+    assert any(i == 4 and "refuses" in why for i, why in lin.next_ops)
+
+
+def test_partial_linearizations_are_legal_maximal_and_as_long_as_the_checkers() -> None:
+    from invariants.viewer import partial_linearizations
+
+    for seed in range(30):
+        ops = random_register_history(seed, ops=12, clients=3)
+        reads = [o for o in ops if o.f == "read" and o.type is OpType.OK]
+        if not reads:
+            continue
+        ops = [o if o is not reads[-1] else dataclasses.replace(o, result="9", _result=None) for o in ops]
+        model = CasRegister()
+        result = check_object(model, ops)
+        assert result.verdict is Verdict.ILLEGAL
+        decoded = [model.decode(op) for op in ops]
+        found = partial_linearizations(
+            model.init(), model.step, decoded, [o.invoked_at for o in ops], [o.return_time for o in ops]
+        )
+        assert found and len(found[0]) >= len(result.linearization)
+        for order in found:
+            state = model.init()
+            for k in order:  # the model accepts every step
+                accepted, state = model.step(state, *decoded[k])
+                assert accepted
+            for at, k in enumerate(order):  # real time: an op that returned before k was called is placed before k
+                before = set(order[:at])
+                assert all(ops[j].return_time >= ops[k].invoked_at for j in range(len(ops)) if j not in before)
+            # maximal: the model refuses every operation real time would let come next
+            unplaced = [j for j in range(len(ops)) if j not in set(order)]
+            for j in unplaced:
+                if all(ops[j].invoked_at <= ops[i].return_time for i in unplaced if i != j):
+                    assert not model.step(state, *decoded[j])[0]
+
+
+def test_state_rows_of_a_reference_machine_are_readable() -> None:
+    from invariants.readable import rows, short
+    from reference import coordinator as tc
+    from spec.config import Config
+    from spec.types import TxnStatus
+
+    state = tc.initial(Config(transaction_coordinator_enabled=True))
+    state, created = tc.step(state, tc.NewTxn(timeout_ms=5000, now_ms=0))
+    state, _ = tc.step(state, tc.UpdateTxnStatus(created.value, TxnStatus.COMMITTING, TxnStatus.OPEN, 1))
+    found, left = rows(state)
+    table = dict(found)
+    assert left == 0
+    assert table["txns[0].status"] == "COMMITTING" and table["txns[0].txn_id"] == "(0,0)"
+    assert table["config"] == "Config(transactionCoordinatorEnabled=true)"  # only what differs from Pulsar's
+    assert "TxnStatus" not in " ".join(table.values())
+    assert short(tc.EndTxn(created.value, __import__("spec.types").types.TxnAction.ABORT, 9)).startswith(
+        "EndTxn(txn_id=(0,0), action=ABORT, now_ms=9"
+    )
+    capped, more = rows(state, max_rows=3)
+    assert len(capped) == 3 and more == len(found) - 3
+
+
+def test_encoded_states_rebuild_every_step() -> None:
+    from invariants.viewer import encode_states
+
+    states = [
+        (("a", "1"), ("c", "3")),
+        (("a", "1"), ("b", "2"), ("c", "3")),
+        (("b", "20"), ("c", "3")),
+        (),
+    ]
+    encoded = encode_states(states)
+    paths = encoded["paths"]
+    assert paths == ["a", "b", "c"]  # one order that keeps each state's own order
+    current = {paths[i]: t for i, t in encoded["base"]}
+    rebuilt = [dict(current)]
+    for diff in encoded["diffs"]:
+        for i in diff["del"]:
+            del current[paths[i]]
+        current.update({paths[i]: t for i, t in diff["set"]})
+        rebuilt.append(dict(current))
+    assert rebuilt == [dict(s) for s in states]
 
 
 def test_transactional_text() -> None:

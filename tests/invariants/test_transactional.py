@@ -418,6 +418,12 @@ def test_cyclic_information_flow_g1c() -> None:
     anomaly = result.anomalies[0]
     assert anomaly.adya == "G1c" and anomaly.ops == (0, 1, 5, 7)
     assert "txn (0,1) consumed 'y' that txn (0,2) produced" in anomaly.explanation
+    # the cycle itself, edge by edge, for the viewer to draw
+    assert [(a, b) for a, b, _ in anomaly.cycle] in (
+        [("txn (0,1)", "txn (0,2)"), ("txn (0,2)", "txn (0,1)")],
+        [("txn (0,2)", "txn (0,1)"), ("txn (0,1)", "txn (0,2)")],
+    )
+    assert anomaly.to_json()["cycle"][0][2].startswith("'")
     # one direction alone is ordinary consume-transform-produce
     assert check_transactional([o for o in ops if o.index != 7]).ok
 
@@ -782,3 +788,165 @@ def test_generated_histories_packed_into_batches_keep_their_verdicts(seed: int, 
     )
     plain = set(check_transactional(renumber([*ops, again])).counts)
     assert plain == set(check_transactional(_as_batches(renumber([*ops, again]), size)).counts)
+
+
+# --- what a recorder of a real broker states: consumers by name, bounds, resends -------------------
+
+SHARED_C = {"initial_position": "Earliest", "sub_type": "Shared", "consumer": "c"}
+
+
+def _delayed(within: int | None = 50, early: int | None = None) -> list[Operation]:
+    """One Shared consumer "c"; "a" due at 100 (within ``within``); found nothing at 200; "a" at 300."""
+    value: dict[str, object] = {"message": "a", "txn": None, "deliver_at_ms": 100}
+    if within is not None:
+        value["deliver_within_ms"] = within
+    if early is not None:
+        value["deliver_early_ms"] = early
+    return [
+        op(0, 2, "subscribe", SUB, SHARED_C, at=0),
+        op(1, 0, "send", PART, value, {"position": [1, 0]}, at=5),
+        op(2, 2, "receive", SUB, {"consumer": "c"}, None, at=200, done=210),
+        op(3, 2, "receive", SUB, {"consumer": "c"}, {"message": "a", "position": [1, 0]}, at=290, done=300),
+    ]
+
+
+def test_late_delivery_names_the_send_and_the_idle_receive() -> None:
+    result = check_transactional(_delayed())
+    assert set(result.counts) == {"late-delivery"}
+    anomaly = result.anomalies[0]
+    assert anomaly.ops == (1, 2, 3)
+    assert "within 50 ms (by 150)" in anomaly.explanation and "receive op 2" in anomaly.explanation
+
+
+def test_a_consumer_waiting_when_the_message_came_received_it_in_time() -> None:
+    ops = _delayed()
+    waiting = dataclasses.replace(ops[3], invoked_at=4, completed_at=120)  # invoked before the send
+    assert check_transactional([*ops[:3], waiting]).ok
+
+
+def test_late_delivery_needs_a_stated_bound_and_every_consumer_idle() -> None:
+    assert check_transactional(_delayed(within=None)).ok  # no bound stated: liveness not judged
+    assert check_transactional(_delayed(within=500)).ok  # the idle receive came before the bound
+    ops = _delayed()
+    # a second consumer that never found the subscription empty: "a" may have waited in its queue
+    other = op(4, 3, "subscribe", SUB, {**SHARED_C, "consumer": "d"}, at=1)
+    assert check_transactional([*ops, other]).ok
+    # a receive of unknown outcome may have taken it
+    hidden = op(4, 3, "receive", SUB, {"consumer": "c"}, at=20, done=30, kind=OpType.INFO)
+    assert check_transactional([*ops, hidden]).ok
+    # a consumer that knew it was disconnected proves nothing by finding nothing
+    offline = [*ops[:2], dataclasses.replace(ops[2], value='{"consumer":"c","connected":false}', _value=None), ops[3]]
+    assert check_transactional(offline).ok
+    # Exclusive subscriptions do not hold delayed messages back: not judged here
+    exclusive = [op(0, 2, "subscribe", SUB, {**SHARED_C, "sub_type": "Exclusive"}, at=0), *ops[1:]]
+    assert "late-delivery" not in _names(exclusive)
+
+
+def test_a_non_strict_broker_may_deliver_one_tick_early() -> None:
+    early = [
+        op(
+            0,
+            0,
+            "send",
+            PART,
+            {"message": "a", "txn": None, "deliver_at_ms": 100, "deliver_early_ms": 50},
+            {"position": [1, 0]},
+            at=0,
+        ),
+        op(1, 1, "receive", SUB, {}, {"message": "a", "position": [1, 0]}, at=40, done=60),
+    ]
+    assert check_transactional(early).ok
+    too_early = [dataclasses.replace(early[1], invoked_at=20, completed_at=45)]
+    result = check_transactional([early[0], *too_early])
+    assert set(result.counts) == {"early-delivery"} and "50 ms early" in result.anomalies[0].explanation
+
+
+def _nacked(bound: int = 100) -> list[Operation]:
+    return [
+        op(0, 2, "subscribe", SUB, SHARED_C, at=0),
+        op(1, 0, "send", PART, {"message": "a", "txn": None}, {"position": [1, 0]}, at=2),
+        op(2, 2, "receive", SUB, {"consumer": "c"}, {"message": "a", "position": [1, 0]}, at=10, done=12),
+        op(3, 2, "negative_ack", SUB, {"position": [1, 0], "consumer": "c", "redeliver_within_ms": bound}, at=20),
+        op(4, 2, "receive", SUB, {"consumer": "c"}, None, at=500, done=510),
+    ]
+
+
+def test_lost_redelivery_after_a_negative_ack() -> None:
+    result = check_transactional(_nacked())
+    assert set(result.counts) == {"lost-redelivery"}
+    assert result.anomalies[0].ops == (1, 2, 3, 4) and "negative ack op 3" in result.anomalies[0].explanation
+    back = op(
+        5,
+        2,
+        "receive",
+        SUB,
+        {"consumer": "c"},
+        {"message": "a", "position": [1, 0], "redelivery_count": 1},
+        at=100,
+        done=110,
+    )
+    assert check_transactional([*_nacked(), back]).ok  # redelivered before the consumer went idle
+    assert check_transactional(_nacked(bound=1000)).ok  # the idle receive came inside the bound
+
+
+def test_lost_redelivery_after_the_ack_timeout() -> None:
+    timed = {**SHARED_C, "ack_timeout_ms": 300, "redeliver_within_ms": 100}
+    ops = [
+        op(0, 2, "subscribe", SUB, timed, at=0),
+        op(1, 0, "send", PART, {"message": "a", "txn": None}, {"position": [1, 0]}, at=2),
+        op(2, 2, "receive", SUB, {"consumer": "c"}, {"message": "a", "position": [1, 0]}, at=10, done=12),
+        op(3, 2, "receive", SUB, {"consumer": "c"}, None, at=600, done=610),
+    ]
+    assert set(_names(ops)) == {"lost-redelivery"}
+    # an ack of unknown outcome (the official client acknowledges without a receipt) may have landed
+    acked = op(4, 3, "ack", SUB, {"position": [1, 0], "txn": None, "consumer": "c"}, at=20, kind=OpType.INFO)
+    assert check_transactional([*ops, acked]).ok
+    early_idle = [*ops[:3], dataclasses.replace(ops[3], invoked_at=400, completed_at=410)]
+    assert check_transactional(early_idle).ok  # before timeout + bound
+
+
+def test_a_message_the_client_may_have_written_twice() -> None:
+    """The official producer resends what it has no receipt for after a reconnect: a second copy of
+    "a" lies at [1, 0]; its send returned [1, 2].  Not an inconsistent position when the send says
+    it was not deduplicated, and each copy is ordered where it lies."""
+    ops = [
+        op(0, 0, "send", PART, {"message": "a", "txn": None, "deduplicated": False}, {"position": [1, 2]}, at=0),
+        op(1, 1, "send", PART, {"message": "b", "txn": None}, {"position": [1, 1]}, at=0, done=5),
+        op(2, 2, "subscribe", SUB, {"initial_position": "Earliest", "sub_type": "Exclusive"}, at=0),
+        op(3, 2, "receive", SUB, {}, {"message": "a", "position": [1, 0]}, at=10),
+        op(4, 2, "receive", SUB, {}, {"message": "b", "position": [1, 1]}, at=12),
+        op(5, 2, "receive", SUB, {}, {"message": "a", "position": [1, 2]}, at=14),
+    ]
+    assert check_transactional(ops).ok
+    plain = [dataclasses.replace(ops[0], value='{"message":"a","txn":null}', _value=None), *ops[1:]]
+    assert "inconsistent-position" in _names(plain)
+
+
+def test_a_second_copy_after_a_commit_is_not_a_duplicate() -> None:
+    """The input's producer wrote "a" twice (at [1, 0], receipt lost, and again at [1, 1], the id its
+    send returned); a transaction acked the copy at [1, 1] and committed; the copy at [1, 0] came
+    afterwards.  Not a duplicate after commit: that copy was never acknowledged."""
+    ops = [
+        op(0, 0, "send", PART, {"message": "a", "txn": None, "deduplicated": False}, {"position": [1, 1]}, at=0),
+        op(1, 2, "receive", SUB, {}, {"message": "a", "position": [1, 1]}, at=4),
+        op(2, 2, "ack", SUB, {"position": [1, 1], "txn": T1}, at=6),
+        op(3, 2, "commit", TC, {"txn": T1}, at=8),
+        op(4, 3, "receive", SUB, {}, {"message": "a", "position": [1, 0]}, at=12),
+    ]
+    assert check_transactional(ops).ok
+    again = [*ops, op(5, 3, "receive", SUB, {}, {"message": "a", "position": [1, 1]}, at=14)]
+    assert _names(again) == {"duplicate-after-commit"}
+
+
+def test_out_of_order_is_judged_per_named_consumer_across_processes() -> None:
+    """A consumer whose acks end 'info' moves to a new process after each: its name keeps it one."""
+    ops = [
+        op(0, 0, "send", PART, {"message": "a", "txn": None}, {"position": [1, 0]}, at=0),
+        op(1, 0, "send", PART, {"message": "b", "txn": None}, {"position": [1, 1]}, at=2),
+        op(2, 2, "subscribe", SUB, {"initial_position": "Earliest", "sub_type": "Exclusive", "consumer": "c"}, at=3),
+        op(3, 2, "receive", SUB, {"consumer": "c"}, {"message": "b", "position": [1, 1]}, at=4),
+        op(4, 3, "receive", SUB, {"consumer": "c"}, {"message": "a", "position": [1, 0]}, at=6),
+    ]
+    assert _names(ops) == {"out-of-order-delivery"}
+    unnamed = [*ops[:3], *(dataclasses.replace(o, value="{}", _value=None) for o in ops[3:])]
+    assert check_transactional(unnamed).ok  # two processes, no name: two consumers

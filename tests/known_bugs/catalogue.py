@@ -4,17 +4,15 @@ Every mutant is a known Pulsar bug (a fact-sheet reference or an upstream issue/
 replacement for a single reference function.  It is applied by patching a module (or class)
 attribute and restoring it afterwards -- never a flag in product code.
 
-Where the broker looks names up: ``reference/engine/broker.py`` imports the machine *modules*
+Where the broker looks names up: ``reference/engine/broker/`` imports the machine *modules*
 (``from reference import buffer as tb`` ...) and calls ``tb.step``, ``tb.dispatch``, ``pa.step``,
-``tc.step``, ``dl.step`` at call time.  Inside each machine, ``step`` dispatches through a
-``_HANDLERS`` table that holds the top-level handlers *by value*, so patching e.g.
-``reference.buffer._commit_txn`` would have no effect.  The helpers those handlers call
-(``_update_max_read_position``, ``_add_aborted``, ``_entry_visible``, ``_handle_low_water_mark``,
-``_commit_individual``, ``_abort_individual``, ``_end_transaction``, ...) are module globals looked
-up at call time, so the mutants replace those.  Where the bug lives in a top-level handler itself
-(a normal publish, a commit), the mutant replaces that one entry of the ``_HANDLERS`` table
-(``key=``), which ``step`` reads at call time.  The delayed-delivery mutant replaces the method
-``Params.cutoff`` on the class, which every tracker calls through its ``params`` value.
+``tc.step``, ``dl.step`` at call time.  Inside each machine, ``step`` is a ``match`` on the
+command type that calls the module's handlers (``_commit_txn``, ``_publish_message``, ...) and
+they call their helpers (``_update_max_read_position``, ``_add_aborted``, ``_entry_visible``,
+``_handle_low_water_mark``, ``_commit_individual``, ``_abort_individual``, ``_end_transaction``,
+...), all module globals looked up at call time, so a mutant replaces the one function the bug
+lives in.  The delayed-delivery mutant replaces the method ``Params.cutoff`` on the class, which
+every tracker calls through its ``params`` value.
 """
 
 from __future__ import annotations
@@ -33,7 +31,18 @@ from reference import pending_ack as pa
 from reference.engine.simulate import RunSpec, run
 from spec.result import Ok
 
-__all__ = ["DETECTABLE", "MUTANTS", "Mutant", "Probe", "applied", "check", "detection", "first_detection"]
+__all__ = [
+    "DETECTABLE",
+    "MUTANTS",
+    "Mutant",
+    "Probe",
+    "applied",
+    "check",
+    "check_both",
+    "detection",
+    "first_detection",
+    "main_job_detection",
+]
 
 
 @dataclass(frozen=True)
@@ -84,37 +93,27 @@ class Mutant:
     seeds: tuple[int, ...] = ()  # the seeds the test asserts detection at (smallest set found, plus one)
     not_detectable: str = ""  # why the workloads cannot flag it (then it is documented, not tested)
     runnable: bool = True  # False: a run with the mutant does not terminate, so the report skips it
-    key: Any = None  # set: the attribute is a table (``_HANDLERS``) and the mutant replaces this entry
 
     @property
     def where(self) -> str:
         if isinstance(self.target, type):
-            place = f"{self.target.__module__}.{self.target.__name__}.{self.attribute}"
-        else:
-            place = f"{self.target.__name__}.{self.attribute}"
-        return place if self.key is None else f"{place}[{getattr(self.key, '__name__', self.key)}]"
+            return f"{self.target.__module__}.{self.target.__name__}.{self.attribute}"
+        return f"{self.target.__name__}.{self.attribute}"
 
     def current(self) -> Any:
         """The function the mutant replaces, as the machine would look it up now."""
-        holder = getattr(self.target, self.attribute)
-        return holder if self.key is None else holder[self.key]
+        return getattr(self.target, self.attribute)
 
 
 @contextlib.contextmanager
 def applied(mutant: Mutant) -> Iterator[None]:
-    """Patch the one attribute (or table entry) with the buggy replacement; restore it on exit."""
+    """Patch the one attribute with the buggy replacement; restore it on exit."""
     original = mutant.current()
-    if mutant.key is None:
-        setattr(mutant.target, mutant.attribute, mutant.make(original))
-    else:
-        getattr(mutant.target, mutant.attribute)[mutant.key] = mutant.make(original)
+    setattr(mutant.target, mutant.attribute, mutant.make(original))
     try:
         yield
     finally:
-        if mutant.key is None:
-            setattr(mutant.target, mutant.attribute, original)
-        else:
-            getattr(mutant.target, mutant.attribute)[mutant.key] = original
+        setattr(mutant.target, mutant.attribute, original)
 
 
 # --------------------------------------------------------------------------------------------
@@ -347,14 +346,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "_remove_and_update",
         _end_not_removing_ongoing,
         Probe("ctp", False),
-        not_detectable="a run with this mutant never returns from one machine step: the first commit whose "
-        "low watermark passes a txn left ongoing enters _handle_low_water_mark, whose loop "
-        "aborts the first ongoing txn until none is at or below the mark, and with this "
-        "mutant the abort never removes it (Pulsar's asynchronous loop would write abort "
-        "markers forever instead).  The run deadline bounds simulated time, which a pure "
-        "step that never returns does not advance.  commit-not-removing-ongoing is the "
-        "commit-path half of this bug, which terminates and is detected",
-        runnable=False,
+        (1, 3),
     ),
     Mutant(
         "lwm-aborts-wrong-txn",
@@ -413,11 +405,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "a commit marker does not remove the txn from ongoing (the abort path still does), so maxReadPosition "
         "stays before its messages until the low watermark passes it and the buffer aborts it.",
         tb,
-        "_HANDLERS",
+        "_commit_txn",
         _commit_not_removing_ongoing,
         Probe("ctp", False),
         (0, 1),
-        key=tb.CommitTxn,
     ),
     Mutant(
         "publish-moves-mrp-while-ongoing",
@@ -425,11 +416,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "a normal publish moves maxReadPosition to the new LAC even while transactions are ongoing on the "
         "partition, exposing their messages.",
         tb,
-        "_HANDLERS",
+        "_publish_message",
         _publish_moves_mrp,
         Probe("delayed", False),
         (0, 1),
-        key=tb.PublishMessage,
     ),
     Mutant(
         "recovery-keeps-snapshot-mrp",
@@ -479,8 +469,8 @@ DETECTABLE: tuple[Mutant, ...] = tuple(m for m in MUTANTS if not m.not_detectabl
 
 
 def check(spec: RunSpec) -> tuple[bool, dict[str, int]]:
-    """Run one history and check it exactly as ``txnmodel verify`` does (``invariants.bulk``)."""
-    from invariants.bulk import VerifyOptions, check_histories
+    """Run one history and check it exactly as ``txnmodel verify`` does (``invariants.verify``)."""
+    from invariants.verify import VerifyOptions, check_histories
 
     result = run(spec)
     name = f"{spec.workload}-seed{spec.seed}"
@@ -513,6 +503,66 @@ def first_detection(results: Result) -> int | None:
         if flagged:
             return i
     return None
+
+
+def check_both(spec: RunSpec) -> tuple[bool, bool, list[str]]:
+    """One history checked as ``txnmodel verify`` does, split by checker: (the bulk checker's
+    linearizability and transactional rows flagged, the client-visible oracle's ``delivery`` row
+    flagged, what each found)."""
+    from invariants.verify import VerifyOptions, check_histories
+
+    name = f"{spec.workload}-seed{spec.seed}"
+    rows = check_histories({name: run(spec).operations}, "known-bugs", VerifyOptions(counterexamples=False))
+    bulk: list[str] = []
+    oracle: list[str] = []
+    for r in rows:
+        if r.verdict == "ok":
+            continue
+        if r.checker in ("transactional", "delivery") and r.verdict == "illegal":
+            names = sorted(json.loads(r.detail)["counts"])
+            if r.checker == "delivery":
+                oracle += [f"oracle:{n}" for n in names]
+            else:
+                bulk += names
+        else:
+            bulk.append(f"{r.checker}:{r.verdict}")
+    return bool(bulk), bool(oracle), bulk + oracle
+
+
+def main_job_detection(mutant: Mutant, seeds: int, ops: int = 60) -> dict[str, Any]:
+    """The mutant in the main job's own workloads (every workload at seeds 1..``seeds``, its
+    variants and fault mixes): the first history the bulk checker flags and the first the oracle
+    flags (each search stops there), and what they found."""
+    from reference.engine.simulate import WORKLOADS, main_job_spec
+
+    started = time.perf_counter()
+    first: dict[str, str | None] = {"bulk": None, "oracle": None}
+    found: dict[str, list[str]] = {}
+    runs = 0
+    if mutant.runnable:
+        with applied(mutant):
+            for seed in range(1, seeds + 1):
+                for workload in WORKLOADS:
+                    runs += 1
+                    bulk, oracle, what = check_both(main_job_spec(workload, seed, ops))
+                    name = f"{workload}-seed{seed}"
+                    for checker, hit in (("bulk", bulk), ("oracle", oracle)):
+                        if hit and first[checker] is None:
+                            first[checker] = name
+                            found[checker] = [w for w in what if w.startswith("oracle:") == (checker == "oracle")]
+                    if first["bulk"] and first["oracle"]:
+                        break
+                if first["bulk"] and first["oracle"]:
+                    break
+    return {
+        "bug": mutant.name,
+        "histories": runs,
+        "bulk": first["bulk"],
+        "oracle": first["oracle"],
+        "found": found,
+        "detected": bool(first["bulk"] or first["oracle"]),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
 
 
 def report(n: int = 20) -> list[dict[str, Any]]:

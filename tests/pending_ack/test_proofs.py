@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from invariants.pending_ack import INVARIANTS as PY_INVARIANTS
 from proofs import pending_ack as proof
-from proofs.framework import Verdict
+from proofs.framework import RLIMIT, Verdict
 from reference.pending_ack import (
     AbortTxn,
     AckBits,
@@ -196,7 +196,7 @@ def test_every_obligation_is_proved() -> None:
     """PA-3, PA-6, PA-9, PA-12, PA-13, PA-18, PA-19 proved in the bound."""
     failed = []
     for ob in proof.OBLIGATIONS:
-        outcome = ob.check(120_000)
+        outcome = ob.check(RLIMIT)
         if outcome.verdict is not Verdict.PROVED:
             failed.append((ob.name, outcome.verdict, outcome.counterexample or outcome.reason))
     assert failed == []
@@ -207,7 +207,7 @@ def test_a_broken_rule_is_refuted(mutant: str) -> None:
     """A mutant of PA-6, PA-9 or PA-12 in the encoding yields a counterexample in reference terms."""
     target = proof.MUTANTS[mutant]
     (ob,) = [o for o in proof.obligations(mutant) if o.name == target]
-    outcome = ob.check(120_000)
+    outcome = ob.check(RLIMIT)
     assert outcome.verdict is Verdict.COUNTEREXAMPLE
     assert outcome.counterexample is not None
     assert "state   = PendingAckState(" in outcome.counterexample

@@ -548,3 +548,14 @@ def test_pa21_admin_check_position() -> None:
     assert check(run.state, m(3), 1) is PositionInPendingAck.NotInPendingAck
     assert check(run.state, m(3), 4) is PositionInPendingAck.InvalidPosition
     assert check(run.state, m(5)) is PositionInPendingAck.NotInPendingAck  # cumulative acks are not consulted
+
+
+def test_pa15_a_log_record_round_trips_through_its_proto_with_every_position() -> None:
+    """PA-15: every position of a record, whole entries and batch ack sets, survives to_pb/from_pb
+    (what replay reads after a restart, PA-18)."""
+    record = PendingAckRecord(
+        PendingAckOp.ACK, AckType.INDIVIDUAL, T1, (whole(1), idx(2, 4, 1), AckedPosition(Position(3, 0)))
+    )
+    back = PendingAckRecord.from_pb(pb.PendingAckMetadataEntry.FromString(record.to_pb().SerializeToString()))
+    assert back == record
+    assert [p.position for p in back.positions] == [m(1), m(2), Position(3, 0)]

@@ -36,6 +36,10 @@ PULSAR_DEFAULTS = {
     "delayedDeliveryMaxNumBuckets": -1,
     "delayedDeliveryFixedDelayDetectionLookahead": 50000,
     "delayedDeliveryMaxDelayInMillis": 0,
+    "maxMessageSize": 5242880,
+    "allowAutoTopicCreation": True,
+    "allowAutoTopicCreationType": "non-partitioned",
+    "defaultNumPartitions": 1,
 }
 
 
@@ -95,9 +99,76 @@ def test_bad_values_name_the_key(overrides: dict[str, object], key: str, fragmen
     assert fragment in str(info.value)
 
 
-def test_broker_conf_line_without_equals_is_reported_with_its_line() -> None:
-    with pytest.raises(BadConfig, match="line 2"):
-        Config.from_broker_conf("a=b\nnot a setting\n")
+# A broker.conf as Pulsar ships and users edit it, using every syntax of java.util.Properties.
+PULSAR_STYLE_CONF = (
+    "### --- Transaction coordinator --- ###\n"
+    "# Enable transaction coordinator in broker\n"
+    "transactionCoordinatorEnabled=true\n"
+    "! a comment in the other style\n"
+    "   ! and an indented one\n"
+    "maxActiveTransactionsPerCoordinator: 7\n"
+    "transactionLogBatchedWriteEnabled true\n"
+    "transactionLogBatchedWriteMaxRecords\t=\t64\n"
+    "transactionLogBatchedWriteMaxSize   2\\\n"
+    "      048\n"
+    "transactionLogBatchedWriteMaxDelayInMillis=\\u0035\n"
+    "delayedDeliveryTrackerFactoryClassName=org.apache.pulsar.broker.delayed.\\\n"
+    "  BucketDelayedDeliveryTrackerFactory\n"
+    "superUserRoles=admin,\\\n"
+    "   proxy\n"
+    "\n"
+    "# Pulsar leaves many keys blank: a blank scalar keeps its default\n"
+    "delayedDeliveryTickTimeMillis=\n"
+    "transactionPendingAckLogIndexMinLag=1\n"
+    "transactionPendingAckLogIndexMinLag=9\n"
+    "someKeyWeDoNotModel=a value: with = signs\n"
+    "brokerServicePort 6650\n"
+    "transactionBufferSegmentedSnapshotEnabled:true\r\n"
+    "transactionBufferSnapshotSegmentSize=1024\r"
+    "transactionPendingAckBatchedWriteEnabled=true"
+)
+
+
+def test_broker_conf_reads_every_java_properties_syntax() -> None:
+    config = Config.from_broker_conf(PULSAR_STYLE_CONF)
+    assert config.transaction_coordinator_enabled is True  # key=value
+    assert config.max_active_transactions_per_coordinator == 7  # key: value
+    assert config.transaction_log_batched_write_enabled is True  # key value
+    assert config.transaction_log_batched_write_max_records == 64  # tabs around =
+    assert config.transaction_log_batched_write_max_size == 2048  # \ continuation, leading blanks dropped
+    assert config.transaction_log_batched_write_max_delay_in_millis == 5  # \u0035
+    assert (
+        config.delayed_delivery_tracker_factory_class_name
+        == "org.apache.pulsar.broker.delayed.BucketDelayedDeliveryTrackerFactory"
+    )
+    assert config.super_user_roles == ("admin", "proxy")
+    assert config.delayed_delivery_tick_time_millis == 1000  # blank: the default
+    assert config.transaction_pending_ack_log_index_min_lag == 9  # the last of two wins
+    assert config.transaction_buffer_segmented_snapshot_enabled is True  # CRLF line end
+    assert config.transaction_buffer_snapshot_segment_size == 1024  # CR line end
+    assert config.transaction_pending_ack_batched_write_enabled is True  # no final line break
+
+
+def test_broker_conf_line_of_any_text_is_a_key_as_in_java() -> None:
+    # java.util.Properties reads "not a setting" as key "not", value "a setting": not an error
+    assert Config.from_broker_conf("a=b\nnot a setting\n") == Config()
+
+
+@pytest.mark.parametrize(
+    "text,key,line,fragment",
+    [
+        ("# c\n! c\ntransactionLogBatchedWriteMaxRecords many\n", "transactionLogBatchedWriteMaxRecords", 3, "integer"),
+        ("a=1\\\n  2\ntransactionCoordinatorEnabled: yes\n", "transactionCoordinatorEnabled", 3, "true or false"),
+        ("\n\nmaxActiveTransactionsPerCoordinator=\\\n  -1\n", "maxActiveTransactionsPerCoordinator", 3, ">= 0"),
+        ("x=1\r\ny=2\r\ndelayedDeliveryTickTimeMillis=\\u00zz\r\n", "delayedDeliveryTickTimeMillis", 3, "\\u00zz"),
+    ],
+)
+def test_broker_conf_errors_name_the_key_and_its_line(text: str, key: str, line: int, fragment: str) -> None:
+    with pytest.raises(BadConfig) as info:
+        Config.from_broker_conf(text, where="conf/broker.conf")
+    assert info.value.key == key
+    assert f"conf/broker.conf line {line}" in str(info.value)
+    assert fragment in str(info.value)
 
 
 def test_config_is_hashable_and_immutable() -> None:

@@ -165,3 +165,61 @@ def test_client_terminal_states_are_absorbing() -> None:
     for state in (ClientTxnState.COMMITTED, ClientTxnState.ABORTED, ClientTxnState.ERROR, ClientTxnState.TIME_OUT):
         assert not any(client_can_transition(state, other) for other in ClientTxnState)
     assert client_can_transition(ClientTxnState.OPEN, ClientTxnState.TIME_OUT)
+
+
+def test_enums_print_as_pulsars_names() -> None:
+    """What a person reads: Pulsar's spelling, not IntEnum's number nor ``Class.MEMBER``."""
+    from reference import batched_log, buffer, coordinator, pending_ack
+    from reference.engine.client import ConsumerType
+    from reference.engine.ledger import InitialPosition
+    from spec.envelope import LogKind
+    from spec.errors import ServerError
+    from spec.types import AckType, ClientTxnState, MessageState, PulsarName, TxnAction
+
+    assert str(TxnStatus.COMMITTING) == "COMMITTING" and f"{TxnStatus.ABORTED}" == "ABORTED"
+    assert f"[{TxnStatus.OPEN:>6}]" == "[  OPEN]"
+    assert (str(TxnAction.ABORT), str(AckType.CUMULATIVE)) == ("ABORT", "CUMULATIVE")
+    assert str(ServerError.TransactionConflict) == "TransactionConflict"
+    assert str(pending_ack.PendingAckOp.COMMIT) == "COMMIT" and str(coordinator.TxnMetadataOp.UPDATE) == "UPDATE"
+    # string-valued enums carry Pulsar's own spelling as their value
+    assert str(pending_ack.HandleState.READY) == "Ready" and str(buffer.BufferStatus.NO_SNAPSHOT) == "NoSnapshot"
+    assert str(coordinator.StoreState.CLOSE) == "Close" and str(pending_ack.SubType.Key_Shared) == "Key_Shared"
+    # the numbers and comparisons stay: only the text changes
+    assert int(TxnStatus.COMMITTING) == 1 and TxnStatus.COMMITTING == 1
+    assert repr(TxnStatus.OPEN) == "<TxnStatus.OPEN: 0>"
+    for kind in (
+        TxnStatus,
+        TxnAction,
+        AckType,
+        ClientTxnState,
+        MessageState,
+        ServerError,
+        LogKind,
+        ConsumerType,
+        InitialPosition,
+        pending_ack.PendingAckOp,
+        pending_ack.HandleState,
+        pending_ack.SubType,
+        pending_ack.PositionInPendingAck,
+        coordinator.StoreState,
+        coordinator.TxnMetadataOp,
+        buffer.BufferStatus,
+        buffer.EntryKind,
+        batched_log.WriterStatus,
+        batched_log.FlushTrigger,
+    ):
+        assert issubclass(kind, PulsarName), kind
+        for member in kind:
+            assert str(member) == (member.value if isinstance(member.value, str) else member.name)
+
+
+def test_txn_status_of_the_coordinator_prints_its_name() -> None:
+    from reference import coordinator as tc
+    from spec.config import Config
+
+    state = tc.initial(Config(transaction_coordinator_enabled=True))
+    state, created = tc.step(state, tc.NewTxn(timeout_ms=60_000, now_ms=0))
+    assert created.ok
+    state, updated = tc.step(state, tc.UpdateTxnStatus(created.value, TxnStatus.COMMITTING, TxnStatus.OPEN, 1))
+    assert updated.ok
+    assert str(tc.txn_status(state, created.value)) == "COMMITTING"

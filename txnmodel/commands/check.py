@@ -114,10 +114,12 @@ def _bounds_text(bounds: dict[str, Any]) -> str:
 
 
 def write_counterexamples(run: ModelRun, out: Path) -> list[str]:
-    """Write each violation's trace (text, JSON), history (JSON Lines, verify-able), timeline
-    (HTML), replayable test and, when it involves one machine, vector.  The paths written."""
+    """Write each violation's trace as text, as the viewer's trace JSON and its page, as a history
+    (JSON Lines, which ``txnmodel verify`` checks), as a replayable test and, when it involves one
+    machine, as a vector.  The folders written."""
     from invariants.history import write_jsonl
-    from invariants.report import render_html
+    from invariants.trace import Trace
+    from invariants.viewer import trace_page
     from proofs.check.trace import render_text, trace_history, trace_json, trace_test, trace_vector
 
     written = []
@@ -126,17 +128,11 @@ def write_counterexamples(run: ModelRun, out: Path) -> list[str]:
         folder = out / run.name / stem
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "trace.txt").write_text(render_text(run.model, violation) + "\n", encoding="utf-8")
-        (folder / "trace.json").write_text(
-            json.dumps(trace_json(run.model, violation, run.result), indent=1) + "\n", encoding="utf-8"
-        )
+        document = trace_json(run.model, violation, run.result)
+        (folder / "trace.json").write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+        (folder / "trace.html").write_text(trace_page(Trace.from_json(document)), encoding="utf-8")
         history = trace_history(run.model, violation.trace, name=f"check-{run.name}-{stem}")
         write_jsonl(folder / "history.jsonl", history)
-        html = render_html(
-            history,
-            title=f"txnmodel check --model {run.name}: {violation.kind} violation {violation.name}",
-            notes=[f"bounds: {_bounds_text(run.model.spec.bounds)}", f"trace of {violation.length} steps"],
-        )
-        (folder / "timeline.html").write_text(html, encoding="utf-8")
         (folder / f"test_{stem.replace('-', '_')}.py").write_text(
             trace_test(run.model, violation, quirks=run.quirks), encoding="utf-8"
         )
@@ -242,8 +238,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "buffers, subscriptions' pending acks, a network that loses, duplicates and reorders, crashes and "
         "timeouts -- built from the reference machines' own steps, within explicit bounds. Checks every "
         "invariant and the cross-machine properties in every reachable state, and liveness (fair lassos). "
-        "Counterexamples are shortest traces, printed step by step and written under --out as text, JSON, a "
-        "history for `txnmodel verify`, an HTML timeline, a replayable test and, for one machine, a vector. "
+        "Counterexamples are shortest traces, printed step by step and written under --out as text, the "
+        "viewer's trace JSON and its page, a history for `txnmodel verify`, a replayable test and, for one "
+        "machine, a vector. "
         "Exit 0 all models passed, 1 a violation (or an incomplete run), 2 bad input.",
     )
     check.add_argument(

@@ -14,7 +14,11 @@ def cmd_config(args: argparse.Namespace) -> int:
     from spec.config import Config
 
     try:
-        config = Config.from_broker_conf(Path(args.broker_conf).read_text()) if args.broker_conf else Config()
+        config = Config()
+        if args.broker_conf:
+            # java.util.Properties.load(InputStream), which Pulsar uses, reads ISO 8859-1
+            text = Path(args.broker_conf).read_bytes().decode("latin-1")
+            config = Config.from_broker_conf(text, where=args.broker_conf)
         if args.set:
             config = config.with_overrides(dict(item.split("=", 1) for item in args.set))
     except (InputError, OSError, ValueError) as exc:
@@ -37,7 +41,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Print every broker.conf key the machines use with its value: Pulsar's default, or "
         "the value from --broker-conf and --set. A bad key or value exits 2 naming the key.",
     )
-    config.add_argument("--broker-conf", help="read overrides from a broker.conf file")
+    config.add_argument(
+        "--broker-conf", help="read overrides from a broker.conf file (Java properties syntax, as Pulsar reads it)"
+    )
     config.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one key (repeatable)")
     config.add_argument("--json", action="store_true", help="machine-readable output")
     config.set_defaults(func=cmd_config)

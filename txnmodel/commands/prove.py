@@ -5,19 +5,35 @@ from __future__ import annotations
 import argparse
 import sys
 
-from txnmodel.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, print_json
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, positive_int, print_json
 
 
 def cmd_prove(args: argparse.Namespace) -> int:
-    from proofs.framework import Verdict, available_machines, format_table, prove_machine
+    from proofs.framework import (
+        RLIMIT,
+        Row,
+        Verdict,
+        available_machines,
+        count_obligations,
+        format_table,
+        prove_machine,
+    )
     from spec.machines import machine_info
+    from txnmodel.progress import Phase, Reporter
 
     machines = available_machines() if args.machine == "all" else [args.machine]
     rows = []
+    progress = Reporter(enabled=not args.json)
     for name in machines:
         try:
             machine_info(name)
-            rows.extend(prove_machine(name, timeout_ms=int(args.timeout * 1000), only=args.only))
+            total = count_obligations(name, args.only)
+            with progress.phase(f"proofs: {name}", total=total, unit="properties") as phase:
+
+                def proved(row: Row, phase: Phase = phase) -> None:
+                    phase.advance(note=row.name)
+
+                rows.extend(prove_machine(name, rlimit=args.rlimit or RLIMIT, only=args.only, on_row=proved))
         except KeyError as exc:
             print(f"txnmodel prove: {exc.args[0]}", file=sys.stderr)
             return EXIT_BAD_INPUT
@@ -37,11 +53,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="prove a machine's invariants with Z3",
         description="Prove with Z3 that each invariant holds initially and is preserved by every command, "
         "and the machine's safety properties. Prints property, verdict (proved / counterexample / "
-        "unknown), bound and seconds; a counterexample is printed as a concrete state and command. "
+        "unknown), bound, the Z3 resources the largest query used and its margin (how many times over the "
+        "budget covers it), and seconds; a counterexample is printed as a concrete state and command. Budgets "
+        "are Z3 resource counts (rlimit), not seconds, so verdicts do not depend on the machine's load. "
         "Exit 0 all proved, 1 otherwise, 2 unknown machine.",
     )
     prove.add_argument("machine", nargs="?", default="all", help="a machine name, or 'all' (default)")
     prove.add_argument("--only", help="only properties whose name contains this text")
-    prove.add_argument("--timeout", type=float, default=30.0, help="Z3 timeout per property, seconds (default 30)")
+    prove.add_argument(
+        "--rlimit",
+        type=positive_int,
+        default=None,
+        help="Z3 resource budget of each query (rlimit units; default the framework's RLIMIT)",
+    )
     prove.add_argument("--json", action="store_true", help="machine-readable output")
     prove.set_defaults(func=cmd_prove)

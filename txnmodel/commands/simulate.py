@@ -1,32 +1,304 @@
-"""``txnmodel simulate``: seeded fault simulation of the engine, writing histories."""
+"""``txnmodel simulate``: seeded fault simulation of the engine, writing histories.
+
+The runs are the engine's (:mod:`reference.engine.simulate`: :class:`SimulateOptions` says which,
+``run`` returns each history); this command prints a line per run, checks each history's
+transactional properties with ``--check``, and writes the histories (Parquet, JSON Lines).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from txnmodel.common import EXIT_FAILED, EXIT_OK
+
+if TYPE_CHECKING:
+    from reference.engine.simulate import RunResult, RunSpec, SimulateOptions
+
+__all__ = ["build_parser", "options_from_args", "register", "run_simulate", "simulate", "simulate_main"]
 
 
-def _add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
-    from reference.engine.simulate import build_parser
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """The arguments of ``txnmodel simulate`` (on ``parser``, or on a parser of its own)."""
+    from reference.engine import simulate as engine
 
-    build_parser(parser)
+    parser = parser or argparse.ArgumentParser(
+        prog="txnmodel simulate", description=(engine.__doc__ or "").split("\n\n")[0]
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the first seed (history k uses seed + k)")
+    parser.add_argument("--ledger", choices=("memory", "file"), default="memory")
+    parser.add_argument("--data", default=None, help="directory for file ledgers (default: a temporary one)")
+    parser.add_argument("--out", default=None, help="directory for histories (Parquet; see --jsonl)")
+    parser.add_argument("--workload", choices=(*engine.WORKLOADS, "all"), default="ctp")
+    parser.add_argument("--histories", type=int, default=1, help="how many seeds to run per workload")
+    parser.add_argument("--ops", type=int, default=200, help="transactions attempted per history")
+    parser.add_argument(
+        "--duration",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="also stop starting transactions after MS of simulated time",
+    )
+    parser.add_argument(
+        "--deadline",
+        type=int,
+        default=engine.DEFAULT_DEADLINE_MS,
+        metavar="MS",
+        help="stop a run at MS of simulated time; its open operations are recorded as invoke "
+        f"(default {engine.DEFAULT_DEADLINE_MS})",
+    )
+    parser.add_argument("--clients", type=int, default=4, help="concurrent transactional clients")
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--faults", choices=("on", "off"), default="on")
+    parser.add_argument(
+        "--batching",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="PIP-160 batched log writes; mixed: seeds = 1 mod 4",
+    )
+    parser.add_argument(
+        "--batch-messages",
+        choices=("on", "off", "mixed"),
+        default="mixed",
+        help="batching producers shared by the clients (batch messages, PIP-54 acks); mixed (default): odd seeds",
+    )
+    parser.add_argument(
+        "--key-shared",
+        choices=("on", "off", "mixed"),
+        default="mixed",
+        help=f"partition keys on every send and {engine.KEY_SHARED_READERS} Key_Shared consumers per "
+        "partition instead of the workload's readers; mixed (default): seeds = 1 mod 3",
+    )
+    parser.add_argument(
+        "--delayed-tracker",
+        choices=(*engine.TRACKERS, "mixed"),
+        default="mixed",
+        help="the delayed workload's tracker: Pulsar's in-memory default or the bucket tracker "
+        "(its runs go to delayed-bucket.parquet); mixed (default): bucket on seeds 2, 3, 6, 7, ... "
+        "(seed // 2 odd)",
+    )
+    parser.add_argument(
+        "--fault-mix",
+        choices=(*engine.FAULT_MIXES, "mixed"),
+        default="default",
+        help="with --faults on: the fault rates' overrides (FAULT_MIXES in reference/engine/simulate.py); "
+        f"mixed: by seed modulo {len(engine.MIX_CYCLE)}, {', '.join(engine.MIX_CYCLE)}",
+    )
+    parser.add_argument(
+        "--unsubscribe",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="readers unsubscribe when done instead of closing; mixed: seeds = 1 mod 5",
+    )
+    parser.add_argument(
+        "--cumulative",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="ctp processors ack their input cumulatively in the txn; mixed: seeds = 1 mod 7",
+    )
+    parser.add_argument(
+        "--redeliver",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="ctp processors ask for redelivery and receive again before ending their txn; mixed: seeds = 3 mod 6",
+    )
+    parser.add_argument(
+        "--disk",
+        choices=("real", "sim"),
+        default="real",
+        help="file ledgers: the real file system (under --data; a broker crash kills the process) or the simulated "
+        "disk (a broker crash is a power cut: unsynced writes lost, torn or reordered; with --data the store's "
+        "final files are written there). Same seed, same history on either",
+    )
+    parser.add_argument(
+        "--group-commit",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="file ledgers: commit the store's journal every MS simulated ms, one sync for every change waiting "
+        "(answers wait for it); default: every change committed as it is made",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=1, metavar="N", help="run N histories at once (processes; default 1)"
+    )
+    parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
+    parser.add_argument(
+        "--check", action="store_true", help="check each history's transactional properties (exit 1 on any anomaly)"
+    )
+    parser.add_argument("--quiet", action="store_true")
+    return parser
 
 
-def _run_simulate(args: argparse.Namespace) -> int:
-    from reference.engine.simulate import run_simulate
+def options_from_args(args: argparse.Namespace) -> SimulateOptions:
+    """The runs the parsed arguments ask for."""
+    from reference.engine.simulate import SimulateOptions
 
-    return run_simulate(args)
+    return SimulateOptions(
+        seed=args.seed,
+        workload=args.workload,
+        histories=args.histories,
+        ops=args.ops,
+        ledger=args.ledger,
+        data=args.data,
+        duration=args.duration,
+        deadline=args.deadline,
+        clients=args.clients,
+        partitions=args.partitions,
+        faults=args.faults == "on",
+        batching=args.batching,
+        batch_messages=args.batch_messages,
+        key_shared=args.key_shared,
+        delayed_tracker=args.delayed_tracker,
+        fault_mix=args.fault_mix,
+        unsubscribe=args.unsubscribe,
+        cumulative=args.cumulative,
+        redeliver=args.redeliver,
+        disk=args.disk,
+        group_commit_ms=args.group_commit,
+    )
+
+
+def simulate(
+    options: SimulateOptions,
+    *,
+    out: Path | None = None,
+    jsonl: bool = False,
+    check: bool = False,
+    quiet: bool = False,
+    progress: Any = None,
+    jobs: int = 1,
+) -> int:
+    """Run ``options``'s histories; write them under ``out`` (one Parquet file per workload, the
+    delayed workload's bucket-tracker runs apart; ``jsonl``: JSON Lines too); with ``check``, check
+    each one's transactional properties; ``progress`` (a :class:`txnmodel.progress.Phase`) hears of
+    every history.  ``jobs`` runs that many at once, in processes (each run is deterministic on its
+    own, so the histories are the same).  EXIT_OK when every run finished (and, with ``check``, was
+    clean), EXIT_FAILED otherwise."""
+    from reference.engine.simulate import file_stem, run
+
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    say: Callable[[str], None] = (lambda _: None) if quiet else (lambda m: print(m, file=sys.stderr))
+    if progress is not None:
+        progress.set_total(len(options.workloads) * options.histories)
+    status = EXIT_OK
+    with tempfile.TemporaryDirectory(prefix="txnmodel-sim-") as scratch:
+        specs = [spec for workload in options.workloads for spec in options.specs(workload, scratch)]
+        last = {spec.workload: index for index, spec in enumerate(specs)}
+        files: dict[str, dict[str, RunResult]] = {}
+        for index, (spec, result) in enumerate(zip(specs, _runs(specs, jobs, say, run), strict=True)):
+            history = result.operations[0].history if result.operations else f"{spec.workload}-{spec.seed}"
+            files.setdefault(file_stem(spec), {})[history] = result
+            line = (
+                f"{history}: {len(result.operations)} ops, {result.committed} commits, {result.aborted} "
+                f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated"
+                f"{' (cut at the deadline)' if result.cut else ''}"
+            )
+            if check:
+                clean, verdict_line = _check(result, say)
+                line += verdict_line
+                if not clean:
+                    status = EXIT_FAILED
+            say(line)
+            if progress is not None:
+                progress.advance(note=history)
+            if index == last[spec.workload]:
+                # A workload's files are written once its last run is in, and its results let go.
+                if out is not None:
+                    _write(out, files, jsonl, say)
+                files = {}
+    return status
+
+
+def _runs(
+    specs: Sequence[RunSpec], jobs: int, say: Callable[[str], None], run: Callable[..., RunResult]
+) -> Iterator[RunResult]:
+    """Every run's result, in the order of ``specs``: here, or ``jobs`` at a time in processes."""
+    if jobs == 1 or len(specs) < 2:
+        for spec in specs:
+            yield run(spec, say)
+        return
+    import multiprocessing
+
+    # Fork: the children inherit the imported engine instead of importing it again.
+    context = multiprocessing.get_context("fork")
+    with context.Pool(min(jobs, len(specs))) as pool:
+        yield from pool.imap(run, specs)
+
+
+def _check(result: RunResult, say: Callable[[str], None]) -> tuple[bool, str]:
+    """The transactional checker's verdict on one run: (clean, the text for its line); the first
+    anomalies are said on their own lines."""
+    from invariants.transactional import check_transactional
+
+    verdict = check_transactional(result.operations)
+    text = ", transactional: " + ("ok" if verdict.ok else json.dumps(verdict.counts))
+    if not verdict.ok:
+        for anomaly in verdict.anomalies[:5]:
+            say(f"    {anomaly}")
+    return verdict.ok, text
+
+
+def _write(out: Path, files: dict[str, dict[str, RunResult]], jsonl: bool, say: Callable[[str], None]) -> None:
+    """One history file per stem, its runs in id order with their metadata."""
+    from invariants.history import write_jsonl, write_parquet
+    from reference.engine.simulate import file_metadata
+
+    for stem, runs in sorted(files.items()):
+        histories = {name: result.operations for name, result in runs.items()}
+        metadata = file_metadata(runs)
+        write_parquet(out / f"{stem}.parquet", histories, metadata=metadata)
+        if jsonl:
+            write_jsonl(out / f"{stem}.jsonl", histories, metadata=metadata)
+        say(f"wrote {out / f'{stem}.parquet'}")
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    """``txnmodel simulate`` for arguments already parsed by :func:`build_parser`; progress on
+    stderr unless ``--quiet``."""
+    from txnmodel.progress import Reporter
+
+    options = options_from_args(args)
+    total = len(options.workloads) * options.histories
+    with Reporter(enabled=not args.quiet).phase("simulate", total=total, unit="histories") as phase:
+        return simulate(
+            options,
+            out=Path(args.out) if args.out else None,
+            jsonl=args.jsonl,
+            check=args.check,
+            quiet=args.quiet,
+            progress=phase,
+            jobs=args.jobs,
+        )
+
+
+def simulate_main(argv: Sequence[str]) -> int:
+    """``txnmodel simulate``: 0 when every run finished (and, with --check, was clean), 1 otherwise."""
+    return run_simulate(build_parser().parse_args(argv))
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    simulate = sub.add_parser(
+    parser = sub.add_parser(
         "simulate",
         help="simulate workloads with faults and record histories (engine)",
         description="Run named workloads (ctp: consume-transform-produce across topics; multi: atomic "
         "multi-partition produce; delayed: delayed delivery mixed with transactions) on the broker built from the "
         "reference machines, under a seeded scheduler that injects faults (broker and coordinator crashes, ledger "
         "failures, lost/delayed/duplicated requests and responses, transaction timeouts). Same seed, same history, "
-        "byte for byte. Histories go to --out as Parquet. Exit 0 when every run finished (and with --check was "
+        "byte for byte. Histories go to --out as Parquet. Progress goes to stderr (a live bar on a terminal, a line "
+        "at least every 10 s otherwise). Exit 0 when every run finished (and with --check was "
         "clean), 1 otherwise.",
     )
-    _add_simulate_arguments(simulate)
-    simulate.set_defaults(func=_run_simulate)
+    build_parser(parser)
+    parser.set_defaults(func=run_simulate)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(simulate_main(sys.argv[1:]))

@@ -1,4 +1,4 @@
-"""The bulk checker: Spark and the single-process run agree; verify's output, files and exit codes.
+"""``txnmodel verify``: Spark and the single-process run agree; verify's output, files and exit codes.
 
 One Spark session (local[2]) serves the whole module.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,23 +16,25 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from invariants.bulk import VerifyOptions, build_parser, check_files_local, check_files_spark, verify_main
 from invariants.history import write_jsonl, write_parquet
 from invariants.jepsen import read_verdicts
 from invariants.models import random_register_history
+from invariants.verify import VerifyOptions
 from spec.history import OpType
-
-from .synthetic import generate
-from .test_jepsen import DATA
+from tests.invariants.synthetic import generate
+from tests.invariants.test_jepsen import DATA
+from txnmodel.commands.verify import build_parser, verify_main
+from txnmodel.file_checks import check_files_local
+from txnmodel.spark_runner import check_files_spark
 
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from invariants.bulk import spark_session
+    from txnmodel.spark_runner import spark_session, stop_session
 
     session = spark_session("local[2]")
     yield session
-    session.stop()
+    stop_session()
 
 
 def _illegal_register(seed: int) -> list[Any]:
@@ -75,23 +78,31 @@ def test_spark_and_local_agree(spark: Any, folder: Path) -> None:
     assert verdicts[("bad-register-1", "linearizability")] == "illegal"
     assert verdicts[("lost-2", "transactional")] == "illegal"
     assert all(v == "ok" for (h, _), v in verdicts.items() if h.startswith(("register-", "txn-")))
-    assert len(verdicts) == 6 + 4 + 2
+    # 6 + 1 register histories (linearizability); 4 + 1 transactional ones (transactional, delivery)
+    assert len(verdicts) == 7 + 5 * 2
 
 
 def test_verify_on_spark_writes_verdicts_and_counterexamples(
     spark: Any, folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
-    code = verify_main([str(folder), "--out", str(out), "--master", "local[2]"])
+    code = verify_main([str(folder), "--out", str(out), "--spark", "--master", "local[2]"])
     printed = capsys.readouterr()
     assert code == 1
     assert "ILLEGAL bad-register-1 [linearizability]" in printed.out and "lost-message" in printed.out
-    assert "12 histories" in printed.out and "tasks done" in printed.err
+    assert "12 histories" in printed.out
+    # progress on stderr: the tasks done out of the total, and the session start before them
+    assert re.search(r"verify on Spark \(local\[2\]\) done: (\d+)/\1 tasks", printed.err), printed.err
+    assert "== verify: start Spark" in printed.err
     table = pq.read_table(out / "verdicts.parquet").to_pylist()
-    assert len(table) == 12 and {r["verdict"] for r in table} == {"ok", "illegal"}
+    assert len(table) == 17 and {r["verdict"] for r in table} == {"ok", "illegal"}
     pages = sorted(p.name for p in (out / "counterexamples").iterdir())
     assert "bad-register-1.linearizability.html" in pages and "lost-2.transactional.txt" in pages
     assert "lost-message" in (out / "counterexamples" / "lost-2.transactional.html").read_text()
+    # the report names every counterexample file it wrote, and the index that links them
+    for page in pages:
+        assert f"counterexample: {out / 'counterexamples' / page}" in printed.out
+    assert f"index of every verdict: {out / 'index.html'}" in printed.out
 
 
 def test_verify_json_on_jepsen_logs(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -194,8 +205,9 @@ def test_group_by_history_across_files_on_spark(spark: Any, tmp_path: Path) -> N
 def test_a_large_file_is_split_by_history_and_each_part_reads_only_its_rows(tmp_path: Path) -> None:
     """With fewer files than task slots, a Parquet file becomes several work units, one per group of
     its histories; together they cover every history once, and a unit's read is filtered."""
-    from invariants.bulk import _pack, _units, check_file
     from invariants.history import parquet_history_names, read_file
+    from txnmodel.file_checks import check_file
+    from txnmodel.spark_runner import pack, work_units
 
     big = {f"h{i}": random_register_history(i, ops=40, clients=4) for i in range(8)}
     big = {name: [dataclasses.replace(op, history=name) for op in ops] for name, ops in big.items()}
@@ -204,18 +216,82 @@ def test_a_large_file_is_split_by_history_and_each_part_reads_only_its_rows(tmp_
     write_parquet(tmp_path / "small.parquet", small)
     files = [str(tmp_path / "big.parquet"), str(tmp_path / "small.parquet")]
     assert parquet_history_names(files[0]) == sorted(big)
-    units = _units(files, "parquet", 6)
+    units = work_units(files, "parquet", 6)
     parts = [names for (path, names), _ in units if path == files[0]]
     assert len(parts) > 1 and all(parts)
     assert sorted(name for names in parts for name in names or ()) == sorted(big)
     assert [names for (path, names), _ in units if path == files[1]] == [None]
-    assert sorted(u for part in _pack(units, 3) for u in part) == sorted(u for u, _ in units)
+    assert sorted(u for part in pack(units, 3) for u in part) == sorted(u for u, _ in units)
     first = parts[0]
     assert first is not None
     assert set(read_file(files[0], "parquet", first)) == set(first)
     rows = check_file(files[0], "parquet", VerifyOptions(model="cas-register"), first)
     assert {r.history for r in rows} == set(first) and {r.verdict for r in rows} == {"ok"}
     # Enough files for the slots: whole files, nothing read on the driver.
-    assert [names for (_, names), _ in _units(files, "parquet", 2)] == [None, None]
+    assert [names for (_, names), _ in work_units(files, "parquet", 2)] == [None, None]
     with pytest.raises(ValueError, match="Parquet"):
         read_file(files[0], "jsonl", first)
+
+
+def test_spark_only_where_it_pays(folder: Path, tmp_path: Path) -> None:
+    from txnmodel.spark_runner import BREAK_EVEN_OPS, estimate_operations, use_spark
+
+    files = sorted(str(p) for p in folder.rglob("*.parquet"))
+    ops = estimate_operations(files, "parquet", 10**9)
+    assert ops == sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    assert use_spark(files, "parquet", "local", "spark://h:7077", 8) == (False, "--local")
+    assert use_spark(files, "parquet", "spark", None, 1) == (True, "--spark")
+    # small: in this process, master or not
+    for master in (None, "spark://h:7077"):
+        small, why = use_spark(files, "parquet", "auto", master, 2)
+        assert not small and f"{ops:,} operations" in why and f"{BREAK_EVEN_OPS:,}" in why
+    # large enough: Spark, at the master if one is named; one core and no master stays here
+    assert use_spark(files, "parquet", "auto", "spark://h:7077", 1, threshold=ops) == (
+        True,
+        f"at least {ops:,} operations, --master spark://h:7077",
+    )
+    assert use_spark(files, "parquet", "auto", None, 1, threshold=ops) == (False, "one core and no --master")
+    assert use_spark(files, "parquet", "auto", None, 2, threshold=ops) == (
+        True,
+        f"at least {ops:,} operations, 2 cores",
+    )
+    # Jepsen logs: two lines per operation; counting stops once past what decides
+    log = tmp_path / "etcd_000.log"
+    log.write_text("INFO  jepsen.util - 1\t:invoke\t:read\tnil\nINFO  jepsen.util - 1\t:ok\t:read\tnil\n" * 50)
+    assert estimate_operations([str(log)], "jepsen", 10**9) == 50
+
+
+def test_small_inputs_are_checked_in_this_process_by_default(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = verify_main([str(folder / "bad"), "--out", str(tmp_path / "o")])
+    assert code == 1 and "verify: in this process (" in capsys.readouterr().err
+    assert verify_main([str(folder), "--local", "--master", "local[2]"]) == 2  # --local takes no master
+    assert verify_main([str(folder), "--local", "--spark"]) == 2
+
+
+def test_executors_write_the_verdicts_and_return_them_without_pages(spark: Any, folder: Path, tmp_path: Path) -> None:
+    files = sorted(str(p) for p in folder.rglob("*.parquet"))
+    out = tmp_path / "o"
+    rows = check_files_spark(files, "parquet", VerifyOptions(), spark=spark, progress=False, out=str(out))
+    parts = sorted((out / "verdicts.parquet").glob("part-*.parquet"))
+    assert len(parts) > 1  # one per task
+    table = pq.read_table(out / "verdicts.parquet").to_pylist()
+    assert sorted((r["history"], r["checker"], r["verdict"]) for r in table) == _key(rows)
+    assert all(r.html is None for r in rows)
+    bad = next(r for r in rows if r.history == "bad-register-1")
+    assert bad.counterexample and (out / "counterexamples" / "bad-register-1.linearizability.html").exists()
+    # A second run into the same folder replaces the first: no stale part survives.
+    code = verify_main([str(folder / "bad"), "--local", "--no-progress", "--out", str(out)])
+    assert code == 1 and {r["history"] for r in pq.read_table(out / "verdicts.parquet").to_pylist()} == {
+        "bad-register-1",
+        "lost-2",
+    }
+
+
+def test_one_spark_session_per_process(spark: Any) -> None:
+    """Every phase that asks for the same master gets the session already running."""
+    from txnmodel.spark_runner import spark_session
+
+    assert spark_session("local[2]") is spark
+    assert spark_session("local[2]") is spark_session("local[2]")

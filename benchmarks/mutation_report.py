@@ -1,0 +1,496 @@
+"""Mutation report: which layer kills each automatic mutant of reference/ (``txnmodel.mutation``).
+
+    .venv/bin/python benchmarks/mutation_report.py [--per-machine 8] [--seed 0] [--seeds 5] [--ops 30]
+        [--jobs 2] [--machines buffer,delayed] [--tests changed|all|none] [--out out/mutation]
+
+For a seeded sample of ``--per-machine`` mutants of each machine:
+
+* **history**: the main job's workloads (ctp, multi, delayed with its batch, Key_Shared, bucket
+  tracker and fault-mix variants by seed, faults on, memory ledger: the same histories as the file
+  ledger, shorter) at seeds ``1..--seeds`` with ``--ops`` transactions, each compared with the
+  unmutated run of the same seed.  A mutant whose function no workload executes (traced once on
+  the unmutated runs) cannot change a history and is not run.  A changed history is checked by
+  the **bulk** checker (``invariants.verify.check_histories``, what ``txnmodel verify`` runs, with the
+  mutant in place: its per-object models are the mutated machines too) and by the **oracle**
+  (``invariants.client_visible``); each stops at its first flagged seed.  A run that raises or does
+  not finish is an **engine** detection (the main job fails, though no checker judged a history).
+* **vectors**: the machine's conformance vectors; **proofs**: ``prove_machine`` when the proofs can
+  execute the mutated function at all (:func:`proof_reach`; Z3 proves the encoding, not the
+  reference, so usually they cannot); **tests**: ``pytest -x tests/<machine>`` with the mutant, without the two
+  pure Z3 tests (``test_every_obligation_is_proved``, ``test_a_broken_rule_is_refuted``: the proofs
+  layer).  The static layers run in that order and stop at the first kill; ``--tests changed`` (the
+  default) runs the tests only for mutants that changed a history and that vectors and proofs left
+  alive, which is what the goals are about.
+* **model checker**: ``txnmodel check`` is not on main yet; the column says so.
+
+Each mutant runs in a forked child (a hang or a corrupted state dies with it).  Writes
+``OUT/report.json`` and ``OUT/report.md`` and prints the per-machine table with the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from reference.engine.simulate import WORKLOADS, RunSpec, main_job_spec, run  # noqa: E402
+from spec.history import Operation  # noqa: E402
+from txnmodel.mutation import (  # noqa: E402
+    MACHINE_MODULES,
+    Mutant,
+    MutationError,
+    applied,
+    enumerate_mutants,
+    sample,
+)
+
+PURE_Z3_TESTS = "not test_every_obligation_is_proved and not test_a_broken_rule_is_refuted"
+
+
+@contextlib.contextmanager
+def traced(modules: set[str]) -> Iterator[set[tuple[str, str]]]:
+    """Collect (module, top-level qualname) of every function of ``modules`` called inside."""
+    files = {str(Path(sys.modules[m].__file__ or "").resolve()): m for m in modules}
+    seen: set[tuple[str, str]] = set()
+    codes: set[Any] = set()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            code = frame.f_code
+            if code not in codes:
+                codes.add(code)
+                module = files.get(code.co_filename)
+                if module is not None:
+                    seen.add((module, code.co_qualname.split(".<locals>")[0]))
+
+    for m in modules:
+        __import__(m)
+    files = {str(Path(sys.modules[m].__file__ or "").resolve()): m for m in modules}
+    sys.setprofile(profile)
+    threading.setprofile(profile)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+
+
+def check_history(name: str, ops: list[Operation]) -> tuple[bool, bool, list[str]]:
+    """(bulk flagged, oracle flagged, what) for one history, as ``txnmodel verify`` checks it: the
+    linearizability and transactional rows are the bulk checker's, the ``delivery`` row the oracle's."""
+    from invariants.verify import VerifyOptions, check_histories
+
+    bulk: list[str] = []
+    oracle: list[str] = []
+    for r in check_histories({name: ops}, "mutation", VerifyOptions(counterexamples=False)):
+        if r.verdict == "ok":
+            continue
+        names = [r.verdict]
+        if r.checker in ("transactional", "delivery") and r.verdict == "illegal":
+            with contextlib.suppress(Exception):
+                names = sorted(json.loads(r.detail)["counts"])
+        (oracle if r.checker == "delivery" else bulk).extend(f"{r.checker}:{n}" for n in names)
+    return bool(bulk), bool(oracle), bulk + oracle
+
+
+@dataclass
+class Context:
+    specs: list[RunSpec]
+    baseline: dict[str, list[Operation]]
+    reached: set[tuple[str, str]]
+    proof_reach: dict[str, set[str]]
+
+
+def _name(spec: RunSpec) -> str:
+    return f"{spec.workload}-seed{spec.seed}"
+
+
+def child(mutant: Mutant, ctx: Context, conn: Any) -> None:
+    """In a forked child: vectors, proofs and histories with the mutant; each result sent as it comes."""
+    try:
+        with applied(mutant):
+            from proofs.framework import Verdict, prove_machine
+            from txnmodel.vectors import run_paths
+
+            try:
+                results = run_paths([str(ROOT / "spec" / "vectors" / mutant.machine)])
+                failed = [r.vector_id for r in results if not r.passed]
+                conn.send(("vectors", f"killed ({failed[0]})" if failed else "survived"))
+            except Exception as exc:  # a mutant that makes the runner raise is killed by it
+                conn.send(("vectors", f"killed (raised {type(exc).__name__})"))
+            if mutant.function in ctx.proof_reach.get(mutant.machine, set()):
+                try:
+                    rows = prove_machine(mutant.machine, timeout_ms=20_000)
+                    bad = [r.name for r in rows if r.verdict is not Verdict.PROVED]
+                    conn.send(("proofs", f"killed ({bad[0]})" if bad else "survived"))
+                except Exception as exc:
+                    conn.send(("proofs", f"killed (raised {type(exc).__name__})"))
+            else:
+                conn.send(("proofs", "unreached"))
+            if (mutant.module, mutant.function) not in ctx.reached:
+                conn.send(("history", {"changed": False, "reached": False}))
+                return
+            state: dict[str, Any] = {"changed": False, "reached": True, "bulk": None, "oracle": None, "flags": []}
+            for spec in ctx.specs:
+                name = _name(spec)
+                conn.send(("running", name))
+                try:
+                    ops = run(spec).operations
+                except Exception as exc:
+                    state.update(changed=True, engine=f"{name}: raised {type(exc).__name__}: {str(exc)[:120]}")
+                    state.setdefault("first_changed", name)
+                    break
+                if ops == ctx.baseline[name]:
+                    continue
+                state["changed"] = True
+                state.setdefault("first_changed", name)
+                bulk, oracle, flags = check_history(name, ops)
+                if bulk and state["bulk"] is None:
+                    state["bulk"] = name
+                if oracle and state["oracle"] is None:
+                    state["oracle"] = name
+                if flags and not state["flags"]:
+                    state["flags"] = flags
+                if state["bulk"] and state["oracle"]:
+                    break
+            conn.send(("history", state))
+    except MutationError as exc:
+        conn.send(("error", str(exc)))
+    finally:
+        conn.send(("done", None))
+        conn.close()
+
+
+def run_tests(mutant: Mutant, timeout: float) -> str:
+    with tempfile.TemporaryDirectory(prefix="txnmodel-mutant-") as scratch:
+        env = {**os.environ, "TXNMODEL_MUTANT": mutant.id, "HYPOTHESIS_STORAGE_DIRECTORY": scratch}
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-x",
+            "-q",
+            "-p",
+            "no:xdist",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "txnmodel.mutation_pytest",
+            f"tests/{mutant.machine}",
+            "-k",
+            PURE_Z3_TESTS,
+        ]
+        try:
+            done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return "killed (timeout)"
+    if done.returncode == 0 or done.returncode == 5:
+        return "survived"
+    failed = next((line for line in done.stdout.splitlines() if line.startswith("FAILED")), "")
+    return f"killed ({failed[7:80] or f'exit {done.returncode}'})"
+
+
+def judge(mutant: Mutant, ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
+    row: dict[str, Any] = {**mutant.to_json(), "vectors": None, "proofs": None, "tests": "not run", "model": "n/a"}
+    fork = multiprocessing.get_context("fork")
+    parent, end = fork.Pipe(duplex=False)
+    proc = fork.Process(target=child, args=(mutant, ctx, end))
+    proc.start()
+    end.close()
+    deadline = time.monotonic() + args.timeout
+    running = None
+    finished = False
+    while time.monotonic() < deadline:
+        if parent.poll(1.0):
+            try:
+                kind, value = parent.recv()
+            except EOFError:
+                break
+            if kind == "done":
+                finished = True
+                break
+            if kind == "running":
+                running = value
+            elif kind == "history":
+                row.update(value)
+                running = None
+            else:
+                row[kind] = value
+        elif not proc.is_alive():
+            break
+    if proc.is_alive():
+        proc.kill()
+    proc.join()
+    if not finished:
+        if running is not None:  # a run that does not finish: the main job would hang
+            row.update(changed=True, reached=True, engine=f"{running}: did not finish in {args.timeout:.0f} s")
+            row.setdefault("first_changed", running)
+        elif row.get("vectors") is None:  # the vectors never finished: a CI run would time out
+            row["vectors"] = f"killed (did not finish in {args.timeout:.0f} s)"
+            row["history"] = "not judged (the child was stopped in the vectors layer)"
+        else:
+            row["error"] = row.get("error") or f"child ended early (exit {proc.exitcode})"
+    static = [row.get("vectors") or "", row.get("proofs") or ""]
+    want_tests = args.tests == "all" or (args.tests == "changed" and row.get("changed"))
+    if want_tests and not any(s.startswith("killed") for s in static) and "error" not in row:
+        row["tests"] = run_tests(mutant, args.test_timeout)
+    row["static"] = next(
+        (layer for layer in ("vectors", "proofs", "tests") if str(row.get(layer) or "").startswith("killed")), None
+    )
+    row["seconds"] = round(time.perf_counter() - started, 1)
+    return row
+
+
+def baseline(args: argparse.Namespace) -> Context:
+    from invariants.client_visible import check_client_visible
+    from invariants.verify import VerifyOptions, check_histories  # noqa: F401  (imported before tracing)
+
+    specs = [main_job_spec(w, seed, args.ops) for seed in range(1, args.seeds + 1) for w in WORKLOADS]
+    modules = {m for group in MACHINE_MODULES.values() for m in group}
+    histories: dict[str, list[Operation]] = {}
+    with traced(modules) as reached:
+        for spec in specs:
+            histories[_name(spec)] = run(spec).operations
+    for name, ops in histories.items():
+        bulk, oracle, flags = check_history(name, ops)
+        if bulk or oracle:
+            raise SystemExit(f"the unmutated history {name} is not clean: {flags}")
+        assert check_client_visible(ops).ok
+    again = run(specs[0]).operations
+    if again != histories[_name(specs[0])]:
+        raise SystemExit("the simulator is not deterministic in one process: mutants cannot be compared by seed")
+    return Context(specs, histories, reached, proof_reach(args))
+
+
+def proof_reach(args: argparse.Namespace) -> dict[str, set[str]]:
+    """Per machine, the reference functions its proofs can execute: what ``proofs/<machine>.py`` names
+    from its reference module, closed over the names each of those mentions (a class brings its
+    methods).  Static and an over-approximation: a mutant outside it cannot be seen by the proofs,
+    which prove the Z3 encoding, not the reference."""
+    import ast
+
+    reach: dict[str, set[str]] = {}
+    for machine, group in MACHINE_MODULES.items():
+        module = group[0]
+        proof = ROOT / "proofs" / f"{machine}.py"
+        tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text(encoding="utf-8"))
+        defs: dict[str, set[str]] = {}
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef | ast.ClassDef):
+                names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+                names |= {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+                defs[node.name] = names
+                if isinstance(node, ast.ClassDef):
+                    for item in node.body:
+                        if isinstance(item, ast.FunctionDef):
+                            defs[node.name].add(f"{node.name}.{item.name}")
+                            defs[f"{node.name}.{item.name}"] = {
+                                n.id for n in ast.walk(item) if isinstance(n, ast.Name)
+                            } | {n.attr for n in ast.walk(item) if isinstance(n, ast.Attribute)}
+        used: set[str] = set()
+        if proof.exists():
+            ptree = ast.parse(proof.read_text(encoding="utf-8"))
+            short = module.rsplit(".", 1)[1]
+            for node in ast.walk(ptree):
+                if isinstance(node, ast.ImportFrom) and node.module == module:
+                    used |= {a.name for a in node.names}
+                elif (
+                    isinstance(node, ast.ImportFrom)
+                    and node.module == "reference"
+                    and any(a.name == short for a in node.names)
+                ):
+                    used |= {n.attr for n in ast.walk(ptree) if isinstance(n, ast.Attribute)}
+        todo = [n for n in used if n in defs]
+        seen: set[str] = set()
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            todo += [n for n in defs.get(name, ()) if n in defs and n not in seen]
+        reach[machine] = seen
+    return reach
+
+
+def _pct(n: int, d: int) -> str:
+    return f"{n}/{d} ({100 * n / d:.0f}%)" if d else "0/0"
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    table = []
+    for machine in [*sorted({r["machine"] for r in rows}), "overall"]:
+        mine = [r for r in rows if machine in ("overall", r["machine"]) and "error" not in r]
+        changed = [r for r in mine if r.get("changed")]
+        table.append(
+            {
+                "machine": machine,
+                "sampled": len(mine),
+                "reached": sum(bool(r.get("reached")) for r in mine),
+                "changed": len(changed),
+                "engine": sum(bool(r.get("engine")) for r in changed),
+                "bulk": sum(bool(r.get("bulk")) for r in changed),
+                "oracle": sum(bool(r.get("oracle")) for r in changed),
+                "checker": sum(bool(r.get("bulk") or r.get("oracle")) for r in changed),
+                "checker_or_engine": sum(bool(r.get("bulk") or r.get("oracle") or r.get("engine")) for r in changed),
+                "static": sum(bool(r.get("static")) for r in changed),
+                "vectors": sum(r.get("static") == "vectors" for r in changed),
+                "proofs": sum(r.get("static") == "proofs" for r in changed),
+                "tests": sum(r.get("static") == "tests" for r in changed),
+                "static_all": sum(bool(r.get("static")) for r in mine),
+                "errors": sum("error" in r for r in rows if machine in ("overall", r["machine"])),
+            }
+        )
+    return table
+
+
+def markdown(table: list[dict[str, Any]]) -> str:
+    lines = [
+        "| machine | sampled | reached by workloads | change a history | bulk flags | oracle flags | bulk or oracle "
+        "| + engine fails | tests+vectors+proofs kill | (vectors / proofs / tests first) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for t in table:
+        c = t["changed"]
+        lines.append(
+            f"| {t['machine']} | {t['sampled']} | {t['reached']} | {c} | {_pct(t['bulk'], c)} | {_pct(t['oracle'], c)} "
+            f"| {_pct(t['checker'], c)} | {_pct(t['checker_or_engine'], c)} | {_pct(t['static'], c)} "
+            f"| {t['vectors']} / {t['proofs']} / {t['tests']} |"
+        )
+    return "\n".join(lines)
+
+
+def write_report(
+    rows: list[dict[str, Any]], *, chosen_count: int, population: int, args: argparse.Namespace, wall: float
+) -> None:
+    table = summarize(rows)
+    load = os.getloadavg()
+    text = markdown(table)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "population": population,
+        "sampled": chosen_count,
+        "per_machine": args.per_machine,
+        "seed": args.seed,
+        "history_seeds": args.seeds,
+        "ops": args.ops,
+        "wall_seconds": round(wall, 1),
+        "load_average": load,
+        "model_checker": "not on main (branch check); not run",
+    }
+    (out / "report.json").write_text(json.dumps({"meta": meta, "table": table, "mutants": rows}, indent=1))
+    survivors = [r for r in rows if r.get("changed") and not (r.get("bulk") or r.get("oracle") or r.get("engine"))]
+    static_survivors = [r for r in rows if r.get("changed") and not r.get("static")]
+    lines = [
+        text,
+        "",
+        f"{chosen_count} mutants, wall {wall:.0f} s, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}",
+    ]
+
+    def line(r: dict[str, Any]) -> str:
+        where = f"{r['module']}.{r['function']} line {r['line']}"
+        return f"- {r['id']} {where} ({r['operator']}): {r['before']} -> {r['after']}"
+
+    lines += ["", "History-changing mutants no history checker flags:"]
+    lines += [line(r) for r in survivors]
+    lines += ["", "History-changing mutants tests, vectors and proofs all miss:"]
+    lines += [line(r) for r in static_survivors]
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    print("\n" + "\n".join(lines))
+
+
+def retest(args: argparse.Namespace) -> int:
+    """``--retest``: run the tests layer again for the history-changing mutants of an earlier report
+    that vectors and proofs left alive, and rewrite the report (the other layers are kept)."""
+    out = Path(args.out)
+    data = json.loads((out / "report.json").read_text())
+    started = time.perf_counter()
+    by_id = {m.id: m for machine in MACHINE_MODULES for m in enumerate_mutants(machine)}
+    rows = data["mutants"]
+    for row in rows:
+        static = [str(row.get("vectors") or ""), str(row.get("proofs") or "")]
+        if row.get("changed") and not any(x.startswith("killed") for x in static) and "error" not in row:
+            mutant = by_id[row["id"]]
+            assert mutant.describe().endswith(f"{row['before']} -> {row['after']}"), row["id"]
+            row["tests"] = run_tests(mutant, args.test_timeout)
+            row["static"] = next(
+                (layer for layer in ("vectors", "proofs", "tests") if str(row.get(layer) or "").startswith("killed")),
+                None,
+            )
+            print(f"  {row['id']:16} tests: {row['tests']}", flush=True)
+    meta = data["meta"]
+    for key in ("per_machine", "seed", "ops"):
+        setattr(args, key, meta[key])
+    args.seeds = meta["history_seeds"]
+    wall = meta["wall_seconds"] + time.perf_counter() - started
+    write_report(rows, chosen_count=meta["sampled"], population=meta["population"], args=args, wall=wall)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-machine", type=int, default=8, help="mutants sampled per machine (default 8)")
+    parser.add_argument("--seed", type=int, default=0, help="the sampling seed (default 0)")
+    parser.add_argument("--seeds", type=int, default=5, help="history seeds 1..N per workload (default 5)")
+    parser.add_argument("--ops", type=int, default=30, help="transactions per history (default 30)")
+    parser.add_argument("--jobs", type=int, default=2, help="mutants judged at once (default 2)")
+    parser.add_argument("--machines", default=",".join(MACHINE_MODULES), help="comma-separated machines")
+    parser.add_argument("--tests", choices=("changed", "all", "none"), default="changed")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant's in-process layers")
+    parser.add_argument("--test-timeout", type=float, default=600.0, help="seconds per mutant's test run")
+    parser.add_argument("--out", default=str(ROOT / "out" / "mutation"))
+    parser.add_argument(
+        "--retest", action="store_true", help="rerun only the tests layer of the report in --out, and rewrite it"
+    )
+    args = parser.parse_args(argv)
+    if args.retest:
+        return retest(args)
+    started = time.perf_counter()
+    machines = [m for m in args.machines.split(",") if m]
+    unknown = sorted(set(machines) - set(MACHINE_MODULES))
+    if unknown:
+        parser.error(f"unknown machines {unknown}; machines are {', '.join(MACHINE_MODULES)}")
+    population = [m for machine in machines for m in enumerate_mutants(machine)]
+    chosen = sample(population, args.per_machine, args.seed)
+    print(
+        f"{len(population)} mutants of {len(machines)} machines; sampled {len(chosen)} "
+        f"({args.per_machine} per machine, seed {args.seed}); histories: {len(WORKLOADS)} workloads x seeds "
+        f"1..{args.seeds}, ops={args.ops}",
+        flush=True,
+    )
+    ctx = baseline(args)
+    print(f"baseline: {len(ctx.baseline)} clean histories, {len(ctx.reached)} reference functions reached", flush=True)
+    rows: list[dict[str, Any]] = []
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for row in pool.map(lambda m: judge(m, ctx, args), chosen):
+            rows.append(row)
+            print(
+                f"  {row['id']:16} {row['operator']:9} {row['function'][:32]:32} changed={row.get('changed')!s:5} "
+                f"bulk={row.get('bulk') or '-'} oracle={row.get('oracle') or '-'} "
+                f"engine={'y' if row.get('engine') else '-'} static={row.get('static') or '-'} ({row['seconds']} s)",
+                flush=True,
+            )
+    write_report(
+        rows, chosen_count=len(chosen), population=len(population), args=args, wall=time.perf_counter() - started
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

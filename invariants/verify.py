@@ -1,0 +1,435 @@
+"""Plan and check one history: every checker that applies, as typed verdict rows.
+
+This is the pure heart of ``txnmodel verify``: no files, no Spark, no clock other than the
+per-history wall-clock budget of the linearizability search.  The runners in ``txnmodel/`` (one
+process, or Spark tasks) read history files, call :func:`check_histories` on what they read and
+write the :class:`VerdictRow` values it returns.
+
+For each history:
+
+1. **plan** (:func:`plan_models`): which linearizability models apply.  ``--model auto`` picks
+   ``cas-register`` for register objects, ``kv`` for key objects and, for an engine history, every
+   reference machine whose object kind the history holds (:data:`MACHINE_KINDS`); a named model is
+   used as is;
+2. **linearizability** of each planned model's objects (:func:`check_linearizability`), the worst
+   verdict over them, the first illegal object explained and shrunk to a counterexample;
+3. the **transactional** checks (:mod:`invariants.transactional`) when the history speaks the
+   transactional vocabulary, on the client operations only;
+4. with them, the **delivery** checks (:mod:`invariants.client_visible`): what a consumer may and
+   must receive, stated from the rules pages without the reference machines, so a slip the
+   reference and its per-object models share is still seen.
+
+A history that no checker applies to is bad input; a model or machine that raises is an ``error``
+verdict with its traceback, never a pass.  Verdicts are ranked once, in :class:`Outcome`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from spec.history import Operation
+
+__all__ = [
+    "GENERIC_KINDS",
+    "MACHINE_KINDS",
+    "MAX_HTML_BYTES",
+    "TXN_VOCABULARY",
+    "LinearizabilityCheck",
+    "ModelPlan",
+    "Outcome",
+    "UnknownModel",
+    "VerdictRow",
+    "VerifyOptions",
+    "check_grouped",
+    "check_histories",
+    "check_history",
+    "check_linearizability",
+    "duplicate_histories",
+    "failing_part",
+    "plan_models",
+    "worst",
+]
+
+# Which object kind a reference machine's model checks (the engine's per-object histories).
+MACHINE_KINDS: Mapping[str, str] = {
+    "coordinator": "coordinator",
+    "buffer": "partition",
+    "pending_ack": "subscription",
+    "delayed": "tracker",
+}
+GENERIC_KINDS: Mapping[str, str] = {"register": "register", "cas-register": "register", "kv": "key"}
+TXN_VOCABULARY = frozenset({"send", "receive", "commit", "abort", "ack", "ack_cumulative"})
+MAX_HTML_BYTES = 300_000
+
+
+class Outcome(enum.StrEnum):
+    """A verdict, from best to worst: the one ranking every summary uses (:func:`worst`).
+
+    ``skipped`` is an object the search did not reach because another object of its history was
+    already illegal; ``error`` is a model or machine that raised (a programming error);
+    ``bad-input`` a file or row that breaks the history contract, which makes every other verdict
+    of it meaningless."""
+
+    OK = "ok"
+    SKIPPED = "skipped"
+    UNKNOWN = "unknown"
+    ILLEGAL = "illegal"
+    ERROR = "error"
+    BAD_INPUT = "bad-input"
+
+    @property
+    def rank(self) -> int:
+        return _ORDER.index(self)
+
+
+_ORDER = tuple(Outcome)
+
+
+def worst(verdicts: Iterable[str]) -> Outcome:
+    """The worst of some verdicts (``ok`` for none); unknown spellings are an error."""
+    return max((Outcome(v) for v in verdicts), key=lambda o: o.rank, default=Outcome.OK)
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """How to check: ``model`` (``auto`` or a ``--model`` name), the search's step budget per object
+    and wall-clock budget per history, and whether to shrink and render counterexamples."""
+
+    model: str = "auto"
+    step_budget: int = 2_000_000
+    seconds: float | None = 60.0
+    counterexamples: bool = True
+
+
+@dataclass(frozen=True)
+class VerdictRow:
+    """One verdict: a history and a checker (``linearizability``, ``transactional``, ``delivery``;
+    ``input`` and ``crash``)."""
+
+    history: str
+    checker: str
+    verdict: str  # an Outcome's value
+    file: str
+    model: str = ""
+    objects: int = 0
+    ops: int = 0
+    steps: int = 0
+    seconds: float = 0.0
+    failing_object: str | None = None
+    detail: str = ""  # the anomalies (JSON) or the reason
+    counterexample: str | None = None
+    html: str | None = None
+    seed: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("html")
+        return out
+
+
+class UnknownModel(Exception):
+    """``--model`` names neither a generic model nor a reference machine with ``VECTORS``."""
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """One linearizability model to check a history against, and the object kind it checks (None:
+    every object)."""
+
+    model: str
+    kind: str | None
+
+    @property
+    def machine(self) -> bool:
+        """A reference machine's model: it sees only the machine-level operations."""
+        return self.model in MACHINE_KINDS
+
+
+@dataclass(frozen=True)
+class LinearizabilityCheck:
+    """The linearizability of one history over every planned model: the worst verdict, the totals,
+    the first illegal object and its counterexample (text and HTML, when asked for)."""
+
+    verdict: Outcome
+    objects: int
+    ops: int
+    steps: int
+    failing_object: str | None
+    detail: str
+    counterexample: str | None = None
+    html: str | None = None
+
+
+def plan_models(name: str, ops: Sequence[Operation]) -> list[ModelPlan]:
+    """The models to check a history against; ``auto`` picks by the objects present.
+
+    An engine history (machine-level operations present, :func:`spec.history.is_machine_operation`)
+    gets every machine whose object kind it holds, in :data:`MACHINE_KINDS` order; a transactional
+    history without machine-level rows gets no per-object model unless one is named."""
+    from spec.history import is_machine_operation, parse_object
+
+    if name != "auto":
+        if name in GENERIC_KINDS:
+            return [ModelPlan(name, GENERIC_KINDS[name])]
+        return [ModelPlan(name, MACHINE_KINDS.get(name))]
+    kinds = {parse_object(op.object)[0] for op in ops}
+    if kinds <= {"register"}:
+        return [ModelPlan("cas-register", "register")]
+    if kinds <= {"key"}:
+        return [ModelPlan("kv", "key")]
+    machine_kinds = {parse_object(op.object)[0] for op in ops if is_machine_operation(op)}
+    return [ModelPlan(machine, kind) for machine, kind in MACHINE_KINDS.items() if kind in machine_kinds]
+
+
+def _model_ops(ops: Sequence[Operation], plan: ModelPlan) -> list[Operation]:
+    """The operations a model checks: its kind's, and for a machine model of an engine history only
+    the machine-level ones (the clients' ``new_txn``, ``send``, ... are not the machine's commands)."""
+    from spec.history import is_machine_operation, parse_object
+
+    mine = [op for op in ops if plan.kind is None or parse_object(op.object)[0] == plan.kind]
+    if plan.machine and any(is_machine_operation(op) for op in mine):
+        mine = [op for op in mine if is_machine_operation(op)]
+    return mine
+
+
+def failing_part(model: Any, ops: Sequence[Operation], result: Any) -> list[Operation]:
+    """The part of ``ops`` (as ``model.partition`` splits them: an object, or one crash epoch of a
+    machine's object) that ``result``, an ``illegal`` object result, is about."""
+    parts: list[list[Operation]] = [part for part in model.partition(ops) if part and part[0].object == result.object]
+    for part in parts:
+        if result.blocked in {op.index for op in part}:
+            return part
+    return [op for part in parts for op in part]
+
+
+def check_linearizability(
+    plan: Sequence[ModelPlan], ops: Sequence[Operation], options: VerifyOptions
+) -> LinearizabilityCheck:
+    """Linearizability of each planned model's objects, the worst verdict over all of them.
+
+    The detail is the reasons of the objects not ``ok``; for the machines of an engine history it is
+    JSON: ``{"models": {model: {"objects", "epochs", "ops", "steps", "verdict", "object_verdicts",
+    "seconds"}}, "reasons": [...]}``, the per-object verdicts by machine."""
+    from invariants.linearizability import Verdict, check_history
+    from invariants.models import model_by_name
+    from invariants.report import counterexample_html, explain, render_text
+
+    deadline = None if options.seconds is None else time.monotonic() + options.seconds
+    verdict, objects, checked, steps = Outcome.OK, 0, 0, 0
+    failing: str | None = None
+    reasons: list[str] = []
+    per_model: dict[str, dict[str, Any]] = {}
+    text = page = None
+    for step in plan:
+        try:
+            model = model_by_name(step.model)
+        except KeyError as exc:
+            raise UnknownModel(exc.args[0]) from None
+        mine = _model_ops(ops, step)
+        seconds = None if deadline is None else max(0.0, deadline - time.monotonic())
+        started = time.perf_counter()
+        result = check_history(model, mine, step_budget=options.step_budget, seconds=seconds)
+        # A machine's parts are its objects' crash epochs; an object's verdict is its worst epoch's.
+        by_object: dict[str, list[str]] = {}
+        for part in result.objects:
+            by_object.setdefault(part.object, []).append(part.verdict.value)
+        object_verdicts = {name: worst(verdicts).value for name, verdicts in by_object.items()}
+        per_model[step.model] = {
+            "objects": len(by_object),
+            "epochs": len(result.objects),
+            "ops": len(mine),
+            "steps": result.steps,
+            "verdict": result.verdict.value,
+            "object_verdicts": dict(Counter(object_verdicts.values())),
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+        objects += len(by_object)
+        checked += len(mine)
+        steps += result.steps
+        verdict = worst((verdict, result.verdict.value))
+        reasons += [f"{o.object}: {o.reason}" for o in result.objects if o.reason and o.verdict is not Verdict.SKIPPED]
+        bad = result.failing()
+        if bad is not None and failing is None:
+            failing = bad.object
+            if options.counterexamples:
+                cx = explain(model, failing_part(model, mine, bad), bad)
+                text = render_text(cx)
+                page = counterexample_html(cx, max_bytes=MAX_HTML_BYTES)
+    detail = "; ".join(reasons)[:2000]
+    if all(step.machine for step in plan):
+        detail = json.dumps({"models": per_model, "reasons": [r[:500] for r in reasons[:4]]})
+    return LinearizabilityCheck(verdict, objects, checked, steps, failing, detail, text, page)
+
+
+def _linearizability_row(
+    name: str, ops: Sequence[Operation], plan: Sequence[ModelPlan], file: str, options: VerifyOptions, seed: int | None
+) -> VerdictRow:
+    started = time.perf_counter()
+    found = check_linearizability(plan, ops, options)
+    return VerdictRow(
+        name,
+        "linearizability",
+        found.verdict.value,
+        file,
+        "+".join(step.model for step in plan),
+        found.objects,
+        found.ops,
+        found.steps,
+        time.perf_counter() - started,
+        found.failing_object,
+        found.detail,
+        found.counterexample,
+        found.html,
+        seed,
+    )
+
+
+def _transactional_row(
+    name: str, client_ops: Sequence[Operation], file: str, options: VerifyOptions, seed: int | None
+) -> VerdictRow:
+    from invariants.applicability import applicability
+    from invariants.report import render_txn_text, txn_html
+    from invariants.transactional import check_transactional
+
+    started = time.perf_counter()
+    txn = check_transactional(client_ops)
+    # Which checks had anything to judge: an absent check must never read as a pass.
+    applies = {found.check: found.to_json() for found in applicability(client_ops)}
+    return VerdictRow(
+        name,
+        "transactional",
+        (Outcome.OK if txn.ok else Outcome.ILLEGAL).value,
+        file,
+        "elle",
+        txn.txns,
+        len(client_ops),
+        0,
+        time.perf_counter() - started,
+        None,
+        json.dumps({"counts": txn.counts, "anomalies": [a.to_json() for a in txn.anomalies], "applicability": applies}),
+        None if txn.ok else render_txn_text(txn, seed=seed),
+        None
+        if txn.ok or not options.counterexamples
+        else txn_html(txn, client_ops, seed=seed, max_bytes=MAX_HTML_BYTES),
+        seed,
+    )
+
+
+def _delivery_row(name: str, client_ops: Sequence[Operation], file: str, seed: int | None) -> VerdictRow:
+    from invariants.client_visible import check_client_visible
+
+    started = time.perf_counter()
+    found = check_client_visible(client_ops)
+    text = None
+    if not found.ok:
+        lines = [f"history {name}: delivery violations {dict(sorted(found.counts.items()))}"]
+        lines += [f"  {v}" for v in found.violations]
+        if seed is not None:
+            lines.append(f"reproduce with seed {seed}")
+        text = "\n".join(lines)
+    return VerdictRow(
+        name,
+        "delivery",
+        (Outcome.OK if found.ok else Outcome.ILLEGAL).value,
+        file,
+        "client-visible",
+        sum(found.judged.values()),
+        len(client_ops),
+        0,
+        time.perf_counter() - started,
+        None,
+        json.dumps(
+            {"counts": found.counts, "judged": found.judged, "violations": [v.to_json() for v in found.violations]}
+        ),
+        text,
+        None,
+        seed,
+    )
+
+
+def check_history(name: str, ops: Sequence[Operation], file: str, options: VerifyOptions) -> list[VerdictRow]:
+    """Every checker that applies to one history: a ``linearizability`` row when a model applies, a
+    ``transactional`` and a ``delivery`` row when clients sent, received, acked or ended
+    transactions; an ``input`` row
+    (``bad-input``) when nothing applies or the history breaks the contract, a ``crash`` row
+    (``error``) when a model or machine raised."""
+    from spec.errors import InputError
+    from spec.history import is_machine_operation
+
+    seed = next((op.seed for op in ops if op.seed is not None), None)
+    rows: list[VerdictRow] = []
+    try:
+        plan = plan_models(options.model, ops)
+        if plan:
+            rows.append(_linearizability_row(name, ops, plan, file, options, seed))
+        # The transactional checks read what clients saw, not the machines' steps.
+        client_ops = [op for op in ops if not is_machine_operation(op)]
+        transactional = any(op.f in TXN_VOCABULARY for op in client_ops)
+        if transactional:
+            rows.append(_transactional_row(name, client_ops, file, options, seed))
+            rows.append(_delivery_row(name, client_ops, file, seed))
+        if not plan and not transactional:
+            detail = "no checker applies: no --model for these objects and no transactional operations"
+            rows.append(_bad_input(name, file, options.model, detail))
+    except InputError as exc:
+        rows.append(_bad_input(name, file, options.model, f"{file}: {exc}", seed))
+    except UnknownModel as exc:
+        rows.append(_bad_input(name, file, options.model, str(exc), seed))
+    except Exception as exc:  # a model or machine raised: a programming error, reported, never hidden
+        import traceback
+
+        detail = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
+        rows.append(VerdictRow(name, "crash", Outcome.ERROR.value, file, options.model, seed=seed, detail=detail))
+    return rows
+
+
+def _bad_input(name: str, file: str, model: str, detail: str, seed: int | None = None) -> VerdictRow:
+    return VerdictRow(name, "input", Outcome.BAD_INPUT.value, file, model, detail=detail, seed=seed)
+
+
+def check_histories(
+    histories: Mapping[str, Sequence[Operation]], file: str, options: VerifyOptions
+) -> list[VerdictRow]:
+    """Every checker on each history of one file."""
+    return [row for name, ops in histories.items() for row in check_history(name, ops, file, options)]
+
+
+def check_grouped(
+    history: str, parts: Sequence[tuple[str, Sequence[Operation]]], options: VerifyOptions
+) -> list[VerdictRow]:
+    """A history whose rows came from several files (``(file, rows)`` parts): put back in index
+    order, validated as a whole (the cross-row rules need every row), then checked."""
+    from spec.history import BadHistory, validate_history
+
+    files = ", ".join(sorted({path for path, _ in parts}))
+    ops = sorted((op for _, chunk in parts for op in chunk), key=lambda op: op.index)
+    try:
+        validate_history(ops, where=files)
+    except BadHistory as exc:
+        return [_bad_input(history, files, options.model, str(exc))]
+    return check_histories({history: ops}, files, options)
+
+
+def duplicate_histories(rows: Iterable[VerdictRow]) -> list[VerdictRow]:
+    """A ``bad-input`` row for each history id found in two files (a history lives in one file)."""
+    files: dict[str, set[str]] = {}
+    for row in rows:
+        if row.checker != "input":
+            files.setdefault(row.history, set()).add(row.file)
+    return [
+        VerdictRow(
+            history,
+            "input",
+            Outcome.BAD_INPUT.value,
+            ", ".join(sorted(where)),
+            detail=f"history {history!r} appears in several files: {', '.join(sorted(where))}",
+        )
+        for history, where in sorted(files.items())
+        if len(where) > 1
+    ]

@@ -1,0 +1,394 @@
+"""The client-visible oracle: each check flags a hand-written bad history, and passes the good twin
+that differs from it only where the rule says it must; and no check fires on seeded engine histories
+with faults (the main job's workloads and fault mixes)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from invariants.client_visible import (
+    CHECKS,
+    LAG_BOUND_MS,
+    REDELIVERY_BOUND_MS,
+    TXN_END_BOUND_MS,
+    check_client_visible,
+)
+from reference.engine.simulate import main_job_spec, run
+from spec.history import BadHistory, Operation, OpType, make_operation
+from spec.rules import RULES_DIR, parse_rules
+
+P = "persistent://public/default/t-partition-0"
+PART = f"partition:{P}"
+SUB = f"subscription:{P}#sub"
+
+
+class H:
+    """A history builder: one call per operation, in index order."""
+
+    def __init__(self) -> None:
+        self.ops: list[Operation] = []
+
+    def op(
+        self,
+        f: str,
+        obj: str,
+        value: Any,
+        result: Any,
+        at: int,
+        done: int | None,
+        *,
+        process: int = 0,
+        kind: OpType = OpType.OK,
+    ) -> Operation:
+        op = make_operation("h", len(self.ops), process, kind, f, obj, value, result, invoked_at=at, completed_at=done)
+        if kind is OpType.OK and result is None and f == "receive":
+            op = dataclasses.replace(op, result="null")  # a receive that returned nothing
+        self.ops.append(op)
+        return op
+
+    def subscribe(self, at: int = 0, sub_type: str = "Exclusive", process: int = 9) -> None:
+        self.op(
+            "subscribe", SUB, {"initial_position": "Earliest", "sub_type": sub_type}, None, at, at + 1, process=process
+        )
+
+    def new_txn(self, txn: tuple[int, int], at: int, timeout: int = 10_000, process: int = 1) -> None:
+        self.op("new_txn", "coordinator:0", {"timeout_ms": timeout}, {"txn": list(txn)}, at, at + 2, process=process)
+
+    def end(
+        self, f: str, txn: tuple[int, int], at: int, done: int | None, kind: OpType = OpType.OK, process: int = 1
+    ) -> None:
+        self.op(f, "coordinator:0", {"txn": list(txn)}, None, at, done, kind=kind, process=process)
+
+    def send(
+        self,
+        message: str,
+        position: tuple[int, int],
+        at: int,
+        txn: tuple[int, int] | None = None,
+        process: int = 2,
+        deliver_at: int | None = None,
+        kind: OpType = OpType.OK,
+    ) -> None:
+        value: dict[str, Any] = {"message": message, "txn": None if txn is None else list(txn)}
+        if deliver_at is not None:
+            value["deliver_at_ms"] = deliver_at
+        result = {"position": list(position)} if kind is OpType.OK else None
+        self.op("send", PART, value, result, at, at + 2 if kind is OpType.OK else None, process=process, kind=kind)
+
+    def receive(
+        self, message: str | None, position: tuple[int, int] | None, at: int, done: int, process: int = 9
+    ) -> None:
+        got = (
+            None
+            if message is None
+            else {"message": message, "position": list(position or (0, 0)), "redelivery_count": 0}
+        )
+        self.op("receive", SUB, {}, got, at, done, process=process)
+
+    def ack(
+        self, position: tuple[int, int], at: int, txn: tuple[int, int] | None = None, process: int = 9, **extra: Any
+    ) -> None:
+        value = {"position": list(position), "txn": None if txn is None else list(txn), **extra}
+        self.op("ack", SUB, value, None, at, at + 2, process=process)
+
+
+def names(h: H) -> dict[str, int]:
+    return check_client_visible(h.ops).counts
+
+
+def test_every_check_names_rules_that_exist() -> None:
+    known = {r.id for page in RULES_DIR.glob("*.md") for r in parse_rules(page.read_text(encoding="utf-8"), page.stem)}
+    for check, rules in CHECKS.items():
+        assert rules and set(rules) <= known, check
+
+
+# --- held-back-delivery ---------------------------------------------------------------------------
+
+
+def _held(redelivered_at: int) -> H:
+    h = H()
+    h.subscribe()
+    h.send("m", (0, 0), 1)
+    h.receive("m", (0, 0), 5, 6)
+    h.new_txn((0, 1), 10, process=9)
+    h.ack((0, 0), 20, txn=(0, 1))  # done at 22; the txn stays open until its commit at 500
+    h.receive("m", (0, 0), redelivered_at, redelivered_at + 1)
+    h.end("commit", (0, 1), 500, 510, process=9)
+    return h
+
+
+def test_held_back_flags_a_delivery_while_the_txn_is_open() -> None:
+    assert names(_held(100)) == {"held-back-delivery": 1}
+
+
+def test_held_back_passes_a_receive_that_may_have_come_before_the_ack() -> None:
+    """Found recording from serve: a consumer's receive and its ack in a transaction, both within
+    one millisecond; the receive invoked the instant the ack completed may well have come first."""
+    h = H()
+    h.subscribe()
+    h.send("m", (0, 0), 1)
+    h.new_txn((0, 1), 2, process=9)
+    h.receive("m", (0, 0), 10, 10)
+    h.ack((0, 0), 10, txn=(0, 1))
+    h.ops[-1] = dataclasses.replace(h.ops[-1], completed_at=10)
+    assert names(h) == {}
+    h.receive("m", (0, 0), 11, 12)  # strictly later: held back, must not come again
+    assert names(h) == {"held-back-delivery": 1}
+
+
+def test_held_back_passes_a_delivery_once_the_txn_may_have_ended() -> None:
+    # After the commit is invoked the redelivery is judged by redelivered-after-ack, not here.
+    assert "held-back-delivery" not in names(_held(505))
+
+
+# --- redelivered-after-ack ------------------------------------------------------------------------
+
+
+def _acked(batch_index_of_ack: int | None, redelivered: bool) -> H:
+    h = H()
+    h.subscribe()
+    for i in range(2):
+        h.op(
+            "send",
+            PART,
+            {"message": f"m{i}", "txn": None},
+            {"position": [0, 0], "batch_index": i, "batch_size": 2},
+            1,
+            3,
+        )
+    got = {"message": "m0", "position": [0, 0], "batch_index": 0, "batch_size": 2, "redelivery_count": 0}
+    h.op("receive", SUB, {}, got, 5, 6, process=9)
+    extra = {} if batch_index_of_ack is None else {"batch_index": batch_index_of_ack}
+    h.ack((0, 0), 7, **extra)
+    if redelivered:
+        h.op("receive", SUB, {}, got, 50, 51, process=9)  # after a restart, say
+    return h
+
+
+def test_redelivered_after_ack_flags_an_acked_batch_index_delivered_again() -> None:
+    assert names(_acked(0, True)) == {"redelivered-after-ack": 1}
+
+
+def test_redelivered_after_ack_passes_another_index_and_no_redelivery() -> None:
+    assert names(_acked(1, True)) == {}  # index 1 was acked, m0 (index 0) was not
+    assert names(_acked(0, False)) == {}
+
+
+def test_redelivered_after_ack_covers_a_committed_txn_ack() -> None:
+    h = H()
+    h.subscribe()
+    h.send("m", (0, 0), 1)
+    h.receive("m", (0, 0), 5, 6)
+    h.new_txn((0, 1), 10, process=9)
+    h.ack((0, 0), 20, txn=(0, 1))
+    h.end("commit", (0, 1), 30, 40, process=9)
+    good = list(h.ops)
+    h.receive("m", (0, 0), 60, 61)
+    assert names(h) == {"redelivered-after-ack": 1}
+    h.ops = good
+    assert names(h) == {}
+
+
+def test_a_copy_the_client_wrote_again_is_not_the_acked_one() -> None:
+    """A recorder of the official client marks its sends ``deduplicated: false``: the producer
+    resends what it has no receipt for after a reconnect, so "m" may lie at [0, 0] (receipt lost)
+    and at [0, 1] (the id the send returned).  A transaction acked the copy at [0, 1] and committed;
+    the copy at [0, 0] coming afterwards was never acked.  The acked copy coming again still is."""
+    h = H()
+    h.subscribe()
+    h.op("send", PART, {"message": "m", "txn": None, "deduplicated": False}, {"position": [0, 1]}, 1, 3, process=2)
+    h.receive("m", (0, 1), 5, 6)
+    h.new_txn((0, 1), 10, process=9)
+    h.ack((0, 1), 20, txn=(0, 1))
+    h.end("commit", (0, 1), 30, 40, process=9)
+    h.receive("m", (0, 0), 60, 61)
+    good = list(h.ops)
+    assert names(h) == {}
+    h.receive("m", (0, 1), 70, 71)
+    assert names(h) == {"redelivered-after-ack": 1}
+    h.ops = [dataclasses.replace(good[1], value='{"message":"m","txn":null}', _value=None), *good[2:]]
+    h.ops = [good[0], *h.ops]
+    assert names(h) == {"redelivered-after-ack": 1}  # without the mark, any copy is the acked one
+
+
+# --- early-visibility -------------------------------------------------------------------------------
+
+
+def _early(received_at: int, commit_at: int = 300) -> H:
+    h = H()
+    h.subscribe()
+    h.new_txn((0, 1), 0)
+    h.send("t", (0, 0), 2, txn=(0, 1), process=1)
+    h.send("n", (0, 1), 10)  # a plain message after the open txn's entry
+    h.receive("n", (0, 1), received_at, received_at + 1)
+    h.end("commit", (0, 1), commit_at, commit_at + 5)
+    h.receive("t", (0, 0), commit_at + 10, commit_at + 11)
+    return h
+
+
+def test_early_visibility_flags_a_message_past_an_open_txn() -> None:
+    assert names(_early(100)) == {"early-visibility": 1}
+
+
+def test_early_visibility_passes_once_the_commit_was_invoked() -> None:
+    assert names(_early(301)) == {}
+
+
+def test_early_visibility_respects_the_txn_timeout() -> None:
+    # The txn may have timed out (TC-18) at 0 + timeout: no judgement after that.
+    h = H()
+    h.subscribe()
+    h.new_txn((0, 1), 0, timeout=50)
+    h.send("t", (0, 0), 2, txn=(0, 1), process=1)
+    h.send("n", (0, 1), 10)
+    h.receive("n", (0, 1), 60, 61)
+    assert names(h) == {}
+    h.ops[-1] = dataclasses.replace(h.ops[-1], invoked_at=39, completed_at=40)
+    assert names(h) == {"early-visibility": 1}
+
+
+# --- late-visibility --------------------------------------------------------------------------------
+
+
+def _late(empty_at: int, *, txn_ended: bool = True, unknown_send: bool = False) -> H:
+    h = H()
+    h.subscribe()
+    h.new_txn((0, 1), 0)
+    h.send("t", (0, 0), 2, txn=(0, 1), process=1)
+    h.send("n", (1, 0), 10)  # after a ledger roll-over
+    if txn_ended:
+        h.end("abort", (0, 1), 20, 30)
+    if unknown_send:
+        h.new_txn((0, 2), 3, process=3)
+        h.send("u", (0, 5), 5, txn=(0, 2), process=3, kind=OpType.INFO)
+    h.receive(None, None, empty_at, empty_at + 50)
+    return h
+
+
+def test_late_visibility_flags_an_empty_receive_past_the_bound() -> None:
+    assert names(_late(30 + LAG_BOUND_MS)) == {"late-visibility": 1}
+
+
+def test_late_visibility_is_not_judged_where_a_subscribe_states_no_liveness() -> None:
+    h = _late(LAG_BOUND_MS + 50)
+    assert names(h) == {"late-visibility": 1}
+    h.ops = [
+        dataclasses.replace(op, value=op.value[:-1] + ',"liveness":false}', _value=None) if op.f == "subscribe" else op
+        for op in h.ops
+    ]
+    assert names(h) == {}
+
+
+def test_late_visibility_passes_within_the_bound() -> None:
+    assert names(_late(30 + LAG_BOUND_MS - 1)) == {}
+
+
+def test_late_visibility_waits_for_an_unended_txn_to_time_out() -> None:
+    # Nobody ended txn (0,1): its coordinator aborts it by new_txn done + timeout + TXN_END_BOUND_MS.
+    by = 2 + 10_000 + TXN_END_BOUND_MS
+    assert names(_late(by + LAG_BOUND_MS - 1, txn_ended=False)) == {}
+    assert names(_late(by + LAG_BOUND_MS, txn_ended=False)) == {"late-visibility": 1}
+
+
+def test_late_visibility_is_not_judged_past_a_txn_send_of_unknown_outcome() -> None:
+    assert names(_late(30 + LAG_BOUND_MS, unknown_send=True)) == {}
+
+
+def test_late_visibility_counts_the_delay_on_a_shared_subscription() -> None:
+    h = H()
+    h.subscribe(sub_type="Shared")
+    h.send("d", (0, 0), 1, deliver_at=5_000)
+    h.receive(None, None, 2_000, 2_050)  # not due yet
+    assert names(h) == {}
+    h.receive(None, None, 5_000 + LAG_BOUND_MS, 5_000 + LAG_BOUND_MS + 50)
+    assert names(h) == {"late-visibility": 1}
+
+
+# --- missing-abort-redelivery ----------------------------------------------------------------------
+
+
+def _aborted(redelivered: bool, *, explicit_abort: bool = True) -> H:
+    h = H()
+    h.subscribe()
+    h.send("m", (0, 0), 1)
+    h.receive("m", (0, 0), 5, 6)
+    h.new_txn((0, 1), 10, timeout=100, process=9)
+    h.ack((0, 0), 20, txn=(0, 1))
+    if explicit_abort:
+        h.end("abort", (0, 1), 30, 40, process=9)
+    if redelivered:
+        h.receive("m", (0, 0), 200, 201)  # after the abort, or after the timeout (10 + 100)
+    late = 40 + REDELIVERY_BOUND_MS if explicit_abort else 12 + 100 + TXN_END_BOUND_MS + REDELIVERY_BOUND_MS
+    h.receive(None, None, late, late + 50)
+    return h
+
+
+def test_missing_abort_redelivery_flags_an_abort_whose_acks_never_came_back() -> None:
+    assert names(_aborted(False)) == {"missing-abort-redelivery": 1}
+    assert names(_aborted(True)) == {}
+
+
+def test_missing_abort_redelivery_covers_a_timed_out_txn() -> None:
+    assert names(_aborted(False, explicit_abort=False)) == {"missing-abort-redelivery": 1}
+    assert names(_aborted(True, explicit_abort=False)) == {}
+
+
+def test_missing_abort_redelivery_spares_what_the_cursor_deleted_otherwise() -> None:
+    """PA-11: the cursor wins; a message another (plain) ack deleted is not redelivered by the abort."""
+    h = H()
+    h.subscribe()
+    h.send("m", (0, 0), 1)
+    h.receive("m", (0, 0), 5, 6)
+    h.new_txn((0, 1), 10, timeout=100, process=9)
+    h.ack((0, 0), 20, txn=(0, 1))
+    h.end("abort", (0, 1), 30, 40, process=9)
+    h.ack((0, 0), 45)  # a plain ack of the same message
+    h.receive(None, None, 40 + REDELIVERY_BOUND_MS, 90 + REDELIVERY_BOUND_MS)
+    assert names(h) == {}
+
+
+# --- refused-send ---------------------------------------------------------------------------------
+
+
+def test_refused_send_flags_an_open_txn_refused_as_ended() -> None:
+    h = H()
+    h.new_txn((0, 1), 0, timeout=1_000)
+    h.op("send", PART, {"message": "t", "txn": [0, 1]}, None, 5, 9, process=1, kind=OpType.FAIL)
+    refused = dataclasses.replace(h.ops[-1], error="NotAllowed")
+    h.ops[-1] = refused
+    assert names(h) == {"refused-send": 1}
+    # after the txn's timeout it may have been aborted, and its sequence passed by the watermark
+    h.ops[-1] = dataclasses.replace(refused, invoked_at=1_500, completed_at=1_510)
+    assert names(h) == {}
+    # another error is not this rule's business
+    h.ops[-1] = dataclasses.replace(refused, error="ServiceUnitNotReady")
+    assert names(h) == {}
+
+
+# --- input ----------------------------------------------------------------------------------------------
+
+
+def test_bad_input_is_a_typed_error_naming_the_row() -> None:
+    h = H()
+    h.op("send", PART, {"message": 7}, {"position": [0, 0]}, 1, 2)
+    with pytest.raises(BadHistory, match="row 0"):
+        check_client_visible(h.ops)
+
+
+def test_machine_operations_are_ignored() -> None:
+    h = _late(30 + LAG_BOUND_MS - 1)
+    h.op("commit_txn", PART, {"@type": "CommitTxn", "txn_id": [0, 9], "low_water_mark": 0}, [0, 3], 5, 5)
+    assert names(h) == {}
+
+
+# --- no false alarm on engine histories ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("workload", ["ctp", "multi", "delayed"])
+def test_no_violation_on_seeded_histories_with_faults(workload: str) -> None:
+    for seed in range(1, 11):  # every variant and every fault mix of the main job
+        result = check_client_visible(run(main_job_spec(workload, seed, ops=30)).operations)
+        assert result.ok, [str(v) for v in result.violations[:3]]

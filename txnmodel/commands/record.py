@@ -1,0 +1,123 @@
+"""``txnmodel record``: drive a Pulsar-protocol broker with a named workload and write the history."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, positive_int
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from spec.errors import InputError
+    from txnmodel.record import RecordOptions, record
+
+    if args.seconds is not None and args.ops is not None:
+        print("txnmodel record: give --seconds or --ops, not both", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    options = RecordOptions(
+        url=args.url,
+        workload=args.workload,
+        out=args.out,
+        clients=args.clients,
+        seconds=args.seconds,
+        ops=args.ops,
+        seed=args.seed,
+        txn=not args.no_txn,
+        jsonl=args.jsonl,
+        partitions=args.partitions,
+        namespace=args.namespace,
+        operation_timeout_s=args.operation_timeout,
+        send_timeout_ms=args.send_timeout_ms,
+        receive_timeout_ms=args.receive_timeout_ms,
+        broker_tick_ms=args.broker_tick_ms,
+        broker_strict_delay=args.broker_strict_delay,
+        slack_ms=args.slack_ms,
+        liveness=args.liveness == "on",
+        max_delay_ms=args.max_delay_ms,
+        quiet_ms=args.quiet_ms,
+        admin_url=args.admin_url,
+        progress=not args.no_progress,
+    )
+    try:
+        result = record(options)
+    except InputError as exc:
+        print(f"txnmodel record: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"history: {result.path}")
+    if result.jsonl is not None:
+        print(f"history (JSON Lines): {result.jsonl}")
+    run = result.metadata["runs"][result.history]
+    print(
+        f"{result.operations} operations, {result.unknown} of unknown outcome; "
+        f"{len(run['topics'])} topics under {run['topics'][0].rsplit('-', 1)[0]}-*"
+    )
+    if run["drain_timed_out"]:
+        print(
+            "warning: the final drain timed out (a consumer never went quiet): "
+            "loss and liveness are judged only as far as the history shows",
+            file=sys.stderr,
+        )
+    for note in run["notes"]:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"check it: txnmodel verify {result.path.parent}")
+    return EXIT_OK
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "record",
+        help="drive a Pulsar-protocol broker with a workload and record the history its clients saw",
+        description="Run a named workload against any broker that speaks Pulsar's binary protocol (the official "
+        "pulsar-client package, and the project's wire client for transactions) and write what the clients saw "
+        "as a history for `txnmodel verify`: every operation from the client's side on one monotonic clock, "
+        "unique payloads, message ids as (ledger, entry, batch index, partition), an unknown outcome (info) "
+        "whenever a timeout or a disconnect hides the result. Topics are fresh per run (a unique prefix); "
+        "subscriptions are deleted at the end, topics too with --admin-url. Exit 0 when the history was "
+        "written, 2 on bad options or a broker that cannot be used.",
+    )
+    parser.add_argument("--url", required=True, help="the broker's service URL, pulsar://HOST:PORT")
+    from txnmodel.record.workloads import WORKLOADS
+
+    parser.add_argument("--workload", required=True, choices=tuple(WORKLOADS), help="what the clients do")
+    parser.add_argument("--out", required=True, help="folder for <history>.parquet (and .jsonl)")
+    parser.add_argument("--clients", type=positive_int, default=4, help="writer or transformer threads (default 4)")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--seconds", type=float, help="run the writers this long")
+    budget.add_argument("--ops", type=positive_int, help="messages (or transactions) to write (default 200)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the workload's choices (default 0)")
+    parser.add_argument("--no-txn", action="store_true", help="the broker has no transactions: refuse ctp and multi")
+    parser.add_argument("--jsonl", action="store_true", help="also write the history as JSON Lines")
+    parser.add_argument("--partitions", type=positive_int, help="topics a workload spreads over (default 1 or 2)")
+    parser.add_argument("--namespace", default="public/default", help="tenant/namespace of the run's topics")
+    parser.add_argument("--operation-timeout", type=positive_int, default=5, help="client operation timeout, s")
+    parser.add_argument("--send-timeout-ms", type=positive_int, default=3000, help="producer send timeout, ms")
+    parser.add_argument("--receive-timeout-ms", type=positive_int, default=100, help="a consumer's receive wait")
+    parser.add_argument(
+        "--broker-tick-ms",
+        type=positive_int,
+        default=1000,
+        help="the broker's delayedDeliveryTickTimeMillis (default 1000, Pulsar's): enters the delivery bound",
+    )
+    parser.add_argument(
+        "--broker-strict-delay",
+        action="store_true",
+        help="the broker sets isDelayedDeliveryDeliverAtTimeStrict=true; otherwise it may deliver a tick early",
+    )
+    parser.add_argument("--slack-ms", type=int, default=500, help="margin added to every stated bound (default 500)")
+    parser.add_argument(
+        "--liveness",
+        choices=("on", "off"),
+        default="on",
+        help="state liveness bounds (late delivery, redelivery) for a fault-free run; off while faults are injected",
+    )
+    parser.add_argument(
+        "--quiet-ms",
+        type=positive_int,
+        help="the final drain ends once every consumer found nothing for this long (default 600, 5000 with "
+        "--liveness off: clients reconnecting after faults catch up slowly)",
+    )
+    parser.add_argument("--max-delay-ms", type=positive_int, default=400, help="longest delay of the delayed workload")
+    parser.add_argument("--admin-url", help="the broker's admin REST URL (http://HOST:8080): delete the run's topics")
+    parser.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+    parser.set_defaults(func=cmd_record)
