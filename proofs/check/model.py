@@ -219,6 +219,7 @@ END_NONE, END_COMMIT, END_ABORT = 0, 1, 2
 REG_ASKED, REG_OK, REG_FAILED = 1, 2, 3
 _SUB_TARGET: Final = 1000  # registration targets: partition p, or 1000 + subscription s
 _NO_POS: Final = (-1, -1)
+_PUBLISHED: Final = -2  # the txn field of a payload entry a plain producer published during the run
 
 # ghost decided codes = TxnStatus values (OPEN 0 .. ABORTED 4)
 
@@ -1305,8 +1306,21 @@ class Model:
                 )
             if self.spec.subscriptions[i].reader:
                 self._add(out, s, ("reader", i), ("rd", i), lambda w, i=i: self._read(w, i), self._reader_footprint(i))
+        for p, count in enumerate(self.spec.publishes):
+            published = sum(1 for entry in s[L.part(p)][2] if entry[2] == _PUBLISHED)
+            if published < count:
+                self._add(
+                    out, s, ("publish", p), ("pub", p), lambda w, p=p: self._publish(w, p), (L.part(p), L.reopen(p))
+                )
         if self.spec.clock_limit and s[CLOCK] < self.spec.clock_limit:
             self._add(out, s, ("time",), ("clock",), _advance_clock, (CLOCK,))
+
+    def _publish(self, w: _W, p: int) -> None:
+        """A plain producer publishes one normal message on partition ``p`` (TB-9)."""
+        result = self._buf_step(w, p, tb.PublishMessage())
+        if isinstance(result, Ok):
+            part = w.parts[p]
+            w.parts[p] = (part[0], part[1], (*part[2], (_pos(result.value), -1, _PUBLISHED, len(part[2]), -1)))
 
     def _tick(self, w: _W, seq: int) -> None:
         """The timeout tracker fires at the deadline of transaction ``seq`` (TC-18)."""
@@ -1451,7 +1465,9 @@ class Model:
             return False
         w.used[5] += 1
         part = w.parts[p]
-        w.parts[p] = (part[0], part[1], tuple(e for e in part[2] if e[0][0] != ledger))
+        # A published entry stays (as the count of what the producer published), the rest goes.
+        kept = tuple(e for e in part[2] if e[0][0] != ledger or e[2] == _PUBLISHED)
+        w.parts[p] = (part[0], part[1], kept)
         return True
 
     # ------------------------------------------------------------------------------------------

@@ -60,7 +60,10 @@ def _ends(b: dict[str, int]) -> tuple[str, ...]:
 
 def _produce(b: dict[str, int], config: Config) -> ModelSpec:
     """Each client runs ``txns`` transactions, each sending ``messages`` messages to each of its
-    ``spread`` partitions (client c starts at partition c), then commits or aborts."""
+    ``spread`` partitions (client c starts at partition c), then commits or aborts.  A plain
+    producer publishes ``publishes`` normal messages on each partition meanwhile;
+    ``duplicate_sends`` lets the network duplicate a transactional send too (a late copy may reach
+    the partition after the transaction ended there)."""
     clients, partitions, spread = b["clients"], b["partitions"], min(b["spread"], b["partitions"])
     programs = []
     for c in range(clients):
@@ -68,13 +71,15 @@ def _produce(b: dict[str, int], config: Config) -> ModelSpec:
         ops = tuple(Op("send", p) for p in targets for _ in range(b["messages"]))
         programs.append(tuple(TxnScript(ops, _ends(b)) for _ in range(b["txns"])))
     subs = tuple(SubSpec(p, reader=True) for p in range(partitions)) if b["readers"] else ()
+    duplicable = ("add_partition", "add_subscription", "send") if b["duplicate_sends"] else None
     return ModelSpec(
         "produce",
         "atomic multi-partition produce",
         partitions,
         tuple(programs),
         subs,
-        faults=_faults(b),
+        publishes=(b["publishes"],) * partitions if b["publishes"] else (),
+        faults=_faults(b) if duplicable is None else _faults(b, duplicable=duplicable),
         config=config,
         bounds=b,
     )
@@ -230,6 +235,8 @@ MODELS: dict[str, NamedModel] = {
                 "messages": 1,
                 "txns": 1,
                 "readers": 1,
+                "publishes": 0,
+                "duplicate_sends": 0,
                 "loss": 1,
                 "duplicate": 1,
                 "crash_coordinator": 0,

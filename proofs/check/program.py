@@ -95,6 +95,7 @@ class ModelSpec:
     programs: tuple[tuple[TxnScript, ...], ...]  # per client, its transactions in order
     subscriptions: tuple[SubSpec, ...] = ()
     preload: tuple[int, ...] = ()  # normal messages published on each partition before the run
+    publishes: tuple[int, ...] = ()  # normal messages a plain producer publishes on each partition during the run
     faults: Faults = Faults()
     config: Config = field(default_factory=Config)
     pipelined: bool = False  # a client issues its next operation before the last one is answered
@@ -107,6 +108,8 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if len(self.preload) not in (0, self.partitions):
             raise ValueError("preload needs one count per partition")
+        if len(self.publishes) not in (0, self.partitions):
+            raise ValueError("publishes needs one count per partition")
         for program in self.programs:
             for script in program:
                 for op in script.ops:
@@ -133,6 +136,8 @@ class ModelSpec:
                 if ps is None:
                     continue
                 if self.preload and any(self.preload[p] != self.preload[pp[p]] for p in range(self.partitions)):
+                    continue
+                if self.publishes and any(self.publishes[p] != self.publishes[pp[p]] for p in range(self.partitions)):
                     continue
                 if all(
                     self.programs[pc[c]] == self._mapped(self.programs[c], pp, ps) for c in range(self.clients)
