@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.known_bugs.catalogue import MUTANTS  # noqa: E402
-from tests.known_bugs.check_probes import check_detection  # noqa: E402
+from tests.known_bugs.catalogue import MUTANTS
+from tests.known_bugs.check_probes import check_detection
 
 
 def main(argv: list[str] | None = None) -> int:

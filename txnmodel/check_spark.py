@@ -25,7 +25,6 @@ disk and replayed concretely.
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import tempfile
@@ -79,14 +78,13 @@ def explore_spark(
     partitions: int | None = None,
     spark: Any = None,
 ) -> tuple[Result, Model]:
-    """Explore ``spec`` on Spark; the result and the driver's model (for rendering traces)."""
-    from invariants.bulk import spark_session
+    """Explore ``spec`` on Spark; the result and the driver's model (for rendering traces).  The
+    session is the process's one (:func:`txnmodel.spark_runner.spark_session`), left running."""
+    from txnmodel.spark_runner import spark_session
 
     started = time.perf_counter()
     session = spark or spark_session(master, "txnmodel-check")
     sc = session.sparkContext
-    if not master.startswith("local"):
-        _ship_packages(sc)
     slots = int(sc.defaultParallelism)
     n_parts = partitions or max(2, 2 * slots)
     run_id = uuid.uuid4().hex
@@ -178,11 +176,29 @@ def explore_spark(
             expanded = frontier.mapPartitionsWithIndex(expand)
             merged = expanded.reduceByKey(_first_parent, n_parts, part)
             out = merged.mapPartitionsWithIndex(settle).persist()
-            extras = out.filter(lambda r: r[0] != "s").collect()
-            if liveness:
-                new_states = out.filter(lambda r: r[0] == "s").map(lambda r: (r[1], r[2][0])).collect()
-                graph_states.update(new_states)
-            new_count = out.filter(lambda r: r[0] == "s").count()
+
+            def report(items: Iterable[Any], liveness: bool = liveness) -> Iterator[Any]:
+                # One job per level: what the driver needs (the extras, the new states' count, and
+                # for liveness the new states) in one collect; the frontier stays on the executors.
+                count = 0
+                for record in items:
+                    if record[0] == "s":
+                        count += 1
+                        if liveness:
+                            yield ("state", record[1], record[2][0])
+                    else:
+                        yield record
+                yield ("count", count)
+
+            extras = []
+            new_count = 0
+            for record in out.mapPartitions(report).collect():
+                if record[0] == "count":
+                    new_count += record[1]
+                elif record[0] == "state":
+                    graph_states[record[1]] = record[2]
+                else:
+                    extras.append(record)
             pending_values = []
             level_violations = []
             for _tag, record in extras:
@@ -195,6 +211,8 @@ def explore_spark(
                     level_violations.append(record)
                 elif kind == "edge":
                     graph_edges.append(record[1:])
+            for d, value in pending_values:
+                driver.store.adopt(d, value)  # the driver renders traces and checks liveness
             frontier.unpersist()
             frontier = out.filter(lambda r: r[0] == "s").map(lambda r: (r[1], r[2]))
             states += new_count
@@ -228,8 +246,6 @@ def explore_spark(
             found.update(_liveness(driver, graph_states, graph_edges, directory, n_parts, init_fp, options))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-        if spark is None:
-            session.stop()
     result.violations = sorted(found.values(), key=lambda v: (v.length, v.name))
     result.seconds = time.perf_counter() - started
     return result, driver
@@ -281,22 +297,6 @@ def _liveness(
     properties = composed.LIVENESS + (composed.LIVENESS_STRICT if options.strict else ())
     found = local._liveness(driver, graph, _Parents(), init_fp, properties)  # type: ignore[arg-type]
     return {v.name: v for v in found}
-
-
-def _ship_packages(sc: Any) -> None:
-    """On a cluster, executors need our packages: ship spec/, reference/, invariants/, proofs/ and
-    txnmodel/ as one zip."""
-    import zipfile
-
-    root = Path(__file__).resolve().parent.parent
-    handle, name = tempfile.mkstemp(suffix=".zip", prefix="txnmodel-check-")
-    os.close(handle)
-    with zipfile.ZipFile(name, "w") as archive:
-        for package in ("spec", "reference", "invariants", "proofs", "txnmodel"):
-            for file in (root / package).rglob("*"):
-                if file.is_file() and "__pycache__" not in file.parts:
-                    archive.write(file, file.relative_to(root))
-    sc.addPyFile(name)
 
 
 if __name__ == "__main__":  # pragma: no cover

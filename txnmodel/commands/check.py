@@ -73,11 +73,14 @@ def check_models(
                 print(f"  {name}: depth {depth}, {states} states, frontier {frontier}", file=sys.stderr, flush=True)
 
         visited = None
+        spilled: list[Any] = []
         if spill is not None:
             from txnmodel.fpset import SpillingVisited
 
-            def visited(spill: int = spill) -> Any:
-                return SpillingVisited(memory_states=spill)
+            def visited(spill: int = spill, spilled: list[Any] = spilled) -> Any:
+                seen = SpillingVisited(memory_states=spill)
+                spilled.append(seen)
+                return seen
 
         options = Options(
             symmetry=symmetry,
@@ -92,7 +95,11 @@ def check_models(
         )
         if master is None:
             model = Model(spec, step_timeout_s=step_timeout_s)
-            result = explore(model, options)
+            try:
+                result = explore(model, options)
+            finally:
+                for seen in spilled:
+                    seen.close()
         else:
             from txnmodel.check_spark import explore_spark
 
