@@ -84,3 +84,20 @@ def test_a_liveness_trace_is_a_lasso_in_the_viewer_shape(tmp_path: Path, capsys:
         main(["view", str(tmp_path / "pending-ack" / "txns-end" / "trace.json"), "--out", str(tmp_path / "p.html")])
         == 0
     )
+
+
+def test_the_main_jobs_model_checking_phase(tmp_path: Path) -> None:
+    from proofs.check.models import DEFAULT_MODELS
+    from txnmodel.commands.run import _model_check
+    from txnmodel.progress import Reporter
+
+    summary: list[tuple[str, str, str]] = []
+    assert _model_check(Reporter(enabled=False), summary, tmp_path) == 0
+    assert [row[0] for row in summary] == [f"model check: {name}" for name in DEFAULT_MODELS]
+    assert all(row[1].startswith("ok, ") for row in summary)
+    mutant = next(m for m in MUTANTS if m.name == "recovery-keeps-snapshot-mrp")
+    summary = []
+    with applied(mutant):
+        assert _model_check(Reporter(enabled=False), summary, tmp_path) == 1
+    assert summary[0][1].startswith("violated")
+    assert (tmp_path / "produce" / "buffer-recovers-live" / "trace.json").exists()

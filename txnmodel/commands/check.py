@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ def check_models(
     spill: int | None = None,
     keep_going: bool = False,
     progress: bool = False,
+    level: Callable[[int, int, int], None] | None = None,
     step_timeout_s: float | None = 20.0,
 ) -> list[ModelRun]:
     """Run the named models (bounds apply to every model that has them); raise BadBound on bad input."""
@@ -66,7 +68,7 @@ def check_models(
             mine = bounds  # a single model: an unknown bound is an error
         spec = build(name, mine, quirks=quirks)
         spec = _with_quirks(spec, quirks)
-        printer = None
+        printer = level
         if progress:
 
             def printer(depth: int, states: int, frontier: int, name: str = name) -> None:
