@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spec.config import Config
+from spec.config import QUIRKS, Config
 from spec.history import Operation
 
 from .broker import BrokerFaults
@@ -851,6 +851,7 @@ class SimulateOptions:
     redeliver: str = "off"  # mixed: seeds = 3 mod 6
     disk: str = "real"  # file ledgers: "real", or "sim" (broker crashes are power cuts)
     group_commit_ms: int | None = None  # file ledgers: the journal's group commit (None: every change)
+    quirks: tuple[str, ...] = ()  # named quirks (spec.config.QUIRKS) switched on in every run
 
     @property
     def workloads(self) -> tuple[str, ...]:
@@ -895,6 +896,8 @@ class SimulateOptions:
                     export_dir=export,
                 )
             )
+            for quirk in self.quirks:
+                specs[-1].config = specs[-1].config.with_overrides(QUIRKS[quirk])
         return specs
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spec.config import QUIRKS
 from txnmodel.common import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
@@ -126,6 +127,13 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument(
         "--jobs", type=int, default=1, metavar="N", help="run N histories at once (processes; default 1)"
     )
+    parser.add_argument(
+        "--quirk",
+        action="append",
+        choices=tuple(QUIRKS),
+        metavar="NAME",
+        help=f"switch on a named quirk, Pulsar's behaviour where the reference differs ({', '.join(QUIRKS)})",
+    )
     parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
     parser.add_argument(
         "--check", action="store_true", help="check each history's transactional properties (exit 1 on any anomaly)"
@@ -160,6 +168,7 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         redeliver=args.redeliver,
         disk=args.disk,
         group_commit_ms=args.group_commit,
+        quirks=tuple(args.quirk or ()),
     )
 
 
