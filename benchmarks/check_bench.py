@@ -91,24 +91,31 @@ def main(argv: list[str] | None = None) -> int:
     from txnmodel.progress import Reporter
 
     report: dict[str, Any] = {"load_before": os.getloadavg(), "cpus": os.cpu_count()}
+    out = Path("out") / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every stage: a long run's figures so far are on disk
+        (out / "check_bench.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+
     with Reporter().phase("check_bench", unit=""):
         report["default_models"] = [_local(name, {}, Options()) for name in DEFAULT_MODELS]
+        save()
         reductions = {}
         for symmetry in (False, True):
             for por in (False, True):
                 row = _local("produce", SYMMETRIC, Options(liveness=False, symmetry=symmetry, por=por))
                 reductions[f"symmetry={'on' if symmetry else 'off'} por={'on' if por else 'off'}"] = row
         report["reductions"] = reductions
+        save()
         safety = Options(liveness=False, symmetry=False, por=False)
-        big = {"single process": _local(args.big_model, big_bounds, safety)}
+        big = report["big"] = {"single process": _local(args.big_model, big_bounds, safety)}
+        save()
         if not args.no_spark:
             for master in ("local[1]", "local[2]"):
                 big[master] = _spark(args.big_model, big_bounds, safety, master)
-        report["big"] = big
+                save()
     report["load_after"] = os.getloadavg()
-    out = Path("out") / "bench"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "check_bench.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    save()
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
