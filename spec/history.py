@@ -89,6 +89,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from spec.errors import InputError
+from spec.json_limits import first_excess
 
 __all__ = [
     "FIELDS",
@@ -132,6 +133,18 @@ class OpType(enum.Enum):
     def indeterminate(self) -> bool:
         """``info`` or ``invoke``: may or may not have taken effect; returns at +infinity."""
         return self in (OpType.INFO, OpType.INVOKE)
+
+
+#: The deepest nesting of a row's ``value`` or ``result`` JSON (the engine's deepest is under 10).
+MAX_VALUE_DEPTH: Final = 64
+#: The longest number in a row's JSON: any 64-bit value fits, far below where parsing gets slow.
+MAX_NUMBER_DIGITS: Final = 40
+
+
+def _short(value: object) -> str:
+    """``repr(value)``, cut: a message never quotes megabytes of input."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text):,} characters)"
 
 
 class BadHistory(InputError):
@@ -301,13 +314,15 @@ class Operation:
             if value is None:
                 continue
             if kind == "int64" and (not isinstance(value, int) or isinstance(value, bool)):
-                raise bad(name, f"expected an integer, got {value!r}")
+                raise bad(name, f"expected an integer, got {_short(value)}")
+            if kind == "int64" and not -(2**63) <= value < 2**63:
+                raise bad(name, f"expected a 64-bit integer, got {_short(value)}")
             if kind == "string" and not isinstance(value, str):
-                raise bad(name, f"expected a string, got {value!r}")
+                raise bad(name, f"expected a string, got {_short(value)}")
         try:
             op_type = OpType(row["type"])
         except ValueError:
-            raise bad("type", f"expected one of invoke, ok, fail, info, got {row['type']!r}") from None
+            raise bad("type", f"expected one of invoke, ok, fail, info, got {_short(row['type'])}") from None
         try:
             parse_object(row["object"])
         except ValueError as exc:
@@ -317,6 +332,10 @@ class Operation:
             text = row.get(name)
             if text is None:
                 continue
+            excess = first_excess(text, max_depth=MAX_VALUE_DEPTH, max_digits=MAX_NUMBER_DIGITS)
+            if excess is not None:
+                limit = "MAX_VALUE_DEPTH" if excess[0].startswith("nested") else "MAX_NUMBER_DIGITS"
+                raise bad(name, f"JSON text {excess[0]} at char {excess[1]} (limit {limit})")
             try:
                 decoded[name] = json.loads(text)
             except json.JSONDecodeError as exc:

@@ -31,6 +31,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -126,107 +127,25 @@ def explore_spark(
                 broadcasts.append((len(broadcasts), sc.broadcast(pending_values)))
             shipped = list(broadcasts)
 
-            def expand(index: int, items: Iterable[Any], shipped: list[Any] = shipped) -> Iterator[Any]:
-                model = _runtime(run_id, spec, step_timeout, shipped)
-                canon_ = model.canonical if symmetry and len(model.symmetries) > 1 else (lambda s: s)
-                model.store.take_new()
-                count = 0
-                serial = 0
-                for fp, (state, _parent) in items:
-                    for succ in model.successors(state, por=por):
-                        count += 1
-                        nxt = canon_(succ.state)
-                        nfp = hash(nxt)
-                        broken = list(succ.broken) + model.violations(succ.state, succ.changed)
-                        for name in broken:
-                            serial += 1
-                            yield ((index, serial), ("violation", name, fp, nfp, succ.label))
-                        if liveness:
-                            serial += 1
-                            yield ((index, serial), ("edge", fp, nfp, succ.family))
-                        yield (nfp, (nxt, fp))
-                serial += 1
-                yield ((index, serial), ("transitions", count))
-                values = model.store.take_new()
-                if values:
-                    serial += 1
-                    yield ((index, serial), ("values", values))
-
-            def settle(index: int, items: Iterable[Any], level: int = level) -> Iterator[Any]:
-                seen = PartitionSeen(directory, index).open(level)
-                keys: list[int] = []
-                payload: list[Any] = []
-                for key, value in items:
-                    if isinstance(key, tuple):
-                        yield ("x", value)
-                    else:
-                        keys.append(key)
-                        payload.append(value)
-                if not keys:
-                    seen.record(level, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-                    return
-                fps = np.array(keys, dtype=np.int64)
-                fresh = seen.new(fps)
-                parents = np.array([p[1] for p in payload], dtype=np.int64)
-                seen.record(level, fps[fresh], parents[fresh])
-                for keep, key, value in zip(fresh.tolist(), keys, payload, strict=True):
-                    if keep:
-                        yield ("s", key, value)
-
+            expand = partial(_expand, run_id, spec, step_timeout, shipped, symmetry, por, liveness)
             expanded = frontier.mapPartitionsWithIndex(expand)
             merged = expanded.reduceByKey(_first_parent, n_parts, part)
-            out = merged.mapPartitionsWithIndex(settle).persist()
-
-            def report(items: Iterable[Any], liveness: bool = liveness) -> Iterator[Any]:
-                # One job per level: what the driver needs (the extras, the new states' count, and
-                # for liveness the new states) in one collect; the frontier stays on the executors.
-                count = 0
-                for record in items:
-                    if record[0] == "s":
-                        count += 1
-                        if liveness:
-                            yield ("state", record[1], record[2][0])
-                    else:
-                        yield record
-                yield ("count", count)
-
-            extras = []
-            new_count = 0
-            for record in out.mapPartitions(report).collect():
-                if record[0] == "count":
-                    new_count += record[1]
-                elif record[0] == "state":
-                    graph_states[record[1]] = record[2]
-                else:
-                    extras.append(record)
-            pending_values = []
-            level_violations = []
-            for _tag, record in extras:
-                kind = record[0]
-                if kind == "transitions":
-                    transitions += record[1]
-                elif kind == "values":
-                    pending_values.extend(record[1])
-                elif kind == "violation":
-                    level_violations.append(record)
-                elif kind == "edge":
-                    graph_edges.append(record[1:])
+            out = merged.mapPartitionsWithIndex(partial(_settle, directory, level)).persist()
+            level_report = _LevelReport()
+            for record in out.mapPartitions(partial(_report, liveness)).collect():
+                level_report.take(record, graph_states, graph_edges)
+            new_count, transitions = level_report.new_states, transitions + level_report.transitions
+            pending_values = level_report.values
+            level_violations = level_report.violations
             for d, value in pending_values:
                 driver.store.adopt(d, value)  # the driver renders traces and checks liveness
             frontier.unpersist()
             frontier = out.filter(lambda r: r[0] == "s").map(lambda r: (r[1], r[2]))
             states += new_count
             for _k, name, parent, _nfp, label in sorted(level_violations, key=lambda r: (r[1], r[2])):
-                if name in found:
-                    continue
-                path = _path(directory, n_parts, parent, init_fp)
-                trace = concrete_trace(driver, path, symmetry=symmetry, por=por)
-                for succ in driver.successors(trace[-1].state, por=por):
-                    if succ.label == label:
-                        trace.append(TraceStep(succ.label, succ.state))
-                        break
-                kind = "safety"
-                found[name] = Violation(kind, name, trace)
+                if name not in found:
+                    path = _path(directory, n_parts, parent, init_fp)
+                    found[name] = Violation("safety", name, _trace_to(driver, path, label, symmetry, por))
             if options.progress is not None:
                 options.progress(level, states, new_count)
             if found and options.stop_at_first:
@@ -249,6 +168,117 @@ def explore_spark(
     result.violations = sorted(found.values(), key=lambda v: (v.length, v.name))
     result.seconds = time.perf_counter() - started
     return result, driver
+
+
+def _expand(
+    run_id: str,
+    spec: ModelSpec,
+    step_timeout: float | None,
+    shipped: list[Any],
+    symmetry: bool,
+    por: bool,
+    liveness: bool,
+    index: int,
+    items: Iterable[Any],
+) -> Iterator[Any]:
+    """A frontier partition's successors keyed by fingerprint, and what the driver needs keyed by
+    (partition, serial): violations, graph edges (for liveness), counts, newly interned values."""
+    model = _runtime(run_id, spec, step_timeout, shipped)
+    canon = model.canonical if symmetry and len(model.symmetries) > 1 else (lambda s: s)
+    model.store.take_new()
+    count = 0
+    serial = 0
+    for fp, (state, _parent) in items:
+        for succ in model.successors(state, por=por):
+            count += 1
+            nxt = canon(succ.state)
+            nfp = hash(nxt)
+            for name in list(succ.broken) + model.violations(succ.state, succ.changed):
+                serial += 1
+                yield ((index, serial), ("violation", name, fp, nfp, succ.label))
+            if liveness:
+                serial += 1
+                yield ((index, serial), ("edge", fp, nfp, succ.family))
+            yield (nfp, (nxt, fp))
+    serial += 1
+    yield ((index, serial), ("transitions", count))
+    values = model.store.take_new()
+    if values:
+        serial += 1
+        yield ((index, serial), ("values", values))
+
+
+def _settle(directory: Path, level: int, index: int, items: Iterable[Any]) -> Iterator[Any]:
+    """Test a partition's successors against its part of the seen set; record and yield the new."""
+    seen = PartitionSeen(directory, index).open(level)
+    keys: list[int] = []
+    payload: list[Any] = []
+    for key, value in items:
+        if isinstance(key, tuple):
+            yield ("x", value)
+        else:
+            keys.append(key)
+            payload.append(value)
+    if not keys:
+        seen.record(level, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        return
+    fps = np.array(keys, dtype=np.int64)
+    fresh = seen.new(fps)
+    parents = np.array([p[1] for p in payload], dtype=np.int64)
+    seen.record(level, fps[fresh], parents[fresh])
+    for keep, key, value in zip(fresh.tolist(), keys, payload, strict=True):
+        if keep:
+            yield ("s", key, value)
+
+
+def _report(liveness: bool, items: Iterable[Any]) -> Iterator[Any]:
+    """One job per level: what the driver needs (the extras, the new states' count, and for
+    liveness the new states) in one collect; the frontier stays on the executors."""
+    count = 0
+    for record in items:
+        if record[0] == "s":
+            count += 1
+            if liveness:
+                yield ("state", record[1], record[2][0])
+        else:
+            yield record
+    yield ("count", count)
+
+
+class _LevelReport:
+    """What one level's collect brought back to the driver."""
+
+    def __init__(self) -> None:
+        self.new_states = 0
+        self.transitions = 0
+        self.values: list[tuple[int, Any]] = []
+        self.violations: list[Any] = []
+
+    def take(self, record: Any, states: dict[int, Any], edges: list[tuple[int, int, Any]]) -> None:
+        if record[0] == "count":
+            self.new_states += record[1]
+        elif record[0] == "state":
+            states[record[1]] = record[2]
+        else:
+            extra = record[1]
+            if extra[0] == "transitions":
+                self.transitions += extra[1]
+            elif extra[0] == "values":
+                self.values.extend(extra[1])
+            elif extra[0] == "violation":
+                self.violations.append(extra)
+            elif extra[0] == "edge":
+                edges.append(extra[1:])
+
+
+def _trace_to(driver: Model, path: list[int], label: Any, symmetry: bool, por: bool) -> list[TraceStep]:
+    """The concrete trace along ``path`` (fingerprints), then the step ``label`` that broke a property."""
+    trace = concrete_trace(driver, path, symmetry=symmetry, por=por)
+    for succ in driver.successors(trace[-1].state, por=por):
+        if succ.label == label:
+            trace.append(TraceStep(succ.label, succ.state))
+            break
+    return trace
 
 
 def _first_parent(a: Any, b: Any) -> Any:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from invariants import batched_log as batched_inv
 from invariants import composed
-from proofs.check.model import CAUX, CLOG, COORD
+from proofs.check.state import CAUX, CLOG, COORD
 from reference import batched_log as bl
 from reference import coordinator as tc
 from spec.envelope import LogKind
@@ -30,7 +30,8 @@ from spec.result import Err, Ok
 from spec.types import BatchedPosition, Position, bits_to_words
 
 if TYPE_CHECKING:
-    from proofs.check.model import _W, Model, Successor
+    from proofs.check.model import Model
+    from proofs.check.state import _W, Successor
 
 __all__ = ["BatchedLog"]
 

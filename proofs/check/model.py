@@ -42,9 +42,8 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable, Iterator
-from functools import partial
 from operator import itemgetter
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 from invariants import buffer as buffer_inv
 from invariants import client as client_inv
@@ -52,22 +51,86 @@ from invariants import composed
 from invariants import coordinator as coordinator_inv
 from invariants import delayed as delayed_inv
 from invariants import pending_ack as pending_ack_inv
-from proofs.check.program import ModelSpec, Op, Symmetry
+from proofs.check import checks, environment, symmetry
+from proofs.check.program import ModelSpec, Symmetry
+from proofs.check.state import (
+    _CLIENT_BOUND,
+    _CODE,
+    _FROM_CLIENT,
+    _NO_POS,
+    _PUBLISHED,
+    _SUB_TARGET,
+    _W,
+    ACK_REQ,
+    ACK_RESP,
+    ADDP_REQ,
+    ADDP_RESP,
+    ADDS_REQ,
+    ADDS_RESP,
+    BAD,
+    BEGUN,
+    BUFFER_TOPIC,
+    CAUX,
+    CLOCK,
+    CLOG,
+    COORD,
+    DECIDED,
+    END_ABORT,
+    END_COMMIT,
+    END_NONE,
+    END_REQ,
+    END_RESP,
+    ENDP,
+    ENDP_RESP,
+    ENDS,
+    ENDS_RESP,
+    ERRORS,
+    IDLE,
+    IN_TXN,
+    NET,
+    NEW_REQ,
+    NEW_RESP,
+    OP_FAILED,
+    OP_FLIGHT,
+    OP_HELD,
+    OP_NEW,
+    OP_OK,
+    OP_REG,
+    REG_ASKED,
+    REG_FAILED,
+    REG_OK,
+    SEND_REQ,
+    SEND_RESP,
+    USED,
+    Layout,
+    StepDiverged,
+    Successor,
+    _advance_clock,
+    _apply,
+    _code,
+    _delta,
+    _done,
+    _one,
+    _pos,
+    _retries,
+    _target,
+    _txn_seq,
+    message_name,
+    partition_name,
+    subscription_of,
+)
 from proofs.check.store import Store
 from reference import buffer as tb
 from reference import client as ct
 from reference import coordinator as tc
 from reference import delayed as dl
 from reference import pending_ack as pa
-from reference.engine.memory_ledger import consumed_ledgers
-from spec import errors as spec_errors
 from spec.result import Err, Ok
 from spec.types import (
     AckType,
     ClientTxnState,
     MessageState,
     Position,
-    Subscription,
     TxnAction,
     TxnID,
     TxnStatus,
@@ -82,228 +145,6 @@ __all__ = [
     "partition_name",
     "subscription_of",
 ]
-
-TOPIC: Final = "persistent://public/default/t"
-BUFFER_TOPIC: Final = tb.DEFAULT_TOPIC  # every buffer's own name: buffers are interchangeable
-
-
-def partition_name(p: int) -> str:
-    return f"{TOPIC}-partition-{p}"
-
-
-def subscription_of(spec: ModelSpec, s: int) -> Subscription:
-    sub = spec.subscriptions[s]
-    return Subscription(partition_name(sub.partition), f"{sub.name}-{s}")
-
-
-def _error_names() -> tuple[str, ...]:
-    names: set[str] = set()
-    todo = [spec_errors.DomainError]
-    while todo:
-        cls = todo.pop()
-        for sub in cls.__subclasses__():
-            names.add(sub.__name__)
-            todo.append(sub)
-    return ("", *sorted(names))
-
-
-ERRORS: Final = _error_names()
-_CODE: Final = {name: i for i, name in enumerate(ERRORS)}
-
-
-def _code(result: Any) -> int:
-    return _CODE[result.error.name] if isinstance(result, Err) else 0
-
-
-# --- messages -------------------------------------------------------------------------------
-# (kind, ...fields), all ints.  Client-bound responses carry the client and the txn sequence.
-
-NEW_REQ, NEW_RESP, ADDP_REQ, ADDP_RESP, ADDS_REQ, ADDS_RESP = 0, 1, 2, 3, 4, 5
-SEND_REQ, SEND_RESP, ACK_REQ, ACK_RESP, END_REQ, END_RESP = 6, 7, 8, 9, 10, 11
-ENDP, ENDP_RESP, ENDS, ENDS_RESP = 12, 13, 14, 15
-
-_MESSAGE_NAMES: Final = (
-    "NEW_TXN",
-    "NEW_TXN response",
-    "ADD_PARTITION_TO_TXN",
-    "ADD_PARTITION_TO_TXN response",
-    "ADD_SUBSCRIPTION_TO_TXN",
-    "ADD_SUBSCRIPTION_TO_TXN response",
-    "SEND",
-    "SEND response",
-    "ACK",
-    "ACK response",
-    "END_TXN",
-    "END_TXN response",
-    "END_TXN_ON_PARTITION",
-    "END_TXN_ON_PARTITION response",
-    "END_TXN_ON_SUBSCRIPTION",
-    "END_TXN_ON_SUBSCRIPTION response",
-)
-_DUPLICABLE: Final = {
-    "add_partition": ADDP_REQ,
-    "add_subscription": ADDS_REQ,
-    "send": SEND_REQ,
-    "ack": ACK_REQ,
-    "new_txn": NEW_REQ,
-    "end_txn": END_REQ,
-}
-_CLIENT_BOUND: Final = frozenset({NEW_RESP, ADDP_RESP, ADDS_RESP, SEND_RESP, ACK_RESP, END_RESP})
-_FROM_CLIENT: Final = frozenset({NEW_REQ, ADDP_REQ, ADDS_REQ, SEND_REQ, ACK_REQ, END_REQ})
-_TIMEOUT_CODE: Final = _CODE["RequestTimeout"]
-
-
-def message_name(kind: int) -> str:
-    return _MESSAGE_NAMES[kind]
-
-
-# --- composed state layout ------------------------------------------------------------------
-# One flat tuple, so that a transition rewrites single slots:
-# (coord, clog, caux, net, used, clock, decided, bad, *parts, *subs, *clients, *acks, *reopened, *ended)
-COORD, CLOG, CAUX, NET, USED, CLOCK, DECIDED, BAD = range(8)
-_BASE: Final = 8
-
-
-class Layout:
-    """Where the per-partition, per-subscription and per-client slots of a flat state are."""
-
-    def __init__(self, partitions: int, subscriptions: int, clients: int) -> None:
-        self.partitions, self.subscriptions, self.clients_n = partitions, subscriptions, clients
-        at = _BASE
-        self.parts = slice(at, at + partitions)
-        at += partitions
-        self.subs = slice(at, at + subscriptions)
-        at += subscriptions
-        self.clients = slice(at, at + clients)
-        at += clients
-        self.acks = slice(at, at + subscriptions)
-        at += subscriptions
-        self.reopened = slice(at, at + partitions)
-        at += partitions
-        self.ended = slice(at, at + partitions)
-        self.size = at + partitions
-
-    def part(self, p: int) -> int:
-        return self.parts.start + p
-
-    def sub(self, s: int) -> int:
-        return self.subs.start + s
-
-    def client(self, c: int) -> int:
-        return self.clients.start + c
-
-    def ack(self, s: int) -> int:
-        return self.acks.start + s
-
-    def reopen(self, p: int) -> int:
-        return self.reopened.start + p
-
-    def end(self, p: int) -> int:
-        return self.ended.start + p
-
-
-# caux = (epoch, runs, waiters, timers)
-# part = (buffer digest, parked ((client, seq, op), ...), payload (((l, e), client, seq, op, deliver_at), ...))
-# sub  = (pa digest, log digest, log_exists, read_after (l, e), avail ((l, e), ...),
-#         handed (((l, e), client), ...), queued (request, ...), tracker digest or 0)
-# client = (phase, k, seq, ct digest, pc, regs ((target, status), ...), ops (status, ...), held ((l, e) | (), ...), end)
-# history variables: decided (status code per sequence), bad ((name, ...), ...) hand-out checks
-# broken; per subscription the committed acks (((l, e), cumulative), ...); per partition the
-# transactions re-opened after their end there, and those whose end it processed.
-# used = (loss, duplicate, crash_coordinator, crash_partition, rollover, retention)
-
-# client phases and op statuses
-IDLE, BEGUN, IN_TXN, DONE = 0, 1, 2, 3
-OP_NEW, OP_REG, OP_FLIGHT, OP_OK, OP_FAILED, OP_HELD = 0, 1, 2, 3, 4, 5
-END_NONE, END_COMMIT, END_ABORT = 0, 1, 2
-REG_ASKED, REG_OK, REG_FAILED = 1, 2, 3
-_SUB_TARGET: Final = 1000  # registration targets: partition p, or 1000 + subscription s
-_NO_POS: Final = (-1, -1)
-_PUBLISHED: Final = -2  # the txn field of a payload entry a plain producer published during the run
-
-# ghost decided codes = TxnStatus values (OPEN 0 .. ABORTED 4)
-
-
-class StepDiverged(Exception):
-    """A machine step did not return within the guard's time: the component never answers."""
-
-
-class Successor(NamedTuple):
-    label: tuple[Any, ...]  # what happened, for traces (kind first)
-    state: tuple[Any, ...]
-    family: tuple[Any, ...] | None  # the weak-fairness family; None: an environment step (no fairness)
-    broken: tuple[str, ...] = ()  # step properties the transition breaks
-    changed: tuple[int, ...] | None = None  # the slots it may have changed (None: any)
-
-
-def _pos(p: Position) -> tuple[int, int]:
-    return (p.ledger_id, p.entry_id)
-
-
-class _W:
-    """A composed state opened for one transition (lists where it changes)."""
-
-    __slots__ = (
-        "acks",
-        "bad",
-        "broken",
-        "caux",
-        "clients",
-        "clock",
-        "clog",
-        "coord",
-        "decided",
-        "ended",
-        "net",
-        "parts",
-        "reopened",
-        "subs",
-        "used",
-    )
-
-    def __init__(self, s: tuple[Any, ...], layout: Layout) -> None:
-        self.coord: int = s[COORD]
-        self.clog: int = s[CLOG]
-        self.caux: list[Any] = list(s[CAUX])
-        self.net: list[Any] = list(s[NET])
-        self.used: list[int] = list(s[USED])
-        self.clock: int = s[CLOCK]
-        self.decided: tuple[int, ...] = s[DECIDED]
-        self.bad: tuple[Any, ...] = s[BAD]
-        self.parts: list[Any] = list(s[layout.parts])
-        self.subs: list[Any] = list(s[layout.subs])
-        self.clients: list[Any] = list(s[layout.clients])
-        self.acks: list[Any] = list(s[layout.acks])
-        self.reopened: list[Any] = list(s[layout.reopened])
-        self.ended: list[Any] = list(s[layout.ended])
-        self.broken: list[str] = []
-
-    def freeze(self) -> tuple[Any, ...]:
-        return (
-            self.coord,
-            self.clog,
-            tuple(self.caux),
-            tuple(sorted(self.net)),
-            tuple(self.used),
-            self.clock,
-            self.decided,
-            self.bad,
-            *self.parts,
-            *self.subs,
-            *self.clients,
-            *self.acks,
-            *self.reopened,
-            *self.ended,
-        )
-
-    def send(self, message: tuple[int, ...]) -> None:
-        self.net.append(message)
-
-    def take(self, message: tuple[int, ...]) -> None:
-        self.net.remove(message)
-
-    def flag(self, name: str, *detail: int) -> None:
-        self.bad = (*self.bad, (name, *detail))
 
 
 class Model:
@@ -1336,444 +1177,24 @@ class Model:
         result = self._coord_step(w, tc.ResumeEndTxn(TxnID(0, seq), TxnAction(action), 0, bool(to)))
         self._coord_effects(w, result, settle=(seq, action))
 
-    # ------------------------------------------------------------------------------------------
-    # the environment: faults, roll-over, retention
-
-    def _environment_actions(self, s: tuple[Any, ...], out: list[Successor], messages: set[tuple[int, ...]]) -> None:
-        faults = self.spec.faults
-        used = s[USED]
-        if used[0] < faults.loss:
-            for m in sorted(messages):
-                self._add(out, s, ("lose", m), None, lambda w, m=m: self._lose(w, m))
-        if used[1] < faults.duplicate:
-            kinds = {_DUPLICABLE[k] for k in faults.duplicable}
-            for m in sorted(messages):
-                if m[0] in kinds:
-                    self._add(out, s, ("duplicate", m), None, lambda w, m=m: _duplicate(w, m))
-        if used[2] < faults.crash_coordinator:
-            self._add(out, s, ("crash-coordinator",), None, self._crash_coordinator, (*self._COORDINATOR, USED))
-        if used[3] < faults.crash_partition:
-            for p in range(self.spec.partitions):
-                self._add(
-                    out,
-                    s,
-                    ("crash-partition", p),
-                    None,
-                    lambda w, p=p: self._crash_partition(w, p),
-                    self._topic_footprint(p),
-                )
-        if used[4] < faults.rollover:
-            for p in range(self.spec.partitions):
-                self._add(
-                    out, s, ("roll-over", p), None, lambda w, p=p: self._roll_over(w, p), (self.layout.part(p), USED)
-                )
-        if used[5] < faults.retention:
-            for p in range(self.spec.partitions):
-                self._add(
-                    out, s, ("retention", p), None, lambda w, p=p: self._retention(w, p), self._topic_footprint(p)
-                )
-
-    def _lose(self, w: _W, m: tuple[int, ...]) -> None:
-        w.take(m)
-        w.used[0] += 1
-        if m[0] in (ENDP, ENDS):
-            # The TB client times out the request: the coordinator hears RequestTimeout (retryable).
-            w.send((m[0] + 1, *m[1:], _TIMEOUT_CODE))
-        elif m[0] in (ENDP_RESP, ENDS_RESP):
-            w.send((*m[:-1], _TIMEOUT_CODE))
-
-    def _crash_coordinator(self, w: _W) -> None:
-        """Memory lost; the store reloads from its log (TC-21 .. TC-25), as the engine's load."""
-        w.used[2] += 1
-        if self.batched is not None:
-            self.batched.crash(w)
-            return
-        records, max_local = self.value(w.clog)
-        renumbered = tuple((i, record) for i, (_rid, record) in enumerate(records))
-        state, effects = self.store.memo(
-            ("tc-recover", w.clog),
-            lambda: tc.recover(self.config, 0, renumbered, max_local, next_record_id=len(renumbered)),
-        )
-        log = list(renumbered)
-        timers = []
-        for effect in effects:
-            if isinstance(effect, tc.DeleteRecords):
-                doomed = set(effect.record_ids)
-                log = [r for r in log if r[0] not in doomed]
-            elif isinstance(effect, tc.ScheduleResumeEndTxn):
-                timers.append((effect.txn_id.least_sig_bits, int(effect.action), int(effect.is_timeout)))
-        w.coord = self.store.put(state)
-        w.clog = self.store.put((tuple(log), max(max_local, state.sequence_id)))
-        w.caux[:] = [w.caux[0] + 1, (), (), tuple(sorted(set(timers)))]
-
-    def _crash_partition(self, w: _W, p: int) -> None:
-        """The topic crashes or is unloaded and loaded again: the buffer recovers from its ledgers
-        and snapshot topics (TB-1, TB-24); each subscription reopens its cursor and replays its
-        pending-ack log (PA-17 .. PA-20).  Parked appends and queued requests are lost with the
-        topic's memory: their callers' requests time out (the connection is gone), which is the
-        answer they get here."""
-        w.used[3] += 1
-        self._buf_step(w, p, tb.ReloadTopic())
-        self._buf_step(w, p, tb.StartRecovery())
-        self._buf_step(w, p, tb.CompleteRecovery())
-        part = w.parts[p]
-        w.parts[p] = (part[0], (), part[2])
-        for c, seq, op, _deliver_at in part[1]:
-            w.send((SEND_RESP, c, seq, op, _TIMEOUT_CODE))
-        for s in self.subs_of[p]:
-            sub = w.subs[s]
-            for request, _extra in sub[6]:
-                w.send((*request, _TIMEOUT_CODE))
-            w.subs[s] = self._reload_subscription(sub, s)
-
-    def _reload_subscription(self, sub: tuple[Any, ...], s: int) -> tuple[Any, ...]:
-        live = self.value(sub[0])
-        spec = self.spec.subscriptions[s]
-
-        def reload() -> int:
-            if not sub[2]:
-                return self.store.put(pa.initial(self.config, sub_type=pa.SubType[spec.sub_type], cursor=live.cursor))
-            records = tuple((i, r) for i, (_rid, r) in enumerate(self.value(sub[1])))
-            state = pa.recover(
-                self.config, records, cursor=live.cursor, sub_type=live.sub_type, next_record_id=len(records)
-            )
-            return self.store.put(state)
-
-        state_d = self.store.memo(("pa-reload", sub[0], sub[1], sub[2]), reload)
-        log = self.value(sub[1])
-        renumbered = self.store.put(tuple((i, r) for i, (_rid, r) in enumerate(log)))
-        cursor = self.value(state_d).cursor
-        return (state_d, renumbered, sub[2], _pos(cursor.mark_delete_position), (), (), (), 0)
-
-    def _roll_over(self, w: _W, p: int) -> None:
-        w.used[4] += 1
-        self._buf_step(w, p, tb.RollOverLedger())
-
-    def _retention(self, w: _W, p: int) -> bool:
-        """Retention deletes the oldest ledger every cursor has consumed, if the buffer agrees (TB-23)."""
-        subs = self.subs_of[p]
-        if not subs:
-            return False  # the engine never trims a topic without subscriptions
-        buffer = self.value(w.parts[p][0])
-        marks = [self.value(w.subs[s][0]).cursor.mark_delete_position for s in subs]
-        consumed = consumed_ledgers(buffer.ledgers, buffer.ledgers[-1].ledger_id, marks)
-        if not consumed:
-            return False
-        ledger = consumed[0]
-        result = self._buf_step(w, p, tb.DeleteLedger(ledger))
-        if isinstance(result, Err):
-            return False
-        w.used[5] += 1
-        part = w.parts[p]
-        # A published entry stays (as the count of what the producer published), the rest goes.
-        kept = tuple(e for e in part[2] if e[0][0] != ledger or e[2] == _PUBLISHED)
-        w.parts[p] = (part[0], part[1], kept)
-        return True
-
-    # ------------------------------------------------------------------------------------------
-    # symmetry
-
-    def canonical(self, s: tuple[Any, ...]) -> tuple[Any, ...]:
-        """The representative of ``s`` under the model's symmetries: the image with the smallest
-        fingerprint (deterministic in every process)."""
-        if len(self.symmetries) == 1:
-            return s
-        best, best_fp = s, hash(s)
-        for g in range(1, len(self.symmetries)):
-            image = self.permute(s, g)
-            fp = hash(image)
-            if fp < best_fp:
-                best, best_fp = image, fp
-        return best
-
-    def permute(self, s: tuple[Any, ...], g: int) -> tuple[Any, ...]:
-        L = self.layout
-        sym = self.symmetries[g]
-        pc, pp, ps = sym.clients, sym.partitions, sym.subscriptions
-        out = list(s)
-        for c, cl in enumerate(s[L.clients]):
-            out[L.client(pc[c])] = self._permute_client(cl, g, pp, ps)
-        for p, part in enumerate(s[L.parts]):
-            parked = tuple((pc[c], *rest) for c, *rest in part[1])
-            payload = tuple((pos, pc[c] if c >= 0 else c, seq, op, at) for pos, c, seq, op, at in part[2])
-            out[L.part(pp[p])] = (part[0], parked, payload)
-            out[L.reopen(pp[p])] = s[L.reopen(p)]
-            out[L.end(pp[p])] = s[L.end(p)]
-        for i, sub in enumerate(s[L.subs]):
-            handed = tuple(sorted((pos, pc[c] if c >= 0 else c) for pos, c in sub[5]))
-            queued = tuple((_permute_message(q, pc, pp, ps), extra) for q, extra in sub[6])
-            out[L.sub(ps[i])] = (*sub[:5], handed, queued, sub[7])
-            out[L.ack(ps[i])] = s[L.ack(i)]
-        epoch, runs, waiters, timers = s[CAUX][:4]
-        runs = tuple(
-            sorted((*r[:4], tuple(sorted(pp[x] for x in r[4])), tuple(sorted(ps[x] for x in r[5])), r[6]) for r in runs)
-        )
-        waiters = tuple(sorted((seq, action, pc[c]) for seq, action, c in waiters))
-        out[CAUX] = (epoch, runs, waiters, timers, *s[CAUX][4:])
-        out[NET] = tuple(sorted(_permute_message(m, pc, pp, ps) for m in s[NET]))
-        out[COORD] = self._renamed(s[COORD], g, "coordinator")
-        out[CLOG] = self._renamed(s[CLOG], g, "log")
-        return tuple(out)
-
-    def _permute_client(self, cl: tuple[Any, ...], g: int, pp: tuple[int, ...], ps: tuple[int, ...]) -> tuple[Any, ...]:
-        phase, k, seq, ctd, pc_, regs, ops, held, end = cl
-        regs = tuple(sorted((pp[t] if t < _SUB_TARGET else _SUB_TARGET + ps[t - _SUB_TARGET], st) for t, st in regs))
-        return (phase, k, seq, self._renamed(ctd, g, "client") if ctd else 0, pc_, regs, ops, held, end)
-
-    def _renamed(self, d: int, g: int, kind: str) -> int:
-        """A component state with partition and subscription names permuted by symmetry ``g``."""
-        key = (d, g, hash(kind))
-        found = self._perm_cache.get(key)
-        if found is not None:
-            return found
-        sym = self.symmetries[g]
-        names = {partition_name(p): partition_name(sym.partitions[p]) for p in range(self.spec.partitions)}
-        subs = {self.sub_names[i]: self.sub_names[sym.subscriptions[i]] for i in range(len(self.sub_names))}
-        value = self.value(d)
-        renamed = _rename(value, kind, names, subs)
-        found = self.store.put(renamed)
-        self._perm_cache[key] = found
-        return found
-
-    # ------------------------------------------------------------------------------------------
-    # what the checker asks of a state
-
-    def decided(self, s: tuple[Any, ...]) -> dict[TxnID, TxnStatus]:
-        return {TxnID(0, seq): TxnStatus(code) for seq, code in enumerate(s[DECIDED]) if code >= 0}
-
-    def violations(self, s: tuple[Any, ...], changed: tuple[int, ...] | None = None) -> list[str]:
-        """The safety predicates ``s`` breaks: every machine's INVARIANTS on every component,
-        the cross-machine ones of invariants/composed.py, and the hand-out checks recorded.
-        With ``changed`` (the slots a transition from a clean state rewrote), only what reads them."""
-        store = self.store
-        L = self.layout
-        out: list[str] = []
-        everything = changed is None
-        slots = set(changed) if changed is not None else set()
-        coordinator = everything or COORD in slots or CLOG in slots or CAUX in slots
-        if coordinator:
-            out.extend(f"coordinator/{n}" for n in store.violated("coordinator", coordinator_inv.INVARIANTS, s[COORD]))
-            if self.batched is None:
-                ok = store.memo(
-                    ("tc-recovers", s[COORD], s[CLOG]),
-                    lambda: composed.coordinator_recovers_live(self.value(s[COORD]), *self.value(s[CLOG])),
-                )
-                if not ok:
-                    out.append("coordinator-recovers-live")
-            else:
-                out.extend(self.batched.violations(s))
-        decided = everything or DECIDED in slots
-        for p in range(L.partitions):
-            if not (decided or L.part(p) in slots):
-                continue
-            d = s[L.part(p)][0]
-            out.extend(f"buffer/{n}" for n in store.violated("buffer", buffer_inv.INVARIANTS, d))
-            out.extend(store.memo(("partition-safety", d, s[DECIDED]), partial(self._partition_safety, d, s)))
-            if not store.memo(("buffer-recovers", d), partial(self._buffer_recovers, d)):
-                out.append("buffer-recovers-live")
-        for i in range(L.subscriptions):
-            if not (everything or L.sub(i) in slots):
-                continue
-            sub = s[L.sub(i)]
-            out.extend(f"pending_ack/{n}" for n in store.violated("pending_ack", pending_ack_inv.INVARIANTS, sub[0]))
-            if sub[7]:
-                out.extend(f"delayed/{n}" for n in store.violated("delayed", delayed_inv.INVARIANTS, sub[7]))
-            ok = store.memo(
-                ("pa-recovers", sub[0], sub[1], sub[2]),
-                partial(composed.pending_ack_recovers_live, self.value(sub[0]), self.value(sub[1]), bool(sub[2])),
-            )
-            if not ok:
-                out.append("pending-ack-recovers-live")
-        for c in range(L.clients_n):
-            if not (everything or L.client(c) in slots):
-                continue
-            cl = s[L.client(c)]
-            if cl[3]:
-                out.extend(f"client/{n}" for n in store.violated("client", client_inv.INVARIANTS, cl[3]))
-        if everything or BAD in slots:
-            out.extend(sorted({b[0] for b in s[BAD]}))
-        return out
-
-    def _buffer_recovers(self, d: int) -> bool:
-        return composed.buffer_recovers_live(self.value(d))
-
-    def _partition_safety(self, d: int, s: tuple[Any, ...]) -> tuple[str, ...]:
-        state, decided = self.value(d), self.decided(s)
-        return tuple(inv.name for inv in composed.PARTITION_SAFETY if not inv.holds(state, decided))
-
-    def view(self, s: tuple[Any, ...]) -> composed.SystemView:
-        L = self.layout
-        buffers = {partition_name(p): self.value(part[0]) for p, part in enumerate(s[L.parts])}
-        pending = {self.sub_names[i]: self.value(sub[0]) for i, sub in enumerate(s[L.subs])}
-        reopened = {partition_name(p): frozenset(TxnID(0, seq) for seq in seqs) for p, seqs in enumerate(s[L.reopened])}
-        reopened_acks = {
-            self.sub_names[i]: frozenset(TxnID(0, seq) for seq in triple[2]) for i, triple in enumerate(s[L.acks])
-        }
-        return composed.SystemView(
-            self.config,
-            self.value(s[COORD]),
-            self.decided(s),
-            buffers,
-            pending,
-            self._undelivered_due(s),
-            reopened,
-            reopened_acks,
-        )
-
-    def _undelivered_due(self, s: tuple[Any, ...]) -> tuple[Position, ...]:
-        """Committed delayed messages that are due and were never handed to a consumer."""
-        out = []
-        L = self.layout
-        decided = s[DECIDED]
-        for i, sub_spec in enumerate(self.spec.subscriptions):
-            if not sub_spec.delayed:
-                continue
-            sub = s[L.sub(i)]
-            cursor = self.value(sub[0]).cursor
-            handed = {pos for pos, _c in sub[5]}
-            for pos, c, seq, _op, at in s[L.part(sub_spec.partition)][2]:
-                if at < 0 or at > s[CLOCK] or c < 0:
-                    continue
-                committed = seq < len(decided) and decided[seq] == TxnStatus.COMMITTED
-                if committed and pos not in handed and not cursor.is_deleted(Position(*pos)):
-                    out.append(Position(*pos))
-        return tuple(out)
-
-    def goals(self, s: tuple[Any, ...], properties: tuple[composed.Liveness, ...]) -> tuple[bool, ...]:
-        """Each liveness property's goal in ``s`` (in the order of ``properties``)."""
-        key: tuple[Any, ...] = (
-            "goals",
-            properties,
-            s[COORD],
-            tuple(p[0] for p in s[self.layout.parts]),
-            tuple(x[0] for x in s[self.layout.subs]),
-            s[DECIDED],
-            s[self.layout.reopened],
-            tuple(t[2] for t in s[self.layout.acks]),
-        )
-        if any(sub.delayed for sub in self.spec.subscriptions):
-            key = (*key, s[CLOCK], tuple(x[5] for x in s[self.layout.subs]), tuple(p[2] for p in s[self.layout.parts]))
-        return self.store.memo(key, lambda: tuple(prop.goal(self.view(s)) for prop in properties))  # type: ignore[no-any-return]
-
-
-# --- helpers --------------------------------------------------------------------------------
-
-
-def _one(i: int) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
-    def get(s: tuple[Any, ...]) -> tuple[Any, ...]:
-        return (s[i],)
-
-    return get
-
-
-def _delta(
-    before: tuple[Any, ...], after: tuple[Any, ...], footprint: tuple[int, ...], broken: tuple[str, ...]
-) -> tuple[Any, ...]:
-    """What a transition did: the new values at its footprint, the messages it consumed and sent."""
-    gone = list(before[NET])
-    added = []
-    for m in after[NET]:
-        try:
-            gone.remove(m)
-        except ValueError:
-            added.append(m)
-    return (tuple(after[i] for i in footprint), tuple(gone), tuple(added), broken)
-
-
-def _apply(s: tuple[Any, ...], delta: tuple[Any, ...], footprint: tuple[int, ...]) -> tuple[Any, ...]:
-    values, gone, added, _broken = delta
-    out = list(s)
-    for i, value in zip(footprint, values, strict=True):
-        out[i] = value
-    if gone or added:
-        net = list(s[NET])
-        for m in gone:
-            net.remove(m)
-        net.extend(added)
-        net.sort()
-        out[NET] = tuple(net)
-    return tuple(out)
-
-
-def _done() -> tuple[Any, ...]:
-    return (DONE, 0, -1, 0, 0, (), (), (), END_NONE)
-
-
-def _target(op: Op) -> int:
-    return op.target if op.kind == "send" else _SUB_TARGET + op.target
-
-
-def _txn_seq(result: Any) -> int:
-    return result.value.least_sig_bits if isinstance(result, Ok) else -1
-
-
-def _retries(result: Any) -> bool:
-    return any(isinstance(e, tc.ScheduleResumeEndTxn) for e in result.effects)
-
-
-def _advance_clock(w: _W) -> None:
-    w.clock += 1
-
-
-def _duplicate(w: _W, m: tuple[int, ...]) -> None:
-    w.used[1] += 1
-    w.send(m)
-
-
-def _permute_message(
-    m: tuple[int, ...], pc: tuple[int, ...], pp: tuple[int, ...], ps: tuple[int, ...]
-) -> tuple[int, ...]:
-    kind = m[0]
-    if kind in (NEW_REQ, NEW_RESP, END_REQ, END_RESP, SEND_RESP, ACK_RESP):
-        return (kind, pc[m[1]], *m[2:])
-    if kind in (ADDP_REQ, ADDP_RESP):
-        return (kind, pc[m[1]], m[2], pp[m[3]], *m[4:])
-    if kind in (ADDS_REQ, ADDS_RESP):
-        return (kind, pc[m[1]], m[2], ps[m[3]], *m[4:])
-    if kind == SEND_REQ:
-        return (kind, pc[m[1]], m[2], pp[m[3]], *m[4:])
-    if kind == ACK_REQ:
-        return (kind, pc[m[1]], m[2], ps[m[3]], *m[4:])
-    if kind in (ENDP, ENDP_RESP):
-        return (*m[:6], pp[m[6]], *m[7:])
-    if kind in (ENDS, ENDS_RESP):
-        return (*m[:6], ps[m[6]], *m[7:])
-    raise AssertionError(f"unknown message {m}")
-
-
-def _rename(value: Any, kind: str, names: dict[str, str], subs: dict[Subscription, Subscription]) -> Any:
-    from dataclasses import replace
-
-    if kind == "coordinator":
-        txns = value.txns
-        for seq, meta in value.txns.items():
-            txns = txns.set(
-                seq,
-                replace(
-                    meta,
-                    produced_partitions=frozenset(names[p] for p in meta.produced_partitions),
-                    acked_subscriptions=frozenset(subs[x] for x in meta.acked_subscriptions),
-                ),
-            )
-        return replace(value, txns=txns)
-    if kind == "log":
-        records, rest = value[0], value[1:]
-        renamed = tuple(
-            (
-                rid,
-                replace(
-                    r,
-                    partitions=tuple(names[p] for p in r.partitions),
-                    subscriptions=tuple(subs[x] for x in r.subscriptions),
-                ),
-            )
-            for rid, r in records
-        )
-        return (renamed, *rest)
-    if kind == "client":
-        return replace(
-            value,
-            produced_topics=frozenset(names[p] for p in value.produced_topics),
-            acked_subscriptions=frozenset(subs[x] for x in value.acked_subscriptions),
-        )
-    raise AssertionError(kind)
+    # environment: proofs/check/environment.py
+    _environment_actions = environment._environment_actions
+    _lose = environment._lose
+    _crash_coordinator = environment._crash_coordinator
+    _crash_partition = environment._crash_partition
+    _reload_subscription = environment._reload_subscription
+    _roll_over = environment._roll_over
+    _retention = environment._retention
+    # symmetry: proofs/check/symmetry.py
+    canonical = symmetry.canonical
+    permute = symmetry.permute
+    _permute_client = symmetry._permute_client
+    _renamed = symmetry._renamed
+    # checks: proofs/check/checks.py
+    decided = checks.decided
+    violations = checks.violations
+    _buffer_recovers = checks._buffer_recovers
+    _partition_safety = checks._partition_safety
+    view = checks.view
+    _undelivered_due = checks._undelivered_due
+    goals = checks.goals

@@ -25,7 +25,8 @@ import immutables
 from invariants.trace import FORMAT as TRACE_FORMAT
 from invariants.trace import VERSION as TRACE_VERSION
 from proofs.check.explore import Result, TraceStep, Violation
-from proofs.check.model import (
+from proofs.check.model import Model
+from proofs.check.state import (
     ACK_REQ,
     ACK_RESP,
     ADDP_REQ,
@@ -49,7 +50,6 @@ from proofs.check.model import (
     OP_FLIGHT,
     SEND_REQ,
     SEND_RESP,
-    Model,
     message_name,
     partition_name,
 )
@@ -487,25 +487,25 @@ def trace_history(model: Model, trace: Sequence[TraceStep], name: str = "check")
                     {"message": got, "position": list(pos), "redelivery_count": count},
                 )
                 atomic("ack", sub_obj(s), {"position": list(pos), "txn": None}, at)
-    out = []
-    for index, op in enumerate(ops):
-        typ = op["type"] or OpType.INVOKE
-        out.append(
-            make_operation(
-                name,
-                index,
-                index,
-                typ,
-                op["f"],
-                op["object"],
-                op["value"],
-                op.get("result"),
-                invoked_at=op["invoked_at"],
-                completed_at=op.get("completed_at") if typ is not OpType.INVOKE else None,
-                error=op.get("error"),
-            )
-        )
-    return out
+    return [_operation(name, index, op) for index, op in enumerate(ops)]
+
+
+def _operation(name: str, index: int, op: dict[str, Any]) -> Operation:
+    typ = op["type"] or OpType.INVOKE
+    completed = op.get("completed_at") if typ is not OpType.INVOKE else None
+    return make_operation(
+        name,
+        index,
+        index,
+        typ,
+        op["f"],
+        op["object"],
+        op["value"],
+        op.get("result"),
+        invoked_at=op["invoked_at"],
+        completed_at=completed,
+        error=op.get("error"),
+    )
 
 
 def _script_op(model: Model, c: int, k: int, i: int) -> Any:

@@ -13,7 +13,22 @@ from typing import Any
 
 from invariants.verify import VerdictRow
 from spec.errors import InputError
-from txnmodel.common import DEFAULT_VECTORS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, positive_int
+from txnmodel.common import (
+    DEFAULT_VECTORS,
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    INT64_MAX,
+    UsageError,
+    exclusive_folder,
+    non_negative_int,
+    one_line,
+    output_folder,
+    positive_int,
+    seed_int,
+    spark_master,
+    z3_rlimit,
+)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -27,6 +42,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     for it (the process's one session, :func:`txnmodel.spark_runner.spark_session`).  Every
     counterexample is printed with the seed that reproduces it.
     """
+    from txnmodel.commands.simulate import history_file
+
+    # Usage errors before any work: the last seed must fit a history's int64, the folder be writable
+    # and this run's alone (the main job replaces its own earlier history files; a concurrent run on
+    # the same folder is refused).
+    if args.seed + max(args.histories, 1) - 1 > INT64_MAX:
+        raise UsageError(f"--seed {args.seed} with --histories {args.histories}: the last seed passes {INT64_MAX}")
+    if args.histories == 0:
+        return _job(args)
+    output_folder(Path(args.out), "--out")
+    with exclusive_folder(Path(args.out) / "histories", "--out", overwrite=True, ours=history_file):
+        return _job(args)
+
+
+def _job(args: argparse.Namespace) -> int:
     import tempfile
 
     from proofs.framework import RLIMIT, Row, Verdict, available_machines, count_obligations, prove_machine
@@ -48,7 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 [str(DEFAULT_VECTORS)], on_total=phase.set_total, on_result=lambda r: phase.advance(note=r.vector_id)
             )
     except InputError as exc:
-        print(f"invalid vector input: {exc}", file=sys.stderr)
+        print(f"txnmodel run: invalid vector input: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     failed = [r for r in results if not r.passed]
     for result in failed:
@@ -215,17 +245,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     run.add_argument(
         "--rlimit",
-        type=positive_int,
+        type=z3_rlimit,
         default=None,
         help="Z3 resource budget of each proof query (rlimit units; default the framework's RLIMIT)",
     )
     run.add_argument(
         "--histories",
-        type=int,
+        type=non_negative_int,
         default=70,
         help="seeds per workload (3 workloads; default 70, i.e. 210 histories; 0 skips simulation)",
     )
-    run.add_argument("--ops", type=int, default=60, help="transactions attempted per history (default 60)")
+    run.add_argument("--ops", type=positive_int, default=60, help="transactions attempted per history (default 60)")
     run.add_argument(
         "--disk",
         choices=("sim", "real"),
@@ -234,16 +264,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     run.add_argument(
         "--group-commit",
-        type=int,
+        type=non_negative_int,
         default=1,
         metavar="MS",
         help="the file store's journal commits every MS simulated ms (default 1)",
     )
-    run.add_argument("--jobs", type=int, default=2, help="histories simulated at once, in processes (default 2)")
-    run.add_argument("--seed", type=int, default=1, help="the first seed (default 1)")
+    run.add_argument(
+        "--jobs", type=positive_int, default=2, help="histories simulated at once, in processes (default 2)"
+    )
+    run.add_argument("--seed", type=seed_int, default=1, help="the first seed (default 1)")
     run.add_argument("--out", default="out/run", help="where histories and verdicts go (default out/run)")
     run.add_argument(
         "--master",
+        type=spark_master,
         default=None,
         help="Spark master URL for the verify phase, passed unchanged (default: local Spark when the histories are "
         "large enough to pay for it, else in this process; see txnmodel verify)",
