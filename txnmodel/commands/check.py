@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from txnmodel.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, print_json
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, positive_int, print_json
 
 __all__ = ["ModelRun", "check_models", "cmd_check", "register"]
 
@@ -274,10 +274,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="explore the whole graph after a violation: every violated property, with its shortest trace",
     )
-    check.add_argument("--max-states", type=int, help="stop after this many states (the verdict is incomplete)")
+    check.add_argument(
+        "--max-states", type=positive_int, help="stop after this many states (the verdict is incomplete)"
+    )
     check.add_argument(
         "--spill",
-        type=int,
+        type=positive_int,
         metavar="N",
         help="keep at most N fingerprints in memory, the rest in sorted runs on disk (big safety runs)",
     )
