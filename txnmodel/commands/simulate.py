@@ -17,6 +17,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from spec.config import QUIRKS
@@ -45,25 +46,6 @@ __all__ = [
     "simulate",
     "simulate_main",
 ]
-
-
-def _add_run_and_output(parser: argparse.ArgumentParser) -> None:
-    """The arguments of how the runs go and what they print (build_parser's last ones)."""
-    parser.add_argument(
-        "--jobs", type=positive_int, default=1, metavar="N", help="run N histories at once (processes; default 1)"
-    )
-    parser.add_argument(
-        "--quirk",
-        action="append",
-        choices=tuple(QUIRKS),
-        metavar="NAME",
-        help=f"switch on a named quirk, Pulsar's behaviour where the reference differs ({', '.join(QUIRKS)})",
-    )
-    parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
-    parser.add_argument(
-        "--check", action="store_true", help="check each history's transactional properties (exit 1 on any anomaly)"
-    )
-    parser.add_argument("--quiet", action="store_true")
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -110,6 +92,43 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--clients", type=positive_int, default=4, help="concurrent transactional clients")
     parser.add_argument("--partitions", type=positive_int, default=2, help="partitions of each topic")
     parser.add_argument("--faults", choices=("on", "off"), default="on")
+    _add_variants(parser, engine)
+    parser.add_argument(
+        "--disk",
+        choices=("real", "sim"),
+        default="real",
+        help="file ledgers: the real file system (under --data; a broker crash kills the process) or the simulated "
+        "disk (a broker crash is a power cut: unsynced writes lost, torn or reordered; with --data the store's "
+        "final files are written there). Same seed, same history on either",
+    )
+    parser.add_argument(
+        "--group-commit",
+        type=non_negative_int,
+        default=None,
+        metavar="MS",
+        help="file ledgers: commit the store's journal every MS simulated ms, one sync for every change waiting "
+        "(answers wait for it); default: every change committed as it is made",
+    )
+    parser.add_argument(
+        "--jobs", type=positive_int, default=1, metavar="N", help="run N histories at once (processes; default 1)"
+    )
+    parser.add_argument(
+        "--quirk",
+        action="append",
+        choices=tuple(QUIRKS),
+        metavar="NAME",
+        help=f"switch on a named quirk, Pulsar's behaviour where the reference differs ({', '.join(QUIRKS)})",
+    )
+    parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
+    parser.add_argument(
+        "--check", action="store_true", help="check each history's transactional properties (exit 1 on any anomaly)"
+    )
+    parser.add_argument("--quiet", action="store_true")
+    return parser
+
+
+def _add_variants(parser: argparse.ArgumentParser, engine: ModuleType) -> None:
+    """The workload variants and fault mixes of ``txnmodel simulate``: each on, off, or mixed by seed."""
     parser.add_argument(
         "--batching",
         choices=("on", "off", "mixed"),
@@ -162,24 +181,6 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         default="off",
         help="ctp processors ask for redelivery and receive again before ending their txn; mixed: seeds = 3 mod 6",
     )
-    parser.add_argument(
-        "--disk",
-        choices=("real", "sim"),
-        default="real",
-        help="file ledgers: the real file system (under --data; a broker crash kills the process) or the simulated "
-        "disk (a broker crash is a power cut: unsynced writes lost, torn or reordered; with --data the store's "
-        "final files are written there). Same seed, same history on either",
-    )
-    parser.add_argument(
-        "--group-commit",
-        type=non_negative_int,
-        default=None,
-        metavar="MS",
-        help="file ledgers: commit the store's journal every MS simulated ms, one sync for every change waiting "
-        "(answers wait for it); default: every change committed as it is made",
-    )
-    _add_run_and_output(parser)
-    return parser
 
 
 def options_from_args(args: argparse.Namespace) -> SimulateOptions:

@@ -28,7 +28,7 @@ from .component import BrokerError, Restartable, fail
 from .coordinator import CoordinatorService
 from .partition import Partition
 from .snapshot_topics import encode_keyed_message
-from .subscription import SubscriptionService
+from .subscription import SubscriptionService, reader_start
 
 if TYPE_CHECKING:
     from ..recorder import MachineObserver
@@ -248,14 +248,32 @@ class Broker:
         return part if part.ready else None
 
     def subscribe(
-        self, partition: str, name: str, sub_type: str, initial_position: InitialPosition, consumer_id: int
+        self,
+        partition: str,
+        name: str,
+        sub_type: str,
+        initial_position: InitialPosition,
+        consumer_id: int,
+        *,
+        durable: bool = True,
+        start_message: Position | None = None,
     ) -> Future[None]:
+        """CommandSubscribe; ``durable=False`` is a reader's subscription, starting at
+        ``start_message`` when it is created (PA-24)."""
         part = self._serving(partition)
         if part is None:
             return Future()
         sub = part.subscriptions.get(name)
+        if sub is not None and sub.ready and sub.durable != durable:
+            kind = "durable" if sub.durable else "non-durable"
+            return fail(NotAllowed(f"subscription {name} of {partition} exists and is {kind}"))
         if sub is None:
-            sub = SubscriptionService(part, name, sub_type, initial_position, self)
+            start = None
+            if not durable:
+                assert part.ledger is not None
+                infos, last = part.ledger.ledgers(), part.ledger.last_confirmed()
+                start = reader_start(start_message, initial_position, infos, last)
+            sub = SubscriptionService(part, name, sub_type, initial_position, self, start=start)
             if not sub.load():
                 return Future()
             part.subscriptions[name] = sub
