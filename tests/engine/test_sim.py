@@ -11,7 +11,7 @@ import pytest
 from invariants.history import read_jsonl, read_parquet, write_parquet
 from invariants.transactional import check_transactional
 from reference.engine.sim import Future, Simulation, spawn
-from reference.engine.simulate import RunSpec, run
+from reference.engine.simulate import RunSpec, SimulateOptions, run
 from spec.history import OpType, validate_history
 from txnmodel.commands.simulate import build_parser, simulate_main
 
@@ -394,3 +394,20 @@ def test_the_simulated_and_the_real_disk_give_the_same_history_bytes(tmp_path: P
     on_sim, on_real = run(spec("sim")), run(spec("real"))
     assert on_sim.crashes > 0
     assert [op.to_row() for op in on_sim.operations] == [op.to_row() for op in on_real.operations]
+
+
+@pytest.mark.parametrize(("workload", "seed"), [("ctp", 5), ("multi", 2), ("multi", 4), ("multi", 5), ("delayed", 4)])
+def test_a_disk_error_under_a_cursor_reloads_its_component(workload: str, seed: int) -> None:
+    """On the simulated disk with a journal that commits every change (no group commit), an injected
+    EIO can fail a cursor's write (a transaction log's or a subscription's, after the machine
+    stepped).  That is a failed ledger write like any other: the component reloads from its log.  It
+    once escaped the coordinator and the subscription as a ``LedgerWriteFailed`` that ended the run
+    (these seeds), and then as an engine failure of a subscription dispatching while it reloaded."""
+    options = SimulateOptions(
+        seed=seed, workload=workload, ledger="file", disk="sim", faults=True
+    )  # simulate's defaults
+    (spec,) = options.specs(workload, "")
+    result = run(spec)
+    assert not result.failures, [f.describe() for f in result.failures]
+    assert not result.cut and result.committed > 0
+    assert check_transactional(result.operations).ok

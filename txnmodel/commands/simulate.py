@@ -228,7 +228,8 @@ def simulate(
     each one's transactional properties; ``progress`` (a :class:`txnmodel.progress.Phase`) hears of
     every history.  ``jobs`` runs that many at once, in processes (each run is deterministic on its
     own, so the histories are the same).  EXIT_OK when every run finished (and, with ``check``, was
-    clean), EXIT_FAILED otherwise."""
+    clean), EXIT_FAILED otherwise -- also when a broker component raised (contained as its crash,
+    so the history is still written; each failure is named on stderr, even with ``quiet``)."""
     from reference.engine.simulate import file_stem, run
 
     if jobs < 1:
@@ -251,6 +252,11 @@ def simulate(
                 f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated"
                 f"{' (cut at the deadline)' if result.cut else ''}"
             )
+            if result.failures:
+                # A component raised: contained so the history is written, but the run failed.
+                status = EXIT_FAILED
+                for failure in result.failures:
+                    print(f"{history}: engine failure: {failure.describe()}", file=sys.stderr)
             if check:
                 clean, verdict_line = _check(result, say)
                 line += verdict_line

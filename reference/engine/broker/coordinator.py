@@ -216,7 +216,12 @@ class CoordinatorService(Component[tc.CoordinatorState, tc.Command, tc.Result]):
                 self._doomed.add(rid)
             else:
                 known.append(position)
-        self.log.delete(known)
+        try:
+            self.log.delete(known)
+        except LedgerError:
+            # The log's cursor could not be written (a disk error in a store that commits every
+            # change): the machine ran ahead of its log, so reload it as after any failed write.
+            self.reload()
 
     def _schedule_resume(self, effect: tc.ScheduleResumeEndTxn, epoch: int) -> None:
         def resume() -> None:

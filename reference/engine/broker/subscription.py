@@ -371,6 +371,15 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
     def _cursor_effect(self, effect: CursorEffect, epoch: int) -> None:
         if not self._current(epoch) or self.cursor is None:
             return
+        try:
+            self._apply_cursor_effect(effect)
+        except LedgerError:
+            # The cursor could not be written (a disk error in a store that commits every change):
+            # the pending ack ran ahead of the cursor, so reload both, as after any failed write.
+            self.reload()
+
+    def _apply_cursor_effect(self, effect: CursorEffect) -> None:
+        assert self.cursor is not None
         match effect:
             case pa.CursorIndividualAck():
                 whole = [a.position for a in effect.positions if a.ack_set is None]
@@ -431,7 +440,10 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         assert self.log is not None
         self._trimmed = max(self._trimmed, record_id)
         doomed = sorted(r for r in self._positions if r <= self._trimmed)
-        self.log.delete([self._positions.pop(r) for r in doomed])
+        try:
+            self.log.delete([self._positions.pop(r) for r in doomed])
+        except LedgerError:
+            self.reload()  # the log's cursor could not be written: reload, as after any failed write
 
     def _init_done(self, epoch: int) -> Callable[[], None]:
         def done() -> None:
@@ -608,6 +620,8 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
             read = tb.dispatch(buffer, self.read_after)
         if read.auto_acked:
             self._step(pa.NormalAck(AckType.INDIVIDUAL, tuple(pa.AckedPosition(p) for p in read.auto_acked)))
+            if self.state is None:
+                return  # the cursor could not be written: the topic is reloading
         seen = [*read.delivered, *read.auto_acked]
         if seen:
             self.read_after = max(self.read_after, *seen)
