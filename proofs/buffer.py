@@ -385,7 +385,9 @@ def _end_and_loop(a: Vars, b: Vars, c: Cmd, marker_kind: int) -> z3.BoolRef:
 def t_append(a: Vars, b: Vars, c: Cmd) -> z3.BoolRef:
     """AppendBufferToTxn in Ready (TB-5 .. TB-8)."""
     t = c.txn
-    rejected = z3.And(a.has_lwm[TC(t)], SEQ(t) <= a.lwm[TC(t)])
+    # TB-5: at or below the coordinator's low water mark; TB-8: already aborted here (the default,
+    # without the append-after-abort quirk).
+    rejected = z3.Or(z3.And(a.has_lwm[TC(t)], SEQ(t) <= a.lwm[TC(t)]), a.aborted[t])
     p = a.lac + 1
     opens = z3.And(z3.Not(a.ongoing[t]), z3.Not(a.aborted[t]))
     written = z3.And(

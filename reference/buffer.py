@@ -867,10 +867,16 @@ def _remove_and_update(state: BufferState, txn_id: TxnID) -> BufferState:
 
 
 def _internal_append(state: BufferState, txn_id: TxnID) -> tuple[BufferState, Ok[Position] | Err, _Effects]:
-    """Low-water-mark check, write, then the txn's first position and ``max_read_position``.  (TB-5 .. TB-8)"""
+    """Low-water-mark check, the aborted check, write, then the txn's first position and
+    ``max_read_position``.  (TB-5 .. TB-8)"""
     lwm = state.low_water_marks.get(txn_id.most_sig_bits)
     if lwm is not None and txn_id.least_sig_bits <= lwm:
         message = f"Transaction [{txn_id}] has been ended. Please use a new transaction to send message."
+        return state, Err(NotAllowed(message)), ()
+    if is_txn_aborted(state, txn_id) and not state.config.txnmodel_quirk_append_after_abort:
+        # TB-8: a late send of a txn this partition already aborted is refused, so aborted data is never
+        # stored after its marker (Pulsar writes it: the quirk append-after-abort keeps that).
+        message = f"Transaction [{txn_id}] has been aborted on this partition."
         return state, Err(NotAllowed(message)), ()
     state, entry = _write(state, EntryKind.TXN_DATA, txn_id)
     if txn_id not in state.ongoing and not is_txn_aborted(state, txn_id):

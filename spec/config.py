@@ -27,6 +27,7 @@ __all__ = [
     "DELAYED_STORAGE_MAX_RETRIES",
     "END_TXN_RETRY_INTERVAL_MS",
     "PENDING_ACK_INIT_BACKOFF_INITIAL_MS",
+    "QUIRKS",
     "TIMEOUT_TRACKER_TICK_MS",
     "TRANSACTION_COORDINATOR_COUNT",
     "Config",
@@ -165,6 +166,15 @@ class Config:
     authentication_enabled: bool = _key("authenticationEnabled", False)
     authorization_enabled: bool = _key("authorizationEnabled", False)
     super_user_roles: tuple[str, ...] = _key("superUserRoles", ())
+    # --- named quirks: Pulsar behaviour the reference does not adopt, switchable to reproduce it --
+    # Not broker.conf keys: txnmodel's own switches (see QUIRKS).  Off is the intended behaviour.
+    txnmodel_quirk_append_after_abort: bool = _key(
+        "txnmodelQuirkAppendAfterAbort",
+        False,
+        doc="Not a Pulsar key. On: a send of a transaction the buffer already aborted is written after the abort "
+        "marker, as Pulsar does, and becomes readable once retention drops the marker's ledger (TB-8, TB-23). "
+        "Off (default): it is refused.",
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -251,6 +261,12 @@ class Config:
             except BadConfig as exc:
                 raise BadConfig(key, exc.problem, where=f"{where} line {number}") from None
         return cls.from_mapping(overrides)
+
+
+# Named quirks: what ``--quirk NAME`` (txnmodel check, txnmodel simulate) switches on.
+QUIRKS: Final[Mapping[str, Mapping[str, Any]]] = {
+    "append-after-abort": {"txnmodelQuirkAppendAfterAbort": True},
+}
 
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # the line terminators of java.util.Properties

@@ -128,14 +128,14 @@ def _log4j_config() -> str:
 
 
 def _ship_packages(sc: Any) -> None:
-    """On a cluster, executors need our packages: ship spec/, reference/, invariants/ and txnmodel/
-    as one zip."""
+    """On a cluster, executors need our packages: ship spec/, reference/, invariants/, proofs/ (the
+    model checker's levels run there) and txnmodel/ as one zip."""
     import zipfile
 
     root = Path(__file__).resolve().parent.parent
     name = str(scratch_folder("packages") / "txnmodel-packages.zip")
     with zipfile.ZipFile(name, "w") as archive:
-        for package in ("spec", "reference", "invariants", "txnmodel"):
+        for package in ("spec", "reference", "invariants", "proofs", "txnmodel"):
             for file in (root / package).rglob("*"):
                 # compiled modules cannot be imported from a zip: the executors run their source
                 if file.is_file() and "__pycache__" not in file.parts and file.suffix not in (".so", ".c", ".pyd"):

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spec.config import Config
+from spec.config import QUIRKS, Config
 from spec.history import Operation
 
 from .broker import BrokerFaults, ComponentFailure
@@ -903,6 +903,7 @@ class SimulateOptions:
     disk: str = "real"  # file ledgers: "real", or "sim" (broker crashes are power cuts)
     group_commit_ms: int | None = None  # file ledgers: the journal's group commit (None: every change)
     disk_capacity: int | None = None  # the simulated disk's bytes (ENOSPC past them; None: no bound)
+    quirks: tuple[str, ...] = ()  # named quirks (spec.config.QUIRKS) switched on in every run
 
     @property
     def workloads(self) -> tuple[str, ...]:
@@ -948,6 +949,8 @@ class SimulateOptions:
                     export_dir=export,
                 )
             )
+            for quirk in self.quirks:
+                specs[-1].config = specs[-1].config.with_overrides(QUIRKS[quirk])
         return specs
 
 

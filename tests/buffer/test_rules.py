@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from invariants.base import violated
 from invariants.buffer import INVARIANTS
 from reference import buffer as tb
-from spec.config import Config
+from spec.config import QUIRKS, Config
 from spec.errors import NotAllowed, ServiceUnitNotReady
 from spec.pb import PulsarApi_pb2 as api_pb
 from spec.pb import TransactionBufferSnapshot_pb2 as snap_pb
@@ -199,9 +199,18 @@ def test_tb7_max_read_position_follows_earliest_ongoing() -> None:
     assert s.max_read_position == Position(1, 1)  # previous(first of T2 at (1,2))
 
 
-def test_tb8_append_of_aborted_txn_is_written_not_ongoing() -> None:
-    """TB-8: an aborted txn's late message is stored, filtered, and does not pin max_read_position."""
+def test_tb8_append_of_aborted_txn_is_refused() -> None:
+    """TB-8: a late message of a txn this partition aborted is refused; nothing is written."""
     s, _ = run(ready(), tb.AbortTxn(T0))
+    after, r = tb.step(s, tb.AppendBufferToTxn(T0))
+    assert isinstance(r, Err) and r.error.name == "NotAllowed" and after == s
+
+
+def test_tb8_quirk_append_after_abort_writes_it_filtered() -> None:
+    """TB-8 divergence (quirk append-after-abort): Pulsar stores it, filtered, without pinning
+    max_read_position."""
+    quirky = Config().with_overrides(QUIRKS["append-after-abort"])
+    s, _ = run(ready(quirky), tb.AbortTxn(T0))
     s, (r,) = run(s, tb.AppendBufferToTxn(T0))
     assert r.value == Position(1, 2) and T0 not in s.ongoing
     assert Position(1, 2) in tb.dispatch(s).auto_acked or tb.readable_max_read_position(s) < Position(1, 2)
@@ -319,8 +328,10 @@ def test_tb15_tb16_dispatch_filters_and_auto_acks() -> None:
 
 
 def test_tb16_aborted_check_ignores_position() -> None:
-    """TB-16: every message of an aborted txn is filtered, wherever it is."""
-    s, _ = run(ready(), tb.AbortTxn(T0), tb.AppendBufferToTxn(T0), tb.PublishMessage())
+    """TB-16: every message of an aborted txn is filtered, wherever it is (a message after the marker
+    exists only under the quirk append-after-abort, TB-8)."""
+    quirky = Config().with_overrides(QUIRKS["append-after-abort"])
+    s, _ = run(ready(quirky), tb.AbortTxn(T0), tb.AppendBufferToTxn(T0), tb.PublishMessage())
     assert tb.dispatchable(s) == (Position(1, 3),)
 
 

@@ -518,6 +518,15 @@ CASES: tuple[Case, ...] = (
     Case("view", "a FIFO", ("view", "{tmp}/fifo"), 2, ("fifo",), _fifo, timeout=60),
     Case("view", "/dev/zero", ("view", "/dev/zero"), 2, ("character device",), timeout=60),
     Case("view", "not a trace", ("view", "{tmp}/t.json"), 2, ("$",), _write("t.json", "[1, 2]")),
+    # -- check
+    Case("check", "unknown model", ("check", "--model", "kafka"), 2, ("unknown model", "kafka")),
+    Case("check", "--bound without =", ("check", "--model", "produce", "--bound", "clients"), 2, ("K=V",)),
+    Case("check", "--bound not a number", ("check", "--model", "produce", "--bound", "clients=x"), 2, ("'x'",)),
+    Case("check", "unknown bound", ("check", "--model", "produce", "--bound", "nonsense=1"), 2, ("nonsense",)),
+    Case("check", "bound out of range", ("check", "--model", "produce", "--bound", "clients=99"), 2, ("clients=99",)),
+    Case("check", "unknown quirk", ("check", "--model", "produce", "--quirk", "nope"), 2, ("nope",)),
+    Case("check", "--master and --local", ("check", "--master", "local[1]", "--local"), 2, ("not allowed",)),
+    Case("check", "--max-states 0", ("check", "--max-states", "0"), 2, ("--max-states",)),
     # -- serve (refused before it binds)
     Case("serve", "--port past 65535", ("serve", "--port", "70000"), 2, ("--port", "65535")),
     Case("serve", "--port -1", ("serve", "--port", "-1"), 2, ("--port",)),

@@ -134,6 +134,8 @@ def test_main_job_end_to_end_small(tmp_path: Path, capsys: pytest.CaptureFixture
     for line in (
         "conformance vectors",
         "proofs: coordinator",
+        "model check: produce",
+        "model check: batched-log",
         "simulate",
         "verify: transactional",
         "verify: linearizability",

@@ -34,8 +34,10 @@ from txnmodel.common import (
 def cmd_run(args: argparse.Namespace) -> int:
     """The main job: every real check the project has, then a summary table.
 
-    1. the conformance vectors; 2. every Z3 proof; 3. seeded histories of every workload, with faults,
-    on file ledgers, every variant and fault mix mixed by seed; 4. those histories verified
+    1. the conformance vectors; 2. every Z3 proof; 3. the composed protocol model-checked (the
+    default models of ``txnmodel check``, safety and liveness, at their default bounds); 4. seeded
+    histories of every workload, with faults, on file ledgers, every variant and fault mix mixed by
+    seed; 5. those histories verified
     (linearizability, transactional and delivery checks), on Spark when they are large enough to pay
     for it (the process's one session, :func:`txnmodel.spark_runner.spark_session`).  Every
     counterexample is printed with the seed that reproduces it.
@@ -110,6 +112,8 @@ def _job(args: argparse.Namespace) -> int:
         if bad:
             worst = EXIT_FAILED
 
+    worst = max(worst, _model_check(progress, summary, Path(args.out) / "check"))
+
     if args.histories > 0:
         out = Path(args.out)
         histories_dir, verdicts_dir = out / "histories", out / "verdicts"
@@ -162,6 +166,33 @@ def _job(args: argparse.Namespace) -> int:
     return worst
 
 
+def _model_check(progress: Any, summary: list[tuple[str, str, str]], out: Path) -> int:
+    """The default models of ``txnmodel check`` at their default bounds (a few seconds in all):
+    a phase and a summary line each; a counterexample is printed and written under ``out``."""
+    from proofs.check.models import DEFAULT_MODELS
+    from proofs.check.trace import render_text
+    from txnmodel.commands.check import check_models, write_counterexamples
+
+    worst = EXIT_OK
+    for name in DEFAULT_MODELS:
+        t0 = time.perf_counter()
+        with progress.phase(f"model check: {name}", unit="states") as phase:
+
+            def level(depth: int, states: int, frontier: int, phase: Any = phase) -> None:
+                phase.advance(states - phase.done, note=f"depth {depth}, frontier {frontier}")
+
+            (run,) = check_models([name], {}, level=level)
+        result = run.result
+        if not result.ok:
+            worst = EXIT_FAILED
+            folders = write_counterexamples(run, out)
+            for violation, folder in zip(result.violations, folders, strict=False):
+                progress.say(f"{render_text(run.model, violation)}\ncounterexample files: {folder}")
+        verdict = f"{result.verdict}, {result.states:,} states"
+        summary.append((f"model check: {name}", verdict, f"{time.perf_counter() - t0:.1f}s"))
+    return worst
+
+
 def _verdict_summary(rows: Sequence[VerdictRow], seconds: float) -> list[tuple[str, str, str]]:
     """One summary line per checker: histories, operations and verdict counts."""
     if not rows:
@@ -211,8 +242,10 @@ def _per_machine_summary(rows: Sequence[VerdictRow]) -> list[tuple[str, str, str
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = sub.add_parser(
         "run",
-        help="the main job: vectors, proofs, simulated histories verified (on Spark when it pays), then a summary",
-        description="Run every conformance vector and every Z3 proof, simulate seeded histories of every workload "
+        help="the main job: vectors, proofs, model checking, simulated histories verified (on Spark when it pays), "
+        "then a summary",
+        description="Run every conformance vector and every Z3 proof, model-check the composed protocol (the default "
+        "models of `txnmodel check`), simulate seeded histories of every workload "
         "with faults on file ledgers, verify them (on local Spark when they are large enough to pay for it), and "
         "print a summary table with every counterexample and its seed. Exit 0 when everything passed, 1 otherwise.",
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from spec.config import QUIRKS
 from spec.errors import InputError
 from txnmodel.common import (
     EXIT_FAILED,
@@ -98,6 +99,13 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     _disk_arguments(parser)
     parser.add_argument(
         "--jobs", type=positive_int, default=1, metavar="N", help="run N histories at once (processes; default 1)"
+    )
+    parser.add_argument(
+        "--quirk",
+        action="append",
+        choices=tuple(QUIRKS),
+        metavar="NAME",
+        help=f"switch on a named quirk, Pulsar's behaviour where the reference differs ({', '.join(QUIRKS)})",
     )
     parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
     parser.add_argument(
@@ -218,6 +226,7 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         disk=args.disk,
         group_commit_ms=args.group_commit,
         disk_capacity=args.disk_capacity,
+        quirks=tuple(args.quirk or ()),
     )
 
 

@@ -1,0 +1,155 @@
+"""What the checker asks of a composed state: the safety predicates it breaks, the view the
+liveness goals read, the goals (methods of :class:`proofs.check.model.Model`)."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from invariants import buffer as buffer_inv
+from invariants import client as client_inv
+from invariants import composed
+from invariants import coordinator as coordinator_inv
+from invariants import delayed as delayed_inv
+from invariants import pending_ack as pending_ack_inv
+from proofs.check.state import (
+    BAD,
+    CAUX,
+    CLOCK,
+    CLOG,
+    COORD,
+    DECIDED,
+    partition_name,
+)
+from spec.types import (
+    Position,
+    TxnID,
+    TxnStatus,
+)
+
+if TYPE_CHECKING:
+    from proofs.check.model import Model
+
+
+def decided(self: Model, s: tuple[Any, ...]) -> dict[TxnID, TxnStatus]:
+    return {TxnID(0, seq): TxnStatus(code) for seq, code in enumerate(s[DECIDED]) if code >= 0}
+
+
+def violations(self: Model, s: tuple[Any, ...], changed: tuple[int, ...] | None = None) -> list[str]:
+    """The safety predicates ``s`` breaks: every machine's INVARIANTS on every component,
+    the cross-machine ones of invariants/composed.py, and the hand-out checks recorded.
+    With ``changed`` (the slots a transition from a clean state rewrote), only what reads them."""
+    store = self.store
+    L = self.layout
+    out: list[str] = []
+    everything = changed is None
+    slots = set(changed) if changed is not None else set()
+    coordinator = everything or COORD in slots or CLOG in slots or CAUX in slots
+    if coordinator:
+        out.extend(f"coordinator/{n}" for n in store.violated("coordinator", coordinator_inv.INVARIANTS, s[COORD]))
+        if self.batched is None:
+            ok = store.memo(
+                ("tc-recovers", s[COORD], s[CLOG]),
+                lambda: composed.coordinator_recovers_live(self.value(s[COORD]), *self.value(s[CLOG])),
+            )
+            if not ok:
+                out.append("coordinator-recovers-live")
+        else:
+            out.extend(self.batched.violations(s))
+    decided = everything or DECIDED in slots
+    for p in range(L.partitions):
+        if not (decided or L.part(p) in slots):
+            continue
+        d = s[L.part(p)][0]
+        out.extend(f"buffer/{n}" for n in store.violated("buffer", buffer_inv.INVARIANTS, d))
+        out.extend(store.memo(("partition-safety", d, s[DECIDED]), partial(self._partition_safety, d, s)))
+        if not store.memo(("buffer-recovers", d), partial(self._buffer_recovers, d)):
+            out.append("buffer-recovers-live")
+    for i in range(L.subscriptions):
+        if not (everything or L.sub(i) in slots):
+            continue
+        sub = s[L.sub(i)]
+        out.extend(f"pending_ack/{n}" for n in store.violated("pending_ack", pending_ack_inv.INVARIANTS, sub[0]))
+        if sub[7]:
+            out.extend(f"delayed/{n}" for n in store.violated("delayed", delayed_inv.INVARIANTS, sub[7]))
+        ok = store.memo(
+            ("pa-recovers", sub[0], sub[1], sub[2]),
+            partial(composed.pending_ack_recovers_live, self.value(sub[0]), self.value(sub[1]), bool(sub[2])),
+        )
+        if not ok:
+            out.append("pending-ack-recovers-live")
+    for c in range(L.clients_n):
+        if not (everything or L.client(c) in slots):
+            continue
+        cl = s[L.client(c)]
+        if cl[3]:
+            out.extend(f"client/{n}" for n in store.violated("client", client_inv.INVARIANTS, cl[3]))
+    if everything or BAD in slots:
+        out.extend(sorted({b[0] for b in s[BAD]}))
+    return out
+
+
+def _buffer_recovers(self: Model, d: int) -> bool:
+    return composed.buffer_recovers_live(self.value(d))
+
+
+def _partition_safety(self: Model, d: int, s: tuple[Any, ...]) -> tuple[str, ...]:
+    state, decided = self.value(d), self.decided(s)
+    return tuple(inv.name for inv in composed.PARTITION_SAFETY if not inv.holds(state, decided))
+
+
+def view(self: Model, s: tuple[Any, ...]) -> composed.SystemView:
+    L = self.layout
+    buffers = {partition_name(p): self.value(part[0]) for p, part in enumerate(s[L.parts])}
+    pending = {self.sub_names[i]: self.value(sub[0]) for i, sub in enumerate(s[L.subs])}
+    reopened = {partition_name(p): frozenset(TxnID(0, seq) for seq in seqs) for p, seqs in enumerate(s[L.reopened])}
+    reopened_acks = {
+        self.sub_names[i]: frozenset(TxnID(0, seq) for seq in triple[2]) for i, triple in enumerate(s[L.acks])
+    }
+    return composed.SystemView(
+        self.config,
+        self.value(s[COORD]),
+        self.decided(s),
+        buffers,
+        pending,
+        self._undelivered_due(s),
+        reopened,
+        reopened_acks,
+    )
+
+
+def _undelivered_due(self: Model, s: tuple[Any, ...]) -> tuple[Position, ...]:
+    """Committed delayed messages that are due and were never handed to a consumer."""
+    out = []
+    L = self.layout
+    decided = s[DECIDED]
+    for i, sub_spec in enumerate(self.spec.subscriptions):
+        if not sub_spec.delayed:
+            continue
+        sub = s[L.sub(i)]
+        cursor = self.value(sub[0]).cursor
+        handed = {pos for pos, _c in sub[5]}
+        for pos, c, seq, _op, at in s[L.part(sub_spec.partition)][2]:
+            if at < 0 or at > s[CLOCK] or c < 0:
+                continue
+            committed = seq < len(decided) and decided[seq] == TxnStatus.COMMITTED
+            if committed and pos not in handed and not cursor.is_deleted(Position(*pos)):
+                out.append(Position(*pos))
+    return tuple(out)
+
+
+def goals(self: Model, s: tuple[Any, ...], properties: tuple[composed.Liveness, ...]) -> tuple[bool, ...]:
+    """Each liveness property's goal in ``s`` (in the order of ``properties``)."""
+    key: tuple[Any, ...] = (
+        "goals",
+        properties,
+        s[COORD],
+        tuple(p[0] for p in s[self.layout.parts]),
+        tuple(x[0] for x in s[self.layout.subs]),
+        s[DECIDED],
+        s[self.layout.reopened],
+        tuple(t[2] for t in s[self.layout.acks]),
+    )
+    if any(sub.delayed for sub in self.spec.subscriptions):
+        key = (*key, s[CLOCK], tuple(x[5] for x in s[self.layout.subs]), tuple(p[2] for p in s[self.layout.parts]))
+    return self.store.memo(key, lambda: tuple(prop.goal(self.view(s)) for prop in properties))  # type: ignore[no-any-return]

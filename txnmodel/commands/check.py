@@ -1,0 +1,289 @@
+"""``txnmodel check``: exhaustive exploration of the composed protocol (proofs/check)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, positive_int, print_json
+
+__all__ = ["ModelRun", "check_models", "cmd_check", "register"]
+
+
+class ModelRun:
+    """One model's run: its result and the model (for rendering its counterexamples)."""
+
+    def __init__(self, name: str, result: Any, model: Any, quirks: tuple[str, ...]) -> None:
+        self.name, self.result, self.model, self.quirks = name, result, model, quirks
+
+
+def _parse_bounds(items: list[str]) -> dict[str, int]:
+    bounds: dict[str, int] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--bound {item!r}: expected K=V")
+        try:
+            bounds[key.strip()] = int(value)
+        except ValueError:
+            raise ValueError(f"--bound {item!r}: {value!r} is not an integer") from None
+    return bounds
+
+
+def check_models(
+    names: list[str],
+    bounds: dict[str, int],
+    *,
+    quirks: tuple[str, ...] = (),
+    master: str | None = None,
+    symmetry: bool = True,
+    por: bool = True,
+    liveness: bool = True,
+    strict: bool = False,
+    max_states: int | None = None,
+    spill: int | None = None,
+    keep_going: bool = False,
+    progress: bool = False,
+    level: Callable[[int, int, int], None] | None = None,
+    step_timeout_s: float | None = 20.0,
+) -> list[ModelRun]:
+    """Run the named models (bounds apply to every model that has them); raise BadBound on bad input."""
+    from proofs.check.explore import Options, explore
+    from proofs.check.model import Model
+    from proofs.check.models import MODELS, BadBound, build
+
+    runs = []
+    for name in names:
+        known = MODELS.get(name)
+        if known is None:
+            raise BadBound(f"unknown model {name!r}; models are {', '.join(MODELS)}")
+        mine = {k: v for k, v in bounds.items() if k in known.defaults}
+        if len(names) == 1:
+            mine = bounds  # a single model: an unknown bound is an error
+        spec = build(name, mine, quirks=quirks)
+        spec = _with_quirks(spec, quirks)
+        printer = level
+        if progress:
+
+            def printer(depth: int, states: int, frontier: int, name: str = name) -> None:
+                print(f"  {name}: depth {depth}, {states} states, frontier {frontier}", file=sys.stderr, flush=True)
+
+        visited = None
+        spilled: list[Any] = []
+        if spill is not None:
+            from txnmodel.fpset import SpillingVisited
+
+            def visited(spill: int = spill, spilled: list[Any] = spilled) -> Any:
+                seen = SpillingVisited(memory_states=spill)
+                spilled.append(seen)
+                return seen
+
+        options = Options(
+            symmetry=symmetry,
+            por=por,
+            liveness=liveness,
+            strict=strict,
+            max_states=max_states,
+            stop_at_first=not keep_going,
+            step_timeout_s=step_timeout_s,
+            progress=printer,
+            visited=visited,
+        )
+        if master is None:
+            model = Model(spec, step_timeout_s=step_timeout_s)
+            try:
+                result = explore(model, options)
+            finally:
+                for seen in spilled:
+                    seen.close()
+        else:
+            from txnmodel.check_spark import explore_spark
+
+            result, model = explore_spark(spec, options, master)
+        runs.append(ModelRun(name, result, model, quirks))
+    return runs
+
+
+def _with_quirks(spec: Any, quirks: tuple[str, ...]) -> Any:
+    from dataclasses import replace
+
+    if not quirks:
+        return spec
+    return replace(spec, bounds={**spec.bounds, "quirks": list(quirks)})
+
+
+def _bounds_text(bounds: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in bounds.items())
+
+
+def write_counterexamples(run: ModelRun, out: Path) -> list[str]:
+    """Write each violation's trace as text, as the viewer's trace JSON and its page, as a history
+    (JSON Lines, which ``txnmodel verify`` checks), as a replayable test and, when it involves one
+    machine, as a vector.  The folders written."""
+    from invariants.history import write_jsonl
+    from invariants.trace import Trace
+    from invariants.viewer import trace_page
+    from proofs.check.trace import render_text, trace_history, trace_json, trace_test, trace_vector
+
+    written = []
+    for violation in run.result.violations:
+        stem = violation.name.replace("/", "-")
+        folder = out / run.name / stem
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "trace.txt").write_text(render_text(run.model, violation) + "\n", encoding="utf-8")
+        document = trace_json(run.model, violation, run.result)
+        (folder / "trace.json").write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+        (folder / "trace.html").write_text(trace_page(Trace.from_json(document)), encoding="utf-8")
+        history = trace_history(run.model, violation.trace, name=f"check-{run.name}-{stem}")
+        write_jsonl(folder / "history.jsonl", history)
+        (folder / f"test_{stem.replace('-', '_')}.py").write_text(
+            trace_test(run.model, violation, quirks=run.quirks), encoding="utf-8"
+        )
+        vector = trace_vector(run.model, violation)
+        if vector is not None:
+            vector = {"$schema": "../../../spec/vectors.schema.json", **vector}
+            (folder / "vector.json").write_text(json.dumps(vector, indent=2) + "\n", encoding="utf-8")
+        written.append(str(folder))
+    return written
+
+
+def summary_json(run: ModelRun, written: list[str]) -> dict[str, Any]:
+    r = run.result
+    return {
+        "model": run.name,
+        "bounds": dict(run.model.spec.bounds),
+        "verdict": r.verdict,
+        "states": r.states,
+        "transitions": r.transitions,
+        "depth": r.depth,
+        "seconds": round(r.seconds, 3),
+        "states_per_second": round(r.states / r.seconds, 1) if r.seconds > 0 else None,
+        "reductions": r.reductions,
+        "liveness_checked": r.liveness_checked,
+        "notes": r.notes,
+        "violations": [
+            {"kind": v.kind, "property": v.name, "length": v.length, "cycle_start": v.cycle_start, "detail": v.detail}
+            for v in r.violations
+        ],
+        "counterexamples": written,
+    }
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from proofs.check.models import DEFAULT_MODELS, MODELS, BadBound
+    from proofs.check.trace import render_text
+
+    if args.list:
+        for name, model in MODELS.items():
+            print(f"{name}: {model.summary}\n    bounds: {_bounds_text(dict(model.defaults))}")
+        return EXIT_OK
+    names = list(DEFAULT_MODELS) if not args.model or args.model == ["default"] else list(args.model)
+    if names == ["all"]:
+        names = list(MODELS)
+    try:
+        bounds = _parse_bounds(args.bound or [])
+        started = time.perf_counter()
+        runs = check_models(
+            names,
+            bounds,
+            quirks=tuple(args.quirk or ()),
+            master=None if args.local or args.master is None else args.master,
+            symmetry=not args.no_symmetry,
+            por=not args.no_por,
+            liveness=not args.no_liveness,
+            strict=args.strict,
+            max_states=args.max_states,
+            spill=args.spill,
+            keep_going=args.keep_going,
+            progress=args.progress,
+        )
+    except (BadBound, ValueError) as exc:
+        print(f"txnmodel check: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    out = Path(args.out)
+    worst = EXIT_OK
+    summaries = []
+    for run in runs:
+        written = write_counterexamples(run, out) if run.result.violations else []
+        if not run.result.ok:
+            worst = EXIT_FAILED
+        summaries.append(summary_json(run, written))
+        if args.json:
+            continue
+        r = run.result
+        print(f"== {run.name}: {run.model.spec.description}")
+        print(f"   bounds: {_bounds_text(dict(run.model.spec.bounds))}")
+        reductions = ", ".join(k for k, v in r.reductions.items() if v) or "none"
+        rate = f"{r.states / r.seconds:,.0f} states/s" if r.seconds > 0 else ""
+        print(
+            f"   {r.verdict.upper()}: {r.states:,} states, {r.transitions:,} transitions, depth {r.depth}, "
+            f"{r.seconds:.1f}s ({rate}); reductions: {reductions}; "
+            f"liveness {'checked' if r.liveness_checked else 'off'}"
+        )
+        for note in r.notes:
+            print(f"   note: {note}")
+        for violation, folder in zip(r.violations, written, strict=False):
+            print()
+            print(render_text(run.model, violation))
+            print(f"   counterexample files: {folder}")
+        if r.violations:
+            print()
+    if args.json:
+        print_json({"models": summaries, "seconds": round(time.perf_counter() - started, 3), "exit": worst})
+    return worst
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    check = sub.add_parser(
+        "check",
+        help="model-check the composed protocol exhaustively within bounds (safety and liveness)",
+        description="Explore every interleaving of the composed protocol -- clients, the coordinator, partition "
+        "buffers, subscriptions' pending acks, a network that loses, duplicates and reorders, crashes and "
+        "timeouts -- built from the reference machines' own steps, within explicit bounds. Checks every "
+        "invariant and the cross-machine properties in every reachable state, and liveness (fair lassos). "
+        "Counterexamples are shortest traces, printed step by step and written under --out as text, the "
+        "viewer's trace JSON and its page, a history for `txnmodel verify`, a replayable test and, for one "
+        "machine, a vector. "
+        "Exit 0 all models passed, 1 a violation (or an incomplete run), 2 bad input.",
+    )
+    check.add_argument(
+        "--model",
+        action="append",
+        help="a model name (repeatable); 'default' (the main job's) or 'all'; see --list",
+    )
+    check.add_argument("--bound", action="append", metavar="K=V", help="override a bound (repeatable)")
+    check.add_argument("--quirk", action="append", metavar="NAME", help="switch on a named quirk (append-after-abort)")
+    where = check.add_mutually_exclusive_group()
+    where.add_argument("--master", help="run on Spark at this master URL (e.g. local[2], spark://host:7077)")
+    where.add_argument("--local", action="store_true", help="run in this process (the default)")
+    check.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
+    check.add_argument("--strict", action="store_true", help="also the liveness Pulsar does not promise (re-opens)")
+    check.add_argument("--no-symmetry", action="store_true", help="explore without symmetry reduction")
+    check.add_argument("--no-por", action="store_true", help="explore without partial-order reduction")
+    check.add_argument(
+        "--no-liveness", action="store_true", help="safety only (reductions apply; no graph kept in memory)"
+    )
+    check.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="explore the whole graph after a violation: every violated property, with its shortest trace",
+    )
+    check.add_argument(
+        "--max-states", type=positive_int, help="stop after this many states (the verdict is incomplete)"
+    )
+    check.add_argument(
+        "--spill",
+        type=positive_int,
+        metavar="N",
+        help="keep at most N fingerprints in memory, the rest in sorted runs on disk (big safety runs)",
+    )
+    check.add_argument("--out", default=os.path.join("out", "check"), help="where counterexamples go (out/check)")
+    check.add_argument("--progress", action="store_true", help="print each BFS level to stderr")
+    check.add_argument("--list", action="store_true", help="list the models and their default bounds")
+    check.set_defaults(func=cmd_check)
