@@ -20,7 +20,7 @@ from txnmodel.common import EXIT_FAILED, EXIT_OK
 if TYPE_CHECKING:
     from reference.engine.simulate import RunResult, RunSpec, SimulateOptions
 
-__all__ = ["build_parser", "options_from_args", "register", "run_simulate", "simulate", "simulate_main"]
+__all__ = ["Collector", "build_parser", "options_from_args", "register", "run_simulate", "simulate", "simulate_main"]
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -179,7 +179,7 @@ def simulate(
     every history.  ``jobs`` runs that many at once, in processes (each run is deterministic on its
     own, so the histories are the same).  EXIT_OK when every run finished (and, with ``check``, was
     clean), EXIT_FAILED otherwise."""
-    from reference.engine.simulate import file_stem, run
+    from reference.engine.simulate import run
 
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
@@ -188,33 +188,74 @@ def simulate(
     say: Callable[[str], None] = (lambda _: None) if quiet else (lambda m: print(m, file=sys.stderr))
     if progress is not None:
         progress.set_total(len(options.workloads) * options.histories)
-    status = EXIT_OK
     with tempfile.TemporaryDirectory(prefix="txnmodel-sim-") as scratch:
         specs = [spec for workload in options.workloads for spec in options.specs(workload, scratch)]
-        last = {spec.workload: index for index, spec in enumerate(specs)}
-        files: dict[str, dict[str, RunResult]] = {}
-        for index, (spec, result) in enumerate(zip(specs, _runs(specs, jobs, say, run), strict=True)):
-            history = result.operations[0].history if result.operations else f"{spec.workload}-{spec.seed}"
-            files.setdefault(file_stem(spec), {})[history] = result
-            line = (
-                f"{history}: {len(result.operations)} ops, {result.committed} commits, {result.aborted} "
-                f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated"
-                f"{' (cut at the deadline)' if result.cut else ''}"
-            )
-            if check:
-                clean, verdict_line = _check(result, say)
-                line += verdict_line
-                if not clean:
-                    status = EXIT_FAILED
-            say(line)
-            if progress is not None:
-                progress.advance(note=history)
-            if index == last[spec.workload]:
-                # A workload's files are written once its last run is in, and its results let go.
-                if out is not None:
-                    _write(out, files, jsonl, say)
-                files = {}
-    return status
+        collector = Collector(specs, out=out, jsonl=jsonl, check=check, say=say, progress=progress)
+        for index, result in enumerate(_runs(specs, jobs, say, run)):
+            collector.add(index, result)
+    return collector.status
+
+
+class Collector:
+    """The results of ``specs``' runs, taken in any order and dealt with in the specs' order: a line
+    per run (and its transactional check with ``check``), ``progress`` told, and a workload's
+    history files written under ``out`` once its last run is in (its results then let go);
+    ``on_written`` hears of each file written, with the runs it holds.  ``status`` is EXIT_FAILED
+    once a checked run was not clean."""
+
+    def __init__(
+        self,
+        specs: Sequence[RunSpec],
+        *,
+        out: Path | None = None,
+        jsonl: bool = False,
+        check: bool = False,
+        say: Callable[[str], None] = lambda _: None,
+        progress: Any = None,
+        on_written: Callable[[Path, dict[str, RunResult]], None] | None = None,
+    ) -> None:
+        self.specs, self.out, self.jsonl, self.check, self.say = specs, out, jsonl, check, say
+        self.progress, self.on_written = progress, on_written
+        self.status = EXIT_OK
+        self._last = {spec.workload: index for index, spec in enumerate(specs)}
+        self._early: dict[int, RunResult] = {}
+        self._next = 0
+        self._files: dict[str, dict[str, RunResult]] = {}
+
+    def add(self, index: int, result: RunResult) -> None:
+        """The result of ``specs[index]``'s run."""
+        self._early[index] = result
+        while self._next in self._early:
+            self._take(self._next, self._early.pop(self._next))
+            self._next += 1
+
+    def _take(self, index: int, result: RunResult) -> None:
+        from reference.engine.simulate import file_stem
+
+        spec = self.specs[index]
+        history = result.operations[0].history if result.operations else f"{spec.workload}-{spec.seed}"
+        self._files.setdefault(file_stem(spec), {})[history] = result
+        line = (
+            f"{history}: {len(result.operations)} ops, {result.committed} commits, {result.aborted} "
+            f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated"
+            f"{' (cut at the deadline)' if result.cut else ''}"
+        )
+        if self.check:
+            clean, verdict_line = _check(result, self.say)
+            line += verdict_line
+            if not clean:
+                self.status = EXIT_FAILED
+        self.say(line)
+        if self.progress is not None:
+            self.progress.advance(note=history)
+        if index == self._last[spec.workload]:
+            # A workload's files are written once its last run is in, and its results let go.
+            if self.out is not None:
+                _write(self.out, self._files, self.jsonl, self.say)
+                if self.on_written is not None:
+                    for stem, runs in sorted(self._files.items()):
+                        self.on_written(self.out / f"{stem}.parquet", runs)
+            self._files = {}
 
 
 def _runs(
