@@ -149,10 +149,19 @@ def iter_parquet(path: str | Path, histories: Collection[str] | None = None) -> 
         mask = pc.is_in(table.column("history"), value_set=pa.array(sorted(histories), type=pa.string()))
         rows = pc.indices_nonzero(mask).to_pylist()
         table = table.filter(mask)
-    columns = {name: table.column(name).to_pylist() for name in names}
-    for index, row in enumerate(rows):
-        record = {name: values[index] for name, values in columns.items()}
-        yield Operation.from_row(record, where=where, row_number=row)
+    if any(table.column(name).null_count for name, _, nullable in PARQUET_COLUMNS if not nullable):
+        # a required value missing somewhere: the row-by-row check finds the row and says so
+        columns = {name: table.column(name).to_pylist() for name in names}
+        for index, row in enumerate(rows):
+            record = {name: values[index] for name, values in columns.items()}
+            yield Operation.from_row(record, where=where, row_number=row)
+        return
+    # Every column is present (the nullable ones may be absent: all null) and of its type, checked
+    # above for the whole file: each row needs only the checks of its values.
+    nulls = [None] * table.num_rows
+    values = [table.column(name).to_pylist() if name in names else nulls for name in FIELDS]
+    for row, fields in zip(rows, zip(*values, strict=True), strict=True):
+        yield Operation.from_typed(*fields, where=where, row_number=row)
 
 
 def read_jsonl(path: str | Path) -> dict[str, list[Operation]]:
