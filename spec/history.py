@@ -380,6 +380,8 @@ class Operation:
 
 _OP_TYPES: Final = {kind.value: kind for kind in OpType}
 _SCAN: Final = json.JSONDecoder().scan_once
+# json.dumps(value, separators=(",", ":")) without building an encoder for every call
+_compact: Final = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _json(text: str) -> Any:
@@ -416,8 +418,8 @@ def make_operation(
         type=op_type,
         f=f,
         object=obj,
-        value=json.dumps(value, separators=(",", ":")),
-        result=None if result is None else json.dumps(result, separators=(",", ":")),
+        value=_compact(value),
+        result=None if result is None else _compact(result),
         invoked_at=invoked_at,
         completed_at=completed_at,
         error=error,
