@@ -30,6 +30,7 @@ __all__ = [
     "arrow_schema",
     "group_histories",
     "history_files",
+    "history_table",
     "parquet_history_names",
     "read_file",
     "read_jsonl",
@@ -38,6 +39,7 @@ __all__ = [
     "run_config",
     "write_jsonl",
     "write_parquet",
+    "write_parquet_tables",
 ]
 
 FORMATS = ("parquet", "jsonl", "jepsen", "edn")
@@ -226,6 +228,16 @@ def _metadata_text(metadata: Mapping[str, Any], where: str) -> str:
     return text
 
 
+def history_table(histories: Mapping[str, Sequence[Operation]] | Sequence[Operation]) -> Any:
+    """Operations as a pyarrow table with :func:`arrow_schema` (no run metadata): what
+    :func:`write_parquet` writes, built where the operations are (a worker process) so that only
+    the table, cheap to pickle, travels."""
+    import pyarrow as pa
+
+    rows = _rows(histories)
+    return pa.table({name: [row[name] for row in rows] for name in FIELDS}, schema=arrow_schema())
+
+
 def write_parquet(
     path: str | Path,
     histories: Mapping[str, Sequence[Operation]] | Sequence[Operation],
@@ -234,18 +246,23 @@ def write_parquet(
 ) -> None:
     """Write operations as one Parquet file with :func:`arrow_schema`; ``metadata`` (run metadata, see
     :func:`read_metadata`) goes into the schema's key-value metadata."""
+    write_parquet_tables(path, [history_table(histories)], metadata=metadata)
+
+
+def write_parquet_tables(path: str | Path, tables: Sequence[Any], *, metadata: Mapping[str, Any] | None = None) -> None:
+    """Write :func:`history_table` tables, one after the other, as one Parquet file (the same file
+    as :func:`write_parquet` of their operations)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = _rows(histories)
     schema = arrow_schema()
     if metadata is not None:
         schema = schema.with_metadata(
             {**schema.metadata, METADATA_KEY.encode(): _metadata_text(metadata, str(path)).encode()}
         )
-    table = pa.table({name: [row[name] for row in rows] for name in FIELDS}, schema=schema)
+    table = (pa.concat_tables(tables) if tables else schema.empty_table()).combine_chunks()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path)
+    pq.write_table(table.replace_schema_metadata(schema.metadata), path)
 
 
 def write_jsonl(

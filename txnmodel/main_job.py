@@ -144,11 +144,17 @@ def prove_task(machine: str, rlimit: int) -> list[Any]:
     return prove_machine(machine, rlimit=rlimit)
 
 
-def simulate_task(spec: Any) -> Any:
-    """One seeded history (:func:`reference.engine.simulate.run`)."""
+def simulate_task(spec: Any) -> tuple[Any, Any]:
+    """One seeded history (:func:`reference.engine.simulate.run`): the run's result without its
+    operations, and the operations as a history table (:func:`invariants.history.history_table`),
+    which crosses to the parent process several times cheaper than the operations themselves."""
+    import dataclasses
+
+    from invariants.history import history_table
     from reference.engine.simulate import run
 
-    return run(spec)
+    result = run(spec)
+    return dataclasses.replace(result, operations=[]), history_table(result.operations)
 
 
 def verify_task(units: Sequence[tuple[str, tuple[str, ...] | None]], out: str, part: str) -> list[Any]:

@@ -212,8 +212,8 @@ class _MainJob:
             specs, out=histories_dir, progress=phase, on_written=None if on_spark else self._verify_file
         )
 
-        def simulated(index: int, result: RunResult) -> None:
-            collector.add(index, result)
+        def simulated(index: int, result: RunResult, table: Any) -> None:
+            collector.add(index, result, table)
             if times.tasks == len(specs):
                 end()
                 code = collector.status
@@ -224,16 +224,15 @@ class _MainJob:
 
         for index, spec in enumerate(specs):
             self.pipeline.submit_throttled(
-                "simulate", simulate_task, (spec,), lambda result, i=index: simulated(i, result)
+                "simulate", simulate_task, (spec,), lambda value, i=index: simulated(i, *value)
             )
 
-    def _verify_file(self, path: Path, runs: dict[str, RunResult]) -> None:
+    def _verify_file(self, path: Path, sizes: dict[str, int]) -> None:
         """Hand in the verification of one written history file, in tasks of about
         :data:`VERIFY_TASK_ROWS` rows (the largest histories first, each task's histories read alone)."""
         from txnmodel.main_job import verify_task
         from txnmodel.spark_runner import pack
 
-        sizes = {name: len(result.operations) for name, result in runs.items()}
         count = max(1, -(-sum(sizes.values()) // VERIFY_TASK_ROWS))
         tasks = pack([((str(path), (name,)), float(size)) for name, size in sizes.items()], min(count, len(sizes)))
         assert self.verify_phase is not None

@@ -200,8 +200,8 @@ class Collector:
     """The results of ``specs``' runs, taken in any order and dealt with in the specs' order: a line
     per run (and its transactional check with ``check``), ``progress`` told, and a workload's
     history files written under ``out`` once its last run is in (its results then let go);
-    ``on_written`` hears of each file written, with the runs it holds.  ``status`` is EXIT_FAILED
-    once a checked run was not clean."""
+    ``on_written`` hears of each file written, with the number of rows of each history in it.
+    ``status`` is EXIT_FAILED once a checked run was not clean."""
 
     def __init__(
         self,
@@ -212,31 +212,38 @@ class Collector:
         check: bool = False,
         say: Callable[[str], None] = lambda _: None,
         progress: Any = None,
-        on_written: Callable[[Path, dict[str, RunResult]], None] | None = None,
+        on_written: Callable[[Path, dict[str, int]], None] | None = None,
     ) -> None:
         self.specs, self.out, self.jsonl, self.check, self.say = specs, out, jsonl, check, say
         self.progress, self.on_written = progress, on_written
         self.status = EXIT_OK
         self._last = {spec.workload: index for index, spec in enumerate(specs)}
-        self._early: dict[int, RunResult] = {}
+        self._early: dict[int, tuple[RunResult, Any]] = {}
         self._next = 0
-        self._files: dict[str, dict[str, RunResult]] = {}
+        self._files: dict[str, dict[str, tuple[RunResult, Any]]] = {}
 
-    def add(self, index: int, result: RunResult) -> None:
-        """The result of ``specs[index]``'s run."""
-        self._early[index] = result
+    def add(self, index: int, result: RunResult, table: Any = None) -> None:
+        """The result of ``specs[index]``'s run; ``table``: its operations as a history table
+        (:func:`invariants.history.history_table`, made where the run was) in place of
+        ``result.operations``."""
+        self._early[index] = (result, table)
         while self._next in self._early:
-            self._take(self._next, self._early.pop(self._next))
+            self._take(self._next, *self._early.pop(self._next))
             self._next += 1
 
-    def _take(self, index: int, result: RunResult) -> None:
+    def _take(self, index: int, result: RunResult, table: Any) -> None:
         from reference.engine.simulate import file_stem
 
         spec = self.specs[index]
-        history = result.operations[0].history if result.operations else f"{spec.workload}-{spec.seed}"
-        self._files.setdefault(file_stem(spec), {})[history] = result
+        if table is not None:
+            rows = table.num_rows
+            history = table.column("history")[0].as_py() if rows else f"{spec.workload}-{spec.seed}"
+        else:
+            rows = len(result.operations)
+            history = result.operations[0].history if result.operations else f"{spec.workload}-{spec.seed}"
+        self._files.setdefault(file_stem(spec), {})[history] = (result, table)
         line = (
-            f"{history}: {len(result.operations)} ops, {result.committed} commits, {result.aborted} "
+            f"{history}: {rows} ops, {result.committed} commits, {result.aborted} "
             f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated"
             f"{' (cut at the deadline)' if result.cut else ''}"
         )
@@ -254,7 +261,11 @@ class Collector:
                 _write(self.out, self._files, self.jsonl, self.say)
                 if self.on_written is not None:
                     for stem, runs in sorted(self._files.items()):
-                        self.on_written(self.out / f"{stem}.parquet", runs)
+                        sizes = {
+                            name: table.num_rows if table is not None else len(result.operations)
+                            for name, (result, table) in runs.items()
+                        }
+                        self.on_written(self.out / f"{stem}.parquet", sizes)
             self._files = {}
 
 
@@ -287,17 +298,23 @@ def _check(result: RunResult, say: Callable[[str], None]) -> tuple[bool, str]:
     return verdict.ok, text
 
 
-def _write(out: Path, files: dict[str, dict[str, RunResult]], jsonl: bool, say: Callable[[str], None]) -> None:
+def _write(
+    out: Path, files: dict[str, dict[str, tuple[RunResult, Any]]], jsonl: bool, say: Callable[[str], None]
+) -> None:
     """One history file per stem, its runs in id order with their metadata."""
-    from invariants.history import write_jsonl, write_parquet
+    from invariants.history import write_jsonl, write_parquet, write_parquet_tables
     from reference.engine.simulate import file_metadata
 
     for stem, runs in sorted(files.items()):
-        histories = {name: result.operations for name, result in runs.items()}
-        metadata = file_metadata(runs)
-        write_parquet(out / f"{stem}.parquet", histories, metadata=metadata)
-        if jsonl:
-            write_jsonl(out / f"{stem}.jsonl", histories, metadata=metadata)
+        metadata = file_metadata({name: result for name, (result, _) in runs.items()})
+        tables = [table for _, table in runs.values()]
+        if all(table is not None for table in tables):
+            write_parquet_tables(out / f"{stem}.parquet", tables, metadata=metadata)
+        else:
+            histories = {name: result.operations for name, (result, _) in runs.items()}
+            write_parquet(out / f"{stem}.parquet", histories, metadata=metadata)
+            if jsonl:
+                write_jsonl(out / f"{stem}.jsonl", histories, metadata=metadata)
         say(f"wrote {out / f'{stem}.parquet'}")
 
 
