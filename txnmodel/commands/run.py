@@ -363,8 +363,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument(
         "--histories",
         type=int,
-        default=70,
-        help="seeds per workload (3 workloads; default 70, i.e. 210 histories; 0 skips simulation)",
+        default=100,
+        help="seeds per workload (3 workloads; default 100, i.e. 300 histories; 0 skips simulation)",
     )
     run.add_argument("--ops", type=int, default=60, help="transactions attempted per history (default 60)")
     run.add_argument(
