@@ -84,9 +84,10 @@ from __future__ import annotations
 import enum
 import itertools
 import json
+import json.scanner
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from spec.errors import InputError
 
@@ -373,13 +374,26 @@ class Operation:
         if error is not None and kind is OpType.OK:
             raise bad("error", "an 'ok' operation carries no error")
         return cls(
-            history, index, process, kind, f, obj, value, result, invoked_at, completed_at, error, seed,
-            decoded_value, decoded_result,
+            history,
+            index,
+            process,
+            kind,
+            f,
+            obj,
+            value,
+            result,
+            invoked_at,
+            completed_at,
+            error,
+            seed,
+            decoded_value,
+            decoded_result,
         )
 
 
 _OP_TYPES: Final = {kind.value: kind for kind in OpType}
-_SCAN: Final = json.JSONDecoder().scan_once
+# what json.loads runs under its per-call checks (the scanner JSONDecoder() builds for itself)
+_SCAN: Final = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))
 # json.dumps(value, separators=(",", ":")) without building an encoder for every call
 _compact: Final = json.JSONEncoder(separators=(",", ":")).encode
 

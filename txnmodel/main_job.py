@@ -27,7 +27,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Pipeline", "PhaseTimes", "prove_task", "simulate_task", "verify_task"]
+__all__ = ["PhaseTimes", "Pipeline", "prove_task", "simulate_task", "verify_task"]
 
 
 @dataclass
@@ -102,7 +102,10 @@ class Pipeline:
 
     def _refill(self) -> None:
         window = self.window or 2 * self.jobs
-        while self._throttled and sum(1 for t in self._running.values() if t.phase.name == self._throttled[0].phase.name) < window:
+        while self._throttled:
+            phase = self._throttled[0].phase
+            if sum(1 for task in self._running.values() if task.phase is phase) >= window:
+                return
             self._start(self._throttled.popleft())
 
     def run(self, idle: Callable[[], None] | None = None) -> None:

@@ -134,9 +134,7 @@ def test_bad_rows_name_the_field(tmp_path: Path, overrides: dict[str, object], c
         ({"type": "ok", "error": "TransactionConflict"}, "error"),
     ],
 )
-def test_bad_parquet_rows_name_the_row_and_the_field(
-    tmp_path: Path, overrides: dict[str, object], column: str
-) -> None:
+def test_bad_parquet_rows_name_the_row_and_the_field(tmp_path: Path, overrides: dict[str, object], column: str) -> None:
     """The Parquet reader checks types per file and values per row: a bad value is still found at
     its row and field (a null in a required column sends the reader down the row-by-row path)."""
     rows = [_row(), _row(**{"index": 1, **overrides})]

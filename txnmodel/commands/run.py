@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import sys
 import time
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 
 # Summary lines: (what, verdict, wall seconds, CPU seconds).
 Line = tuple[str, str, str, str]
+# The summary's parts, in the order they are printed (a new part goes where it runs).
+PARTS = ("vectors", "proofs", "simulate", "verify")
 
 # Rows (operations) of the histories one verification task checks, about a second of CPU: small
 # enough that the last tasks keep every worker busy, large enough that reading the task's histories
@@ -164,7 +167,7 @@ class _MainJob:
 
         for machine in machines:
             self.pipeline.submit(
-                "proofs", prove_task, (machine, self.args.rlimit or RLIMIT), lambda rows, m=machine: proved(m, rows)
+                "proofs", prove_task, (machine, self.args.rlimit or RLIMIT), functools.partial(proved, machine)
             )
 
     # -- 3. simulation, a task per history; 4. a workload verified once its file is written ------
@@ -212,8 +215,8 @@ class _MainJob:
             specs, out=histories_dir, progress=phase, on_written=None if on_spark else self._verify_file
         )
 
-        def simulated(index: int, result: RunResult, table: Any) -> None:
-            collector.add(index, result, table)
+        def simulated(index: int, value: tuple[RunResult, Any]) -> None:
+            collector.add(index, *value)
             if times.tasks == len(specs):
                 end()
                 code = collector.status
@@ -223,9 +226,7 @@ class _MainJob:
                 self.worst = max(self.worst, code)
 
         for index, spec in enumerate(specs):
-            self.pipeline.submit_throttled(
-                "simulate", simulate_task, (spec,), lambda value, i=index: simulated(i, *value)
-            )
+            self.pipeline.submit_throttled("simulate", simulate_task, (spec,), functools.partial(simulated, index))
 
     def _verify_file(self, path: Path, sizes: dict[str, int]) -> None:
         """Hand in the verification of one written history file, in tasks of about
@@ -235,18 +236,17 @@ class _MainJob:
 
         count = max(1, -(-sum(sizes.values()) // VERIFY_TASK_ROWS))
         tasks = pack([((str(path), (name,)), float(size)) for name, size in sizes.items()], min(count, len(sizes)))
-        assert self.verify_phase is not None
-        phase, _ = self.verify_phase
         for number, task in enumerate(tasks):
-            names = tuple(sorted(name for _, (name,) in task))  # type: ignore[misc]
+            names = tuple(sorted(name for _, chosen in task for name in chosen or ()))
+            histories = len(names)
             self.pipeline.submit(
                 "verify",
                 verify_task,
                 ([(str(path), names)], str(self.out / "verdicts"), f"{path.stem}-{number:04d}"),
-                lambda rows, n=len(names): self._verified(rows, n),
+                functools.partial(self._verified, histories),
             )
 
-    def _verified(self, rows: list[VerdictRow], histories: int) -> None:
+    def _verified(self, histories: int, rows: list[VerdictRow]) -> None:
         assert self.verify_phase is not None
         self.verdicts.extend(rows)
         self.verify_phase[0].advance(histories)
@@ -284,8 +284,8 @@ class _MainJob:
     def print_summary(self, wall: float, cpu: float) -> int:
         """The table: a line per part (wall and CPU seconds; the parts overlap), and the total (the
         CPU of this process and of every worker)."""
-        lines = [line for key in ("vectors", "proofs", "simulate", "verify") for line in self.summary.get(key, [])]
-        lines += [line for key, more in self.summary.items() if key not in ("vectors", "proofs", "simulate", "verify") for line in more]
+        order = [*PARTS, *(key for key in self.summary if key not in PARTS)]
+        lines = [line for key in order for line in self.summary.get(key, [])]
         workers = sum(times.cpu for times in self.pipeline.phases.values())
         width = max(len(line[0]) for line in [*lines, ("total", "", "", "")])
         print("\n== summary" + " " * max(0, width + 39 - 12) + "   wall     cpu")
