@@ -423,8 +423,10 @@ def make_operation(
     completed_at: int | None,
     error: str | None = None,
     seed: int | None = None,
+    null_result: bool = False,
 ) -> Operation:
-    """Build an operation from already-JSON values (spelled as :mod:`spec.jsonvalues` spells them)."""
+    """Build an operation from already-JSON values (spelled as :mod:`spec.jsonvalues` spells them);
+    ``null_result``: a None ``result`` is a returned JSON null (``"null"``), not nothing recorded."""
     return Operation(
         history=history,
         index=index,
@@ -433,7 +435,7 @@ def make_operation(
         f=f,
         object=obj,
         value=_compact(value),
-        result=None if result is None else _compact(result),
+        result=None if result is None and not null_result else _compact(result),
         invoked_at=invoked_at,
         completed_at=completed_at,
         error=error,
