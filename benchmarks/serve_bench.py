@@ -104,9 +104,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=3000)
     parser.add_argument("--out", default="out/serve_bench")
     args = parser.parse_args(argv)
-    bench_engine(200)  # warm imports and caches on both sides before anything is timed
-    bench_serve(200, "memory")
-    rows = [bench_engine(args.messages), bench_serve(args.messages, "memory"), bench_serve(args.messages, "file")]
+    from txnmodel.progress import Reporter
+
+    progress = Reporter()
+    with progress.phase("serve_bench: warm up", unit=""):
+        bench_engine(200)  # warm imports and caches on both sides before anything is timed
+        bench_serve(200, "memory")
+    rows: list[dict[str, Any]] = []
+    with progress.phase("serve_bench", total=3, unit="ways") as phase:
+        rows.append(bench_engine(args.messages))
+        phase.advance(note="in-process engine")
+        for ledger in ("memory", "file"):
+            rows.append(bench_serve(args.messages, ledger))
+            phase.advance(note=f"serve, {ledger} ledger")
     anchor = rows[0]["us_per_message"]
     load = os.getloadavg()
     print(f"load average: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}  (2 cores shared; ratios, not absolute times)")

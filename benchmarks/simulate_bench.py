@@ -70,7 +70,10 @@ def main(argv: list[str]) -> int:
     seconds = {"sim": 0.0, "real": 0.0, "memory": 0.0}
     operations = {"sim": 0, "real": 0, "memory": 0}
     runs: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="simulate-bench-", dir=OUT_DIR) as scratch:
+    from txnmodel.progress import Reporter
+
+    progress = Reporter().phase("simulate_bench", total=3 * len(WORKLOADS) * args.histories, unit="runs")
+    with tempfile.TemporaryDirectory(prefix="simulate-bench-", dir=OUT_DIR) as scratch, progress as phase:
         for workload in WORKLOADS:
             for seed in range(args.seed, args.seed + args.histories):
                 rows: dict[str, list[Any]] = {}
@@ -89,6 +92,7 @@ def main(argv: list[str]) -> int:
                     operations[how] += len(result.operations)
                     rows[how] = [op.to_row() for op in result.operations]
                     row[f"{how}_seconds"] = elapsed
+                    phase.advance(note=f"{workload} seed {seed} {how}")
                     if how == "sim":
                         row["power_cuts"] = result.counters.get("journal_power_cuts", 0)
                         row["journal_replayed"] = result.counters.get("journal_replayed", 0)

@@ -80,11 +80,17 @@ def _delivered_partitions(a: TxnAnalysis) -> set[str]:
     return {d.partition for d in a.deliveries}
 
 
-def _statements(a: TxnAnalysis) -> dict[str, Callable[[], tuple[bool, str]]]:
-    txns = set(a.commits) | set(a.aborts)
-    txn_messages = _txn_messages(a)
+Statement = Callable[[], tuple[bool, str]]
+
+
+def _statements(a: TxnAnalysis) -> dict[str, Statement]:
+    """Each check's statement of whether it applies, in :data:`~invariants.transactional.CHECKS`'
+    order: first the checks of sends and deliveries, then those of transactions."""
+    return {**_delivery_statements(a), **_txn_statements(a)}
+
+
+def _delivery_statements(a: TxnAnalysis) -> dict[str, Statement]:
     delivered = len(a.deliveries)
-    no_txn = (False, "no transaction in the history")
 
     def garbage() -> tuple[bool, str]:
         return (delivered > 0, f"{_plural(delivered, 'delivery')}" if delivered else "nothing was received")
@@ -150,10 +156,27 @@ def _statements(a: TxnAnalysis) -> dict[str, Callable[[], tuple[bool, str]]]:
             return False, "no negative ack or ack timeout states a redelivery bound"
         return True, f"{_plural(nacks, 'negative ack')}, {_plural(timed, 'consumer')} with an ack timeout"
 
+    return {
+        "garbage-read": garbage,
+        "inconsistent-position": positions,
+        "lost-message": loss,
+        "realtime-order": realtime,
+        "out-of-order-delivery": order,
+        "early-delivery": early,
+        "late-delivery": late,
+        "lost-redelivery": redelivery,
+    }
+
+
+def _txn_statements(a: TxnAnalysis) -> dict[str, Statement]:
+    txns = set(a.commits) | set(a.aborts)
+    txn_messages = _txn_messages(a)
+    no_txn = (False, "no transaction in the history")
+
     def commit_abort() -> tuple[bool, str]:
         return (True, f"{_plural(len(txns), 'transaction')} ended") if txns else no_txn
 
-    def txn_reads(fates: tuple[TxnFate, ...], words: str) -> Callable[[], tuple[bool, str]]:
+    def txn_reads(fates: tuple[TxnFate, ...], words: str) -> Statement:
         def statement() -> tuple[bool, str]:
             if not txn_messages:
                 return False, "no transactional send"
@@ -202,14 +225,6 @@ def _statements(a: TxnAnalysis) -> dict[str, Callable[[], tuple[bool, str]]]:
         return True, f"{_plural(len(readers), 'ack')} in committed transactions, {_plural(len(txn_messages), 'send')}"
 
     return {
-        "garbage-read": garbage,
-        "inconsistent-position": positions,
-        "lost-message": loss,
-        "realtime-order": realtime,
-        "out-of-order-delivery": order,
-        "early-delivery": early,
-        "late-delivery": late,
-        "lost-redelivery": redelivery,
         "commit-and-abort": commit_abort,
         "aborted-read": txn_reads((TxnFate.ABORTED,), "aborted"),
         "uncommitted-read": txn_reads((TxnFate.OPEN,), "never ended"),

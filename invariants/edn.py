@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import datetime
 import fractions
+import os
 import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -596,18 +597,20 @@ def _reindex(op: Operation, index: int) -> Operation:
 
 def read_edn(path: str | Path) -> dict[str, list[Operation]]:
     """Read one ``history.edn``: ``{history id: operations}`` (:func:`history_id`)."""
+    from invariants.history import open_input  # a regular file only: a FIFO or a device is refused
+
     file = Path(path)
     where = str(file)
-    try:
-        size = file.stat().st_size
-    except OSError as exc:
-        raise BadHistory(f"cannot read: {exc.strerror}", where=where) from None
-    if size > MAX_FILE_BYTES:
-        raise BadHistory(f"{size} bytes: larger than {MAX_FILE_BYTES} (the reader's limit)", where=where)
-    try:
-        raw = file.read_bytes()
-    except OSError as exc:
-        raise BadHistory(f"cannot read: {exc.strerror}", where=where) from None
+    with open_input(file) as handle:
+        try:
+            size = os.fstat(handle.fileno()).st_size
+            if size > MAX_FILE_BYTES:
+                raise BadHistory(f"{size} bytes: larger than {MAX_FILE_BYTES} (the reader's limit)", where=where)
+            raw = handle.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            raise BadHistory(f"cannot read: {exc.strerror}", where=where) from None
+    if len(raw) > MAX_FILE_BYTES:  # grew while it was read
+        raise BadHistory(f"larger than {MAX_FILE_BYTES} bytes (the reader's limit)", where=where)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

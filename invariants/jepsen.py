@@ -23,9 +23,20 @@ from pathlib import Path
 
 from spec.history import BadHistory, Event, Operation, OpType, make_operation, object_id, pair_events
 
-__all__ = ["JEPSEN_OBJECT", "parse_jepsen_log", "parse_kv_log", "read_jepsen_log", "read_kv_log", "read_verdicts"]
+__all__ = [
+    "JEPSEN_OBJECT",
+    "MAX_JEPSEN_LOG_BYTES",
+    "parse_jepsen_log",
+    "parse_kv_log",
+    "read_jepsen_log",
+    "read_kv_log",
+    "read_verdicts",
+]
 
 JEPSEN_OBJECT = object_id("register", "etcd")
+
+#: The largest log read (the etcd logs of the Porcupine data are under 100 kB each).
+MAX_JEPSEN_LOG_BYTES = 64 * 1024 * 1024
 
 _LINE = re.compile(r"^INFO\s+jepsen\.util\s+-\s+(\d+)\s+:(invoke|ok|fail|info)\s+:(read|write|cas)\s+(.+?)\s*$")
 _CAS = re.compile(r"^\[\s*(-?\d+)\s+(-?\d+)\s*\]$")
@@ -48,10 +59,13 @@ def _value(text: str, f: str, where: str, row: int) -> object:
 
 
 def parse_jepsen_log(text: str, *, history: str, where: str | None = None) -> list[Operation]:
-    """Parse the text of one log.  Lines that are not operations are skipped (setup, nemesis)."""
+    """Parse the text of one log.  Lines that are not operations are skipped (setup, nemesis); a
+    log that is not empty but has no operation line at all is not a Jepsen log (random text would
+    otherwise be an empty, trivially linearizable history)."""
     place = where or history
     events: list[Event] = []
-    for row, line in enumerate(text.splitlines()):
+    lines = text.splitlines()
+    for row, line in enumerate(lines):
         match = _LINE.match(line)
         if match is None:
             if "jepsen.util" in line and re.search(r":(invoke|ok|fail|info)\b", line):
@@ -65,17 +79,40 @@ def parse_jepsen_log(text: str, *, history: str, where: str | None = None) -> li
         if kind is OpType.INVOKE and f == "read":
             value = None
         events.append(Event(process, kind, f, value, row, error))
+    if not events and text.strip():
+        raise BadHistory(
+            f"not a Jepsen log: none of its {len(lines):,} lines is an operation "
+            "('INFO jepsen.util - PROCESS :TYPE :F VALUE')",
+            where=place,
+        )
     return pair_events(history, events, obj=JEPSEN_OBJECT, where=place)
 
 
 def read_jepsen_log(path: str | Path) -> list[Operation]:
-    """Read one ``etcd_NNN.log``; the history id is the file name without ``.log``."""
+    """Read one ``etcd_NNN.log`` (a regular file of at most :data:`MAX_JEPSEN_LOG_BYTES`); the
+    history id is the file name without ``.log``."""
     file = Path(path)
+    return parse_jepsen_log(_read_text(file), history=file.stem, where=str(file))
+
+
+def _read_text(file: Path) -> str:
+    """A log's text: a regular file (a FIFO or a device is refused) of at most
+    :data:`MAX_JEPSEN_LOG_BYTES`, UTF-8."""
+    from invariants.history import open_input
+
+    with open_input(file) as handle:
+        raw = handle.read(MAX_JEPSEN_LOG_BYTES + 1)
+    if len(raw) > MAX_JEPSEN_LOG_BYTES:
+        raise BadHistory(
+            f"more than {MAX_JEPSEN_LOG_BYTES:,} bytes, over the limit (MAX_JEPSEN_LOG_BYTES)", where=str(file)
+        )
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadHistory(f"cannot read: {exc}", where=str(file)) from None
-    return parse_jepsen_log(text, history=file.stem, where=str(file))
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        row = raw.count(b"\n", 0, exc.start)
+        raise BadHistory(
+            f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at byte offset {exc.start}", where=str(file), row=row
+        ) from None
 
 
 def read_verdicts(path: str | Path) -> dict[str, bool]:
@@ -143,8 +180,4 @@ def parse_kv_log(text: str, *, history: str, where: str | None = None) -> list[O
 def read_kv_log(path: str | Path) -> list[Operation]:
     """Read one key-value log; the history id is the file name without its extension."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadHistory(f"cannot read: {exc}", where=str(file)) from None
-    return parse_kv_log(text, history=file.stem, where=str(file))
+    return parse_kv_log(_read_text(file), history=file.stem, where=str(file))

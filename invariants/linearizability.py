@@ -29,9 +29,9 @@ for operations of unknown outcome and for reads (the loop is :mod:`invariants._w
 
 Linearizability is local (Herlihy and Wing), so a history is linearizable iff each object's
 sub-history is: :func:`check_history` splits first (``Model.partition``), lets the parts take
-turns (smallest first), gives each part a step budget (and the history a wall-clock budget) whose
-exhaustion gives ``unknown`` instead of hanging, and stops at the first ``illegal`` part (the
-others are reported ``skipped``).
+turns (smallest first), gives each part a step budget (and the history wall-clock and memory
+budgets) whose exhaustion gives ``unknown`` instead of hanging, and stops at the first ``illegal``
+part (the others are reported ``skipped``).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ __all__ = [
     "NOT_A_READ",
     "UNKNOWN",
     "HistoryResult",
+    "MemoryBudget",
     "Model",
     "ModelContractError",
     "ObjectResult",
@@ -61,6 +62,7 @@ __all__ = [
     "check_history",
     "check_object",
     "partition_by_object",
+    "resident_bytes",
 ]
 
 DEFAULT_STEP_BUDGET = 2_000_000
@@ -200,6 +202,49 @@ class HistoryResult:
         return next((o for o in self.objects if o.verdict is Verdict.ILLEGAL), None)
 
 
+class MemoryBudget:
+    """How much the process may grow while one history is checked: its resident memory when the
+    budget is made plus ``limit`` bytes.  The search's memo table is what grows (tens of MB a second
+    on a hard history); past the budget the verdict is ``unknown``, as past the step and time
+    budgets.  Resident memory is read from ``/proc/self/statm`` where there is one, else the peak
+    from ``getrusage`` (which never shrinks, so the budget errs on the side of stopping)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.base = resident_bytes()
+
+    def used(self) -> int:
+        return resident_bytes() - self.base
+
+    def exhausted(self) -> bool:
+        return self.used() > self.limit
+
+
+def resident_bytes() -> int:
+    """This process's resident memory, in bytes."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        import resource
+        import sys
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, kB on Linux
+
+
+def _page_size() -> int:
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 4096
+
+
+_PAGE = _page_size()
+
+
 class ModelContractError(Exception):
     """A model rejected an operation of unknown outcome: every model must accept one (the
     :class:`Model` contract), which is what lets the search leave it for last."""
@@ -252,14 +297,16 @@ def check_object(
     deadline: float | None = None,
     name: str | None = None,
     ignore_outputs: frozenset[int] = frozenset(),
+    memory: MemoryBudget | None = None,
 ) -> ObjectResult:
-    """The search over one part; ``deadline`` is a ``time.monotonic()`` instant.
+    """The search over one part; ``deadline`` is a ``time.monotonic()`` instant, ``memory`` the
+    history's memory budget.
 
     ``ignore_outputs`` (history indexes) makes those operations' outputs :data:`UNKNOWN` while
     keeping their intervals: a weakening the counterexample shrinker uses.
     """
     part = _Part(model, ops, step_budget, name=name, ignore_outputs=ignore_outputs)
-    while not part.advance(deadline):
+    while not part.advance(deadline, memory=memory):
         pass
     return part.result()
 
@@ -281,6 +328,7 @@ class _Part:
         self.label = name if name is not None else (ops[0].object if ops else "")
         self.seconds = 0.0
         self._slices = 0
+        self._exhausted = "step budget"  # which budget an unknown verdict ran out of
         self.found: _Found | None = None
         self.decoded: list[tuple[Any, Any]] = []
         self._search: Generator[None, None, _Found] | None = None
@@ -310,8 +358,9 @@ class _Part:
     def illegal(self) -> bool:
         return self.found is not None and self.found.verdict is Verdict.ILLEGAL
 
-    def advance(self, deadline: float | None, slices: int | None = None) -> bool:
-        """Run up to ``slices`` slices (all, when None); True once the search has a verdict."""
+    def advance(self, deadline: float | None, slices: int | None = None, memory: MemoryBudget | None = None) -> bool:
+        """Run up to ``slices`` slices (all, when None); True once the search has a verdict.  The
+        time and memory budgets are looked at between two slices (every :data:`SLICE` steps)."""
         if self.found is not None or self._search is None:
             return True
         started = time.perf_counter()
@@ -321,8 +370,10 @@ class _Part:
                 next(self._search)
                 count += 1
                 self._slices += 1
-                if deadline is not None and time.monotonic() > deadline:
+                over_time = deadline is not None and time.monotonic() > deadline
+                if over_time or (memory is not None and memory.exhausted()):
                     self._search.close()
+                    self._exhausted = "time budget" if over_time else "memory budget"
                     self.found = _Found(Verdict.UNKNOWN, self._slices * SLICE, [], None, self.model.init())
                     break
         except StopIteration as stop:
@@ -353,7 +404,7 @@ class _Part:
                 f"fits it before its return is rejected by the model"
             )
         elif found.verdict is Verdict.UNKNOWN:
-            reason = f"budget exhausted after {found.steps} search steps"
+            reason = f"{self._exhausted} exhausted after {found.steps} search steps"
         return ObjectResult(
             self.label,
             found.verdict,
@@ -369,11 +420,17 @@ class _Part:
 
 
 def check_history(
-    model: Model, ops: Sequence[Operation], *, step_budget: int = DEFAULT_STEP_BUDGET, seconds: float | None = None
+    model: Model,
+    ops: Sequence[Operation],
+    *,
+    step_budget: int = DEFAULT_STEP_BUDGET,
+    seconds: float | None = None,
+    memory_bytes: int | None = None,
 ) -> HistoryResult:
     """Split ``ops`` (one history) with the model's partition and check each part.
 
-    ``step_budget`` applies per part; ``seconds`` is a wall-clock budget for the whole history.
+    ``step_budget`` applies per part; ``seconds`` is a wall-clock budget for the whole history and
+    ``memory_bytes`` a memory budget for it (the process's growth while checking it).
     Parts are ordered by difficulty as far as it can be told beforehand (fewest operations
     first), each gets a first turn of :data:`FIRST_TURN` search steps in that order, and the
     parts still undecided then take turns of :data:`TURN` steps (as Porcupine's goroutines share a
@@ -383,11 +440,12 @@ def check_history(
     history = ops[0].history if ops else ""
     parts = [_Part(model, part, step_budget) for part in sorted(model.partition(ops), key=len)]
     deadline = time.monotonic() + seconds if seconds is not None else None
+    memory = MemoryBudget(memory_bytes) if memory_bytes is not None else None
     live = [part for part in parts if not part.done]
     turn = FIRST_TURN
     while live and not any(part.illegal for part in parts):
         for part in live:
-            if part.advance(deadline, slices=turn) and part.illegal:
+            if part.advance(deadline, slices=turn, memory=memory) and part.illegal:
                 break
         live = [part for part in live if not part.done]
         turn = TURN

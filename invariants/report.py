@@ -124,6 +124,7 @@ class Counterexample:
     # the longest partial linearizations with the model's state at each step (for the viewer)
     linearizations: tuple[Linearization, ...] = ()
     ignored: frozenset[int] = frozenset()  # operations whose outputs the core ignores
+    reproduce: str | None = None  # the command that reruns the history, when its file recorded the run
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -389,8 +390,7 @@ def render_text(cx: Counterexample, *, max_lines: int = 60) -> str:
     """The counterexample as plain text (capped at ``max_lines`` operation lines per section)."""
     by_index = {op.index: op for op in cx.ops}
     lines = [f"history {cx.history}  object {cx.object}  model {cx.model}  NOT LINEARIZABLE"]
-    if cx.seed is not None:
-        lines.append(f"reproduce with seed {cx.seed}")
+    lines += reproduce_lines(cx.seed, cx.reproduce)
     lines.append(
         f"shortest illegal prefix: {len(cx.ops)} of {cx.original_ops} operations (later ones dropped, "
         f"ones still open at the cut made indeterminate)"
@@ -419,7 +419,15 @@ def render_text(cx: Counterexample, *, max_lines: int = 60) -> str:
     return "\n".join(lines)
 
 
-def render_txn_text(result: TxnResult, *, seed: int | None = None) -> str:
+def reproduce_lines(seed: int | None, reproduce: str | None) -> list[str]:
+    """How to rerun the history: the whole command when its file recorded the run, else its seed
+    (alone it reproduces nothing: the run's other options matter as much)."""
+    if reproduce is not None:
+        return [f"reproduce with: {reproduce}"]
+    return [f"seed {seed} (the file does not record the run's other options)"] if seed is not None else []
+
+
+def render_txn_text(result: TxnResult, *, seed: int | None = None, reproduce: str | None = None) -> str:
     """A transactional verdict as text: each anomaly with its evidence in words."""
     if result.ok:
         return f"history {result.history}: no transactional anomaly ({result.txns} txns, {result.messages} messages)"
@@ -427,8 +435,7 @@ def render_txn_text(result: TxnResult, *, seed: int | None = None) -> str:
         f"history {result.history}: TRANSACTIONAL ANOMALIES "
         + ", ".join(f"{name} x{count}" for name, count in sorted(result.counts.items()))
     ]
-    if seed is not None:
-        lines.append(f"reproduce with seed {seed}")
+    lines += reproduce_lines(seed, reproduce)
     for anomaly in result.anomalies:
         lines.append(f"  - {anomaly}")
     cut = sum(result.counts.values()) - len(result.anomalies)
@@ -458,6 +465,7 @@ def counterexample_html(cx: Counterexample, *, max_ops: int = MAX_HTML_OPS, max_
         original_ops=cx.original_ops,
         searches=cx.searches,
         caps=Caps(max_ops=max_ops, max_bytes=max_bytes),
+        reproduce=cx.reproduce,
     )
 
 
@@ -468,12 +476,14 @@ def txn_html(
     seed: int | None = None,
     max_ops: int = MAX_HTML_OPS,
     max_bytes: int = MAX_HTML_BYTES,
+    reproduce: str | None = None,
 ) -> str:
     """A history's transactional anomalies as an interactive page
     (:func:`invariants.viewer.transactional_page`)."""
     return transactional_page(
         history=result.history,
         seed=seed,
+        reproduce=reproduce,
         ops=ops,
         anomalies=result.anomalies,
         counts=result.counts,

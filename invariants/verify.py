@@ -30,7 +30,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from spec.history import Operation
@@ -98,13 +98,14 @@ def worst(verdicts: Iterable[str]) -> Outcome:
 
 @dataclass(frozen=True)
 class VerifyOptions:
-    """How to check: ``model`` (``auto`` or a ``--model`` name), the search's step budget per object
-    and wall-clock budget per history, and whether to shrink and render counterexamples."""
+    """How to check: ``model`` (``auto`` or a ``--model`` name), the search's step budget per object,
+    wall-clock and memory budgets per history, and whether to shrink and render counterexamples."""
 
     model: str = "auto"
     step_budget: int = 2_000_000
     seconds: float | None = 60.0
     counterexamples: bool = True
+    memory_mb: int | None = 1024
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,7 @@ class VerdictRow:
     counterexample: str | None = None
     html: str | None = None
     seed: int | None = None
+    reproduce: str | None = None  # the command that reruns the history, when its file recorded the run
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -209,7 +211,7 @@ def failing_part(model: Any, ops: Sequence[Operation], result: Any) -> list[Oper
 
 
 def check_linearizability(
-    plan: Sequence[ModelPlan], ops: Sequence[Operation], options: VerifyOptions
+    plan: Sequence[ModelPlan], ops: Sequence[Operation], options: VerifyOptions, reproduce: str | None = None
 ) -> LinearizabilityCheck:
     """Linearizability of each planned model's objects, the worst verdict over all of them.
 
@@ -234,7 +236,8 @@ def check_linearizability(
         mine = _model_ops(ops, step)
         seconds = None if deadline is None else max(0.0, deadline - time.monotonic())
         started = time.perf_counter()
-        result = check_history(model, mine, step_budget=options.step_budget, seconds=seconds)
+        memory = None if options.memory_mb is None else options.memory_mb * 1024 * 1024
+        result = check_history(model, mine, step_budget=options.step_budget, seconds=seconds, memory_bytes=memory)
         # A machine's parts are its objects' crash epochs; an object's verdict is its worst epoch's.
         by_object: dict[str, list[str]] = {}
         for part in result.objects:
@@ -258,7 +261,7 @@ def check_linearizability(
         if bad is not None and failing is None:
             failing = bad.object
             if options.counterexamples:
-                cx = explain(model, failing_part(model, mine, bad), bad)
+                cx = replace(explain(model, failing_part(model, mine, bad), bad), reproduce=reproduce)
                 text = render_text(cx)
                 page = counterexample_html(cx, max_bytes=MAX_HTML_BYTES)
     detail = "; ".join(reasons)[:2000]
@@ -268,10 +271,16 @@ def check_linearizability(
 
 
 def _linearizability_row(
-    name: str, ops: Sequence[Operation], plan: Sequence[ModelPlan], file: str, options: VerifyOptions, seed: int | None
+    name: str,
+    ops: Sequence[Operation],
+    plan: Sequence[ModelPlan],
+    file: str,
+    options: VerifyOptions,
+    seed: int | None,
+    reproduce: str | None,
 ) -> VerdictRow:
     started = time.perf_counter()
-    found = check_linearizability(plan, ops, options)
+    found = check_linearizability(plan, ops, options, reproduce)
     return VerdictRow(
         name,
         "linearizability",
@@ -287,11 +296,17 @@ def _linearizability_row(
         found.counterexample,
         found.html,
         seed,
+        reproduce,
     )
 
 
 def _transactional_row(
-    name: str, client_ops: Sequence[Operation], file: str, options: VerifyOptions, seed: int | None
+    name: str,
+    client_ops: Sequence[Operation],
+    file: str,
+    options: VerifyOptions,
+    seed: int | None,
+    reproduce: str | None,
 ) -> VerdictRow:
     from invariants.applicability import applicability
     from invariants.report import render_txn_text, txn_html
@@ -313,16 +328,20 @@ def _transactional_row(
         time.perf_counter() - started,
         None,
         json.dumps({"counts": txn.counts, "anomalies": [a.to_json() for a in txn.anomalies], "applicability": applies}),
-        None if txn.ok else render_txn_text(txn, seed=seed),
+        None if txn.ok else render_txn_text(txn, seed=seed, reproduce=reproduce),
         None
         if txn.ok or not options.counterexamples
-        else txn_html(txn, client_ops, seed=seed, max_bytes=MAX_HTML_BYTES),
+        else txn_html(txn, client_ops, seed=seed, max_bytes=MAX_HTML_BYTES, reproduce=reproduce),
         seed,
+        reproduce,
     )
 
 
-def _delivery_row(name: str, client_ops: Sequence[Operation], file: str, seed: int | None) -> VerdictRow:
+def _delivery_row(
+    name: str, client_ops: Sequence[Operation], file: str, seed: int | None, reproduce: str | None
+) -> VerdictRow:
     from invariants.client_visible import check_client_visible
+    from invariants.report import reproduce_lines
 
     started = time.perf_counter()
     found = check_client_visible(client_ops)
@@ -330,8 +349,7 @@ def _delivery_row(name: str, client_ops: Sequence[Operation], file: str, seed: i
     if not found.ok:
         lines = [f"history {name}: delivery violations {dict(sorted(found.counts.items()))}"]
         lines += [f"  {v}" for v in found.violations]
-        if seed is not None:
-            lines.append(f"reproduce with seed {seed}")
+        lines += reproduce_lines(seed, reproduce)
         text = "\n".join(lines)
     return VerdictRow(
         name,
@@ -350,15 +368,19 @@ def _delivery_row(name: str, client_ops: Sequence[Operation], file: str, seed: i
         text,
         None,
         seed,
+        reproduce,
     )
 
 
-def check_history(name: str, ops: Sequence[Operation], file: str, options: VerifyOptions) -> list[VerdictRow]:
+def check_history(
+    name: str, ops: Sequence[Operation], file: str, options: VerifyOptions, reproduce: str | None = None
+) -> list[VerdictRow]:
     """Every checker that applies to one history: a ``linearizability`` row when a model applies, a
     ``transactional`` and a ``delivery`` row when clients sent, received, acked or ended
     transactions; an ``input`` row
     (``bad-input``) when nothing applies or the history breaks the contract, a ``crash`` row
-    (``error``) when a model or machine raised."""
+    (``error``) when a model or machine raised.  ``reproduce`` (the command that reruns the history,
+    when its file recorded the run) goes into the rows and their counterexamples."""
     from spec.errors import InputError
     from spec.history import is_machine_operation
 
@@ -367,13 +389,13 @@ def check_history(name: str, ops: Sequence[Operation], file: str, options: Verif
     try:
         plan = plan_models(options.model, ops)
         if plan:
-            rows.append(_linearizability_row(name, ops, plan, file, options, seed))
+            rows.append(_linearizability_row(name, ops, plan, file, options, seed, reproduce))
         # The transactional checks read what clients saw, not the machines' steps.
         client_ops = [op for op in ops if not is_machine_operation(op)]
         transactional = any(op.f in TXN_VOCABULARY for op in client_ops)
         if transactional:
-            rows.append(_transactional_row(name, client_ops, file, options, seed))
-            rows.append(_delivery_row(name, client_ops, file, seed))
+            rows.append(_transactional_row(name, client_ops, file, options, seed, reproduce))
+            rows.append(_delivery_row(name, client_ops, file, seed, reproduce))
         if not plan and not transactional:
             detail = "no checker applies: no --model for these objects and no transactional operations"
             rows.append(_bad_input(name, file, options.model, detail))

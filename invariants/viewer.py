@@ -330,8 +330,10 @@ def linearizability_page(
     original_ops: int,
     searches: int,
     caps: Caps = Caps(),
+    reproduce: str | None = None,
 ) -> str:
-    """The page of one object that is not linearizable (see the module docstring)."""
+    """The page of one object that is not linearizable (see the module docstring); ``reproduce`` is
+    the command that reruns the history (else the seed alone is named)."""
     # A page that would pass max_bytes is rebuilt with smaller caps, down to a floor.
     current = caps
     for _ in range(8):
@@ -351,6 +353,7 @@ def linearizability_page(
             original_ops,
             searches,
             current,
+            reproduce,
         )
         if len(page.encode()) <= caps.max_bytes:
             return page
@@ -387,6 +390,7 @@ def _linearizability(
     original_ops: int,
     searches: int,
     caps: Caps,
+    reproduce: str | None = None,
 ) -> str:
     focus = {*core, *([] if blocked is None else [blocked])}
     for lin in linearizations[:1]:
@@ -414,7 +418,14 @@ def _linearizability(
     }
     title = f"{history} · {obj} · not linearizable ({model})"
     summary = _linearizability_summary(
-        history, obj, model, seed, by_index.get(blocked) if blocked is not None else None, descriptions, reason
+        history,
+        obj,
+        model,
+        seed,
+        by_index.get(blocked) if blocked is not None else None,
+        descriptions,
+        reason,
+        reproduce,
     )
     summary.append(_core_details(core, descriptions, len(ops), original_ops, searches))
     options = "".join(
@@ -525,12 +536,11 @@ def _linearizability_summary(
     blocked_op: Operation | None,
     descriptions: Mapping[int, str],
     reason: str,
+    reproduce: str | None = None,
 ) -> list[str]:
     summary = [
         f"<p class='verdict bad'>NOT LINEARIZABLE</p><p>Object <b>{_esc(obj)}</b> of history <b>{_esc(history)}</b> "
-        f"checked against the <b>{_esc(model)}</b> model."
-        + (f" Reproduce with seed <b>{seed}</b>." if seed is not None else "")
-        + "</p>"
+        f"checked against the <b>{_esc(model)}</b> model." + _reproduce_html(seed, reproduce) + "</p>"
     ]
     if blocked_op is not None:
         summary.append(
@@ -670,6 +680,13 @@ def _cycle_svg(cycle: Sequence[Sequence[str]]) -> str:
     return "".join(parts)
 
 
+def _reproduce_html(seed: int | None, reproduce: str | None) -> str:
+    """How to rerun the history: the whole command when the file recorded the run, else its seed."""
+    if reproduce is not None:
+        return f" Reproduce with <code>{_esc(reproduce)}</code>."
+    return f" Seed <b>{seed}</b> (the file does not record the run's other options)." if seed is not None else ""
+
+
 def transactional_page(
     *,
     history: str,
@@ -679,6 +696,7 @@ def transactional_page(
     counts: Mapping[str, int],
     rules: Mapping[str, tuple[Sequence[str], str]],
     caps: Caps = Caps(),
+    reproduce: str | None = None,
 ) -> str:
     """The page of one history's transactional anomalies (see the module docstring).
 
@@ -747,7 +765,8 @@ def transactional_page(
     body = (
         f"<header><h1>{_esc(title)}</h1></header>{_notes(notes)}"
         f"<p class='verdict bad'>TRANSACTIONAL ANOMALIES</p><p>{_esc(counted)}"
-        + (f". Reproduce with seed <b>{seed}</b>." if seed is not None else ".")
+        + "."
+        + _reproduce_html(seed, reproduce)
         + f"</p><section id='anomalies'>{''.join(cards)}</section>"
         f"<section id='timeline-panel'><h2>Client operations</h2>{legend}<p class='note'>One lane per client; the "
         "axis is in event order (one column per recorded instant, labelled with it). Click an operation for its "
@@ -770,7 +789,14 @@ def transactional_page(
             max_bytes=caps.max_bytes,
         )
         return transactional_page(
-            history=history, seed=seed, ops=ops, anomalies=anomalies, counts=counts, rules=rules, caps=smaller
+            history=history,
+            seed=seed,
+            ops=ops,
+            anomalies=anomalies,
+            counts=counts,
+            rules=rules,
+            caps=smaller,
+            reproduce=reproduce,
         )
     return page
 

@@ -657,11 +657,13 @@ def concretize(model: z3.ModelRef, s: Vars, cmd: Cmd | None = None, command: str
         store = tb.SnapshotStore(snapshot=tb.TransactionBufferSnapshot(base.topic, pos(num(s.smrp)), ()))
     from dataclasses import replace
 
+    from reference.persistent import Log
+
     state = replace(
         base,
         status=tb.BufferStatus.READY if num(s.st) == READY else tb.BufferStatus.NO_SNAPSHOT,
         ledgers=(LedgerInfo(1, len(entries)),),
-        entries=tuple(entries),
+        entries=Log(entries),
         max_read_position=pos(num(s.mrp)),
         ongoing=immutables.Map(ongoing),
         aborted=immutables.Map(aborted),

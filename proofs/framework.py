@@ -46,6 +46,7 @@ __all__ = [
     "Row",
     "Verdict",
     "format_table",
+    "obligations_of",
     "prove_inductive",
     "prove_machine",
     "prove_valid",
@@ -248,6 +249,15 @@ def available_machines() -> list[str]:
     return names
 
 
+def obligations_of(machine: str, only: str | None = None) -> tuple[Obligation, ...]:
+    """The obligations of ``machine`` (those whose name contains ``only``); ``KeyError`` for an
+    unknown machine or one without proofs."""
+    obligations = _obligations(machine)
+    if obligations is None:
+        raise KeyError(f"machine {machine!r} has no proofs yet (proofs/{machine_info(machine).module}.py)")
+    return tuple(ob for ob in obligations if only is None or only in ob.name)
+
+
 def count_obligations(machine: str, only: str | None = None) -> int:
     """How many properties :func:`prove_machine` will check (for progress)."""
     return sum(1 for ob in _obligations(machine) or () if only is None or only in ob.name)
@@ -262,13 +272,8 @@ def prove_machine(
 ) -> list[Row]:
     """Every obligation of ``machine`` (or those whose name contains ``only``), each query within
     ``rlimit`` Z3 resource units; ``on_row`` hears each row as it is decided (progress)."""
-    obligations = _obligations(machine)
-    if obligations is None:
-        raise KeyError(f"machine {machine!r} has no proofs yet (proofs/{machine_info(machine).module}.py)")
     rows: list[Row] = []
-    for ob in obligations:
-        if only is not None and only not in ob.name:
-            continue
+    for ob in obligations_of(machine, only):
         started = time.perf_counter()
         usage = Usage()
         token = _USAGE.set(usage)

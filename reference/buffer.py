@@ -1309,11 +1309,13 @@ def _recover_with_effects(
 
 
 def _decode_init(init: Mapping[str, Any]) -> dict[str, Any]:
-    allowed = {"topic", "ledger_id", "recovered"}
-    unknown = set(init) - allowed
+    from spec.jsonvalues import from_json
+
+    allowed: dict[str, type] = {"topic": str, "ledger_id": int, "recovered": bool}  # initial()'s parameters
+    unknown = set(init) - set(allowed)
     if unknown:
         raise KeyError(f"unknown init parameter(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
-    return dict(init)
+    return {name: from_json(value, allowed[name], f"$.init.{name}") for name, value in init.items()}
 
 
 def _obs_max_read_position(state: BufferState) -> Position:

@@ -274,10 +274,12 @@ def _decode_init(config: Config, init: object) -> ClientTxn:
     if unknown:
         raise KeyError(f"unknown init parameter(s) {sorted(unknown)}; known: txn_id, timeout_ms")
     raw = params.get("txn_id", [0, 0])
-    if not (isinstance(raw, list) and len(raw) == 2 and all(isinstance(x, int) for x in raw)):
+    if not (
+        isinstance(raw, list) and len(raw) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in raw)
+    ):
         raise TypeError("txn_id must be [most, least]")
     timeout = params.get("timeout_ms", CLIENT_DEFAULT_TXN_TIMEOUT_MS)
-    if not isinstance(timeout, int):
+    if not isinstance(timeout, int) or isinstance(timeout, bool):
         raise TypeError("timeout_ms must be an integer")
     return initial(config, TxnID(raw[0], raw[1]), timeout)
 

@@ -14,6 +14,7 @@ import dataclasses
 import importlib
 import inspect
 import json
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,6 +143,16 @@ def _decode_args(fn: Callable[..., Any], args: Mapping[str, Any], where: str) ->
     return out
 
 
+# A machine raises only on a command or query outside its domain (a position no ledger can hold, a
+# count past what Pulsar's 64-bit fields store, an unknown error name): the vector asked for
+# something its schema cannot rule out, so these are the vector's fault, not a mismatch.
+_REFUSED = (ValueError, OverflowError, KeyError, struct.error)
+
+
+def _refusal(exc: Exception) -> str:
+    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+
+
 def run_vector(path: Path, data: Mapping[str, Any], *, where: str | None = None) -> VectorResult:
     """Run one (schema-valid) vector.  Input problems raise :class:`BadVector`."""
     label = where or str(path)
@@ -175,7 +186,12 @@ def run_vector(path: Path, data: Mapping[str, Any], *, where: str | None = None)
             command = from_json(step.get("args", {}), command_type, f"$.steps[{index}].args")
         except JsonError as exc:
             raise BadVector(str(exc), where=label) from None
-        state, result = adapter.step(state, command)
+        try:
+            state, result = adapter.step(state, command)
+        except _REFUSED as exc:
+            raise BadVector(
+                f"$.steps[{index}].args: {name} refused by the reference: {_refusal(exc)}", where=label
+            ) from None
         actual = describe_result(result)
         expect = step.get("expect")
         if expect is not None:
@@ -195,7 +211,14 @@ def run_vector(path: Path, data: Mapping[str, Any], *, where: str | None = None)
                 kwargs = _decode_args(observer, check.get("args", {}), f"$.steps[{index}].check[{check_index}].args")
             except JsonError as exc:
                 raise BadVector(str(exc), where=label) from None
-            observed = to_json(observer(state, **kwargs))
+            try:
+                observed = to_json(observer(state, **kwargs))
+            except _REFUSED as exc:
+                raise BadVector(
+                    f"$.steps[{index}].check[{check_index}].args: {check['observe']} refused by the reference: "
+                    f"{_refusal(exc)}",
+                    where=label,
+                ) from None
             if not matches(check["equals"], observed):
                 what = f"observe {check['observe']}({json.dumps(check.get('args', {}))})"
                 return VectorResult(

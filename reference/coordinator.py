@@ -1057,7 +1057,7 @@ def _decode_init(config: Config, init: dict[str, object] | object) -> Coordinato
     if unknown:
         raise KeyError(f"unknown init parameter(s) {sorted(unknown)}; known: coordinator_id, store_state")
     coordinator_id = params.get("coordinator_id", 0)
-    if not isinstance(coordinator_id, int):
+    if not isinstance(coordinator_id, int) or isinstance(coordinator_id, bool):
         raise TypeError("coordinator_id must be an integer")
     store_state = StoreState[str(params.get("store_state", "READY"))]
     return initial(config, coordinator_id, store_state)

@@ -303,7 +303,10 @@ def _decode_init(init: Mapping[str, Any]) -> dict[str, Any]:
     unknown = set(init) - {"tracker", "async_create"}
     if unknown:
         raise KeyError(f"unknown init key(s) {sorted(unknown)}; delayed takes 'tracker', 'async_create'")
-    return dict(init)
+    from spec.jsonvalues import from_json
+
+    kinds: dict[str, type] = {"tracker": str, "async_create": bool}  # initial()'s parameters
+    return {name: from_json(value, kinds[name], f"$.init.{name}") for name, value in init.items()}
 
 
 def recover_from_json(config: Config, inputs: Any) -> Tracker:

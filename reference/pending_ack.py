@@ -80,6 +80,8 @@ __all__ = [
     "step",
 ]
 
+# numMessagesInBatch is an int32 on the wire (MessageMetadata.num_messages_in_batch).
+MAX_BATCH_SIZE: Final = 2**31 - 1
 # A whole-entry ack holds every batch index of the entry, whatever the batch size: Pulsar stores
 # it without an ack set, and an empty Java BitSet reads as "every index acked".
 WHOLE: Final = None
@@ -152,6 +154,8 @@ class AckedPosition:
     def __post_init__(self) -> None:
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {self.batch_size!r}")
+        if self.batch_size > MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size {self.batch_size} is more than a batch holds ({MAX_BATCH_SIZE}, an int32)")
 
     @classmethod
     def of_indexes(cls, position: Position, batch_size: int, indexes: Iterable[int]) -> AckedPosition:

@@ -90,6 +90,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 from spec.errors import InputError
+from spec.json_limits import first_excess
 
 __all__ = [
     "FIELDS",
@@ -133,6 +134,18 @@ class OpType(enum.Enum):
     def indeterminate(self) -> bool:
         """``info`` or ``invoke``: may or may not have taken effect; returns at +infinity."""
         return self in (OpType.INFO, OpType.INVOKE)
+
+
+#: The deepest nesting of a row's ``value`` or ``result`` JSON (the engine's deepest is under 10).
+MAX_VALUE_DEPTH: Final = 64
+#: The longest number in a row's JSON: any 64-bit value fits, far below where parsing gets slow.
+MAX_NUMBER_DIGITS: Final = 40
+
+
+def _short(value: object) -> str:
+    """``repr(value)``, cut: a message never quotes megabytes of input."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text):,} characters)"
 
 
 class BadHistory(InputError):
@@ -302,9 +315,11 @@ class Operation:
             if value is None:
                 continue
             if kind == "int64" and (not isinstance(value, int) or isinstance(value, bool)):
-                raise bad(name, f"expected an integer, got {value!r}")
+                raise bad(name, f"expected an integer, got {_short(value)}")
+            if kind == "int64" and not -(2**63) <= value < 2**63:
+                raise bad(name, f"expected a 64-bit integer, got {_short(value)}")
             if kind == "string" and not isinstance(value, str):
-                raise bad(name, f"expected a string, got {value!r}")
+                raise bad(name, f"expected a string, got {_short(value)}")
         return cls.from_typed(
             row["history"],
             row["index"],
@@ -350,19 +365,25 @@ class Operation:
 
         kind = _OP_TYPES.get(op_type)
         if kind is None:
-            raise bad("type", f"expected one of invoke, ok, fail, info, got {op_type!r}")
+            raise bad("type", f"expected one of invoke, ok, fail, info, got {_short(op_type)}")
         try:
             parse_object(obj)
         except ValueError as exc:
             raise bad("object", str(exc)) from None
-        try:
-            decoded_value = None if value == "null" else _json(value)
-        except json.JSONDecodeError as exc:
-            raise bad("value", f"not JSON text: {exc.msg} at char {exc.pos}") from None
-        try:
-            decoded_result = None if result is None or result == "null" else _json(result)
-        except json.JSONDecodeError as exc:
-            raise bad("result", f"not JSON text: {exc.msg} at char {exc.pos}") from None
+        decoded: list[Any] = []
+        for name, text in (("value", value), ("result", result)):
+            if text is None or text == "null":
+                decoded.append(None)
+                continue
+            excess = first_excess(text, max_depth=MAX_VALUE_DEPTH, max_digits=MAX_NUMBER_DIGITS)
+            if excess is not None:
+                limit = "MAX_VALUE_DEPTH" if excess[0].startswith("nested") else "MAX_NUMBER_DIGITS"
+                raise bad(name, f"JSON text {excess[0]} at char {excess[1]} (limit {limit})")
+            try:
+                decoded.append(_json(text))
+            except json.JSONDecodeError as exc:
+                raise bad(name, f"not JSON text: {exc.msg} at char {exc.pos}") from None
+        decoded_value, decoded_result = decoded
         if index < 0:
             raise bad("index", f"must be >= 0, got {index}")
         if kind is OpType.INVOKE and completed_at is not None:

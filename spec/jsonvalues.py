@@ -138,6 +138,16 @@ def json_order(item: JSON) -> _OrderKey:
     raise TypeError(f"not a JSON value: {type(item).__name__}")
 
 
+# Pulsar stores every integer the machines take in a 64-bit field: signed (Java's long) or, for a
+# few protobuf fields, unsigned.
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+
+
+def _short(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
+
+
 def from_json(data: JSON, target: Any, path: str = "$") -> Any:
     """Decode ``data`` as ``target`` (a class or a typing form such as ``tuple[TxnID, ...]``)."""
     origin = get_origin(target)
@@ -171,6 +181,8 @@ def from_json(data: JSON, target: Any, path: str = "$") -> Any:
     if target is int:
         if not isinstance(data, int) or isinstance(data, bool):
             raise JsonError(path, f"expected an integer, got {data!r}")
+        if not _INT_MIN <= data <= _INT_MAX:
+            raise JsonError(path, f"expected an integer Pulsar's 64-bit fields can hold, got {_short(data)}")
         return data
     if target is float:
         if not isinstance(data, int | float) or isinstance(data, bool):

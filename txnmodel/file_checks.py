@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from invariants.verify import Outcome, VerdictRow, VerifyOptions, check_grouped, check_histories
+from invariants.verify import Outcome, VerdictRow, VerifyOptions, check_grouped, check_history
 from spec.history import Operation
 
 __all__ = ["GroupedRows", "Unit", "check_file", "check_files_local", "check_units", "read_groups"]
@@ -28,16 +28,40 @@ def _bad_file(path: str, options: VerifyOptions, detail: str) -> VerdictRow:
 
 
 def check_file(path: str, fmt: str, options: VerifyOptions, only: Sequence[str] | None = None) -> list[VerdictRow]:
-    """Read one file and check every history in it (or those named in ``only``, Parquet only); bad
-    input becomes a ``bad-input`` row."""
-    from invariants.history import read_file
+    """Read one file and check every history in it (or those named in ``only``, Parquet only), one
+    history at a time: each is checked as soon as it has been read and dropped before the next, so
+    memory holds one history, not the file.  Bad input becomes a ``bad-input`` row (histories
+    checked before it keep their rows)."""
+    from invariants.history import iter_histories
     from spec.errors import InputError
 
+    rows: list[VerdictRow] = []
+    commands = _reproduce_commands(path)
     try:
-        histories = read_file(path, fmt, only)
+        for name, ops in iter_histories(path, fmt, only):
+            rows.extend(check_history(name, ops, path, options, reproduce=commands.get(name)))
     except InputError as exc:
-        return [_bad_file(path, options, str(exc))]
-    return check_histories(histories, path, options)
+        rows.append(_bad_file(path, options, str(exc)))
+    return rows
+
+
+def _reproduce_commands(path: str) -> dict[str, str]:
+    """The command that reruns each history of a file the simulator wrote (its run metadata), by
+    history; none for files without metadata (Jepsen logs, other tools' histories)."""
+    from invariants.history import read_metadata
+    from spec.errors import InputError
+    from txnmodel.commands.simulate import reproduce_command
+
+    try:
+        metadata = read_metadata(path)
+    except InputError:
+        return {}  # the histories are checked (and refused, if they are bad) on their own
+    commands: dict[str, str] = {}
+    for history, run in (metadata or {}).get("runs", {}).items():
+        command = reproduce_command(history, run)
+        if command is not None:
+            commands[history] = command
+    return commands
 
 
 def check_units(

@@ -19,13 +19,13 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from invariants.verify import VerdictRow, VerifyOptions, check_grouped
+from txnmodel.common import scratch_folder
 from txnmodel.file_checks import Unit, check_units, read_groups
 
 __all__ = [
@@ -80,9 +80,11 @@ def _start(master: str, app: str) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if "PYSPARK_SUBMIT_ARGS" not in os.environ:
-        # The driver JVM starts before any SparkConf applies: quiet its log4j from the command line.
+        # The driver JVM starts before any SparkConf applies: quiet its log4j, and keep its temporary
+        # files in the run's private folder, from the command line.
         os.environ["PYSPARK_SUBMIT_ARGS"] = (
-            f"--driver-java-options -Dlog4j2.configurationFile={_log4j_config()} pyspark-shell"
+            f"--driver-java-options '-Dlog4j2.configurationFile={_log4j_config()} "
+            f"-Djava.io.tmpdir={scratch_folder('jvm')}' pyspark-shell"
         )
     from pyspark.sql import SparkSession
 
@@ -95,6 +97,8 @@ def _start(master: str, app: str) -> Any:
         .config("spark.python.worker.reuse", "true")
         .config("spark.executor.extraJavaOptions", "-Dlog4j2.level=ERROR")
     )
+    if master.startswith("local"):  # shuffle and block files in the run's private folder; a cluster uses its own
+        builder = builder.config("spark.local.dir", str(scratch_folder("spark")))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if not master.startswith("local"):
@@ -118,7 +122,7 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 
 
 def _log4j_config() -> str:
-    path = Path(tempfile.mkdtemp(prefix="txnmodel-log4j-")) / "log4j2.properties"
+    path = scratch_folder("log4j") / "log4j2.properties"
     path.write_text(_LOG4J)
     return str(path)
 
@@ -129,7 +133,7 @@ def _ship_packages(sc: Any) -> None:
     import zipfile
 
     root = Path(__file__).resolve().parent.parent
-    name = str(Path(tempfile.mkdtemp(prefix="txnmodel-py-")) / "txnmodel-packages.zip")
+    name = str(scratch_folder("packages") / "txnmodel-packages.zip")
     with zipfile.ZipFile(name, "w") as archive:
         for package in ("spec", "reference", "invariants", "txnmodel"):
             for file in (root / package).rglob("*"):
@@ -303,19 +307,21 @@ def estimate_operations(files: Sequence[str], fmt: str, enough: int) -> int:
     """How many operations the files hold, counted from what is cheap to read on the driver: a
     Parquet file's row count from its footer, a text file's lines (Jepsen logs hold one event per
     line, two per operation).  Counting stops once ``enough`` is passed."""
+    from invariants.history import open_input  # a regular file only: a FIFO would block, /dev/zero never end
+
     total = 0
     for path in files:
         try:
-            if fmt == "parquet":
-                import pyarrow.parquet as pq
+            with open_input(path) as handle:
+                if fmt == "parquet":
+                    import pyarrow.parquet as pq
 
-                total += pq.ParquetFile(path).metadata.num_rows
-            else:
-                lines = 0
-                with open(path, "rb") as handle:
+                    total += pq.ParquetFile(handle).metadata.num_rows
+                else:
+                    lines = 0
                     for chunk in iter(lambda: handle.read(1 << 20), b""):
                         lines += chunk.count(b"\n")
-                total += lines // 2 if fmt == "jepsen" else lines
+                    total += lines // 2 if fmt == "jepsen" else lines
         except Exception:  # unreadable: the check itself reports it; count it as nothing here
             continue
         if total > enough:

@@ -50,6 +50,7 @@ VERDICT_COLUMNS = (
     ("detail", "string"),
     ("counterexample", "string"),
     ("seed", "int64"),
+    ("reproduce", "string"),
 )
 
 

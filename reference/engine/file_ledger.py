@@ -32,15 +32,16 @@ durability argument and the recovery rules are in ``docs/engine/ledgers.md``; th
 
 Every file-system call goes through a :class:`~reference.engine.disk.FileSystem`
 (:class:`~reference.engine.disk.OsFileSystem` by default, or the simulated disk).
+
+The bytes are :mod:`reference.engine.file_format`'s and recovery is
+:mod:`reference.engine.file_recovery`'s; this module is the ledger itself, and re-exports the
+names its callers have always imported from it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import re
-import struct
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -49,14 +50,40 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final
 
-import google_crc32c
-
 from spec.config import Config
-from spec.errors import InputError
-from spec.types import INT64_MAX, INT64_MIN, LedgerInfo, Position
+from spec.types import LedgerInfo, Position
 
 from .disk import FileSystem, LedgerLocked, OsFileSystem, makedirs_durably
-from .journal import JOURNAL_RECORD, RawRecord, RecordKind, encode_entry_body
+from .file_format import (
+    FRAME_HEADER,
+    LEDGER_HEADER,
+    LEDGER_MAGIC,
+    LOCK_NAME,
+    MAX_ENTRY_BYTES,
+    METADATA_HEADER,
+    METADATA_MAGIC,
+    METADATA_NAME,
+    METADATA_TMP_NAME,
+    METADATA_VERSION,
+    VERSION,
+    FrameInfo,
+    LedgerCorrupted,
+    LedgerRecord,
+    LedgerScan,
+    Metadata,
+    crc32c,
+    decode_cursor_body,
+    decode_metadata,
+    encode_cursor_body,
+    encode_frame,
+    encode_ledger_header,
+    encode_metadata,
+    ledger_file_name,
+    parse_ledger_file_name,
+    scan_ledger,
+)
+from .file_recovery import FilePlan, RecoveryPlan, apply_recovery, plan_recovery, read_whole, write_metadata_file
+from .journal import RecordKind, encode_entry_body
 from .ledger import (
     Entry,
     InitialPosition,
@@ -116,779 +143,15 @@ __all__ = [
     "scan_ledger",
 ]
 
-# ---------------------------------------------------------------------------------------------
-# Errors.
-
-
-class LedgerCorrupted(InputError, LedgerError):
-    """A ledger directory holds bytes that are not what this format wrote: names the file and
-    the byte offset of the first damage.  Raised at open (recovery) and by a read that finds a
-    frame damaged after open.  It is both an :class:`InputError` (bad input, with a location)
-    and a :class:`LedgerError` (so a broker reports it as a persistence error)."""
-
-    def __init__(self, message: str, *, file: str, offset: int) -> None:
-        self.file = file
-        self.offset = offset
-        super().__init__(f"{message} (at byte offset {offset})", where=file)
-
-
-# ---------------------------------------------------------------------------------------------
-# Formats.
-
-VERSION: Final = 1
-LEDGER_MAGIC: Final = b"TMLL"
-METADATA_MAGIC: Final = b"TMLM"
-METADATA_NAME: Final = "METADATA"
-METADATA_TMP_NAME: Final = "METADATA.tmp"
-LOCK_NAME: Final = "LOCK"
-# The METADATA format: version 2 records the journal checkpoint (lsn, open ledger's synced extent).
-METADATA_VERSION: Final = 2
 # Past either bound (records or bytes in the current journal segment) the store checkpoints: every
 # ledger file written behind is synced, METADATA rewritten, and the journal starts a new segment.
 MAX_JOURNAL_RECORDS: Final = 4096
 MAX_JOURNAL_BYTES: Final = 4 << 20
-# magic, version, flags, ledger id, CRC32C of the 16 bytes before it.
-LEDGER_HEADER: Final = struct.Struct(">4sHHQI")
-# payload length, entry id, CRC32C of those 12 bytes, CRC32C of the payload.
-FRAME_HEADER: Final = struct.Struct(">IQII")
-# magic, version, flags, generation, payload length, CRC32C of the 20 bytes before it + payload.
-METADATA_HEADER: Final = struct.Struct(">4sHHQII")
-MAX_ENTRY_BYTES: Final = 0xFFFF_FFFF
 # Sealed ledgers are only read (dispatch catching up, recovery, inspection); keeping every one open would
 # cost a descriptor per ledger for the life of the handle, so only the most recently read stay open.
 MAX_OPEN_SEALED_FILES: Final = 8
 
-_LEDGER_FILE = re.compile(r"^ledger-(\d{20})\.log$")
-
-
-def crc32c(*parts: bytes) -> int:
-    """CRC32C (Castagnoli) of the concatenated parts, as every checksum of this format."""
-    value = 0
-    for part in parts:
-        value = google_crc32c.extend(value, part)
-    return int(value)
-
-
-def ledger_file_name(ledger_id: int) -> str:
-    return f"ledger-{ledger_id:020d}.log"
-
-
-def parse_ledger_file_name(name: str) -> int | None:
-    match = _LEDGER_FILE.match(name)
-    return int(match.group(1)) if match else None
-
-
-def encode_ledger_header(ledger_id: int) -> bytes:
-    head = struct.pack(">4sHHQ", LEDGER_MAGIC, VERSION, 0, ledger_id)
-    return head + struct.pack(">I", crc32c(head))
-
-
-def encode_frame(entry_id: int, payload: bytes) -> bytes:
-    head = struct.pack(">IQ", len(payload), entry_id)
-    return head + struct.pack(">II", crc32c(head), crc32c(payload)) + payload
-
-
-@dataclass(frozen=True, slots=True)
-class FrameInfo:
-    """One frame of a ledger file: where it starts, its entry id and its payload length."""
-
-    entry_id: int
-    offset: int
-    length: int
-
-    @property
-    def payload_offset(self) -> int:
-        return self.offset + FRAME_HEADER.size
-
-    @property
-    def end(self) -> int:
-        return self.payload_offset + self.length
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerScan:
-    """What a scan of a ledger file found.  ``valid_length`` is where the last good frame ends;
-    ``torn_bytes`` is how many bytes after it form a torn tail (0 when the file ends cleanly)."""
-
-    ledger_id: int
-    frames: tuple[FrameInfo, ...]
-    valid_length: int
-    torn_bytes: int
-    torn_reason: str | None = None
-
-
-ReadAt = Callable[[int, int], bytes]
-
-
-def scan_ledger(
-    read_at: ReadAt, size: int, *, file: str, ledger_id: int | None = None, allow_torn_tail: bool
-) -> LedgerScan:
-    """Check a ledger file frame by frame.
-
-    ``read_at(offset, n)`` returns up to ``n`` bytes at ``offset`` of a file of ``size`` bytes.
-    With ``allow_torn_tail`` (the last ledger only), an incomplete last frame, or a tail of zero
-    bytes after the last good frame, is reported as torn instead of raising: those are what a
-    power cut leaves of writes that were never synced, hence never acknowledged.  A complete
-    frame with a bad CRC is never torn (a sync makes whole frames durable), so it raises, as
-    does every other inconsistency.
-    """
-    if size < LEDGER_HEADER.size:
-        raise LedgerCorrupted(
-            f"file has {size} bytes, shorter than the {LEDGER_HEADER.size}-byte header", file=file, offset=size
-        )
-    header = read_at(0, LEDGER_HEADER.size)
-    magic, version, flags, found_id, header_crc = LEDGER_HEADER.unpack(header)
-    if magic != LEDGER_MAGIC:
-        raise LedgerCorrupted(f"bad magic {magic!r}, expected {LEDGER_MAGIC!r}", file=file, offset=0)
-    if version != VERSION:
-        raise LedgerCorrupted(
-            f"unsupported ledger file version {version} (this reader knows {VERSION})", file=file, offset=4
-        )
-    if header_crc != crc32c(header[:16]):
-        raise LedgerCorrupted("ledger file header CRC mismatch", file=file, offset=16)
-    if flags != 0:
-        raise LedgerCorrupted(f"unknown header flags 0x{flags:04x}", file=file, offset=6)
-    if ledger_id is not None and found_id != ledger_id:
-        raise LedgerCorrupted(f"header names ledger {found_id}, file is ledger {ledger_id}", file=file, offset=8)
-    frames: list[FrameInfo] = []
-    offset = LEDGER_HEADER.size
-    while offset < size:
-        remaining = size - offset
-        if remaining < FRAME_HEADER.size:
-            if allow_torn_tail:
-                return LedgerScan(found_id, tuple(frames), offset, remaining, "incomplete frame header")
-            raise LedgerCorrupted(
-                f"file ends inside a frame header ({remaining} of {FRAME_HEADER.size} bytes)", file=file, offset=offset
-            )
-        head = read_at(offset, FRAME_HEADER.size)
-        length, entry_id, head_crc, payload_crc = FRAME_HEADER.unpack(head)
-        if head_crc != crc32c(head[:12]):
-            if allow_torn_tail and _zero_tail(read_at, offset, size):
-                return LedgerScan(found_id, tuple(frames), offset, remaining, "zero-filled tail")
-            raise LedgerCorrupted("frame header CRC mismatch", file=file, offset=offset)
-        if entry_id != len(frames):
-            raise LedgerCorrupted(
-                f"frame holds entry {entry_id}, expected entry {len(frames)}", file=file, offset=offset + 4
-            )
-        end = offset + FRAME_HEADER.size + length
-        if end > size:
-            if allow_torn_tail:
-                return LedgerScan(found_id, tuple(frames), offset, remaining, "incomplete last frame")
-            raise LedgerCorrupted(
-                f"frame of {length} bytes runs past the end of the file ({size} bytes)", file=file, offset=offset
-            )
-        if payload_crc != crc32c(read_at(offset + FRAME_HEADER.size, length)):
-            raise LedgerCorrupted(
-                f"payload CRC mismatch in entry {entry_id}", file=file, offset=offset + FRAME_HEADER.size
-            )
-        frames.append(FrameInfo(entry_id, offset, length))
-        offset = end
-    return LedgerScan(found_id, tuple(frames), offset, 0)
-
-
-def _zero_tail(read_at: ReadAt, offset: int, size: int) -> bool:
-    # A file extended by a write whose data never reached the disk reads back as zeros (ext4,
-    # XFS after a power cut).  No intact frame starts with zeros only (the CRC32C of a zero
-    # header is 0x2B6A8F5D, not 0), so a zero tail holds no entry.  Read in chunks to bound memory.
-    position = offset
-    while position < size:
-        chunk = read_at(position, min(1 << 20, size - position))
-        if not chunk or chunk.count(0) != len(chunk):
-            return not chunk
-        position += len(chunk)
-    return True
-
-
-# -- metadata -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerRecord:
-    """One ledger in the metadata.  ``entries`` and ``length`` (the file size) are recorded when
-    the ledger is closed; both are None for the open ledger, whose file is the truth."""
-
-    ledger_id: int
-    entries: int | None = None
-    length: int | None = None
-
-    @property
-    def is_open(self) -> bool:
-        return self.entries is None
-
-
-@dataclass(frozen=True, slots=True)
-class Metadata:
-    """A managed ledger's metadata.  ``generation`` counts metadata changes.  ``journal_lsn`` and
-    ``open_synced`` are the checkpoint: every journal record up to ``journal_lsn`` is in the files,
-    and the open ledger's first ``open_synced`` (entries, bytes) were synced by it."""
-
-    name: str
-    generation: int
-    next_ledger_id: int
-    ledgers: tuple[LedgerRecord, ...]
-    properties: Mapping[str, str]
-    cursors: Mapping[str, CursorState]
-    journal_lsn: int = -1
-    open_synced: tuple[int, int] = (0, 20)
-
-
-def _pos(p: Position) -> list[int]:
-    return [p.ledger_id, p.entry_id]
-
-
-def _cursor_json(state: CursorState) -> dict[str, object]:
-    # Sorted by plain (ledger, entry) pairs: the same order as Position's, far cheaper to compare.
-    return {
-        "mark_delete": _pos(state.mark_delete),
-        "individually_deleted": sorted([p.ledger_id, p.entry_id] for p in state.individually_deleted),
-        "batch_ack_sets": sorted([[p.ledger_id, p.entry_id], list(words)] for p, words in state.ack_sets.items()),
-        "properties": dict(state.properties),
-    }
-
-
-def _canonical_json(body: object) -> bytes:
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def encode_metadata(meta: Metadata) -> bytes:
-    """The metadata file: a header, then canonical JSON (sorted keys, no spaces)."""
-    body = {
-        "name": meta.name,
-        "next_ledger_id": meta.next_ledger_id,
-        "ledgers": [
-            {"id": r.ledger_id} if r.is_open else {"id": r.ledger_id, "entries": r.entries, "length": r.length}
-            for r in meta.ledgers
-        ],
-        "properties": dict(meta.properties),
-        "cursors": {name: _cursor_json(state) for name, state in meta.cursors.items()},
-        "journal_lsn": meta.journal_lsn,
-        "open_synced": list(meta.open_synced),
-    }
-    payload = _canonical_json(body)
-    head = struct.pack(">4sHHQI", METADATA_MAGIC, METADATA_VERSION, 0, meta.generation, len(payload))
-    return head + struct.pack(">I", crc32c(head, payload)) + payload
-
-
-class _Bad(Exception):
-    """A schema problem inside the metadata JSON (turned into LedgerCorrupted by the caller)."""
-
-
-def _get(obj: object, key: str, kind: type | tuple[type, ...]) -> object:
-    if not isinstance(obj, dict) or key not in obj:
-        raise _Bad(f"missing {key!r}")
-    value = obj[key]
-    if not isinstance(value, kind) or isinstance(value, bool):
-        raise _Bad(f"{key!r} has the wrong type ({type(value).__name__})")
-    return value
-
-
-def _int(value: object, what: str, low: int, high: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise _Bad(f"{what} must be an integer in [{low}, {high}], got {value!r}")
-    return value
-
-
-def _position(value: object, what: str) -> Position:
-    if not isinstance(value, list) or len(value) != 2:
-        raise _Bad(f"{what} must be [ledger_id, entry_id], got {value!r}")
-    return Position(_int(value[0], what, -1, INT64_MAX), _int(value[1], what, -1, INT64_MAX))
-
-
-def _string_map(value: object, what: str) -> dict[str, str]:
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise _Bad(f"{what} must map strings to strings")
-    return dict(value)
-
-
-def decode_metadata(blob: bytes, *, file: str) -> Metadata:
-    """Parse and check a metadata file; any damage is a :class:`LedgerCorrupted`."""
-    size = METADATA_HEADER.size
-    if len(blob) < size:
-        raise LedgerCorrupted(
-            f"metadata has {len(blob)} bytes, shorter than its {size}-byte header", file=file, offset=len(blob)
-        )
-    magic, version, flags, generation, length, crc = METADATA_HEADER.unpack_from(blob)
-    if magic != METADATA_MAGIC:
-        raise LedgerCorrupted(f"bad magic {magic!r}, expected {METADATA_MAGIC!r}", file=file, offset=0)
-    if version != METADATA_VERSION:
-        raise LedgerCorrupted(
-            f"unsupported metadata version {version} (this reader knows {METADATA_VERSION})", file=file, offset=4
-        )
-    if len(blob) != size + length:
-        raise LedgerCorrupted(
-            f"metadata payload should be {length} bytes, file holds {len(blob) - size}",
-            file=file,
-            offset=min(len(blob), size + length),
-        )
-    payload = blob[size:]
-    if crc != crc32c(blob[:20], payload):
-        raise LedgerCorrupted("metadata CRC mismatch", file=file, offset=20)
-    if flags != 0:
-        raise LedgerCorrupted(f"unknown metadata flags 0x{flags:04x}", file=file, offset=6)
-    try:
-        body = json.loads(payload.decode())
-    except UnicodeDecodeError as exc:
-        raise LedgerCorrupted(f"metadata is not UTF-8: {exc.reason}", file=file, offset=size + exc.start) from None
-    except json.JSONDecodeError as exc:
-        raise LedgerCorrupted(f"metadata is not JSON: {exc.msg}", file=file, offset=size + exc.pos) from None
-    try:
-        return _metadata_from_json(body, generation)
-    except (_Bad, ValueError, TypeError) as exc:
-        # The CRC matched, so this is a writer bug or a foreign file, not bit rot; say where.
-        raise LedgerCorrupted(f"metadata does not follow the schema: {exc}", file=file, offset=size) from None
-
-
-def _metadata_from_json(body: object, generation: int) -> Metadata:
-    name = _get(body, "name", str)
-    next_id = _int(_get(body, "next_ledger_id", int), "next_ledger_id", 0, INT64_MAX)
-    records: list[LedgerRecord] = []
-    raw_ledgers = _get(body, "ledgers", list)
-    assert isinstance(raw_ledgers, list)
-    for index, raw in enumerate(raw_ledgers):
-        ledger_id = _int(_get(raw, "id", int), f"ledgers[{index}].id", 0, INT64_MAX)
-        if isinstance(raw, dict) and "entries" in raw:
-            entries = _int(_get(raw, "entries", int), f"ledgers[{index}].entries", 0, INT64_MAX)
-            length = _int(_get(raw, "length", int), f"ledgers[{index}].length", LEDGER_HEADER.size, INT64_MAX)
-            records.append(LedgerRecord(ledger_id, entries, length))
-        else:
-            records.append(LedgerRecord(ledger_id))
-    ids = [r.ledger_id for r in records]
-    if ids != sorted(set(ids)):
-        raise _Bad(f"ledger ids must increase: {ids}")
-    if not records or not records[-1].is_open or any(r.is_open for r in records[:-1]):
-        raise _Bad("exactly the last ledger must be open")
-    if next_id <= ids[-1]:
-        raise _Bad(f"next_ledger_id {next_id} is not above the last ledger {ids[-1]}")
-    cursors: dict[str, CursorState] = {}
-    raw_cursors = _get(body, "cursors", dict)
-    assert isinstance(raw_cursors, dict)
-    for cursor_name, raw in raw_cursors.items():
-        cursors[cursor_name] = _cursor_from_json(raw, f"cursors[{cursor_name!r}]")
-    journal_lsn = _int(_get(body, "journal_lsn", int), "journal_lsn", -1, INT64_MAX)
-    synced = _get(body, "open_synced", list)
-    assert isinstance(synced, list)
-    if len(synced) != 2:
-        raise _Bad(f"open_synced must be [entries, length], got {synced!r}")
-    open_synced = (
-        _int(synced[0], "open_synced entries", 0, INT64_MAX),
-        _int(synced[1], "open_synced length", LEDGER_HEADER.size, INT64_MAX),
-    )
-    return Metadata(
-        name=str(name),
-        generation=generation,
-        next_ledger_id=next_id,
-        ledgers=tuple(records),
-        properties=MappingProxyType(_string_map(_get(body, "properties", dict), "properties")),
-        cursors=MappingProxyType(cursors),
-        journal_lsn=journal_lsn,
-        open_synced=open_synced,
-    )
-
-
-def _cursor_from_json(raw: object, where: str) -> CursorState:
-    mark = _position(_get(raw, "mark_delete", list), f"{where}.mark_delete")
-    deleted = frozenset(
-        _position(p, f"{where}.individually_deleted") for p in _as_list(_get(raw, "individually_deleted", list))
-    )
-    ack_sets: dict[Position, tuple[int, ...]] = {}
-    for item in _as_list(_get(raw, "batch_ack_sets", list)):
-        if not isinstance(item, list) or len(item) != 2 or not isinstance(item[1], list):
-            raise _Bad(f"{where}.batch_ack_sets entries are [position, words]")
-        words = tuple(_int(w, f"{where} ack set word", INT64_MIN, INT64_MAX) for w in item[1])
-        ack_sets[_position(item[0], f"{where}.batch_ack_sets")] = words
-    if any(p <= mark for p in deleted) or any(p <= mark or p in deleted for p in ack_sets):
-        raise _Bad(f"{where} records deletions at or below its mark-delete position")
-    props = _string_map(_get(raw, "properties", dict), f"{where}.properties")
-    return CursorState(mark, deleted, MappingProxyType(ack_sets), MappingProxyType(props))
-
-
-def _as_list(value: object) -> list[object]:
-    assert isinstance(value, list)
-    return value
-
-
-# -- journal record bodies --------------------------------------------------------------------------
-
-
-def encode_cursor_body(name: str, state: CursorState | None) -> bytes:
-    """A CURSOR record's body: the cursor's whole new state, or null when it was deleted."""
-    return _canonical_json({"cursor": name, "state": None if state is None else _cursor_json(state)})
-
-
-def decode_cursor_body(body: bytes, *, file: str, offset: int) -> tuple[str, CursorState | None]:
-    try:
-        raw_body = json.loads(body.decode())
-        name = _get(raw_body, "cursor", str)
-        assert isinstance(raw_body, dict) and isinstance(name, str)
-        if "state" not in raw_body:
-            raise _Bad("missing 'state'")
-        raw = raw_body["state"]
-        return name, None if raw is None else _cursor_from_json(raw, f"journal cursor {name!r}")
-    except UnicodeDecodeError as exc:
-        raise LedgerCorrupted(
-            f"cursor record is not UTF-8: {exc.reason}", file=file, offset=offset + exc.start
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise LedgerCorrupted(f"cursor record is not JSON: {exc.msg}", file=file, offset=offset + exc.pos) from None
-    except (_Bad, ValueError, TypeError) as exc:
-        raise LedgerCorrupted(f"cursor record does not follow the schema: {exc}", file=file, offset=offset) from None
-
-
-def _body_offset(record: RawRecord) -> int:
-    return record.offset + JOURNAL_RECORD.size + 3 + len(record.key.encode())
-
-
-def _meta_of(record: RawRecord) -> Metadata:
-    try:
-        return decode_metadata(record.body, file=record.file)
-    except LedgerCorrupted as exc:
-        raise LedgerCorrupted(
-            f"metadata record: {exc.args[0].rsplit(' (at byte offset', 1)[0]}",
-            file=record.file,
-            offset=_body_offset(record) + exc.offset,
-        ) from None
-
-
 _NO_CURSORS: Mapping[str, CursorState] = MappingProxyType({})
-
-# ---------------------------------------------------------------------------------------------
-# Recovery: a read-only plan, then the repair.
-
-
-@dataclass
-class _FilePlan:
-    """One ledger file of a recovery: what the checkpoint synced of it, and what to append."""
-
-    ledger_id: int
-    path: str
-    size: int  # bytes the file holds now (0: missing)
-    synced: tuple[int, int] | None  # (entries, length) the checkpoint synced; None: created after it
-    exact: bool  # closed at the checkpoint: the file must be exactly its synced length
-    frames: list[FrameInfo]  # the synced part's frames
-    replayed: list[bytes] = field(default_factory=list)  # entries from the journal, after the synced part
-
-    @property
-    def base_length(self) -> int:
-        return self.synced[1] if self.synced is not None else LEDGER_HEADER.size
-
-    matches: bool = False  # the file already holds exactly what the replay would write (unsynced)
-
-    @property
-    def rewrite(self) -> bool:
-        if self.matches:
-            return False
-        return self.synced is None or bool(self.replayed) or self.size != self.base_length
-
-    @property
-    def unsynced(self) -> bool:
-        """Bytes the checkpoint did not sync are part of the ledger: sync them."""
-        return self.synced is None or bool(self.replayed)
-
-    def expected_tail(self) -> bytes:
-        """What the file holds after its synced part once the replayed entries are appended."""
-        head = encode_ledger_header(self.ledger_id) if self.synced is None else b""
-        first = len(self.frames)
-        return head + b"".join(encode_frame(first + i, data) for i, data in enumerate(self.replayed))
-
-    def layout(self) -> tuple[list[int], list[int], int]:
-        """Frame offsets, payload lengths and end once the replayed entries are appended."""
-        offsets = [f.offset for f in self.frames]
-        lengths = [f.length for f in self.frames]
-        end = self.base_length
-        for data in self.replayed:
-            offsets.append(end)
-            lengths.append(len(data))
-            end += FRAME_HEADER.size + len(data)
-        return offsets, lengths, end
-
-
-@dataclass
-class RecoveryPlan:
-    """What opening a ledger directory will find and repair; made read-only by :func:`plan_recovery`
-    (which raises on damage), carried out by :func:`apply_recovery`."""
-
-    directory: str
-    meta: Metadata | None  # None: nothing durable names a ledger here (create it)
-    files: dict[int, _FilePlan]
-    leftovers: list[str]  # file names a crash left behind
-    stale: bool  # the directory is an earlier incarnation its deletion (a DROP record) removed
-    replayed: int  # journal records applied on top of the checkpoint
-    last_lsn: int  # the journal lsn the repaired files cover
-
-    @property
-    def changed(self) -> bool:
-        return bool(
-            self.leftovers or self.stale or self.replayed or any(f.rewrite or f.unsynced for f in self.files.values())
-        )
-
-
-def _read_whole(fs: FileSystem, path: str) -> bytes:
-    fd = fs.open(path)
-    try:
-        return fs.pread(fd, fs.size(fd), 0)
-    finally:
-        fs.close(fd)
-
-
-def plan_recovery(
-    fs: FileSystem,
-    directory: str,
-    records: Sequence[RawRecord] = (),
-    *,
-    name: str | None = None,
-    drop_lsn: int | None = None,
-) -> RecoveryPlan:
-    """Check a ledger directory and the journal ``records`` of it (lsn order), read-only.
-
-    ``drop_lsn``: the journal says the managed ledger was deleted at that lsn, so a directory
-    checkpointed before it is a leftover of the deleted incarnation."""
-    names = fs.listdir(directory) if fs.exists(directory) else []
-    ledger_names = {lid: n for n in names if (lid := parse_ledger_file_name(n)) is not None}
-    leftovers = [METADATA_TMP_NAME] if METADATA_TMP_NAME in names else []
-    base: Metadata | None = None
-    meta_path = os.path.join(directory, METADATA_NAME)
-    if METADATA_NAME in names:
-        base = decode_metadata(_read_whole(fs, meta_path), file=meta_path)
-    if base is not None and drop_lsn is not None and base.journal_lsn < drop_lsn:
-        return RecoveryPlan(directory, None, {}, [n for n in names if n != LOCK_NAME], True, 0, drop_lsn)
-    if base is not None and name is not None and base.name != name:
-        raise ValueError(f"{directory} holds managed ledger {base.name!r}, not {name!r}")
-    if base is None:
-        # A ledger's creation is a checkpoint, durable before any record of it is written: without
-        # METADATA no record can be ours, and no ledger file can hold an acknowledged entry.
-        if records:
-            first = records[0]
-            raise LedgerCorrupted(
-                f"the journal holds records of {directory} but it has no METADATA", file=first.file, offset=first.offset
-            )
-        for lid, file_name in sorted(ledger_names.items()):
-            _check_entryless_orphan(fs, os.path.join(directory, file_name), lid)
-            leftovers.append(file_name)
-        return RecoveryPlan(directory, None, {}, leftovers, False, 0, -1)
-    tail = [r for r in records if r.lsn > base.journal_lsn]
-    synced: dict[int, tuple[int, int]] = {r.ledger_id: (r.entries or 0, r.length or 0) for r in base.ledgers[:-1]}
-    synced[base.ledgers[-1].ledger_id] = base.open_synced
-    counts = {lid: entries for lid, (entries, _) in synced.items()}
-    replayed: dict[int, list[bytes]] = {}
-    meta = base
-    cursors = dict(base.cursors)
-    for record in tail:
-        if record.kind is RecordKind.META:
-            new = _meta_of(record)
-            if new.name != meta.name:
-                raise LedgerCorrupted(
-                    f"metadata record names managed ledger {new.name!r}, the directory holds {meta.name!r}",
-                    file=record.file,
-                    offset=record.offset,
-                )
-            for info in new.ledgers:
-                counts.setdefault(info.ledger_id, 0)
-            meta = new  # (a metadata record holds no cursors: those are the CURSOR records')
-        elif record.kind is RecordKind.ENTRY:
-            ledger_id, entry_id, data = record.entry()
-            open_id = meta.ledgers[-1].ledger_id
-            if ledger_id != open_id or entry_id != counts.get(ledger_id, 0):
-                raise LedgerCorrupted(
-                    f"entry record {ledger_id}:{entry_id} does not follow the ledger (open ledger {open_id} "
-                    f"holds {counts.get(open_id, 0)} entries)",
-                    file=record.file,
-                    offset=record.offset,
-                )
-            counts[ledger_id] = entry_id + 1
-            replayed.setdefault(ledger_id, []).append(data)
-        elif record.kind is RecordKind.CURSOR:
-            cursor, state = decode_cursor_body(record.body, file=record.file, offset=_body_offset(record))
-            if state is None:
-                cursors.pop(cursor, None)
-            else:
-                cursors[cursor] = state
-        else:
-            raise LedgerCorrupted("a DROP record in the middle of a ledger's records", file=record.file, offset=0)
-    meta = replace(meta, cursors=MappingProxyType(cursors))
-    listed = {r.ledger_id for r in meta.ledgers}
-    for lid, file_name in sorted(ledger_names.items()):
-        if lid in listed:
-            continue
-        if lid < meta.ledgers[0].ledger_id or lid >= meta.next_ledger_id:
-            # Deleted (the metadata without it is durable, the unlink was not), or created by a
-            # roll-over whose metadata never became durable (so none of its entries did either).
-            leftovers.append(file_name)
-        else:
-            raise LedgerCorrupted(
-                f"ledger file {file_name} is not in the metadata but lies between ledgers it lists",
-                file=os.path.join(directory, file_name),
-                offset=0,
-            )
-    open_at_checkpoint = base.ledgers[-1].ledger_id
-    files: dict[int, _FilePlan] = {}
-    for info in meta.ledgers:
-        lid = info.ledger_id
-        path = os.path.join(directory, ledger_file_name(lid))
-        present = lid in ledger_names
-        extent = synced.get(lid)
-        plan = _FilePlan(lid, path, 0, extent, extent is not None and lid != open_at_checkpoint, [])
-        plan.replayed = replayed.get(lid, [])
-        if extent is not None:
-            if not present:
-                raise LedgerCorrupted(f"ledger {lid} is in the metadata but its file is missing", file=path, offset=0)
-            plan.frames, plan.size = _check_synced(fs, path, lid, extent, exact=plan.exact)
-        elif present:
-            fd = fs.open(path)
-            try:
-                plan.size = fs.size(fd)
-            finally:
-                fs.close(fd)
-        if present and (plan.replayed or plan.synced is None):
-            # After a process crash (not a power cut) the file holds what the journal replays:
-            # then only a sync is missing, and nothing needs rewriting.
-            start = 0 if extent is None else extent[1]
-            expected = plan.expected_tail()
-            if plan.size == start + len(expected):
-                fd = fs.open(path)
-                try:
-                    plan.matches = fs.pread(fd, len(expected), start) == expected
-                finally:
-                    fs.close(fd)
-        if not info.is_open:
-            _, _, end = plan.layout()
-            total = len(plan.frames) + len(plan.replayed)
-            if total != info.entries or end != info.length:
-                raise LedgerCorrupted(
-                    f"closed ledger {lid} should hold {info.entries} entries in {info.length} bytes, "
-                    f"the checkpoint and the journal give {total} entries in {end} bytes",
-                    file=path,
-                    offset=min(plan.size, info.length or 0),
-                )
-        files[lid] = plan
-    last_lsn = tail[-1].lsn if tail else base.journal_lsn
-    return RecoveryPlan(directory, meta, files, leftovers, False, len(tail), last_lsn)
-
-
-def _check_synced(
-    fs: FileSystem, path: str, ledger_id: int, extent: tuple[int, int], *, exact: bool
-) -> tuple[list[FrameInfo], int]:
-    """A file's checkpointed part must hold exactly its entries (bytes after it were written
-    behind, unless the ledger was already closed then)."""
-    entries, length = extent
-    fd = fs.open(path)
-    try:
-        size = fs.size(fd)
-        # Scan first, so damage is reported where it is rather than as a wrong length.
-        scan = scan_ledger(
-            lambda o, n: fs.pread(fd, n, o), min(size, length), file=path, ledger_id=ledger_id, allow_torn_tail=False
-        )
-    finally:
-        fs.close(fd)
-    if exact and size > length:
-        raise LedgerCorrupted(
-            f"closed ledger {ledger_id} should hold {entries} entries in {length} bytes, the file holds {size}",
-            file=path,
-            offset=length,
-        )
-    if size < length or len(scan.frames) != entries:
-        raise LedgerCorrupted(
-            f"ledger {ledger_id} should hold {entries} synced entries in {length} bytes, "
-            f"found {len(scan.frames)} entries in {min(size, length)} bytes",
-            file=path,
-            offset=scan.valid_length,
-        )
-    return list(scan.frames), size
-
-
-def _check_entryless_orphan(fs: FileSystem, path: str, ledger_id: int) -> None:
-    """A ledger file nothing durable names may go only if it holds no entry."""
-    fd = fs.open(path)
-    try:
-        size = fs.size(fd)
-        if size > LEDGER_HEADER.size:
-            scan = scan_ledger(
-                lambda o, n: fs.pread(fd, n, o), size, file=path, ledger_id=ledger_id, allow_torn_tail=True
-            )
-            if scan.frames:
-                raise LedgerCorrupted(
-                    f"ledger file {os.path.basename(path)} holds {len(scan.frames)} entries but no METADATA names it",
-                    file=path,
-                    offset=scan.frames[0].offset,
-                )
-    finally:
-        fs.close(fd)
-
-
-def apply_recovery(fs: FileSystem, plan: RecoveryPlan) -> tuple[Metadata | None, tuple[tuple[str, int, int], ...]]:
-    """Repair what :func:`plan_recovery` found: remove leftovers, rewrite every file from its
-    synced part and the replayed entries, sync, and checkpoint.  Returns the checkpointed
-    metadata (None when the directory holds no ledger) and the files cut back (path, new length,
-    bytes removed).  Raises OSError when a step fails (nothing acknowledged is lost by that)."""
-    directory = plan.directory
-    if plan.stale:
-        if fs.exists(directory):
-            fs.rmtree(directory)
-            fs.sync_dir(os.path.dirname(directory))
-        return None, ()
-    for file_name in plan.leftovers:
-        fs.unlink(os.path.join(directory, file_name))
-    if plan.meta is None:
-        if plan.leftovers:
-            fs.sync_dir(directory)
-        return None, ()
-    truncated: list[tuple[str, int, int]] = []
-    for file_plan in plan.files.values():
-        if not file_plan.rewrite:
-            if file_plan.unsynced:
-                fd = fs.open(file_plan.path)
-                try:
-                    fs.sync(fd)
-                finally:
-                    fs.close(fd)
-            continue
-        fd = fs.open(file_plan.path, create=True)
-        try:
-            # Cut back to what the checkpoint synced (a file created after it: its header), then
-            # append what the journal replays.
-            if file_plan.synced is None:
-                fs.truncate(fd, 0)
-                fs.pwrite(fd, encode_ledger_header(file_plan.ledger_id), 0)
-            elif file_plan.size != file_plan.base_length:
-                fs.truncate(fd, file_plan.base_length)
-            if file_plan.size > file_plan.base_length:
-                truncated.append((file_plan.path, file_plan.base_length, file_plan.size - file_plan.base_length))
-            at, entry_id = file_plan.base_length, len(file_plan.frames)
-            for data in file_plan.replayed:
-                frame = encode_frame(entry_id, data)
-                fs.pwrite(fd, frame, at)
-                at += len(frame)
-                entry_id += 1
-            fs.sync(fd)
-        finally:
-            fs.close(fd)
-    current = plan.files[plan.meta.ledgers[-1].ledger_id]
-    offsets, _, end = current.layout()
-    meta = replace(plan.meta, journal_lsn=plan.last_lsn, open_synced=(len(offsets), end))
-    if plan.changed:
-        fs.sync_dir(directory)
-        write_metadata_file(fs, directory, meta)
-    # The plan now describes the files as they are: every entry synced.
-    for file_plan in plan.files.values():
-        offsets, lengths, end = file_plan.layout()
-        file_plan.frames = [FrameInfo(i, o, n) for i, (o, n) in enumerate(zip(offsets, lengths, strict=True))]
-        file_plan.replayed = []
-        file_plan.synced = (len(offsets), end)
-        file_plan.size = end
-        file_plan.matches = False
-    return meta, tuple(truncated)
-
-
-def write_metadata_file(fs: FileSystem, directory: str, meta: Metadata) -> None:
-    """Replace ``METADATA`` atomically: write ``METADATA.tmp``, sync it, rename it, sync the directory."""
-    tmp = os.path.join(directory, METADATA_TMP_NAME)
-    fd = fs.open(tmp, create=True, truncate=True)
-    try:
-        fs.pwrite(fd, encode_metadata(meta), 0)
-        fs.sync(fd)
-    finally:
-        fs.close(fd)
-    fs.rename(tmp, os.path.join(directory, METADATA_NAME))
-    fs.sync_dir(directory)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1290,7 +553,7 @@ class FileLedger:
             opened = self._files[record.ledger_id]
             frames = [FrameInfo(i, o, n) for i, (o, n) in enumerate(zip(opened.offsets, opened.lengths, strict=True))]
             extent = (opened.written_entries, opened.written_end)
-            files[record.ledger_id] = _FilePlan(
+            files[record.ledger_id] = FilePlan(
                 record.ledger_id, opened.path, opened.written_end, extent, not record.is_open, frames
             )
         return RecoveryPlan(self._dir, self._meta, files, [], False, 0, self._meta.journal_lsn)
@@ -1603,7 +866,7 @@ class FileLedger:
 def _check_name(fs: FileSystem, directory: str, name: str) -> None:
     path = os.path.join(directory, METADATA_NAME)
     if fs.exists(path):
-        found = decode_metadata(_read_whole(fs, path), file=path).name
+        found = decode_metadata(read_whole(fs, path), file=path).name
         if found != name:
             raise ValueError(f"{directory} holds managed ledger {found!r}, not {name!r}")
 
@@ -1618,14 +881,3 @@ def _best_effort(action: Callable[[], object]) -> None:
     # not hide the first, and leaves nothing recovery cannot handle.
     with contextlib.suppress(OSError):
         action()
-
-
-def read_metadata_file(path: str | os.PathLike[str]) -> Metadata:
-    """Decode a ``METADATA`` file (read-only; for inspection)."""
-    blob = Path(path).read_bytes()
-    return decode_metadata(blob, file=os.fspath(path))
-
-
-def entries_of(scan: LedgerScan, data: bytes) -> Sequence[bytes]:
-    """The payloads of a scanned in-memory ledger file."""
-    return [data[f.payload_offset : f.end] for f in scan.frames]

@@ -39,17 +39,14 @@ from typing import Final
 from spec.config import Config
 
 from .disk import FileSystem, OsFileSystem, makedirs_durably
+from .file_format import METADATA_NAME, LedgerCorrupted
 from .file_ledger import (
     MAX_JOURNAL_BYTES,
     MAX_JOURNAL_RECORDS,
-    METADATA_NAME,
     FileLedger,
-    LedgerCorrupted,
-    RecoveryPlan,
     RecoveryReport,
-    apply_recovery,
-    plan_recovery,
 )
+from .file_recovery import RecoveryPlan, apply_recovery, plan_recovery
 from .journal import (
     Journal,
     JournalFailed,

@@ -33,7 +33,7 @@ from spec.topic_entry import TXN_ABORT_MARKER, TXN_COMMIT_MARKER, decode_frame, 
 from spec.types import Position
 
 from .disk import OsFileSystem
-from .file_ledger import (
+from .file_format import (
     FRAME_HEADER,
     LEDGER_HEADER,
     LEDGER_MAGIC,
@@ -47,8 +47,8 @@ from .file_ledger import (
     decode_metadata,
     ledger_file_name,
     parse_ledger_file_name,
-    plan_recovery,
 )
+from .file_recovery import plan_recovery
 from .journal import (
     RawRecord,
     RecordKind,
@@ -230,7 +230,7 @@ def inspect_entry(
 
 def _walk_frames(data: bytes, file: str, *, open_ledger: bool) -> tuple[list[Json], Json | None, Json | None]:
     """Frames of a ledger file body: (frames, torn tail or None, error or None).  Same rules
-    as :func:`reference.engine.file_ledger.scan_ledger`, but a payload CRC mismatch is recorded
+    as :func:`reference.engine.file_format.scan_ledger`, but a payload CRC mismatch is recorded
     on the frame and the walk goes on (its header, hence its length, is intact)."""
     frames: list[Json] = []
     offset = LEDGER_HEADER.size
@@ -484,7 +484,7 @@ def inspect_directory(
     with its state from the checkpoint: open, closed, or ``unlisted`` for a file it does not
     name), the journal (a lone ledger's own segments, or ``records``: the store journal's
     records of this ledger) and any other files.  ``ok`` is what recovery's own read-only checks
-    say (:func:`~reference.engine.file_ledger.plan_recovery`): it would open the directory."""
+    say (:func:`~reference.engine.file_recovery.plan_recovery`): it would open the directory."""
     directory = os.fspath(path)
     names = sorted(os.listdir(directory))
     report: Json = {
@@ -578,7 +578,9 @@ def read_entry(directory: str | os.PathLike[str], position: Position) -> bytes:
                 return f.read(frame["length"])
     if report["error"] is not None:
         raise LedgerCorrupted(report["error"]["message"], file=file, offset=report["error"].get("offset", 0))
-    raise KeyError(f"no entry {position} in {file}")
+    held = [frame["entry_id"] for frame in report["entries"]]
+    span = f"entries {held[0]} to {held[-1]}" if held else "no entries"
+    raise InputError(f"no entry {position}: the ledger file holds {span}", where=file)
 
 
 def _is_store(directory: str) -> bool:

@@ -28,7 +28,7 @@ Reading a segment (:func:`scan_segment`): the first record that does not check o
 valid records.  It is a **torn tail** -- what a power cut left of the last, unsynced batch -- when
 no later intact record proves it was synced: a record whose batch starts after the bad bytes was
 written only once they were synced, so the bad bytes are **damage** and
-:class:`~reference.engine.file_ledger.LedgerCorrupted` names the segment and the offset.  (The one
+:class:`~reference.engine.file_format.LedgerCorrupted` names the segment and the offset.  (The one
 case no log can tell apart: damage inside the last synced batch when no batch follows it.)
 """
 
@@ -47,6 +47,7 @@ from functools import partial
 from typing import Final
 
 from .disk import FileSystem
+from .file_format import LedgerCorrupted, crc32c
 
 __all__ = [
     "JOURNAL_RECORD",
@@ -103,9 +104,6 @@ def parse_segment_file_name(name: str) -> int | None:
 
 
 def _crc(*parts: bytes) -> int:
-    # Imported here, not at the top: file_ledger imports this module and owns crc32c.
-    from .file_ledger import crc32c
-
     return crc32c(*parts)
 
 
@@ -193,8 +191,6 @@ ReadAt = Callable[[int, int], bytes]
 
 
 def _corrupted(message: str, *, file: str, offset: int) -> Exception:
-    from .file_ledger import LedgerCorrupted
-
     return LedgerCorrupted(message, file=file, offset=offset)
 
 

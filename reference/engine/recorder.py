@@ -169,7 +169,7 @@ class MachineObserver:
 
     # -- the API the broker calls ---------------------------------------------------------------
 
-    def stepped(self, obj: str, machine: str, command: Any, result: Ok[Any] | Err) -> None:
+    def stepped(self, obj: str, machine: str, command: object, result: Ok[object] | Err) -> None:
         """A machine stepped ``command`` on ``obj`` and returned ``result``."""
         f = _command_name(machine, command)
         value = to_json(command)
@@ -185,7 +185,7 @@ class MachineObserver:
         context.steps.append(step)
         self._open.setdefault(obj, []).append(step)
 
-    def recovered(self, obj: str, machine: str, inputs: Mapping[str, Any]) -> None:
+    def recovered(self, obj: str, machine: str, inputs: Mapping[str, object]) -> None:
         """``obj`` was loaded from its durable state; ``inputs`` (JSON) is what its recovery read."""
         value = {"@type": "Recover", "machine": machine, "config": self._config, **inputs}
         op = self.recorder.begin(self._new_process(), RECOVER, obj, value)
@@ -241,7 +241,7 @@ class MachineObserver:
             mine.remove(step)
 
 
-def _command_name(machine: str, command: Any) -> str:
+def _command_name(machine: str, command: object) -> str:
     """The ``VECTORS`` name of ``command``'s class (the history's ``f``)."""
     names = _COMMAND_NAMES.get(machine)
     if names is None:

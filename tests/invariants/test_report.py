@@ -68,7 +68,12 @@ def test_explain_a_stale_read() -> None:
     ignored = frozenset(op.index for op in cx.ops) - frozenset(cx.core)
     assert check_object(CasRegister(), list(cx.ops), ignore_outputs=ignored).verdict is Verdict.ILLEGAL
     text = render_text(cx)
-    assert "reproduce with seed 42" in text and "cannot be placed next" in text and "read -> 1" in text
+    # a seed alone reproduces nothing (the run's other options matter too): named as what it is
+    assert "seed 42 (the file does not record the run's other options)" in text
+    assert "cannot be placed next" in text and "read -> 1" in text
+    assert "reproduce with: txnmodel simulate --seed 42" in render_text(
+        dataclasses.replace(cx, reproduce="txnmodel simulate --seed 42")
+    )
     assert "state after the prefix: 2" in text
 
 
@@ -119,7 +124,7 @@ def test_html_is_self_contained_and_capped() -> None:
         explain(CasRegister(), _stale_read_history(), check_history(CasRegister(), _stale_read_history()).objects[0])
     )
     _self_contained(cx_page)
-    assert "cannot be placed" in cx_page and "reproduce with seed" in cx_page.lower() and "Failing core" in cx_page
+    assert "cannot be placed" in cx_page and "seed <b>42</b>" in cx_page.lower() and "Failing core" in cx_page
 
 
 def test_stale_read_page_labels_every_operation_and_steps_through_states() -> None:

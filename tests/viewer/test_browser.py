@@ -307,7 +307,8 @@ def test_a_verify_run_links_every_counterexample_from_its_index(
     page.locator("#verdicts a.txt").first.click()
     page.wait_for_load_state()
     assert (
-        "reproduce with seed" in page.locator("body").text_content()
+        "reproduce with: txnmodel simulate" in page.locator("body").text_content()
+        or "(the file does not record the run's other options)" in page.locator("body").text_content()
         or "ANOMALIES" in page.locator("body").text_content()
     )
     page.go_back()

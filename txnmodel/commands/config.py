@@ -7,22 +7,29 @@ import sys
 from pathlib import Path
 
 from spec.errors import InputError
-from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, print_json
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, UsageError, one_line, print_json, read_input_bytes
+
+# Pulsar's own broker.conf is about 80 kB.
+BROKER_CONF_LIMIT = 4 * 1024 * 1024
 
 
 def cmd_config(args: argparse.Namespace) -> int:
     from spec.config import Config
 
+    for item in args.set or ():
+        if "=" not in item:
+            raise UsageError(f"--set {item!r}: expected KEY=VALUE")
     try:
         config = Config()
         if args.broker_conf:
             # java.util.Properties.load(InputStream), which Pulsar uses, reads ISO 8859-1
-            text = Path(args.broker_conf).read_bytes().decode("latin-1")
+            path = Path(args.broker_conf)
+            text = read_input_bytes(path, limit=BROKER_CONF_LIMIT, limit_name="BROKER_CONF_LIMIT").decode("latin-1")
             config = Config.from_broker_conf(text, where=args.broker_conf)
         if args.set:
             config = config.with_overrides(dict(item.split("=", 1) for item in args.set))
-    except (InputError, OSError, ValueError) as exc:
-        print(f"txnmodel config: {exc}", file=sys.stderr)
+    except (InputError, ValueError) as exc:
+        print(f"txnmodel config: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     items = dict(config.items())
     if args.json:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import stat
 import sys
 from pathlib import Path
 
 from spec.errors import InputError
-from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, print_json
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, file_kind, one_line, print_json, read_input_bytes
+
+# One raw entry: Pulsar's largest message is maxMessageSize (5 MB by default); hex doubles it.
+RAW_ENTRY_LIMIT = 64 * 1024 * 1024
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -23,6 +27,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if not path.exists():
         print(f"txnmodel inspect: no such file or folder: {path}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    mode = path.stat().st_mode
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):  # a FIFO would block, a device never end
+        raise InputError(f"not a file or a folder ({file_kind(mode)})", where=str(path))
     kind = LogKind(args.kind) if args.kind else None
     position = None
     if args.entry:
@@ -36,7 +43,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         try:
             report = inspect_path(path, entry=position, kind=kind)
         except (InputError, OSError) as exc:
-            print(f"txnmodel inspect: {exc}", file=sys.stderr)
+            print(f"txnmodel inspect: {one_line(str(exc))}", file=sys.stderr)
             return EXIT_BAD_INPUT
         if args.json:
             print_json(report)
@@ -48,20 +55,23 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             and not one.get("decoded")
             and one.get("message") is None  # neither a log record nor a message
         )
-        return EXIT_BAD_INPUT if damaged else EXIT_OK
+        if damaged:  # the one line every exit 2 ends with, whatever was printed above it
+            print(f"txnmodel inspect: {path}: damaged: {one_line(_first_damage(report))}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        return EXIT_OK
     # One raw entry of a known kind: decode strictly, so damage is a typed error with its offset.
-    raw = path.read_bytes()
+    raw = read_input_bytes(path, limit=RAW_ENTRY_LIMIT, limit_name="RAW_ENTRY_LIMIT")
     if args.hex:
         try:
             raw = bytes.fromhex(raw.decode("ascii").strip())
         except (UnicodeDecodeError, ValueError) as exc:
-            print(f"txnmodel inspect: {path}: not hex: {exc}", file=sys.stderr)
+            print(f"txnmodel inspect: {path}: not hex: {one_line(str(exc))}", file=sys.stderr)
             return EXIT_BAD_INPUT
     kind = kind or LogKind.TRANSACTION_LOG
     try:
         entry = decode_entry(raw, kind, where=str(path))
     except InputError as exc:
-        print(f"txnmodel inspect: {exc}", file=sys.stderr)
+        print(f"txnmodel inspect: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     records = [
         json_format.MessageToDict(r, preserving_proto_field_name=True, use_integers_for_enums=False)
@@ -77,6 +87,24 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         for index, record in enumerate(records):
             print(f"  [{index}] {json.dumps(record, sort_keys=True)}")
     return EXIT_OK
+
+
+def _first_damage(report: dict[str, object]) -> str:
+    """The first error a report holds (a store's journal, a managed ledger, a ledger file, an
+    entry), for the one line an exit 2 ends with."""
+    stack: list[object] = [report]
+    while stack:
+        item = stack.pop(0)
+        if isinstance(item, dict):
+            for key in ("journal_error", "error"):
+                error = item.get(key)
+                if isinstance(error, dict) and error.get("message"):
+                    return str(error["message"])
+            stack.extend(value for value in item.values() if isinstance(value, dict | list))
+        elif isinstance(item, list):
+            stack.extend(item)
+    entry = report.get("entry", report)
+    return "neither a log record nor a message" if isinstance(entry, dict) else "damaged"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -3,40 +3,31 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from txnmodel.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, positive_int, print_json
+from txnmodel.common import EXIT_FAILED, EXIT_OK, UsageError, print_json, z3_rlimit
 
 
 def cmd_prove(args: argparse.Namespace) -> int:
-    from proofs.framework import (
-        RLIMIT,
-        Row,
-        Verdict,
-        available_machines,
-        count_obligations,
-        format_table,
-        prove_machine,
-    )
+    from proofs.framework import RLIMIT, Row, Verdict, available_machines, format_table, obligations_of, prove_machine
     from spec.machines import machine_info
     from txnmodel.progress import Phase, Reporter
 
     machines = available_machines() if args.machine == "all" else [args.machine]
+    try:  # every usage error before the first proof
+        selected = {name: obligations_of(machine_info(name).name, args.only) for name in machines}
+    except KeyError as exc:
+        raise UsageError(exc.args[0]) from None
+    if args.only is not None and not any(selected.values()):
+        raise UsageError(f"no property of {args.machine} has {args.only!r} in its name (--only)")
     rows = []
     progress = Reporter(enabled=not args.json)
     for name in machines:
-        try:
-            machine_info(name)
-            total = count_obligations(name, args.only)
-            with progress.phase(f"proofs: {name}", total=total, unit="properties") as phase:
+        with progress.phase(f"proofs: {name}", total=len(selected[name]), unit="properties") as phase:
 
-                def proved(row: Row, phase: Phase = phase) -> None:
-                    phase.advance(note=row.name)
+            def proved(row: Row, phase: Phase = phase) -> None:
+                phase.advance(note=row.name)
 
-                rows.extend(prove_machine(name, rlimit=args.rlimit or RLIMIT, only=args.only, on_row=proved))
-        except KeyError as exc:
-            print(f"txnmodel prove: {exc.args[0]}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+            rows.extend(prove_machine(name, rlimit=args.rlimit or RLIMIT, only=args.only, on_row=proved))
     if args.json:
         print_json([r.to_json() for r in rows])
     else:
@@ -62,7 +53,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     prove.add_argument("--only", help="only properties whose name contains this text")
     prove.add_argument(
         "--rlimit",
-        type=positive_int,
+        type=z3_rlimit,
         default=None,
         help="Z3 resource budget of each query (rlimit units; default the framework's RLIMIT)",
     )

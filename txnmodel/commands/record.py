@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, positive_int
+from txnmodel.common import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    non_negative_int,
+    output_folder,
+    positive_float,
+    positive_int,
+    seed_int,
+)
 
 
 def cmd_record(args: argparse.Namespace) -> int:
@@ -15,6 +24,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     if args.seconds is not None and args.ops is not None:
         print("txnmodel record: give --seconds or --ops, not both", file=sys.stderr)
         return EXIT_BAD_INPUT
+    output_folder(Path(args.out), "--out")  # a usage error before any broker is asked anything
     options = RecordOptions(
         url=args.url,
         workload=args.workload,
@@ -83,9 +93,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--out", required=True, help="folder for <history>.parquet (and .jsonl)")
     parser.add_argument("--clients", type=positive_int, default=4, help="writer or transformer threads (default 4)")
     budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--seconds", type=float, help="run the writers this long")
+    budget.add_argument("--seconds", type=positive_float, help="run the writers this long")
     budget.add_argument("--ops", type=positive_int, help="messages (or transactions) to write (default 200)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the workload's choices (default 0)")
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed of the workload's choices (default 0)")
     parser.add_argument("--no-txn", action="store_true", help="the broker has no transactions: refuse ctp and multi")
     parser.add_argument("--jsonl", action="store_true", help="also write the history as JSON Lines")
     parser.add_argument("--partitions", type=positive_int, help="topics a workload spreads over (default 1 or 2)")
@@ -104,7 +114,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="the broker sets isDelayedDeliveryDeliverAtTimeStrict=true; otherwise it may deliver a tick early",
     )
-    parser.add_argument("--slack-ms", type=int, default=500, help="margin added to every stated bound (default 500)")
+    parser.add_argument(
+        "--slack-ms", type=non_negative_int, default=500, help="margin added to every stated bound (default 500)"
+    )
     parser.add_argument(
         "--liveness",
         choices=("on", "off"),

@@ -15,7 +15,22 @@ from typing import TYPE_CHECKING, Any
 
 from invariants.verify import VerdictRow
 from spec.errors import InputError
-from txnmodel.common import DEFAULT_VECTORS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, positive_int
+from txnmodel.common import (
+    DEFAULT_VECTORS,
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    INT64_MAX,
+    UsageError,
+    exclusive_folder,
+    non_negative_int,
+    one_line,
+    output_folder,
+    positive_int,
+    seed_int,
+    spark_master,
+    z3_rlimit,
+)
 
 if TYPE_CHECKING:
     from reference.engine.simulate import RunResult
@@ -49,6 +64,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     without one, Spark would run the same checks in as many Python processes on this machine, plus a
     JVM, so it does not pay here (:mod:`txnmodel.spark_runner`).
     """
+    from txnmodel.commands.simulate import history_file
+
+    # Usage errors before any work: the last seed must fit a history's int64, the folder be writable
+    # and this run's alone (the main job replaces its own earlier history files; a concurrent run on
+    # the same folder is refused).
+    if args.seed + max(args.histories, 1) - 1 > INT64_MAX:
+        raise UsageError(f"--seed {args.seed} with --histories {args.histories}: the last seed passes {INT64_MAX}")
+    if args.histories == 0:
+        return _job(args)
+    output_folder(Path(args.out), "--out")
+    with exclusive_folder(Path(args.out) / "histories", "--out", overwrite=True, ours=history_file):
+        return _job(args)
+
+
+def _job(args: argparse.Namespace) -> int:
     import tempfile
 
     # Imported before the workers fork, so that none of them imports them again.
@@ -120,7 +150,7 @@ class _MainJob:
             )
         except InputError as exc:
             end()
-            print(f"invalid vector input: {exc}", file=sys.stderr)
+            print(f"txnmodel run: invalid vector input: {one_line(str(exc))}", file=sys.stderr)
             self.bad_input = True
             return
         end()
@@ -357,17 +387,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     run.add_argument(
         "--rlimit",
-        type=positive_int,
+        type=z3_rlimit,
         default=None,
         help="Z3 resource budget of each proof query (rlimit units; default the framework's RLIMIT)",
     )
     run.add_argument(
         "--histories",
-        type=int,
+        type=non_negative_int,
         default=100,
         help="seeds per workload (3 workloads; default 100, i.e. 300 histories; 0 skips simulation)",
     )
-    run.add_argument("--ops", type=int, default=60, help="transactions attempted per history (default 60)")
+    run.add_argument("--ops", type=positive_int, default=60, help="transactions attempted per history (default 60)")
     run.add_argument(
         "--disk",
         choices=("sim", "real"),
@@ -376,7 +406,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     run.add_argument(
         "--group-commit",
-        type=int,
+        type=non_negative_int,
         default=1,
         metavar="MS",
         help="the file store's journal commits every MS simulated ms (default 1)",
@@ -387,10 +417,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=2,
         help="worker processes: proofs, simulations and verifications run at once on them (default 2)",
     )
-    run.add_argument("--seed", type=int, default=1, help="the first seed (default 1)")
+    run.add_argument("--seed", type=seed_int, default=1, help="the first seed (default 1)")
     run.add_argument("--out", default="out/run", help="where histories and verdicts go (default out/run)")
     run.add_argument(
         "--master",
+        type=spark_master,
         default=None,
         help="Spark master URL for the verify phase, passed unchanged: the histories are verified on that cluster once "
         "all are written (default: in the worker processes, as they are written; local Spark would run the same "

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import FrameType
 
 from spec.errors import InputError
-from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, UsageError, one_line, port_int, read_input_bytes, seed_int
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -20,9 +20,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from txnmodel.serve import history_id, write_history
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(message)s")
+    for item in args.set or ():
+        if "=" not in item:
+            raise UsageError(f"--set {item!r}: expected KEY=VALUE")
     try:
         if args.broker_conf:
-            config = Config.from_broker_conf(Path(args.broker_conf).read_text())
+            # java.util.Properties.load(InputStream), which Pulsar uses, reads ISO 8859-1
+            raw = read_input_bytes(Path(args.broker_conf), limit=4 * 1024 * 1024, limit_name="BROKER_CONF_LIMIT")
+            config = Config.from_broker_conf(raw.decode("latin-1"), where=args.broker_conf)
         else:
             config = Config(transaction_coordinator_enabled=True)
         if args.set:
@@ -45,7 +50,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         url = server.start()
     except (InputError, OSError, ValueError) as exc:
-        print(f"txnmodel serve: {exc}", file=sys.stderr)
+        print(f"txnmodel serve: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
     def stop(signum: int, _frame: FrameType | None) -> None:
@@ -74,13 +79,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "history for `txnmodel verify`. Exit 0 after a clean shutdown, 2 on bad options or configuration.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: loopback only)")
-    serve.add_argument("--port", type=int, default=6650, help="port to bind; 0 picks a free one (default 6650)")
+    serve.add_argument("--port", type=port_int, default=6650, help="port to bind; 0 picks a free one (default 6650)")
     serve.add_argument("--ledger", choices=("memory", "file"), default="memory", help="where topics live")
     serve.add_argument("--data", help="folder of the file ledgers and the topic registry (--ledger file)")
     serve.add_argument("--broker-conf", help="a broker.conf file (keys the model does not use are ignored)")
     serve.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one broker.conf key")
     serve.add_argument("--history", metavar="DIR", help="record the machine-level history and write it to DIR")
-    serve.add_argument("--seed", type=int, default=0, help="seed of the broker's random choices (faults)")
+    serve.add_argument("--seed", type=seed_int, default=0, help="seed of the broker's random choices (faults)")
     serve.add_argument(
         "--faults",
         metavar="SPEC",

@@ -8,19 +8,43 @@ transactional properties with ``--check``, and writes the histories (Parquet, JS
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import re
+import shlex
+import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from txnmodel.common import EXIT_FAILED, EXIT_OK
+from txnmodel.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    INT64_MAX,
+    UsageError,
+    exclusive_folder,
+    non_negative_int,
+    positive_int,
+    seed_int,
+)
 
 if TYPE_CHECKING:
     from reference.engine.simulate import RunResult, RunSpec, SimulateOptions
 
-__all__ = ["Collector", "build_parser", "options_from_args", "register", "run_simulate", "simulate", "simulate_main"]
+__all__ = [
+    "Collector",
+    "build_parser",
+    "history_file",
+    "options_from_args",
+    "register",
+    "reproduce_argv",
+    "reproduce_command",
+    "run_simulate",
+    "simulate",
+    "simulate_main",
+]
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -30,30 +54,42 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser = parser or argparse.ArgumentParser(
         prog="txnmodel simulate", description=(engine.__doc__ or "").split("\n\n")[0]
     )
-    parser.add_argument("--seed", type=int, default=0, help="the first seed (history k uses seed + k)")
+    parser.add_argument("--seed", type=seed_int, default=0, help="the first seed (history k uses seed + k)")
     parser.add_argument("--ledger", choices=("memory", "file"), default="memory")
-    parser.add_argument("--data", default=None, help="directory for file ledgers (default: a temporary one)")
-    parser.add_argument("--out", default=None, help="directory for histories (Parquet; see --jsonl)")
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="directory for file ledgers, empty unless --overwrite (default: a temporary one)",
+    )
+    parser.add_argument(
+        "--out", default=None, help="directory for histories (Parquet; see --jsonl), empty unless --overwrite"
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="accept a non-empty --out or --data: the history files and ledger stores of earlier runs there are "
+        "removed first (other files are left alone), so every run starts from nothing and a seed reproduces",
+    )
     parser.add_argument("--workload", choices=(*engine.WORKLOADS, "all"), default="ctp")
-    parser.add_argument("--histories", type=int, default=1, help="how many seeds to run per workload")
-    parser.add_argument("--ops", type=int, default=200, help="transactions attempted per history")
+    parser.add_argument("--histories", type=positive_int, default=1, help="how many seeds to run per workload")
+    parser.add_argument("--ops", type=positive_int, default=200, help="transactions attempted per history")
     parser.add_argument(
         "--duration",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="MS",
         help="also stop starting transactions after MS of simulated time",
     )
     parser.add_argument(
         "--deadline",
-        type=int,
+        type=positive_int,
         default=engine.DEFAULT_DEADLINE_MS,
         metavar="MS",
         help="stop a run at MS of simulated time; its open operations are recorded as invoke "
         f"(default {engine.DEFAULT_DEADLINE_MS})",
     )
-    parser.add_argument("--clients", type=int, default=4, help="concurrent transactional clients")
-    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--clients", type=positive_int, default=4, help="concurrent transactional clients")
+    parser.add_argument("--partitions", type=positive_int, default=2, help="partitions of each topic")
     parser.add_argument("--faults", choices=("on", "off"), default="on")
     parser.add_argument(
         "--batching",
@@ -117,14 +153,14 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     )
     parser.add_argument(
         "--group-commit",
-        type=int,
+        type=non_negative_int,
         default=None,
         metavar="MS",
         help="file ledgers: commit the store's journal every MS simulated ms, one sync for every change waiting "
         "(answers wait for it); default: every change committed as it is made",
     )
     parser.add_argument(
-        "--jobs", type=int, default=1, metavar="N", help="run N histories at once (processes; default 1)"
+        "--jobs", type=positive_int, default=1, metavar="N", help="run N histories at once (processes; default 1)"
     )
     parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
     parser.add_argument(
@@ -320,21 +356,125 @@ def _write(
 
 def run_simulate(args: argparse.Namespace) -> int:
     """``txnmodel simulate`` for arguments already parsed by :func:`build_parser`; progress on
-    stderr unless ``--quiet``."""
+    stderr unless ``--quiet``.  Usage errors (a seed range past int64, ``--data`` without file
+    ledgers, an ``--out`` or ``--data`` that is not an empty folder of this run alone) come before
+    any work."""
     from txnmodel.progress import Reporter
 
+    last = args.seed + args.histories - 1
+    if last > INT64_MAX:
+        raise UsageError(
+            f"--seed {args.seed} with --histories {args.histories}: the last seed {last} passes {INT64_MAX}"
+        )
+    if args.data is not None and args.ledger != "file":
+        raise UsageError("--data is where file ledgers go: it needs --ledger file")
     options = options_from_args(args)
     total = len(options.workloads) * options.histories
-    with Reporter(enabled=not args.quiet).phase("simulate", total=total, unit="histories") as phase:
-        return simulate(
-            options,
-            out=Path(args.out) if args.out else None,
-            jsonl=args.jsonl,
-            check=args.check,
-            quiet=args.quiet,
-            progress=phase,
-            jobs=args.jobs,
-        )
+    with contextlib.ExitStack() as folders:
+        out = None
+        if args.out is not None:
+            out = folders.enter_context(
+                exclusive_folder(Path(args.out), "--out", overwrite=args.overwrite, ours=history_file)
+            )
+        if args.data is not None and not _same_folder(args.data, args.out):
+            folders.enter_context(
+                exclusive_folder(Path(args.data), "--data", overwrite=args.overwrite, ours=_store_folder)
+            )
+        elif args.data is not None and args.overwrite:  # one folder for both, already locked
+            for entry in Path(args.data).iterdir():
+                if _store_folder(entry):
+                    shutil.rmtree(entry)
+        with Reporter(enabled=not args.quiet).phase("simulate", total=total, unit="histories") as phase:
+            return simulate(
+                options,
+                out=out,
+                jsonl=args.jsonl,
+                check=args.check,
+                quiet=args.quiet,
+                progress=phase,
+                jobs=args.jobs,
+            )
+
+
+def reproduce_argv(run: Mapping[str, Any]) -> list[str] | None:
+    """The ``txnmodel simulate`` arguments that rerun one run, from its metadata (a history file's
+    ``runs[history]``, :meth:`RunSpec.to_json` and more), or None when the command line cannot say
+    it: parsing the arguments back must give the very same run configuration, fault rates and
+    broker.conf overrides included, so the line never promises what it does not do.  The fault mix
+    is not recorded by name: the one whose rates the run used is found by trying each."""
+    from reference.engine.simulate import FAULT_MIXES
+
+    def on_off(flag: object) -> str:
+        return "on" if flag else "off"
+
+    try:
+        argv = [
+            "--workload", str(run["workload"]),
+            "--seed", str(run["seed"]),
+            "--histories", "1",
+            "--ops", str(run["ops"]),
+            "--ledger", str(run["ledger"]),
+            "--clients", str(run["clients"]),
+            "--partitions", str(run["partitions"]),
+            "--faults", on_off(run["faults"]),
+            "--batching", on_off(run["batching"]),
+            "--batch-messages", on_off(run["batch_messages"]),
+            "--key-shared", on_off(run["key_shared"]),
+            "--delayed-tracker", str(run["delayed_tracker"]),
+            "--unsubscribe", on_off(run["unsubscribe"]),
+            "--cumulative", on_off(run["cumulative"]),
+            "--redeliver", on_off(run["redeliver"]),
+            "--deadline", str(run["deadline_ms"]),
+        ]  # fmt: skip
+    except KeyError:
+        return None
+    if run.get("duration_ms") is not None:
+        argv += ["--duration", str(run["duration_ms"])]
+    if run.get("disk") is not None:
+        argv += ["--disk", str(run["disk"])]
+    if run.get("group_commit_ms") is not None:
+        argv += ["--group-commit", str(run["group_commit_ms"])]
+    for mix in FAULT_MIXES:
+        candidate = [*argv, "--fault-mix", mix] if mix != "default" else argv
+        if _says(candidate, run):
+            return candidate
+    return None
+
+
+def _says(argv: list[str], run: Mapping[str, Any]) -> bool:
+    """Whether ``argv``, parsed as the command line would, asks for exactly the run ``run`` is."""
+    try:
+        args = build_parser(argparse.ArgumentParser(exit_on_error=False, add_help=False)).parse_args(argv)
+    except (TypeError, argparse.ArgumentError):
+        return False
+    (spec,) = options_from_args(args).specs(str(run["workload"]), "unused")
+    return all(run.get(key) == value for key, value in spec.to_json().items())
+
+
+def reproduce_command(history: str, run: Mapping[str, Any]) -> str | None:
+    """The shell command that reruns one history into a folder of its own, or None (see
+    :func:`reproduce_argv`)."""
+    argv = reproduce_argv(run)
+    if argv is None:
+        return None
+    return shlex.join(["txnmodel", "simulate", *argv, "--out", f"reproduce-{history}"])
+
+
+def history_file(entry: Path) -> bool:  # also the main job's
+    """What simulate writes in ``--out``: history files and their metadata sidecars."""
+    return entry.is_file() and entry.name.endswith((".parquet", ".jsonl", ".meta.json"))
+
+
+_STORE = re.compile(r"[a-z]+-seed-?\d+")
+
+
+def _store_folder(entry: Path) -> bool:
+    """What simulate writes in ``--data``: one ledger store per run, ``<workload>-seed<N>``."""
+    return entry.is_dir() and not entry.is_symlink() and _STORE.fullmatch(entry.name) is not None
+
+
+def _same_folder(a: str, b: str | None) -> bool:
+    return b is not None and Path(a).resolve() == Path(b).resolve()
 
 
 def simulate_main(argv: Sequence[str]) -> int:

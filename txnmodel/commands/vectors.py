@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from spec.errors import InputError
-from txnmodel.common import DEFAULT_VECTORS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, print_json
+from txnmodel.common import DEFAULT_VECTORS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, one_line, print_json
 
 
 def cmd_vectors_run(args: argparse.Namespace) -> int:
@@ -16,7 +16,7 @@ def cmd_vectors_run(args: argparse.Namespace) -> int:
     try:
         results = run_paths(paths)
     except InputError as exc:
-        print(f"txnmodel vectors: invalid input: {exc}", file=sys.stderr)
+        print(f"txnmodel vectors: invalid input: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     failed = [r for r in results if not r.passed]
     if args.json:

@@ -28,6 +28,7 @@ input mean nothing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -37,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from invariants.verify import VerdictRow, VerifyOptions, duplicate_histories
-from txnmodel.common import EXIT_BAD_INPUT
+from invariants.verify import Outcome, VerdictRow, VerifyOptions, duplicate_histories
+from txnmodel.common import EXIT_BAD_INPUT, one_line, positive_float, positive_int, spark_master
 
 __all__ = [
     "DEFAULT_OUT",
@@ -102,14 +103,14 @@ def verify(request: VerifyRequest) -> VerifyResult:
         if request.options.model != "auto":
             model_by_name(request.options.model)
     except InputError as exc:
-        print(f"txnmodel verify: invalid input: {exc}", file=sys.stderr)
+        print(f"txnmodel verify: invalid input: {one_line(str(exc))}", file=sys.stderr)
         return VerifyResult(EXIT_BAD_INPUT)
     except KeyError as exc:
         print(f"txnmodel verify: {exc.args[0]}", file=sys.stderr)
         return VerifyResult(EXIT_BAD_INPUT)
     options = request.options
     if request.format == "jepsen" and options.model == "auto":
-        options = VerifyOptions("cas-register", options.step_budget, options.seconds, options.counterexamples)
+        options = dataclasses.replace(options, model="cas-register")
     from txnmodel.progress import Reporter
 
     reporter = request.reporter if request.reporter is not None else Reporter()
@@ -146,6 +147,13 @@ def report(request: VerifyRequest, rows: Sequence[VerdictRow], elapsed: float) -
         print_report(rows, summary, out, written)
         for line in applicability_lines(rows):
             print(line)
+    if code == EXIT_BAD_INPUT:  # the one line every exit 2 ends with, whatever else was printed
+        bad = [row for row in rows if row.verdict == Outcome.BAD_INPUT.value]
+        first = next((row.detail for row in bad if row.detail), bad[0].history)
+        print(
+            f"txnmodel verify: bad input in {len(bad)} of {len(rows)} verdicts; first: {one_line(first)}",
+            file=sys.stderr,
+        )
     return VerifyResult(code, tuple(rows), elapsed)
 
 
@@ -198,7 +206,11 @@ def request_from_args(args: argparse.Namespace) -> VerifyRequest:
         path=args.path,
         format=args.format,
         options=VerifyOptions(
-            model=args.model, step_budget=args.budget, seconds=args.seconds, counterexamples=not args.no_counterexamples
+            model=args.model,
+            step_budget=args.budget,
+            seconds=args.seconds,
+            counterexamples=not args.no_counterexamples,
+            memory_mb=args.memory,
         ),
         out=args.out,
         master=args.master,
@@ -237,6 +249,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--master",
+        type=spark_master,
         default=None,
         help="Spark master URL, passed unchanged (spark://HOST:PORT for a standalone cluster), for when Spark is "
         "used: with --spark, or for an input large enough to pay for it",
@@ -262,12 +275,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--budget",
-        type=int,
+        type=positive_int,
         default=2_000_000,
         help="search steps per object before the verdict is unknown (default 2,000,000)",
     )
     parser.add_argument(
-        "--seconds", type=float, default=60.0, help="wall-clock budget per history's linearizability check (default 60)"
+        "--seconds",
+        type=positive_float,
+        default=60.0,
+        help="wall-clock budget per history's linearizability check (default 60)",
+    )
+    parser.add_argument(
+        "--memory",
+        type=positive_int,
+        default=1024,
+        metavar="MB",
+        help="memory budget per history's linearizability check: how much the process may grow while the "
+        "search runs, in MB; past it the verdict is unknown (default 1024)",
     )
     parser.add_argument("--unknown-ok", action="store_true", help="exit 0 even if some verdict is unknown")
     parser.add_argument("--no-counterexamples", action="store_true", help="skip shrinking and rendering")

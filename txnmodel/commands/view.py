@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from spec.errors import InputError
-from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, one_line, read_json_input
+
+# A trace is a model checker's counterexample: states step by step.  Bounded before it is parsed.
+MAX_TRACE_BYTES = 64 * 1024 * 1024
+MAX_TRACE_DEPTH = 64
 
 
 def cmd_view(args: argparse.Namespace) -> int:
@@ -17,16 +20,13 @@ def cmd_view(args: argparse.Namespace) -> int:
 
     source = Path(args.trace)
     try:
-        data = json.loads(source.read_text(encoding="utf-8"))
+        data = read_json_input(source, limit=MAX_TRACE_BYTES, limit_name="MAX_TRACE_BYTES", max_depth=MAX_TRACE_DEPTH)
         trace = Trace.from_json(data, where=str(source))
     except OSError as exc:
         print(f"txnmodel view: cannot read {source}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except json.JSONDecodeError as exc:
-        print(f"txnmodel view: {source}: not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     except InputError as exc:
-        print(f"txnmodel view: {exc}", file=sys.stderr)
+        print(f"txnmodel view: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     out = Path(args.out) if args.out else source.with_suffix(".html")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -244,7 +244,7 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
             subscription=self.name,
             read_more=self.dispatch,
             failed=self.reload,
-            observer=lambda: getattr(self.host, "observer", None),
+            observer=lambda: self.host.observer,
             async_create=self.host.delayed_async_create,
         )
 
