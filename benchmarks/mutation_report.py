@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/mutation_report.py [--per-machine 8] [--seed 0] [--seeds 5] [--ops 30]
         [--jobs 2] [--machines buffer,delayed] [--tests changed|all|none] [--out out/mutation]
+        [--mutants buffer:81,coordinator:222] [--deadline 600000] [--retest | --rewrite]
 
 For a seeded sample of ``--per-machine`` mutants of each machine:
 
@@ -10,10 +11,16 @@ For a seeded sample of ``--per-machine`` mutants of each machine:
   ledger, shorter) at seeds ``1..--seeds`` with ``--ops`` transactions, each compared with the
   unmutated run of the same seed.  A mutant whose function no workload executes (traced once on
   the unmutated runs) cannot change a history and is not run.  A changed history is checked by
-  the **bulk** checker (``invariants.verify.check_histories``, what ``txnmodel verify`` runs, with the
-  mutant in place: its per-object models are the mutated machines too) and by the **oracle**
-  (``invariants.client_visible``); each stops at its first flagged seed.  A run that raises or does
-  not finish is an **engine** detection (the main job fails, though no checker judged a history).
+  the **bulk** checker (``invariants.verify.check_histories``, what ``txnmodel verify`` runs) and by
+  the **oracle** (``invariants.client_visible``), in a checker process forked *before* the mutant
+  is applied: the mutated engine is the system under test, and its per-object linearizability
+  check runs against the unmutated reference (a model that shared the mutant's bug would accept
+  every step it took); each stops at its first flagged seed.  A broker component that raises is
+  contained as its crash (``Broker.contain``): the history records the step that raised as failed
+  (``UnknownError``) and the run goes on, so the history is judged like any other (the row notes
+  ``raised``).  A run that still raises (no component raised it: the client's machine, say) or
+  does not finish is a **run fails** detection (the main job fails, though no checker judged a
+  history).
 * **vectors**: the machine's conformance vectors; **proofs**: ``prove_machine`` when the proofs can
   execute the mutated function at all (:func:`proof_reach`; Z3 proves the encoding, not the
   reference, so usually they cannot); **tests**: ``pytest -x tests/<machine>`` with the mutant, without the two
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -120,8 +128,30 @@ def _name(spec: RunSpec) -> str:
     return f"{spec.workload}-seed{spec.seed}"
 
 
+def checker(conn: Any, other: Any) -> None:
+    """In a process forked before the mutant is applied: check each history sent, with the
+    unmutated reference as the per-object model (the system under test is the mutated engine; the
+    model it is checked against must not share its bug).  Ends when the child does (its end of the
+    pipe closes), so a child stopped at its deadline leaves no checker behind."""
+    other.close()
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        conn.send(check_history(*message))
+
+
 def child(mutant: Mutant, ctx: Context, conn: Any) -> None:
-    """In a forked child: vectors, proofs and histories with the mutant; each result sent as it comes."""
+    """In a forked child: vectors, proofs and histories with the mutant; each result sent as it comes.
+    The histories are checked in a checker process forked before the mutant is applied."""
+    fork = multiprocessing.get_context("fork")
+    to_checker, checker_end = fork.Pipe()
+    checking = fork.Process(target=checker, args=(checker_end, to_checker))
+    checking.start()
+    checker_end.close()
     try:
         with applied(mutant):
             from proofs.framework import Verdict, prove_machine
@@ -150,16 +180,21 @@ def child(mutant: Mutant, ctx: Context, conn: Any) -> None:
                 name = _name(spec)
                 conn.send(("running", name))
                 try:
-                    ops = run(spec).operations
+                    result = run(spec)
                 except Exception as exc:
                     state.update(changed=True, engine=f"{name}: raised {type(exc).__name__}: {str(exc)[:120]}")
                     state.setdefault("first_changed", name)
                     break
+                ops = result.operations
+                if result.failures and "raised" not in state:
+                    # A broker component raised: contained as its crash, the history goes on.
+                    state["raised"] = f"{name}: {result.failures[0].describe()[:200]}"
                 if ops == ctx.baseline[name]:
                     continue
                 state["changed"] = True
                 state.setdefault("first_changed", name)
-                bulk, oracle, flags = check_history(name, ops)
+                to_checker.send((name, ops))
+                bulk, oracle, flags = to_checker.recv()
                 if bulk and state["bulk"] is None:
                     state["bulk"] = name
                 if oracle and state["oracle"] is None:
@@ -172,6 +207,10 @@ def child(mutant: Mutant, ctx: Context, conn: Any) -> None:
     except MutationError as exc:
         conn.send(("error", str(exc)))
     finally:
+        to_checker.send(None)
+        checking.join(timeout=10)
+        if checking.is_alive():
+            checking.kill()
         conn.send(("done", None))
         conn.close()
 
@@ -261,7 +300,11 @@ def baseline(args: argparse.Namespace) -> Context:
     from invariants.client_visible import check_client_visible
     from invariants.verify import VerifyOptions, check_histories  # noqa: F401  (imported before tracing)
 
-    specs = [main_job_spec(w, seed, args.ops) for seed in range(1, args.seeds + 1) for w in WORKLOADS]
+    specs = [
+        dataclasses.replace(main_job_spec(w, seed, args.ops), deadline_ms=args.deadline)
+        for seed in range(1, args.seeds + 1)
+        for w in WORKLOADS
+    ]
     modules = {m for group in MACHINE_MODULES.values() for m in group}
     histories: dict[str, list[Operation]] = {}
     with traced(modules) as reached:
@@ -344,10 +387,19 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "reached": sum(bool(r.get("reached")) for r in mine),
                 "changed": len(changed),
                 "engine": sum(bool(r.get("engine")) for r in changed),
+                "raised": sum(bool(r.get("raised")) for r in changed),
+                "raised_flagged": sum(bool(r.get("raised") and (r.get("bulk") or r.get("oracle"))) for r in changed),
+                "quiet_flagged": sum(
+                    bool(not r.get("raised") and not r.get("engine") and (r.get("bulk") or r.get("oracle")))
+                    for r in changed
+                ),
+                "quiet": sum(bool(not r.get("raised") and not r.get("engine")) for r in changed),
                 "bulk": sum(bool(r.get("bulk")) for r in changed),
                 "oracle": sum(bool(r.get("oracle")) for r in changed),
                 "checker": sum(bool(r.get("bulk") or r.get("oracle")) for r in changed),
-                "checker_or_engine": sum(bool(r.get("bulk") or r.get("oracle") or r.get("engine")) for r in changed),
+                "checker_or_engine": sum(
+                    bool(r.get("bulk") or r.get("oracle") or r.get("engine") or r.get("raised")) for r in changed
+                ),
                 "static": sum(bool(r.get("static")) for r in changed),
                 "vectors": sum(r.get("static") == "vectors" for r in changed),
                 "proofs": sum(r.get("static") == "proofs" for r in changed),
@@ -362,24 +414,32 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def markdown(table: list[dict[str, Any]]) -> str:
     lines = [
         "| machine | sampled | reached by workloads | change a history | bulk flags | oracle flags | bulk or oracle "
-        "| + engine fails | tests+vectors+proofs kill | (vectors / proofs / tests first) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| component raised: flagged | no raise: flagged | + run fails | tests+vectors+proofs kill "
+        "| (vectors / proofs / tests first) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for t in table:
         c = t["changed"]
         lines.append(
             f"| {t['machine']} | {t['sampled']} | {t['reached']} | {c} | {_pct(t['bulk'], c)} | {_pct(t['oracle'], c)} "
-            f"| {_pct(t['checker'], c)} | {_pct(t['checker_or_engine'], c)} | {_pct(t['static'], c)} "
+            f"| {_pct(t['checker'], c)} | {_pct(t['raised_flagged'], t['raised'])} "
+            f"| {_pct(t['quiet_flagged'], t['quiet'])} | {_pct(t['checker_or_engine'], c)} | {_pct(t['static'], c)} "
             f"| {t['vectors']} / {t['proofs']} / {t['tests']} |"
         )
     return "\n".join(lines)
 
 
 def write_report(
-    rows: list[dict[str, Any]], *, chosen_count: int, population: int, args: argparse.Namespace, wall: float
+    rows: list[dict[str, Any]],
+    *,
+    chosen_count: int,
+    population: int,
+    args: argparse.Namespace,
+    wall: float,
+    load: tuple[float, float, float] | None = None,
 ) -> None:
     table = summarize(rows)
-    load = os.getloadavg()
+    load = load or os.getloadavg()
     text = markdown(table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -450,7 +510,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=5, help="history seeds 1..N per workload (default 5)")
     parser.add_argument("--ops", type=int, default=30, help="transactions per history (default 30)")
     parser.add_argument("--jobs", type=int, default=2, help="mutants judged at once (default 2)")
+    parser.add_argument(
+        "--deadline",
+        type=int,
+        default=600_000,
+        help="simulated ms after which a run stops (default 600000: clean runs end far sooner; a "
+        "component that keeps raising stays down and its clients retry until then)",
+    )
     parser.add_argument("--machines", default=",".join(MACHINE_MODULES), help="comma-separated machines")
+    parser.add_argument("--mutants", default="", help="judge these mutants (comma-separated ids) instead of a sample")
     parser.add_argument("--tests", choices=("changed", "all", "none"), default="changed")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant's in-process layers")
     parser.add_argument("--test-timeout", type=float, default=600.0, help="seconds per mutant's test run")
@@ -458,9 +526,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--retest", action="store_true", help="rerun only the tests layer of the report in --out, and rewrite it"
     )
+    parser.add_argument("--rewrite", action="store_true", help="rewrite the report in --out from its report.json")
     args = parser.parse_args(argv)
     if args.retest:
         return retest(args)
+    if args.rewrite:
+        data = json.loads((Path(args.out) / "report.json").read_text())
+        meta = data["meta"]
+        for key in ("per_machine", "seed", "ops"):
+            setattr(args, key, meta[key])
+        args.seeds = meta["history_seeds"]
+        write_report(
+            data["mutants"],
+            chosen_count=meta["sampled"],
+            population=meta["population"],
+            args=args,
+            wall=meta["wall_seconds"],
+            load=tuple(meta["load_average"]),
+        )
+        return 0
     started = time.perf_counter()
     machines = [m for m in args.machines.split(",") if m]
     unknown = sorted(set(machines) - set(MACHINE_MODULES))
@@ -468,6 +552,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown machines {unknown}; machines are {', '.join(MACHINE_MODULES)}")
     population = [m for machine in machines for m in enumerate_mutants(machine)]
     chosen = sample(population, args.per_machine, args.seed)
+    if args.mutants:
+        by_id = {m.id: m for m in population}
+        missing = sorted(set(args.mutants.split(",")) - set(by_id))
+        if missing:
+            parser.error(f"unknown mutants {missing} (of the machines {', '.join(machines)})")
+        chosen = [by_id[i] for i in args.mutants.split(",")]
     print(
         f"{len(population)} mutants of {len(machines)} machines; sampled {len(chosen)} "
         f"({args.per_machine} per machine, seed {args.seed}); histories: {len(WORKLOADS)} workloads x seeds "
@@ -483,7 +573,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  {row['id']:16} {row['operator']:9} {row['function'][:32]:32} changed={row.get('changed')!s:5} "
                 f"bulk={row.get('bulk') or '-'} oracle={row.get('oracle') or '-'} "
-                f"engine={'y' if row.get('engine') else '-'} static={row.get('static') or '-'} ({row['seconds']} s)",
+                f"raised={'y' if row.get('raised') else '-'} engine={'y' if row.get('engine') else '-'} "
+                f"static={row.get('static') or '-'} ({row['seconds']} s)",
                 flush=True,
             )
     write_report(

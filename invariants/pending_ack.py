@@ -21,6 +21,9 @@ from reference.pending_ack import (
     IndividualAck,
     PendingAckState,
     RedeliverUnacknowledgedMessages,
+    ResetCursor,
+    ResetSubscriptionCursor,
+    TrimPendingAckLog,
     log_index_lag_backoff,
 )
 from spec.result import Ok
@@ -215,7 +218,9 @@ def _ran(before: PendingAckState, result: Any) -> bool:
 
 
 def deleted_is_absorbing(before: PendingAckState, command: Any, result: Any, after: PendingAckState) -> bool:
-    """PA-3: whatever the cursor deleted stays deleted."""
+    """PA-3: whatever the cursor deleted stays deleted (but for a seek, PA-22)."""
+    if isinstance(command, ResetCursor) and isinstance(result, Ok):
+        return True
     b, a = before.cursor, after.cursor
     if a.mark_delete_position < b.mark_delete_position:
         return False
@@ -355,10 +360,44 @@ def accepted_ack_is_held(before: PendingAckState, command: Any, result: Any, aft
     return True
 
 
+def reset_cursor_resets_exactly(before: PendingAckState, command: Any, result: Any, after: PendingAckState) -> bool:
+    """PA-22: a seek is refused, changing nothing, exactly when a txn holds a pending ack or txn
+    requests wait; otherwise nothing is pending before or after, the cursor holds nothing above
+    its new mark-delete position but the read entry's ack set, the whole log is trimmed, and the
+    durable cursor is told to follow."""
+    if not isinstance(command, ResetCursor):
+        return True
+    busy = bool(
+        before.txn_order
+        or before.cumulative_ack is not None
+        or before.queued
+        or before.handle_state not in (HandleState.NONE, HandleState.READY)
+    )
+    if not isinstance(result, Ok):
+        return after == before and (busy or command.read_position is not None)
+    if busy or after.individual_ack_positions or after.individual_ack_of_transaction:
+        return False
+    cursor = after.cursor
+    if cursor.mark_delete_position != command.mark_delete_position or cursor.individually_deleted:
+        return False
+    read = command.read_position
+    if any(read is None or p != read.position for p in cursor.batch_deleted):
+        return False
+    if after.log_index or after.log_mark_delete != max(before.log_mark_delete, before.next_record_id - 1):
+        return False
+    trims = [e for e in result.effects if isinstance(e, TrimPendingAckLog)]
+    if trims != (
+        [TrimPendingAckLog(before.next_record_id - 1)] if before.next_record_id - 1 > before.log_mark_delete else []
+    ):
+        return False
+    return ResetSubscriptionCursor(command.mark_delete_position, read) in result.effects
+
+
 STEP_PROPERTIES: tuple[StepProperty[PendingAckState], ...] = (
     StepProperty("deleted_is_absorbing", ("PA-3",), deleted_is_absorbing),
     StepProperty("commit_deletes_exactly_its_acks", ("PA-12",), commit_deletes_exactly_its_acks),
     StepProperty("abort_returns_exactly_its_acks", ("PA-13",), abort_returns_exactly_its_acks),
     StepProperty("failed_ack_changes_nothing", ("PA-4", "PA-7"), failed_ack_changes_nothing),
     StepProperty("accepted_ack_is_held", ("PA-8",), accepted_ack_is_held),
+    StepProperty("reset_cursor_resets_exactly", ("PA-22",), reset_cursor_resets_exactly),
 )

@@ -700,7 +700,7 @@ def delete_records(state: WriterState, cmd: DeleteRecords) -> Step:
         indexes = removals.setdefault(position, [])
         if isinstance(indexes, list):
             indexes.append(raw.batch_index)
-        own = words_to_bits(raw.ack_set() or ())
+        own = raw.ack_bits()
         if position not in ack_sets:
             ack_sets[position] = own
         elif (previous := ack_sets[position]) is not None:

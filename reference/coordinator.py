@@ -33,7 +33,7 @@ from typing import Final
 import immutables
 
 from reference.conformance import MachineVectors
-from reference.persistent import HashOnce, evolve
+from reference.persistent import HashOnce, evolve, slot_init
 from spec.config import END_TXN_RETRY_INTERVAL_MS, TIMEOUT_TRACKER_TICK_MS, Config
 from spec.errors import (
     BadRecord,
@@ -113,11 +113,15 @@ class TxnMetadataOp(PulsarName, enum.IntEnum):
     UPDATE = 3
 
 
+_U64_LIMIT: Final = 1 << 64
+
+
 def _u64(name: str, value: int | None) -> None:
-    if value is not None and not 0 <= value < 1 << 64:
+    if value is not None and not 0 <= value < _U64_LIMIT:
         raise ValueError(f"{name}={value} is not a uint64")
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class TxnLogRecord:
     """One record of the transaction log, field for field ``TransactionMetadataEntry`` (TC-26).
@@ -141,8 +145,11 @@ class TxnLogRecord:
     owner: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("timeout_ms", "start_time", "last_modification_time", "max_local_txn_id"):
-            _u64(name, getattr(self, name))
+        # the common case first: a record the coordinator writes has two of the four, in range
+        for value in (self.timeout_ms, self.start_time, self.last_modification_time, self.max_local_txn_id):
+            if value is not None and not 0 <= value < _U64_LIMIT:
+                for name in ("timeout_ms", "start_time", "last_modification_time", "max_local_txn_id"):
+                    _u64(name, getattr(self, name))
 
     def to_pb(self) -> PulsarTransactionMetadata_pb2.TransactionMetadataEntry:
         """The proto record Pulsar writes (TC-26)."""
@@ -193,6 +200,7 @@ class TxnLogRecord:
         )
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class TxnMeta(HashOnce):
     """What the store knows of one live transaction (``TxnMetaImpl`` plus its log record ids)."""
@@ -260,6 +268,7 @@ class CoordinatorState(HashOnce):
 # --------------------------------------------------------------------------------------------
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class AppendRecord(Effect):
     """Append ``record`` to the transaction log under the logical id ``record_id``."""
@@ -275,6 +284,7 @@ class DeleteRecords(Effect):
     record_ids: tuple[int, ...]
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class EndTxnInTransactionBuffer(Effect):
     """Phase 2 (TC-14): send END_TXN_ON_SUBSCRIPTION to every subscription and END_TXN_ON_PARTITION

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -65,7 +66,6 @@ from reference.delayed_runs import (
     LsmQueue,
     Run,
     bit_add,
-    bit_remove,
     bit_set,
     cardinality,
     compact_run,
@@ -522,10 +522,13 @@ def _trim(state: BucketTracker) -> tuple[BucketTracker, list[Effect]]:
 # --------------------------------------------------------------------------------------------
 
 
+_START_LEDGER: Final = operator.attrgetter("start_ledger_id")
+
+
 def _covering(buckets: Sequence[ImmutableBucket], ledger: int) -> int | None:
     if not buckets or ledger > buckets[-1].end_ledger_id:
         return None  # above every bucket, where messages of a topic being written go
-    at = bisect.bisect_right(buckets, ledger, key=lambda b: b.start_ledger_id) - 1
+    at = bisect.bisect_right(buckets, ledger, key=_START_LEDGER) - 1
     if at >= 0 and buckets[at].end_ledger_id >= ledger:
         return at
     return None
@@ -541,17 +544,108 @@ def contains_message(state: BucketTracker, ledger_id: int, entry_id: int) -> boo
 
 def _drop_bit(state: BucketTracker, ledger: int, entry: int) -> tuple[BucketTracker, bool]:
     """Clear one tracked bit (mutable first, else the covering bucket); False when not tracked."""
-    if bit_set(state.mutable.bitmaps, ledger, entry):
-        mutable = evolve(state.mutable, bitmaps=bit_remove(state.mutable.bitmaps, ledger, entry))
-        return evolve(state, mutable=mutable, count=state.count - 1), True
-    at = _covering(state.buckets, ledger)
-    if at is None or not bit_set(state.buckets[at].bitmaps, ledger, entry):
-        return state, False
-    b = state.buckets[at]
-    b = evolve(b, bitmaps=bit_remove(b.bitmaps, ledger, entry), count=b.count - 1)
+    pops = _Popping(state)
+    tracked = pops.drop(ledger, entry)
+    return pops.finish(), tracked
+
+
+def _keeps(bucket: ImmutableBucket) -> bool:
+    """Whether a sealed bucket stays in the range map once bits were dropped from it."""
     # A memory-mode bucket has no boundary to retire it: it leaves when its last bit does (DD-14).
-    keep = (b,) if b.bucket_id >= 0 or b.pending_create or b.count > 0 else ()
-    return evolve(state, buckets=(*state.buckets[:at], *keep, *state.buckets[at + 1 :]), count=state.count - 1), True
+    return bucket.bucket_id >= 0 or bool(bucket.pending_create) or bucket.count > 0
+
+
+class _Popping:
+    """The pops and bit drops of one step, gathered before they reach the state, which they then
+    reach in one update (instead of four per message).
+
+    The shared queue is held as parallel lists of head keys, runs and how many records of each
+    have been consumed, kept in the order :func:`insert_sorted` keeps; the dropped bits per place
+    (-1 the mutable bucket, else a sealed bucket's index) and ledger.  :meth:`finish` makes the
+    state that popping and dropping one at a time would have made.  Nothing here is a rule:
+    :func:`_get_scheduled` says which pops happen and :meth:`drop` is ``_drop_bit``'s rule.
+    A memory-mode bucket that lost its last bit sets ``reshaped``: it leaves the range map, so
+    the caller finishes and goes on from the new state.
+    """
+
+    __slots__ = ("count", "dropped", "heads", "reshaped", "runs", "state", "used")
+
+    def __init__(self, state: BucketTracker) -> None:
+        self.state = state
+        self.heads: list[bytes] | None = None  # the queue, made on the first pop
+        self.runs: list[Run] = []
+        self.used: list[int] = []
+        self.dropped: dict[int, dict[int, BitMap]] = {}
+        self.count = 0
+        self.reshaped = False
+
+    def head(self) -> bytes | None:
+        if self.heads is None:
+            self.runs = list(self.state.shared)
+            self.heads = [run.head() for run in self.runs]
+            self.used = [0] * len(self.runs)
+        return self.heads[0] if self.heads else None
+
+    def pop_head(self) -> None:
+        """Consume the queue's smallest index (``_pop_shared``)."""
+        assert self.heads is not None
+        del self.heads[0]
+        run = self.runs.pop(0)
+        used = self.used.pop(0) + 1
+        if used < len(run):
+            head = run.key(used)
+            at = bisect.bisect_right(self.heads, head)
+            self.heads.insert(at, head)
+            self.runs.insert(at, run)
+            self.used.insert(at, used)
+
+    def _set(self, place: int, bitmaps: Bitmaps, ledger: int, entry: int) -> bool:
+        if not bit_set(bitmaps, ledger, entry):
+            return False
+        gone = self.dropped.get(place)
+        return gone is None or ledger not in gone or entry not in gone[ledger]
+
+    def _drop(self, place: int, ledger: int, entry: int) -> None:
+        self.dropped.setdefault(place, {}).setdefault(ledger, BitMap()).add(entry)
+        self.count += 1
+
+    def drop(self, ledger: int, entry: int) -> bool:
+        """Clear one tracked bit (mutable first, else the covering bucket); False when not tracked."""
+        state = self.state
+        if self._set(-1, state.mutable.bitmaps, ledger, entry):
+            self._drop(-1, ledger, entry)
+            return True
+        at = _covering(state.buckets, ledger)
+        if at is None or not self._set(at, state.buckets[at].bitmaps, ledger, entry):
+            return False
+        self._drop(at, ledger, entry)
+        b = state.buckets[at]
+        if b.bucket_id < 0 and not b.pending_create:
+            self.reshaped = self.reshaped or b.count == sum(len(bits) for bits in self.dropped[at].values())
+        return True
+
+    def finish(self) -> BucketTracker:
+        state = self.state
+        changes: dict[str, Any] = {}
+        if self.heads is not None and (len(self.runs) != len(state.shared) or any(self.used)):
+            changes["shared"] = tuple(
+                evolve(run, offset=run.offset + used) if used else run
+                for run, used in zip(self.runs, self.used, strict=True)
+            )
+        if self.dropped:
+            m = state.mutable
+            buckets = list(state.buckets)
+            for place, bits in self.dropped.items():
+                if place < 0:
+                    changes["mutable"] = same_queue(evolve(m, bitmaps=difference(m.bitmaps, bits)), m)
+                else:
+                    b = buckets[place]
+                    n = sum(len(entries) for entries in bits.values())
+                    buckets[place] = evolve(b, bitmaps=difference(b.bitmaps, bits), count=b.count - n)
+            if len(self.dropped) > (-1 in self.dropped):
+                changes["buckets"] = tuple(b for b in buckets if _keeps(b))
+            changes["count"] = state.count - self.count
+        return evolve(state, **changes) if changes else state
 
 
 def _add(state: BucketTracker, cmd: AddMessage) -> tuple[BucketTracker, Ok[bool]]:
@@ -612,11 +706,9 @@ def next_delivery_time(state: BucketTracker) -> int:
     """DD-13: the smallest queued deliver-at (mutable queue or shared queue); Long.MAX when nothing
     is queued (#26080)."""
     head = queue_head(state.mutable)
-    if state.shared:
-        shared = state.shared[0].head()
-        if head is None or shared < head:
-            head = shared
-    return unpack(head)[0] if head is not None else NO_TIMESTAMP
+    # keys order deliver-at first, so the smaller head's deliver-at is the smaller deliver-at
+    ts = unpack(head)[0] if head is not None else NO_TIMESTAMP
+    return min(ts, state.shared[0].head_ts()) if state.shared else ts
 
 
 def _move_due(state: BucketTracker, cutoff: int) -> BucketTracker:
@@ -672,14 +764,17 @@ def _queued_bits(shared: Sequence[Run], bitmaps: Bitmaps) -> Bitmaps:
 
 
 def _get_scheduled(state: BucketTracker, cmd: GetScheduledMessages) -> tuple[BucketTracker, Ok[tuple[Position, ...]]]:
-    """DD-10, DD-12, DD-13, DD-15, DD-16, DD-22: pop due indexes in (deliver_at, ledger, entry) order."""
+    """DD-10, DD-12, DD-13, DD-15, DD-16, DD-22: pop due indexes in (deliver_at, ledger, entry) order.
+
+    The pops are gathered (:class:`_Popping`) and reach the state before a segment is loaded, when
+    a bucket leaves the range map, and at the end."""
     cutoff = state.params.cutoff(cmd.now_ms)
     out: set[tuple[int, int]] = set()
     n = cmd.max_messages
     effects: list[Effect] = []
-    state = _move_due(state, cutoff)
-    while n > 0 and state.shared:
-        head = state.shared[0].head()
+    pops = _Popping(_move_due(state, cutoff))
+    while n > 0 and (head := pops.head()) is not None:
+        state = pops.state  # what the gathered pops leave alone: buckets' ranges and boundaries
         ts, ledger, entry = unpack(head)
         below_mark = 0 <= ledger < state.mark_delete_ledger
         if ts > cutoff and not below_mark:
@@ -688,18 +783,21 @@ def _get_scheduled(state: BucketTracker, cmd: GetScheduledMessages) -> tuple[Buc
         if at is not None and state.buckets[at].pending_create:
             break  # DD-31: the next segment exists only once the snapshot is created
         if at is not None:
-            state, progressed, more = _load_next(state, at)
+            state, progressed, more = _load_next(pops.finish(), at)
             effects += more
+            pops = _Popping(state)
             if not progressed:
                 break
             continue  # the boundary index is popped on the next turn, now unregistered
-        state = _pop_shared(state)
-        state, tracked_here = _drop_bit(state, ledger, entry)
+        pops.pop_head()
+        tracked_here = pops.drop(ledger, entry)
+        if pops.reshaped:
+            pops = _Popping(pops.finish())
         if below_mark or not tracked_here:
             continue  # DD-22 trim at pop; DD-15 dedup at pop
         out.add((ledger, entry))
         n -= 1
-    state, more = _update_timer(state, cmd.now_ms)
+    state, more = _update_timer(pops.finish(), cmd.now_ms)
     positions = tuple(Position(ledger, entry) for ledger, entry in sorted(out))
     return state, Ok(positions, (*effects, *more))
 

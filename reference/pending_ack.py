@@ -21,6 +21,7 @@ implements.
 
 from __future__ import annotations
 
+import bisect
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from typing import Any, Final
 import immutables
 
 from reference.conformance import MachineVectors
-from reference.persistent import HashOnce, evolve
+from reference.persistent import HashOnce, evolve, slot_init
 from spec.config import PENDING_ACK_INIT_BACKOFF_INITIAL_MS, Config
 from spec.errors import BadRecord, DomainError, NotAllowed, ServiceUnitNotReady, TransactionConflict
 from spec.jsonvalues import from_json
@@ -67,6 +68,8 @@ __all__ = [
     "Queued",
     "RedeliverUnacknowledgedMessages",
     "ReloadSubscription",
+    "ResetCursor",
+    "ResetSubscriptionCursor",
     "RetryPendingAckInit",
     "ScheduleInitRetry",
     "SubType",
@@ -138,6 +141,7 @@ class PositionInPendingAck(PulsarName, enum.Enum):
     InvalidPosition = "InvalidPosition"
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class AckedPosition:
     """One message id of an ack request, and one ``PendingAckMetadata`` of a log record.
@@ -175,6 +179,7 @@ class AckedPosition:
         return _full(self.batch_size) & ~words_to_bits(self.ack_set)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class AckBits:
     """What is acknowledged of one entry: ``acked`` bits (bit i = index i) or the whole entry (None)."""
@@ -204,8 +209,10 @@ class CumulativeSlot(HashOnce):
 
 _FIRST_LEDGER_START: Final = Position(0, -1)
 _EMPTY_BATCH: Final[immutables.Map[Position, AckBits]] = immutables.Map()
+_NO_ACKS: Final[immutables.Map[Position, AckBits]] = immutables.Map()
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class CursorView(HashOnce):
     """The subscription cursor as the pending-ack rules read it.
@@ -237,6 +244,7 @@ class CursorView(HashOnce):
 # --------------------------------------------------------------------------------------------
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PendingAckRecord:
     """One ``PendingAckMetadataEntry`` of the subscription's pending-ack log (PA-15)."""
@@ -299,6 +307,7 @@ class PendingAckRecord:
 # --------------------------------------------------------------------------------------------
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class AppendPendingAckRecord(Effect):
     """Append ``record`` to the pending-ack log under the logical id ``record_id`` (PA-15)."""
@@ -307,6 +316,7 @@ class AppendPendingAckRecord(Effect):
     record: PendingAckRecord
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class TrimPendingAckLog(Effect):
     """Mark-delete the pending-ack log up to and including ``record_id`` (PA-16)."""
@@ -314,6 +324,7 @@ class TrimPendingAckLog(Effect):
     record_id: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class CursorIndividualAck(Effect):
     """Acknowledge these positions on the subscription cursor (ack sets in wire form)."""
@@ -328,11 +339,21 @@ class CursorCumulativeAck(Effect):
     position: AckedPosition
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class RedeliverUnacknowledgedMessages(Effect):
     """Hand these positions back to the dispatcher for redelivery (PA-12)."""
 
     positions: tuple[Position, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ResetSubscriptionCursor(Effect):
+    """Reset the durable cursor to ``mark_delete_position`` (and the read entry's ack set) and
+    restart dispatching from the entry after it (PA-22)."""
+
+    mark_delete_position: Position
+    read_position: AckedPosition | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,10 +452,21 @@ class ReloadSubscription:
     records: tuple[LoggedRecord, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class ResetCursor:
+    """Seek: the subscription's cursor restarts after ``mark_delete_position`` (the position
+    before the entry the seek names; the broker computes it across ledgers).  A seek to a batch
+    index carries the read entry's ack set in ``read_position`` (PA-22)."""
+
+    mark_delete_position: Position
+    read_position: AckedPosition | None = None
+
+
 TxnCommand = IndividualAck | CumulativeAck | CommitTxn | AbortTxn
 Command = (
     TxnCommand
     | NormalAck
+    | ResetCursor
     | PendingAckInitComplete
     | PendingAckInitFailed
     | RetryPendingAckInit
@@ -623,14 +655,16 @@ def txn_positions(state: PendingAckState, txn_id: TxnID) -> tuple[tuple[Position
 def _normalize_cursor(cursor: CursorView, *, was_normal: bool = False) -> CursorView:
     """Fold contiguous individual deletes into the mark-delete position, within its ledger (PA-3).
 
-    ``was_normal``: the cursor was normal before one entry was individually deleted, so the fold
+    ``was_normal``: the cursor was normal before entries were individually deleted, so the fold
     is all there is to do (nothing else lies at or below the mark-delete position)."""
     md = cursor.mark_delete_position
     deleted = cursor.individually_deleted
     folded = []
-    while md.next() in deleted:
-        md = md.next()
+    following = md.next()
+    while following in deleted:
+        md = following
         folded.append(md)
+        following = md.next()
     if was_normal:
         return CursorView(md, deleted.difference(folded), cursor.batch_deleted) if folded else cursor
     kept_deleted = frozenset(p for p in deleted if p > md)
@@ -642,26 +676,48 @@ def _normalize_cursor(cursor: CursorView, *, was_normal: bool = False) -> Cursor
 
 def _cursor_delete(cursor: CursorView, position: Position, batch_size: int, acked: int | None) -> CursorView:
     """Individually acknowledge ``acked`` bits (None: the whole entry) of ``position``; deletions only grow (PA-3)."""
-    if cursor.is_deleted(position):
-        return cursor
-    if acked is not None:
-        known = cursor.batch_deleted.get(position)
-        size = batch_size
-        merged = acked
-        if known is not None:
-            size = max(batch_size, known.batch_size)
-            merged |= known.acked or 0
-        if merged & _full(size) != _full(size):
-            if merged == 0:
-                return cursor
-            return evolve(cursor, batch_deleted=cursor.batch_deleted.set(position, AckBits(size, merged)))
-    batch = cursor.batch_deleted.delete(position) if position in cursor.batch_deleted else cursor.batch_deleted
-    deleted = CursorView(cursor.mark_delete_position, cursor.individually_deleted | {position}, batch)
-    # The steps keep the cursor normal, so only deleting the entry right after the mark-delete
-    # position gives it something to fold.
-    if position == cursor.mark_delete_position.next():
-        return _normalize_cursor(deleted, was_normal=True)
-    return deleted
+    return _cursor_delete_distinct(cursor, ((position, batch_size, acked),))
+
+
+def _cursor_delete_distinct(cursor: CursorView, deletions: Iterable[tuple[Position, int, int | None]]) -> CursorView:
+    """Individually acknowledge, for each ``(position, batch_size, acked)`` of distinct positions,
+    the ``acked`` bits (None: the whole entry) of ``position``, as one delete after the other
+    would; deletions only grow (PA-3)."""
+    batch = cursor.batch_deleted
+    whole: list[Position] = []
+    for position, batch_size, acked in deletions:
+        if cursor.is_deleted(position):
+            continue
+        if acked is not None:
+            known = batch.get(position)
+            size = batch_size
+            merged = acked
+            if known is not None:
+                size = max(batch_size, known.batch_size)
+                merged |= known.acked or 0
+            if merged & _full(size) != _full(size):
+                if merged != 0:
+                    batch = batch.set(position, AckBits(size, merged))
+                continue
+        if position in batch:
+            batch = batch.delete(position)
+        whole.append(position)
+    if not whole:
+        return cursor if batch is cursor.batch_deleted else evolve(cursor, batch_deleted=batch)
+    # The steps keep the cursor normal, so what folds into the mark-delete position is the run
+    # of deleted entries right after it, in its ledger; entry ids are walked as ints, and a
+    # position is made for the entries the cursor held deleted before only when it holds any.
+    md = cursor.mark_delete_position
+    ledger, entry = md.ledger_id, md.entry_id
+    before = cursor.individually_deleted
+    new_ids = {p.entry_id for p in whole if p.ledger_id == ledger}
+    while entry + 1 in new_ids or (before and Position(ledger, entry + 1) in before):
+        entry += 1
+    deleted = before.union(whole)
+    if entry == md.entry_id:
+        return CursorView(md, deleted, batch)
+    folded = [p for p in deleted if p.ledger_id == ledger and p.entry_id <= entry]
+    return CursorView(Position(ledger, entry), deleted.difference(folded), batch)
 
 
 def _cursor_mark_delete(cursor: CursorView, position: Position, batch_size: int, acked: int | None) -> CursorView:
@@ -751,22 +807,25 @@ def _strip_map(
 # --------------------------------------------------------------------------------------------
 
 
-def _append(state: PendingAckState, record: PendingAckRecord) -> tuple[PendingAckState, list[Effect]]:
-    """Append one record and do the index bookkeeping of its callback (PA-15, PA-16)."""
+def _append(state: PendingAckState, record: PendingAckRecord, **changes: Any) -> tuple[PendingAckState, list[Effect]]:
+    """Append one record and do the index bookkeeping of its callback (PA-15, PA-16); ``changes``
+    (fields the step sets besides the log's, which the bookkeeping does not read) are made in the
+    same update."""
     record_id = state.next_record_id
     effects: list[Effect] = [AppendPendingAckRecord(record_id, record)]
-    state, trim = _index_record(state, record, record_id, next_record_id=record_id + 1)
+    state, trim = _index_record(state, record, record_id, next_record_id=record_id + 1, **changes)
     if trim is not None:
         effects.append(trim)
     return state, effects
 
 
 def _index_record(
-    state: PendingAckState, record: PendingAckRecord, record_id: int, *, next_record_id: int
+    state: PendingAckState, record: PendingAckRecord, record_id: int, *, next_record_id: int, **changes: Any
 ) -> tuple[PendingAckState, TrimPendingAckLog | None]:
     """MLPendingAckStore's sparse index: every ``maxIndexLag`` records, remember (max acked
     position -> record id); then pop what the cursor's mark-delete covers and trim the log (PA-16).
-    ``next_record_id`` is the id counter after this record."""
+    ``next_record_id`` is the id counter after this record; ``changes`` are made in the same update
+    and must leave the cursor alone (the trim reads it)."""
     max_ack = state.max_ack_position
     if record.op is PendingAckOp.ACK:
         for acked in record.positions:
@@ -786,17 +845,21 @@ def _index_record(
         current_index_lag=lag,
         log_index=index,
         max_index_lag=max_lag,
+        **changes,
     )
     return _clear_useless_log_data(state)
 
 
 def _clear_useless_log_data(state: PendingAckState) -> tuple[PendingAckState, TrimPendingAckLog | None]:
+    # The index is ascending by position (an entry is added above every one it keeps), so what
+    # the mark-delete position covers is a prefix of it.
+    index = state.log_index
     md = state.cursor.mark_delete_position
-    popped = [e for e in state.log_index if e[0] <= md]
-    if not popped:
+    if not index or index[0][0] > md:
         return state, None
-    kept = tuple(e for e in state.log_index if e[0] > md)
-    last = popped[-1][1]
+    popped = bisect.bisect_right(index, md, key=_index_position)
+    kept = index[popped:]
+    last = index[popped - 1][1]
     trimmed = evolve(
         state,
         log_index=kept,
@@ -806,68 +869,83 @@ def _clear_useless_log_data(state: PendingAckState) -> tuple[PendingAckState, Tr
     return trimmed, TrimPendingAckLog(last)
 
 
+def _index_position(entry: tuple[Position, int]) -> Position:
+    return entry[0]
+
+
 # --------------------------------------------------------------------------------------------
 # The rules, shared by the live path and replay
 # --------------------------------------------------------------------------------------------
 
 
-def _individual_conflict(
+# An accepted individual ack: each entry it holds, with its batch size and the acked bits (None:
+# the whole entry) that the cursor has not deleted.
+_Accepted = list[tuple[Position, int, int | None]]
+
+
+def _individual_checked(
     state: PendingAckState, positions: Sequence[AckedPosition], *, replay: bool
-) -> DomainError | None:
-    """The conflict checks of an individual txn ack, in request order (PA-5, PA-6, PA-7).
+) -> DomainError | _Accepted:
+    """The conflict checks of an individual txn ack, in request order (PA-5, PA-6, PA-7), and what
+    an accepted one holds (PA-8).
 
     Live, an entry the cursor deleted is a conflict.  At replay such an entry was deleted after
-    the record was accepted (only accepted records are logged, PA-4), so it is skipped (PA-19).
+    the record was accepted (only accepted records are logged, PA-4), so it is skipped, and so are
+    the batch indexes the cursor deleted since (PA-19).
     """
+    cursor = state.cursor
+    combined = state.individual_ack_positions
+    accepted: _Accepted = []
     for acked in positions:
         bits = acked.acked
+        position = acked.position
         if bits == 0:
-            return NotAllowed(f"ack set of {acked.position} acknowledges no batch index")
-        deleted = state.cursor.deleted_bits(acked.position)
+            return NotAllowed(f"ack set of {position} acknowledges no batch index")
+        deleted = cursor.deleted_bits(position)
         if deleted is None:
             if replay:
                 continue
-            return TransactionConflict(f"{acked.position} is already acked before (deleted on the cursor)")
+            return TransactionConflict(f"{position} is already acked before (deleted on the cursor)")
         if bits is not None and bits & deleted:
             if replay:
                 bits &= ~deleted
                 if bits == 0:
                     continue
             else:
-                return TransactionConflict(f"batch indexes of {acked.position} are already acked before")
-        held = state.individual_ack_positions.get(acked.position)
+                return TransactionConflict(f"batch indexes of {position} are already acked before")
+        held = combined.get(position)
         if held is not None and held.overlaps(bits):
-            return TransactionConflict(f"{acked.position} is in pending ack status")
-    return None
+            return TransactionConflict(f"{position} is in pending ack status")
+        accepted.append((position, acked.batch_size, bits))
+    return accepted
 
 
-def _apply_individual(state: PendingAckState, txn: TxnID, positions: Sequence[AckedPosition]) -> PendingAckState:
+def _apply_individual(state: PendingAckState, txn: TxnID, accepted: _Accepted) -> PendingAckState:
     """Record an accepted individual txn ack in both maps (PA-8)."""
-    if not positions:
-        return state
-    held = state.individual_ack_of_transaction.get(txn, immutables.Map())
+    changes = _individual_changes(state, txn, accepted)
+    return evolve(state, **changes) if changes else state
+
+
+def _individual_changes(state: PendingAckState, txn: TxnID, accepted: _Accepted) -> dict[str, Any]:
+    """The fields :func:`_apply_individual` changes, for a step that makes them together with others (PA-8)."""
+    if not accepted:
+        return {}
+    txns = state.individual_ack_of_transaction
+    held = txns.get(txn, _NO_ACKS)
     combined = state.individual_ack_positions
-    for acked in positions:
-        bits = acked.acked
-        deleted = state.cursor.deleted_bits(acked.position)
-        if deleted is None:
-            continue
-        if bits is not None:
-            bits &= ~deleted
-            if bits == 0:
-                continue
-        mine = held.get(acked.position)
-        held = held.set(acked.position, _union(mine, acked.batch_size, bits))
-        combined = combined.set(acked.position, _union(combined.get(acked.position), acked.batch_size, bits))
-    if not held:
-        return state
-    order = state.txn_order if txn in state.individual_ack_of_transaction else (*state.txn_order, txn)
-    return evolve(
-        state,
-        individual_ack_of_transaction=state.individual_ack_of_transaction.set(txn, held),
-        individual_ack_positions=combined,
-        txn_order=order,
-    )
+    for position, batch_size, bits in accepted:
+        mine = held.get(position)
+        theirs = combined.get(position)
+        ack = _union(mine, batch_size, bits)
+        held = held.set(position, ack)
+        # an entry no txn held yet gets the same bits in both maps
+        combined = combined.set(position, ack if theirs is None and mine is None else _union(theirs, batch_size, bits))
+    order = state.txn_order if txn in txns else (*state.txn_order, txn)
+    return {
+        "individual_ack_of_transaction": txns.set(txn, held),
+        "individual_ack_positions": combined,
+        "txn_order": order,
+    }
 
 
 def _union(existing: AckBits | None, batch_size: int, bits: int | None) -> AckBits:
@@ -912,14 +990,15 @@ def _commit_individual(state: PendingAckState, txn: TxnID) -> tuple[PendingAckSt
     held = state.individual_ack_of_transaction.get(txn)
     if held is None:
         return state, []
-    cursor = state.cursor
     acks: list[AckedPosition] = []
+    deletions: list[tuple[Position, int, int | None]] = []
     combined = state.individual_ack_positions
     for position in sorted(held):
         bits = held[position]
-        cursor = _cursor_delete(cursor, position, bits.batch_size, bits.acked)
+        deletions.append((position, bits.batch_size, bits.acked))
         acks.append(_wire(position, bits.batch_size, bits.acked))
         combined = _release(combined, position, bits.acked)
+    cursor = _cursor_delete_distinct(state.cursor, deletions)
     state = _forget(state, txn, cursor=cursor, individual_ack_positions=combined)
     return _strip_deleted(state, held.keys()), [CursorIndividualAck(tuple(acks))] if acks else []
 
@@ -988,11 +1067,13 @@ def _commit_cumulative(state: PendingAckState) -> tuple[PendingAckState, list[Ef
 def _individual_ack(state: PendingAckState, cmd: IndividualAck) -> Step:
     """Individual txn ack: check every position first; a conflict fails the whole request and
     writes nothing; an accepted request is logged, then applied (PA-4 .. PA-8)."""
-    error = _individual_conflict(state, cmd.positions, replay=False)
-    if error is not None:
-        return state, Err(error)
-    state, effects = _append(state, PendingAckRecord(PendingAckOp.ACK, AckType.INDIVIDUAL, cmd.txn_id, cmd.positions))
-    return _apply_individual(state, cmd.txn_id, cmd.positions), Ok(None, tuple(effects))
+    accepted = _individual_checked(state, cmd.positions, replay=False)
+    if isinstance(accepted, DomainError):
+        return state, Err(accepted)
+    record = PendingAckRecord(PendingAckOp.ACK, AckType.INDIVIDUAL, cmd.txn_id, cmd.positions)
+    # logged, then applied: the two maps change in the same update as the log's bookkeeping
+    state, effects = _append(state, record, **_individual_changes(state, cmd.txn_id, accepted))
+    return state, Ok(None, tuple(effects))
 
 
 def _cumulative_ack(state: PendingAckState, cmd: CumulativeAck) -> Step:
@@ -1024,22 +1105,32 @@ def _end_txn(state: PendingAckState, txn: TxnID, lwm: int, commit: bool) -> tupl
                 state = evolve(state, cumulative_ack=None)
     has_individual = txn in state.individual_ack_of_transaction
     if has_individual or (slot is None and (commit or state.individual_ack_of_transaction)):
-        state, more = _append(state, PendingAckRecord(op, AckType.INDIVIDUAL, txn))
+        record = PendingAckRecord(op, AckType.INDIVIDUAL, txn)
+        if not has_individual:
+            state, more = _append(state, record)
+            effects += more
+            return state, effects
+        # The raised watermark (PA-14) goes in with the append: neither the log's bookkeeping nor
+        # the commit or abort reads it.
+        state, more = _append(state, record, low_water_marks=_raised_low_water_marks(state, txn, lwm))
         effects += more
-        if has_individual:
-            state, more = _commit_individual(state, txn) if commit else _abort_individual(state, txn)
-            effects += more
-            state, more = _handle_low_water_mark(state, txn, lwm)
-            effects += more
+        state, more = _commit_individual(state, txn) if commit else _abort_individual(state, txn)
+        effects += more
+        state, more = _abort_below_low_water_marks(state)
+        effects += more
     return state, effects
 
 
-def _handle_low_water_mark(state: PendingAckState, txn: TxnID, lwm: int) -> tuple[PendingAckState, list[Effect]]:
-    """Raise the txn's coordinator's low watermark; abort the first txn while it is at or below
-    the watermark of its coordinator (PA-14)."""
+def _raised_low_water_marks(state: PendingAckState, txn: TxnID, lwm: int) -> immutables.Map[int, int]:
+    """The low watermarks with ``txn``'s coordinator's raised to ``lwm`` (PA-14)."""
     tc = txn.most_sig_bits
     if lwm > state.low_water_marks.get(tc, -1):
-        state = evolve(state, low_water_marks=state.low_water_marks.set(tc, lwm))
+        return state.low_water_marks.set(tc, lwm)
+    return state.low_water_marks
+
+
+def _abort_below_low_water_marks(state: PendingAckState) -> tuple[PendingAckState, list[Effect]]:
+    """Abort the first txn while it is at or below the watermark of its coordinator (PA-14)."""
     effects: list[Effect] = []
     while state.txn_order:
         first = state.txn_order[0]
@@ -1090,7 +1181,7 @@ def _run_txn_command(state: PendingAckState, cmd: TxnCommand) -> Step:
 
 
 def step(state: PendingAckState, command: Command) -> Step:
-    """Apply one command (PA-1 .. PA-18)."""
+    """Apply one command (PA-1 .. PA-18, PA-22)."""
     match command:
         case NormalAck():
             return _normal_ack(state, command)
@@ -1098,6 +1189,8 @@ def step(state: PendingAckState, command: Command) -> Step:
             return state, Ok(ignored)
         case IndividualAck() | CumulativeAck() | CommitTxn() | AbortTxn():
             return _txn_command(state, command)
+        case ResetCursor():
+            return _reset_cursor(state, command)
         case PendingAckInitComplete():
             return _init_complete(state)
         case PendingAckInitFailed():
@@ -1117,6 +1210,49 @@ def step(state: PendingAckState, command: Command) -> Step:
             )
             return reloaded, Ok(None)
     raise TypeError(f"not a pending-ack command: {command!r}")
+
+
+def _reset_cursor(state: PendingAckState, cmd: ResetCursor) -> Step:
+    """Seek (PA-22): refused while a txn holds a pending ack here or txn requests wait at the
+    handle; otherwise the cursor restarts after the new mark-delete position with nothing deleted
+    above it, and the whole pending-ack log is trimmed: every record in it belongs to a txn that
+    has ended, and replaying one over the reset cursor would delete again what the seek asked
+    to have delivered again (PA-19 stays exact)."""
+    if state.handle_state is HandleState.ERROR:
+        return state, Err(ServiceUnitNotReady(_NOT_REPLAYED))
+    if state.handle_state is HandleState.CLOSED:
+        return state, Err(ServiceUnitNotReady(_CLOSED))
+    if state.queued or state.handle_state is HandleState.INITIALIZING:
+        return state, Err(
+            NotAllowed("cannot reset the cursor while transactional requests wait for the pending-ack handle")
+        )
+    holders = [*state.txn_order]
+    if state.cumulative_ack is not None and state.cumulative_ack.txn_id not in holders:
+        holders.append(state.cumulative_ack.txn_id)
+    if holders:
+        names = ", ".join(str(t) for t in holders)
+        return state, Err(NotAllowed(f"cannot reset the cursor: transactions {names} hold pending acks on it"))
+    read = cmd.read_position
+    if read is not None and read.position <= cmd.mark_delete_position:
+        return state, Err(NotAllowed(f"read position {read.position} is not after {cmd.mark_delete_position}"))
+    batch = _EMPTY_BATCH
+    if read is not None and read.acked is not None and 0 < read.acked & _full(read.batch_size) < _full(read.batch_size):
+        batch = batch.set(read.position, AckBits(read.batch_size, read.acked & _full(read.batch_size)))
+    effects: list[Effect] = []
+    last = state.next_record_id - 1
+    if last > state.log_mark_delete:
+        effects.append(TrimPendingAckLog(last))
+    effects.append(ResetSubscriptionCursor(cmd.mark_delete_position, read))
+    state = evolve(
+        state,
+        cursor=CursorView(cmd.mark_delete_position, frozenset(), batch),
+        log_index=(),
+        max_ack_position=None,
+        current_index_lag=0,
+        max_index_lag=_next_lag(state.config, 0),
+        log_mark_delete=max(state.log_mark_delete, last),
+    )
+    return state, Ok(None, tuple(effects))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1195,8 +1331,9 @@ def replay_record(state: PendingAckState, record_id: int, record: PendingAckReco
     """Apply one logged record during replay: no redelivery, no low-watermark handling (PA-18)."""
     txn = record.txn_id
     if record.op is PendingAckOp.ACK and record.ack_type is AckType.INDIVIDUAL:
-        if _individual_conflict(state, record.positions, replay=True) is None:
-            state = _apply_individual(state, txn, record.positions)
+        accepted = _individual_checked(state, record.positions, replay=True)
+        if not isinstance(accepted, DomainError):
+            state = _apply_individual(state, txn, accepted)
     elif record.op is PendingAckOp.ACK:
         if len(record.positions) == 1:
             acked = record.positions[0]
@@ -1387,6 +1524,7 @@ VECTORS = MachineVectors(
         "retry_init": RetryPendingAckInit,
         "close": ClosePendingAckHandle,
         "reload_subscription": ReloadSubscription,
+        "reset_cursor": ResetCursor,
     },
     observers={
         "message_state": _obs_message_state,

@@ -26,7 +26,7 @@ from typing import Any, Final, Generic, TypeVar, overload
 
 import immutables
 
-__all__ = ["HashOnce", "Log", "evolve"]
+__all__ = ["HashOnce", "Log", "evolve", "slot_init"]
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -35,40 +35,82 @@ V = TypeVar("V")
 # evolve
 # --------------------------------------------------------------------------------------------
 
-_KEEP: Final = object()
-_EVOLVERS: dict[type, Callable[..., Any]] = {}
+_EVOLVERS: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
 
 def evolve(obj: V, **changes: Any) -> V:
     """A copy of the frozen dataclass ``obj`` with ``changes`` applied, as ``dataclasses.replace``
     builds it but without running ``__init__`` (and so ``__post_init__``); an unknown field name
     is a ``TypeError`` as there."""
-    make = _EVOLVERS.get(type(obj))
+    key = (type(obj), *changes)
+    make = _EVOLVERS.get(key)
     if make is None:
-        make = _EVOLVERS[type(obj)] = _evolver(type(obj))
-    result: V = make(obj, **changes)
+        make = _EVOLVERS[key] = _evolver(type(obj), tuple(changes))
+    result: V = make(obj, *changes.values())
     return result
 
 
-def _evolver(cls: type) -> Callable[..., Any]:
-    """One function per class, with one keyword parameter per field (what ``dataclasses`` itself
-    does for ``__init__``): a field not passed keeps ``obj``'s value.  Fields are set through the
-    slot descriptors, which a frozen dataclass's ``__setattr__`` does not guard."""
+def _evolver(cls: type, changed: tuple[str, ...]) -> Callable[..., Any]:
+    """One function per class and set of changed fields (what ``dataclasses`` itself does for
+    ``__init__``, generated once): it takes the new values positionally and copies every other
+    field from ``obj``.  Fields are set through the slot descriptors, which a frozen dataclass's
+    ``__setattr__`` does not guard."""
     if not dataclasses.is_dataclass(cls) or "__slots__" not in cls.__dict__:
         raise TypeError(f"evolve needs a slotted dataclass, got {cls.__name__}")
     names = [f.name for f in dataclasses.fields(cls)]
-    scope: dict[str, Any] = {"_KEEP": _KEEP, "_CLS": cls, **{f"_SET_{n}": cls.__dict__[n].__set__ for n in names}}
-    params = ", ".join(f"{n}=_KEEP" for n in names)
+    unknown = [n for n in changed if n not in names]
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {unknown[0]!r}")
+    scope: dict[str, Any] = {"_CLS": cls, **{f"_SET_{n}": cls.__dict__[n].__set__ for n in names}}
+    params = "".join(f", {n}" for n in changed)
     # the class and the setters are bound as defaults: local names, the cheapest to reach
     bound = ", ".join(f"_set_{n}=_SET_{n}" for n in names)
-    body = "".join(f"    _set_{n}(new, obj.{n} if {n} is _KEEP else {n})\n" for n in names)
+    body = "".join(f"    _set_{n}(new, {n if n in changed else 'obj.' + n})\n" for n in names)
     source = (
-        f"def evolve_{cls.__name__}(obj, *, {params}, _new=object.__new__, _cls=_CLS, {bound}):\n"
+        f"def evolve_{cls.__name__}(obj{params}, *, _new=object.__new__, _cls=_CLS, {bound}):\n"
         f"    new = _new(_cls)\n{body}    return new\n"
     )
     exec(source, scope)
     made: Callable[..., Any] = scope[f"evolve_{cls.__name__}"]
     return made
+
+
+_FACTORY: Final = object()  # the default of a parameter whose field has a default_factory
+
+
+def slot_init(cls: type[V]) -> type[V]:
+    """Give a frozen slotted dataclass an ``__init__`` that sets its fields through the slot
+    descriptors (as :func:`evolve` does) instead of ``object.__setattr__`` field by field: the
+    same parameters and defaults as the dataclass's own, then ``__post_init__`` if it has one.
+    For the records a step makes every time (a log record, an effect), where the generated
+    ``__init__`` of ten fields costs more than the rule that fills them."""
+    if not dataclasses.is_dataclass(cls) or "__slots__" not in cls.__dict__:
+        raise TypeError(f"slot_init needs a slotted dataclass, got {cls.__name__}")
+    scope: dict[str, Any] = {"_FACTORY": _FACTORY}
+    params: list[str] = []
+    body: list[str] = []
+    for f in dataclasses.fields(cls):
+        if not f.init or f.kw_only:
+            raise TypeError(f"slot_init: {cls.__name__}.{f.name} is not a plain positional field")
+        scope[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
+        if f.default is not dataclasses.MISSING:
+            scope[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+        elif f.default_factory is not dataclasses.MISSING:
+            scope[f"_factory_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=_FACTORY")
+            body.append(f"    if {f.name} is _FACTORY:\n        {f.name} = _factory_{f.name}()\n")
+        else:
+            params.append(f.name)
+        body.append(f"    _set_{f.name}(self, {f.name})\n")
+    if hasattr(cls, "__post_init__"):
+        body.append("    self.__post_init__()\n")
+    source = f"def __init__(self, {', '.join(params)}):\n{''.join(body) or '    pass'}\n"
+    exec(source, scope)
+    init = scope["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
 
 
 # --------------------------------------------------------------------------------------------

@@ -120,7 +120,7 @@ class TxnID:
             raise ValueError(f"not a TxnID: {text!r} ({exc})") from None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Position:
     """A managed-ledger position ``(ledger_id, entry_id)``, totally ordered ledger-first.
 
@@ -132,9 +132,13 @@ class Position:
     ledger_id: int
     entry_id: int
 
-    def __post_init__(self) -> None:
-        _check_int("ledger_id", self.ledger_id, -1, INT64_MAX)
-        _check_int("entry_id", self.entry_id, -1, INT64_MAX)
+    def __init__(self, ledger_id: int, entry_id: int) -> None:
+        # Written out (the dataclass's would set each field through object.__setattr__, then call
+        # __post_init__): every step of every machine makes positions.
+        _check_int("ledger_id", ledger_id, -1, INT64_MAX)
+        _check_int("entry_id", entry_id, -1, INT64_MAX)
+        _set_ledger_id(self, ledger_id)
+        _set_entry_id(self, entry_id)
 
     # The four orderings spelled out, as for TxnID.  A BatchedPosition is not a Position: the
     # comparison is handed to it (NotImplemented), which compares as its plain position.
@@ -165,6 +169,10 @@ class Position:
     def __str__(self) -> str:
         return f"{self.ledger_id}:{self.entry_id}"
 
+
+# the slots' own setters, which a frozen dataclass's __setattr__ does not guard
+_set_ledger_id = Position.__dict__["ledger_id"].__set__
+_set_entry_id = Position.__dict__["entry_id"].__set__
 
 # Pulsar's sentinels.  EARLIEST is (-1, -1); LATEST is (Long.MAX, Long.MAX).
 EARLIEST: Final = Position(-1, -1)
@@ -252,8 +260,11 @@ class BatchedPosition:
         """
         if self.batch_size == 1:
             return None
-        bits = ((1 << self.batch_size) - 1) & ~(1 << self.batch_index)
-        return bits_to_words(bits)
+        return bits_to_words(self.ack_bits())
+
+    def ack_bits(self) -> int:
+        """:meth:`ack_set` as one int (bit i set: index i still present), for a one-record batch too."""
+        return ((1 << self.batch_size) - 1) & ~(1 << self.batch_index)
 
     def __str__(self) -> str:
         return f"{self.ledger_id}:{self.entry_id}[{self.batch_index}/{self.batch_size}]"

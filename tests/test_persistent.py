@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference.persistent import CHUNK, Log, evolve
+from reference.persistent import CHUNK, Log, evolve, slot_init
 
 # An operation: ("append", value) or ("drop", how many of the current items, as a fraction).
 ops = st.lists(
@@ -113,3 +113,52 @@ def test_evolve_is_replace_without_init(a: int, a2: int, c: str) -> None:
 def test_evolve_refuses_an_unknown_field() -> None:
     with pytest.raises(TypeError):
         evolve(Sample(1), d=1)
+
+
+@slot_init
+@dataclass(frozen=True, slots=True)
+class Fast:
+    a: int
+    b: tuple[int, ...] = ()
+    c: list[int] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.a < 0:
+            raise ValueError("a < 0")
+
+
+@dataclass(frozen=True, slots=True)
+class Plain:
+    a: int
+    b: tuple[int, ...] = ()
+    c: list[int] = dataclasses.field(default_factory=list)
+
+
+@given(st.integers(0, 9), st.lists(st.integers(0, 9), max_size=3))
+def test_slot_init_builds_what_the_dataclass_init_builds(a: int, c: list[int]) -> None:
+    for args, kwargs in (((a,), {}), ((a, (a,)), {}), ((a,), {"c": c}), ((), {"a": a, "b": (1,), "c": c})):
+        fast, plain = Fast(*args, **kwargs), Plain(*args, **kwargs)  # type: ignore[arg-type]
+        assert dataclasses.astuple(fast) == dataclasses.astuple(plain)
+        assert fast == Fast(*args, **kwargs) and hash(fast.b) == hash(plain.b)  # type: ignore[arg-type]
+        assert pickle.loads(pickle.dumps(fast)) == fast
+    assert Fast(a).c is not Fast(a).c  # a fresh default per value, as default_factory makes it
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Fast(a).a = 2  # type: ignore[misc]
+
+
+def test_slot_init_keeps_post_init_and_the_signature() -> None:
+    with pytest.raises(ValueError, match="a < 0"):
+        Fast(-1)
+    with pytest.raises(TypeError):
+        Fast()  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        Fast(1, (), [], 4)  # type: ignore[call-arg]
+
+
+def test_slot_init_refuses_what_it_cannot_build() -> None:
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class KeywordOnly:
+        a: int
+
+    with pytest.raises(TypeError):
+        slot_init(KeywordOnly)

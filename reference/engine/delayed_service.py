@@ -51,6 +51,7 @@ from spec.types import Position
 from .bucket_storage import BucketSnapshotStorage, clean_residual_snapshots, segment_reads
 from .delayed_metrics import BucketIndexStats, TimedBucketSnapshotStorage, elapsed_ms
 from .ledger import LedgerError, ManagedCursor, ManagedLedger
+from .recorder import STEP_RAISED
 from .sim import Simulation
 from .storage import LedgerStore
 
@@ -363,7 +364,15 @@ class DelayedDeliveryService:
     def _step(self, command: dd.Command) -> Ok[Any] | Err:
         """Every tracker step: step the machine, report it, carry out its effects."""
         old = self.state
-        self.state, result = dd.step(old, command)
+        try:
+            self.state, result = dd.step(old, command)
+        except Exception:
+            # As Component._advance: the step that raised is recorded as failed, and the broker
+            # contains the exception as its subscription's partition crashing.
+            failed = getattr(self._observer(), "failed", None)
+            if failed is not None:
+                failed(self.obj, MACHINE, command, STEP_RAISED)
+            raise
         observer = self._observer()
         if observer is not None:
             observer.stepped(self.obj, MACHINE, command, result)

@@ -52,6 +52,7 @@ class Op(enum.Enum):
     DELETE_CURSOR = "delete_cursor"
     MARK_DELETE = "mark_delete"
     DELETE = "delete"
+    RESET_CURSOR = "reset_cursor"
     CURSOR_SET_PROPERTY = "cursor_set_property"
     CURSOR_REMOVE_PROPERTY = "cursor_remove_property"
 
@@ -332,6 +333,11 @@ class FaultyCursor:
     def delete(self, positions: Sequence[Position], ack_sets: Mapping[Position, tuple[int, ...]] | None = None) -> None:
         chosen = tuple(positions)
         self._ledger._run(self._op(Op.DELETE, positions=chosen), lambda: self._inner.delete(chosen, ack_sets))
+
+    def reset(self, read_position: Position, ack_set: tuple[int, ...] | None = None) -> None:
+        self._ledger._run(
+            self._op(Op.RESET_CURSOR, position=read_position), lambda: self._inner.reset(read_position, ack_set)
+        )
 
     def is_deleted(self, position: Position) -> bool:
         return self._inner.is_deleted(position)

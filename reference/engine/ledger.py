@@ -101,12 +101,19 @@ class ManagedCursor(Protocol):
     def mark_delete_position(self) -> Position: ...
 
     def mark_delete(self, position: Position) -> None:
-        """Cumulative delete up to and including ``position`` (never moves backwards)."""
+        """Cumulative delete up to and including ``position`` (never moves backwards; only
+        :meth:`reset` does)."""
 
     def delete(self, positions: Sequence[Position], ack_sets: Mapping[Position, tuple[int, ...]] | None = None) -> None:
         """Individual deletes.  A position with an ack set (Java ``BitSet`` words, bit set =
         still present) ANDs it into the entry's batch ack set; the entry is deleted when no
         bit is left.  Contiguous deletes above the mark-delete position advance it."""
+
+    def reset(self, read_position: Position, ack_set: tuple[int, ...] | None = None) -> None:
+        """Seek: make ``read_position`` the next entry to read.  The mark-delete position becomes
+        the one before it (it may move back), individual deletes and batch ack sets are dropped,
+        ``ack_set`` becomes the read entry's; a position that names no live entry moves to the
+        next live one, past the end to the last confirmed entry."""
 
     def is_deleted(self, position: Position) -> bool: ...
 

@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from spec.config import Config
-from spec.types import LedgerInfo, Position, bits_to_words, words_to_bits
+from spec.types import LedgerInfo, Position, bits_to_words, previous_position, words_to_bits
 
 from .ledger import (
     Entry,
@@ -31,6 +31,7 @@ from .ledger import (
     InvalidCursorPosition,
     LedgerClosed,
     LedgerFenced,
+    ManagedLedger,
     NoSuchEntry,
 )
 
@@ -43,12 +44,15 @@ __all__ = [
     "MemoryLedgerStorage",
     "apply_delete",
     "apply_mark_delete",
+    "apply_reset",
     "check_cursor_name",
     "consumed_ledgers",
     "entry_exists",
     "initial_cursor_state",
     "ledger_is_full",
     "next_position",
+    "non_durable_cursor",
+    "reset_read_position",
 ]
 
 MB = 1024 * 1024
@@ -212,6 +216,48 @@ def apply_delete(
     )
 
 
+def reset_read_position(read: Position, ledgers: Sequence[LedgerInfo], last_confirmed: Position) -> Position | None:
+    """Where a reset to ``read`` really starts reading: ``read`` itself when it names a live
+    entry, else the first live entry after it (an entry of a deleted ledger, or one past the end
+    of a closed ledger); None when nothing is at or after it (Pulsar's ``asyncResetCursor``:
+    ``getNextValidPosition``, and "latest in effect" beyond the last entry)."""
+    if read > last_confirmed:
+        return None
+    for info in ledgers:
+        if info.entries == 0 or Position(info.ledger_id, info.entries - 1) < read:
+            continue
+        return max(read, Position(info.ledger_id, 0))
+    return None
+
+
+def apply_reset(
+    state: CursorState,
+    read: Position,
+    ack_set: tuple[int, ...] | None,
+    ledgers: Sequence[LedgerInfo],
+    last_confirmed: Position,
+) -> CursorState:
+    """Rewind (or skip) the cursor so that ``read`` is the next entry to read (PA-22;
+    ``ManagedCursorImpl.internalResetCursor``).
+
+    The mark-delete position becomes the position just before the read position (across empty
+    ledgers, ``getPreviousPosition``), every individual delete and batch ack set is dropped, and
+    ``ack_set`` (a seek to a batch index: Java ``BitSet`` words, bit set = index still present)
+    becomes the read entry's.  A read position that names no live entry moves to the next live
+    one (its ack set is then dropped); past the last entry the cursor ends at the last confirmed
+    entry (nothing left to read).  Properties are kept.  Unlike :func:`apply_mark_delete` this may
+    move the mark-delete position back: it is the one operation that does.
+    """
+    start = reset_read_position(read, ledgers, last_confirmed)
+    if start is None:
+        return CursorState(mark_delete=last_confirmed, properties=state.properties)
+    mark = previous_position(start, ledgers)
+    sets: dict[Position, tuple[int, ...]] = {}
+    if ack_set is not None and start == read and words_to_bits(ack_set):
+        sets[start] = tuple(ack_set)
+    return CursorState(mark_delete=mark, ack_sets=MappingProxyType(sets), properties=state.properties)
+
+
 # ---------------------------------------------------------------------------------------------
 # The cursor handle, shared by both ledgers.
 
@@ -256,6 +302,14 @@ class Cursor:
         sets = dict(ack_sets) if ack_sets is not None else None
         self._owner.update_cursor(self._name, lambda s, ledgers, lac: apply_delete(s, chosen, sets, ledgers, lac))
 
+    def reset(self, read_position: Position, ack_set: tuple[int, ...] | None = None) -> None:
+        """Rewind or skip to ``read_position`` (seek, PA-22); see :func:`apply_reset`.  Durable
+        when it returns, like every other cursor change."""
+        words = tuple(ack_set) if ack_set is not None else None
+        self._owner.update_cursor(
+            self._name, lambda s, ledgers, lac: apply_reset(s, read_position, words, ledgers, lac)
+        )
+
     def is_deleted(self, position: Position) -> bool:
         return self._owner.cursor_state(self._name).is_deleted(position)
 
@@ -284,6 +338,34 @@ class Cursor:
 
     def __repr__(self) -> str:
         return f"Cursor({self._name!r})"
+
+
+class _NonDurableOwner:
+    """Holds a non-durable cursor's state in memory, validated against its ledger's current view."""
+
+    __slots__ = ("_ledger", "_lock", "_state")
+
+    def __init__(self, ledger: ManagedLedger, state: CursorState) -> None:
+        self._ledger = ledger
+        self._state = state
+        self._lock = threading.Lock()
+
+    def cursor_state(self, name: str) -> CursorState:
+        return self._state
+
+    def update_cursor(
+        self, name: str, change: Callable[[CursorState, tuple[LedgerInfo, ...], Position], CursorState]
+    ) -> None:
+        with self._lock:
+            self._state = change(self._state, tuple(self._ledger.ledgers()), self._ledger.last_confirmed())
+
+
+def non_durable_cursor(ledger: ManagedLedger, name: str, mark_delete: Position) -> Cursor:
+    """A reader's cursor (Pulsar's ``NonDurableCursorImpl``, PA-24): the same rules as a durable
+    cursor, kept in memory only.  It is not one of ``ledger.cursors()``, so it holds back no
+    ledger deletion and nothing of it survives the broker."""
+    check_cursor_name(name)
+    return Cursor(_NonDurableOwner(ledger, CursorState(mark_delete=mark_delete)), name)
 
 
 def _check_property(key: str, value: str) -> None:

@@ -28,7 +28,12 @@ from spec.history import RECOVER, Operation, OpType, make_operation
 from spec.jsonvalues import to_json
 from spec.result import Err, Ok
 
-__all__ = ["HistoryRecorder", "MachineObserver", "OpenOp", "RequestContext", "config_overrides"]
+__all__ = ["STEP_RAISED", "HistoryRecorder", "MachineObserver", "OpenOp", "RequestContext", "config_overrides"]
+
+# What a broker answers a request whose handler threw (ServerCnx: ServerError.UnknownError); the
+# machine-level history records a step that raised as failed with it (MachineObserver.failed).  No
+# machine returns it, so the per-object check flags such a step against the reference.
+STEP_RAISED = "UnknownError"
 
 
 @dataclass
@@ -184,6 +189,12 @@ class MachineObserver:
         step = _MachineOp(op, result)
         context.steps.append(step)
         self._open.setdefault(obj, []).append(step)
+
+    def failed(self, obj: str, machine: str, command: Any, error: str) -> None:
+        """Stepping ``command`` on ``obj`` raised: an operation completed ``fail`` with ``error`` at
+        once (the component crashes next, and no answer comes for the request that stepped it)."""
+        op = self.recorder.begin(self._new_process(), _command_name(machine, command), obj, to_json(command))
+        self.recorder.fail(op, error)
 
     def recovered(self, obj: str, machine: str, inputs: Mapping[str, object]) -> None:
         """``obj`` was loaded from its durable state; ``inputs`` (JSON) is what its recovery read."""

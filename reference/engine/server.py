@@ -112,6 +112,10 @@ def _java_long(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
+def _position(mid: Any) -> Position:
+    return Position(_java_long(mid.ledgerId), _java_long(mid.entryId))
+
+
 def _message_id(position: Position, *, batch_index: int | None = None, batch_size: int | None = None) -> Any:
     mid = api.MessageIdData(ledgerId=position.ledger_id & _UINT64, entryId=position.entry_id & _UINT64)
     if batch_index is not None:
@@ -512,28 +516,17 @@ class PulsarServer:
         for conn in list(self._connections.values()):
             for producer in [p for p in conn.producers.values() if p.partition == partition]:
                 conn.producers.pop(producer.producer_id, None)
-                conn.send(
-                    encode_command(
-                        T(
-                            type=T.CLOSE_PRODUCER,
-                            close_producer=api.CommandCloseProducer(
-                                producer_id=producer.producer_id, request_id=_UINT64
-                            ),
-                        )
-                    )
-                )
-            for consumer in [c for c in conn.consumers.values() if c.partition == partition]:
+                close = api.CommandCloseProducer(producer_id=producer.producer_id, request_id=_UINT64)
+                conn.send(encode_command(T(type=T.CLOSE_PRODUCER, close_producer=close)))
+        self._reconnect_consumers(lambda c: c.partition == partition)
+
+    def _reconnect_consumers(self, chosen: Callable[[_Consumer], bool]) -> None:
+        """Drop the chosen consumers and tell their clients to reconnect (CLOSE_CONSUMER, request id -1)."""
+        for conn in list(self._connections.values()):
+            for consumer in [c for c in conn.consumers.values() if chosen(c)]:
                 self._drop_consumer(conn, consumer)
-                conn.send(
-                    encode_command(
-                        T(
-                            type=T.CLOSE_CONSUMER,
-                            close_consumer=api.CommandCloseConsumer(
-                                consumer_id=consumer.consumer_id, request_id=_UINT64
-                            ),
-                        )
-                    )
-                )
+                close = api.CommandCloseConsumer(consumer_id=consumer.consumer_id, request_id=_UINT64)
+                conn.send(encode_command(T(type=T.CLOSE_CONSUMER, close_consumer=close)))
 
     def connections(self) -> list[_Connection]:
         return list(self._connections.values())
@@ -903,8 +896,6 @@ class PulsarServer:
                 self._done(conn, context, True)
                 return
             raise _RequestError(ServerError.ConsumerBusy, f"consumer id {cmd.consumer_id} is in use")
-        if not cmd.durable:
-            raise _RequestError(ServerError.NotAllowedError, "non-durable subscriptions (readers) are not supported")
         if cmd.HasField("keySharedMeta") and cmd.keySharedMeta.keySharedMode != api.AUTO_SPLIT:
             raise _RequestError(ServerError.NotAllowedError, "Key_Shared STICKY mode is not supported (AUTO_SPLIT is)")
         sub_type = api.CommandSubscribe.SubType.Name(cmd.subType)
@@ -922,7 +913,10 @@ class PulsarServer:
             InitialPosition.EARLIEST if cmd.initialPosition == api.CommandSubscribe.Earliest else InitialPosition.LATEST
         )
         engine_id = next(self._engine_ids)
-        future = self.broker.subscribe(part.name, cmd.subscription, sub_type, initial, engine_id)
+        start = _position(cmd.start_message_id) if cmd.HasField("start_message_id") else None  # a reader's (PA-24)
+        future = self.broker.subscribe(
+            part.name, cmd.subscription, sub_type, initial, engine_id, durable=cmd.durable, start_message=start
+        )
         consumer = _Consumer(cmd.consumer_id, engine_id, part.name, cmd.subscription)
 
         def answered(f: Future[None]) -> None:
@@ -1053,7 +1047,7 @@ class PulsarServer:
         cumulative = cmd.ack_type == api.CommandAck.Cumulative
         futures: list[Future[None]] = []
         for mid in cmd.message_id:
-            position = Position(_java_long(mid.ledgerId), _java_long(mid.entryId))
+            position = _position(mid)
             if sub is None:
                 futures.append(Future())
                 continue
@@ -1097,11 +1091,7 @@ class PulsarServer:
         consumer = conn.consumers.get(cmd.consumer_id)
         sub = None if consumer is None else self._service(consumer)
         if consumer is not None and sub is not None:
-            positions = (
-                [Position(_java_long(m.ledgerId), _java_long(m.entryId)) for m in cmd.message_ids]
-                if len(cmd.message_ids) > 0
-                else None
-            )
+            positions = [_position(m) for m in cmd.message_ids] if len(cmd.message_ids) > 0 else None
             if positions is None:
                 # Redeliver everything: what this consumer holds but has not sent goes back too.
                 consumer.held.clear()
@@ -1156,6 +1146,34 @@ class PulsarServer:
             response.consumer_mark_delete_position.CopyFrom(_message_id(sub.cursor.mark_delete_position))
         conn.command(T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, getLastMessageIdResponse=response))
         self._done(conn, context, True)
+
+    def _seek(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
+        """CommandSeek (PA-22, PA-23): reset the cursor, make the consumers reconnect, then succeed."""
+        cmd = frame.command.seek
+        by_id = cmd.HasField("message_id")
+        if not (by_id or cmd.HasField("message_publish_time")):
+            raise _RequestError(ServerError.MetadataError, "Message id and message publish time were not present")
+        consumer = conn.consumers.get(cmd.consumer_id)
+        if consumer is None:
+            raise _RequestError(ServerError.MetadataError, "Consumer not found")
+        sub, part, name = self._service(consumer), consumer.partition, consumer.subscription
+        if sub is None:
+            return  # the topic is down: no answer (the client times out and retries)
+        mid = cmd.message_id
+        future = (
+            sub.seek(_position(mid), tuple(mid.ack_set) or None) if by_id else sub.seek_time(cmd.message_publish_time)
+        )
+
+        def answered(f: Future[None]) -> None:
+            if f.error is None:
+                self._reconnect_consumers(lambda c: (c.partition, c.subscription) == (part, name))
+                conn.command(T(type=T.SUCCESS, success=api.CommandSuccess(request_id=cmd.request_id)))
+            else:
+                code, text = _wire_error(f.error)
+                self._answer_error(conn, T.SEEK, frame.command, code, text)
+            self._done(conn, context, f.error is None)
+
+        future.add_done_callback(answered)
 
     # -- transactions ------------------------------------------------------------------------------
 
@@ -1372,6 +1390,7 @@ _HANDLERS: dict[int, _Handler] = {
     T.CLOSE_CONSUMER: PulsarServer._close_consumer,
     T.UNSUBSCRIBE: PulsarServer._unsubscribe,
     T.GET_LAST_MESSAGE_ID: PulsarServer._get_last_message_id,
+    T.SEEK: PulsarServer._seek,
     T.TC_CLIENT_CONNECT_REQUEST: PulsarServer._tc_connect,
     T.NEW_TXN: PulsarServer._new_txn,
     T.ADD_PARTITION_TO_TXN: PulsarServer._add_partition_to_txn,

@@ -98,6 +98,10 @@ class Simulation:
         self._queue: list[_Event] = []
         self._number = 0
         self.events_run = 0
+        # Told of an exception an event raised; True: handled (the run goes on), False: raised on.
+        # The cluster contains a broker component's failure with it (``Broker.contain``); without
+        # it every exception ends the run, as before.
+        self.on_error: Callable[[Exception], bool] | None = None
 
     def schedule(self, delay_ms: int, action: Callable[[], None]) -> None:
         """Run ``action`` ``delay_ms`` from now (0: after every event already due now)."""
@@ -125,7 +129,11 @@ class Simulation:
         due, _, action = heapq.heappop(self._queue)
         self.now = max(self.now, due)
         self.events_run += 1
-        action()
+        try:
+            action()
+        except Exception as exc:
+            if self.on_error is None or not self.on_error(exc):
+                raise
         return True
 
     def run_until(self, done: Callable[[], bool], *, max_time_ms: int | None = None) -> None:

@@ -30,6 +30,9 @@ This module runs and returns histories; the command line (``txnmodel/commands/si
 writes them and calls the checkers.
 A run stops at its deadline (``RunSpec.deadline_ms`` of simulated time): operations still open are
 recorded as ``invoke``, so a run that would never end still yields a finite history to check.
+A broker component that raises is contained as its crash (``Broker.contain``): the run goes on,
+the history records the step that raised, and :attr:`RunResult.failures` lists it (``txnmodel
+simulate`` then exits 1 naming it); an exception no component raised still ends the run.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from typing import Any
 from spec.config import Config
 from spec.history import Operation
 
-from .broker import BrokerFaults
+from .broker import BrokerFaults, ComponentFailure
 from .client import Client, Cluster, Consumer, ConsumerType, OperationFailed, OperationTimeout, Producer
 from .delayed_service import BUCKET_FACTORY
 from .disk import DiskFaults, SimDisk
@@ -291,16 +294,21 @@ class RunResult:
     faults: list[FaultEvent] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)  # faults drawn per operation, by kind
     cut: bool = False  # the deadline stopped the run
+    failures: list[ComponentFailure] = field(default_factory=list)  # components that raised (contained)
 
     def metadata(self) -> dict[str, Any]:
-        """This run's metadata: its configuration, whether the deadline cut it, and the faults injected."""
-        return {
+        """This run's metadata: its configuration, whether the deadline cut it, the faults injected,
+        and the component failures when there were any."""
+        meta = {
             **self.spec.to_json(),
             "cut_at_deadline": self.cut,
             "sim_time_ms": self.sim_time_ms,
             "fault_schedule": [f.to_json() for f in self.faults],
             "fault_counts": dict(sorted(self.counters.items())),
         }
+        if self.failures:
+            meta["component_failures"] = [f.to_json() for f in self.failures]
+        return meta
 
 
 def file_metadata(runs: dict[str, RunResult]) -> dict[str, Any]:
@@ -375,6 +383,8 @@ class _Run:
             else None,
         )
         self.cluster.on_disk_failure = self.disk_failure
+        # A component that raises crashes and reloads; the run goes on and lists it (RunResult.failures).
+        self.cluster.sim.on_error = self.cluster.broker.contain
         if rates["participant_timeout"]:
             # END_TXN_ON_* requests time out in the TB client (retryable: the coordinator re-drives the end).
             self.cluster.broker.faults = BrokerFaults(participant_timeout=float(rates["participant_timeout"]))
@@ -804,6 +814,7 @@ class _Run:
             list(self.faults),
             counters,
             self.cut,
+            list(self.cluster.broker.failures),
         )
 
 

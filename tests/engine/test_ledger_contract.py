@@ -453,6 +453,63 @@ def test_mark_delete_drops_individual_deletes_and_ack_sets_below_it(harness: Har
     assert cursor.individually_deleted() == ()
 
 
+# -- reset (seek, PA-22) ---------------------------------------------------------------------------
+
+
+def test_reset_rewinds_the_mark_delete_position_and_forgets_deletes(harness: Harness) -> None:
+    ml = harness.make(entries_per_ledger(3))
+    cursor = ml.open_cursor("sub", InitialPosition.EARLIEST)
+    fill(ml, 7)  # 0:[0..2] 1:[0..2] 2:[0]
+    cursor.mark_delete(P(1, 0))
+    cursor.delete([P(1, 2)])
+    cursor.delete([P(2, 0)], {P(2, 0): bits_to_words(0b1011)})
+    cursor.set_property("k", "v")
+    cursor.reset(P(0, 2))
+    assert cursor.mark_delete_position == P(0, 1)
+    assert cursor.individually_deleted() == ()
+    assert cursor.batch_ack_set(P(2, 0)) is None
+    assert dict(cursor.properties) == {"k": "v"}
+    # Across a ledger boundary: the entry before the first entry of ledger 1 is ledger 0's last.
+    cursor.reset(P(1, 0))
+    assert cursor.mark_delete_position == P(0, 2)
+    # Forward (skip) works too, and the durable state is what a new owner sees.
+    cursor.reset(P(2, 0), bits_to_words(0b0110))
+    reopened = harness.reopen(ml)
+    again = reopened.open_cursor("sub")
+    assert again.mark_delete_position == P(1, 2)
+    assert again.batch_ack_set(P(2, 0)) == bits_to_words(0b0110)
+    assert again.individually_deleted() == ()
+    # After a reset the usual rules apply again.
+    again.delete([P(2, 0)])
+    assert again.mark_delete_position == P(2, 0)
+
+
+def test_reset_to_earliest_latest_and_positions_that_name_no_entry(harness: Harness) -> None:
+    ml = harness.make(entries_per_ledger(2))
+    cursor = ml.open_cursor("sub")
+    other = ml.open_cursor("other", InitialPosition.EARLIEST)
+    fill(ml, 5)  # 0:[0,1] 1:[0,1] 2:[0]
+    cursor.mark_delete(P(2, 0))
+    other.mark_delete(P(1, 1))
+    assert ml.delete_consumed_ledgers() == (0, 1)
+    # Before the first live entry (EARLIEST, or a deleted ledger): just before the first live entry.
+    cursor.reset(P(-1, -1))
+    assert cursor.mark_delete_position == P(2, -1)
+    cursor.reset(P(0, 1))
+    assert cursor.mark_delete_position == P(2, -1)
+    # Past the end of a closed ledger: the next live entry; past the last entry: the last entry.
+    ml.append(b"x")
+    ml.append(b"y")  # 2:[0,1] 3:[0,1]
+    cursor.reset(P(2, 5))
+    assert cursor.mark_delete_position == P(2, 1)
+    cursor.reset(P((1 << 63) - 1, (1 << 63) - 1))
+    assert cursor.mark_delete_position == ml.last_confirmed()
+    # A reset never frees a ledger by itself, and a rewound cursor holds ledgers back again.
+    cursor.reset(P(2, 0))
+    other.mark_delete(ml.last_confirmed())
+    assert ml.delete_consumed_ledgers() == ()
+
+
 # -- lifecycle -------------------------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ from reference.pending_ack import (
     CumulativeAck,
     IndividualAck,
     NormalAck,
+    ResetCursor,
 )
 from spec.types import AckType, Position, TxnID
 
@@ -49,3 +50,15 @@ aborts = st.builds(AbortTxn, txn_ids, low_water_marks)
 ready_commands = st.one_of(
     individual_acks, cumulative_acks, normal_individual_acks, normal_cumulative_acks, commits, aborts
 )
+
+
+@st.composite
+def resets(draw: st.DrawFn) -> ResetCursor:
+    """A seek (PA-22): back or forward to any entry, sometimes to a batch index of it."""
+    read = draw(st.integers(0, ENTRIES - 1))
+    mark_delete = Position(0, read - 1)
+    size = BATCH_SIZES[read]
+    if size == 1 or draw(st.booleans()):
+        return ResetCursor(mark_delete)
+    first = draw(st.integers(1, size - 1))  # the seek's batch index: the ones before it stay deleted
+    return ResetCursor(mark_delete, AckedPosition.of_indexes(Position(0, read), size, range(first)))

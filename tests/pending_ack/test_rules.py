@@ -32,6 +32,8 @@ from reference.pending_ack import (
     PositionInPendingAck,
     Queued,
     RedeliverUnacknowledgedMessages,
+    ResetCursor,
+    ResetSubscriptionCursor,
     RetryPendingAckInit,
     ScheduleInitRetry,
     SubType,
@@ -559,3 +561,66 @@ def test_pa15_a_log_record_round_trips_through_its_proto_with_every_position() -
     back = PendingAckRecord.from_pb(pb.PendingAckMetadataEntry.FromString(record.to_pb().SerializeToString()))
     assert back == record
     assert [p.position for p in back.positions] == [m(1), m(2), Position(3, 0)]
+
+
+# --- PA-22: seek --------------------------------------------------------------------------------
+
+
+def test_pa22_a_seek_back_makes_acknowledged_messages_pending_again_and_trims_the_log() -> None:
+    run = Run()
+    run(NormalAck(AckType.CUMULATIVE, (whole(3),)))
+    run(NormalAck(AckType.INDIVIDUAL, (whole(5), idx(6, 3, 0))))
+    run(IndividualAck(T1, (whole(7),)))
+    run(CommitTxn(T1, -1))  # the log holds T1's ACK and COMMIT records
+    assert run.state_of(7) is DELETED
+    result = run(ResetCursor(m(1), idx(2, 4, 0, 1)))
+    assert isinstance(result, Ok)
+    assert result.effects == (TrimPendingAckLog(1), ResetSubscriptionCursor(m(1), idx(2, 4, 0, 1)))
+    assert [run.state_of(e) for e in (1, 3, 5, 6, 7)] == [DELETED, PENDING, PENDING, PENDING, PENDING]
+    assert run.state_of(2, 0) is DELETED and run.state_of(2, 2) is PENDING
+    # A restart replays nothing: T1's commit does not delete entry 7 again (PA-19 stays exact).
+    assert surviving_records(run.effects) == []
+    run.restart()
+    assert run.state_of(7) is PENDING
+    # The usual rules apply after it: acks delete again, txns ack again.
+    assert isinstance(run(IndividualAck(T2, (whole(7),))), Ok)
+    assert run.state_of(7) is PENDING_ACK
+
+
+def test_pa22_a_seek_forward_deletes_everything_before_it() -> None:
+    run = Run()
+    result = run(ResetCursor(m(4)))
+    assert isinstance(result, Ok) and run.state.cursor.mark_delete_position == m(4)
+    assert run.state_of(4) is DELETED and run.state_of(5) is PENDING
+    assert result.effects == (ResetSubscriptionCursor(m(4), None),)
+
+
+def test_pa22_a_seek_is_refused_while_a_txn_holds_a_pending_ack() -> None:
+    run = Run()
+    run(IndividualAck(T1, (whole(2),)))
+    before = run.state
+    refused = run(ResetCursor(m(0)))
+    assert isinstance(refused, Err) and isinstance(refused.error, NotAllowed)
+    assert "(1,1)" in (refused.error.message or "")
+    assert run.state == before
+    run(AbortTxn(T1, -1))
+    assert isinstance(run(ResetCursor(m(0))), Ok)
+    # A cumulative pending ack blocks it too.
+    run(CumulativeAck(T2, (whole(4),)))
+    assert isinstance(run(ResetCursor(m(-1))), Err)
+    run(CommitTxn(T2, -1))
+    assert isinstance(run(ResetCursor(m(-1))), Ok)
+    assert run.state_of(0) is PENDING
+
+
+def test_pa22_a_seek_waits_for_no_handle_and_fails_on_a_broken_one() -> None:
+    fresh = Run(initial(Config()))  # no pending-ack log yet: the handle is None
+    assert isinstance(fresh(ResetCursor(m(2))), Ok)
+    queued = Run(initial(Config()))
+    queued(IndividualAck(T1, (whole(3),)))  # starts the lazy init; the ack waits
+    refused = queued(ResetCursor(m(0)))
+    assert isinstance(refused, Err) and isinstance(refused.error, NotAllowed)
+    closed = Run()
+    closed(ClosePendingAckHandle())
+    refused = closed(ResetCursor(m(0)))
+    assert isinstance(refused, Err) and isinstance(refused.error, ServiceUnitNotReady)

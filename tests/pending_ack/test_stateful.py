@@ -58,6 +58,12 @@ class PendingAckMachine(RuleBasedStateMachine):
         # Weighted towards txn traffic, which is what grows the pending state.
         self._do(command)
 
+    @rule(command=pst.resets())
+    def reset_cursor(self, command: Any) -> None:
+        """PA-22: a seek, refused while anything is pending; the crash rule then checks that
+        replay over the reset cursor is still exact (PA-19)."""
+        self._do(command)
+
     @rule()
     def init_complete(self) -> None:
         self._do(PendingAckInitComplete())

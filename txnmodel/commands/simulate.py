@@ -17,6 +17,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from txnmodel.common import (
@@ -91,6 +92,36 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--clients", type=positive_int, default=4, help="concurrent transactional clients")
     parser.add_argument("--partitions", type=positive_int, default=2, help="partitions of each topic")
     parser.add_argument("--faults", choices=("on", "off"), default="on")
+    _add_variants(parser, engine)
+    parser.add_argument(
+        "--disk",
+        choices=("real", "sim"),
+        default="real",
+        help="file ledgers: the real file system (under --data; a broker crash kills the process) or the simulated "
+        "disk (a broker crash is a power cut: unsynced writes lost, torn or reordered; with --data the store's "
+        "final files are written there). Same seed, same history on either",
+    )
+    parser.add_argument(
+        "--group-commit",
+        type=non_negative_int,
+        default=None,
+        metavar="MS",
+        help="file ledgers: commit the store's journal every MS simulated ms, one sync for every change waiting "
+        "(answers wait for it); default: every change committed as it is made",
+    )
+    parser.add_argument(
+        "--jobs", type=positive_int, default=1, metavar="N", help="run N histories at once (processes; default 1)"
+    )
+    parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
+    parser.add_argument(
+        "--check", action="store_true", help="check each history's transactional properties (exit 1 on any anomaly)"
+    )
+    parser.add_argument("--quiet", action="store_true")
+    return parser
+
+
+def _add_variants(parser: argparse.ArgumentParser, engine: ModuleType) -> None:
+    """The workload variants and fault mixes of ``txnmodel simulate``: each on, off, or mixed by seed."""
     parser.add_argument(
         "--batching",
         choices=("on", "off", "mixed"),
@@ -143,31 +174,6 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         default="off",
         help="ctp processors ask for redelivery and receive again before ending their txn; mixed: seeds = 3 mod 6",
     )
-    parser.add_argument(
-        "--disk",
-        choices=("real", "sim"),
-        default="real",
-        help="file ledgers: the real file system (under --data; a broker crash kills the process) or the simulated "
-        "disk (a broker crash is a power cut: unsynced writes lost, torn or reordered; with --data the store's "
-        "final files are written there). Same seed, same history on either",
-    )
-    parser.add_argument(
-        "--group-commit",
-        type=non_negative_int,
-        default=None,
-        metavar="MS",
-        help="file ledgers: commit the store's journal every MS simulated ms, one sync for every change waiting "
-        "(answers wait for it); default: every change committed as it is made",
-    )
-    parser.add_argument(
-        "--jobs", type=positive_int, default=1, metavar="N", help="run N histories at once (processes; default 1)"
-    )
-    parser.add_argument("--jsonl", action="store_true", help="also write JSON Lines")
-    parser.add_argument(
-        "--check", action="store_true", help="check each history's transactional properties (exit 1 on any anomaly)"
-    )
-    parser.add_argument("--quiet", action="store_true")
-    return parser
 
 
 def options_from_args(args: argparse.Namespace) -> SimulateOptions:
@@ -214,7 +220,8 @@ def simulate(
     each one's transactional properties; ``progress`` (a :class:`txnmodel.progress.Phase`) hears of
     every history.  ``jobs`` runs that many at once, in processes (each run is deterministic on its
     own, so the histories are the same).  EXIT_OK when every run finished (and, with ``check``, was
-    clean), EXIT_FAILED otherwise."""
+    clean), EXIT_FAILED otherwise -- also when a broker component raised (contained as its crash,
+    so the history is still written; each failure is named on stderr, even with ``quiet``)."""
     from reference.engine.simulate import run
 
     if jobs < 1:
@@ -237,7 +244,8 @@ class Collector:
     per run (and its transactional check with ``check``), ``progress`` told, and a workload's
     history files written under ``out`` once its last run is in (its results then let go);
     ``on_written`` hears of each file written, with the number of rows of each history in it.
-    ``status`` is EXIT_FAILED once a checked run was not clean."""
+    ``status`` is EXIT_FAILED once a checked run was not clean or a run's broker component raised
+    (each failure named on stderr)."""
 
     def __init__(
         self,
@@ -283,6 +291,11 @@ class Collector:
             f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated"
             f"{' (cut at the deadline)' if result.cut else ''}"
         )
+        if result.failures:
+            # A component raised: contained so the history is written, but the run failed.
+            self.status = EXIT_FAILED
+            for failure in result.failures:
+                print(f"{history}: engine failure: {failure.describe()}", file=sys.stderr)
         if self.check:
             clean, verdict_line = _check(result, self.say)
             line += verdict_line

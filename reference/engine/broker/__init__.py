@@ -41,7 +41,7 @@ ledgers.  Requests that reach a component that is down are never answered (the c
 from __future__ import annotations
 
 from .broker import Broker, BrokerFaults, TransactionBufferClient, partition_name
-from .component import BrokerError, read_all
+from .component import BrokerError, ComponentFailure, read_all
 from .coordinator import MAX_LOCAL_TXN_ID, CoordinatorService, Participants
 from .entries import (
     MARKER_ABORT,
@@ -88,6 +88,7 @@ __all__ = [
     "Broker",
     "BrokerError",
     "BrokerFaults",
+    "ComponentFailure",
     "ConsumerSlot",
     "CoordinatorService",
     "Delivered",

@@ -2,38 +2,56 @@
 
 It owns the components' lifecycle at the broker level: start (load every component), crash
 (every component's memory goes, ledgers keep what they acknowledged), restart, and the
-restart-later loop that reloads a component whose ledger failed.  The END_TXN path from the
+restart-later loop that reloads a component whose ledger failed, and the containment of a
+component that raised (:meth:`Broker.contain`: it crashes and is reloaded, and the failure is
+listed in :attr:`Broker.failures`).  The END_TXN path from the
 coordinator to the participants goes through :class:`TransactionBufferClient` (Pulsar's name for
 the coordinator's client of the transaction buffers), with its own latency and timeout faults.
 """
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry
 
 from spec.config import Config
 from spec.envelope import LogKind
-from spec.errors import NotAllowed, RequestTimeout, ServiceUnitNotReady, SubscriptionBusy
+from spec.errors import InputError, NotAllowed, RequestTimeout, ServiceUnitNotReady, SubscriptionBusy
 from spec.types import Position, Subscription, TxnAction, TxnID
 
 from ..bufferedwriter_metrics import BufferedWriterMetrics
 from ..ledger import InitialPosition, LedgerError, ManagedLedger
 from ..sim import Future, Simulation
 from ..storage import LedgerStore
-from .component import BrokerError, Restartable, fail
+from .component import BrokerError, Component, ComponentFailure, Restartable, fail
 from .coordinator import CoordinatorService
 from .partition import Partition
 from .snapshot_topics import encode_keyed_message
-from .subscription import SubscriptionService
+from .subscription import SubscriptionService, reader_start
 
 if TYPE_CHECKING:
     from ..recorder import MachineObserver
 
-__all__ = ["Broker", "BrokerFaults", "TransactionBufferClient", "partition_name"]
+__all__ = ["MAX_COMPONENT_FAILURES", "Broker", "BrokerFaults", "TransactionBufferClient", "partition_name"]
+
+# A component that raised this many times stays down (it would raise again on every reload, and a
+# run must end); its requests go unanswered, as a component that cannot load.
+MAX_COMPONENT_FAILURES = 5
+_ROOT = Path(__file__).resolve().parents[3]
+
+
+class _Failing(Restartable, Protocol):
+    """What :meth:`Broker.contain` needs of the component that raised (every Component has it)."""
+
+    @property
+    def obj(self) -> str: ...
+
+    def crash(self) -> None: ...
 
 
 def partition_name(topic: str, index: int) -> str:
@@ -157,6 +175,8 @@ class Broker:
         self._system: dict[str, ManagedLedger] = {}  # namespace system topics (TB snapshots)
         self._system_generation = 0
         self._restarting: set[int] = set()
+        # Exceptions contained as crashes of the component that raised them (see contain).
+        self.failures: list[ComponentFailure] = []
         # Told the name of a partition whose memory went while the broker stays up (an unload, a
         # reload after a failed write, a deletion): a server sends its producers and consumers away.
         self.unload_listeners: list[Callable[[str], None]] = []
@@ -212,6 +232,34 @@ class Broker:
 
         self.sim.schedule(self.restart_delay_ms, again)
 
+    def contain(self, exc: Exception) -> bool:
+        """An event raised ``exc``: if a component was running (the innermost on the stack; a
+        subscription's partition, which owns its memory), crash it, reload it later from its durable
+        state, list the failure and return True (the run goes on, its history is still recorded).
+        False, to raise it on, for bad durable input (``InputError``: the run cannot go on) and for an
+        exception no component raised (a workload's or the simulator's own)."""
+        if isinstance(exc, InputError):
+            return False
+        owner: _Failing | None = None
+        where = ""
+        for frame, line in traceback.walk_tb(exc.__traceback__):
+            candidate = frame.f_locals.get("self")
+            if isinstance(candidate, Component):
+                owner = candidate
+            path = Path(frame.f_code.co_filename)
+            shown = path.relative_to(_ROOT) if path.is_relative_to(_ROOT) else path
+            where = f"{shown}:{line} in {frame.f_code.co_qualname}"
+        if owner is None:
+            return False
+        component: _Failing = owner
+        if isinstance(component, SubscriptionService) and isinstance(component.partition, Partition):
+            component = component.partition
+        self.failures.append(ComponentFailure(self.sim.now, component.obj, f"{type(exc).__name__}: {exc}", where))
+        component.crash()
+        if sum(f.component == component.obj for f in self.failures) < MAX_COMPONENT_FAILURES:
+            self.restart_later(component)
+        return True
+
     def partition(self, name: str) -> Partition:
         found = self.partitions.get(name)
         if found is None:
@@ -248,14 +296,32 @@ class Broker:
         return part if part.ready else None
 
     def subscribe(
-        self, partition: str, name: str, sub_type: str, initial_position: InitialPosition, consumer_id: int
+        self,
+        partition: str,
+        name: str,
+        sub_type: str,
+        initial_position: InitialPosition,
+        consumer_id: int,
+        *,
+        durable: bool = True,
+        start_message: Position | None = None,
     ) -> Future[None]:
+        """CommandSubscribe; ``durable=False`` is a reader's subscription, starting at
+        ``start_message`` when it is created (PA-24)."""
         part = self._serving(partition)
         if part is None:
             return Future()
         sub = part.subscriptions.get(name)
+        if sub is not None and sub.ready and sub.durable != durable:
+            kind = "durable" if sub.durable else "non-durable"
+            return fail(NotAllowed(f"subscription {name} of {partition} exists and is {kind}"))
         if sub is None:
-            sub = SubscriptionService(part, name, sub_type, initial_position, self)
+            start = None
+            if not durable:
+                assert part.ledger is not None
+                infos, last = part.ledger.ledgers(), part.ledger.last_confirmed()
+                start = reader_start(start_message, initial_position, infos, last)
+            sub = SubscriptionService(part, name, sub_type, initial_position, self, start=start)
             if not sub.load():
                 return Future()
             part.subscriptions[name] = sub

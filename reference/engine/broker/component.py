@@ -16,6 +16,15 @@ and the ledgers it persists to.  The lifecycle is the same for all of them:
   again later (:meth:`BrokerHost.restart_later`), which is what a broker does when it fences or
   unloads a topic or a coordinator whose ledger failed.
 
+* **A failure is a crash.**  A machine's ``step`` never raises (a rejected command is an ``Err``
+  value); one that does is a programming error in the machine or its shell.  :meth:`_advance`
+  records that step as failed (``UnknownError``, what a broker answers when a handler throws) and
+  lets the exception go on to the broker, which contains it (:meth:`Broker.contain
+  <reference.engine.broker.broker.Broker.contain>`): the component crashes and is loaded again
+  from its durable state, the request it was handling is never answered, and the run lists the
+  failure (:class:`ComponentFailure`), so the history is still produced and ``txnmodel simulate``
+  still fails loudly.
+
 Also here: the futures helpers the components combine writes and answers with, and
 :class:`BrokerError`, the exception a failed request's future carries.
 """
@@ -23,6 +32,7 @@ Also here: the futures helpers the components combine writes and answers with, a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from spec.config import Config
@@ -35,6 +45,7 @@ from spec.types import Position
 from ..bufferedwriter_metrics import BufferedWriterMetrics
 from ..ledger import LedgerError, ManagedLedger
 from ..record_log import LogWriteFailed
+from ..recorder import STEP_RAISED
 from ..sim import Future, Simulation
 from ..storage import LedgerStore
 
@@ -42,9 +53,11 @@ if TYPE_CHECKING:
     from ..recorder import MachineObserver
 
 __all__ = [
+    "STEP_RAISED",
     "BrokerError",
     "BrokerHost",
     "Component",
+    "ComponentFailure",
     "Restartable",
     "after",
     "all_of",
@@ -67,6 +80,22 @@ class BrokerError(Exception):
     def __init__(self, error: DomainError) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+@dataclass(frozen=True)
+class ComponentFailure:
+    """An exception a broker component raised while handling an event, contained as its crash."""
+
+    time_ms: int
+    component: str  # the history's object id of the component that crashed
+    error: str  # ``Type: message``
+    where: str  # the innermost frame: ``path:line in function``
+
+    def to_json(self) -> dict[str, object]:
+        return {"time_ms": self.time_ms, "component": self.component, "error": self.error, "where": self.where}
+
+    def describe(self) -> str:
+        return f"{self.component} raised {self.error} ({self.where}) at {self.time_ms} ms"
 
 
 class Restartable(Protocol):
@@ -140,7 +169,11 @@ class Component(Generic[S, C, R]):
     def _advance(self, command: C) -> R:
         """Step the machine on the current state, adopt the new state, and record the step."""
         assert self.state is not None
-        self.state, result = self._machine_step(self.state, command)
+        try:
+            self.state, result = self._machine_step(self.state, command)
+        except Exception:
+            self._observe_failed_step(command)
+            raise
         self._observe_step(command, result)
         return result
 
@@ -149,6 +182,12 @@ class Component(Generic[S, C, R]):
         observer = self.host.observer
         if observer is not None:
             observer.stepped(self.obj, self.machine, command, result)
+
+    def _observe_failed_step(self, command: C) -> None:
+        """Tell the recorder that stepping ``command`` raised (see the module docstring)."""
+        observer = self.host.observer
+        if observer is not None:
+            observer.failed(self.obj, self.machine, command, STEP_RAISED)
 
     def _observe_recovery(self, inputs: dict[str, object]) -> None:
         """Tell the recorder what the component's recovery read (values spelled as JSON here)."""

@@ -70,6 +70,7 @@ class StoredMessage:
     deliver_at: int | None = None
     partition_key: str | None = None
     batch: tuple[BatchedMessage, ...] | None = None
+    publish_time: int = 0  # MessageMetadata.publish_time: what a seek by time compares (PA-23)
 
     @property
     def batch_size(self) -> int:
@@ -123,4 +124,6 @@ def decode_stored_message(position: Position, data: bytes) -> StoredMessage:
     """An entry read back from the topic's ledger at ``position``: the buffer's view of it and its body."""
     decoded = decode_topic_entry(data, where=str(position))
     entry = tb.classify_entry(position, decoded.marker_type, decoded.txn_id)
-    return StoredMessage(entry, decoded.payload, decoded.deliver_at, decoded.partition_key, decoded.batch)
+    return StoredMessage(
+        entry, decoded.payload, decoded.deliver_at, decoded.partition_key, decoded.batch, decoded.publish_time
+    )

@@ -162,6 +162,8 @@ class Partition(Component[tb.BufferState, tb.Command, BufferResult]):
         self._parked = []
         for sub in self.subscriptions.values():
             sub.crash()
+        # A reader's subscription dies with the broker's memory of the topic (PA-24).
+        self.subscriptions = {name: sub for name, sub in self.subscriptions.items() if sub.durable}
         self._observe_crash()
         self.host.partition_unloaded(self.name)
 
@@ -230,8 +232,11 @@ class Partition(Component[tb.BufferState, tb.Command, BufferResult]):
         )
         if written != entry.position:
             raise AssertionError(f"{self.name}: the buffer placed {entry} but the ledger wrote {written}")
+        published = (
+            carried.sent[0].publish_time if carried.sent is not None and not entry.kind.is_marker else self.sim.now
+        )
         self.messages[written] = StoredMessage(
-            entry, carried.payload, carried.deliver_at, carried.partition_key, carried.batch
+            entry, carried.payload, carried.deliver_at, carried.partition_key, carried.batch, published
         )
         self._follow_roll_over()
         return True

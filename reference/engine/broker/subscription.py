@@ -23,21 +23,32 @@ from reference import buffer as tb
 from reference import delayed as dl
 from reference import pending_ack as pa
 from spec.envelope import LogKind
-from spec.errors import ServiceUnitNotReady
+from spec.errors import NotAllowed, ServiceUnitNotReady
 from spec.history import object_id
 from spec.pb import TransactionPendingAck_pb2 as pa_pb
 from spec.result import Effect, Err, Ok
-from spec.types import EARLIEST, AckType, MessageState, Position, TxnAction, TxnID, previous_position, words_to_bits
+from spec.types import (
+    EARLIEST,
+    AckType,
+    LedgerInfo,
+    MessageState,
+    Position,
+    TxnAction,
+    TxnID,
+    previous_position,
+    words_to_bits,
+)
 
 from ..delayed_service import DelayedDeliveryService
 from ..ledger import InitialPosition, LedgerError, ManagedCursor, ManagedLedger
+from ..memory_ledger import non_durable_cursor, reset_read_position
 from ..record_log import LogWriteFailed, RecordLog, RecordPosition
 from ..sim import Future
 from .component import BrokerError, BrokerHost, Component, after, all_of, error_of, fail
 from .entries import StoredMessage
 from .key_shared import STICKY_KEY_HASH_RANGE, hand_over_top_range, select, split_range, sticky_key_hash
 
-__all__ = ["ConsumerSlot", "Delivered", "Handout", "SubscriptionService", "Topic"]
+__all__ = ["ConsumerSlot", "Delivered", "Handout", "SubscriptionService", "Topic", "reader_start"]
 
 # What the pending ack's steps return (its values are the machine's: outcomes, Queued, Ignored).
 PendingAckResult = Ok[object] | Err
@@ -61,6 +72,7 @@ class Topic(Protocol):
     ledger: ManagedLedger | None
     messages: dict[Position, StoredMessage]
     state: tb.BufferState | None
+    subscriptions: dict[str, SubscriptionService]
 
     def schedule_trim(self) -> None: ...
 
@@ -135,17 +147,52 @@ class ConsumerSlot:
             self.drop(keep)
 
 
+def reader_start(
+    start_message: Position | None,
+    initial_position: InitialPosition,
+    ledgers: Sequence[LedgerInfo],
+    last_confirmed: Position,
+) -> Position:
+    """The mark-delete position a reader's non-durable cursor starts with (PA-24).
+
+    A start message ``(ledger, entry)`` starts after ``(ledger, entry - 1)``: the start message is
+    delivered again and the client drops what it must not show.  ``(-1, -1)`` (``earliest``)
+    starts before the first live entry; no start message, or one past the last entry (``latest``),
+    starts after the last entry, or before the first with initial position EARLIEST."""
+    first = Position(ledgers[0].ledger_id, -1) if ledgers else last_confirmed
+    start = start_message
+    if start is not None and start.ledger_id >= 0 and start.entry_id >= 0:
+        start = Position(start.ledger_id, start.entry_id - 1)
+    if start is None or start > last_confirmed:
+        return first if initial_position is InitialPosition.EARLIEST else last_confirmed
+    if start < first:
+        return first
+    return start
+
+
 class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckResult]):
     """One subscription of a partition."""
 
     machine = "pending_ack"
 
     def __init__(
-        self, partition: Topic, name: str, sub_type: str, initial_position: InitialPosition, host: BrokerHost
+        self,
+        partition: Topic,
+        name: str,
+        sub_type: str,
+        initial_position: InitialPosition,
+        host: BrokerHost,
+        *,
+        start: Position | None = None,
     ) -> None:
+        """``start``: a reader's non-durable subscription (PA-24), whose cursor starts with this
+        mark-delete position; None: a durable subscription, whose cursor is the ledger's."""
         super().__init__(host)
         self.partition = partition
         self.name = name
+        self.durable = start is None
+        self._start = start
+        self._kept = False  # a non-durable subscription outlives its consumers' leaving once (a seek)
         self.sub_type = _SUB_TYPES[sub_type]
         self.initial_position = initial_position
         self.delayed: DelayedDeliveryService | None = None
@@ -161,6 +208,8 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         self._trimmed = -1
         self._queued: list[Future[None]] = []
         self._rr = 0
+        self._writing = 0  # pending-ack records being written
+        self._settled: list[Callable[[], None]] = []  # what waits for them (a seek)
 
     @property
     def obj(self) -> str:
@@ -186,15 +235,21 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
     def load(self) -> bool:
         """Open the cursor and replay the pending-ack log over it (PA-17 .. PA-20)."""
         self._new_epoch()
+        self._writing, self._settled = 0, []
         ledger = self.partition.ledger
         assert ledger is not None
         self._positions = {}
         self._trimmed = -1
         try:
-            self.cursor = ledger.open_cursor(self.name, self.initial_position)
+            if self._start is not None:
+                # PA-24: in memory only, never one of the ledger's cursors; a reload starts it afresh
+                # (the partition drops its non-durable subscriptions when it crashes).
+                self.cursor = non_durable_cursor(ledger, self.name, self._start)
+            else:
+                self.cursor = ledger.open_cursor(self.name, self.initial_position)
             view = self._cursor_view(self.cursor)
             recovery: dict[str, object] = {"sub_type": self.sub_type, "cursor": view}
-            if not self.host.store.exists(self.log_name):
+            if self._start is not None or not self.host.store.exists(self.log_name):
                 # PA-17: no txn ever acked here, so no pending-ack log: the handle starts lazily.
                 self.log = None
                 self.state = pa.initial(self.config, sub_type=self.sub_type, cursor=view)
@@ -273,6 +328,7 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
 
     def crash(self) -> None:
         self._new_epoch()
+        self._writing, self._settled = 0, []
         if self.log is not None:
             self.log.crash()
         self.state = None
@@ -348,10 +404,12 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         assert self.log is not None
         done: Future[None] = Future()
         rid, epoch = effect.record_id, self._epoch
+        self._writing += 1
 
         def complete(f: Future[RecordPosition]) -> None:
             if not self._current(epoch):
                 return
+            self._writing -= 1
             if f.error is not None:
                 done.set_exception(f.error)
                 self.reload()
@@ -359,7 +417,11 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
             self._positions[rid] = f.result()
             if rid <= self._trimmed:
                 self._trim(self._trimmed)
-            done.set_result(None)
+            done.set_result(None)  # the cursor changes waiting for the record run now
+            if not self._writing:
+                settled, self._settled = self._settled, []
+                for action in settled:
+                    action()
 
         self.log.add(effect.record.to_pb().SerializeToString()).add_done_callback(complete)
         return done
@@ -412,6 +474,7 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
     # -- consumers and dispatch -------------------------------------------------------------------
 
     def add_consumer(self, consumer_id: int) -> None:
+        self._kept = False
         if consumer_id not in self.consumers:
             slot = ConsumerSlot(consumer_id)
             if self.sub_type is pa.SubType.Key_Shared:
@@ -435,6 +498,9 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         assert ledger is not None
         for waiter in [w for slot in self.consumers.values() for w in slot.waiting]:
             waiter.set_result(None)
+        if not self.durable:
+            self.crash()  # PA-24: nothing of a reader's subscription is durable
+            return
         if self.delayed is not None:
             self.delayed.clear()
         else:
@@ -449,6 +515,14 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
 
     def remove_consumer(self, consumer_id: int) -> None:
         slot = self.consumers.pop(consumer_id, None)
+        if slot is not None and not self.durable and not self.consumers and not self._kept:
+            # PA-24: a reader's subscription goes with its last consumer.
+            for waiter in slot.waiting:
+                waiter.set_result(None)
+            self.crash()
+            if self.partition.subscriptions.get(self.name) is self:
+                del self.partition.subscriptions[self.name]
+            return
         if slot is not None:
             if self.sub_type is pa.SubType.Key_Shared:
                 hand_over_top_range(slot, self.consumers.values())
@@ -674,6 +748,8 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         """CommandAck, with or without a txn (PA-4 .. PA-11); ``batch_index`` acks one message of a batch."""
         if self.state is None:
             return Future()
+        if txn_id is not None and not self.durable:
+            return fail(NotAllowed(f"transactional acks on the non-durable subscription {self.name} (PA-24)"))
         acked = (self._acked_position(position, batch_index, cumulative),)
         command: pa.Command
         if txn_id is None:
@@ -715,6 +791,8 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
 
     def end_txn(self, txn_id: TxnID, action: TxnAction, low_water_mark: int) -> Future[None]:
         """END_TXN_ON_SUBSCRIPTION (PA-12 .. PA-14)."""
+        if not self.durable:
+            return Future.completed(None)  # PA-24: no txn acks here, so the end of a txn unknown here
         if self.state is None:
             return fail(ServiceUnitNotReady(f"subscription {self.name} is not loaded"))
         command: pa.Command = (
@@ -730,3 +808,84 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
             self._answer(waiter, result, written)
         self.dispatch()
         return waiter
+
+    # -- seek (PA-22, PA-23) ----------------------------------------------------------------------
+
+    def seek(self, read_position: Position, ack_set: tuple[int, ...] | None = None) -> Future[None]:
+        """CommandSeek with a message id: the subscription restarts at ``read_position`` (PA-22).
+
+        Waits for the pending-ack records being written (a commit's cursor change follows its
+        record), then the machine decides; the durable cursor, the delayed tracker, the redelivery
+        counts and the dispatcher follow.  The caller disconnects the consumers (they reconnect
+        with fresh permits, as Pulsar's ``disconnectActiveConsumers(isResetCursor=true)``)."""
+        if self.state is None:
+            return Future()
+        done: Future[None] = Future()
+        epoch = self._epoch
+
+        def run() -> None:
+            if not self._live(epoch):
+                return  # crashed meanwhile: never answered, the client's timeout ends it
+            if self._writing:
+                self._settled.append(run)
+                return
+            try:
+                self._reset(read_position, ack_set)
+            except BrokerError as exc:
+                done.set_exception(exc)
+                return
+            done.set_result(None)
+
+        run()
+        return done
+
+    def seek_time(self, timestamp: int) -> Future[None]:
+        """CommandSeek with a publish time (PA-23): the entry after the newest one published
+        before ``timestamp``, or the first live entry when none was."""
+        ledger = self.partition.ledger
+        if self.state is None or ledger is None:
+            return Future()
+        earlier = [p for p, m in self.partition.messages.items() if m.publish_time < timestamp]
+        if not earlier:
+            infos = ledger.ledgers()
+            first = next((Position(i.ledger_id, 0) for i in infos if i.entries > 0), ledger.last_confirmed().next())
+            return self.seek(first)
+        newest = max(earlier)
+        return self.seek(Position(newest.ledger_id, newest.entry_id + 1))
+
+    def _reset(self, read_position: Position, ack_set: tuple[int, ...] | None) -> None:
+        """PA-22: step the machine, then make the cursor and the dispatcher follow."""
+        ledger, cursor = self.partition.ledger, self.cursor
+        assert ledger is not None and cursor is not None
+        infos, last = ledger.ledgers(), ledger.last_confirmed()
+        start = reset_read_position(read_position, infos, last)
+        mark_delete = last if start is None else previous_position(start, infos)
+        read: pa.AckedPosition | None = None
+        stored = None if start is None else self.partition.messages.get(start)
+        if start == read_position and ack_set is not None and stored is not None and stored.batch is not None:
+            read = pa.AckedPosition(read_position, ack_set, stored.batch_size)
+        result = self._advance(pa.ResetCursor(mark_delete, read))
+        if isinstance(result, Err):
+            raise BrokerError(result.error)
+        # What was acknowledged before the seek starts its redelivery count afresh (Pulsar's
+        # redelivery tracker forgets a position when it is acked); what was held keeps counting.
+        self.redeliveries = {p: n for p, n in self.redeliveries.items() if not cursor.is_deleted(p)}
+        for effect in result.effects:
+            if isinstance(effect, pa.TrimPendingAckLog) and self.log is not None:
+                self._trim(effect.record_id)
+        try:
+            cursor.reset(read_position, None if read is None else ack_set)
+        except LedgerError as exc:
+            self.reload()  # the machine reset but the durable cursor did not: load it again
+            raise BrokerError(exc.domain_error()) from None
+        if self.delayed is not None:
+            self.delayed.clear()  # DD-23: the tracker was derived from the backlog the seek replaced
+        self.read_after = cursor.mark_delete_position
+        self._dispatched = (None, EARLIEST)
+        self.replay = set()
+        for slot in self.consumers.values():
+            slot.clear()
+            slot.unacked.clear()
+            slot.joined_after = None
+        self._kept = not self.durable
+        self._mark_delete_moved()
