@@ -51,6 +51,7 @@ __all__ = [
     "arrow_schema",
     "group_histories",
     "history_files",
+    "history_table",
     "iter_histories",
     "open_input",
     "parquet_history_names",
@@ -61,6 +62,7 @@ __all__ = [
     "run_config",
     "write_jsonl",
     "write_parquet",
+    "write_parquet_tables",
 ]
 
 FORMATS = ("parquet", "jsonl", "jepsen", "edn")
@@ -273,12 +275,37 @@ def _operations(table: Any, rows: Sequence[int], where: str) -> list[Operation]:
     """``table``'s rows as operations; ``rows`` are their row numbers in the file (for errors)."""
     import pyarrow as pa
 
+    names = set(table.column_names)
+    # The file's column types were checked as a whole: when no required value is missing and every
+    # integer column is a signed 64-bit-or-narrower one, each row needs only the checks of its
+    # values (Operation.from_typed), column by column without a dict per row.
+    typed = all(name in names or nullable for name, _, nullable in PARQUET_COLUMNS) and not any(
+        name in names
+        and (
+            (not nullable and table.column(name).null_count)
+            or (
+                kind == "int64"
+                and pa.types.is_integer(table.schema.field(name).type)
+                and not pa.types.is_signed_integer(table.schema.field(name).type)
+            )
+        )
+        for name, kind, nullable in PARQUET_COLUMNS
+    )
     try:
-        records = table.to_pylist()
+        if typed:
+            nulls = [None] * table.num_rows
+            values = [table.column(name).to_pylist() if name in names else nulls for name in FIELDS]
+        else:
+            records = table.to_pylist()
     except (pa.ArrowException, UnicodeDecodeError) as exc:
         raise BadHistory(
             f"damaged Parquet data (rows {min(rows)}..{max(rows)}): {type(exc).__name__}: {exc}", where=where
         ) from None
+    if typed:
+        return [
+            Operation.from_typed(*fields, where=where, row_number=row)
+            for fields, row in zip(zip(*values, strict=True), rows, strict=True)
+        ]
     return [Operation.from_row(record, where=where, row_number=row) for record, row in zip(records, rows, strict=True)]
 
 
@@ -473,6 +500,16 @@ def _metadata_text(metadata: Mapping[str, Any], where: str) -> str:
     return text
 
 
+def history_table(histories: Mapping[str, Sequence[Operation]] | Sequence[Operation]) -> Any:
+    """Operations as a pyarrow table with :func:`arrow_schema` (no run metadata): what
+    :func:`write_parquet` writes, built where the operations are (a worker process) so that only
+    the table, cheap to pickle, travels."""
+    import pyarrow as pa
+
+    rows = _rows(histories)
+    return pa.table({name: [row[name] for row in rows] for name in FIELDS}, schema=arrow_schema())
+
+
 def write_parquet(
     path: str | Path,
     histories: Mapping[str, Sequence[Operation]] | Sequence[Operation],
@@ -481,16 +518,22 @@ def write_parquet(
 ) -> None:
     """Write operations as one Parquet file with :func:`arrow_schema`; ``metadata`` (run metadata, see
     :func:`read_metadata`) goes into the schema's key-value metadata."""
+    write_parquet_tables(path, [history_table(histories)], metadata=metadata)
+
+
+def write_parquet_tables(path: str | Path, tables: Sequence[Any], *, metadata: Mapping[str, Any] | None = None) -> None:
+    """Write :func:`history_table` tables, one after the other, as one Parquet file (the same file
+    as :func:`write_parquet` of their operations)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = _rows(histories)
     schema = arrow_schema()
     if metadata is not None:
         schema = schema.with_metadata(
             {**schema.metadata, METADATA_KEY.encode(): _metadata_text(metadata, str(path)).encode()}
         )
-    table = pa.table({name: [row[name] for row in rows] for name in FIELDS}, schema=schema)
+    table = (pa.concat_tables(tables) if tables else schema.empty_table()).combine_chunks()
+    table = table.replace_schema_metadata(schema.metadata)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     # Row groups of a bounded size, so a reader holds one small group at a time (see iter_histories).
     # Page checksums (CRC-32), so a damaged page is refused by the reader instead of decoding to

@@ -159,8 +159,16 @@ class ObjectResult:
     # reached without being able to place it.  unknown: the longest prefix so far.
     linearization: tuple[int, ...] = ()
     blocked: int | None = None
-    state_after: str = ""
     reason: str = ""
+    # The model's state after the linearization (or the prefix), and how the model describes it:
+    # described only when asked (a verification asks only of the parts that are not ok).
+    state: Any = field(default=None, compare=False, repr=False)
+    describe_state: Callable[[Any], str] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def state_after(self) -> str:
+        """The state after the linearization (or the prefix), as the model describes it."""
+        return "" if self.describe_state is None else self.describe_state(self.state)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -405,8 +413,9 @@ class _Part:
             self.seconds,
             indexes,
             blocked_index,
-            model.describe_state(found.state),
             reason,
+            found.state,
+            model.describe_state,
         )
 
 

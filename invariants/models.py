@@ -445,7 +445,11 @@ def _decode_command(data: Any, target: type) -> Any:
 
 
 def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return _CANONICAL(value)
+
+
+# json.dumps(value, sort_keys=True, separators=(",", ":")) without building an encoder every call
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 
 
 def _check_hashable(op: Operation, value: Any) -> None:

@@ -84,9 +84,10 @@ from __future__ import annotations
 import enum
 import itertools
 import json
+import json.scanner
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from spec.errors import InputError
 from spec.json_limits import first_excess
@@ -319,54 +320,114 @@ class Operation:
                 raise bad(name, f"expected a 64-bit integer, got {_short(value)}")
             if kind == "string" and not isinstance(value, str):
                 raise bad(name, f"expected a string, got {_short(value)}")
+        return cls.from_typed(
+            row["history"],
+            row["index"],
+            row["process"],
+            row["type"],
+            row["f"],
+            row["object"],
+            row["value"],
+            row.get("result"),
+            row["invoked_at"],
+            row.get("completed_at"),
+            row.get("error"),
+            row.get("seed"),
+            where=where,
+            row_number=row_number,
+        )
+
+    @classmethod
+    def from_typed(
+        cls,
+        history: str,
+        index: int,
+        process: int,
+        op_type: str,
+        f: str,
+        obj: str,
+        value: str,
+        result: str | None,
+        invoked_at: int,
+        completed_at: int | None,
+        error: str | None,
+        seed: int | None,
+        *,
+        where: str | None = None,
+        row_number: int | None = None,
+    ) -> Operation:
+        """The rest of :meth:`from_row`'s checks, for a row whose columns are known to be present
+        and of their types (a Parquet file whose schema and required columns were checked as a
+        whole), in the columns' order: the reader's fast path, row by row without a dict."""
+
+        def bad(column: str, message: str) -> BadHistory:
+            return BadHistory(message, where=where, row=row_number, column=column)
+
+        kind = _OP_TYPES.get(op_type)
+        if kind is None:
+            raise bad("type", f"expected one of invoke, ok, fail, info, got {_short(op_type)}")
         try:
-            op_type = OpType(row["type"])
-        except ValueError:
-            raise bad("type", f"expected one of invoke, ok, fail, info, got {_short(row['type'])}") from None
-        try:
-            parse_object(row["object"])
+            parse_object(obj)
         except ValueError as exc:
             raise bad("object", str(exc)) from None
-        decoded: dict[str, Any] = {}
-        for name in ("value", "result"):
-            text = row.get(name)
-            if text is None:
+        decoded: list[Any] = []
+        for name, text in (("value", value), ("result", result)):
+            if text is None or text == "null":
+                decoded.append(None)
                 continue
             excess = first_excess(text, max_depth=MAX_VALUE_DEPTH, max_digits=MAX_NUMBER_DIGITS)
             if excess is not None:
                 limit = "MAX_VALUE_DEPTH" if excess[0].startswith("nested") else "MAX_NUMBER_DIGITS"
                 raise bad(name, f"JSON text {excess[0]} at char {excess[1]} (limit {limit})")
             try:
-                decoded[name] = json.loads(text)
+                decoded.append(_json(text))
             except json.JSONDecodeError as exc:
                 raise bad(name, f"not JSON text: {exc.msg} at char {exc.pos}") from None
-        if row["index"] < 0:
-            raise bad("index", f"must be >= 0, got {row['index']}")
-        completed = row.get("completed_at")
-        if op_type is OpType.INVOKE and completed is not None:
+        decoded_value, decoded_result = decoded
+        if index < 0:
+            raise bad("index", f"must be >= 0, got {index}")
+        if kind is OpType.INVOKE and completed_at is not None:
             raise bad("completed_at", "an 'invoke' operation never completed; completed_at must be null")
-        if op_type.completed and completed is None:
-            raise bad("completed_at", f"an '{op_type.value}' operation needs completed_at")
-        if completed is not None and completed < row["invoked_at"]:
-            raise bad("completed_at", f"completed_at {completed} is before invoked_at {row['invoked_at']}")
-        if row.get("error") is not None and op_type is OpType.OK:
+        if completed_at is None and (kind is OpType.OK or kind is OpType.FAIL):
+            raise bad("completed_at", f"an '{op_type}' operation needs completed_at")
+        if completed_at is not None and completed_at < invoked_at:
+            raise bad("completed_at", f"completed_at {completed_at} is before invoked_at {invoked_at}")
+        if error is not None and kind is OpType.OK:
             raise bad("error", "an 'ok' operation carries no error")
         return cls(
-            history=row["history"],
-            index=row["index"],
-            process=row["process"],
-            type=op_type,
-            f=row["f"],
-            object=row["object"],
-            value=row["value"],
-            result=row.get("result"),
-            invoked_at=row["invoked_at"],
-            completed_at=completed,
-            error=row.get("error"),
-            seed=row.get("seed"),
-            _value=decoded.get("value"),
-            _result=decoded.get("result"),
+            history,
+            index,
+            process,
+            kind,
+            f,
+            obj,
+            value,
+            result,
+            invoked_at,
+            completed_at,
+            error,
+            seed,
+            decoded_value,
+            decoded_result,
         )
+
+
+_OP_TYPES: Final = {kind.value: kind for kind in OpType}
+# what json.loads runs under its per-call checks (the scanner JSONDecoder() builds for itself)
+_SCAN: Final = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))
+# json.dumps(value, separators=(",", ":")) without building an encoder for every call
+_compact: Final = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _json(text: str) -> Any:
+    """``json.loads(text)``, without its per-call overhead when ``text`` is one JSON value with
+    nothing around it (every history the engine writes); anything else goes to ``json.loads``, whose
+    value or error it then is."""
+    try:
+        decoded, end = _SCAN(text, 0)
+    except StopIteration:
+        return json.loads(text)
+    return decoded if end == len(text) else json.loads(text)
 
 
 def make_operation(
@@ -383,8 +444,10 @@ def make_operation(
     completed_at: int | None,
     error: str | None = None,
     seed: int | None = None,
+    null_result: bool = False,
 ) -> Operation:
-    """Build an operation from already-JSON values (spelled as :mod:`spec.jsonvalues` spells them)."""
+    """Build an operation from already-JSON values (spelled as :mod:`spec.jsonvalues` spells them);
+    ``null_result``: a None ``result`` is a returned JSON null (``"null"``), not nothing recorded."""
     return Operation(
         history=history,
         index=index,
@@ -392,8 +455,8 @@ def make_operation(
         type=op_type,
         f=f,
         object=obj,
-        value=json.dumps(value, separators=(",", ":")),
-        result=None if result is None else json.dumps(result, separators=(",", ":")),
+        value=_compact(value),
+        result=None if result is None and not null_result else _compact(result),
         invoked_at=invoked_at,
         completed_at=completed_at,
         error=error,

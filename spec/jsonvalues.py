@@ -34,7 +34,7 @@ import enum
 import functools
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import immutables
@@ -62,37 +62,59 @@ _type_hints = functools.cache(get_type_hints)
 
 def to_json(value: object) -> JSON:
     """Encode any domain value (see the module table)."""
-    if isinstance(value, enum.Enum):  # before int: IntEnum values are ints too
-        return value.name
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, TxnID):
-        return [value.most_sig_bits, value.least_sig_bits]
-    if isinstance(value, BatchedPosition):
-        return [value.ledger_id, value.entry_id, value.batch_size, value.batch_index]
-    if isinstance(value, Position):
-        return [value.ledger_id, value.entry_id]
-    if isinstance(value, Subscription):
-        return [value.topic, value.subscription]
-    if isinstance(value, bytes):
-        return {"@bytes": value.hex()}
-    if isinstance(value, BitMap | FrozenBitMap):
-        return list(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out: dict[str, JSON] = {"@type": type(value).__name__}
-        for f in dataclasses.fields(value):
-            if f.compare:  # a field outside equality (a cache, an index) is not part of the value
-                out[f.name] = to_json(getattr(value, f.name))
-        return out
-    if isinstance(value, Mapping | immutables.Map):
-        pairs = [[to_json(k), to_json(v)] for k, v in value.items()]
-        return sorted(pairs, key=json_order)
-    if isinstance(value, frozenset | set):
-        return sorted((to_json(v) for v in value), key=json_order)
-    if isinstance(value, tuple | list | Sequence) and not isinstance(value, str | bytes):
+    kind = type(value)
+    encode = _ENCODERS.get(kind)
+    if encode is None:
+        encode = _ENCODERS[kind] = _encoder(kind)
+    return encode(value)
+
+
+# The spelling of a value depends on its type alone: the branch is chosen once per type.
+_ENCODERS: dict[type, Callable[[Any], JSON]] = {}
+
+
+def _encoder(kind: type) -> Callable[[Any], JSON]:
+    """How to spell a value of type ``kind``, in the module table's order of precedence."""
+    if issubclass(kind, enum.Enum):  # before int: IntEnum values are ints too
+        return lambda value: value.name
+    if kind is type(None) or issubclass(kind, bool | int | float | str):
+        return lambda value: value
+    if issubclass(kind, TxnID):
+        return lambda value: [value.most_sig_bits, value.least_sig_bits]
+    if issubclass(kind, BatchedPosition):
+        return lambda value: [value.ledger_id, value.entry_id, value.batch_size, value.batch_index]
+    if issubclass(kind, Position):
+        return lambda value: [value.ledger_id, value.entry_id]
+    if issubclass(kind, Subscription):
+        return lambda value: [value.topic, value.subscription]
+    if issubclass(kind, bytes):
+        return lambda value: {"@bytes": value.hex()}
+    if issubclass(kind, BitMap | FrozenBitMap):
+        return list
+    if dataclasses.is_dataclass(kind) and not issubclass(kind, type):
+        name = kind.__name__
+        # a field outside equality (a cache, an index) is not part of the value
+        names = tuple(f.name for f in dataclasses.fields(kind) if f.compare)
+
+        def encode_dataclass(value: Any) -> JSON:
+            out: dict[str, JSON] = {"@type": name}
+            for field_name in names:
+                out[field_name] = to_json(getattr(value, field_name))
+            return out
+
+        return encode_dataclass
+    if issubclass(kind, Mapping | immutables.Map):
+        return lambda value: sorted(([to_json(k), to_json(v)] for k, v in value.items()), key=json_order)
+    if issubclass(kind, frozenset | set):
+        return lambda value: sorted((to_json(v) for v in value), key=json_order)
+    if issubclass(kind, tuple | list | Sequence) and not issubclass(kind, str | bytes):
         # any other sequence (a machine's persistent log) is spelled as the tuple it stands for
-        return [to_json(v) for v in value]
-    raise TypeError(f"no JSON spelling for {type(value).__name__}")
+        return lambda value: [to_json(v) for v in value]
+
+    def unknown(value: Any) -> JSON:
+        raise TypeError(f"no JSON spelling for {type(value).__name__}")
+
+    return unknown
 
 
 _OrderKey = tuple[Any, ...]

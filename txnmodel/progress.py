@@ -136,6 +136,8 @@ class Reporter:
         self.clock = clock
         self._lock = threading.Lock()
         self._console: Any = None
+        self._display: Any = None  # the live display the running phases share
+        self._displayed = 0  # how many phases it shows
 
     # -- lines that go with the progress ---------------------------------------------------------
 
@@ -201,6 +203,38 @@ class Reporter:
 
     @contextmanager
     def _live(self, current: Phase) -> Iterator[None]:
+        # Phases may overlap (the main job proves, simulates and verifies at once): they share one
+        # live display, a bar each, for as long as any of them runs.
+        with self._lock:
+            if self._display is None:
+                self._display = self._new_display()
+                self._console = self._display.console
+                self._display.start()
+            display, console = self._display, self._console
+            self._displayed += 1
+        task = display.add_task(current.name, total=current.total, unit=current.unit, rate="", note="")
+
+        def changed(phase: Phase) -> None:
+            elapsed = self.clock() - phase.started
+            rate = f"{phase.done / elapsed:.1f}/s" if phase.done and elapsed > 0 else ""
+            display.update(task, completed=phase.done, total=phase.total, rate=rate, note=phase.note[:40])
+
+        current._changed = changed
+        try:
+            yield
+        finally:
+            changed(current)
+            display.remove_task(task)
+            console.print(
+                current.line(self.clock(), final=True).replace(f"{current.name}: ", f"{current.name} done: ", 1)
+            )
+            with self._lock:
+                self._displayed -= 1
+                if self._displayed == 0:
+                    display.stop()
+                    self._display = self._console = None
+
+    def _new_display(self) -> Any:
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -225,25 +259,4 @@ class Reporter:
             TimeRemainingColumn(),
             TextColumn("{task.fields[note]}", style="dim"),
         ]
-        display = Progress(*columns, console=console, transient=False, refresh_per_second=4)
-        task = display.add_task(current.name, total=current.total, unit=current.unit, rate="", note="")
-
-        def changed(phase: Phase) -> None:
-            elapsed = self.clock() - phase.started
-            rate = f"{phase.done / elapsed:.1f}/s" if phase.done and elapsed > 0 else ""
-            display.update(task, completed=phase.done, total=phase.total, rate=rate, note=phase.note[:40])
-
-        current._changed = changed
-        with self._lock:
-            self._console = console
-        display.start()
-        try:
-            yield
-        finally:
-            changed(current)
-            display.stop()
-            with self._lock:
-                self._console = None
-            console.print(
-                current.line(self.clock(), final=True).replace(f"{current.name}: ", f"{current.name} done: ", 1)
-            )
+        return Progress(*columns, console=console, transient=False, refresh_per_second=4)

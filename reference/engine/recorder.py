@@ -20,7 +20,7 @@ says how these histories are checked.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from spec.config import Config
@@ -93,9 +93,8 @@ class HistoryRecorder:
             completed_at=self._clock(),
             error=error,
             seed=self.seed,
+            null_result=null,  # a returned JSON null is checked (None: nothing recorded)
         )
-        if null and result is None:
-            done = replace(done, result="null")  # returned JSON null, which is checked (None: nothing recorded)
         self._ops[op.index] = done
 
     def ok(self, op: OpenOp, result: Any = None, *, null: bool = False) -> None:

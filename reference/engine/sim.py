@@ -83,11 +83,9 @@ class Future(Generic[T]):
         return future
 
 
-@dataclass(order=True)
-class _Event:
-    due: int
-    number: int
-    action: Callable[[], None]
+# An event is ``(due, number, action)``: a plain tuple compares in C, and the unique insertion
+# number settles every tie before the action would be compared.
+_Event = tuple[int, int, Callable[[], None]]
 
 
 class Simulation:
@@ -110,7 +108,7 @@ class Simulation:
         if delay_ms < 0:
             raise ValueError(f"delay_ms={delay_ms} must be >= 0")
         self._number += 1
-        heapq.heappush(self._queue, _Event(self.now + delay_ms, self._number, action))
+        heapq.heappush(self._queue, (self.now + delay_ms, self._number, action))
 
     def sleep(self, delay_ms: int) -> Future[None]:
         future: Future[None] = Future()
@@ -122,17 +120,17 @@ class Simulation:
         return len(self._queue)
 
     def next_due(self) -> int | None:
-        return self._queue[0].due if self._queue else None
+        return self._queue[0][0] if self._queue else None
 
     def run_one(self) -> bool:
         """Run the next event; False when the queue is empty."""
         if not self._queue:
             return False
-        event = heapq.heappop(self._queue)
-        self.now = max(self.now, event.due)
+        due, _, action = heapq.heappop(self._queue)
+        self.now = max(self.now, due)
         self.events_run += 1
         try:
-            event.action()
+            action()
         except Exception as exc:
             if self.on_error is None or not self.on_error(exc):
                 raise

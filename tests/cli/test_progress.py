@@ -87,3 +87,28 @@ def test_disabled_reports_nothing_and_live_mode_draws_and_ends_with_a_line() -> 
         reporter.say("NOT PROVED nothing")  # printed above the bar, not through it
     text = screen.getvalue()
     assert "proofs: buffer done: 3/3 properties (100%)" in text and "NOT PROVED nothing" in text
+
+
+def test_live_phases_may_overlap() -> None:
+    """The main job proves, simulates and verifies at once: its phases share one live display and
+    each ends on its own (rich allows one live display at a time; a second one would raise)."""
+    screen = io.StringIO()
+    reporter = Reporter(stream=screen, live=True)
+    proofs = reporter.phase("proofs", total=2, unit="properties")
+    proving = proofs.__enter__()
+    with reporter.phase("simulate", total=1, unit="histories") as simulating:
+        simulating.advance(note="ctp-file-seed1")
+        proving.advance(2)
+        proofs.__exit__(None, None, None)  # ends while simulate still runs
+        reporter.say("a line above both")
+    with reporter.phase("verify", total=1, unit="histories") as verifying:  # a new display after the last ended
+        verifying.advance()
+    text = screen.getvalue()
+    for line in (
+        "proofs done: 2/2 properties (100%)",
+        "simulate done: 1/1 histories (100%)",
+        "verify done: 1/1 histories (100%)",
+        "a line above both",
+    ):
+        assert line in text
+    assert text.index("proofs done") < text.index("simulate done")

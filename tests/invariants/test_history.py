@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -115,6 +116,48 @@ def test_bad_rows_name_the_field(tmp_path: Path, overrides: dict[str, object], c
     assert isinstance(info.value, InputError)
     assert info.value.row == 1 and info.value.column == column
     assert str(path) in str(info.value) and f"field {column!r}" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "overrides, column",
+    [
+        ({"type": "done"}, "type"),
+        ({"value": "{not json"}, "value"),
+        ({"value": "1 2"}, "value"),
+        ({"result": "[1,"}, "result"),
+        ({"object": "x"}, "object"),
+        ({"completed_at": None}, "completed_at"),
+        ({"type": "invoke"}, "completed_at"),
+        ({"completed_at": -1}, "completed_at"),
+        ({"index": -1}, "index"),
+        ({"process": None}, "process"),
+        ({"type": "ok", "error": "TransactionConflict"}, "error"),
+    ],
+)
+def test_bad_parquet_rows_name_the_row_and_the_field(tmp_path: Path, overrides: dict[str, object], column: str) -> None:
+    """The Parquet reader checks types per file and values per row: a bad value is still found at
+    its row and field (a null in a required column sends the reader down the row-by-row path)."""
+    rows = [_row(), _row(**{"index": 1, **overrides})]
+    nullable = pa.schema([field.with_nullable(True) for field in arrow_schema()])  # another writer's file
+    table = pa.table({name: [row.get(name) for row in rows] for name in FIELDS}, schema=nullable)
+    path = tmp_path / "bad.parquet"
+    pq.write_table(table, path)
+    with pytest.raises(BadHistory) as info:
+        read_parquet(path)
+    assert info.value.row == 1 and info.value.column == column, str(info.value)
+
+
+def test_history_tables_write_the_same_file(tmp_path: Path) -> None:
+    """The main job's workers send tables (history_table); the file written from them is the file
+    write_parquet writes from the operations, byte for byte."""
+    from invariants.history import history_table, write_parquet_tables
+
+    histories = {f"h{k}": [replace(op, history=f"h{k}") for op in generate(k)] for k in range(3)}
+    meta = _metadata()
+    write_parquet(tmp_path / "ops.parquet", histories, metadata=meta)
+    write_parquet_tables(tmp_path / "tables.parquet", [history_table(ops) for ops in histories.values()], metadata=meta)
+    assert (tmp_path / "ops.parquet").read_bytes() == (tmp_path / "tables.parquet").read_bytes()
+    assert read_parquet(tmp_path / "tables.parquet") == histories
 
 
 def test_jsonl_that_is_not_json(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from reference.engine.simulate import RunResult, RunSpec, SimulateOptions
 
 __all__ = [
+    "Collector",
     "RunStopped",
     "build_parser",
     "history_file",
@@ -250,7 +251,7 @@ def simulate(
     :class:`RunStopped` when a run's store was lost for good (corrupted ledger data, a full disk):
     the batch stops there, the histories recorded so far are written, that one marked
     ``incomplete`` in its run metadata."""
-    from reference.engine.simulate import file_stem, run
+    from reference.engine.simulate import run
 
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
@@ -259,51 +260,105 @@ def simulate(
     say: Callable[[str], None] = (lambda _: None) if quiet else (lambda m: print(m, file=sys.stderr))
     if progress is not None:
         progress.set_total(len(options.workloads) * options.histories)
-    status = EXIT_OK
     with tempfile.TemporaryDirectory(prefix="txnmodel-sim-") as scratch:
         specs = [spec for workload in options.workloads for spec in options.specs(workload, scratch)]
-        last = {spec.workload: index for index, spec in enumerate(specs)}
-        files: dict[str, dict[str, RunResult]] = {}
-        stopped: tuple[str, str] | None = None  # (history, why) of a run whose store was lost
-        for index, (spec, result) in enumerate(zip(specs, _runs(specs, jobs, say, run), strict=False)):
-            history = result.operations[0].history if result.operations else f"{spec.workload}-{spec.seed}"
-            files.setdefault(file_stem(spec), {})[history] = result
-            line = (
-                f"{history}: {len(result.operations)} ops, {result.committed} commits, {result.aborted} "
-                f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated"
-                f"{' (cut at the deadline)' if result.cut else ''}"
-                f"{f' (stopped: {result.incomplete})' if result.incomplete else ''}"
-            )
-            if result.failures:
-                # A component raised: contained so the history is written, but the run failed.
-                status = EXIT_FAILED
-                for failure in result.failures:
-                    print(f"{history}: engine failure: {failure.describe()}", file=sys.stderr)
-            if check:
-                clean, verdict_line = _check(result, say)
-                line += verdict_line
-                if not clean:
-                    status = EXIT_FAILED
-            say(line)
-            if progress is not None:
-                progress.advance(note=history)
-            if result.incomplete is not None:
-                stopped = (history, result.incomplete)
-            if index == last[spec.workload] or stopped is not None:
-                # A workload's files are written once its last run is in, and its results let go.
-                if out is not None:
-                    _write(out, files, jsonl, say)
-                files = {}
-            if stopped is not None:
+        collector = Collector(specs, out=out, jsonl=jsonl, check=check, say=say, progress=progress)
+        for index, result in enumerate(_runs(specs, jobs, say, run)):
+            collector.add(index, result)
+            if collector.stopped is not None:
                 break  # the runs after it are not started (the pool's are ended)
-    if stopped is not None:
-        history, why = stopped
+    if collector.stopped is not None:
+        history, why = collector.stopped
         kept = f"kept in {out}, marked incomplete" if out is not None else "not written (no --out)"
         raise RunStopped(
             f"{history} stopped early, its storage lost: {one_line(why)}; "
             f"the history recorded until then is {kept}; later runs were not started"
         )
-    return status
+    return collector.status
+
+
+class Collector:
+    """The results of ``specs``' runs, taken in any order and dealt with in the specs' order: a line
+    per run (and its transactional check with ``check``), ``progress`` told, and a workload's
+    history files written under ``out`` once its last run is in (its results then let go);
+    ``on_written`` hears of each file written, with the number of rows of each history in it.
+    A run whose store was lost for good sets ``stopped`` and has its files written at once.
+    ``status`` is EXIT_FAILED once a checked run was not clean or a run's broker component raised
+    (each failure named on stderr)."""
+
+    def __init__(
+        self,
+        specs: Sequence[RunSpec],
+        *,
+        out: Path | None = None,
+        jsonl: bool = False,
+        check: bool = False,
+        say: Callable[[str], None] = lambda _: None,
+        progress: Any = None,
+        on_written: Callable[[Path, dict[str, int]], None] | None = None,
+    ) -> None:
+        self.specs, self.out, self.jsonl, self.check, self.say = specs, out, jsonl, check, say
+        self.progress, self.on_written = progress, on_written
+        self.status = EXIT_OK
+        self.stopped: tuple[str, str] | None = None  # (history, why) of a run whose store was lost
+        self._last = {spec.workload: index for index, spec in enumerate(specs)}
+        self._early: dict[int, tuple[RunResult, Any]] = {}
+        self._next = 0
+        self._files: dict[str, dict[str, tuple[RunResult, Any]]] = {}
+
+    def add(self, index: int, result: RunResult, table: Any = None) -> None:
+        """The result of ``specs[index]``'s run; ``table``: its operations as a history table
+        (:func:`invariants.history.history_table`, made where the run was) in place of
+        ``result.operations``."""
+        self._early[index] = (result, table)
+        while self._next in self._early:
+            self._take(self._next, *self._early.pop(self._next))
+            self._next += 1
+
+    def _take(self, index: int, result: RunResult, table: Any) -> None:
+        from reference.engine.simulate import file_stem
+
+        spec = self.specs[index]
+        if table is not None:
+            rows = table.num_rows
+            history = table.column("history")[0].as_py() if rows else f"{spec.workload}-{spec.seed}"
+        else:
+            rows = len(result.operations)
+            history = result.operations[0].history if result.operations else f"{spec.workload}-{spec.seed}"
+        self._files.setdefault(file_stem(spec), {})[history] = (result, table)
+        line = (
+            f"{history}: {rows} ops, {result.committed} commits, {result.aborted} "
+            f"aborts, {result.crashes} broker crashes, {result.sim_time_ms} ms simulated"
+            f"{' (cut at the deadline)' if result.cut else ''}"
+            f"{f' (stopped: {result.incomplete})' if result.incomplete else ''}"
+        )
+        if result.failures:
+            # A component raised: contained so the history is written, but the run failed.
+            self.status = EXIT_FAILED
+            for failure in result.failures:
+                print(f"{history}: engine failure: {failure.describe()}", file=sys.stderr)
+        if self.check:
+            clean, verdict_line = _check(result, self.say)
+            line += verdict_line
+            if not clean:
+                self.status = EXIT_FAILED
+        self.say(line)
+        if self.progress is not None:
+            self.progress.advance(note=history)
+        if result.incomplete is not None:
+            self.stopped = (history, result.incomplete)
+        if index == self._last[spec.workload] or self.stopped is not None:
+            # A workload's files are written once its last run is in, and its results let go.
+            if self.out is not None:
+                _write(self.out, self._files, self.jsonl, self.say)
+                if self.on_written is not None:
+                    for stem, runs in sorted(self._files.items()):
+                        sizes = {
+                            name: table.num_rows if table is not None else len(result.operations)
+                            for name, (result, table) in runs.items()
+                        }
+                        self.on_written(self.out / f"{stem}.parquet", sizes)
+            self._files = {}
 
 
 class RunStopped(InputError):
@@ -340,17 +395,23 @@ def _check(result: RunResult, say: Callable[[str], None]) -> tuple[bool, str]:
     return verdict.ok, text
 
 
-def _write(out: Path, files: dict[str, dict[str, RunResult]], jsonl: bool, say: Callable[[str], None]) -> None:
+def _write(
+    out: Path, files: dict[str, dict[str, tuple[RunResult, Any]]], jsonl: bool, say: Callable[[str], None]
+) -> None:
     """One history file per stem, its runs in id order with their metadata."""
-    from invariants.history import write_jsonl, write_parquet
+    from invariants.history import write_jsonl, write_parquet, write_parquet_tables
     from reference.engine.simulate import file_metadata
 
     for stem, runs in sorted(files.items()):
-        histories = {name: result.operations for name, result in runs.items()}
-        metadata = file_metadata(runs)
-        write_parquet(out / f"{stem}.parquet", histories, metadata=metadata)
-        if jsonl:
-            write_jsonl(out / f"{stem}.jsonl", histories, metadata=metadata)
+        metadata = file_metadata({name: result for name, (result, _) in runs.items()})
+        tables = [table for _, table in runs.values()]
+        if all(table is not None for table in tables):
+            write_parquet_tables(out / f"{stem}.parquet", tables, metadata=metadata)
+        else:
+            histories = {name: result.operations for name, (result, _) in runs.items()}
+            write_parquet(out / f"{stem}.parquet", histories, metadata=metadata)
+            if jsonl:
+                write_jsonl(out / f"{stem}.jsonl", histories, metadata=metadata)
         say(f"wrote {out / f'{stem}.parquet'}")
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "add_arguments",
     "build_parser",
     "register",
+    "report",
     "run_verify",
     "verify",
 ]
@@ -88,7 +89,6 @@ def verify(request: VerifyRequest) -> VerifyResult:
     from invariants.models import model_by_name
     from spec.errors import InputError
     from spec.history import BadHistory
-    from txnmodel.verdicts import applicability_lines, exit_code, history_results, print_report, summarize
 
     started = time.perf_counter()
     out = Path(request.out)
@@ -112,13 +112,21 @@ def verify(request: VerifyRequest) -> VerifyResult:
     if request.format == "jepsen" and options.model == "auto":
         options = dataclasses.replace(options, model="cas-register")
     from txnmodel.progress import Reporter
-    from txnmodel.verdicts import write_index
 
     reporter = request.reporter if request.reporter is not None else Reporter()
     if not request.progress:
         reporter = Reporter(enabled=False)
     rows = _check(request, files, options, reporter)
-    elapsed = time.perf_counter() - started
+    return report(request, rows, time.perf_counter() - started)
+
+
+def report(request: VerifyRequest, rows: Sequence[VerdictRow], elapsed: float) -> VerifyResult:
+    """The end of a verification whose rows are in (each part already written under
+    ``request.out``): the index and every counterexample's page, then the report on standard output
+    (text, or JSON with ``request.json``); returns the exit code with the rows."""
+    from txnmodel.verdicts import applicability_lines, exit_code, history_results, print_report, summarize, write_index
+
+    out = Path(request.out)
     written = write_index(out, rows)
     code = exit_code(rows, unknown_ok=request.unknown_ok)
     summary = summarize(rows, elapsed)
