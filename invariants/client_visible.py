@@ -4,8 +4,10 @@
 per-object linearizability check judges the machines against the reference machines themselves, so
 a slip in ``reference/`` is also in that model.  This module states, from ``spec/rules/*.md`` and
 nothing in ``reference/``, what a correct broker lets a consumer see, given the sends, acks,
-commits and aborts that it and the other clients made.  It reads client operations only (machine
-operations are ignored), so it applies unchanged to a trace of a real broker.
+commits and aborts that it and the other clients made.  It judges client operations; of the machine
+operations it reads only the coordinator's reloads and failed phase-3 steps, as the history's record
+of the faults that delayed a transaction's end (see Times), so it applies unchanged to a trace of a
+real broker, which has none.
 
 Every check fires only on evidence no correct broker can produce: an operation of unknown outcome
 gets the benefit of the doubt, an interval is judged by the end that favours the broker, and a
@@ -50,6 +52,12 @@ end (TC-15).  An open transaction that nobody ended is aborted by its coordinato
 ``timeout_ms + TXN_END_BOUND_MS`` of its ``new_txn`` completing (TC-18), and one whose end was
 invoked ends within TXN_END_BOUND_MS of the later of that and its deadline (an end that reached
 the coordinator is re-driven until it completes, TC-16, TC-24; a lost one leaves it to TC-18).
+TXN_END_BOUND_MS covers one undisturbed run of that end; the faults a history records start it
+afresh (``_View.disturbed``): a participant that failed phase 2 (the end is re-run a second later,
+TC-16), and a coordinator reload whose replayed log still holds the transaction unfinished (the
+crash lost the end in flight, TC-25; the reload re-drives it, TC-24, or times it out on its first
+tick, TC-18).  Neither has a bound of its own: a coordinator that keeps crashing, or participants
+that keep timing out, delay the end for as long as they go on.
 
 Bounds (simulated milliseconds; logical time is the history's clock):
 
@@ -241,6 +249,14 @@ class _View:
         self.receivers: dict[str, set[int]] = defaultdict(set)
         self.subscribes: dict[str, list[Operation]] = defaultdict(list)
         self.acks: list[_Ack] = []
+        # The coordinator's own record of what disturbed an end (machine rows; none in a real
+        # broker's trace): its reloads, with the txns still unfinished in the log they replayed,
+        # and phase-2 failures, per txn.
+        self.recoveries: dict[str, list[tuple[int, frozenset[Txn]]]] = defaultdict(list)
+        self.end_failures: dict[Txn, list[int]] = defaultdict(list)
+        for op in ops:
+            if is_machine_operation(op) and op.object.startswith("coordinator:"):
+                self._coordinator_row(op)
         for op in client:
             if op.f == "new_txn" and op.type is OpType.OK:
                 got = _object(op, "result")
@@ -282,6 +298,27 @@ class _View:
         )
         self.messages[payload] = message
         self.sends_by_partition[partition].append(message)
+
+    def _coordinator_row(self, op: Operation) -> None:
+        """Note a coordinator reload (``recover``) with the txns its replayed log leaves unfinished
+        (TC-21, TC-22: a txn whose COMMITTED/ABORTED record is replayed is gone), and a phase 3
+        that a participant failed (``end_txn_in_transaction_buffer_result`` with errors)."""
+        args = op.args
+        if op.f == "recover" and op.type is OpType.OK and args.get("machine") == "coordinator":
+            records = args.get("records")
+            live: set[Txn] = set()
+            finished: set[Txn] = set()
+            for item in records if isinstance(records, list) else ():
+                record = item[1] if isinstance(item, list) and len(item) == 2 else None
+                if not isinstance(record, dict):
+                    raise _bad(op, f"a replayed record is [record id, record], got {item!r}")
+                txn = _pair(op, record.get("txn_id"), "txn_id", "value")
+                live.add(txn)
+                if record.get("new_status") in ("COMMITTED", "ABORTED"):
+                    finished.add(txn)
+            self.recoveries[op.object].append((op.invoked_at, frozenset(live - finished)))
+        elif op.f == "end_txn_in_transaction_buffer_result" and args.get("errors"):
+            self.end_failures[_pair(op, args.get("txn_id"), "txn_id", "value")].append(op.invoked_at)
 
     def _subscription_op(self, op: Operation) -> None:
         kind, name = parse_object(op.object)
@@ -382,7 +419,41 @@ class _View:
             return None
         calls = [op.invoked_at for op in self.ends.get(txn, []) if op.type is not OpType.FAIL]
         by = max([deadline, *calls]) + TXN_END_BOUND_MS
-        return float(by), f"ends by {by} (its deadline {deadline} or its last end, plus {TXN_END_BOUND_MS} ms)"
+        later, disturbed = self.disturbed(txn, by)
+        why = f"its deadline {deadline} or its last end, plus {TXN_END_BOUND_MS} ms"
+        if later > by:
+            why += f", = {by}; then {disturbed}"
+        return float(later), f"ends by {later} ({why})"
+
+    def disturbed(self, txn: Txn, by: int) -> tuple[int, str]:
+        """``by`` moved past every disturbance of ``txn``'s end that the history records, and what
+        moved it.  TXN_END_BOUND_MS covers one undisturbed run of the end: the timeout tracker's
+        tick (TC-18), the log write, phase 2 answered or timed out by the coordinator's
+        transaction-buffer client (``transactionBufferClientOperationTimeoutInMills``, 3000 ms) and
+        one re-run a second later (TC-16).  A run can be disturbed without limit, and each
+        disturbance starts it afresh:
+
+        * a phase 3 failed by a participant (TC-16) is re-run END_TXN_RETRY_INTERVAL_MS later;
+        * a coordinator crash loses the end in flight (TC-25) and its reload re-drives a
+          COMMITTING/ABORTING txn at once (TC-24), an expired OPEN one on its first tick (TC-18).
+
+        A reload counts when the log it replayed still holds ``txn`` unfinished and the crash before
+        it may have come before ``by``: the history records the reload, not the crash, so the crash
+        is only known to follow the coordinator's reload before."""
+        events: list[tuple[int, float, str]] = []
+        since = -INF
+        for at, live in sorted(self.recoveries.get(f"coordinator:{txn[0]}", ()), key=lambda r: r[0]):
+            if txn in live:
+                events.append((at, since, f"its coordinator reloaded at {at} with it unfinished (TC-24, TC-25)"))
+            since = at
+        for at in self.end_failures.get(txn, ()):
+            events.append((at, at, f"a participant failed its end at {at} (TC-16)"))
+        why: list[str] = []
+        for at, since, what in sorted(events):
+            if since < by < at + TXN_END_BOUND_MS:
+                by = at + TXN_END_BOUND_MS
+                why.append(what)
+        return by, f"{'; '.join(why)}; plus {TXN_END_BOUND_MS} ms"
 
     # -- subscriptions ---------------------------------------------------------------------------
 

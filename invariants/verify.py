@@ -338,13 +338,20 @@ def _transactional_row(
 
 
 def _delivery_row(
-    name: str, client_ops: Sequence[Operation], file: str, seed: int | None, reproduce: str | None
+    name: str,
+    ops: Sequence[Operation],
+    client_ops: Sequence[Operation],
+    file: str,
+    seed: int | None,
+    reproduce: str | None,
 ) -> VerdictRow:
+    """The delivery checks judge the client operations; the coordinator's machine rows go along
+    as the record of the faults that disturbed a transaction's end (TC-16, TC-24, TC-25)."""
     from invariants.client_visible import check_client_visible
     from invariants.report import reproduce_lines
 
     started = time.perf_counter()
-    found = check_client_visible(client_ops)
+    found = check_client_visible(ops)
     text = None
     if not found.ok:
         lines = [f"history {name}: delivery violations {dict(sorted(found.counts.items()))}"]
@@ -395,7 +402,7 @@ def check_history(
         transactional = any(op.f in TXN_VOCABULARY for op in client_ops)
         if transactional:
             rows.append(_transactional_row(name, client_ops, file, options, seed, reproduce))
-            rows.append(_delivery_row(name, client_ops, file, seed, reproduce))
+            rows.append(_delivery_row(name, ops, client_ops, file, seed, reproduce))
         if not plan and not transactional:
             detail = "no checker applies: no --model for these objects and no transactional operations"
             rows.append(_bad_input(name, file, options.model, detail))
