@@ -66,7 +66,8 @@ Bounds (simulated milliseconds; logical time is the history's clock):
   its ``deliver_at_ms`` passed), a receive invoked this much later on a subscription with one
   consumer must not come back empty.
 * ``REDELIVERY_BOUND_MS``: after a transaction certainly ended by an abort, what it acked
-  individually must be received again before a receive invoked this much later comes back empty.
+  individually while it was certainly open must be received again before a receive invoked this
+  much later comes back empty.
 * ``TXN_END_BOUND_MS``: how long after its deadline an unended transaction may stay open.
 
 Subscriptions judged for liveness: every receive on them came from one process (one consumer at
@@ -746,9 +747,20 @@ def _missing_abort_redelivery(view: _View, out: _Out) -> None:
     """PA-13: an abort returns a txn's individual acks to PENDING and redelivers them; PA-14 and
     TC-18 make sure a txn nobody ends is aborted too.  On a subscription with one consumer the
     message must be received again before a receive invoked REDELIVERY_BOUND_MS after the abort
-    comes back empty."""
+    comes back empty.
+
+    Only an ack that took effect before the abort could reach the subscription is owed a
+    redelivery: one that completed while its txn was certainly open.  An abort that comes first
+    finds nothing of the txn there and does nothing (PA-13); the ack that lands after it is
+    accepted (PA-4 checks only conflicts, PA-5, PA-6) and stays PENDING_ACK until a later
+    end that had individual acks there raises the watermark past it (PA-14), which may never come
+    (the watermark stays below every live txn, TC-17).  A client sends the ack only once the
+    coordinator answered ADD_SUBSCRIPTION_TO_TXN (TC-30), so the race is open whenever that answer
+    comes near the txn's timeout."""
     for ack in view.acks:
         if ack.txn is None or ack.cumulative or ack.op.completed_at is None or not view.judged(ack.sub):
+            continue
+        if ack.op.completed_at > view.open_until(ack.txn):
             continue
         aborted = view.aborted_by(ack.txn)
         if aborted is None:

@@ -87,17 +87,32 @@ def test_a_liveness_trace_is_a_lasso_in_the_viewer_shape(tmp_path: Path, capsys:
 
 
 def test_the_main_jobs_model_checking_phase(tmp_path: Path) -> None:
+    import argparse
+
     from proofs.check.models import DEFAULT_MODELS
-    from txnmodel.commands.run import _model_check
+    from txnmodel.commands.run import _MainJob
+    from txnmodel.main_job import Pipeline
     from txnmodel.progress import Reporter
 
-    summary: list[tuple[str, str, str]] = []
-    assert _model_check(Reporter(enabled=False), summary, tmp_path) == 0
+    def model_check() -> tuple[int, list[tuple[str, str, str, str]]]:
+        # the phase runs in the main job's own process: no worker is needed
+        pipeline = Pipeline(1)
+        try:
+            job = _MainJob(argparse.Namespace(), Reporter(enabled=False), pipeline, tmp_path)
+            with job.phases:
+                job.model_check()
+        finally:
+            pipeline.close()
+        return job.worst, job.summary["check"]
+
+    worst, summary = model_check()
+    assert worst == 0
     assert [row[0] for row in summary] == [f"model check: {name}" for name in DEFAULT_MODELS]
     assert all(row[1].startswith("ok, ") for row in summary)
     mutant = next(m for m in MUTANTS if m.name == "recovery-keeps-snapshot-mrp")
-    summary = []
     with applied(mutant):
-        assert _model_check(Reporter(enabled=False), summary, tmp_path) == 1
+        worst, summary = model_check()
+    assert worst == 1
     assert summary[0][1].startswith("violated")
+    tmp_path = tmp_path / "check"
     assert (tmp_path / "produce" / "buffer-recovers-live" / "trace.json").exists()

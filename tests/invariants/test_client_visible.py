@@ -16,7 +16,7 @@ from invariants.client_visible import (
     TXN_END_BOUND_MS,
     check_client_visible,
 )
-from reference.engine.simulate import main_job_spec, run
+from reference.engine.simulate import SimulateOptions, main_job_spec, run
 from spec.history import BadHistory, Operation, OpType, make_operation
 from spec.rules import RULES_DIR, parse_rules
 
@@ -424,6 +424,60 @@ def test_missing_abort_redelivery_spares_what_the_cursor_deleted_otherwise() -> 
     h.ack((0, 0), 45)  # a plain ack of the same message
     h.receive(None, None, 40 + REDELIVERY_BOUND_MS, 90 + REDELIVERY_BOUND_MS)
     assert names(h) == {}
+
+
+def _late_ack(ack_at: int) -> H:
+    """A txn with a 100 ms timeout (new_txn invoked at 10: certainly open until 110) acks at
+    ``ack_at``, answered 2 ms later; nobody ends it and nothing comes back."""
+    h = H()
+    h.subscribe()
+    h.send("m", (0, 0), 1)
+    h.receive("m", (0, 0), 5, 6)
+    h.new_txn((0, 1), 10, timeout=100, process=9)
+    h.ack((0, 0), ack_at, txn=(0, 1))
+    late = 12 + 100 + TXN_END_BOUND_MS + REDELIVERY_BOUND_MS
+    h.receive(None, None, late, late + 50)
+    return h
+
+
+def test_missing_abort_redelivery_spares_an_ack_that_may_have_landed_after_the_abort() -> None:
+    """PA-13: an abort that reaches the subscription before the ack does nothing there; the ack that
+    lands after it stays PENDING_ACK until a later end raises the watermark past it (PA-14), which
+    may never come.  Only an ack answered while its txn was certainly open is owed a redelivery
+    (found as ctp seed 69 on the simulated disk: ADD_SUBSCRIPTION_TO_TXN answered after the timeout)."""
+    assert names(_late_ack(108)) == {"missing-abort-redelivery": 1}  # answered at 110: before any end
+    assert names(_late_ack(109)) == {}  # answered at 111: the timeout's abort may have come first
+
+
+def test_ctp_seed_69_on_the_simulated_disk_has_no_false_missing_abort_redelivery() -> None:
+    """The main job's history that showed the race: txn (0,22) acked 'in-38' after its timeout's
+    abort had reached the subscription, and the ack stayed PENDING_ACK (PA-14 never reached it)."""
+    options = SimulateOptions(
+        seed=69,
+        workload="ctp",
+        ops=60,
+        ledger="file",
+        batching="on",
+        batch_messages="on",
+        key_shared="off",
+        delayed_tracker="memory",
+        fault_mix="quiesce",
+        redeliver="on",
+        deadline=3_600_000,
+        disk="sim",
+        group_commit_ms=1,
+    )
+    (spec,) = options.specs("ctp", "")
+    ops = run(spec).operations
+    sub = "subscription:persistent://public/default/in-partition-1#ctp"
+    steps = [
+        op.f
+        for op in ops
+        if op.object == sub and op.f in ("abort_txn", "individual_ack") and op.args.get("txn_id") == [0, 22]
+    ]
+    assert steps == ["abort_txn", "individual_ack"]  # the race: the ack reached the handle after the abort
+    result = check_client_visible(ops)
+    assert result.ok, [str(v) for v in result.violations[:3]]
 
 
 # --- refused-send ---------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -52,8 +53,11 @@ def check_models(
     progress: bool = False,
     level: Callable[[int, int, int], None] | None = None,
     step_timeout_s: float | None = 20.0,
+    reporter: Any = None,
 ) -> list[ModelRun]:
-    """Run the named models (bounds apply to every model that has them); raise BadBound on bad input."""
+    """Run the named models (bounds apply to every model that has them); raise BadBound on bad input.
+    ``reporter`` (a :class:`txnmodel.progress.Reporter`): a progress phase per model, its distinct
+    states counted at every breadth-first level."""
     from proofs.check.explore import Options, explore
     from proofs.check.model import Model
     from proofs.check.models import MODELS, BadBound, build
@@ -68,11 +72,16 @@ def check_models(
             mine = bounds  # a single model: an unknown bound is an error
         spec = build(name, mine, quirks=quirks)
         spec = _with_quirks(spec, quirks)
-        printer = level
-        if progress:
+        phases = contextlib.ExitStack()
+        phase = phases.enter_context(reporter.phase(f"check: {name}", unit="states")) if reporter else None
 
-            def printer(depth: int, states: int, frontier: int, name: str = name) -> None:
+        def printer(depth: int, states: int, frontier: int, name: str = name, phase: Any = phase) -> None:
+            if progress:
                 print(f"  {name}: depth {depth}, {states} states, frontier {frontier}", file=sys.stderr, flush=True)
+            if phase is not None:
+                phase.advance(states - phase.done, note=f"depth {depth}, frontier {frontier}")
+            if level is not None:
+                level(depth, states, frontier)
 
         visited = None
         spilled: list[Any] = []
@@ -95,17 +104,18 @@ def check_models(
             progress=printer,
             visited=visited,
         )
-        if master is None:
-            model = Model(spec, step_timeout_s=step_timeout_s)
-            try:
-                result = explore(model, options)
-            finally:
-                for seen in spilled:
-                    seen.close()
-        else:
-            from txnmodel.check_spark import explore_spark
+        with phases:
+            if master is None:
+                model = Model(spec, step_timeout_s=step_timeout_s)
+                try:
+                    result = explore(model, options)
+                finally:
+                    for seen in spilled:
+                        seen.close()
+            else:
+                from txnmodel.check_spark import explore_spark
 
-            result, model = explore_spark(spec, options, master)
+                result, model = explore_spark(spec, options, master)
         runs.append(ModelRun(name, result, model, quirks))
     return runs
 
@@ -178,6 +188,7 @@ def summary_json(run: ModelRun, written: list[str]) -> dict[str, Any]:
 def cmd_check(args: argparse.Namespace) -> int:
     from proofs.check.models import DEFAULT_MODELS, MODELS, BadBound
     from proofs.check.trace import render_text
+    from txnmodel.progress import Reporter
 
     if args.list:
         for name, model in MODELS.items():
@@ -202,6 +213,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             spill=args.spill,
             keep_going=args.keep_going,
             progress=args.progress,
+            reporter=Reporter(enabled=not args.json and not args.no_progress),
         )
     except (BadBound, ValueError) as exc:
         print(f"txnmodel check: {exc}", file=sys.stderr)
@@ -285,5 +297,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     check.add_argument("--out", default=os.path.join("out", "check"), help="where counterexamples go (out/check)")
     check.add_argument("--progress", action="store_true", help="print each BFS level to stderr")
+    check.add_argument("--no-progress", action="store_true", help="no progress display on stderr (--json implies it)")
     check.add_argument("--list", action="store_true", help="list the models and their default bounds")
     check.set_defaults(func=cmd_check)
