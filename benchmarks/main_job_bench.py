@@ -54,7 +54,8 @@ def run_main_job(histories: int | None, ops: int | None, jobs: int, out: Path) -
         command += ["--ops", str(ops)]
     load_before = os.getloadavg()
     cpu0, t0 = _children_cpu(), time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    # its progress (stderr) shows as it runs; the summary table (stdout) is read back
+    done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, text=True, check=False)
     wall, cpu = time.perf_counter() - t0, _children_cpu() - cpu0
     parts: dict[str, dict[str, float]] = {}
     summary = done.stdout.split("== summary", 1)[-1].splitlines()[1:]

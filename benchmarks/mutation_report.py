@@ -567,9 +567,13 @@ def main(argv: list[str] | None = None) -> int:
     ctx = baseline(args)
     print(f"baseline: {len(ctx.baseline)} clean histories, {len(ctx.reached)} reference functions reached", flush=True)
     rows: list[dict[str, Any]] = []
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+    from txnmodel.progress import Reporter
+
+    judging = Reporter().phase("mutation_report: mutants", total=len(chosen), unit="mutants")
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool, judging as phase:
         for row in pool.map(lambda m: judge(m, ctx, args), chosen):
             rows.append(row)
+            phase.advance(note=row["id"])
             print(
                 f"  {row['id']:16} {row['operator']:9} {row['function'][:32]:32} changed={row.get('changed')!s:5} "
                 f"bulk={row.get('bulk') or '-'} oracle={row.get('oracle') or '-'} "

@@ -26,12 +26,37 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from reference.engine.simulate import WORKLOADS, main_job_spec, run  # noqa: E402
 from txnmodel.reach import all_rules, replay_reach, rule_map, rules_reached, traced  # noqa: E402
+
+
+def _reach(
+    args: argparse.Namespace,
+    mapping: Any,
+    rules: dict[str, str],
+    by_records: Counter[str],
+    by_live: Counter[str],
+    calls: Counter[str],
+    phase: Any,
+) -> None:
+    """The main job's histories of seeds 1..``args.seeds``, each run traced, counted into the counters."""
+    for seed in range(1, args.seeds + 1):
+        for workload in WORKLOADS:
+            spec = main_job_spec(workload, seed, args.ops)
+            with traced() as live:
+                result = run(spec)
+            recorded = rules_reached(replay_reach(result.operations), mapping)
+            seen = rules_reached(live, mapping)
+            by_records.update(recorded.keys())
+            by_live.update(seen.keys())
+            calls.update(seen)
+            phase.advance(note=f"{workload} seed {seed}")
+        print(f"  seed {seed}: {len(set(by_records) | set(by_live))}/{len(rules)} rules reached", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,18 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     by_live: Counter[str] = Counter()
     calls: Counter[str] = Counter()
     histories = 0
-    for seed in range(1, args.seeds + 1):
-        for workload in WORKLOADS:
-            spec = main_job_spec(workload, seed, args.ops)
-            with traced() as live:
-                result = run(spec)
-            recorded = rules_reached(replay_reach(result.operations), mapping)
-            seen = rules_reached(live, mapping)
-            by_records.update(recorded.keys())
-            by_live.update(seen.keys())
-            calls.update(seen)
-            histories += 1
-        print(f"  seed {seed}: {len(set(by_records) | set(by_live))}/{len(rules)} rules reached", file=sys.stderr)
+    from txnmodel.progress import Reporter
+
+    progress = Reporter().phase("reach_report", total=args.seeds * len(WORKLOADS), unit="histories")
+    with progress as phase:
+        _reach(args, mapping, rules, by_records, by_live, calls, phase)
+    histories = args.seeds * len(WORKLOADS)
     reached = set(by_records) | set(by_live)
     wall = time.perf_counter() - started
     load = os.getloadavg()
