@@ -3,6 +3,7 @@ every invariant and step property after every step."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from hypothesis import event
@@ -108,6 +109,13 @@ class BufferMachine(RuleBasedStateMachine):
 
     def _check_state(self) -> None:
         assert violated(INVARIANTS, self.state) == []
+        # The lookups the steps keep beside ``aborted`` and ``unsealed`` are not compared or hashed,
+        # so a step that forgot one would go unseen by equality: rebuild them and compare.
+        fresh = dataclasses.replace(self.state)
+        kept = list(self.state.aborted_by_marker)
+        assert sorted(kept) == sorted(fresh.aborted_by_marker)
+        assert [marker for marker, _ in kept] == sorted(marker for marker, _ in kept)
+        assert set(self.state.unsealed_ids) == set(fresh.unsealed_ids)
 
     def _do(self, command: Any) -> Any:
         before = self.state
