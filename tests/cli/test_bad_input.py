@@ -520,6 +520,7 @@ CASES: tuple[Case, ...] = (
     Case("view", "not a trace", ("view", "{tmp}/t.json"), 2, ("$",), _write("t.json", "[1, 2]")),
     # -- check
     Case("check", "unknown model", ("check", "--model", "kafka"), 2, ("unknown model", "kafka")),
+    Case("check", "bogus --master", ("check", "--model", "produce", "--master", "bogus"), 2, ("Spark master URL",)),
     Case("check", "--bound without =", ("check", "--model", "produce", "--bound", "clients"), 2, ("K=V",)),
     Case("check", "--bound not a number", ("check", "--model", "produce", "--bound", "clients=x"), 2, ("'x'",)),
     Case("check", "unknown bound", ("check", "--model", "produce", "--bound", "nonsense=1"), 2, ("nonsense",)),

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from txnmodel.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, positive_int, print_json
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, positive_int, print_json, spark_master
 
 __all__ = ["ModelRun", "check_models", "cmd_check", "register"]
 
@@ -272,7 +272,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check.add_argument("--bound", action="append", metavar="K=V", help="override a bound (repeatable)")
     check.add_argument("--quirk", action="append", metavar="NAME", help="switch on a named quirk (append-after-abort)")
     where = check.add_mutually_exclusive_group()
-    where.add_argument("--master", help="run on Spark at this master URL (e.g. local[2], spark://host:7077)")
+    where.add_argument(
+        "--master", type=spark_master, help="run on Spark at this master URL (e.g. local[2], spark://host:7077)"
+    )
     where.add_argument("--local", action="store_true", help="run in this process (the default)")
     check.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
     check.add_argument("--strict", action="store_true", help="also the liveness Pulsar does not promise (re-opens)")
