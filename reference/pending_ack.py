@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import bisect
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import immutables
 
 from reference.conformance import MachineVectors
-from reference.persistent import HashOnce, evolve, slot_init
+from reference.persistent import HashOnce, evolve, evolver, slot_init
 from spec.config import PENDING_ACK_INIT_BACKOFF_INITIAL_MS, Config
 from spec.errors import BadRecord, DomainError, NotAllowed, ServiceUnitNotReady, TransactionConflict
 from spec.jsonvalues import from_json
@@ -233,7 +233,7 @@ class CursorView(HashOnce):
 
     def deleted_bits(self, position: Position) -> int | None:
         """Acked indexes of ``position`` on the cursor; ``None`` when the whole entry is deleted."""
-        if self.is_deleted(position):
+        if position <= self.mark_delete_position or position in self.individually_deleted:
             return WHOLE
         bits = self.batch_deleted.get(position)
         return 0 if bits is None or bits.acked is None else bits.acked
@@ -524,6 +524,20 @@ class PendingAckState(HashOnce):
 Result = Ok[Any] | Err
 Step = tuple[PendingAckState, Result]
 
+# The updates a step makes on its hot path, called directly (persistent.evolver).  The first five
+# fields are the log's bookkeeping (PA-15, PA-16), which every logged step changes; the rest are
+# what the step changes besides in the same update.
+_LOG_FIELDS: Final = ("next_record_id", "max_ack_position", "current_index_lag", "log_index", "max_index_lag")
+_LOGGED: Final = evolver(PendingAckState, *_LOG_FIELDS)
+_ACK_FIELDS: Final = ("individual_ack_of_transaction", "individual_ack_positions", "txn_order")
+_LOGGED_ACK: Final = evolver(PendingAckState, *_LOG_FIELDS, *_ACK_FIELDS)
+_SET_ACKS: Final = evolver(PendingAckState, *_ACK_FIELDS)
+_LOGGED_LOW_WATER_MARKS: Final = evolver(PendingAckState, *_LOG_FIELDS, "low_water_marks")
+_FORGET_COMMITTED: Final = evolver(
+    PendingAckState, "cursor", "individual_ack_positions", "individual_ack_of_transaction", "txn_order"
+)
+_FORGET_ABORTED: Final = evolver(PendingAckState, "individual_ack_positions", "individual_ack_of_transaction", "txn_order")
+
 
 @dataclass(frozen=True, slots=True)
 class PendingAckView:
@@ -710,14 +724,19 @@ def _cursor_delete_distinct(cursor: CursorView, deletions: Iterable[tuple[Positi
     md = cursor.mark_delete_position
     ledger, entry = md.ledger_id, md.entry_id
     before = cursor.individually_deleted
-    new_ids = {p.entry_id for p in whole if p.ledger_id == ledger}
+    new_ids = {p.entry_id: p for p in whole if p.ledger_id == ledger}
     while entry + 1 in new_ids or (before and Position(ledger, entry + 1) in before):
         entry += 1
-    deleted = before.union(whole)
     if entry == md.entry_id:
-        return CursorView(md, deleted, batch)
-    folded = [p for p in deleted if p.ledger_id == ledger and p.entry_id <= entry]
-    return CursorView(Position(ledger, entry), deleted.difference(folded), batch)
+        return CursorView(md, before.union(whole), batch)
+    # what is left above the new mark-delete position: nothing at or below it in its ledger
+    # (an entry of ``whole`` there lies above the old one, or the cursor held it deleted)
+    kept = [p for p in whole if p.ledger_id != ledger or p.entry_id > entry]
+    if before:
+        kept += [p for p in before if p.ledger_id != ledger or p.entry_id > entry]
+    # the entry the mark-delete position moves to is a deleted one: its position is reused
+    moved = new_ids.get(entry) or Position(ledger, entry)
+    return CursorView(moved, frozenset(kept), batch)
 
 
 def _cursor_mark_delete(cursor: CursorView, position: Position, batch_size: int, acked: int | None) -> CursorView:
@@ -807,25 +826,33 @@ def _strip_map(
 # --------------------------------------------------------------------------------------------
 
 
-def _append(state: PendingAckState, record: PendingAckRecord, **changes: Any) -> tuple[PendingAckState, list[Effect]]:
-    """Append one record and do the index bookkeeping of its callback (PA-15, PA-16); ``changes``
-    (fields the step sets besides the log's, which the bookkeeping does not read) are made in the
-    same update."""
+def _append(
+    state: PendingAckState, record: PendingAckRecord, make: Callable[..., PendingAckState] = _LOGGED, *more: Any
+) -> tuple[PendingAckState, list[Effect]]:
+    """Append one record and do the index bookkeeping of its callback (PA-15, PA-16); ``make`` is
+    the update of the log's fields followed by fields the step sets besides (values ``more``, which
+    the bookkeeping does not read), made in the same update."""
     record_id = state.next_record_id
     effects: list[Effect] = [AppendPendingAckRecord(record_id, record)]
-    state, trim = _index_record(state, record, record_id, next_record_id=record_id + 1, **changes)
+    state, trim = _index_record(state, record, record_id, record_id + 1, make, *more)
     if trim is not None:
         effects.append(trim)
     return state, effects
 
 
 def _index_record(
-    state: PendingAckState, record: PendingAckRecord, record_id: int, *, next_record_id: int, **changes: Any
+    state: PendingAckState,
+    record: PendingAckRecord,
+    record_id: int,
+    next_record_id: int,
+    make: Callable[..., PendingAckState] = _LOGGED,
+    *more: Any,
 ) -> tuple[PendingAckState, TrimPendingAckLog | None]:
     """MLPendingAckStore's sparse index: every ``maxIndexLag`` records, remember (max acked
     position -> record id); then pop what the cursor's mark-delete covers and trim the log (PA-16).
-    ``next_record_id`` is the id counter after this record; ``changes`` are made in the same update
-    and must leave the cursor alone (the trim reads it)."""
+    ``next_record_id`` is the id counter after this record; ``make`` updates the log's fields and
+    the fields after them (values ``more``) in one update, and must leave the cursor alone (the
+    trim reads it)."""
     max_ack = state.max_ack_position
     if record.op is PendingAckOp.ACK:
         for acked in record.positions:
@@ -838,15 +865,7 @@ def _index_record(
         index = (*tuple(e for e in index if e[0] < max_ack), (max_ack, record_id))
         lag = 0
         max_lag = _next_lag(state.config, len(index))
-    state = evolve(
-        state,
-        next_record_id=next_record_id,
-        max_ack_position=max_ack,
-        current_index_lag=lag,
-        log_index=index,
-        max_index_lag=max_lag,
-        **changes,
-    )
+    state = make(state, next_record_id, max_ack, lag, index, max_lag, *more)
     return _clear_useless_log_data(state)
 
 
@@ -922,16 +941,20 @@ def _individual_checked(
 
 def _apply_individual(state: PendingAckState, txn: TxnID, accepted: _Accepted) -> PendingAckState:
     """Record an accepted individual txn ack in both maps (PA-8)."""
-    changes = _individual_changes(state, txn, accepted)
-    return evolve(state, **changes) if changes else state
+    return _SET_ACKS(state, *_individual_changes(state, txn, accepted)) if accepted else state
 
 
-def _individual_changes(state: PendingAckState, txn: TxnID, accepted: _Accepted) -> dict[str, Any]:
-    """The fields :func:`_apply_individual` changes, for a step that makes them together with others (PA-8)."""
-    if not accepted:
-        return {}
+_AckChanges = tuple[
+    immutables.Map[TxnID, immutables.Map[Position, AckBits]], immutables.Map[Position, AckBits], tuple[TxnID, ...]
+]
+
+
+def _individual_changes(state: PendingAckState, txn: TxnID, accepted: _Accepted) -> _AckChanges:
+    """The new values of the fields :func:`_apply_individual` changes (``_ACK_FIELDS``), for a step
+    that makes them together with others; ``accepted`` is not empty (PA-8)."""
     txns = state.individual_ack_of_transaction
-    held = txns.get(txn, _NO_ACKS)
+    known = txns.get(txn)
+    held = _NO_ACKS if known is None else known
     combined = state.individual_ack_positions
     for position, batch_size, bits in accepted:
         mine = held.get(position)
@@ -940,12 +963,8 @@ def _individual_changes(state: PendingAckState, txn: TxnID, accepted: _Accepted)
         held = held.set(position, ack)
         # an entry no txn held yet gets the same bits in both maps
         combined = combined.set(position, ack if theirs is None and mine is None else _union(theirs, batch_size, bits))
-    order = state.txn_order if txn in txns else (*state.txn_order, txn)
-    return {
-        "individual_ack_of_transaction": txns.set(txn, held),
-        "individual_ack_positions": combined,
-        "txn_order": order,
-    }
+    order = (*state.txn_order, txn) if known is None else state.txn_order
+    return txns.set(txn, held), combined, order
 
 
 def _union(existing: AckBits | None, batch_size: int, bits: int | None) -> AckBits:
@@ -999,7 +1018,7 @@ def _commit_individual(state: PendingAckState, txn: TxnID) -> tuple[PendingAckSt
         acks.append(_wire(position, bits.batch_size, bits.acked))
         combined = _release(combined, position, bits.acked)
     cursor = _cursor_delete_distinct(state.cursor, deletions)
-    state = _forget(state, txn, cursor=cursor, individual_ack_positions=combined)
+    state = _FORGET_COMMITTED(state, cursor, combined, *_forgotten(state, txn))
     return _strip_deleted(state, held.keys()), [CursorIndividualAck(tuple(acks))] if acks else []
 
 
@@ -1011,7 +1030,7 @@ def _abort_individual(state: PendingAckState, txn: TxnID) -> tuple[PendingAckSta
     combined = state.individual_ack_positions
     for position, bits in held.items():
         combined = _release(combined, position, bits.acked)
-    state = _forget(state, txn, individual_ack_positions=combined)
+    state = _FORGET_ABORTED(state, combined, *_forgotten(state, txn))
     redeliver = tuple(sorted(held))
     return state, [RedeliverUnacknowledgedMessages(redeliver)] if redeliver else []
 
@@ -1035,14 +1054,11 @@ def _without(order: tuple[TxnID, ...], txn: TxnID) -> tuple[TxnID, ...]:
     return order[:at] + order[at + 1 :]
 
 
-def _forget(state: PendingAckState, txn: TxnID, **changes: Any) -> PendingAckState:
-    """The state without ``txn``'s individual acks, with ``changes`` made at the same time."""
-    return evolve(
-        state,
-        **changes,
-        individual_ack_of_transaction=state.individual_ack_of_transaction.delete(txn),
-        txn_order=_without(state.txn_order, txn),
-    )
+def _forgotten(
+    state: PendingAckState, txn: TxnID
+) -> tuple[immutables.Map[TxnID, immutables.Map[Position, AckBits]], tuple[TxnID, ...]]:
+    """``individual_ack_of_transaction`` and ``txn_order`` without ``txn``."""
+    return state.individual_ack_of_transaction.delete(txn), _without(state.txn_order, txn)
 
 
 def _wire(position: Position, batch_size: int, acked: int | None) -> AckedPosition:
@@ -1072,7 +1088,10 @@ def _individual_ack(state: PendingAckState, cmd: IndividualAck) -> Step:
         return state, Err(accepted)
     record = PendingAckRecord(PendingAckOp.ACK, AckType.INDIVIDUAL, cmd.txn_id, cmd.positions)
     # logged, then applied: the two maps change in the same update as the log's bookkeeping
-    state, effects = _append(state, record, **_individual_changes(state, cmd.txn_id, accepted))
+    if accepted:
+        state, effects = _append(state, record, _LOGGED_ACK, *_individual_changes(state, cmd.txn_id, accepted))
+    else:
+        state, effects = _append(state, record)
     return state, Ok(None, tuple(effects))
 
 
@@ -1112,7 +1131,7 @@ def _end_txn(state: PendingAckState, txn: TxnID, lwm: int, commit: bool) -> tupl
             return state, effects
         # The raised watermark (PA-14) goes in with the append: neither the log's bookkeeping nor
         # the commit or abort reads it.
-        state, more = _append(state, record, low_water_marks=_raised_low_water_marks(state, txn, lwm))
+        state, more = _append(state, record, _LOGGED_LOW_WATER_MARKS, _raised_low_water_marks(state, txn, lwm))
         effects += more
         state, more = _commit_individual(state, txn) if commit else _abort_individual(state, txn)
         effects += more
@@ -1357,7 +1376,7 @@ def replay_record(state: PendingAckState, record_id: int, record: PendingAckReco
     else:
         state = _abort_individual(state, txn)[0]
     state = _strip_deleted(state)
-    state, _trim = _index_record(state, record, record_id, next_record_id=max(state.next_record_id, record_id + 1))
+    state, _trim = _index_record(state, record, record_id, max(state.next_record_id, record_id + 1))
     return state
 
 
