@@ -35,7 +35,7 @@ from google.protobuf.message import DecodeError, Message
 from pyroaring import FrozenBitMap
 
 from reference.conformance import MachineVectors
-from reference.persistent import HashOnce, evolve
+from reference.persistent import HashOnce, evolve, evolver, slot_init
 from spec.config import Config
 from spec.envelope import MAGIC, LogKind, decode_entry, encode_batch, encode_plain, is_batched
 from spec.errors import (
@@ -159,6 +159,7 @@ def writer_config(config: Config, kind: LogKind, *, enabled: bool | None = None)
 # --------------------------------------------------------------------------------------------
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Buffered:
     """A record waiting in the buffer: its request, canonical bytes and arrival time."""
@@ -168,6 +169,7 @@ class Buffered:
     added_ms: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class InFlight:
     """A write handed to the managed ledger and not yet answered."""
@@ -177,6 +179,7 @@ class InFlight:
     batched: bool
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class EntryView:
     """A durable entry this writer wrote and the batch indexes of it not yet deleted."""
@@ -334,22 +337,35 @@ Command = (
 Result = Ok[Any] | Err
 Step = tuple[WriterState, Result]
 
+# The updates of the steps every record goes through, called directly (persistent.evolver).
+_BUFFERED: Final = evolver(WriterState, "buffer", "bytes_size", "next_request_id")
+_ISSUED: Final = evolver(WriterState, "next_write_id", "in_flight")
+_FLUSHED: Final = evolver(WriterState, "buffer", "bytes_size", "stats")
+_TIMER: Final = evolver(WriterState, "timer_due_ms")
+_ANSWERED: Final = evolver(WriterState, "in_flight")
+_WRITTEN: Final = evolver(WriterState, "succeeded", "last_succeeded", "entries")
+_ENTRIES: Final = evolver(WriterState, "entries")
+_REMAINING: Final = evolver(EntryView, "remaining")
+
 
 # --------------------------------------------------------------------------------------------
 # Results and effects
 # --------------------------------------------------------------------------------------------
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class AddAccepted:
     request_id: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Flushed:
     records: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Completed:
     records: int
@@ -371,6 +387,7 @@ class Deleted:
     fully_deleted: tuple[Position, ...]
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class AsyncAddEntry(Effect):
     """Write ``data`` as one ledger entry; answer with AddEntryComplete/Failed(``write_id``)."""
@@ -381,6 +398,7 @@ class AsyncAddEntry(Effect):
     batched: bool
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class AddComplete(Effect):
     """The success callback of one request."""
@@ -507,11 +525,8 @@ def async_add_data(state: WriterState, cmd: AsyncAddData) -> Step:
         state, write = _issue_write(state, record, (request_id,), batched=False)
         effects.append(write)
         return state, Ok(AddAccepted(request_id), tuple(effects))
-    state = evolve(
-        state,
-        buffer=(*state.buffer, Buffered(request_id, record, cmd.now_ms)),
-        bytes_size=state.bytes_size + len(record),
-        next_request_id=request_id + 1,
+    state = _BUFFERED(
+        state, (*state.buffer, Buffered(request_id, record, cmd.now_ms)), state.bytes_size + len(record), request_id + 1
     )
     effects = []
     if len(state.buffer) >= cfg.max_records:
@@ -525,11 +540,7 @@ def _issue_write(
     state: WriterState, data: bytes, request_ids: tuple[int, ...], *, batched: bool
 ) -> tuple[WriterState, AsyncAddEntry]:
     write = AsyncAddEntry(state.next_write_id, data, request_ids, batched)
-    state = evolve(
-        state,
-        next_write_id=state.next_write_id + 1,
-        in_flight=(*state.in_flight, InFlight(write.write_id, request_ids, batched)),
-    )
+    state = _ISSUED(state, state.next_write_id + 1, (*state.in_flight, InFlight(write.write_id, request_ids, batched)))
     return state, write
 
 
@@ -539,7 +550,7 @@ def _flush(state: WriterState, trigger: FlushTrigger, now_ms: int, effects: list
     delay_ms = max(0, now_ms - buffer[0].added_ms)
     effects.append(FlushObserved(trigger, len(buffer), state.bytes_size, delay_ms))
     stats = state.stats.observe(trigger, len(buffer), state.bytes_size, delay_ms)
-    state = evolve(state, buffer=(), bytes_size=0, stats=stats)
+    state = _FLUSHED(state, (), 0, stats)
     if state.status is not WriterStatus.OPEN:
         error = ManagedLedgerFenced(CLOSED_MESSAGE)
         effects.extend(AddFailed(b.request_id, error) for b in buffer)
@@ -569,10 +580,10 @@ def timer_fired(state: WriterState, cmd: TimerFired) -> Step:
         state = _flush(state, FlushTrigger.MAX_DELAY, cmd.now_ms, effects)
     if state.status is WriterStatus.OPEN:
         next_due = cmd.now_ms + state.config.max_delay_ms
-        state = evolve(state, timer_due_ms=next_due)
+        state = _TIMER(state, next_due)
         effects.append(ArmTimer(next_due))
     else:
-        state = evolve(state, timer_due_ms=None)
+        state = _TIMER(state, None)
     return state, Ok(Flushed(flushed), tuple(effects))
 
 
@@ -582,7 +593,7 @@ def _pop_write(state: WriterState, write_id: int) -> tuple[WriterState, InFlight
     if not state.in_flight or state.in_flight[0].write_id != write_id:
         head = state.in_flight[0].write_id if state.in_flight else None
         raise ValueError(f"write {write_id} answered out of order (oldest in flight: {head})")
-    return evolve(state, in_flight=state.in_flight[1:]), state.in_flight[0]
+    return _ANSWERED(state, state.in_flight[1:]), state.in_flight[0]
 
 
 def add_entry_complete(state: WriterState, cmd: AddEntryComplete) -> Step:
@@ -600,12 +611,7 @@ def add_entry_complete(state: WriterState, cmd: AddEntryComplete) -> Step:
     else:
         effects = (AddComplete(write.request_ids[0], cmd.position),)
     view = EntryView(n, write.batched, FrozenBitMap(range(n)))
-    state = evolve(
-        state,
-        succeeded=state.succeeded + n,
-        last_succeeded=write.request_ids[-1],
-        entries=state.entries.set(cmd.position, view),
-    )
+    state = _WRITTEN(state, state.succeeded + n, write.request_ids[-1], state.entries.set(cmd.position, view))
     return state, Ok(Completed(n), effects)
 
 
@@ -714,13 +720,13 @@ def delete_records(state: WriterState, cmd: DeleteRecords) -> Step:
                 view.remaining - (removed if isinstance(removed, FrozenBitMap) else FrozenBitMap(removed))
             )
             if remaining:
-                mutable[position] = evolve(view, remaining=remaining)
+                mutable[position] = _REMAINING(view, remaining)
             else:
                 del mutable[position]
                 fully.append(position)
         entries = mutable.finish()
     deletes = tuple(CursorDeleteEntry(p, None if bits is None else bits_to_words(bits)) for p, bits in ack_sets.items())
-    return evolve(state, entries=entries), Ok(Deleted(tuple(fully)), (CursorDelete(deletes),))
+    return _ENTRIES(state, entries), Ok(Deleted(tuple(fully)), (CursorDelete(deletes),))
 
 
 # --------------------------------------------------------------------------------------------
