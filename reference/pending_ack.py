@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -30,7 +31,7 @@ from typing import Any, Final
 import immutables
 
 from reference.conformance import MachineVectors
-from reference.persistent import HashOnce, evolve, evolver, slot_init
+from reference.persistent import HashOnce, evolve, evolver, slot_init, unchecked
 from spec.config import PENDING_ACK_INIT_BACKOFF_INITIAL_MS, Config
 from spec.errors import BadRecord, DomainError, NotAllowed, ServiceUnitNotReady, TransactionConflict
 from spec.jsonvalues import from_json
@@ -537,6 +538,8 @@ _FORGET_COMMITTED: Final = evolver(
     PendingAckState, "cursor", "individual_ack_positions", "individual_ack_of_transaction", "txn_order"
 )
 _FORGET_ABORTED: Final = evolver(PendingAckState, "individual_ack_positions", "individual_ack_of_transaction", "txn_order")
+# An ack of an entry the state holds: its batch size was checked when the ack came in (PA-2).
+_HELD_ACK: Final = unchecked(AckedPosition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -888,6 +891,9 @@ def _clear_useless_log_data(state: PendingAckState) -> tuple[PendingAckState, Tr
     return trimmed, TrimPendingAckLog(last)
 
 
+_first: Final = operator.itemgetter(0)
+
+
 def _index_position(entry: tuple[Position, int]) -> Position:
     return entry[0]
 
@@ -1012,14 +1018,18 @@ def _commit_individual(state: PendingAckState, txn: TxnID) -> tuple[PendingAckSt
     acks: list[AckedPosition] = []
     deletions: list[tuple[Position, int, int | None]] = []
     combined = state.individual_ack_positions
-    for position in sorted(held):
-        bits = held[position]
+    for position, bits in sorted(held.items(), key=_first):
         deletions.append((position, bits.batch_size, bits.acked))
         acks.append(_wire(position, bits.batch_size, bits.acked))
         combined = _release(combined, position, bits.acked)
     cursor = _cursor_delete_distinct(state.cursor, deletions)
     state = _FORGET_COMMITTED(state, cursor, combined, *_forgotten(state, txn))
-    return _strip_deleted(state, held.keys()), [CursorIndividualAck(tuple(acks))] if acks else []
+    # only an entry another txn still holds bits of, or the cumulative slot, can hold something
+    # the cursor has now deleted
+    shared = [position for position in held.keys() if position in combined]
+    if shared or state.cumulative_ack is not None:
+        state = _strip_deleted(state, shared)
+    return state, [CursorIndividualAck(tuple(acks))] if acks else []
 
 
 def _abort_individual(state: PendingAckState, txn: TxnID) -> tuple[PendingAckState, list[Effect]]:
@@ -1063,8 +1073,8 @@ def _forgotten(
 
 def _wire(position: Position, batch_size: int, acked: int | None) -> AckedPosition:
     if acked is None:
-        return AckedPosition(position, None, batch_size)
-    return AckedPosition(position, bits_to_words(_full(batch_size) & ~acked), batch_size)
+        return _HELD_ACK(position, None, batch_size)
+    return _HELD_ACK(position, bits_to_words(_full(batch_size) & ~acked), batch_size)
 
 
 def _commit_cumulative(state: PendingAckState) -> tuple[PendingAckState, list[Effect]]:
@@ -1202,11 +1212,13 @@ def _run_txn_command(state: PendingAckState, cmd: TxnCommand) -> Step:
 def step(state: PendingAckState, command: Command) -> Step:
     """Apply one command (PA-1 .. PA-18, PA-22)."""
     match command:
+        case IndividualAck() | CommitTxn() | AbortTxn():
+            return _txn_command(state, command)
         case NormalAck():
             return _normal_ack(state, command)
         case CumulativeAck() if ignored := _ignored_cumulative(state, command.positions):
             return state, Ok(ignored)
-        case IndividualAck() | CumulativeAck() | CommitTxn() | AbortTxn():
+        case CumulativeAck():
             return _txn_command(state, command)
         case ResetCursor():
             return _reset_cursor(state, command)

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final, Generic, TypeVar, overload
 
 import immutables
 
-__all__ = ["HashOnce", "Log", "evolve", "evolver", "slot_init"]
+__all__ = ["HashOnce", "Log", "evolve", "evolver", "slot_init", "unchecked"]
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -60,6 +61,14 @@ def evolver(cls: type[V], *changed: str) -> Callable[..., V]:
     if make is None:
         make = _EVOLVERS[key] = _evolver(cls, changed)
     return make
+
+
+def unchecked(cls: type[V]) -> Callable[..., V]:
+    """A constructor of ``cls`` taking every field positionally that skips ``__init__`` and so
+    ``__post_init__``: for a step that rebuilds a value from fields the value they came from was
+    checked for (an ack of an entry the state holds), where the checks would only be repeated."""
+    make = evolver(cls, *(f.name for f in dataclasses.fields(cls)))  # type: ignore[arg-type]
+    return functools.partial(make, None)  # every field is given, so the value to copy is none
 
 
 def _evolver(cls: type, changed: tuple[str, ...]) -> Callable[..., Any]:
