@@ -337,6 +337,12 @@ Command = (
 Result = Ok[Any] | Err
 Step = tuple[WriterState, Result]
 
+# The members the steps every record goes through read, as module constants: reading a member
+# off its enum class goes through EnumType's __getattr__ hook on Python 3.11.
+_OPEN: Final = WriterStatus.OPEN
+_MAX_RECORDS: Final = FlushTrigger.MAX_RECORDS
+_MAX_DELAY: Final = FlushTrigger.MAX_DELAY
+
 # The updates of the steps every record goes through, called directly (persistent.evolver).
 _BUFFERED: Final = evolver(WriterState, "buffer", "bytes_size", "next_request_id")
 _ISSUED: Final = evolver(WriterState, "next_write_id", "in_flight")
@@ -508,7 +514,7 @@ def async_add_data(state: WriterState, cmd: AsyncAddData) -> Step:
     with the new record included.
     """
     cfg = state.config
-    if state.status is not WriterStatus.OPEN:
+    if state.status is not _OPEN:
         return state, Err(ManagedLedgerFenced(CLOSED_MESSAGE))
     record = canonical_record(cmd.data, cfg.kind)
     if isinstance(record, DomainError):
@@ -530,7 +536,7 @@ def async_add_data(state: WriterState, cmd: AsyncAddData) -> Step:
     )
     effects = []
     if len(state.buffer) >= cfg.max_records:
-        state = _flush(state, FlushTrigger.MAX_RECORDS, cmd.now_ms, effects)
+        state = _flush(state, _MAX_RECORDS, cmd.now_ms, effects)
     elif state.bytes_size >= cfg.max_size:
         state = _flush(state, FlushTrigger.MAX_SIZE, cmd.now_ms, effects)
     return state, Ok(AddAccepted(request_id), tuple(effects))
@@ -551,7 +557,7 @@ def _flush(state: WriterState, trigger: FlushTrigger, now_ms: int, effects: list
     effects.append(FlushObserved(trigger, len(buffer), state.bytes_size, delay_ms))
     stats = state.stats.observe(trigger, len(buffer), state.bytes_size, delay_ms)
     state = _FLUSHED(state, (), 0, stats)
-    if state.status is not WriterStatus.OPEN:
+    if state.status is not _OPEN:
         error = ManagedLedgerFenced(CLOSED_MESSAGE)
         effects.extend(AddFailed(b.request_id, error) for b in buffer)
         return evolve(state, failed=state.failed + len(buffer))
@@ -577,8 +583,8 @@ def timer_fired(state: WriterState, cmd: TimerFired) -> Step:
     effects: list[Effect] = []
     flushed = len(state.buffer)
     if state.buffer:
-        state = _flush(state, FlushTrigger.MAX_DELAY, cmd.now_ms, effects)
-    if state.status is WriterStatus.OPEN:
+        state = _flush(state, _MAX_DELAY, cmd.now_ms, effects)
+    if state.status is _OPEN:
         next_due = cmd.now_ms + state.config.max_delay_ms
         state = _TIMER(state, next_due)
         effects.append(ArmTimer(next_due))

@@ -621,7 +621,14 @@ class _Popping:
         return gone is None or ledger not in gone or entry not in gone[ledger]
 
     def _drop(self, place: int, ledger: int, entry: int) -> None:
-        self.dropped.setdefault(place, {}).setdefault(ledger, BitMap()).add(entry)
+        # not setdefault(ledger, BitMap()): that would make a bitmap on every drop
+        per_ledger = self.dropped.get(place)
+        if per_ledger is None:
+            per_ledger = self.dropped[place] = {}
+        bits = per_ledger.get(ledger)
+        if bits is None:
+            bits = per_ledger[ledger] = BitMap()
+        bits.add(entry)
         self.count += 1
 
     def drop(self, ledger: int, entry: int) -> bool:

@@ -240,6 +240,17 @@ class CursorView(HashOnce):
         return 0 if bits is None or bits.acked is None else bits.acked
 
 
+# The members the steps read on every command, as module constants: reading a member off its
+# enum class goes through EnumType's __getattr__ hook on Python 3.11 (about ten times a global's
+# cost), once or twice per step.
+_OP_ACK: Final = PendingAckOp.ACK
+_OP_COMMIT: Final = PendingAckOp.COMMIT
+_OP_ABORT: Final = PendingAckOp.ABORT
+_INDIVIDUAL: Final = AckType.INDIVIDUAL
+_CUMULATIVE: Final = AckType.CUMULATIVE
+_READY: Final = HandleState.READY
+
+
 # --------------------------------------------------------------------------------------------
 # Log records (PA-15)
 # --------------------------------------------------------------------------------------------
@@ -857,7 +868,7 @@ def _index_record(
     the fields after them (values ``more``) in one update, and must leave the cursor alone (the
     trim reads it)."""
     max_ack = state.max_ack_position
-    if record.op is PendingAckOp.ACK:
+    if record.op is _OP_ACK:
         for acked in record.positions:
             if max_ack is None or acked.position > max_ack:
                 max_ack = acked.position
@@ -1096,7 +1107,7 @@ def _individual_ack(state: PendingAckState, cmd: IndividualAck) -> Step:
     accepted = _individual_checked(state, cmd.positions, replay=False)
     if isinstance(accepted, DomainError):
         return state, Err(accepted)
-    record = PendingAckRecord(PendingAckOp.ACK, AckType.INDIVIDUAL, cmd.txn_id, cmd.positions)
+    record = PendingAckRecord(_OP_ACK, _INDIVIDUAL, cmd.txn_id, cmd.positions)
     # logged, then applied: the two maps change in the same update as the log's bookkeeping
     if accepted:
         state, effects = _append(state, record, _LOGGED_ACK, *_individual_changes(state, cmd.txn_id, accepted))
@@ -1111,7 +1122,7 @@ def _cumulative_ack(state: PendingAckState, cmd: CumulativeAck) -> Step:
     error = _cumulative_conflict(state, cmd.txn_id, acked)
     if error is not None:
         return state, Err(error)
-    record = PendingAckRecord(PendingAckOp.ACK, AckType.CUMULATIVE, cmd.txn_id, cmd.positions)
+    record = PendingAckRecord(_OP_ACK, _CUMULATIVE, cmd.txn_id, cmd.positions)
     state, effects = _append(state, record)
     slot = CumulativeSlot(cmd.txn_id, acked.position, acked.batch_size, acked.acked)
     return evolve(state, cumulative_ack=slot), Ok(None, tuple(effects))
@@ -1119,12 +1130,12 @@ def _cumulative_ack(state: PendingAckState, cmd: CumulativeAck) -> Step:
 
 def _end_txn(state: PendingAckState, txn: TxnID, lwm: int, commit: bool) -> tuple[PendingAckState, list[Effect]]:
     """Commit or abort on the subscription: the cumulative part, then the individual part (PA-12 .. PA-14)."""
-    op = PendingAckOp.COMMIT if commit else PendingAckOp.ABORT
+    op = _OP_COMMIT if commit else _OP_ABORT
     effects: list[Effect] = []
     slot = state.cumulative_ack
     if slot is not None and (slot.txn_id == txn or not commit):
         # Pulsar logs ABORT/Cumulative whenever a slot exists; it clears the slot only for its owner.
-        state, more = _append(state, PendingAckRecord(op, AckType.CUMULATIVE, txn))
+        state, more = _append(state, PendingAckRecord(op, _CUMULATIVE, txn))
         effects += more
         if slot.txn_id == txn:
             if commit:
@@ -1134,7 +1145,7 @@ def _end_txn(state: PendingAckState, txn: TxnID, lwm: int, commit: bool) -> tupl
                 state = evolve(state, cumulative_ack=None)
     has_individual = txn in state.individual_ack_of_transaction
     if has_individual or (slot is None and (commit or state.individual_ack_of_transaction)):
-        record = PendingAckRecord(op, AckType.INDIVIDUAL, txn)
+        record = PendingAckRecord(op, _INDIVIDUAL, txn)
         if not has_individual:
             state, more = _append(state, record)
             effects += more
@@ -1173,7 +1184,7 @@ def _abort_below_low_water_marks(state: PendingAckState) -> tuple[PendingAckStat
 def _normal_ack(state: PendingAckState, cmd: NormalAck) -> Step:
     """A non-transactional ack is applied to the cursor; the cursor wins over pending acks (PA-10, PA-11)."""
     cursor = state.cursor
-    if cmd.ack_type is AckType.CUMULATIVE:
+    if cmd.ack_type is _CUMULATIVE:
         ignored = _ignored_cumulative(state, cmd.positions)
         if ignored is not None:
             return state, Ok(ignored)
@@ -1186,7 +1197,7 @@ def _normal_ack(state: PendingAckState, cmd: NormalAck) -> Step:
                 cursor = _cursor_delete(cursor, acked.position, acked.batch_size, acked.acked)
         effect = CursorIndividualAck(cmd.positions)
     touched = [acked.position for acked in cmd.positions]
-    cumulative = cmd.ack_type is AckType.CUMULATIVE
+    cumulative = cmd.ack_type is _CUMULATIVE
     return _strip_deleted(evolve(state, cursor=cursor), touched, mark_delete_moved=cumulative), Ok(None, (effect,))
 
 
@@ -1298,7 +1309,7 @@ def _txn_command(state: PendingAckState, cmd: TxnCommand) -> Step:
     """Txn ops run when Ready, queue while None/Initializing (the first one starts the lazy
     initialisation) and fail when Error or Closed (PA-17)."""
     handle = state.handle_state
-    if handle is HandleState.READY:
+    if handle is _READY:
         return _run_txn_command(state, cmd)
     if handle is HandleState.ERROR:
         return state, Err(ServiceUnitNotReady(_NOT_REPLAYED))
