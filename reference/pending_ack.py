@@ -548,7 +548,9 @@ _LOGGED_LOW_WATER_MARKS: Final = evolver(PendingAckState, *_LOG_FIELDS, "low_wat
 _FORGET_COMMITTED: Final = evolver(
     PendingAckState, "cursor", "individual_ack_positions", "individual_ack_of_transaction", "txn_order"
 )
-_FORGET_ABORTED: Final = evolver(PendingAckState, "individual_ack_positions", "individual_ack_of_transaction", "txn_order")
+_FORGET_ABORTED: Final = evolver(
+    PendingAckState, "individual_ack_positions", "individual_ack_of_transaction", "txn_order"
+)
 # An ack of an entry the state holds: its batch size was checked when the ack came in (PA-2).
 _HELD_ACK: Final = unchecked(AckedPosition)
 
@@ -1037,7 +1039,7 @@ def _commit_individual(state: PendingAckState, txn: TxnID) -> tuple[PendingAckSt
     state = _FORGET_COMMITTED(state, cursor, combined, *_forgotten(state, txn))
     # only an entry another txn still holds bits of, or the cumulative slot, can hold something
     # the cursor has now deleted
-    shared = [position for position in held.keys() if position in combined]
+    shared = [position for position in held if position in combined]
     if shared or state.cumulative_ack is not None:
         state = _strip_deleted(state, shared)
     return state, [CursorIndividualAck(tuple(acks))] if acks else []

@@ -8,6 +8,8 @@ of how long the machine has run:
   and ``replace`` (which looks the fields up, builds a dict and calls ``__init__`` with every
   field) was most of the time of a step.  The values a step computes were checked where they
   entered (a command's fields, a ``Position``'s range), so nothing is skipped that matters.
+  :func:`evolver` hands out the function ``evolve`` calls, for a hot path to call with the new
+  values positionally; :func:`unchecked` builds a value from all its fields the same way.
 * :class:`Log` is an immutable sequence with O(1) amortised append and prefix removal, O(1)
   indexing, O(log n) search, and a hash maintained as items come and go (hashing a state that
   holds a long log costs the same as hashing one that holds a short one).  The transaction
