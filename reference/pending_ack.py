@@ -714,9 +714,11 @@ def _cursor_delete_distinct(cursor: CursorView, deletions: Iterable[tuple[Positi
     the ``acked`` bits (None: the whole entry) of ``position``, as one delete after the other
     would; deletions only grow (PA-3)."""
     batch = cursor.batch_deleted
+    md = cursor.mark_delete_position
+    before = cursor.individually_deleted
     whole: list[Position] = []
     for position, batch_size, acked in deletions:
-        if cursor.is_deleted(position):
+        if position <= md or position in before:  # already deleted (CursorView.is_deleted)
             continue
         if acked is not None:
             known = batch.get(position)
@@ -737,17 +739,21 @@ def _cursor_delete_distinct(cursor: CursorView, deletions: Iterable[tuple[Positi
     # The steps keep the cursor normal, so what folds into the mark-delete position is the run
     # of deleted entries right after it, in its ledger; entry ids are walked as ints, and a
     # position is made for the entries the cursor held deleted before only when it holds any.
-    md = cursor.mark_delete_position
     ledger, entry = md.ledger_id, md.entry_id
-    before = cursor.individually_deleted
-    new_ids = {p.entry_id: p for p in whole if p.ledger_id == ledger}
+    new_ids: dict[int, Position] = {}
+    for p in whole:
+        if p.ledger_id == ledger:
+            new_ids[p.entry_id] = p
     while entry + 1 in new_ids or (before and Position(ledger, entry + 1) in before):
         entry += 1
     if entry == md.entry_id:
         return CursorView(md, before.union(whole), batch)
     # what is left above the new mark-delete position: nothing at or below it in its ledger
     # (an entry of ``whole`` there lies above the old one, or the cursor held it deleted)
-    kept = [p for p in whole if p.ledger_id != ledger or p.entry_id > entry]
+    kept: list[Position] = []
+    for p in whole:
+        if p.ledger_id != ledger or p.entry_id > entry:
+            kept.append(p)
     if before:
         kept += [p for p in before if p.ledger_id != ledger or p.entry_id > entry]
     # the entry the mark-delete position moves to is a deleted one: its position is reused

@@ -136,7 +136,7 @@ def _twin(cls: type, names: list[str]) -> type | None:
     if plain and list(slots) == names and "__dict__" not in slots and "__weakref__" not in slots:
         candidate = type(f"_Mutable{cls.__name__}", cls.__bases__, {"__slots__": slots, "__module__": cls.__module__})
         try:
-            probe = object.__new__(candidate)
+            probe: Any = object.__new__(candidate)
             probe.__class__ = cls
             twin = candidate
         except TypeError:

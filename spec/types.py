@@ -61,6 +61,8 @@ class _KeptHash:
 
     __slots__ = ("_hash",)
 
+    _hash: int
+
 
 @dataclass(frozen=True, slots=True, init=False)
 class TxnID(_KeptHash):
@@ -83,7 +85,7 @@ class TxnID(_KeptHash):
         _set_kept_hash(self, hash((most_sig_bits, least_sig_bits)))
 
     def __hash__(self) -> int:
-        return self._hash  # type: ignore[no-any-return]
+        return self._hash
 
     def __setstate__(self, state: list[int]) -> None:
         # unpickling: the fields (what the dataclass's __getstate__ gives) and the kept hash
@@ -172,7 +174,7 @@ class Position(_KeptHash):
         _set_kept_hash(self, hash((ledger_id, entry_id)))
 
     def __hash__(self) -> int:
-        return self._hash  # type: ignore[no-any-return]
+        return self._hash
 
     def __setstate__(self, state: list[int]) -> None:
         # unpickling: the fields (what the dataclass's __getstate__ gives) and the kept hash
