@@ -548,9 +548,6 @@ _LOGGED_LOW_WATER_MARKS: Final = evolver(PendingAckState, *_LOG_FIELDS, "low_wat
 _FORGET_COMMITTED: Final = evolver(
     PendingAckState, "cursor", "individual_ack_positions", "individual_ack_of_transaction", "txn_order"
 )
-_FORGET_ABORTED: Final = evolver(
-    PendingAckState, "individual_ack_positions", "individual_ack_of_transaction", "txn_order"
-)
 # An ack of an entry the state holds: its batch size was checked when the ack came in (PA-2).
 _HELD_ACK: Final = unchecked(AckedPosition)
 
@@ -1059,7 +1056,7 @@ def _abort_individual(state: PendingAckState, txn: TxnID) -> tuple[PendingAckSta
     combined = state.individual_ack_positions
     for position, bits in held.items():
         combined = _release(combined, position, bits.acked)
-    state = _FORGET_ABORTED(state, combined, *_forgotten(state, txn))
+    state = _forget(state, txn, individual_ack_positions=combined)
     redeliver = tuple(sorted(held))
     return state, [RedeliverUnacknowledgedMessages(redeliver)] if redeliver else []
 
@@ -1081,6 +1078,12 @@ def _without(order: tuple[TxnID, ...], txn: TxnID) -> tuple[TxnID, ...]:
         return order
     at = order.index(txn)
     return order[:at] + order[at + 1 :]
+
+
+def _forget(state: PendingAckState, txn: TxnID, **changes: Any) -> PendingAckState:
+    """The state without ``txn``'s individual acks, with ``changes`` made at the same time."""
+    txns, order = _forgotten(state, txn)
+    return evolve(state, **changes, individual_ack_of_transaction=txns, txn_order=order)
 
 
 def _forgotten(
