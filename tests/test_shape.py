@@ -4,8 +4,7 @@
   :data:`MAX_FILE_LINES`, except generated code (``spec/pb``) and a machine's own module
   (``reference/<machine>.py``: one machine, one file).
 * No function or method of product code is longer than :data:`MAX_FUNCTION_LINES` (decorators
-  excluded, docstring included: ``end_lineno - lineno + 1``), but for the few named in
-  :data:`LONG_FUNCTION_EXEMPTIONS` with their reason, which may not grow.
+  excluded, docstring included: ``end_lineno - lineno + 1``), with no exemption.
 * No ``Any`` crosses the simulated broker's module boundaries: nothing in ``reference/engine/broker/``
   is annotated with it, and the public signatures of what its modules import from ours (the
   recorder the broker hands commands and results to, the logs, the delayed delivery service) do
@@ -29,16 +28,6 @@ PRODUCT = ("spec", "reference", "invariants", "proofs", "txnmodel")
 MAX_FILE_LINES = 1400
 MAX_FUNCTION_LINES = 119  # "under 120"
 BROKER = ROOT / "reference" / "engine" / "broker"
-# Functions over the limit for a stated reason, each with the length it may not grow past (a
-# ratchet: the test fails when one grows, and when one gets under the limit, so its entry goes).
-LONG_FUNCTION_EXEMPTIONS: dict[str, tuple[int, str]] = {
-    "invariants/_wgl.py search": (
-        140,
-        "the linearizability search's inner loop, compiled by Cython: its ~20 typed locals (linked "
-        "lists, bitsets, the stack) are read and written by every branch, so a helper would take them "
-        "all as arguments or move them into an object, at a cost on the hottest path of the checker",
-    ),
-}
 # broker.conf's value bag: its generic accessors (``get``, ``items``, ``with_overrides``, ...) hold
 # values of every type by nature; the broker reads the typed properties only (checked below).
 CONFIG_ACCESSORS = frozenset({"get", "items", "with_overrides", "from_mapping", "defaults"})
@@ -104,18 +93,8 @@ def test_no_product_file_is_over_the_limit() -> None:
 
 
 def test_no_function_is_over_the_limit() -> None:
-    found = []
-    lengths = {}
-    for n, where in long_functions(product_files()):
-        path, name = where.split(" ", 1)
-        key = f"{path.split(':')[0]} {name}"
-        lengths[key] = n
-        bound = LONG_FUNCTION_EXEMPTIONS.get(key, (MAX_FUNCTION_LINES, ""))[0]
-        if n > bound:
-            found.append(f"{where}: {n} lines (limit {bound})")
-    stale = sorted(set(LONG_FUNCTION_EXEMPTIONS) - set(lengths))
-    assert not found, "\n".join(found)
-    assert not stale, f"under the limit now, drop the exemption: {stale}"
+    found = long_functions(product_files())
+    assert not found, "\n".join(f"{where}: {n} lines (limit {MAX_FUNCTION_LINES})" for n, where in found)
 
 
 def test_the_limits_catch_what_they_should(tmp_path: Path) -> None:
@@ -281,6 +260,5 @@ if __name__ == "__main__":
     print("the 10 longest functions:")
     for n, where in long_functions(files, 0)[:10]:
         print(f"  {n:5d}  {where}")
-    print(f"functions over {MAX_FUNCTION_LINES} lines: {len(long_functions(files))}", end=" ")
-    print(f"(exempt, with their reasons, in LONG_FUNCTION_EXEMPTIONS: {len(LONG_FUNCTION_EXEMPTIONS)})")
+    print(f"functions over {MAX_FUNCTION_LINES} lines: {len(long_functions(files))}")
     sys.exit(0)
