@@ -331,7 +331,7 @@ Command = (
     | DeleteRecords
     | SetBatchedWrite
 )
-Result = Ok[Any] | Err
+Result = Ok[object] | Err
 Step = tuple[WriterState, Result]
 
 

@@ -521,7 +521,7 @@ class PendingAckState(HashOnce):
     log_mark_delete: int
 
 
-Result = Ok[Any] | Err
+Result = Ok[object] | Err
 Step = tuple[PendingAckState, Result]
 
 
