@@ -102,9 +102,10 @@ def first_ongoing_above_low_water_mark(s: BufferState) -> bool:
 
 
 def committed_message_never_aborted(s: BufferState) -> bool:
-    """TB-16: a message whose txn's first end marker after it is a commit marker is dispatchable once it is
-    at or before the readable max_read_position, even when a later abort of the txn (a low-water-mark abort of a late send that re-opened it, TB-8,
-    TB-13) put the txn in the aborted set (unless the quirk abort-hides-committed is on)."""
+    """TB-16: a message whose txn's first end marker after it is a commit marker is dispatchable once it
+    is at or before the readable max_read_position, even when a later abort of the txn (the
+    low-water-mark abort of a late send that re-opened it, TB-8, TB-13) put the txn in the aborted
+    set (unless the quirk abort-hides-committed is on)."""
     if s.config.txnmodel_quirk_abort_hides_committed:
         return True
     visible = set(dispatchable(s))
