@@ -38,6 +38,9 @@ missing-abort-redelivery   PA-13, PA-14, TC-18                  what an aborted 
 refused-send               TB-5, TC-17                          a send of a transaction that was
                                                                 certainly open was refused as ended
                                                                 (NotAllowed)
+unexpected-error           TC-37                                an operation failed with an error
+                                                                Pulsar does not define: the client
+                                                                library's own exception
 =========================  ===================================  ===================================
 
 Times.  A transaction is *certainly open* until the first ``commit``/``abort`` of it is invoked or
@@ -86,6 +89,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spec.errors import is_pulsar_error
 from spec.history import BadHistory, Operation, OpType, is_machine_operation, parse_object, split_subscription
 
 __all__ = [
@@ -110,6 +114,7 @@ CHECKS: dict[str, tuple[str, ...]] = {
     "late-visibility": ("TB-7", "TB-11", "TB-12", "TB-19", "TB-24", "TC-15", "TC-18", "DD-1", "DD-13", "DD-25"),
     "missing-abort-redelivery": ("PA-13", "PA-14", "TC-18"),
     "refused-send": ("TB-5", "TC-17"),
+    "unexpected-error": ("TC-37",),
 }
 
 Txn = tuple[int, int]
@@ -239,6 +244,7 @@ class _View:
     def __init__(self, ops: Sequence[Operation]) -> None:
         self.history = ops[0].history if ops else ""
         client = [op for op in ops if not is_machine_operation(op)]
+        self.client = client
         self.new_txn: dict[Txn, Operation] = {}
         self.timeout: dict[Txn, int] = {}
         self.ends: dict[Txn, list[Operation]] = defaultdict(list)
@@ -540,6 +546,7 @@ def check_client_visible(ops: Sequence[Operation], *, cap: int = 20) -> OracleRe
     _late_visibility(view, out)
     _missing_abort_redelivery(view, out)
     _refused_sends(view, out)
+    _unexpected_errors(view, out)
     return OracleResult(view.history, tuple(out.found), dict(out.counts), dict(out.judged))
 
 
@@ -824,4 +831,27 @@ def _refused_sends(view: _View, out: _Out) -> None:
                 f"with NotAllowed (done at {op.completed_at}), while the txn was certainly open until {until:g}: "
                 f"only a txn at or below the low watermark is refused as ended, and the watermark stays below "
                 f"every live txn",
+            )
+
+
+_PULSAR_KINDS = frozenset({"coordinator", "partition", "subscription", "tracker"})
+
+
+def _unexpected_errors(view: _View, out: _Out) -> None:
+    """TC-37: an operation on a Pulsar object that failed, failed with an error Pulsar defines (a
+    domain error, a ``ServerError`` code, an exception of the official client): any other name is
+    an exception of the client library's own reaching the application."""
+    for op in view.client:
+        if op.type is not OpType.FAIL or op.error is None:
+            continue
+        kind, _ = parse_object(op.object)
+        if kind not in _PULSAR_KINDS:
+            continue
+        out.judged["unexpected-error"] += 1
+        if not is_pulsar_error(op.error):
+            out.add(
+                "unexpected-error",
+                [op],
+                f"{op.f} on {op.object} failed with {op.error!r}, which is no error of Pulsar's: "
+                "the client library raised an exception of its own",
             )
