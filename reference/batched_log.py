@@ -334,7 +334,7 @@ Command = (
     | DeleteRecords
     | SetBatchedWrite
 )
-Result = Ok[Any] | Err
+Result = Ok[object] | Err
 Step = tuple[WriterState, Result]
 
 # The members the steps every record goes through read, as module constants: reading a member

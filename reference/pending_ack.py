@@ -533,7 +533,7 @@ class PendingAckState(HashOnce):
     log_mark_delete: int
 
 
-Result = Ok[Any] | Err
+Result = Ok[object] | Err
 Step = tuple[PendingAckState, Result]
 
 # The updates a step makes on its hot path, called directly (persistent.evolver).  The first five
