@@ -942,6 +942,49 @@ class Consumer:
     def negative_acknowledge(self, message: Message | Position) -> None:
         self.client._wait(self.negative_acknowledge_async(message))
 
+    def get_last_message_id_async(self) -> Future[Position]:
+        """``Consumer.get_last_message_id()``: the last dispatchable position of the partition
+        (TB-18), never past its ``max_read_position``.  Recorded as ``get_last_message_id``."""
+
+        def call() -> Future[Position]:
+            return self.client.network.call(lambda: self.client.broker.get_last_message_id(self.partition))
+
+        return self.client._op("get_last_message_id", self.object, {}, call, lambda got: {"position": _pos_json(got)})
+
+    def get_last_message_id(self) -> Position:
+        return self.client._wait(self.get_last_message_id_async())
+
+    def check_position_in_pending_ack_async(self, message: Message | Position) -> Future[str]:
+        """The admin API's ``checkPositionInPendingAckState`` for this subscription (PA-21): where
+        the message stands in its pending ack (``PendingAck``, ``MarkDelete``, ``NotInPendingAck``,
+        ``PendingAckNotReady``, ``InvalidPosition``).  An admin request, recorded all the same (as
+        ``check_position_in_pending_ack``) so the history shows what it answered."""
+        position, batch_index = _message_id(message)
+        value: dict[str, Any] = {"position": _pos_json(position)}
+        if batch_index is not None:
+            value["batch_index"] = batch_index
+
+        def call() -> Future[str]:
+            out: Future[str] = Future()
+
+            def answered(done: Future[Any]) -> None:
+                if done.error is not None:
+                    out.set_exception(done.error)
+                else:
+                    out.set_result(done.result().value)
+
+            self.client.network.call(
+                lambda: self.client.broker.check_position_in_pending_ack(
+                    self.partition, self.subscription, position, batch_index
+                )
+            ).add_done_callback(answered)
+            return out
+
+        return self.client._op("check_position_in_pending_ack", self.object, value, call, lambda got: {"state": got})
+
+    def check_position_in_pending_ack(self, message: Message | Position) -> str:
+        return self.client._wait(self.check_position_in_pending_ack_async(message))
+
     def redeliver_unacknowledged_messages_async(self) -> Future[None]:
         return self.client._op(
             "redeliver_unacknowledged",

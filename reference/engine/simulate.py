@@ -208,6 +208,9 @@ class RunSpec:
     unsubscribe: bool = False  # readers unsubscribe when done instead of closing (the subscription goes)
     cumulative: bool = False  # ctp processors acknowledge their input cumulatively in the txn (PA-9)
     redeliver: bool = False  # ctp processors ask for redelivery and receive again while their txn is open
+    # Clients ask what no other operation asks: readers the partition's last message id before they
+    # stop (TB-18), ctp processors the admin check of the position they acked in the txn (PA-21).
+    queries: bool = False
     # File ledgers only: the real disk or the simulated one (whose broker crashes are power cuts),
     # and the journal's group commit (None: every change committed as it is made).
     disk: str = "real"
@@ -255,6 +258,7 @@ class RunSpec:
             "unsubscribe": self.unsubscribe,
             "cumulative": self.cumulative,
             "redeliver": self.redeliver,
+            "queries": self.queries,
             "disk": self.disk if self.ledger == "file" else None,
             "group_commit_ms": self.group_commit_ms if self.ledger == "file" else None,
             "disk_capacity": self.disk_capacity,
@@ -557,6 +561,10 @@ class _Run:
                     yield consumer.acknowledge_cumulative_async(msg, txn=txn)
                 else:
                     yield consumer.acknowledge_async(msg, txn=txn)
+                if self.spec.queries:
+                    # The admin check of what the open txn just acked (PA-21): PendingAck while the
+                    # txn holds it.  An admin request that fails leaves the txn to go on.
+                    yield from self.query(lambda: consumer.check_position_in_pending_ack_async(msg))
                 if self.spec.redeliver:
                     # As a consumer's ack timeout would: everything unacked comes back, but not what
                     # the open txn holds (PA-1); whatever does come is processed in the same txn.
@@ -569,7 +577,13 @@ class _Run:
                 yield from self.end(txn)
 
             yield from _attempt(one)
-        consumer.close()
+        if self.spec.unsubscribe:
+            # The processor's subscription goes with its pending-ack log, whose writer is closed
+            # first (BW-3, BW-18); an END_TXN the coordinator re-drives to it later finds it gone,
+            # which a participant answers as success (as Pulsar's END_TXN_ON_SUBSCRIPTION does).
+            yield from self.unsubscribe(consumer)
+        else:
+            consumer.close()
 
     def multi_writer(self, w: int) -> Proc:
         client = self.cluster.client()
@@ -630,15 +644,32 @@ class _Run:
         # several consumers (Key_Shared) what it still held goes to the others, which read to the end.
         # (A consumer that stayed connected without reading would keep its keys' messages for good,
         # in Pulsar too, and the drain of another consumer would then prove nothing.)
+        if self.spec.queries:
+            # The partition's last message id as the reader stops (TB-18): never a message of a
+            # transaction still open or aborted.
+            yield from self.query(consumer.get_last_message_id_async)
         if self.spec.unsubscribe:
             # Unsubscribing drops the subscription with its cursor, pending-ack log and delayed
             # tracker (DD-23); a reader that is done may do that instead of closing.
-            try:
-                yield consumer.unsubscribe_async()
-            except _ERRORS:
-                consumer.close()
+            yield from self.unsubscribe(consumer)
         else:
             consumer.close()
+
+    def unsubscribe(self, consumer: Consumer) -> Proc:
+        """Unsubscribe, or close when that is refused or unanswered."""
+        try:
+            yield consumer.unsubscribe_async()
+        except _ERRORS:
+            consumer.close()
+
+    @staticmethod
+    def query(ask: Callable[[], Future[Any]]) -> Proc:
+        """A question that changes nothing (its answer is in the history): a failure is no reason
+        to stop what the asker was doing."""
+        try:
+            yield ask()
+        except _ERRORS:
+            return
 
     def fault_process(self) -> Proc:
         broker = self.cluster.broker
@@ -900,6 +931,7 @@ class SimulateOptions:
     unsubscribe: str = "off"  # mixed: seeds = 1 mod 5
     cumulative: str = "off"  # mixed: seeds = 1 mod 7
     redeliver: str = "off"  # mixed: seeds = 3 mod 6
+    queries: str = "off"  # mixed: seeds = 4 mod 5
     disk: str = "real"  # file ledgers: "real", or "sim" (broker crashes are power cuts)
     group_commit_ms: int | None = None  # file ledgers: the journal's group commit (None: every change)
     disk_capacity: int | None = None  # the simulated disk's bytes (ENOSPC past them; None: no bound)
@@ -943,6 +975,7 @@ class SimulateOptions:
                     unsubscribe=variant(self.unsubscribe, seed, 5),
                     cumulative=variant(self.cumulative, seed, 7),
                     redeliver=variant(self.redeliver, seed + 4, 6),
+                    queries=variant(self.queries, seed + 2, 5),
                     disk=self.disk,
                     group_commit_ms=self.group_commit_ms,
                     disk_capacity=self.disk_capacity if self.ledger == "file" and self.disk == "sim" else None,
@@ -968,6 +1001,7 @@ MAIN_JOB = SimulateOptions(
     unsubscribe="mixed",
     cumulative="mixed",
     redeliver="mixed",
+    queries="mixed",
 )
 
 

@@ -170,6 +170,13 @@ def _add_variants(parser: argparse.ArgumentParser, engine: ModuleType) -> None:
         default="off",
         help="ctp processors ask for redelivery and receive again before ending their txn; mixed: seeds = 3 mod 6",
     )
+    parser.add_argument(
+        "--queries",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="readers ask the last message id before they stop, ctp processors the admin check of the position "
+        "they acked in the txn; mixed: seeds = 4 mod 5",
+    )
 
 
 def _disk_arguments(parser: argparse.ArgumentParser) -> None:
@@ -224,6 +231,7 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         unsubscribe=args.unsubscribe,
         cumulative=args.cumulative,
         redeliver=args.redeliver,
+        queries=args.queries,
         disk=args.disk,
         group_commit_ms=args.group_commit,
         disk_capacity=args.disk_capacity,
@@ -487,6 +495,7 @@ def reproduce_argv(run: Mapping[str, Any]) -> list[str] | None:
             "--unsubscribe", on_off(run["unsubscribe"]),
             "--cumulative", on_off(run["cumulative"]),
             "--redeliver", on_off(run["redeliver"]),
+            "--queries", on_off(run.get("queries", False)),
             "--deadline", str(run["deadline_ms"]),
         ]  # fmt: skip
     except KeyError:

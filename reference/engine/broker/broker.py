@@ -19,9 +19,19 @@ from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry
 
+from reference import buffer as tb
+from reference import pending_ack as pa
 from spec.config import Config
 from spec.envelope import LogKind
-from spec.errors import InputError, NotAllowed, RequestTimeout, ServiceUnitNotReady, SubscriptionBusy
+from spec.errors import (
+    InputError,
+    NotAllowed,
+    RequestTimeout,
+    ServiceUnitNotReady,
+    SubscriptionBusy,
+    SubscriptionNotFound,
+)
+from spec.result import Ok
 from spec.types import Position, Subscription, TxnAction, TxnID
 
 from ..bufferedwriter_metrics import BufferedWriterMetrics
@@ -329,6 +339,33 @@ class Broker:
             return Future()
         sub.add_consumer(consumer_id)
         return Future.completed(None)
+
+    def get_last_message_id(self, partition: str) -> Future[Position]:
+        """CommandGetLastMessageId: the partition's last dispatchable position (TB-18), never past
+        its ``max_read_position``; refused while its transaction buffer recovers."""
+        part = self._serving(partition)
+        if part is None or part.state is None:
+            return Future()
+        result = tb.get_last_message_id(part.state)
+        if not isinstance(result, Ok):
+            return fail(result.error)
+        return Future.completed(result.value)
+
+    def check_position_in_pending_ack(
+        self, partition: str, name: str, position: Position, batch_index: int | None
+    ) -> Future[pa.PositionInPendingAck]:
+        """The admin API's ``checkPositionInPendingAckState`` (PA-21): where ``position`` (a batch
+        index of it) stands in the subscription's pending ack.  A subscription that is not loaded
+        is refused as not ready, an unknown one as not found."""
+        part = self._serving(partition)
+        if part is None:
+            return Future()
+        sub = part.subscriptions.get(name)
+        if sub is None:
+            return fail(SubscriptionNotFound(f"subscription {name} of {partition} does not exist"))
+        if sub.state is None:
+            return fail(ServiceUnitNotReady(f"subscription {name} of {partition} is not loaded"))
+        return Future.completed(pa.check_position_in_pending_ack_state(sub.state, position, batch_index))
 
     def delete_topic(self, topic: str, *, force: bool = False) -> Future[None]:
         """The admin API's topic deletion, every partition of ``topic``.  Without ``force`` it is
