@@ -311,7 +311,7 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         """Open (create) the pending-ack log and read its live records, numbered in log order."""
         log = RecordLog(
             self.sim,
-            self.host.store.open(self.log_name),
+            self.host.store.open(self.log_name, closes_on_write_failure=True),
             LogKind.PENDING_ACK,
             self.config,
             batching=self.host.batching,
