@@ -184,6 +184,7 @@ class Cluster:
         disk: str | FileSystem = "real",
         group_commit_ms: int | None = None,
         disk_faults: DiskFaults | None = None,
+        shared_delayed_index: bool = False,
     ) -> Cluster:
         """``record_machines``: also record every machine step and load (spec.history's machine-level
         operations) in the history, for the per-object linearizability checks.
@@ -193,7 +194,8 @@ class Cluster:
         power cuts; ``disk_faults`` its injected faults), or a file system to use as it is.
         ``group_commit_ms``: the store's journal commits every that many simulated milliseconds, and
         no answer leaves the broker before the commit that makes what it depends on durable; None
-        commits every change as it is made."""
+        commits every change as it is made.  ``shared_delayed_index``: the broker's subscriptions
+        of a partition share one delayed index (DD-30, an engine option)."""
         if isinstance(disk, str) and disk not in ("real", "sim"):
             raise ValueError(f"disk must be real or sim, not {disk!r}")
         sim = Simulation(seed)
@@ -216,7 +218,15 @@ class Cluster:
         processes = itertools.count()
         # The observer exists before the broker: the broker's first loads are recovery operations.
         observer = MachineObserver(recorder, lambda: next(processes), config) if record_machines else None
-        broker = Broker(sim, store, config, topics=topics or {"topic": 1}, batching=batching, observer=observer)
+        broker = Broker(
+            sim,
+            store,
+            config,
+            topics=topics or {"topic": 1},
+            batching=batching,
+            observer=observer,
+            shared_delayed_index=shared_delayed_index,
+        )
         network = Network(sim, faults=network_faults, barrier=store.barrier if store.deferred else None)
         cluster = cls(sim, broker, network, recorder, processes)
         store.on_failure = cluster._disk_failed

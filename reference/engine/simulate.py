@@ -211,6 +211,9 @@ class RunSpec:
     # Clients ask what no other operation asks: readers the partition's last message id before they
     # stop (TB-18), ctp processors the admin check of the position they acked in the txn (PA-21).
     queries: bool = False
+    # The delayed workload (in-memory tracker) with the broker's shared delayed index (DD-30) and a
+    # second subscription reading the topic, so that two subscriptions share the index.
+    shared_delayed: bool = False
     # File ledgers only: the real disk or the simulated one (whose broker crashes are power cuts),
     # and the journal's group commit (None: every change committed as it is made).
     disk: str = "real"
@@ -259,6 +262,7 @@ class RunSpec:
             "cumulative": self.cumulative,
             "redeliver": self.redeliver,
             "queries": self.queries,
+            "shared_delayed": self.shared_delayed,
             "disk": self.disk if self.ledger == "file" else None,
             "group_commit_ms": self.group_commit_ms if self.ledger == "file" else None,
             "disk_capacity": self.disk_capacity,
@@ -391,6 +395,7 @@ class _Run:
             history=f"{spec.workload}-{spec.ledger}-seed{spec.seed}",
             disk=spec.disk,
             group_commit_ms=spec.group_commit_ms,
+            shared_delayed_index=spec.shared_delayed,
             disk_faults=DiskFaults(
                 write_eio=float(rates["disk_eio"]) if spec.faults else 0.0,
                 sync_eio=float(rates["disk_eio"]) if spec.faults else 0.0,
@@ -793,8 +798,12 @@ class _Run:
             ]
         else:
             workers = [self.delayed_writer(w) for w in range(spec.clients)]
+            # With the shared delayed index a second subscription reads the topic too: the two
+            # share one index (DD-30), and each must get every message, each when it is due.
+            subs = ("read", "read-shared") if spec.shared_delayed else ("read",)
             readers = [
-                self.reader("delayed", "read", 0, kind(ConsumerType.Shared), lambda: writers_done[0])
+                self.reader("delayed", sub, 0, kind(ConsumerType.Shared), lambda: writers_done[0])
+                for sub in subs
                 for _ in range(copies)
             ]
         worker_count = len(workers)
@@ -932,6 +941,7 @@ class SimulateOptions:
     cumulative: str = "off"  # mixed: seeds = 1 mod 7
     redeliver: str = "off"  # mixed: seeds = 3 mod 6
     queries: str = "off"  # mixed: seeds = 4 mod 5
+    shared_delayed: str = "off"  # the delayed workload on the in-memory tracker; mixed: seeds = 1 mod 4
     disk: str = "real"  # file ledgers: "real", or "sim" (broker crashes are power cuts)
     group_commit_ms: int | None = None  # file ledgers: the journal's group commit (None: every change)
     disk_capacity: int | None = None  # the simulated disk's bytes (ENOSPC past them; None: no bound)
@@ -976,6 +986,9 @@ class SimulateOptions:
                     cumulative=variant(self.cumulative, seed, 7),
                     redeliver=variant(self.redeliver, seed + 4, 6),
                     queries=variant(self.queries, seed + 2, 5),
+                    shared_delayed=workload == "delayed"
+                    and not variant(tracker, seed, 2, step=2)
+                    and variant(self.shared_delayed, seed, 4),
                     disk=self.disk,
                     group_commit_ms=self.group_commit_ms,
                     disk_capacity=self.disk_capacity if self.ledger == "file" and self.disk == "sim" else None,
@@ -1002,6 +1015,7 @@ MAIN_JOB = SimulateOptions(
     cumulative="mixed",
     redeliver="mixed",
     queries="mixed",
+    shared_delayed="mixed",
 )
 
 

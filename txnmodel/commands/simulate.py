@@ -177,6 +177,13 @@ def _add_variants(parser: argparse.ArgumentParser, engine: ModuleType) -> None:
         help="readers ask the last message id before they stop, ctp processors the admin check of the position "
         "they acked in the txn; mixed: seeds = 4 mod 5",
     )
+    parser.add_argument(
+        "--shared-delayed",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="the delayed workload on the in-memory tracker: the broker's subscriptions share one delayed index "
+        "(PIP-195's never-built option, rule DD-30) and a second subscription reads the topic; mixed: seeds = 1 mod 4",
+    )
 
 
 def _disk_arguments(parser: argparse.ArgumentParser) -> None:
@@ -232,6 +239,7 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         cumulative=args.cumulative,
         redeliver=args.redeliver,
         queries=args.queries,
+        shared_delayed=args.shared_delayed,
         disk=args.disk,
         group_commit_ms=args.group_commit,
         disk_capacity=args.disk_capacity,
@@ -496,6 +504,7 @@ def reproduce_argv(run: Mapping[str, Any]) -> list[str] | None:
             "--cumulative", on_off(run["cumulative"]),
             "--redeliver", on_off(run["redeliver"]),
             "--queries", on_off(run.get("queries", False)),
+            "--shared-delayed", on_off(run.get("shared_delayed", False)),
             "--deadline", str(run["deadline_ms"]),
         ]  # fmt: skip
     except KeyError:

@@ -151,12 +151,16 @@ class Broker:
         restart_delay_ms: int = 50,
         observer: MachineObserver | None = None,
         delayed_async_create: bool = False,
+        shared_delayed_index: bool = False,
     ) -> None:
         self.sim = sim
         self.store = store
         self.config = config
         # PIP-195's asynchronous snapshot creation (DD-31) has no broker.conf key: an engine option.
         self.delayed_async_create = delayed_async_create
+        # PIP-195's shared delayed index across subscriptions (DD-30), never built in Pulsar: an
+        # engine option, the in-memory tracker shared by every subscription of a partition.
+        self.shared_delayed_index = shared_delayed_index
         # PIP-160's *_bufferedwriter_* collectors, one set per log kind shared by every log of that
         # kind on this broker (BW-19); a disabled writer flushes no batches, so none are made then.
         self.metrics_registry = CollectorRegistry()

@@ -282,6 +282,12 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
             slot.unacked.clear()
         return True
 
+    @property
+    def shares_delayed_index(self) -> bool:
+        """Whether this subscription's delayed messages wait in its partition's shared index (the
+        broker's ``shared_delayed_index`` option, DD-30) instead of a tracker of its own."""
+        return self.host.shared_delayed_index and self.delayed_enabled and self.durable
+
     def delayed_service(self) -> DelayedDeliveryService:
         """The subscription's tracker, made (and recovered) now if it does not exist yet."""
         if self.delayed is None:
@@ -513,6 +519,8 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         if not self.durable:
             self.crash()  # PA-24: nothing of a reader's subscription is durable
             return
+        if self.shares_delayed_index and self.partition.delayed_index is not None:
+            self.partition.delayed_index.unsubscribe(self.name)
         if self.delayed is not None:
             self.delayed.clear()
         else:
@@ -627,16 +635,24 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
             self.read_after = max(self.read_after, *seen)
         self._dispatched = (buffer, self.read_after)
         fresh = []
+        shared = self.partition.shared_delayed_index() if self.shares_delayed_index else None
         for position in read.delivered:
             message = self.partition.messages[position]
             if message.deliver_at is not None and self.delayed_enabled:
+                if shared is not None:
+                    if shared.add_message(self.name, position, message.deliver_at):
+                        continue
+                    fresh.append(position)
+                    continue
                 waits = self.delayed_service().add_message(position, message.deliver_at)
                 if self.state is None:
                     return  # the tracker's storage failed: the topic is reloading
                 if waits:
                     continue
             fresh.append(position)
-        if self.delayed is not None:
+        if shared is not None:
+            self.replay.update(shared.scheduled_messages(self.name))
+        elif self.delayed is not None:
             self.replay.update(self.delayed.scheduled_messages())
             if self.state is None:
                 return
