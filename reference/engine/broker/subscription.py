@@ -40,6 +40,7 @@ from spec.types import (
 )
 
 from ..delayed_service import DelayedDeliveryService
+from ..delayed_shared import TopicDelayedIndex
 from ..ledger import InitialPosition, LedgerError, ManagedCursor, ManagedLedger
 from ..memory_ledger import non_durable_cursor, reset_read_position
 from ..record_log import LogWriteFailed, RecordLog, RecordPosition
@@ -65,16 +66,19 @@ _SUB_TYPES = {
 
 class Topic(Protocol):
     """What a subscription needs of its partition: the topic's ledger and the messages written to
-    it, the buffer's state (what may be dispatched), retention, and the reload a failed pending-ack
-    write asks for (the whole topic reloads)."""
+    it, the buffer's state (what may be dispatched), retention, the reload a failed pending-ack
+    write asks for (the whole topic reloads), and the shared delayed index of this load (DD-30)."""
 
     name: str
     ledger: ManagedLedger | None
     messages: dict[Position, StoredMessage]
     state: tb.BufferState | None
     subscriptions: dict[str, SubscriptionService]
+    delayed_index: TopicDelayedIndex | None
 
     def schedule_trim(self) -> None: ...
+
+    def shared_delayed_index(self) -> TopicDelayedIndex: ...
 
     def reload(self) -> None: ...
 
