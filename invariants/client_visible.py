@@ -45,6 +45,9 @@ undispatchable-last-id     TB-18                                ``get_last_messa
 pending-ack-without-ack    PA-21                                the admin check answered PendingAck
                                                                 for a position no transaction had
                                                                 acknowledged on that subscription
+delivered-before-seek-time PA-23                                after a seek by publish time, the
+                                                                first delivery was of a message
+                                                                published before that time
 =========================  ===================================  ===================================
 
 Times.  A transaction is *certainly open* until the first ``commit``/``abort`` of it is invoked or
@@ -119,6 +122,7 @@ CHECKS: dict[str, tuple[str, ...]] = {
     "refused-send": ("TB-5", "TC-17"),
     "undispatchable-last-id": ("TB-18",),
     "pending-ack-without-ack": ("PA-21",),
+    "delivered-before-seek-time": ("PA-23",),
 }
 
 Txn = tuple[int, int]
@@ -290,7 +294,7 @@ class _View:
                 self._subscription_op(op)
                 if op.f == "ack" and op.type.indeterminate:
                     self.unsure_acks.append(op)
-            elif op.f in ("get_last_message_id", "check_position_in_pending_ack"):
+            elif op.f in ("get_last_message_id", "check_position_in_pending_ack", "seek"):
                 self.queries.append(op)
         for sub in self.deliveries:
             self.deliveries[sub].sort(key=lambda d: (d.op.invoked_at, d.op.index))
@@ -480,8 +484,11 @@ class _View:
         never where a ``subscribe`` says ``liveness: false`` (a recorder of a real broker states that
         no bound holds, as while faults are injected: a real client reconnects with a backoff of its
         own, and a simulated bound means nothing there)."""
-        if any(isinstance(op.args, dict) and op.args.get("liveness") is False for op in self.subscribes.get(sub, ())):
-            return False
+        if any(
+            isinstance(op.args, dict) and (op.args.get("liveness") is False or op.args.get("durable") is False)
+            for op in self.subscribes.get(sub, ())
+        ):
+            return False  # no bound stated, or a Reader's subscription: it holds back no ledger deletion
         if self.exclusive(sub):
             return True
         return len(self.receivers.get(sub, ())) == 1 and all(
@@ -559,6 +566,7 @@ def check_client_visible(ops: Sequence[Operation], *, cap: int = 20) -> OracleRe
     _refused_sends(view, out)
     _undispatchable_last_id(view, out)
     _pending_ack_without_ack(view, out)
+    _delivered_before_seek_time(view, out)
     return OracleResult(view.history, tuple(out.found), dict(out.counts), dict(out.judged))
 
 
@@ -909,3 +917,40 @@ def _pending_ack_without_ack(view: _View, out: _Out) -> None:
             f"check_position_in_pending_ack op {op.index} on {op.object} answered PendingAck for {_fmt(asked)}, "
             f"but no transactional ack of it was invoked on that subscription before the answer at {done}",
         )
+
+
+def _delivered_before_seek_time(view: _View, out: _Out) -> None:
+    """PA-23: a seek by publish time restarts the subscription at the first message published at or
+    after that time (its consumers reconnect, dropping what was queued for them), so the first
+    delivery by a receive invoked after the seek returned is not a message whose send had completed
+    before that time: such a message was published before it.  Judged until another seek."""
+    seeks: dict[str, list[Operation]] = defaultdict(list)
+    for op in view.queries:
+        if op.f == "seek" and op.type is OpType.OK and op.completed_at is not None:
+            seeks[op.object].append(op)
+    for sub, mine in seeks.items():
+        mine.sort(key=lambda o: (o.invoked_at, o.index))
+        deliveries = view.deliveries.get(sub, [])
+        for k, seek in enumerate(mine):
+            at = _object(seek).get("publish_time")
+            if type(at) is not int:
+                raise _bad(seek, f"'publish_time' must be an integer, got {at!r}")
+            until = mine[k + 1].invoked_at if k + 1 < len(mine) else INF
+            assert seek.completed_at is not None
+            first = next(
+                (d for d in deliveries if seek.completed_at <= d.op.invoked_at < until),
+                None,
+            )
+            if first is None:
+                continue
+            out.judged["delivered-before-seek-time"] += 1
+            message = view.messages.get(first.payload)
+            if message is None or message.send.completed_at is None or message.send.completed_at >= at:
+                continue
+            out.add(
+                "delivered-before-seek-time",
+                [seek, first.op, message.send],
+                f"seek op {seek.index} on {sub} to publish time {at} returned at {seek.completed_at}; the first "
+                f"delivery after it, receive op {first.op.index}, was {message.payload!r}, whose send (op "
+                f"{message.send.index}) had completed at {message.send.completed_at}, before that time",
+            )

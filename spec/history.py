@@ -205,6 +205,8 @@ TXN_FUNCTIONS: Final[Mapping[str, str]] = {
     # of a position in the subscription's pending ack (PA-21).
     "get_last_message_id": "subscription",
     "check_position_in_pending_ack": "subscription",
+    # A seek by publish time (PA-23): the subscription restarts at the first message published then or later.
+    "seek": "subscription",
 }
 
 

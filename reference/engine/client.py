@@ -429,6 +429,51 @@ class Client:
         done_.add_done_callback(made)
         return result
 
+    def create_reader_async(
+        self, topic: str, reader_name: str, start_message: Position, *, partition: int = 0
+    ) -> Future[Consumer]:
+        """``Client.create_reader``: a consumer of a non-durable subscription ``reader_name`` whose
+        cursor starts at ``start_message`` (delivered again: the broker starts a reader's cursor just
+        before it) and dies with its consumer (PA-24).  Recorded as a ``subscribe`` whose value says
+        ``durable: false`` and names the start message."""
+        name = partition_name(topic, partition) if "-partition-" not in topic else topic
+        consumer_id = self.cluster.new_consumer_id()
+        result: Future[Consumer] = Future()
+
+        def attach() -> Future[None]:
+            return self.broker.subscribe(
+                name,
+                reader_name,
+                ConsumerType.Exclusive.value,
+                InitialPosition.EARLIEST,
+                consumer_id,
+                durable=False,
+                start_message=start_message,
+            )
+
+        done_ = self._op(
+            "subscribe",
+            object_id("subscription", f"{name}#{reader_name}"),
+            {
+                "initial_position": "Earliest",
+                "sub_type": ConsumerType.Exclusive.value,
+                "durable": False,
+                "start_message": _pos_json(start_message),
+            },
+            lambda: self.network.call(attach),
+        )
+
+        def made(done: Future[None]) -> None:
+            if done.error is not None:
+                result.set_exception(done.error)
+            else:
+                consumer = Consumer(self, name, reader_name, consumer_id, ConsumerType.Exclusive)
+                self._consumers.append(consumer)
+                result.set_result(consumer)
+
+        done_.add_done_callback(made)
+        return result
+
     def subscribe(
         self,
         topic: str,
@@ -951,6 +996,29 @@ class Consumer:
 
     def negative_acknowledge(self, message: Message | Position) -> None:
         self.client._wait(self.negative_acknowledge_async(message))
+
+    def seek_async(self, publish_time: int) -> Future[None]:
+        """``Consumer.seek(timestamp)``: the subscription restarts at the first message published at
+        or after ``publish_time`` (PA-23), and this consumer reconnects (what the broker had queued
+        for it is dropped).  Recorded as ``seek``."""
+
+        def call() -> Future[None]:
+            out: Future[None] = Future()
+
+            def done(answer: Future[None]) -> None:
+                if answer.error is not None:
+                    out.set_exception(answer.error)
+                    return
+                self.reconnect()
+                out.set_result(None)
+
+            self._call(lambda sub: sub.seek_time(publish_time)).add_done_callback(done)
+            return out
+
+        return self.client._op("seek", self.object, {"publish_time": publish_time}, call)
+
+    def seek(self, publish_time: int) -> None:
+        self.client._wait(self.seek_async(publish_time))
 
     def get_last_message_id_async(self) -> Future[Position]:
         """``Consumer.get_last_message_id()``: the last dispatchable position of the partition

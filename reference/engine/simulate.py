@@ -48,6 +48,7 @@ from typing import Any
 
 from spec.config import QUIRKS, Config
 from spec.history import Operation
+from spec.types import Position
 
 from .broker import BrokerFaults, ComponentFailure
 from .client import Client, Cluster, Consumer, ConsumerType, OperationFailed, OperationTimeout, Producer
@@ -214,6 +215,9 @@ class RunSpec:
     # The delayed workload (in-memory tracker) with the broker's shared delayed index (DD-30) and a
     # second subscription reading the topic, so that two subscriptions share the index.
     shared_delayed: bool = False
+    # Every verify reader, once drained, looks back with a Reader (a non-durable subscription,
+    # PA-24) from the last message it received, then seeks that reader by publish time (PA-23).
+    readers: bool = False
     # File ledgers only: the real disk or the simulated one (whose broker crashes are power cuts),
     # and the journal's group commit (None: every change committed as it is made).
     disk: str = "real"
@@ -263,6 +267,7 @@ class RunSpec:
             "redeliver": self.redeliver,
             "queries": self.queries,
             "shared_delayed": self.shared_delayed,
+            "readers": self.readers,
             "disk": self.disk if self.ledger == "file" else None,
             "group_commit_ms": self.group_commit_ms if self.ledger == "file" else None,
             "disk_capacity": self.disk_capacity,
@@ -426,6 +431,7 @@ class _Run:
         self.faults_on = spec.faults
         self.errors: list[BaseException] = []
         self.producers: dict[tuple[str, int, Client | None], Producer] = {}  # (topic, partition, owner)
+        self.lookers = 0  # Readers opened so far (``readers``): each gets a subscription name of its own
         self.ledger_faults: dict[str, int] = {}
         bucket = spec.workload == "delayed" and spec.delayed_tracker == "bucket"
         self.max_delay_ms = BUCKET_MAX_DELAY_MS if bucket else MAX_DELAY_MS
@@ -632,11 +638,15 @@ class _Run:
         client = self.cluster.client()
         consumer: Consumer = yield from self.subscribe(client, topic, sub, partition, kind)
         empty = 0
+        last: Position | None = None  # the last message received, and when the first one came
+        first_at: int | None = None
         while empty < 3:
             got = None
             try:
                 got = yield consumer.receive_async(50)
                 if got is not None:
+                    last = got.position
+                    first_at = self.sim.now if first_at is None else first_at
                     yield consumer.acknowledge_async(got)
             except _ERRORS:
                 if client.recorder.crashed(client.process):
@@ -653,12 +663,43 @@ class _Run:
             # The partition's last message id as the reader stops (TB-18): never a message of a
             # transaction still open or aborted.
             yield from self.query(consumer.get_last_message_id_async)
+        if self.spec.readers and last is not None and first_at is not None:
+            yield from self.look_back(client, topic, partition, last, first_at)
         if self.spec.unsubscribe:
             # Unsubscribing drops the subscription with its cursor, pending-ack log and delayed
             # tracker (DD-23); a reader that is done may do that instead of closing.
             yield from self.unsubscribe(consumer)
         else:
             consumer.close()
+
+    def look_back(self, client: Client, topic: str, partition: int, start: Position, since: int) -> Proc:
+        """A Reader over what is still in the partition: a non-durable subscription whose cursor
+        starts at ``start`` and dies with its consumer (PA-24), read to its end, then sought back to
+        the messages published at or after ``since`` (PA-23) and read to its end again.  It never
+        acknowledges; what it receives must still be only what was committed, never an aborted
+        transaction's message (TB-15 .. TB-17).  Nothing of it is durable, so it holds back no ledger
+        deletion: what retention deleted meanwhile it cannot read."""
+        self.lookers += 1
+        try:
+            reader: Consumer = yield client.create_reader_async(
+                topic, f"look{self.lookers}", start, partition=partition
+            )
+        except _ERRORS:
+            return
+        try:
+            yield from self.read_to_end(reader)
+            yield reader.seek_async(since)
+            yield from self.read_to_end(reader)
+        except _ERRORS:
+            pass
+        reader.close()
+
+    def read_to_end(self, consumer: Consumer) -> Proc:
+        """Receive without acknowledging until two receives in a row find nothing."""
+        empty = 0
+        while empty < 2:
+            got = yield consumer.receive_async(50)
+            empty = empty + 1 if got is None else 0
 
     def unsubscribe(self, consumer: Consumer) -> Proc:
         """Unsubscribe, or close when that is refused or unanswered."""
@@ -942,6 +983,7 @@ class SimulateOptions:
     redeliver: str = "off"  # mixed: seeds = 3 mod 6
     queries: str = "off"  # mixed: seeds = 4 mod 5
     shared_delayed: str = "off"  # the delayed workload on the in-memory tracker; mixed: seeds = 1 mod 4
+    readers: str = "off"  # mixed: seeds = 3 mod 5
     disk: str = "real"  # file ledgers: "real", or "sim" (broker crashes are power cuts)
     group_commit_ms: int | None = None  # file ledgers: the journal's group commit (None: every change)
     disk_capacity: int | None = None  # the simulated disk's bytes (ENOSPC past them; None: no bound)
@@ -986,6 +1028,7 @@ class SimulateOptions:
                     cumulative=variant(self.cumulative, seed, 7),
                     redeliver=variant(self.redeliver, seed + 4, 6),
                     queries=variant(self.queries, seed + 2, 5),
+                    readers=variant(self.readers, seed + 3, 5),
                     shared_delayed=workload == "delayed"
                     and not variant(tracker, seed, 2, step=2)
                     and variant(self.shared_delayed, seed, 4),
@@ -1016,6 +1059,7 @@ MAIN_JOB = SimulateOptions(
     redeliver="mixed",
     queries="mixed",
     shared_delayed="mixed",
+    readers="mixed",
 )
 
 

@@ -26,9 +26,18 @@ class H:
         self.ops: list[Operation] = []
 
     def op(
-        self, f: str, obj: str, value: Any, result: Any, at: int, done: int | None, *, kind: OpType = OpType.OK
+        self,
+        f: str,
+        obj: str,
+        value: Any,
+        result: Any,
+        at: int,
+        done: int | None,
+        *,
+        kind: OpType = OpType.OK,
+        process: int | None = None,
     ) -> None:
-        process = len(self.ops)
+        process = len(self.ops) if process is None else process
         self.ops.append(
             make_operation("h", len(self.ops), process, kind, f, obj, value, result, invoked_at=at, completed_at=done)
         )
@@ -209,4 +218,106 @@ def test_the_queries_variant_asks_both_questions_and_only_on_its_seeds() -> None
     # the processors unsubscribe too: their subscriptions had pending-ack logs
     gone = {op.object for op in result.operations if op.f == "unsubscribe" and op.type is OpType.OK}
     assert any("#ctp" in name for name in gone)
+    assert check_client_visible(result.operations).ok
+
+
+# --- readers and seek by publish time (PA-23, PA-24) ----------------------------------------------
+
+READER = f"subscription:{P}#look1"
+
+
+def _reader_history(first_after_seek: str, *, durable: bool = False) -> H:
+    h = H()
+    reader: dict[str, Any] = {} if durable else {"durable": False, "start_message": [0, 1]}
+    h.send("old", (0, 0), 1, txn=None)  # completed at 3
+    h.send("new", (0, 1), 10, txn=None)  # completed at 12
+    h.op(
+        "subscribe",
+        READER,
+        {"initial_position": "Earliest", "sub_type": "Exclusive", **reader},
+        None,
+        20,
+        21,
+    )
+    h.op("receive", READER, {}, {"message": "new", "position": [0, 1], "redelivery_count": 0}, 22, 23)
+    h.op("seek", READER, {"publish_time": 5}, None, 30, 32)
+    position = [0, 0] if first_after_seek == "old" else [0, 1]
+    h.op("receive", READER, {}, {"message": first_after_seek, "position": position, "redelivery_count": 0}, 32, 34)
+    h.op("receive", READER, {}, None, 40, 45)
+    return h
+
+
+def test_a_first_delivery_after_a_seek_published_before_its_time_is_flagged() -> None:
+    assert CHECKS["delivered-before-seek-time"] == ("PA-23",)
+    assert counts(_reader_history("old")) == {"delivered-before-seek-time": 1}
+    good = check_client_visible(_reader_history("new").ops)
+    assert good.counts == {} and good.judged["delivered-before-seek-time"] == 1
+
+
+def test_a_reader_is_judged_for_what_it_receives_not_for_what_it_misses() -> None:
+    from invariants.transactional import check_transactional
+
+    # The Reader started at (0, 1) and never received "old": not a lost message (it holds back no
+    # ledger deletion, and its start was after it).
+    h = _reader_history("new")
+    assert check_transactional(h.ops).ok
+    assert check_client_visible(h.ops).ok
+    # the same history on a durable subscription: "old" was never received by a drained one
+    assert "lost-message" in check_transactional(_reader_history("new", durable=True).ops).counts
+
+
+def test_out_of_order_restarts_at_a_seek() -> None:
+    from invariants.transactional import check_transactional
+
+    h = H()
+    h.send("a", (0, 0), 1, txn=None)
+    h.send("b", (0, 1), 2, txn=None)
+    h.op("subscribe", READER, {"initial_position": "Earliest", "sub_type": "Exclusive"}, None, 5, 6)
+    h.op("receive", READER, {}, {"message": "b", "position": [0, 1], "redelivery_count": 0}, 7, 8, process=50)
+    h.op("receive", READER, {}, {"message": "a", "position": [0, 0], "redelivery_count": 0}, 20, 22, process=50)
+    assert "out-of-order-delivery" in check_transactional(h.ops).counts
+    h.ops.insert(
+        4,
+        make_operation(
+            "h", 99, 98, OpType.OK, "seek", READER, {"publish_time": 0}, None, invoked_at=10, completed_at=12
+        ),
+    )
+    h.ops = [dataclasses.replace(op, index=i) for i, op in enumerate(h.ops)]
+    assert "out-of-order-delivery" not in check_transactional(h.ops).counts
+
+
+def test_the_engine_reader_starts_at_its_start_message_and_seeks_by_publish_time() -> None:
+    cluster = Cluster.start(seed=7, topics={"t": 1})
+    client = cluster.client()
+    producer = client.create_producer("t")
+    sent = []
+    for i in range(4):
+        sent.append((producer.send(f"m{i}"), cluster.sim.now))
+        cluster.sim.advance(100)
+    reader = client.create_reader_async("t", "look", sent[2][0])
+    cluster.sim.run_until(lambda: reader.done)
+    look = reader.result()
+    got = []
+    while (message := look.receive(50)) is not None:
+        got.append(message.payload.decode())
+    assert got == ["m2", "m3"]  # the start message is delivered again
+    look.seek(sent[1][1])  # published at or after m1's send returned: m2 on (m1 was published before)
+    again = []
+    while (message := look.receive(50)) is not None:
+        again.append(message.payload.decode())
+    assert again == ["m2", "m3"]
+    look.seek(0)
+    assert look.receive(50).payload == b"m0"
+    look.close()
+    assert cluster.broker.subscription(look.partition, "look") is None  # PA-24: it dies with its consumer
+    assert check_client_visible(cluster.history(machines=True)).ok
+
+
+def test_the_readers_variant_looks_back_on_its_seeds() -> None:
+    assert [s for s in range(1, 21) if main_job_spec("multi", s).readers] == [3, 8, 13, 18]
+    result = run(RunSpec(workload="multi", seed=3, ops=10, readers=True))
+    subscribes = [op for op in result.operations if op.f == "subscribe" and "#look" in op.object]
+    seeks = [op for op in result.operations if op.f == "seek"]
+    assert len(subscribes) == 2 and all(op.args["durable"] is False for op in subscribes)
+    assert len(seeks) == 2 and all(op.type is OpType.OK for op in seeks)
     assert check_client_visible(result.operations).ok
