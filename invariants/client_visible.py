@@ -48,6 +48,15 @@ pending-ack-without-ack    PA-21                                the admin check 
 delivered-before-seek-time PA-23                                after a seek by publish time, the
                                                                 first delivery was of a message
                                                                 published before that time
+unexpected-error           TC-34, TC-37                         an operation failed with an error
+                                                                Pulsar does not define (the client
+                                                                library's own exception), or a
+                                                                commit or abort with the one the
+                                                                client retries (CoordinatorNotFound)
+unanswered-end             TC-34                                the coordinator's answer to END_TXN
+                                                                reached the client and the commit
+                                                                or abort waiting for it did not
+                                                                complete within ANSWER_BOUND_MS
 =========================  ===================================  ===================================
 
 Times.  A transaction is *certainly open* until the first ``commit``/``abort`` of it is invoked or
@@ -79,6 +88,10 @@ Bounds (simulated milliseconds; logical time is the history's clock):
   individually while it was certainly open must be received again before a receive invoked this
   much later comes back empty.
 * ``TXN_END_BOUND_MS``: how long after its deadline an unended transaction may stay open.
+* ``ANSWER_BOUND_MS``: how long after the coordinator's answer to END_TXN reached the client a
+  commit or abort waiting for it may stay open (an engine history records when each answer reached
+  the client as the end of the coordinator's ``end_txn`` step; a real broker's trace has no such
+  rows, so ``unanswered-end`` does not judge it).
 
 Subscriptions judged for liveness: every receive on them came from one process (one consumer at
 a time, as an Exclusive subscription or a single Shared reader), every ``subscribe`` on them
@@ -96,9 +109,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spec.errors import is_pulsar_error
 from spec.history import BadHistory, Operation, OpType, is_machine_operation, parse_object, split_subscription
 
 __all__ = [
+    "ANSWER_BOUND_MS",
     "CHECKS",
     "LAG_BOUND_MS",
     "REDELIVERY_BOUND_MS",
@@ -111,6 +126,7 @@ __all__ = [
 LAG_BOUND_MS = 1_000
 REDELIVERY_BOUND_MS = 1_000
 TXN_END_BOUND_MS = 5_000
+ANSWER_BOUND_MS = 5_000
 
 # check name -> the rule ids it states
 CHECKS: dict[str, tuple[str, ...]] = {
@@ -123,6 +139,8 @@ CHECKS: dict[str, tuple[str, ...]] = {
     "undispatchable-last-id": ("TB-18",),
     "pending-ack-without-ack": ("PA-21",),
     "delivered-before-seek-time": ("PA-23",),
+    "unexpected-error": ("TC-34", "TC-37"),
+    "unanswered-end": ("TC-34",),
 }
 
 Txn = tuple[int, int]
@@ -252,6 +270,7 @@ class _View:
     def __init__(self, ops: Sequence[Operation]) -> None:
         self.history = ops[0].history if ops else ""
         client = [op for op in ops if not is_machine_operation(op)]
+        self.client = client
         self.new_txn: dict[Txn, Operation] = {}
         self.timeout: dict[Txn, int] = {}
         self.ends: dict[Txn, list[Operation]] = defaultdict(list)
@@ -272,6 +291,8 @@ class _View:
         # and phase-2 failures, per txn.
         self.recoveries: dict[str, list[tuple[int, frozenset[Txn]]]] = defaultdict(list)
         self.end_failures: dict[Txn, list[int]] = defaultdict(list)
+        # The coordinator's END_TXN steps whose answer reached the client (see unanswered-end).
+        self.answered_ends: list[tuple[Txn, Operation]] = []
         for op in ops:
             if is_machine_operation(op) and op.object.startswith("coordinator:"):
                 self._coordinator_row(op)
@@ -341,6 +362,16 @@ class _View:
             self.recoveries[op.object].append((op.invoked_at, frozenset(live - finished)))
         elif op.f == "end_txn_in_transaction_buffer_result" and args.get("errors"):
             self.end_failures[_pair(op, args.get("txn_id"), "txn_id", "value")].append(op.invoked_at)
+        elif (
+            op.f == "end_txn"
+            and op.completed_at is not None
+            and op.completed_at > op.invoked_at
+            and (op.type is OpType.OK or (op.type is OpType.FAIL and op.error in _FINAL_END_ERRORS))
+        ):
+            # A step inside a request's window (an atomic one, invoked when completed, was no answer):
+            # ok, the client got success (an accepted step answered with an error is ``info``); fail
+            # with a final error, the coordinator answered that error at once (TC-9, TC-11).
+            self.answered_ends.append((_pair(op, args.get("txn_id"), "txn_id", "value"), op))
 
     def _subscription_op(self, op: Operation) -> None:
         kind, name = parse_object(op.object)
@@ -567,6 +598,8 @@ def check_client_visible(ops: Sequence[Operation], *, cap: int = 20) -> OracleRe
     _undispatchable_last_id(view, out)
     _pending_ack_without_ack(view, out)
     _delivered_before_seek_time(view, out)
+    _unexpected_errors(view, out)
+    _unanswered_ends(view, out)
     return OracleResult(view.history, tuple(out.found), dict(out.counts), dict(out.judged))
 
 
@@ -954,3 +987,67 @@ def _delivered_before_seek_time(view: _View, out: _Out) -> None:
                 f"delivery after it, receive op {first.op.index}, was {message.payload!r}, whose send (op "
                 f"{message.send.index}) had completed at {message.send.completed_at}, before that time",
             )
+
+
+_PULSAR_KINDS = frozenset({"coordinator", "partition", "subscription", "tracker"})
+# END_TXN answers after which the client completes the user's commit or abort (TC-34); it retries
+# only CoordinatorNotFound.
+_FINAL_END_ERRORS = frozenset({"TransactionNotFound", "InvalidTxnStatus"})
+
+
+def _unexpected_errors(view: _View, out: _Out) -> None:
+    """TC-37: an operation on a Pulsar object that failed, failed with an error Pulsar defines (a
+    domain error, a ``ServerError`` code, an exception of the official client): any other name is
+    an exception of the client library's own reaching the application."""
+    for op in view.client:
+        if op.type is not OpType.FAIL or op.error is None:
+            continue
+        kind, _ = parse_object(op.object)
+        if kind not in _PULSAR_KINDS:
+            continue
+        out.judged["unexpected-error"] += 1
+        if not is_pulsar_error(op.error):
+            out.add(
+                "unexpected-error",
+                [op],
+                f"{op.f} on {op.object} failed with {op.error!r}, which is no error of Pulsar's: "
+                "the client library raised an exception of its own",
+            )
+        elif op.f in ("commit", "abort") and op.error == "CoordinatorNotFound":
+            out.add(
+                "unexpected-error",
+                [op],
+                f"{op.f} op {op.index} failed with CoordinatorNotFound, which the client retries until the "
+                "coordinator is loaded (TC-34) instead of handing it to the application",
+            )
+
+
+def _unanswered_ends(view: _View, out: _Out) -> None:
+    """TC-34: the client completes a commit or abort with the coordinator's answer to its END_TXN
+    (retrying only CoordinatorNotFound).  An engine history records when that answer reached the
+    client (the end of the coordinator's ``end_txn`` step, answered ok or with a final error), so a
+    commit or abort of that txn invoked before the step and still open ANSWER_BOUND_MS after it is
+    a client that dropped the answer."""
+    for txn, step in view.answered_ends:
+        assert step.completed_at is not None
+        by = step.completed_at + ANSWER_BOUND_MS
+        for end in view.ends.get(txn, ()):
+            if end.invoked_at > step.invoked_at:
+                continue  # invoked after this END_TXN was sent: not the end it answers
+            if end.completed_at is not None and (
+                end.completed_at < step.completed_at
+                or (end.type.indeterminate and end.completed_at == step.completed_at)
+            ):
+                continue  # done (or given up) before the answer came
+            out.judged["unanswered-end"] += 1
+            if end.type.indeterminate or end.completed_at is None or end.completed_at > by:
+                shown = (
+                    "never completed" if end.completed_at is None else f"ended {end.type.value} at {end.completed_at}"
+                )
+                out.add(
+                    "unanswered-end",
+                    [end, step],
+                    f"{end.f} op {end.index} of {_fmt_txn(txn)} {shown}, although the coordinator's answer to its "
+                    f"END_TXN (op {step.index}, {step.type.value}{'' if step.error is None else ' ' + step.error}) "
+                    f"reached the client at {step.completed_at}: it must complete by {by}",
+                )

@@ -29,6 +29,7 @@ from __future__ import annotations
 import enum
 import itertools
 import os
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -41,6 +42,7 @@ from spec.result import Err
 from spec.types import ClientTxnState, Position, PulsarName, Subscription, TxnAction, TxnID
 
 from .broker import BatchedMessage, Broker, BrokerError, Delivered, partition_name
+from .broker.component import ComponentFailure
 from .disk import DiskFaults, FileSystem, SimDisk
 from .ledger import InitialPosition
 from .recorder import HistoryRecorder, MachineObserver, OpenOp
@@ -50,6 +52,7 @@ from .storage import LedgerFaults, LedgerStore
 __all__ = [
     "BatchMessageId",
     "Client",
+    "ClientLibraryError",
     "Cluster",
     "Consumer",
     "ConsumerType",
@@ -82,6 +85,21 @@ class OperationFailed(Exception):
 
 class OperationTimeout(Exception):
     """No answer within the operation timeout: the outcome is unknown (history type ``info``)."""
+
+
+class ClientLibraryError(Exception):
+    """The client library raised an exception of its own: a bug in the library, not one of Pulsar's
+    errors.  A real client library that throws fails the application's call with that exception, so
+    the call is recorded ``fail`` with the exception's type name as its error (the client-visible
+    check ``unexpected-error``, TC-37, flags it) and the application goes on."""
+
+    def __init__(self, exception: BaseException) -> None:
+        super().__init__(f"{type(exception).__name__}: {exception}")
+        self.exception = exception
+
+    @property
+    def name(self) -> str:
+        return type(self.exception).__name__
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,7 +321,11 @@ class Client:
     ) -> Future[T]:
         op = self.recorder.begin(self.process, f, obj, value)
         out: Future[T] = Future()
-        answer = call()
+        try:
+            answer = call()
+        except ClientLibraryError as exc:
+            answer = Future()
+            answer.set_exception(exc)
 
         def finish(done: Future[T]) -> None:
             if op.done:
@@ -313,6 +335,9 @@ class Client:
                 if isinstance(error, BrokerError | OperationFailed):
                     self.recorder.fail(op, error.error.name)
                     out.set_exception(OperationFailed(error.error))
+                elif isinstance(error, ClientLibraryError):
+                    self.recorder.fail(op, error.name)
+                    out.set_exception(error)
                 elif isinstance(error, OperationTimeout):
                     self._timed_out(op, out)
                 else:
@@ -506,14 +531,36 @@ class Transaction:
         client.sim.schedule(timeout_ms, self._timeout_fired)
 
     def _timeout_fired(self) -> None:
-        self._step(ct.TimeoutFired())
+        try:
+            self._step(ct.TimeoutFired())
+        except ClientLibraryError as exc:
+            self._fail_end(exc)
+
+    def _fail_end(self, exc: ClientLibraryError) -> None:
+        """The library raised in a callback (a timer, an answer): the commit or abort it was
+        completing, if any, fails with that exception; otherwise only the run's failures list it."""
+        if self._end is not None:
+            end, self._end = self._end, None
+            end.set_exception(exc)
 
     @property
     def txn_state(self) -> ClientTxnState:
         return self.state.state
 
     def _step(self, command: Any) -> ct.Result:
-        self.state, result = ct.step(self.state, command)
+        try:
+            self.state, result = ct.step(self.state, command)
+        except Exception as exc:
+            # A bug in the client library: the caller's operation fails with it, the run goes on,
+            # and the run lists it as it lists a broker component that raised (loud: exit 1).
+            where = ""
+            for frame, line in traceback.walk_tb(exc.__traceback__):
+                where = f"{os.path.basename(frame.f_code.co_filename)}:{line} in {frame.f_code.co_qualname}"
+            failure = ComponentFailure(
+                self.client.sim.now, f"client:{self.client.process}", f"{type(exc).__name__}: {exc}", where
+            )
+            self.client.broker.failures.append(failure)
+            raise ClientLibraryError(exc) from exc
         for effect in result.effects:
             if isinstance(effect, ct.SendAddPartitionToTxn):
                 self._registered[effect.topic] = self._add_partition(effect.topic)
@@ -548,7 +595,10 @@ class Transaction:
 
         def answered(done: Future[None]) -> None:
             error = None if done.error is None else _name(done.error)
-            self._step(ct.EndTxnResponse(error))
+            try:
+                self._step(ct.EndTxnResponse(error))
+            except ClientLibraryError as exc:
+                self._fail_end(exc)
 
         answer.add_done_callback(answered)
 
@@ -566,12 +616,20 @@ class Transaction:
 
         def registered(done: Future[None]) -> None:
             if done.error is not None:
-                self._step(ct.OpCompleted(failed=True))
+                try:
+                    self._step(ct.OpCompleted(failed=True))
+                except ClientLibraryError as exc:
+                    out.set_exception(exc)
+                    return
                 out.set_exception(done.error)
                 return
 
             def finished(op: Future[T]) -> None:
-                self._step(ct.OpCompleted(failed=op.error is not None))
+                try:
+                    self._step(ct.OpCompleted(failed=op.error is not None))
+                except ClientLibraryError as exc:
+                    out.set_exception(exc)
+                    return
                 if op.error is not None:
                     out.set_exception(op.error)
                 else:
@@ -588,7 +646,11 @@ class Transaction:
         def call() -> Future[None]:
             end: Future[None] = Future()
             self._end = end
-            result = self._step(command)
+            try:
+                result = self._step(command)
+            except ClientLibraryError:
+                self._end = None
+                raise
             if not result.ok and self._end is end:
                 assert isinstance(result, Err)
                 self._end = None

@@ -67,8 +67,11 @@ class RecordLog:
         *,
         batching: bool,
         metrics: FlushMetrics | None = None,
+        owner: object = None,
     ) -> None:
         self.sim = sim
+        # The component whose log this is: a writer step that raises is contained as its failure.
+        self.owner = owner
         self.metrics = metrics
         self.ledger = ledger
         self.kind = kind

@@ -51,7 +51,16 @@ from spec.history import Operation
 from spec.types import Position
 
 from .broker import BrokerFaults, ComponentFailure
-from .client import Client, Cluster, Consumer, ConsumerType, OperationFailed, OperationTimeout, Producer
+from .client import (
+    Client,
+    ClientLibraryError,
+    Cluster,
+    Consumer,
+    ConsumerType,
+    OperationFailed,
+    OperationTimeout,
+    Producer,
+)
 from .delayed_service import BUCKET_FACTORY
 from .disk import DiskFaults, SimDisk
 from .fault import InjectedFault
@@ -80,7 +89,7 @@ __all__ = [
 ]
 
 Proc = Generator[Future[Any], Any, None]
-_ERRORS = (OperationFailed, OperationTimeout)
+_ERRORS = (OperationFailed, OperationTimeout, ClientLibraryError)
 
 
 # The fault rates of ``--faults on``, in one place so a history's metadata states what the run used.

@@ -31,11 +31,13 @@ from spec.errors import (
     SubscriptionBusy,
     SubscriptionNotFound,
 )
-from spec.result import Ok
+from spec.result import Err, Ok
 from spec.types import Position, Subscription, TxnAction, TxnID
 
 from ..bufferedwriter_metrics import BufferedWriterMetrics
 from ..ledger import InitialPosition, LedgerError, ManagedLedger
+from ..record_log import RecordLog
+from ..recorder import is_recorded
 from ..sim import Future, Simulation
 from ..storage import LedgerStore
 from .component import BrokerError, Component, ComponentFailure, Restartable, fail
@@ -207,11 +209,18 @@ class Broker:
 
     def start(self) -> None:
         self.up = True
-        if not self.coordinator.load():
-            self.restart_later(self.coordinator)
-        for partition in self.partitions.values():
-            if not partition.load():
-                self.restart_later(partition)
+        components: list[Restartable] = [self.coordinator, *self.partitions.values()]
+        for component in components:
+            # A load that raises at start-up is contained as any other component's failure (it is
+            # outside every event when the broker is built); the other components still load.
+            try:
+                loaded = component.load()
+            except Exception as exc:
+                if not self.contain(exc):
+                    raise
+                continue
+            if not loaded:
+                self.restart_later(component)
 
     def crash(self) -> None:
         """Power off: every component's memory is lost; ledgers keep what they acknowledged."""
@@ -254,10 +263,12 @@ class Broker:
         exception no component raised (a workload's or the simulator's own)."""
         if isinstance(exc, InputError):
             return False
-        owner: _Failing | None = None
+        owner: Component[object, object, Ok[object] | Err] | None = None
         where = ""
         for frame, line in traceback.walk_tb(exc.__traceback__):
             candidate = frame.f_locals.get("self")
+            # A component's record log (the PIP-160 writer and its timers) raises on its owner's behalf.
+            candidate = getattr(candidate, "owner", None) if isinstance(candidate, RecordLog) else candidate
             if isinstance(candidate, Component):
                 owner = candidate
             path = Path(frame.f_code.co_filename)
@@ -265,6 +276,10 @@ class Broker:
             where = f"{shown}:{line} in {frame.f_code.co_qualname}"
         if owner is None:
             return False
+        if self.observer is not None and not is_recorded(exc):
+            # Raised outside a step the history records (a step that raised is recorded as failed):
+            # the component's object gets a ``raised`` operation, which no model accepts.
+            self.observer.raised(owner.obj, owner.machine, type(exc).__name__, where)
         component: _Failing = owner
         if isinstance(component, SubscriptionService) and isinstance(component.partition, Partition):
             component = component.partition

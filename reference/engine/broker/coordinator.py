@@ -83,6 +83,7 @@ class CoordinatorService(Component[tc.CoordinatorState, tc.Command, tc.Result]):
                 self.config,
                 batching=self.host.batching,
                 metrics=self.host.writer_metrics.get(LogKind.TRANSACTION_LOG),
+                owner=self,
             )
             replayed = log.replay()
             last = read_all(ledger)

@@ -326,6 +326,7 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
             self.config,
             batching=self.host.batching,
             metrics=self.host.writer_metrics.get(LogKind.PENDING_ACK),
+            owner=self,
         )
         records = []
         self._positions = {}
