@@ -38,6 +38,16 @@ missing-abort-redelivery   PA-13, PA-14, TC-18                  what an aborted 
 refused-send               TB-5, TC-17                          a send of a transaction that was
                                                                 certainly open was refused as ended
                                                                 (NotAllowed)
+undispatchable-last-id     TB-18                                ``get_last_message_id`` answered the
+                                                                entry of a transaction whose commit
+                                                                was not yet invoked, or that had
+                                                                certainly aborted
+pending-ack-without-ack    PA-21                                the admin check answered PendingAck
+                                                                for a position no transaction had
+                                                                acknowledged on that subscription
+delivered-before-seek-time PA-23                                after a seek by publish time, the
+                                                                first delivery was of a message
+                                                                published before that time
 unexpected-error           TC-34, TC-37                         an operation failed with an error
                                                                 Pulsar does not define (the client
                                                                 library's own exception), or a
@@ -126,6 +136,9 @@ CHECKS: dict[str, tuple[str, ...]] = {
     "late-visibility": ("TB-7", "TB-11", "TB-12", "TB-19", "TB-24", "TC-15", "TC-18", "DD-1", "DD-13", "DD-25"),
     "missing-abort-redelivery": ("PA-13", "PA-14", "TC-18"),
     "refused-send": ("TB-5", "TC-17"),
+    "undispatchable-last-id": ("TB-18",),
+    "pending-ack-without-ack": ("PA-21",),
+    "delivered-before-seek-time": ("PA-23",),
     "unexpected-error": ("TC-34", "TC-37"),
     "unanswered-end": ("TC-34",),
 }
@@ -269,6 +282,10 @@ class _View:
         self.receivers: dict[str, set[int]] = defaultdict(set)
         self.subscribes: dict[str, list[Operation]] = defaultdict(list)
         self.acks: list[_Ack] = []
+        # Transactional acks of unknown outcome (they may have taken effect), and the questions
+        # that change nothing: ``get_last_message_id`` and the admin ``check_position_in_pending_ack``.
+        self.unsure_acks: list[Operation] = []
+        self.queries: list[Operation] = []
         # The coordinator's own record of what disturbed an end (machine rows; none in a real
         # broker's trace): its reloads, with the txns still unfinished in the log they replayed,
         # and phase-2 failures, per txn.
@@ -296,6 +313,10 @@ class _View:
                 self._send(op)
             elif op.f in ("receive", "ack", "ack_cumulative", "subscribe"):
                 self._subscription_op(op)
+                if op.f == "ack" and op.type.indeterminate:
+                    self.unsure_acks.append(op)
+            elif op.f in ("get_last_message_id", "check_position_in_pending_ack", "seek"):
+                self.queries.append(op)
         for sub in self.deliveries:
             self.deliveries[sub].sort(key=lambda d: (d.op.invoked_at, d.op.index))
 
@@ -494,8 +515,11 @@ class _View:
         never where a ``subscribe`` says ``liveness: false`` (a recorder of a real broker states that
         no bound holds, as while faults are injected: a real client reconnects with a backoff of its
         own, and a simulated bound means nothing there)."""
-        if any(isinstance(op.args, dict) and op.args.get("liveness") is False for op in self.subscribes.get(sub, ())):
-            return False
+        if any(
+            isinstance(op.args, dict) and (op.args.get("liveness") is False or op.args.get("durable") is False)
+            for op in self.subscribes.get(sub, ())
+        ):
+            return False  # no bound stated, or a Reader's subscription: it holds back no ledger deletion
         if self.exclusive(sub):
             return True
         return len(self.receivers.get(sub, ())) == 1 and all(
@@ -571,6 +595,9 @@ def check_client_visible(ops: Sequence[Operation], *, cap: int = 20) -> OracleRe
     _late_visibility(view, out)
     _missing_abort_redelivery(view, out)
     _refused_sends(view, out)
+    _undispatchable_last_id(view, out)
+    _pending_ack_without_ack(view, out)
+    _delivered_before_seek_time(view, out)
     _unexpected_errors(view, out)
     _unanswered_ends(view, out)
     return OracleResult(view.history, tuple(out.found), dict(out.counts), dict(out.judged))
@@ -857,6 +884,108 @@ def _refused_sends(view: _View, out: _Out) -> None:
                 f"with NotAllowed (done at {op.completed_at}), while the txn was certainly open until {until:g}: "
                 f"only a txn at or below the low watermark is refused as ended, and the watermark stays below "
                 f"every live txn",
+            )
+
+
+def _undispatchable_last_id(view: _View, out: _Out) -> None:
+    """TB-18: the last message id is the last *dispatchable* position, found by scanning back from
+    maxReadPosition, so it is never an entry of a transaction that was still open when the answer
+    left (its commit not yet invoked: maxReadPosition stays before its first entry, TB-7) nor of one
+    that had certainly aborted before the question (an aborted entry is skipped by the scan)."""
+    for op in view.queries:
+        if op.f != "get_last_message_id" or op.type is not OpType.OK or op.completed_at is None:
+            continue
+        partition, _ = split_subscription(parse_object(op.object)[1])
+        got = _id(op, _object(op, "result"), "result")
+        out.judged["undispatchable-last-id"] += 1
+        for message in view.sends_by_partition.get(partition, ()):
+            if message.txn is None or message.id is None or message.id[:2] != got[:2]:
+                continue
+            aborted = view.aborted_by(message.txn)
+            if view.dispatchable_from(message) > op.completed_at:
+                why = f"no commit of {_fmt_txn(message.txn)} was invoked before the answer at {op.completed_at}"
+            elif aborted is not None and aborted[0] <= op.invoked_at:
+                why = f"{_fmt_txn(message.txn)} had certainly aborted by {aborted[0]:g} ({aborted[1]})"
+            else:
+                continue
+            out.add(
+                "undispatchable-last-id",
+                [op, message.send],
+                f"get_last_message_id op {op.index} on {op.object} answered {_fmt(got)}, the entry of "
+                f"{message.payload!r} (send op {message.send.index}), but {why}: the last message id is "
+                f"the last dispatchable position",
+            )
+            break
+
+
+def _pending_ack_without_ack(view: _View, out: _Out) -> None:
+    """PA-21: the admin check answers PendingAck only for a position a transaction holds by an
+    individual ack on that subscription, so some transactional ``ack`` of it (ok, or of unknown
+    outcome) was invoked there before the answer came back."""
+    candidates: dict[str, list[tuple[Operation, MessageId]]] = defaultdict(list)
+    for ack in view.acks:
+        if ack.txn is not None and not ack.cumulative:
+            candidates[ack.sub].append((ack.op, ack.id))
+    for op in view.unsure_acks:
+        args = _object(op)
+        if _txn(op, args) is not None:
+            candidates[op.object].append((op, _id(op, args, "value")))
+    for op in view.queries:
+        if op.f != "check_position_in_pending_ack" or op.type is not OpType.OK or op.completed_at is None:
+            continue
+        state = _object(op, "result").get("state")
+        if state != "PendingAck":
+            continue
+        asked = _id(op, _object(op), "value")
+        out.judged["pending-ack-without-ack"] += 1
+        done = op.completed_at
+        if any(
+            ack.invoked_at < done and acked[:2] == asked[:2] and (acked[2] == asked[2] or WHOLE in (acked[2], asked[2]))
+            for ack, acked in candidates.get(op.object, ())
+        ):
+            continue
+        out.add(
+            "pending-ack-without-ack",
+            [op],
+            f"check_position_in_pending_ack op {op.index} on {op.object} answered PendingAck for {_fmt(asked)}, "
+            f"but no transactional ack of it was invoked on that subscription before the answer at {done}",
+        )
+
+
+def _delivered_before_seek_time(view: _View, out: _Out) -> None:
+    """PA-23: a seek by publish time restarts the subscription at the first message published at or
+    after that time (its consumers reconnect, dropping what was queued for them), so the first
+    delivery by a receive invoked after the seek returned is not a message whose send had completed
+    before that time: such a message was published before it.  Judged until another seek."""
+    seeks: dict[str, list[Operation]] = defaultdict(list)
+    for op in view.queries:
+        if op.f == "seek" and op.type is OpType.OK and op.completed_at is not None:
+            seeks[op.object].append(op)
+    for sub, mine in seeks.items():
+        mine.sort(key=lambda o: (o.invoked_at, o.index))
+        deliveries = view.deliveries.get(sub, [])
+        for k, seek in enumerate(mine):
+            at = _object(seek).get("publish_time")
+            if type(at) is not int:
+                raise _bad(seek, f"'publish_time' must be an integer, got {at!r}")
+            until = mine[k + 1].invoked_at if k + 1 < len(mine) else INF
+            assert seek.completed_at is not None
+            first = next(
+                (d for d in deliveries if seek.completed_at <= d.op.invoked_at < until),
+                None,
+            )
+            if first is None:
+                continue
+            out.judged["delivered-before-seek-time"] += 1
+            message = view.messages.get(first.payload)
+            if message is None or message.send.completed_at is None or message.send.completed_at >= at:
+                continue
+            out.add(
+                "delivered-before-seek-time",
+                [seek, first.op, message.send],
+                f"seek op {seek.index} on {sub} to publish time {at} returned at {seek.completed_at}; the first "
+                f"delivery after it, receive op {first.op.index}, was {message.payload!r}, whose send (op "
+                f"{message.send.index}) had completed at {message.send.completed_at}, before that time",
             )
 
 

@@ -630,8 +630,9 @@ def add_entry_failed(state: WriterState, cmd: AddEntryFailed) -> Step:
 
 
 def close(state: WriterState) -> Step:
-    """``close()``'s compare-and-set (BW-18): OPEN goes to CLOSING (batching effective, a
-    :class:`FinishClose` task follows) or straight to CLOSED; closing twice is a no-op."""
+    """``close()``'s compare-and-set (BW-3, BW-18): OPEN goes to CLOSING (batching effective, a
+    :class:`FinishClose` task follows) or straight to CLOSED; closing twice is a no-op, and nothing
+    leads back to OPEN."""
     if state.status is not WriterStatus.OPEN:
         return state, Ok(CloseResult(state.status))
     if not state.config.effective:
@@ -640,7 +641,7 @@ def close(state: WriterState) -> Step:
 
 
 def finish_close(state: WriterState) -> Step:
-    """The close task on the executor: fail what is buffered, cancel the timer, CLOSED (BW-18)."""
+    """The close task on the executor: fail what is buffered, cancel the timer, CLOSED (BW-3, BW-18)."""
     if state.status is not WriterStatus.CLOSING:
         return state, Err(NotAllowed(f"close task runs only while CLOSING, writer is {state.status.value}"))
     error = ManagedLedgerFenced(CLOSED_MESSAGE)

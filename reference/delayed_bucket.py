@@ -673,7 +673,8 @@ class _Popping:
 
 
 def _add(state: BucketTracker, cmd: AddMessage) -> tuple[BucketTracker, Ok[bool]]:
-    """DD-1, DD-2, DD-3, DD-4, DD-5, DD-6, DD-7, DD-8: add one delayed message."""
+    """DD-1, DD-2, DD-3, DD-4, DD-5, DD-6, DD-7, DD-8: add one delayed message; a position already
+    tracked is not added twice (DD-11, asked inline)."""
     check_position(cmd)
     cutoff = state.params.cutoff(cmd.now_ms)
     if cmd.deliver_at < 0 or cmd.deliver_at <= cutoff:

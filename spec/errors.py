@@ -47,6 +47,7 @@ __all__ = [
     "ServerError",
     "ServiceUnitNotReady",
     "SubscriptionBusy",
+    "SubscriptionNotFound",
     "TransactionConflict",
     "TransactionHasOperationFailed",
     "TransactionMetadataStoreState",
@@ -186,6 +187,14 @@ class ServiceUnitNotReady(DomainError):
 
     server_error: ClassVar[ServerError] = ServerError.ServiceNotReady
     retryable: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionNotFound(DomainError):
+    """SubscriptionNotFoundException: the request names a subscription the topic does not have
+    (the admin API answers 404 "Subscription not found")."""
+
+    server_error: ClassVar[ServerError] = ServerError.SubscriptionNotFound
 
 
 @dataclass(frozen=True, slots=True)

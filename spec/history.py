@@ -217,6 +217,12 @@ TXN_FUNCTIONS: Final[Mapping[str, str]] = {
     "ack_cumulative": "subscription",
     "negative_ack": "subscription",
     "redeliver_unacknowledged": "subscription",
+    # Questions that change nothing: the partition's last message id (TB-18), and the admin check
+    # of a position in the subscription's pending ack (PA-21).
+    "get_last_message_id": "subscription",
+    "check_position_in_pending_ack": "subscription",
+    # A seek by publish time (PA-23): the subscription restarts at the first message published then or later.
+    "seek": "subscription",
 }
 
 

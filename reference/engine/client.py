@@ -202,6 +202,7 @@ class Cluster:
         disk: str | FileSystem = "real",
         group_commit_ms: int | None = None,
         disk_faults: DiskFaults | None = None,
+        shared_delayed_index: bool = False,
     ) -> Cluster:
         """``record_machines``: also record every machine step and load (spec.history's machine-level
         operations) in the history, for the per-object linearizability checks.
@@ -211,7 +212,8 @@ class Cluster:
         power cuts; ``disk_faults`` its injected faults), or a file system to use as it is.
         ``group_commit_ms``: the store's journal commits every that many simulated milliseconds, and
         no answer leaves the broker before the commit that makes what it depends on durable; None
-        commits every change as it is made."""
+        commits every change as it is made.  ``shared_delayed_index``: the broker's subscriptions
+        of a partition share one delayed index (DD-30, an engine option)."""
         if isinstance(disk, str) and disk not in ("real", "sim"):
             raise ValueError(f"disk must be real or sim, not {disk!r}")
         sim = Simulation(seed)
@@ -234,7 +236,15 @@ class Cluster:
         processes = itertools.count()
         # The observer exists before the broker: the broker's first loads are recovery operations.
         observer = MachineObserver(recorder, lambda: next(processes), config) if record_machines else None
-        broker = Broker(sim, store, config, topics=topics or {"topic": 1}, batching=batching, observer=observer)
+        broker = Broker(
+            sim,
+            store,
+            config,
+            topics=topics or {"topic": 1},
+            batching=batching,
+            observer=observer,
+            shared_delayed_index=shared_delayed_index,
+        )
         network = Network(sim, faults=network_faults, barrier=store.barrier if store.deferred else None)
         cluster = cls(sim, broker, network, recorder, processes)
         store.on_failure = cluster._disk_failed
@@ -438,6 +448,51 @@ class Client:
                 result.set_exception(done.error)
             else:
                 consumer = Consumer(self, name, subscription_name, consumer_id, consumer_type)
+                self._consumers.append(consumer)
+                result.set_result(consumer)
+
+        done_.add_done_callback(made)
+        return result
+
+    def create_reader_async(
+        self, topic: str, reader_name: str, start_message: Position, *, partition: int = 0
+    ) -> Future[Consumer]:
+        """``Client.create_reader``: a consumer of a non-durable subscription ``reader_name`` whose
+        cursor starts at ``start_message`` (delivered again: the broker starts a reader's cursor just
+        before it) and dies with its consumer (PA-24).  Recorded as a ``subscribe`` whose value says
+        ``durable: false`` and names the start message."""
+        name = partition_name(topic, partition) if "-partition-" not in topic else topic
+        consumer_id = self.cluster.new_consumer_id()
+        result: Future[Consumer] = Future()
+
+        def attach() -> Future[None]:
+            return self.broker.subscribe(
+                name,
+                reader_name,
+                ConsumerType.Exclusive.value,
+                InitialPosition.EARLIEST,
+                consumer_id,
+                durable=False,
+                start_message=start_message,
+            )
+
+        done_ = self._op(
+            "subscribe",
+            object_id("subscription", f"{name}#{reader_name}"),
+            {
+                "initial_position": "Earliest",
+                "sub_type": ConsumerType.Exclusive.value,
+                "durable": False,
+                "start_message": _pos_json(start_message),
+            },
+            lambda: self.network.call(attach),
+        )
+
+        def made(done: Future[None]) -> None:
+            if done.error is not None:
+                result.set_exception(done.error)
+            else:
+                consumer = Consumer(self, name, reader_name, consumer_id, ConsumerType.Exclusive)
                 self._consumers.append(consumer)
                 result.set_result(consumer)
 
@@ -1003,6 +1058,72 @@ class Consumer:
 
     def negative_acknowledge(self, message: Message | Position) -> None:
         self.client._wait(self.negative_acknowledge_async(message))
+
+    def seek_async(self, publish_time: int) -> Future[None]:
+        """``Consumer.seek(timestamp)``: the subscription restarts at the first message published at
+        or after ``publish_time`` (PA-23), and this consumer reconnects (what the broker had queued
+        for it is dropped).  Recorded as ``seek``."""
+
+        def call() -> Future[None]:
+            out: Future[None] = Future()
+
+            def done(answer: Future[None]) -> None:
+                if answer.error is not None:
+                    out.set_exception(answer.error)
+                    return
+                self.reconnect()
+                out.set_result(None)
+
+            self._call(lambda sub: sub.seek_time(publish_time)).add_done_callback(done)
+            return out
+
+        return self.client._op("seek", self.object, {"publish_time": publish_time}, call)
+
+    def seek(self, publish_time: int) -> None:
+        self.client._wait(self.seek_async(publish_time))
+
+    def get_last_message_id_async(self) -> Future[Position]:
+        """``Consumer.get_last_message_id()``: the last dispatchable position of the partition
+        (TB-18), never past its ``max_read_position``.  Recorded as ``get_last_message_id``."""
+
+        def call() -> Future[Position]:
+            return self.client.network.call(lambda: self.client.broker.get_last_message_id(self.partition))
+
+        return self.client._op("get_last_message_id", self.object, {}, call, lambda got: {"position": _pos_json(got)})
+
+    def get_last_message_id(self) -> Position:
+        return self.client._wait(self.get_last_message_id_async())
+
+    def check_position_in_pending_ack_async(self, message: Message | Position) -> Future[str]:
+        """The admin API's ``checkPositionInPendingAckState`` for this subscription (PA-21): where
+        the message stands in its pending ack (``PendingAck``, ``MarkDelete``, ``NotInPendingAck``,
+        ``PendingAckNotReady``, ``InvalidPosition``).  An admin request, recorded all the same (as
+        ``check_position_in_pending_ack``) so the history shows what it answered."""
+        position, batch_index = _message_id(message)
+        value: dict[str, Any] = {"position": _pos_json(position)}
+        if batch_index is not None:
+            value["batch_index"] = batch_index
+
+        def call() -> Future[str]:
+            out: Future[str] = Future()
+
+            def answered(done: Future[Any]) -> None:
+                if done.error is not None:
+                    out.set_exception(done.error)
+                else:
+                    out.set_result(done.result().value)
+
+            self.client.network.call(
+                lambda: self.client.broker.check_position_in_pending_ack(
+                    self.partition, self.subscription, position, batch_index
+                )
+            ).add_done_callback(answered)
+            return out
+
+        return self.client._op("check_position_in_pending_ack", self.object, value, call, lambda got: {"state": got})
+
+    def check_position_in_pending_ack(self, message: Message | Position) -> str:
+        return self.client._wait(self.check_position_in_pending_ack_async(message))
 
     def redeliver_unacknowledged_messages_async(self) -> Future[None]:
         return self.client._op(

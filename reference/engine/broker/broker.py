@@ -19,9 +19,18 @@ from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry
 
+from reference import buffer as tb
+from reference import pending_ack as pa
 from spec.config import Config
 from spec.envelope import LogKind
-from spec.errors import InputError, NotAllowed, RequestTimeout, ServiceUnitNotReady, SubscriptionBusy
+from spec.errors import (
+    InputError,
+    NotAllowed,
+    RequestTimeout,
+    ServiceUnitNotReady,
+    SubscriptionBusy,
+    SubscriptionNotFound,
+)
 from spec.result import Err, Ok
 from spec.types import Position, Subscription, TxnAction, TxnID
 
@@ -144,12 +153,16 @@ class Broker:
         restart_delay_ms: int = 50,
         observer: MachineObserver | None = None,
         delayed_async_create: bool = False,
+        shared_delayed_index: bool = False,
     ) -> None:
         self.sim = sim
         self.store = store
         self.config = config
         # PIP-195's asynchronous snapshot creation (DD-31) has no broker.conf key: an engine option.
         self.delayed_async_create = delayed_async_create
+        # PIP-195's shared delayed index across subscriptions (DD-30), never built in Pulsar: an
+        # engine option, the in-memory tracker shared by every subscription of a partition.
+        self.shared_delayed_index = shared_delayed_index
         # PIP-160's *_bufferedwriter_* collectors, one set per log kind shared by every log of that
         # kind on this broker (BW-19); a disabled writer flushes no batches, so none are made then.
         self.metrics_registry = CollectorRegistry()
@@ -345,6 +358,33 @@ class Broker:
             return Future()
         sub.add_consumer(consumer_id)
         return Future.completed(None)
+
+    def get_last_message_id(self, partition: str) -> Future[Position]:
+        """CommandGetLastMessageId: the partition's last dispatchable position (TB-18), never past
+        its ``max_read_position``; refused while its transaction buffer recovers."""
+        part = self._serving(partition)
+        if part is None or part.state is None:
+            return Future()
+        result = tb.get_last_message_id(part.state)
+        if not isinstance(result, Ok):
+            return fail(result.error)
+        return Future.completed(result.value)
+
+    def check_position_in_pending_ack(
+        self, partition: str, name: str, position: Position, batch_index: int | None
+    ) -> Future[pa.PositionInPendingAck]:
+        """The admin API's ``checkPositionInPendingAckState`` (PA-21): where ``position`` (a batch
+        index of it) stands in the subscription's pending ack.  A subscription that is not loaded
+        is refused as not ready, an unknown one as not found."""
+        part = self._serving(partition)
+        if part is None:
+            return Future()
+        sub = part.subscriptions.get(name)
+        if sub is None:
+            return fail(SubscriptionNotFound(f"subscription {name} of {partition} does not exist"))
+        if sub.state is None:
+            return fail(ServiceUnitNotReady(f"subscription {name} of {partition} is not loaded"))
+        return Future.completed(pa.check_position_in_pending_ack_state(sub.state, position, batch_index))
 
     def delete_topic(self, topic: str, *, force: bool = False) -> Future[None]:
         """The admin API's topic deletion, every partition of ``topic``.  Without ``force`` it is

@@ -124,6 +124,7 @@ class BrokerHost(Protocol):
     batching: bool
     writer_metrics: dict[LogKind, BufferedWriterMetrics]
     delayed_async_create: bool
+    shared_delayed_index: bool
 
     def restart_later(self, component: Restartable) -> None: ...
 

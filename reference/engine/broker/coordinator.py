@@ -75,7 +75,7 @@ class CoordinatorService(Component[tc.CoordinatorState, tc.Command, tc.Result]):
         """Replay the transaction log into a Ready store (TC-21 .. TC-24); False if the read failed."""
         self._new_epoch()
         try:
-            ledger = self.host.store.open(self.log_name)
+            ledger = self.host.store.open(self.log_name, closes_on_write_failure=True)
             log = RecordLog(
                 self.sim,
                 ledger,
