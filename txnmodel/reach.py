@@ -70,6 +70,7 @@ ENGINE_SITES: dict[tuple[str, str], tuple[str, ...]] = {
     ("reference.engine.delayed_shared", "SharedDelayedIndex.get_scheduled_messages"): ("DD-13", "DD-30"),
     ("reference.engine.broker.subscription", "SubscriptionService.seek_time"): ("PA-23",),
     ("reference.engine.broker.subscription", "reader_start"): ("PA-24",),
+    ("reference.engine.client", "Client._fail_with_pulsar_error"): ("TC-37",),
 }
 ENGINE_MODULES = tuple(sorted({module for module, _ in ENGINE_SITES}))
 # The history's machine object kinds and the machine each is recorded for.

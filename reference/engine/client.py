@@ -333,8 +333,7 @@ class Client:
             if done.error is not None:
                 error = done.error
                 if isinstance(error, BrokerError | OperationFailed):
-                    self.recorder.fail(op, error.error.name)
-                    out.set_exception(OperationFailed(error.error))
+                    self._fail_with_pulsar_error(op, out, error.error)
                 elif isinstance(error, ClientLibraryError):
                     self.recorder.fail(op, error.name)
                     out.set_exception(error)
@@ -350,6 +349,12 @@ class Client:
         answer.add_done_callback(finish)
         self.sim.schedule(self.operation_timeout_ms, lambda: self._timed_out(op, out))
         return out
+
+    def _fail_with_pulsar_error(self, op: OpenOp, out: Future[Any], error: DomainError) -> None:
+        """The operation fails with the error the broker answered, or the one the client defines for
+        refusing the call: one of Pulsar's errors, as the application sees it.  (TC-37)"""
+        self.recorder.fail(op, error.name)
+        out.set_exception(OperationFailed(error))
 
     def _timed_out(self, op: OpenOp, out: Future[Any]) -> None:
         if op.done:
