@@ -87,7 +87,8 @@ class BatchedLog:
         """``asyncAddData`` of one record; the request id it got (empty if refused)."""
         writer = self.store.get(w.caux[WRITER])
         request_id = writer.next_request_id
-        result = self._writer_step(w, bl.AsyncAddData(record.to_pb().SerializeToString(), 0))
+        data = self.store.memo(("record-bytes", record), lambda: record.to_pb().SerializeToString())
+        result = self._writer_step(w, bl.AsyncAddData(data, 0))
         if isinstance(result, Err):
             return []
         w.caux[REQUESTS] = (*w.caux[REQUESTS], (request_id, record_id))
@@ -112,11 +113,7 @@ class BatchedLog:
                 position = Position(1, len(entries))
                 entries.append(bl.LoggedEntry(position, effect.data))
                 w.caux[IN_FLIGHT] = (*w.caux[IN_FLIGHT], (effect.write_id, 1, len(entries) - 1))
-                records = [r.record for r in bl.read_entry(KIND, position, effect.data)]
-                pb: Any
-                for pb in records:
-                    if pb.HasField("max_local_txn_id"):
-                        max_local = max(max_local, pb.max_local_txn_id)
+                max_local = max(max_local, self._max_local(position, effect.data))
             elif isinstance(effect, bl.AddComplete):
                 # Each caller's future completes in batch order, and what waited on it runs at once
                 # (the engine's done-callbacks): a deletion of a record id the coordinator then reuses
@@ -138,6 +135,19 @@ class BatchedLog:
                         bits = sum(1 << i for i in view.remaining)
                         entries[at] = bl.LoggedEntry(old.position, old.data, bits_to_words(bits), False)
         w.clog = self.store.put((tuple(entries), max_local))
+
+    def _max_local(self, position: Position, data: bytes) -> int:
+        """The greatest ``max_local_txn_id`` the entry's records carry (-1: none); decoded once per entry."""
+
+        def decode() -> int:
+            found = -1
+            pb: Any
+            for pb in (r.record for r in bl.read_entry(KIND, position, data)):
+                if pb.HasField("max_local_txn_id"):
+                    found = max(found, pb.max_local_txn_id)
+            return found
+
+        return int(self.store.memo(("max-local", position, data), decode))
 
     def _completed(self, w: _W, request_id: int, position: BatchedPosition | Position) -> None:
         requests = dict(w.caux[REQUESTS])
@@ -229,16 +239,26 @@ class BatchedLog:
     def crash(self, w: _W) -> None:
         """The broker loses the coordinator: the writer's buffer and in-flight completions are gone;
         the store replays the ledger through the cursor (BW-23..25, TC-21..24)."""
-        entries, max_local = self.store.get(w.clog)
+        coord, clog, writer, positions, effects = self.store.memo(("reload", w.clog), lambda: self._reload(w.clog))
+        w.coord = coord
+        w.clog = clog
+        w.caux[:] = [w.caux[0] + 1, (), (), (), writer, (), (), tuple(positions), (), ()]
+        for effect in effects:
+            if isinstance(effect, tc.DeleteRecords):
+                self._delete(w, effect.record_ids)
+            elif isinstance(effect, tc.ScheduleResumeEndTxn):
+                self.model._arm_resume(w, effect)
+
+    def _reload(self, clog: int) -> tuple[int, int, int, tuple[Any, ...], tuple[Any, ...]]:
+        """What a reload from the ledger ``clog`` yields (a pure function of it, so computed once):
+        the coordinator's and the writer's digests, the records' positions, the recovery's effects."""
+        entries, max_local = self.store.get(clog)
         replayed = bl.replay(KIND, entries)
         records = tuple((i, tc.TxnLogRecord.from_pb(_entry(r.record))) for i, r in enumerate(replayed))
         last = entries[-1] if entries else None
         interceptor = max_local
         if last is not None:
-            for r in bl.read_entry(KIND, last.position, last.data):
-                record = _entry(r.record)
-                if record.HasField("max_local_txn_id"):
-                    interceptor = max(interceptor, record.max_local_txn_id)
+            interceptor = max(interceptor, self._max_local(last.position, last.data))
         state, effects = tc.recover(self.config, 0, records, interceptor, next_record_id=len(records))
         writer = self.store.put(bl.recover_for(self.cfg, entries, 0))
         positions = []
@@ -250,14 +270,9 @@ class BatchedLog:
                 else (p.ledger_id, p.entry_id, 1, 0)
             )
             positions.append((i, pos))
-        w.coord = self.store.put(state)
-        w.clog = self.store.put((entries, max(max_local, state.sequence_id)))
-        w.caux[:] = [w.caux[0] + 1, (), (), (), writer, (), (), tuple(positions), (), ()]
-        for effect in effects:
-            if isinstance(effect, tc.DeleteRecords):
-                self._delete(w, effect.record_ids)
-            elif isinstance(effect, tc.ScheduleResumeEndTxn):
-                self.model._arm_resume(w, effect)
+        coord = self.store.put(state)
+        new_log = self.store.put((entries, max(max_local, state.sequence_id)))
+        return coord, new_log, writer, tuple(positions), tuple(effects)
 
     # --- what the checker asks ----------------------------------------------------------------
 
