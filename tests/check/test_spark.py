@@ -32,3 +32,19 @@ def test_spark_local_2_matches_the_single_process(name: str, bounds: dict[str, i
         local.verdict,
     )
     assert spark.reductions == local.reductions and spark.liveness_checked == liveness
+
+
+def test_spark_stops_at_max_states_at_the_single_process_level() -> None:
+    from txnmodel.check_spark import explore_spark
+
+    spec = build("end-path", {})
+    options = Options(liveness=False, symmetry=False, por=False, max_states=1000)
+    local = explore(Model(spec), options)
+    spark, _model = explore_spark(spec, options, "local[2]", partitions=2)
+    assert local.verdict == "incomplete" and local.states >= 1000
+    assert (spark.states, spark.transitions, spark.depth, spark.verdict) == (
+        local.states,
+        local.transitions,
+        local.depth,
+        local.verdict,
+    )
