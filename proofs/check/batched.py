@@ -108,17 +108,21 @@ class BatchedLog:
     def _writer_effects(self, w: _W, result: Any) -> None:
         entries, max_local = self.store.get(w.clog)
         entries = list(entries)
+        dirty = False  # the ledger is interned again only when an effect changed it
         for effect in result.effects:
             if isinstance(effect, bl.AsyncAddEntry):
                 position = Position(1, len(entries))
                 entries.append(bl.LoggedEntry(position, effect.data))
                 w.caux[IN_FLIGHT] = (*w.caux[IN_FLIGHT], (effect.write_id, 1, len(entries) - 1))
                 max_local = max(max_local, self._max_local(position, effect.data))
+                dirty = True
             elif isinstance(effect, bl.AddComplete):
                 # Each caller's future completes in batch order, and what waited on it runs at once
                 # (the engine's done-callbacks): a deletion of a record id the coordinator then reuses
                 # (a refused log-before-check does not advance next_record_id) hits the right entry.
-                w.clog = self.store.put((tuple(entries), max_local))
+                if dirty:
+                    w.clog = self.store.put((tuple(entries), max_local))
+                    dirty = False
                 self._completed(w, effect.request_id, effect.position)
                 self._release(w)
                 entries, max_local = self.store.get(w.clog)
@@ -134,7 +138,9 @@ class BatchedLog:
                     else:
                         bits = sum(1 << i for i in view.remaining)
                         entries[at] = bl.LoggedEntry(old.position, old.data, bits_to_words(bits), False)
-        w.clog = self.store.put((tuple(entries), max_local))
+                dirty = True
+        if dirty:
+            w.clog = self.store.put((tuple(entries), max_local))
 
     def _max_local(self, position: Position, data: bytes) -> int:
         """The greatest ``max_local_txn_id`` the entry's records carry (-1: none); decoded once per entry."""
@@ -253,8 +259,7 @@ class BatchedLog:
         """What a reload from the ledger ``clog`` yields (a pure function of it, so computed once):
         the coordinator's and the writer's digests, the records' positions, the recovery's effects."""
         entries, max_local = self.store.get(clog)
-        replayed = bl.replay(KIND, entries)
-        records = tuple((i, tc.TxnLogRecord.from_pb(_entry(r.record))) for i, r in enumerate(replayed))
+        replayed, records = self._replayed(clog)
         last = entries[-1] if entries else None
         interceptor = max_local
         if last is not None:
@@ -290,10 +295,19 @@ class BatchedLog:
     def _recovers(self, s: tuple[Any, ...]) -> bool:
         """TC-25 with BW-23..25: once nothing is buffered or in flight, replaying the ledger gives the
         live store."""
-        entries, max_local = self.store.get(s[CLOG])
-        replayed = bl.replay(KIND, entries)
-        records = tuple((i, tc.TxnLogRecord.from_pb(_entry(r.record))) for i, r in enumerate(replayed))
+        _entries, max_local = self.store.get(s[CLOG])
+        _replayed, records = self._replayed(s[CLOG])
         return composed.coordinator_recovers_live(self.store.get(s[COORD]), records, max_local)
+
+    def _replayed(self, clog: int) -> tuple[Any, tuple[tuple[int, tc.TxnLogRecord], ...]]:
+        """The ledger ``clog`` read through the cursor (BW-23, BW-24) and its records decoded, once per ledger."""
+
+        def decode() -> tuple[Any, tuple[tuple[int, tc.TxnLogRecord], ...]]:
+            replayed = bl.replay(KIND, self.store.get(clog)[0])
+            return replayed, tuple((i, tc.TxnLogRecord.from_pb(_entry(r.record))) for i, r in enumerate(replayed))
+
+        found: tuple[Any, tuple[tuple[int, tc.TxnLogRecord], ...]] = self.store.memo(("replayed", clog), decode)
+        return found
 
 
 def _entry(message: Any) -> Any:
