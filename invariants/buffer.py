@@ -17,6 +17,7 @@ from reference.buffer import (
     LogEntry,
     dispatchable,
     first_ongoing_position,
+    is_message_aborted,
     is_txn_aborted,
     last_confirmed_entry,
     readable_max_read_position,
@@ -38,6 +39,11 @@ def _entry_at(state: BufferState, position: Position) -> LogEntry | None:
 
 def _data_of(state: BufferState, txn_id: TxnID) -> list[Position]:
     return [e.position for e in state.entries if e.kind is EntryKind.TXN_DATA and e.txn_id == txn_id]
+
+
+def _aborted_message(s: BufferState, e: LogEntry) -> bool:
+    """TB-16: a message (not a marker) that ``isTxnAborted(txn, position)`` filters."""
+    return e.kind is EntryKind.TXN_DATA and e.txn_id is not None and is_message_aborted(s, e.txn_id, e.position)
 
 
 def mrp_before_every_ongoing(s: BufferState) -> bool:
@@ -62,7 +68,7 @@ def mrp_at_lac_when_idle(s: BufferState) -> bool:
     later = [e for e in s.entries if e.position > s.max_read_position]
     if s.status is BufferStatus.NO_SNAPSHOT:
         return not later
-    return all(e.kind is EntryKind.TXN_DATA and e.txn_id is not None and is_txn_aborted(s, e.txn_id) for e in later)
+    return all(_aborted_message(s, e) for e in later)
 
 
 def mrp_not_beyond_lac(s: BufferState) -> bool:
@@ -84,6 +90,37 @@ def ongoing_never_aborted(s: BufferState) -> bool:
     return not any(is_txn_aborted(s, t) for t in s.ongoing)
 
 
+def first_ongoing_above_low_water_mark(s: BufferState) -> bool:
+    """TB-5, TB-13: the first ongoing txn is above its coordinator's low water mark: an append at or
+    below the mark is refused, and an end that raises the mark aborts the first ongoing txns until
+    one is above its own coordinator's mark."""
+    if not s.ongoing:
+        return True
+    first = min(s.ongoing.items(), key=lambda kv: kv[1])[0]
+    mark = s.low_water_marks.get(first.most_sig_bits)
+    return mark is None or first.least_sig_bits > mark
+
+
+def committed_message_never_aborted(s: BufferState) -> bool:
+    """TB-16: a message whose txn's first end marker after it is a commit marker is dispatchable once it
+    is at or before the readable max_read_position, even when a later abort of the txn (the
+    low-water-mark abort of a late send that re-opened it, TB-8, TB-13) put the txn in the aborted
+    set (unless the quirk abort-hides-committed is on)."""
+    if s.config.txnmodel_quirk_abort_hides_committed:
+        return True
+    visible = set(dispatchable(s))
+    limit = readable_max_read_position(s)
+    next_end: dict[TxnID, EntryKind] = {}  # scanning backwards: the first end marker after the entry
+    for e in reversed(s.entries):
+        if e.txn_id is None:
+            continue
+        if e.kind.is_marker:
+            next_end[e.txn_id] = e.kind
+        elif next_end.get(e.txn_id) is EntryKind.TXN_COMMIT and e.position <= limit and e.position not in visible:
+            return False
+    return True
+
+
 def nothing_aborted_or_marker_dispatchable(s: BufferState) -> bool:
     """TB-16: a reader never receives a marker or a message of an aborted txn."""
     visible = set(dispatchable(s))
@@ -92,7 +129,7 @@ def nothing_aborted_or_marker_dispatchable(s: BufferState) -> bool:
             continue
         if e.kind.is_marker:
             return False
-        if e.kind is EntryKind.TXN_DATA and e.txn_id is not None and is_txn_aborted(s, e.txn_id):
+        if _aborted_message(s, e):
             return False
     return True
 
@@ -109,7 +146,7 @@ def visible_iff_at_or_before_mrp(s: BufferState) -> bool:
     visible = set(dispatchable(s))
     limit = readable_max_read_position(s)
     for e in s.entries:
-        committed_or_open = e.kind is EntryKind.TXN_DATA and e.txn_id is not None and not is_txn_aborted(s, e.txn_id)
+        committed_or_open = e.kind is EntryKind.TXN_DATA and not _aborted_message(s, e)
         if committed_or_open and (e.position in visible) != (e.position <= limit):
             return False
     return True
@@ -124,7 +161,7 @@ def quiescent_all_committed_visible(s: BufferState) -> bool:
     for e in s.entries:
         if e.kind is EntryKind.NORMAL and e.position not in visible:
             return False
-        not_aborted = e.kind is EntryKind.TXN_DATA and e.txn_id is not None and not is_txn_aborted(s, e.txn_id)
+        not_aborted = e.kind is EntryKind.TXN_DATA and not _aborted_message(s, e)
         if not_aborted and e.position not in visible:
             return False
     return True
@@ -190,7 +227,9 @@ INVARIANTS: tuple[Invariant[BufferState], ...] = (
     Invariant("mrp_not_beyond_lac", ("TB-7", "TB-9"), mrp_not_beyond_lac),
     Invariant("ongoing_first_is_own_message", ("TB-6",), ongoing_first_is_own_message),
     Invariant("ongoing_never_aborted", ("TB-8", "TB-12"), ongoing_never_aborted),
+    Invariant("first_ongoing_above_low_water_mark", ("TB-5", "TB-13"), first_ongoing_above_low_water_mark),
     Invariant("nothing_aborted_or_marker_dispatchable", ("TB-16",), nothing_aborted_or_marker_dispatchable),
+    Invariant("committed_message_never_aborted", ("TB-16",), committed_message_never_aborted),
     Invariant("open_txn_messages_hidden", ("TB-15",), open_txn_messages_hidden),
     Invariant("visible_iff_at_or_before_mrp", ("TB-15", "TB-19"), visible_iff_at_or_before_mrp),
     Invariant("quiescent_all_committed_visible", ("TB-19",), quiescent_all_committed_visible),

@@ -298,10 +298,14 @@ def buffer_all_committed_visible(
     buffer: tb.BufferState, decided: Decided, reopened: frozenset[TxnID] = frozenset()
 ) -> bool:
     """TB-19: every stored normal message and every stored message of a COMMITTED transaction is
-    readable, except behind the first position of a transaction a late send re-opened (TB-8)."""
+    readable, except behind the first position of a transaction a late send re-opened (TB-8), and
+    except a message that the first end marker of its transaction after it aborts: a late copy of a
+    send stored after the commit marker (TB-8) is not one of the messages the commit decided, and the
+    low-water-mark abort that ends the re-opened transaction filters it (TB-13, TB-16)."""
     visible = set(tb.dispatchable(buffer))
     pins = [first for txn, first in buffer.ongoing.items() if txn in reopened]
     horizon = min(pins) if pins else None
+    aborted_after = _aborted_by_next_end(buffer)
     for entry in buffer.entries:
         if horizon is not None and entry.position >= horizon:
             break
@@ -309,9 +313,23 @@ def buffer_all_committed_visible(
             return False
         if entry.kind is tb.EntryKind.TXN_DATA and entry.position not in visible:
             assert entry.txn_id is not None
-            if decided.get(entry.txn_id) is TxnStatus.COMMITTED:
+            if decided.get(entry.txn_id) is TxnStatus.COMMITTED and entry.position not in aborted_after:
                 return False
     return True
+
+
+def _aborted_by_next_end(buffer: tb.BufferState) -> set[Position]:
+    """The stored messages whose transaction's first end marker after them is an abort marker."""
+    out: set[Position] = set()
+    next_end: dict[TxnID, tb.EntryKind] = {}
+    for entry in reversed(buffer.entries):
+        if entry.txn_id is None:
+            continue
+        if entry.kind.is_marker:
+            next_end[entry.txn_id] = entry.kind
+        elif next_end.get(entry.txn_id) is tb.EntryKind.TXN_ABORT:
+            out.add(entry.position)
+    return out
 
 
 def committed_visible(view: SystemView) -> bool:

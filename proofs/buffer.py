@@ -262,7 +262,12 @@ def init(s: Vars) -> z3.BoolRef:
 
 def visible(s: Vars, p: z3.ArithRef) -> z3.BoolRef:
     """Dispatchable (TB-15, TB-16): stored, at or before max_read_position, a normal message or a
-    message of a txn that is not aborted."""
+    message of a txn that is not aborted.  Membership of the aborted set alone, as Pulsar's
+    ``isTxnAborted`` (the quirk abort-hides-committed): the reference also lets a message through
+    when the first end marker of its txn after it is a commit marker, which only a txn aborted after
+    its commit on this partition has (a late send re-opened it, TB-8); the invariants
+    ``committed_message_never_aborted`` and ``visible_iff_at_or_before_mrp`` state that refinement
+    and the stateful tests and the model checker check it."""
     return z3.And(
         domain(s),
         s.lo <= p,

@@ -21,6 +21,7 @@ Rule ids refer to ``spec/rules/buffer.md``.
 
 from __future__ import annotations
 
+import bisect
 import enum
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -82,6 +83,7 @@ __all__ = [
     "first_ongoing_position",
     "get_last_message_id",
     "initial",
+    "is_message_aborted",
     "is_txn_aborted",
     "last_confirmed_entry",
     "last_dispatchable_position",
@@ -574,6 +576,47 @@ def is_txn_aborted(state: BufferState, txn_id: TxnID) -> bool:
     if txn_id in state.aborted or txn_id in state.unsealed_ids:
         return True
     return any(txn_id in seg.aborts for seg in state.segments)
+
+
+def _end_markers(state: BufferState, after: Position = EARLIEST) -> dict[TxnID, list[LogEntry]]:
+    """The commit and abort markers of every txn among the stored entries after ``after``, in log order."""
+    out: dict[TxnID, list[LogEntry]] = {}
+    for e in state.entries.iter_from(state.entries.bisect_right(after, key=_position)):
+        if e.kind.is_marker and e.txn_id is not None:
+            out.setdefault(e.txn_id, []).append(e)
+    return out
+
+
+class _AbortedMessages:
+    """``isTxnAborted(txn, position)`` for the messages one read looks at (all after ``after``): the
+    markers are scanned once, and only when a message of a txn in the aborted set is met.  (TB-16)"""
+
+    __slots__ = ("after", "markers", "state")
+
+    def __init__(self, state: BufferState, after: Position = EARLIEST) -> None:
+        self.state, self.after = state, after
+        self.markers: dict[TxnID, list[LogEntry]] | None = None
+
+    def __call__(self, txn_id: TxnID, position: Position) -> bool:
+        if not is_txn_aborted(self.state, txn_id):
+            return False
+        if self.state.config.txnmodel_quirk_abort_hides_committed:
+            return True
+        if self.markers is None:
+            self.markers = _end_markers(self.state, self.after)
+        markers = self.markers.get(txn_id, ())
+        i = bisect.bisect_right(markers, position, key=_position)
+        return i == len(markers) or markers[i].kind is not EntryKind.TXN_COMMIT
+
+
+def is_message_aborted(state: BufferState, txn_id: TxnID, position: Position) -> bool:
+    """``isTxnAborted(txn, position)``: a message belongs to the first end marker of its txn stored after
+    it, so the message of ``txn_id`` at ``position`` is aborted when the txn is in the aborted set and
+    that marker is not a commit marker (an abort marker, or none yet).  An abort therefore decides
+    only the messages the txn wrote here since its previous end: the low-water-mark abort of a
+    committed txn that a late send re-opened (TB-8, TB-13) filters the late message, not what the
+    commit made visible.  Under the quirk abort-hides-committed, Pulsar's membership test alone.  (TB-16)"""
+    return _AbortedMessages(state, position)(txn_id, position)
 
 
 def readable_max_read_position(state: BufferState) -> Position:
@@ -1142,12 +1185,12 @@ def step(state: BufferState, command: Command) -> Step:
 # --------------------------------------------------------------------------------------------
 
 
-def _entry_visible(state: BufferState, entry: LogEntry) -> bool:
+def _entry_visible(aborted: _AbortedMessages, entry: LogEntry) -> bool:
     if entry.kind is EntryKind.NORMAL:
         return True
     if entry.kind is EntryKind.TXN_DATA:
         assert entry.txn_id is not None
-        return not is_txn_aborted(state, entry.txn_id)
+        return not aborted(entry.txn_id, entry.position)
     return False
 
 
@@ -1162,9 +1205,10 @@ def _readable(state: BufferState, after: Position) -> Iterator[LogEntry]:
 
 def dispatchable(state: BufferState) -> tuple[Position, ...]:
     """Every position a reader from the start may receive now, in log order: entries at or before the
-    readable ``max_read_position`` that are normal messages or messages of a txn not aborted.  What is
+    readable ``max_read_position`` that are normal messages or messages not aborted.  What is
     visible of one txn is therefore a prefix of its messages.  (TB-15, TB-16, TB-19)"""
-    return tuple(e.position for e in _readable(state, EARLIEST) if _entry_visible(state, e))
+    aborted = _AbortedMessages(state)
+    return tuple(e.position for e in _readable(state, EARLIEST) if _entry_visible(aborted, e))
 
 
 def dispatch(state: BufferState, after: Position = EARLIEST) -> Dispatch:
@@ -1173,8 +1217,9 @@ def dispatch(state: BufferState, after: Position = EARLIEST) -> Dispatch:
     one txn is a prefix of its messages.  (TB-15, TB-16, TB-17, TB-19)"""
     delivered: list[Position] = []
     acked: list[Position] = []
+    aborted = _AbortedMessages(state, after)
     for e in _readable(state, after):
-        (delivered if _entry_visible(state, e) else acked).append(e.position)
+        (delivered if _entry_visible(aborted, e) else acked).append(e.position)
     return Dispatch(tuple(delivered), tuple(acked))
 
 
@@ -1183,8 +1228,9 @@ def last_dispatchable_position(state: BufferState) -> Position:
     dispatchable, the readable ``max_read_position`` itself.  (TB-18)"""
     limit = readable_max_read_position(state)
     entries = state.entries
+    aborted = _AbortedMessages(state)
     for i in range(entries.bisect_right(limit, key=_position) - 1, -1, -1):
-        if _entry_visible(state, entries[i]):
+        if _entry_visible(aborted, entries[i]):
             return entries[i].position
     return limit
 

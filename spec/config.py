@@ -175,6 +175,14 @@ class Config:
         "marker, as Pulsar does, and becomes readable once retention drops the marker's ledger (TB-8, TB-23). "
         "Off (default): it is refused.",
     )
+    txnmodel_quirk_abort_hides_committed: bool = _key(
+        "txnmodelQuirkAbortHidesCommitted",
+        False,
+        doc="Not a Pulsar key. On: a message of a txn in the buffer's aborted set is filtered whatever its "
+        "position, as Pulsar's isTxnAborted does, so a low-water-mark abort of a committed txn that a late send "
+        "re-opened hides the messages its commit made visible (TB-8, TB-16). Off (default): a message belongs to "
+        "the first end marker of its txn after it, so such an abort filters only the late message.",
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -266,6 +274,7 @@ class Config:
 # Named quirks: what ``--quirk NAME`` (txnmodel check, txnmodel simulate) switches on.
 QUIRKS: Final[Mapping[str, Mapping[str, Any]]] = {
     "append-after-abort": {"txnmodelQuirkAppendAfterAbort": True},
+    "abort-hides-committed": {"txnmodelQuirkAbortHidesCommitted": True},
 }
 
 

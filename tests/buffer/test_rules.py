@@ -223,6 +223,53 @@ def test_tb8_committed_txn_reopens() -> None:
     assert tb.readable_max_read_position(s) == Position(1, 1)
 
 
+def _reopened_then_lwm_aborted(config: Config) -> tb.BufferState:
+    """T0 committed at (1,1), a late copy of its send at (1,2) re-opens it, T1 at (1,3) commits with a
+    low water mark of 0: the commit marker (1,4), then the low-water-mark abort of T0 at (1,5)."""
+    s, _ = run(ready(config), tb.CommitTxn(T0), tb.AppendBufferToTxn(T0), tb.AppendBufferToTxn(T1))
+    s, _ = run(s, tb.CommitTxn(T1, 0))
+    assert not s.ongoing and tb.is_txn_aborted(s, T0)
+    return s
+
+
+def test_tb16_low_water_mark_abort_of_reopened_txn_keeps_committed_visible() -> None:
+    """TB-8, TB-13, TB-16: the abort filters only the late copy stored after T0's commit marker; the
+    committed message stays dispatchable, to a reader from the start as to one that had read nothing."""
+    s = _reopened_then_lwm_aborted(Config())
+    assert tb.dispatch(s) == tb.Dispatch(
+        (Position(1, 0), Position(1, 3)), (Position(1, 1), Position(1, 2), Position(1, 4), Position(1, 5))
+    )
+    assert tb.dispatchable(s) == (Position(1, 0), Position(1, 3))
+    assert not tb.is_message_aborted(s, T0, Position(1, 0)) and tb.is_message_aborted(s, T0, Position(1, 2))
+    assert tb.last_dispatchable_position(s) == Position(1, 3)
+
+
+def test_tb16_quirk_abort_hides_committed() -> None:
+    """TB-16 divergence (quirk abort-hides-committed): Pulsar's isTxnAborted ignores the position, so
+    the same abort hides the committed message too."""
+    s = _reopened_then_lwm_aborted(Config().with_overrides(QUIRKS["abort-hides-committed"]))
+    assert tb.dispatchable(s) == (Position(1, 3),)
+    assert tb.is_message_aborted(s, T0, Position(1, 0))
+
+
+def test_tb16_a_message_belongs_to_the_first_end_after_it() -> None:
+    """TB-16: a message followed by an abort marker stays aborted when a commit of the same txn comes
+    later (the aborted set decides with the first end marker after the message, not any commit)."""
+    s, _ = run(ready(), tb.AbortTxn(T0), tb.CommitTxn(T0))
+    assert tb.is_message_aborted(s, T0, Position(1, 0))
+    assert Position(1, 0) not in tb.dispatchable(s)
+
+
+def test_tb13_first_ongoing_above_low_water_mark_is_checked() -> None:
+    """TB-13: the invariant flags a buffer whose first ongoing txn is at or below its coordinator's
+    mark (what the pre-#12312 loop left: it aborted the txn being ended instead)."""
+    s, _ = run(ready(), tb.CommitTxn(T0), tb.AppendBufferToTxn(T0))
+    from reference.persistent import evolve
+
+    stale = evolve(s, low_water_marks=s.low_water_marks.set(0, 0))
+    assert violated(INVARIANTS, stale) == ["first_ongoing_above_low_water_mark"]
+
+
 # --- TB-9 / TB-10: normal publishes ----------------------------------------------------------
 
 

@@ -155,3 +155,16 @@ def test_quirk_append_after_abort_is_found_and_absent_without_it() -> None:
     assert "retention" in labels and "roll-over" in labels
     intended = _run("produce", bounds, liveness=False)
     assert intended.ok, [(v.kind, v.name) for v in intended.violations]
+
+
+def test_quirk_abort_hides_committed_is_found_and_absent_without_it() -> None:
+    """A late copy of a send re-opens a committed transaction on its partition (TB-8); the next end's
+    low water mark aborts it (TB-13). With Pulsar's isTxnAborted (the quirk) the committed message is
+    filtered from then on: committed-visible fails. Without it only the late copy is (TB-16)."""
+    bounds = {"partitions": 1, "spread": 1, "txns": 2, "duplicate_sends": 1}
+    quirky = _run("produce", bounds, quirks=("abort-hides-committed",))
+    assert ("liveness", "committed-visible") in {(v.kind, v.name) for v in quirky.violations}
+    labels = [step.label[0] for step in quirky.violations[0].trace]
+    assert "duplicate" in labels
+    intended = _run("produce", bounds)
+    assert intended.ok, [(v.kind, v.name) for v in intended.violations]

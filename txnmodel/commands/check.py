@@ -292,7 +292,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="a model name (repeatable); 'default' (the main job's) or 'all'; see --list",
     )
     check.add_argument("--bound", action="append", metavar="K=V", help="override a bound (repeatable)")
-    check.add_argument("--quirk", action="append", metavar="NAME", help="switch on a named quirk (append-after-abort)")
+    check.add_argument(
+        "--quirk",
+        action="append",
+        metavar="NAME",
+        help="switch on a named quirk (append-after-abort, abort-hides-committed)",
+    )
     where = check.add_mutually_exclusive_group()
     where.add_argument(
         "--master", type=spark_master, help="run on Spark at this master URL (e.g. local[2], spark://host:7077)"
