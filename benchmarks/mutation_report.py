@@ -17,9 +17,11 @@ For a seeded sample of ``--per-machine`` mutants of each machine:
   check runs against the unmutated reference (a model that shared the mutant's bug would accept
   every step it took); each stops at its first flagged seed.  A broker component that raises is
   contained as its crash (``Broker.contain``): the history records the step that raised as failed
-  (``UnknownError``) and the run goes on, so the history is judged like any other (the row notes
-  ``raised``).  A run that still raises (no component raised it: the client's machine, say) or
-  does not finish is a **run fails** detection (the main job fails, though no checker judged a
+  (``UnknownError``), or a ``raised`` row when it raised outside any step, and the run goes on, so
+  the history is judged like any other (the row notes ``raised``).  The client library's own
+  exception fails the operation it was serving with the exception's type (TC-37) and is noted
+  ``raised`` too.  A run that still raises (a workload's or the simulator's own exception) or does
+  not finish is a **run fails** detection (the main job fails, though no checker judged a
   history).
 * **vectors**: the machine's conformance vectors; **proofs**: ``prove_machine`` when the proofs can
   execute the mutated function at all (:func:`proof_reach`; Z3 proves the encoding, not the

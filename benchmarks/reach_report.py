@@ -1,6 +1,6 @@
 """Reach report: which numbered rules the main job's workloads drive (``txnmodel.reach``).
 
-    .venv/bin/python benchmarks/reach_report.py [--seeds 70] [--ops 60] [--out out/reach]
+    .venv/bin/python benchmarks/reach_report.py [--seeds 100] [--ops 60] [--out out/reach]
 
 Runs the main job's histories (``txnmodel run``: every workload at seeds ``1..--seeds`` with its
 variants and fault mix by seed, faults on; on the memory ledger, which gives the same histories)
@@ -10,8 +10,9 @@ and, per rule id of ``spec/rules/*.md``:
   buffer, pending ack, delayed tracker) runs a function or steps a command whose docstring cites
   the rule (:func:`txnmodel.reach.replay_reach`);
 * **live**: the same, traced on the live run, which also sees the client's transaction machine and
-  the PIP-160 batched log writer (their steps are not in the history) and the reference functions
-  the engine calls outside a step (dispatch, recovery);
+  the PIP-160 batched log writer (their steps are not in the history), the reference functions
+  the engine calls outside a step (dispatch, recovery), and the few engine functions that alone
+  carry out a rule (``txnmodel.reach.ENGINE_SITES``);
 * **calls**: how many times such functions ran, summed over the histories.
 
 Writes ``OUT/report.json`` and ``OUT/report.md`` and prints the unreached rules, with the load average.
@@ -61,7 +62,7 @@ def _reach(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=70, help="seeds 1..N per workload (default 70, the main job's)")
+    parser.add_argument("--seeds", type=int, default=100, help="seeds 1..N per workload (default 100, the main job's)")
     parser.add_argument("--ops", type=int, default=60, help="transactions per history (default 60, the main job's)")
     parser.add_argument("--out", default=str(ROOT / "out" / "reach"))
     args = parser.parse_args(argv)

@@ -21,3 +21,6 @@ wraparound = _identity
 
 def cfunc(function: Callable[..., Any]) -> Callable[..., Any]:
     return function
+
+
+inline = cfunc

@@ -57,7 +57,8 @@ def _all(count: int) -> Any:
     return (one << count) - one
 
 
-def _fresh(antichains: dict[tuple[int, Any], list[int]], key: tuple[int, Any], used: int) -> bool:
+@cython.cfunc
+def _fresh(antichains: dict[tuple[int, Any], list[int]], key: tuple[int, Any], used: int) -> cython.bint:
     """Not seen before, nor dominated: the same required ops and state reached with fewer optional
     ops linearized leaves at least every choice this configuration has."""
     known = antichains.get(key)
@@ -169,15 +170,6 @@ def _optional_line(
 
 
 @cython.cfunc
-def _first(seen: set[tuple[int, Any]], key: tuple[int, Any]) -> cython.bint:
-    """Whether ``key`` is new to the memo (and remember it)."""
-    if key in seen:
-        return False
-    seen.add(key)
-    return True
-
-
-@cython.cfunc
 @cython.boundscheck(False)
 @cython.wraparound(False)
 @cython.locals(call=cython.Py_ssize_t, ret=cython.Py_ssize_t)
@@ -232,6 +224,75 @@ def _relink(onx: list[int], opv: list[int], i: cython.Py_ssize_t) -> None:
     opv[onx[i]] = i
 
 
+@cython.cfunc
+@cython.inline
+def _new(
+    seen: set[tuple[int, Any]],
+    antichains: dict[tuple[int, Any], list[int]],
+    has_optional: cython.bint,
+    after: Any,
+    state: Any,
+    reqmask: Any,
+    optmask: Any,
+) -> cython.bint:
+    """Whether the search has not been at this configuration (``after`` linearized, the model in
+    ``state``), and remember it: exactly (in ``seen``) when the part has no optional op, up to
+    dominance (:func:`_fresh`) when it has some."""
+    if has_optional:
+        return _fresh(antichains, (after & reqmask, state), after & optmask)
+    key = (after, state)
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
+@cython.cfunc
+@cython.inline
+@cython.locals(i=cython.Py_ssize_t)
+def _read_to_place(
+    by_state: list[int] | None, anytime: list[int], linearized: Any, bits: list[Any], calls: list[Any], limit: Any
+) -> cython.Py_ssize_t:
+    """The read to place at once (-1: none): called by ``limit`` and not placed yet, the first of
+    those accepting the current state (``by_state``), else of those accepting any state."""
+    i = _satisfied(by_state, linearized, bits, calls, limit)
+    return i if i >= 0 else _satisfied(anytime, linearized, bits, calls, limit)
+
+
+@cython.cfunc
+def _confirm_read(step: Callable[[Any, Any, Any], tuple[bool, Any]], state: Any, op_input: Any, op_output: Any) -> None:
+    """A read placed by the state it accepts must be accepted there by the model's ``step`` too, and
+    leave the state as it is (the very object): otherwise the model's ``read_state`` is wrong."""
+    accepted, after_state = step(state, op_input, op_output)
+    if not accepted or after_state is not state:
+        raise ValueError(f"the model's read_state disagrees with its step on {op_input!r}")
+
+
+@cython.cfunc
+@cython.inline
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.locals(twin=cython.Py_ssize_t)
+def _optional_to_try(
+    onx: list[int],
+    cursor: cython.Py_ssize_t,
+    tail: cython.Py_ssize_t,
+    calls: list[Any],
+    limit: Any,
+    earlier_twin: list[int],
+    linearized: Any,
+    bits: list[Any],
+) -> cython.Py_ssize_t:
+    """From ``cursor`` on along the optional ops' line, the first called by ``limit`` that is not the
+    later twin of an op still unplaced (of identical optional ops, the earliest first); -1: none."""
+    while cursor != tail and calls[cursor] <= limit:
+        twin = earlier_twin[cursor]
+        if twin < 0 or linearized & bits[twin]:
+            return cursor
+        cursor = onx[cursor]
+    return -1
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
 @cython.locals(
@@ -242,7 +303,6 @@ def _relink(onx: list[int], opv: list[int], i: cython.Py_ssize_t) -> None:
     i=cython.Py_ssize_t,
     cursor=cython.Py_ssize_t,
     scan=cython.bint,
-    twin=cython.Py_ssize_t,
     how=cython.Py_ssize_t,
     remaining=cython.Py_ssize_t,
     steps=cython.Py_ssize_t,
@@ -251,8 +311,6 @@ def _relink(onx: list[int], opv: list[int], i: cython.Py_ssize_t) -> None:
     blocked=cython.Py_ssize_t,
     has_optional=cython.bint,
     accepted=cython.bint,
-    new=cython.bint,
-    placed=cython.bint,
     nxt=list,
     prv=list,
     onx=list,
@@ -319,22 +377,13 @@ def search(
             yield
         if scan:  # a read called by now (by the first return to come) that the state satisfies?
             scan = False
-            limit = returns[rnx[n]]
-            i = _satisfied(by_state.get(state), linearized, bits, calls, limit)
-            if i < 0:
-                i = _satisfied(anytime, linearized, bits, calls, limit)
+            i = _read_to_place(by_state.get(state), anytime, linearized, bits, calls, returns[rnx[n]])
             if i < 0:
                 entry = nxt[0]
                 continue
-            accepted, after_state = step(state, inputs[i], outputs[i])
-            if not accepted or after_state is not state:
-                raise ValueError(f"the model's read_state disagrees with its step on {inputs[i]!r}")
+            _confirm_read(step, state, inputs[i], outputs[i])
             after = linearized | bits[i]
-            if (
-                _fresh(antichains, (after & reqmask, state), after & optmask)
-                if has_optional
-                else _first(seen, (after, state))
-            ):
+            if _new(seen, antichains, has_optional, after, state, reqmask, optmask):
                 stack.append((i, state, FORCED))  # placed here and nowhere later
                 linearized = after
                 remaining -= 1
@@ -347,14 +396,9 @@ def search(
             accepted, after_state = step(state, inputs[i], outputs[i])
             if accepted:
                 after = linearized | bits[i]
-                if has_optional:
-                    new = _fresh(antichains, (after & reqmask, after_state), after & optmask)
-                else:
-                    new = _first(seen, (after, after_state))
-                if new:
+                if _new(seen, antichains, has_optional, after, after_state, reqmask, optmask):
                     stack.append((i, state, PLACED))
-                    state = after_state
-                    linearized = after
+                    state, linearized = after_state, after
                     remaining -= 1
                     _take(nxt, prv, rnx, rpv, i, False)
                     scan = True
@@ -363,36 +407,28 @@ def search(
             continue
         else:  # a return: its op had to be linearized by now
             if has_optional:  # unless an optional op called by then gets the search past it
-                if cursor < 0:
-                    cursor = onx[head]
                 limit = returns[(entry - 1) >> 1]
-                placed = False
-                while cursor != tail and calls[cursor] <= limit:
-                    i = cursor
-                    cursor = onx[i]
-                    twin = earlier_twin[i]
-                    if twin >= 0 and not linearized & bits[twin]:
-                        continue  # of identical optional ops, the earliest first
+                i = _optional_to_try(
+                    onx, onx[head] if cursor < 0 else cursor, tail, calls, limit, earlier_twin, linearized, bits
+                )
+                while i >= 0:
                     steps += 1
                     accepted, after_state = step(state, inputs[i], outputs[i])
-                    if accepted and _fresh(
-                        antichains, (linearized & reqmask, after_state), (linearized | bits[i]) & optmask
-                    ):
-                        stack.append((i, state, entry))
-                        state = after_state
-                        linearized = linearized | bits[i]
-                        _unlink(onx, opv, i)
-                        placed = True
+                    if accepted and _new(seen, antichains, True, linearized | bits[i], after_state, reqmask, optmask):
                         break
+                    i = _optional_to_try(onx, onx[i], tail, calls, limit, earlier_twin, linearized, bits)
                 cursor = -1
-                if placed:
+                if i >= 0:
+                    stack.append((i, state, entry))
+                    state, linearized = after_state, linearized | bits[i]
+                    _unlink(onx, opv, i)
                     scan = True
                     continue
             if len(stack) > len(best) or blocked < 0:
                 best = [frame[0] for frame in stack]
                 best_state = state
                 blocked = (entry - 1) >> 1
-        # This configuration has no way forward: backtrack (past forced reads too).
+        # This configuration has no way forward: backtrack (past reads placed at once too).
         while True:
             if not stack:
                 return ILLEGAL, steps, best, blocked, best_state

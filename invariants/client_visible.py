@@ -38,6 +38,25 @@ missing-abort-redelivery   PA-13, PA-14, TC-18                  what an aborted 
 refused-send               TB-5, TC-17                          a send of a transaction that was
                                                                 certainly open was refused as ended
                                                                 (NotAllowed)
+undispatchable-last-id     TB-18                                ``get_last_message_id`` answered the
+                                                                entry of a transaction whose commit
+                                                                was not yet invoked, or that had
+                                                                certainly aborted
+pending-ack-without-ack    PA-21                                the admin check answered PendingAck
+                                                                for a position no transaction had
+                                                                acknowledged on that subscription
+delivered-before-seek-time PA-23                                after a seek by publish time, the
+                                                                first delivery was of a message
+                                                                published before that time
+unexpected-error           TC-34, TC-37                         an operation failed with an error
+                                                                Pulsar does not define (the client
+                                                                library's own exception), or a
+                                                                commit or abort with the one the
+                                                                client retries (CoordinatorNotFound)
+unanswered-end             TC-34                                the coordinator's answer to END_TXN
+                                                                reached the client and the commit
+                                                                or abort waiting for it did not
+                                                                complete within ANSWER_BOUND_MS
 =========================  ===================================  ===================================
 
 Times.  A transaction is *certainly open* until the first ``commit``/``abort`` of it is invoked or
@@ -69,6 +88,10 @@ Bounds (simulated milliseconds; logical time is the history's clock):
   individually while it was certainly open must be received again before a receive invoked this
   much later comes back empty.
 * ``TXN_END_BOUND_MS``: how long after its deadline an unended transaction may stay open.
+* ``ANSWER_BOUND_MS``: how long after the coordinator's answer to END_TXN reached the client a
+  commit or abort waiting for it may stay open (an engine history records when each answer reached
+  the client as the end of the coordinator's ``end_txn`` step; a real broker's trace has no such
+  rows, so ``unanswered-end`` does not judge it).
 
 Subscriptions judged for liveness: every receive on them came from one process (one consumer at
 a time, as an Exclusive subscription or a single Shared reader), every ``subscribe`` on them
@@ -86,9 +109,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spec.errors import is_pulsar_error
 from spec.history import BadHistory, Operation, OpType, is_machine_operation, parse_object, split_subscription
 
 __all__ = [
+    "ANSWER_BOUND_MS",
     "CHECKS",
     "LAG_BOUND_MS",
     "REDELIVERY_BOUND_MS",
@@ -101,6 +126,7 @@ __all__ = [
 LAG_BOUND_MS = 1_000
 REDELIVERY_BOUND_MS = 1_000
 TXN_END_BOUND_MS = 5_000
+ANSWER_BOUND_MS = 5_000
 
 # check name -> the rule ids it states
 CHECKS: dict[str, tuple[str, ...]] = {
@@ -110,6 +136,11 @@ CHECKS: dict[str, tuple[str, ...]] = {
     "late-visibility": ("TB-7", "TB-11", "TB-12", "TB-19", "TB-24", "TC-15", "TC-18", "DD-1", "DD-13", "DD-25"),
     "missing-abort-redelivery": ("PA-13", "PA-14", "TC-18"),
     "refused-send": ("TB-5", "TC-17"),
+    "undispatchable-last-id": ("TB-18",),
+    "pending-ack-without-ack": ("PA-21",),
+    "delivered-before-seek-time": ("PA-23",),
+    "unexpected-error": ("TC-34", "TC-37"),
+    "unanswered-end": ("TC-34",),
 }
 
 Txn = tuple[int, int]
@@ -239,6 +270,7 @@ class _View:
     def __init__(self, ops: Sequence[Operation]) -> None:
         self.history = ops[0].history if ops else ""
         client = [op for op in ops if not is_machine_operation(op)]
+        self.client = client
         self.new_txn: dict[Txn, Operation] = {}
         self.timeout: dict[Txn, int] = {}
         self.ends: dict[Txn, list[Operation]] = defaultdict(list)
@@ -250,11 +282,17 @@ class _View:
         self.receivers: dict[str, set[int]] = defaultdict(set)
         self.subscribes: dict[str, list[Operation]] = defaultdict(list)
         self.acks: list[_Ack] = []
+        # Transactional acks of unknown outcome (they may have taken effect), and the questions
+        # that change nothing: ``get_last_message_id`` and the admin ``check_position_in_pending_ack``.
+        self.unsure_acks: list[Operation] = []
+        self.queries: list[Operation] = []
         # The coordinator's own record of what disturbed an end (machine rows; none in a real
         # broker's trace): its reloads, with the txns still unfinished in the log they replayed,
         # and phase-2 failures, per txn.
         self.recoveries: dict[str, list[tuple[int, frozenset[Txn]]]] = defaultdict(list)
         self.end_failures: dict[Txn, list[int]] = defaultdict(list)
+        # The coordinator's END_TXN steps whose answer reached the client (see unanswered-end).
+        self.answered_ends: list[tuple[Txn, Operation]] = []
         for op in ops:
             if is_machine_operation(op) and op.object.startswith("coordinator:"):
                 self._coordinator_row(op)
@@ -275,6 +313,10 @@ class _View:
                 self._send(op)
             elif op.f in ("receive", "ack", "ack_cumulative", "subscribe"):
                 self._subscription_op(op)
+                if op.f == "ack" and op.type.indeterminate:
+                    self.unsure_acks.append(op)
+            elif op.f in ("get_last_message_id", "check_position_in_pending_ack", "seek"):
+                self.queries.append(op)
         for sub in self.deliveries:
             self.deliveries[sub].sort(key=lambda d: (d.op.invoked_at, d.op.index))
 
@@ -320,6 +362,16 @@ class _View:
             self.recoveries[op.object].append((op.invoked_at, frozenset(live - finished)))
         elif op.f == "end_txn_in_transaction_buffer_result" and args.get("errors"):
             self.end_failures[_pair(op, args.get("txn_id"), "txn_id", "value")].append(op.invoked_at)
+        elif (
+            op.f == "end_txn"
+            and op.completed_at is not None
+            and op.completed_at > op.invoked_at
+            and (op.type is OpType.OK or (op.type is OpType.FAIL and op.error in _FINAL_END_ERRORS))
+        ):
+            # A step inside a request's window (an atomic one, invoked when completed, was no answer):
+            # ok, the client got success (an accepted step answered with an error is ``info``); fail
+            # with a final error, the coordinator answered that error at once (TC-9, TC-11).
+            self.answered_ends.append((_pair(op, args.get("txn_id"), "txn_id", "value"), op))
 
     def _subscription_op(self, op: Operation) -> None:
         kind, name = parse_object(op.object)
@@ -463,8 +515,11 @@ class _View:
         never where a ``subscribe`` says ``liveness: false`` (a recorder of a real broker states that
         no bound holds, as while faults are injected: a real client reconnects with a backoff of its
         own, and a simulated bound means nothing there)."""
-        if any(isinstance(op.args, dict) and op.args.get("liveness") is False for op in self.subscribes.get(sub, ())):
-            return False
+        if any(
+            isinstance(op.args, dict) and (op.args.get("liveness") is False or op.args.get("durable") is False)
+            for op in self.subscribes.get(sub, ())
+        ):
+            return False  # no bound stated, or a Reader's subscription: it holds back no ledger deletion
         if self.exclusive(sub):
             return True
         return len(self.receivers.get(sub, ())) == 1 and all(
@@ -540,6 +595,11 @@ def check_client_visible(ops: Sequence[Operation], *, cap: int = 20) -> OracleRe
     _late_visibility(view, out)
     _missing_abort_redelivery(view, out)
     _refused_sends(view, out)
+    _undispatchable_last_id(view, out)
+    _pending_ack_without_ack(view, out)
+    _delivered_before_seek_time(view, out)
+    _unexpected_errors(view, out)
+    _unanswered_ends(view, out)
     return OracleResult(view.history, tuple(out.found), dict(out.counts), dict(out.judged))
 
 
@@ -825,3 +885,169 @@ def _refused_sends(view: _View, out: _Out) -> None:
                 f"only a txn at or below the low watermark is refused as ended, and the watermark stays below "
                 f"every live txn",
             )
+
+
+def _undispatchable_last_id(view: _View, out: _Out) -> None:
+    """TB-18: the last message id is the last *dispatchable* position, found by scanning back from
+    maxReadPosition, so it is never an entry of a transaction that was still open when the answer
+    left (its commit not yet invoked: maxReadPosition stays before its first entry, TB-7) nor of one
+    that had certainly aborted before the question (an aborted entry is skipped by the scan)."""
+    for op in view.queries:
+        if op.f != "get_last_message_id" or op.type is not OpType.OK or op.completed_at is None:
+            continue
+        partition, _ = split_subscription(parse_object(op.object)[1])
+        got = _id(op, _object(op, "result"), "result")
+        out.judged["undispatchable-last-id"] += 1
+        for message in view.sends_by_partition.get(partition, ()):
+            if message.txn is None or message.id is None or message.id[:2] != got[:2]:
+                continue
+            aborted = view.aborted_by(message.txn)
+            if view.dispatchable_from(message) > op.completed_at:
+                why = f"no commit of {_fmt_txn(message.txn)} was invoked before the answer at {op.completed_at}"
+            elif aborted is not None and aborted[0] <= op.invoked_at:
+                why = f"{_fmt_txn(message.txn)} had certainly aborted by {aborted[0]:g} ({aborted[1]})"
+            else:
+                continue
+            out.add(
+                "undispatchable-last-id",
+                [op, message.send],
+                f"get_last_message_id op {op.index} on {op.object} answered {_fmt(got)}, the entry of "
+                f"{message.payload!r} (send op {message.send.index}), but {why}: the last message id is "
+                f"the last dispatchable position",
+            )
+            break
+
+
+def _pending_ack_without_ack(view: _View, out: _Out) -> None:
+    """PA-21: the admin check answers PendingAck only for a position a transaction holds by an
+    individual ack on that subscription, so some transactional ``ack`` of it (ok, or of unknown
+    outcome) was invoked there before the answer came back."""
+    candidates: dict[str, list[tuple[Operation, MessageId]]] = defaultdict(list)
+    for ack in view.acks:
+        if ack.txn is not None and not ack.cumulative:
+            candidates[ack.sub].append((ack.op, ack.id))
+    for op in view.unsure_acks:
+        args = _object(op)
+        if _txn(op, args) is not None:
+            candidates[op.object].append((op, _id(op, args, "value")))
+    for op in view.queries:
+        if op.f != "check_position_in_pending_ack" or op.type is not OpType.OK or op.completed_at is None:
+            continue
+        state = _object(op, "result").get("state")
+        if state != "PendingAck":
+            continue
+        asked = _id(op, _object(op), "value")
+        out.judged["pending-ack-without-ack"] += 1
+        done = op.completed_at
+        if any(
+            ack.invoked_at < done and acked[:2] == asked[:2] and (acked[2] == asked[2] or WHOLE in (acked[2], asked[2]))
+            for ack, acked in candidates.get(op.object, ())
+        ):
+            continue
+        out.add(
+            "pending-ack-without-ack",
+            [op],
+            f"check_position_in_pending_ack op {op.index} on {op.object} answered PendingAck for {_fmt(asked)}, "
+            f"but no transactional ack of it was invoked on that subscription before the answer at {done}",
+        )
+
+
+def _delivered_before_seek_time(view: _View, out: _Out) -> None:
+    """PA-23: a seek by publish time restarts the subscription at the first message published at or
+    after that time (its consumers reconnect, dropping what was queued for them), so the first
+    delivery by a receive invoked after the seek returned is not a message whose send had completed
+    before that time: such a message was published before it.  Judged until another seek."""
+    seeks: dict[str, list[Operation]] = defaultdict(list)
+    for op in view.queries:
+        if op.f == "seek" and op.type is OpType.OK and op.completed_at is not None:
+            seeks[op.object].append(op)
+    for sub, mine in seeks.items():
+        mine.sort(key=lambda o: (o.invoked_at, o.index))
+        deliveries = view.deliveries.get(sub, [])
+        for k, seek in enumerate(mine):
+            at = _object(seek).get("publish_time")
+            if type(at) is not int:
+                raise _bad(seek, f"'publish_time' must be an integer, got {at!r}")
+            until = mine[k + 1].invoked_at if k + 1 < len(mine) else INF
+            assert seek.completed_at is not None
+            first = next(
+                (d for d in deliveries if seek.completed_at <= d.op.invoked_at < until),
+                None,
+            )
+            if first is None:
+                continue
+            out.judged["delivered-before-seek-time"] += 1
+            message = view.messages.get(first.payload)
+            if message is None or message.send.completed_at is None or message.send.completed_at >= at:
+                continue
+            out.add(
+                "delivered-before-seek-time",
+                [seek, first.op, message.send],
+                f"seek op {seek.index} on {sub} to publish time {at} returned at {seek.completed_at}; the first "
+                f"delivery after it, receive op {first.op.index}, was {message.payload!r}, whose send (op "
+                f"{message.send.index}) had completed at {message.send.completed_at}, before that time",
+            )
+
+
+_PULSAR_KINDS = frozenset({"coordinator", "partition", "subscription", "tracker"})
+# END_TXN answers after which the client completes the user's commit or abort (TC-34); it retries
+# only CoordinatorNotFound.
+_FINAL_END_ERRORS = frozenset({"TransactionNotFound", "InvalidTxnStatus"})
+
+
+def _unexpected_errors(view: _View, out: _Out) -> None:
+    """TC-37: an operation on a Pulsar object that failed, failed with an error Pulsar defines (a
+    domain error, a ``ServerError`` code, an exception of the official client): any other name is
+    an exception of the client library's own reaching the application."""
+    for op in view.client:
+        if op.type is not OpType.FAIL or op.error is None:
+            continue
+        kind, _ = parse_object(op.object)
+        if kind not in _PULSAR_KINDS:
+            continue
+        out.judged["unexpected-error"] += 1
+        if not is_pulsar_error(op.error):
+            out.add(
+                "unexpected-error",
+                [op],
+                f"{op.f} on {op.object} failed with {op.error!r}, which is no error of Pulsar's: "
+                "the client library raised an exception of its own",
+            )
+        elif op.f in ("commit", "abort") and op.error == "CoordinatorNotFound":
+            out.add(
+                "unexpected-error",
+                [op],
+                f"{op.f} op {op.index} failed with CoordinatorNotFound, which the client retries until the "
+                "coordinator is loaded (TC-34) instead of handing it to the application",
+            )
+
+
+def _unanswered_ends(view: _View, out: _Out) -> None:
+    """TC-34: the client completes a commit or abort with the coordinator's answer to its END_TXN
+    (retrying only CoordinatorNotFound).  An engine history records when that answer reached the
+    client (the end of the coordinator's ``end_txn`` step, answered ok or with a final error), so a
+    commit or abort of that txn invoked before the step and still open ANSWER_BOUND_MS after it is
+    a client that dropped the answer."""
+    for txn, step in view.answered_ends:
+        assert step.completed_at is not None
+        by = step.completed_at + ANSWER_BOUND_MS
+        for end in view.ends.get(txn, ()):
+            if end.invoked_at > step.invoked_at:
+                continue  # invoked after this END_TXN was sent: not the end it answers
+            if end.completed_at is not None and (
+                end.completed_at < step.completed_at
+                or (end.type.indeterminate and end.completed_at == step.completed_at)
+            ):
+                continue  # done (or given up) before the answer came
+            out.judged["unanswered-end"] += 1
+            if end.type.indeterminate or end.completed_at is None or end.completed_at > by:
+                shown = (
+                    "never completed" if end.completed_at is None else f"ended {end.type.value} at {end.completed_at}"
+                )
+                out.add(
+                    "unanswered-end",
+                    [end, step],
+                    f"{end.f} op {end.index} of {_fmt_txn(txn)} {shown}, although the coordinator's answer to its "
+                    f"END_TXN (op {step.index}, {step.type.value}{'' if step.error is None else ' ' + step.error}) "
+                    f"reached the client at {step.completed_at}: it must complete by {by}",
+                )

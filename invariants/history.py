@@ -38,6 +38,7 @@ from spec.history import (
     MAX_NUMBER_DIGITS,
     MAX_VALUE_DEPTH,
     PARQUET_COLUMNS,
+    SCHEMA_VERSION,
     BadHistory,
     Operation,
     validate_history,
@@ -89,7 +90,7 @@ def arrow_schema() -> Any:
     types = {"string": pa.string(), "int64": pa.int64()}
     return pa.schema(
         [pa.field(name, types[kind], nullable=nullable) for name, kind, nullable in PARQUET_COLUMNS],
-        metadata={b"txnmodel.history.schema_version": b"1"},
+        metadata={b"txnmodel.history.schema_version": str(SCHEMA_VERSION).encode()},
     )
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from invariants.linearizability import NOT_A_READ, UNKNOWN, Model, partition_by_object
-from spec.history import RECOVER, BadHistory, Operation, OpType, is_machine_operation, make_operation, object_id
+from spec.history import RAISED, RECOVER, BadHistory, Operation, OpType, is_machine_operation, make_operation, object_id
 
 __all__ = [
     "MODELS",
@@ -197,6 +197,15 @@ class _Step:
 
 
 @dataclass(frozen=True, slots=True)
+class _Raised:
+    """A ``raised`` row: the component raised outside any step.  No machine raises, so no state
+    accepts it (:data:`spec.history.RAISED`)."""
+
+    epoch: int | None
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class _Recover:
     """A ``recover`` row: the component restarts from ``state`` (already built from its inputs)."""
 
@@ -215,6 +224,9 @@ class MachineModel:
     get ``Err`` of that name (a rejected command leaves the state unchanged, by the machines'
     contract); a ``fail`` without ``error`` never reached the machine and does nothing; an
     ``info``/``invoke`` is stepped and its result ignored.
+
+    A ``raised`` row (:data:`spec.history.RAISED`: the component raised outside any step) is
+    accepted in no state: a correct machine and its shell never raise.
 
     Crashes (``recover`` rows, :data:`spec.history.RECOVER`): the model's state is ``(epoch,
     machine state)``.  A ``recover`` row replaces the machine state by what the machine's
@@ -277,6 +289,8 @@ class MachineModel:
 
         if op.f == RECOVER and is_machine_operation(op):
             return _Recover(epoch, self._recovery(op), op.value), None
+        if op.f == RAISED and is_machine_operation(op):
+            return _Raised(epoch, op.value), ("err", op.error)
         command_type = self._commands.get(op.f)
         if command_type is None:
             raise _bad(
@@ -326,6 +340,8 @@ class MachineModel:
             if op_input.epoch is not None and op_input.epoch != epoch:
                 return False, state
             return True, (epoch + 1, op_input.state)
+        if isinstance(op_input, _Raised):
+            return False, state
         if op_output is NO_EFFECT:
             return True, state
         if op_input.epoch is not None and op_input.epoch != epoch:
@@ -374,6 +390,8 @@ class MachineModel:
     def describe_op(self, op_input: Any, op_output: Any) -> str:
         if isinstance(op_input, _Recover):
             return "recover" + ("" if op_input.epoch is None else f" (epoch {op_input.epoch + 1})")
+        if isinstance(op_input, _Raised):
+            return f"raised {op_input.text} (a correct component never raises)"
         if op_output is UNKNOWN:
             shown = "?"
         elif op_output is NO_EFFECT:

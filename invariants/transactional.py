@@ -375,12 +375,13 @@ def lost_messages(a: TxnAnalysis, out: _Collector) -> None:
     waits at the broker for less than the client's operation timeout, after which the client records
     it as ended).  A Latest subscription need not see what was sent before it existed, a delayed
     message not yet due at the drain is not judged, and a message of a fractured read is reported
-    as that, not again as lost."""
+    as that, not again as lost.  A Reader's non-durable subscription is not judged: it holds back no
+    ledger deletion (PA-24)."""
     fractured = {m.send.index for f in a.fractures for m in (f.seen, f.missing)}
     for view in a.views:
         drain = view.drain
         subscribes = a.subscribes.get(view.subscription, [])
-        if drain is None or any(op.type is OpType.INFO for op in subscribes):
+        if drain is None or any(op.type is OpType.INFO for op in subscribes) or a.non_durable(view.subscription):
             continue
         blind_until = max((_end_or_never(op) for op in a.unknown_receives.get(view.subscription, ())), default=None)
         latest_start = _latest_start(subscribes)
@@ -631,7 +632,9 @@ def out_of_order_deliveries(a: TxnAnalysis, out: _Collector) -> None:
     memory and restarts at 0 after a crash: a delivery is first only if no earlier receive on the
     subscription returned the same message, and only while no receive on it has an unknown outcome
     (an ``info`` receive may have taken a message the history never shows, whose later redelivery
-    would look like a first delivery out of order).
+    would look like a first delivery out of order).  A seek restarts the order (PA-22, PA-23): the
+    deliveries after it are judged apart from those before it, and a delivery whose receive ran
+    while a seek was on its way is not judged.
     """
     ordered: list[tuple[_Delivery, str | None]] = []
     for d in a.deliveries:
@@ -650,7 +653,7 @@ def out_of_order_deliveries(a: TxnAnalysis, out: _Collector) -> None:
         # the client may have written the message twice: then each copy is ordered where it is.
         judged_at = d.position if sent.repeatable and d.position is not None else sent.position or d.position
         ordered.append((dataclasses.replace(d, position=judged_at), sticky))
-    last: dict[tuple[str, int | str, str | None], _Delivery] = {}
+    last: dict[tuple[str, int | str, str | None, int], _Delivery] = {}
     seen: set[tuple[str, str]] = set()
     blind_from = {sub: min(op.invoked_at for op in ops) for sub, ops in a.unknown_receives.items() if ops}
     for d, sticky in sorted(ordered, key=lambda pair: (pair[0].op.invoked_at, pair[0].op.index)):
@@ -660,9 +663,13 @@ def out_of_order_deliveries(a: TxnAnalysis, out: _Collector) -> None:
             continue
         if d.subscription in blind_from and d.op.invoked_at > blind_from[d.subscription]:
             continue
+        seeks = a.seeks.get(d.subscription, ())
+        if any(s.invoked_at <= _end_or_never(d.op) and d.op.invoked_at <= _end_or_never(s) for s in seeks):
+            continue
+        epoch = sum(1 for s in seeks if _end_or_never(s) < d.op.invoked_at)
         # One consumer: its name when the history gives one (a consumer outlives a process that
-        # ended 'info'), else its process.
-        key = (d.subscription, d.op.process if d.consumer is None else d.consumer, sticky)
+        # ended 'info'), else its process; and the seeks before (each restarts the order).
+        key = (d.subscription, d.op.process if d.consumer is None else d.consumer, sticky, epoch)
         before = last.get(key)
         if before is not None and before.position is not None and before.position >= d.position:
             out.add(

@@ -209,6 +209,7 @@ class TxnAnalysis:
     # Every ack (any outcome, in a transaction or not) and every negative ack, per subscription.
     all_acks: dict[str, list[Operation]] = field(default_factory=lambda: defaultdict(list))
     negative_acks: dict[str, list[Operation]] = field(default_factory=lambda: defaultdict(list))
+    seeks: dict[str, list[Operation]] = field(default_factory=lambda: defaultdict(list))  # PA-22, PA-23
 
     @classmethod
     def build(cls, ops: Sequence[Operation]) -> TxnAnalysis:
@@ -235,7 +236,7 @@ class TxnAnalysis:
 
     def _read_subscription_ops(self, ops: Sequence[Operation]) -> None:
         for op in ops:
-            if op.f not in ("receive", "ack", "ack_cumulative", "subscribe", "negative_ack"):
+            if op.f not in ("receive", "ack", "ack_cumulative", "subscribe", "negative_ack", "seek"):
                 continue
             kind, name = parse_object(op.object)
             if kind != "subscription":
@@ -252,6 +253,9 @@ class TxnAnalysis:
                 self.subscribes[op.object].append(op)
             elif op.f == "negative_ack":
                 self.negative_acks[op.object].append(op)
+            elif op.f == "seek":
+                if op.type is not OpType.FAIL:
+                    self.seeks[op.object].append(op)
             elif op.f == "receive" and op.type is not OpType.OK and op.type is not OpType.FAIL:
                 self.unknown_receives[op.object].append(op)
             elif op.f == "receive" and op.type is OpType.OK:
@@ -339,11 +343,19 @@ class TxnAnalysis:
             views.append(_SubscriptionView(sub, partition, mine, frontier, drain))
         return views
 
+    def non_durable(self, sub: str) -> bool:
+        """A Reader's subscription (a ``subscribe`` says ``durable: false``, PA-24): it holds back no
+        ledger deletion, and it starts wherever its start message says, so what it did not receive
+        may be gone or before its start: neither loss nor a fracture is judged on it."""
+        return any(_flag(op, op.args, "durable") is False for op in self.subscribes.get(sub, ()))
+
     @functools.cached_property
     def fractures(self) -> list[_Fracture]:
         """Every committed transaction a subscription saw in part and read past (``fractured-read``)."""
         found = []
         for view in self.views:
+            if self.non_durable(view.subscription):
+                continue
             by_txn: dict[Txn, list[_Message]] = defaultdict(list)
             for message in self.committed_by_partition.get(view.partition, []):
                 if message.txn is not None:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from invariants.readable import Row, diff_rows, short
+from invariants.verify import Outcome
 from spec.history import Operation, OpType, parse_object
 
 __all__ = [
@@ -926,12 +927,20 @@ def _trace_chart(
 # --- the index of a verify run -----------------------------------------------------------------------
 
 
+def _worst_first(verdict: object) -> int:
+    """Where a verdict goes in the index: the worst first, by the one ranking of verdicts
+    (:class:`invariants.verify.Outcome`); a spelling it does not know goes last."""
+    try:
+        return -Outcome(str(verdict)).rank
+    except ValueError:
+        return 1
+
+
 def index_page(rows: Sequence[Mapping[str, Any]], *, title: str, notes: Sequence[str] = (), caps: Caps = Caps()) -> str:
     """Every verdict of a run, each counterexample linked (``html`` / ``txt``: paths relative to the
     page).  ``rows`` are verdict dicts: history, checker, verdict, model, objects, ops, seconds,
     failing_object, seed, detail, html, txt."""
-    order = {"bad-input": 0, "error": 1, "illegal": 2, "unknown": 3, "ok": 4}
-    ranked = sorted(rows, key=lambda r: (order.get(str(r.get("verdict")), 5), str(r.get("history")), r.get("checker")))
+    ranked = sorted(rows, key=lambda r: (_worst_first(r.get("verdict")), str(r.get("history")), r.get("checker")))
     shown = ranked[: caps.max_index_rows]
     counts: dict[str, int] = {}
     for r in rows:
@@ -960,7 +969,7 @@ def index_page(rows: Sequence[Mapping[str, Any]], *, title: str, notes: Sequence
             f"<td class='num'>{_esc('' if r.get('seed') is None else r['seed'])}</td><td>{links}</td>"
             f"<td class='detail'>{_esc(_cut(_detail_words(r.get('detail')), 300))}</td></tr>"
         )
-    summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda item: order.get(item[0], 5)))
+    summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda item: _worst_first(item[0])))
     body = (
         f"<header><h1>{_esc(title)}</h1></header>{_notes(all_notes)}<p>{len(rows)} verdicts: {_esc(summary)}.</p>"
         "<div class='controls'><label><input type='checkbox' id='only-bad'> only verdicts that are not ok</label> "

@@ -35,7 +35,7 @@ from google.protobuf.message import DecodeError, Message
 from pyroaring import FrozenBitMap
 
 from reference.conformance import MachineVectors
-from reference.persistent import HashOnce, evolve
+from reference.persistent import HashOnce, evolve, evolver, slot_init
 from spec.config import Config
 from spec.envelope import MAGIC, LogKind, decode_entry, encode_batch, encode_plain, is_batched
 from spec.errors import (
@@ -159,6 +159,7 @@ def writer_config(config: Config, kind: LogKind, *, enabled: bool | None = None)
 # --------------------------------------------------------------------------------------------
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Buffered:
     """A record waiting in the buffer: its request, canonical bytes and arrival time."""
@@ -168,6 +169,7 @@ class Buffered:
     added_ms: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class InFlight:
     """A write handed to the managed ledger and not yet answered."""
@@ -177,6 +179,7 @@ class InFlight:
     batched: bool
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class EntryView:
     """A durable entry this writer wrote and the batch indexes of it not yet deleted."""
@@ -331,8 +334,24 @@ Command = (
     | DeleteRecords
     | SetBatchedWrite
 )
-Result = Ok[Any] | Err
+Result = Ok[object] | Err
 Step = tuple[WriterState, Result]
+
+# The members the steps every record goes through read, as module constants: reading a member
+# off its enum class goes through EnumType's __getattr__ hook on Python 3.11.
+_OPEN: Final = WriterStatus.OPEN
+_MAX_RECORDS: Final = FlushTrigger.MAX_RECORDS
+_MAX_DELAY: Final = FlushTrigger.MAX_DELAY
+
+# The updates of the steps every record goes through, called directly (persistent.evolver).
+_BUFFERED: Final = evolver(WriterState, "buffer", "bytes_size", "next_request_id")
+_ISSUED: Final = evolver(WriterState, "next_write_id", "in_flight")
+_FLUSHED: Final = evolver(WriterState, "buffer", "bytes_size", "stats")
+_TIMER: Final = evolver(WriterState, "timer_due_ms")
+_ANSWERED: Final = evolver(WriterState, "in_flight")
+_WRITTEN: Final = evolver(WriterState, "succeeded", "last_succeeded", "entries")
+_ENTRIES: Final = evolver(WriterState, "entries")
+_REMAINING: Final = evolver(EntryView, "remaining")
 
 
 # --------------------------------------------------------------------------------------------
@@ -340,16 +359,19 @@ Step = tuple[WriterState, Result]
 # --------------------------------------------------------------------------------------------
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class AddAccepted:
     request_id: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Flushed:
     records: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Completed:
     records: int
@@ -371,6 +393,7 @@ class Deleted:
     fully_deleted: tuple[Position, ...]
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class AsyncAddEntry(Effect):
     """Write ``data`` as one ledger entry; answer with AddEntryComplete/Failed(``write_id``)."""
@@ -381,6 +404,7 @@ class AsyncAddEntry(Effect):
     batched: bool
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class AddComplete(Effect):
     """The success callback of one request."""
@@ -490,7 +514,7 @@ def async_add_data(state: WriterState, cmd: AsyncAddData) -> Step:
     with the new record included.
     """
     cfg = state.config
-    if state.status is not WriterStatus.OPEN:
+    if state.status is not _OPEN:
         return state, Err(ManagedLedgerFenced(CLOSED_MESSAGE))
     record = canonical_record(cmd.data, cfg.kind)
     if isinstance(record, DomainError):
@@ -507,15 +531,12 @@ def async_add_data(state: WriterState, cmd: AsyncAddData) -> Step:
         state, write = _issue_write(state, record, (request_id,), batched=False)
         effects.append(write)
         return state, Ok(AddAccepted(request_id), tuple(effects))
-    state = evolve(
-        state,
-        buffer=(*state.buffer, Buffered(request_id, record, cmd.now_ms)),
-        bytes_size=state.bytes_size + len(record),
-        next_request_id=request_id + 1,
+    state = _BUFFERED(
+        state, (*state.buffer, Buffered(request_id, record, cmd.now_ms)), state.bytes_size + len(record), request_id + 1
     )
     effects = []
     if len(state.buffer) >= cfg.max_records:
-        state = _flush(state, FlushTrigger.MAX_RECORDS, cmd.now_ms, effects)
+        state = _flush(state, _MAX_RECORDS, cmd.now_ms, effects)
     elif state.bytes_size >= cfg.max_size:
         state = _flush(state, FlushTrigger.MAX_SIZE, cmd.now_ms, effects)
     return state, Ok(AddAccepted(request_id), tuple(effects))
@@ -525,11 +546,7 @@ def _issue_write(
     state: WriterState, data: bytes, request_ids: tuple[int, ...], *, batched: bool
 ) -> tuple[WriterState, AsyncAddEntry]:
     write = AsyncAddEntry(state.next_write_id, data, request_ids, batched)
-    state = evolve(
-        state,
-        next_write_id=state.next_write_id + 1,
-        in_flight=(*state.in_flight, InFlight(write.write_id, request_ids, batched)),
-    )
+    state = _ISSUED(state, state.next_write_id + 1, (*state.in_flight, InFlight(write.write_id, request_ids, batched)))
     return state, write
 
 
@@ -539,8 +556,8 @@ def _flush(state: WriterState, trigger: FlushTrigger, now_ms: int, effects: list
     delay_ms = max(0, now_ms - buffer[0].added_ms)
     effects.append(FlushObserved(trigger, len(buffer), state.bytes_size, delay_ms))
     stats = state.stats.observe(trigger, len(buffer), state.bytes_size, delay_ms)
-    state = evolve(state, buffer=(), bytes_size=0, stats=stats)
-    if state.status is not WriterStatus.OPEN:
+    state = _FLUSHED(state, (), 0, stats)
+    if state.status is not _OPEN:
         error = ManagedLedgerFenced(CLOSED_MESSAGE)
         effects.extend(AddFailed(b.request_id, error) for b in buffer)
         return evolve(state, failed=state.failed + len(buffer))
@@ -566,13 +583,13 @@ def timer_fired(state: WriterState, cmd: TimerFired) -> Step:
     effects: list[Effect] = []
     flushed = len(state.buffer)
     if state.buffer:
-        state = _flush(state, FlushTrigger.MAX_DELAY, cmd.now_ms, effects)
-    if state.status is WriterStatus.OPEN:
+        state = _flush(state, _MAX_DELAY, cmd.now_ms, effects)
+    if state.status is _OPEN:
         next_due = cmd.now_ms + state.config.max_delay_ms
-        state = evolve(state, timer_due_ms=next_due)
+        state = _TIMER(state, next_due)
         effects.append(ArmTimer(next_due))
     else:
-        state = evolve(state, timer_due_ms=None)
+        state = _TIMER(state, None)
     return state, Ok(Flushed(flushed), tuple(effects))
 
 
@@ -582,7 +599,7 @@ def _pop_write(state: WriterState, write_id: int) -> tuple[WriterState, InFlight
     if not state.in_flight or state.in_flight[0].write_id != write_id:
         head = state.in_flight[0].write_id if state.in_flight else None
         raise ValueError(f"write {write_id} answered out of order (oldest in flight: {head})")
-    return evolve(state, in_flight=state.in_flight[1:]), state.in_flight[0]
+    return _ANSWERED(state, state.in_flight[1:]), state.in_flight[0]
 
 
 def add_entry_complete(state: WriterState, cmd: AddEntryComplete) -> Step:
@@ -600,12 +617,7 @@ def add_entry_complete(state: WriterState, cmd: AddEntryComplete) -> Step:
     else:
         effects = (AddComplete(write.request_ids[0], cmd.position),)
     view = EntryView(n, write.batched, FrozenBitMap(range(n)))
-    state = evolve(
-        state,
-        succeeded=state.succeeded + n,
-        last_succeeded=write.request_ids[-1],
-        entries=state.entries.set(cmd.position, view),
-    )
+    state = _WRITTEN(state, state.succeeded + n, write.request_ids[-1], state.entries.set(cmd.position, view))
     return state, Ok(Completed(n), effects)
 
 
@@ -618,8 +630,9 @@ def add_entry_failed(state: WriterState, cmd: AddEntryFailed) -> Step:
 
 
 def close(state: WriterState) -> Step:
-    """``close()``'s compare-and-set (BW-18): OPEN goes to CLOSING (batching effective, a
-    :class:`FinishClose` task follows) or straight to CLOSED; closing twice is a no-op."""
+    """``close()``'s compare-and-set (BW-3, BW-18): OPEN goes to CLOSING (batching effective, a
+    :class:`FinishClose` task follows) or straight to CLOSED; closing twice is a no-op, and nothing
+    leads back to OPEN."""
     if state.status is not WriterStatus.OPEN:
         return state, Ok(CloseResult(state.status))
     if not state.config.effective:
@@ -628,7 +641,7 @@ def close(state: WriterState) -> Step:
 
 
 def finish_close(state: WriterState) -> Step:
-    """The close task on the executor: fail what is buffered, cancel the timer, CLOSED (BW-18)."""
+    """The close task on the executor: fail what is buffered, cancel the timer, CLOSED (BW-3, BW-18)."""
     if state.status is not WriterStatus.CLOSING:
         return state, Err(NotAllowed(f"close task runs only while CLOSING, writer is {state.status.value}"))
     error = ManagedLedgerFenced(CLOSED_MESSAGE)
@@ -714,13 +727,13 @@ def delete_records(state: WriterState, cmd: DeleteRecords) -> Step:
                 view.remaining - (removed if isinstance(removed, FrozenBitMap) else FrozenBitMap(removed))
             )
             if remaining:
-                mutable[position] = evolve(view, remaining=remaining)
+                mutable[position] = _REMAINING(view, remaining)
             else:
                 del mutable[position]
                 fully.append(position)
         entries = mutable.finish()
     deletes = tuple(CursorDeleteEntry(p, None if bits is None else bits_to_words(bits)) for p, bits in ack_sets.items())
-    return evolve(state, entries=entries), Ok(Deleted(tuple(fully)), (CursorDelete(deletes),))
+    return _ENTRIES(state, entries), Ok(Deleted(tuple(fully)), (CursorDelete(deletes),))
 
 
 # --------------------------------------------------------------------------------------------

@@ -770,7 +770,7 @@ Command = (
     | ClearTransactionBufferSnapshot
 )
 
-Result = Ok[Any] | Err
+Result = Ok[object] | Err
 Step = tuple[BufferState, Result]
 
 

@@ -84,6 +84,7 @@ from reference.delayed_runs import (
     union,
     unpack,
 )
+from reference.persistent import evolver
 from spec.config import DELAYED_MAX_MERGE_NUM
 from spec.errors import BucketNotExist, BucketSnapshotPersistence, DomainError, RecoverDelayedDeliveryTracker
 from spec.result import Effect, Err, Ok
@@ -195,6 +196,12 @@ class BucketTracker:
 
 
 Step = tuple[BucketTracker, Result]
+
+# The updates an add makes, called directly (persistent.evolver): every message goes through them.
+_ADDED: Final = evolver(BucketTracker, "mutable", "count")
+_ADDED_SHARED: Final = evolver(BucketTracker, "shared", "mutable", "count")
+_NEW_MUTABLE: Final = evolver(MutableBucket, "start_ledger_id", "end_ledger_id", "runs", "bitmaps")
+_EMPTY_MUTABLE: Final = MutableBucket()
 
 
 # --------------------------------------------------------------------------------------------
@@ -588,16 +595,24 @@ class _Popping:
 
     def pop_head(self) -> None:
         """Consume the queue's smallest index (``_pop_shared``)."""
-        assert self.heads is not None
-        del self.heads[0]
-        run = self.runs.pop(0)
-        used = self.used.pop(0) + 1
+        heads = self.heads
+        assert heads is not None
+        run = self.runs[0]
+        used = self.used[0] + 1
         if used < len(run):
             head = run.key(used)
-            at = bisect.bisect_right(self.heads, head)
-            self.heads.insert(at, head)
+            if len(heads) == 1 or head < heads[1]:
+                # still the smallest: where insert_sorted's bisect would put it back
+                heads[0] = head
+                self.used[0] = used
+                return
+            del heads[0], self.runs[0], self.used[0]
+            at = bisect.bisect_right(heads, head)
+            heads.insert(at, head)
             self.runs.insert(at, run)
             self.used.insert(at, used)
+        else:
+            del heads[0], self.runs[0], self.used[0]
 
     def _set(self, place: int, bitmaps: Bitmaps, ledger: int, entry: int) -> bool:
         if not bit_set(bitmaps, ledger, entry):
@@ -606,7 +621,14 @@ class _Popping:
         return gone is None or ledger not in gone or entry not in gone[ledger]
 
     def _drop(self, place: int, ledger: int, entry: int) -> None:
-        self.dropped.setdefault(place, {}).setdefault(ledger, BitMap()).add(entry)
+        # not setdefault(ledger, BitMap()): that would make a bitmap on every drop
+        per_ledger = self.dropped.get(place)
+        if per_ledger is None:
+            per_ledger = self.dropped[place] = {}
+        bits = per_ledger.get(ledger)
+        if bits is None:
+            bits = per_ledger[ledger] = BitMap()
+        bits.add(entry)
         self.count += 1
 
     def drop(self, ledger: int, entry: int) -> bool:
@@ -615,6 +637,8 @@ class _Popping:
         if self._set(-1, state.mutable.bitmaps, ledger, entry):
             self._drop(-1, ledger, entry)
             return True
+        if not state.buckets:
+            return False
         at = _covering(state.buckets, ledger)
         if at is None or not self._set(at, state.buckets[at].bitmaps, ledger, entry):
             return False
@@ -649,7 +673,8 @@ class _Popping:
 
 
 def _add(state: BucketTracker, cmd: AddMessage) -> tuple[BucketTracker, Ok[bool]]:
-    """DD-1, DD-2, DD-3, DD-4, DD-5, DD-6, DD-7, DD-8: add one delayed message."""
+    """DD-1, DD-2, DD-3, DD-4, DD-5, DD-6, DD-7, DD-8: add one delayed message; a position already
+    tracked is not added twice (DD-11, asked inline)."""
     check_position(cmd)
     cutoff = state.params.cutoff(cmd.now_ms)
     if cmd.deliver_at < 0 or cmd.deliver_at <= cutoff:
@@ -684,14 +709,14 @@ def _add(state: BucketTracker, cmd: AddMessage) -> tuple[BucketTracker, Ok[bool]
     above_buckets = not state.buckets or ledger > state.buckets[-1].end_ledger_id
     if not exist and ledger >= m.end_ledger_id and (m.start_ledger_id != -1 or above_buckets):
         start = ledger if m.start_ledger_id == -1 else m.start_ledger_id
-        added = MutableBucket(start, ledger, lsm_add(m.runs, key), bit_add(m.bitmaps, ledger, entry))
-        state = evolve(state, mutable=queued(added, m, key), count=state.count + 1)
+        added = _NEW_MUTABLE(_EMPTY_MUTABLE, start, ledger, lsm_add(m.runs, key), bit_add(m.bitmaps, ledger, entry))
+        state = _ADDED(state, queued(added, m, key), state.count + 1)
     else:
-        state = evolve(
+        state = _ADDED_SHARED(
             state,
-            shared=insert_sorted(state.shared, Run(key)),
-            mutable=same_queue(evolve(m, bitmaps=bit_add(m.bitmaps, ledger, entry)), m),
-            count=state.count + 1,
+            insert_sorted(state.shared, Run(key)),
+            same_queue(evolve(m, bitmaps=bit_add(m.bitmaps, ledger, entry)), m),
+            state.count + 1,
         )
     state, more = _update_timer(state, cmd.now_ms)
     return state, Ok(True, (*effects, *more))
@@ -779,7 +804,7 @@ def _get_scheduled(state: BucketTracker, cmd: GetScheduledMessages) -> tuple[Buc
         below_mark = 0 <= ledger < state.mark_delete_ledger
         if ts > cutoff and not below_mark:
             break
-        at = _boundary_owner(state, head)
+        at = _boundary_owner(state, head, ledger) if state.buckets else None
         if at is not None and state.buckets[at].pending_create:
             break  # DD-31: the next segment exists only once the snapshot is created
         if at is not None:
@@ -802,8 +827,11 @@ def _get_scheduled(state: BucketTracker, cmd: GetScheduledMessages) -> tuple[Buc
     return state, Ok(positions, (*effects, *more))
 
 
-def _boundary_owner(state: BucketTracker, head: bytes) -> int | None:
-    ledger = unpack(head)[1]
+def _boundary_owner(state: BucketTracker, head: bytes, ledger: int | None = None) -> int | None:
+    """The sealed bucket whose loaded segment ends at ``head`` (of ``ledger``, when the caller has
+    unpacked it already), if any."""
+    if ledger is None:
+        ledger = unpack(head)[1]
     at = _covering(state.buckets, ledger)
     if at is not None and state.buckets[at].boundary == head:
         return at

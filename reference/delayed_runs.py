@@ -266,6 +266,11 @@ class LsmQueue:
     _queue_head: bytes | None
 
 
+# the slots' own setters (what object.__setattr__ reaches after looking the name up)
+_set_queue_size = LsmQueue.__dict__["_queue_size"].__set__
+_set_queue_head = LsmQueue.__dict__["_queue_head"].__set__
+
+
 def _summary(queue: LsmQueue) -> tuple[int, bytes | None]:
     try:
         return queue._queue_size, queue._queue_head
@@ -292,16 +297,16 @@ def queued(after: Q, before: LsmQueue, key: bytes) -> Q:
     """``after``, whose runs are ``before``'s with ``key`` added (:func:`lsm_add`), with the
     size and smallest key that follow from ``before``'s."""
     size, head = _summary(before)
-    object.__setattr__(after, "_queue_size", size + 1)
-    object.__setattr__(after, "_queue_head", key if head is None or key < head else head)
+    _set_queue_size(after, size + 1)
+    _set_queue_head(after, key if head is None or key < head else head)
     return after
 
 
 def same_queue(after: Q, before: LsmQueue) -> Q:
     """``after``, whose runs are ``before``'s, with ``before``'s size and smallest key."""
     size, head = _summary(before)
-    object.__setattr__(after, "_queue_size", size)
-    object.__setattr__(after, "_queue_head", head)
+    _set_queue_size(after, size)
+    _set_queue_head(after, head)
     return after
 
 

@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import bisect
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import immutables
 
 from reference.conformance import MachineVectors
-from reference.persistent import HashOnce, evolve, slot_init
+from reference.persistent import HashOnce, evolve, evolver, slot_init, unchecked
 from spec.config import PENDING_ACK_INIT_BACKOFF_INITIAL_MS, Config
 from spec.errors import BadRecord, DomainError, NotAllowed, ServiceUnitNotReady, TransactionConflict
 from spec.jsonvalues import from_json
@@ -233,10 +234,21 @@ class CursorView(HashOnce):
 
     def deleted_bits(self, position: Position) -> int | None:
         """Acked indexes of ``position`` on the cursor; ``None`` when the whole entry is deleted."""
-        if self.is_deleted(position):
+        if position <= self.mark_delete_position or position in self.individually_deleted:
             return WHOLE
         bits = self.batch_deleted.get(position)
         return 0 if bits is None or bits.acked is None else bits.acked
+
+
+# The members the steps read on every command, as module constants: reading a member off its
+# enum class goes through EnumType's __getattr__ hook on Python 3.11 (about ten times a global's
+# cost), once or twice per step.
+_OP_ACK: Final = PendingAckOp.ACK
+_OP_COMMIT: Final = PendingAckOp.COMMIT
+_OP_ABORT: Final = PendingAckOp.ABORT
+_INDIVIDUAL: Final = AckType.INDIVIDUAL
+_CUMULATIVE: Final = AckType.CUMULATIVE
+_READY: Final = HandleState.READY
 
 
 # --------------------------------------------------------------------------------------------
@@ -521,8 +533,23 @@ class PendingAckState(HashOnce):
     log_mark_delete: int
 
 
-Result = Ok[Any] | Err
+Result = Ok[object] | Err
 Step = tuple[PendingAckState, Result]
+
+# The updates a step makes on its hot path, called directly (persistent.evolver).  The first five
+# fields are the log's bookkeeping (PA-15, PA-16), which every logged step changes; the rest are
+# what the step changes besides in the same update.
+_LOG_FIELDS: Final = ("next_record_id", "max_ack_position", "current_index_lag", "log_index", "max_index_lag")
+_LOGGED: Final = evolver(PendingAckState, *_LOG_FIELDS)
+_ACK_FIELDS: Final = ("individual_ack_of_transaction", "individual_ack_positions", "txn_order")
+_LOGGED_ACK: Final = evolver(PendingAckState, *_LOG_FIELDS, *_ACK_FIELDS)
+_SET_ACKS: Final = evolver(PendingAckState, *_ACK_FIELDS)
+_LOGGED_LOW_WATER_MARKS: Final = evolver(PendingAckState, *_LOG_FIELDS, "low_water_marks")
+_FORGET_COMMITTED: Final = evolver(
+    PendingAckState, "cursor", "individual_ack_positions", "individual_ack_of_transaction", "txn_order"
+)
+# An ack of an entry the state holds: its batch size was checked when the ack came in (PA-2).
+_HELD_ACK: Final = unchecked(AckedPosition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -684,9 +711,11 @@ def _cursor_delete_distinct(cursor: CursorView, deletions: Iterable[tuple[Positi
     the ``acked`` bits (None: the whole entry) of ``position``, as one delete after the other
     would; deletions only grow (PA-3)."""
     batch = cursor.batch_deleted
+    md = cursor.mark_delete_position
+    before = cursor.individually_deleted
     whole: list[Position] = []
     for position, batch_size, acked in deletions:
-        if cursor.is_deleted(position):
+        if position <= md or position in before:  # already deleted (CursorView.is_deleted)
             continue
         if acked is not None:
             known = batch.get(position)
@@ -707,17 +736,26 @@ def _cursor_delete_distinct(cursor: CursorView, deletions: Iterable[tuple[Positi
     # The steps keep the cursor normal, so what folds into the mark-delete position is the run
     # of deleted entries right after it, in its ledger; entry ids are walked as ints, and a
     # position is made for the entries the cursor held deleted before only when it holds any.
-    md = cursor.mark_delete_position
     ledger, entry = md.ledger_id, md.entry_id
-    before = cursor.individually_deleted
-    new_ids = {p.entry_id for p in whole if p.ledger_id == ledger}
+    new_ids: dict[int, Position] = {}
+    for p in whole:
+        if p.ledger_id == ledger:
+            new_ids[p.entry_id] = p
     while entry + 1 in new_ids or (before and Position(ledger, entry + 1) in before):
         entry += 1
-    deleted = before.union(whole)
     if entry == md.entry_id:
-        return CursorView(md, deleted, batch)
-    folded = [p for p in deleted if p.ledger_id == ledger and p.entry_id <= entry]
-    return CursorView(Position(ledger, entry), deleted.difference(folded), batch)
+        return CursorView(md, before.union(whole), batch)
+    # what is left above the new mark-delete position: nothing at or below it in its ledger
+    # (an entry of ``whole`` there lies above the old one, or the cursor held it deleted)
+    kept: list[Position] = []
+    for p in whole:
+        if p.ledger_id != ledger or p.entry_id > entry:
+            kept.append(p)
+    if before:
+        kept += [p for p in before if p.ledger_id != ledger or p.entry_id > entry]
+    # the entry the mark-delete position moves to is a deleted one: its position is reused
+    moved = new_ids.get(entry) or Position(ledger, entry)
+    return CursorView(moved, frozenset(kept), batch)
 
 
 def _cursor_mark_delete(cursor: CursorView, position: Position, batch_size: int, acked: int | None) -> CursorView:
@@ -807,27 +845,35 @@ def _strip_map(
 # --------------------------------------------------------------------------------------------
 
 
-def _append(state: PendingAckState, record: PendingAckRecord, **changes: Any) -> tuple[PendingAckState, list[Effect]]:
-    """Append one record and do the index bookkeeping of its callback (PA-15, PA-16); ``changes``
-    (fields the step sets besides the log's, which the bookkeeping does not read) are made in the
-    same update."""
+def _append(
+    state: PendingAckState, record: PendingAckRecord, make: Callable[..., PendingAckState] = _LOGGED, *more: Any
+) -> tuple[PendingAckState, list[Effect]]:
+    """Append one record and do the index bookkeeping of its callback (PA-15, PA-16); ``make`` is
+    the update of the log's fields followed by fields the step sets besides (values ``more``, which
+    the bookkeeping does not read), made in the same update."""
     record_id = state.next_record_id
     effects: list[Effect] = [AppendPendingAckRecord(record_id, record)]
-    state, trim = _index_record(state, record, record_id, next_record_id=record_id + 1, **changes)
+    state, trim = _index_record(state, record, record_id, record_id + 1, make, *more)
     if trim is not None:
         effects.append(trim)
     return state, effects
 
 
 def _index_record(
-    state: PendingAckState, record: PendingAckRecord, record_id: int, *, next_record_id: int, **changes: Any
+    state: PendingAckState,
+    record: PendingAckRecord,
+    record_id: int,
+    next_record_id: int,
+    make: Callable[..., PendingAckState] = _LOGGED,
+    *more: Any,
 ) -> tuple[PendingAckState, TrimPendingAckLog | None]:
     """MLPendingAckStore's sparse index: every ``maxIndexLag`` records, remember (max acked
     position -> record id); then pop what the cursor's mark-delete covers and trim the log (PA-16).
-    ``next_record_id`` is the id counter after this record; ``changes`` are made in the same update
-    and must leave the cursor alone (the trim reads it)."""
+    ``next_record_id`` is the id counter after this record; ``make`` updates the log's fields and
+    the fields after them (values ``more``) in one update, and must leave the cursor alone (the
+    trim reads it)."""
     max_ack = state.max_ack_position
-    if record.op is PendingAckOp.ACK:
+    if record.op is _OP_ACK:
         for acked in record.positions:
             if max_ack is None or acked.position > max_ack:
                 max_ack = acked.position
@@ -838,15 +884,7 @@ def _index_record(
         index = (*tuple(e for e in index if e[0] < max_ack), (max_ack, record_id))
         lag = 0
         max_lag = _next_lag(state.config, len(index))
-    state = evolve(
-        state,
-        next_record_id=next_record_id,
-        max_ack_position=max_ack,
-        current_index_lag=lag,
-        log_index=index,
-        max_index_lag=max_lag,
-        **changes,
-    )
+    state = make(state, next_record_id, max_ack, lag, index, max_lag, *more)
     return _clear_useless_log_data(state)
 
 
@@ -867,6 +905,9 @@ def _clear_useless_log_data(state: PendingAckState) -> tuple[PendingAckState, Tr
         max_index_lag=_next_lag(state.config, len(kept)),
     )
     return trimmed, TrimPendingAckLog(last)
+
+
+_first: Final = operator.itemgetter(0)
 
 
 def _index_position(entry: tuple[Position, int]) -> Position:
@@ -922,16 +963,20 @@ def _individual_checked(
 
 def _apply_individual(state: PendingAckState, txn: TxnID, accepted: _Accepted) -> PendingAckState:
     """Record an accepted individual txn ack in both maps (PA-8)."""
-    changes = _individual_changes(state, txn, accepted)
-    return evolve(state, **changes) if changes else state
+    return _SET_ACKS(state, *_individual_changes(state, txn, accepted)) if accepted else state
 
 
-def _individual_changes(state: PendingAckState, txn: TxnID, accepted: _Accepted) -> dict[str, Any]:
-    """The fields :func:`_apply_individual` changes, for a step that makes them together with others (PA-8)."""
-    if not accepted:
-        return {}
+_AckChanges = tuple[
+    immutables.Map[TxnID, immutables.Map[Position, AckBits]], immutables.Map[Position, AckBits], tuple[TxnID, ...]
+]
+
+
+def _individual_changes(state: PendingAckState, txn: TxnID, accepted: _Accepted) -> _AckChanges:
+    """The new values of the fields :func:`_apply_individual` changes (``_ACK_FIELDS``), for a step
+    that makes them together with others; ``accepted`` is not empty (PA-8)."""
     txns = state.individual_ack_of_transaction
-    held = txns.get(txn, _NO_ACKS)
+    known = txns.get(txn)
+    held = _NO_ACKS if known is None else known
     combined = state.individual_ack_positions
     for position, batch_size, bits in accepted:
         mine = held.get(position)
@@ -940,12 +985,8 @@ def _individual_changes(state: PendingAckState, txn: TxnID, accepted: _Accepted)
         held = held.set(position, ack)
         # an entry no txn held yet gets the same bits in both maps
         combined = combined.set(position, ack if theirs is None and mine is None else _union(theirs, batch_size, bits))
-    order = state.txn_order if txn in txns else (*state.txn_order, txn)
-    return {
-        "individual_ack_of_transaction": txns.set(txn, held),
-        "individual_ack_positions": combined,
-        "txn_order": order,
-    }
+    order = (*state.txn_order, txn) if known is None else state.txn_order
+    return txns.set(txn, held), combined, order
 
 
 def _union(existing: AckBits | None, batch_size: int, bits: int | None) -> AckBits:
@@ -993,14 +1034,18 @@ def _commit_individual(state: PendingAckState, txn: TxnID) -> tuple[PendingAckSt
     acks: list[AckedPosition] = []
     deletions: list[tuple[Position, int, int | None]] = []
     combined = state.individual_ack_positions
-    for position in sorted(held):
-        bits = held[position]
+    for position, bits in sorted(held.items(), key=_first):
         deletions.append((position, bits.batch_size, bits.acked))
         acks.append(_wire(position, bits.batch_size, bits.acked))
         combined = _release(combined, position, bits.acked)
     cursor = _cursor_delete_distinct(state.cursor, deletions)
-    state = _forget(state, txn, cursor=cursor, individual_ack_positions=combined)
-    return _strip_deleted(state, held.keys()), [CursorIndividualAck(tuple(acks))] if acks else []
+    state = _FORGET_COMMITTED(state, cursor, combined, *_forgotten(state, txn))
+    # only an entry another txn still holds bits of, or the cumulative slot, can hold something
+    # the cursor has now deleted
+    shared = [position for position in held if position in combined]
+    if shared or state.cumulative_ack is not None:
+        state = _strip_deleted(state, shared)
+    return state, [CursorIndividualAck(tuple(acks))] if acks else []
 
 
 def _abort_individual(state: PendingAckState, txn: TxnID) -> tuple[PendingAckState, list[Effect]]:
@@ -1037,18 +1082,21 @@ def _without(order: tuple[TxnID, ...], txn: TxnID) -> tuple[TxnID, ...]:
 
 def _forget(state: PendingAckState, txn: TxnID, **changes: Any) -> PendingAckState:
     """The state without ``txn``'s individual acks, with ``changes`` made at the same time."""
-    return evolve(
-        state,
-        **changes,
-        individual_ack_of_transaction=state.individual_ack_of_transaction.delete(txn),
-        txn_order=_without(state.txn_order, txn),
-    )
+    txns, order = _forgotten(state, txn)
+    return evolve(state, **changes, individual_ack_of_transaction=txns, txn_order=order)
+
+
+def _forgotten(
+    state: PendingAckState, txn: TxnID
+) -> tuple[immutables.Map[TxnID, immutables.Map[Position, AckBits]], tuple[TxnID, ...]]:
+    """``individual_ack_of_transaction`` and ``txn_order`` without ``txn``."""
+    return state.individual_ack_of_transaction.delete(txn), _without(state.txn_order, txn)
 
 
 def _wire(position: Position, batch_size: int, acked: int | None) -> AckedPosition:
     if acked is None:
-        return AckedPosition(position, None, batch_size)
-    return AckedPosition(position, bits_to_words(_full(batch_size) & ~acked), batch_size)
+        return _HELD_ACK(position, None, batch_size)
+    return _HELD_ACK(position, bits_to_words(_full(batch_size) & ~acked), batch_size)
 
 
 def _commit_cumulative(state: PendingAckState) -> tuple[PendingAckState, list[Effect]]:
@@ -1070,9 +1118,12 @@ def _individual_ack(state: PendingAckState, cmd: IndividualAck) -> Step:
     accepted = _individual_checked(state, cmd.positions, replay=False)
     if isinstance(accepted, DomainError):
         return state, Err(accepted)
-    record = PendingAckRecord(PendingAckOp.ACK, AckType.INDIVIDUAL, cmd.txn_id, cmd.positions)
+    record = PendingAckRecord(_OP_ACK, _INDIVIDUAL, cmd.txn_id, cmd.positions)
     # logged, then applied: the two maps change in the same update as the log's bookkeeping
-    state, effects = _append(state, record, **_individual_changes(state, cmd.txn_id, accepted))
+    if accepted:
+        state, effects = _append(state, record, _LOGGED_ACK, *_individual_changes(state, cmd.txn_id, accepted))
+    else:
+        state, effects = _append(state, record)
     return state, Ok(None, tuple(effects))
 
 
@@ -1082,7 +1133,7 @@ def _cumulative_ack(state: PendingAckState, cmd: CumulativeAck) -> Step:
     error = _cumulative_conflict(state, cmd.txn_id, acked)
     if error is not None:
         return state, Err(error)
-    record = PendingAckRecord(PendingAckOp.ACK, AckType.CUMULATIVE, cmd.txn_id, cmd.positions)
+    record = PendingAckRecord(_OP_ACK, _CUMULATIVE, cmd.txn_id, cmd.positions)
     state, effects = _append(state, record)
     slot = CumulativeSlot(cmd.txn_id, acked.position, acked.batch_size, acked.acked)
     return evolve(state, cumulative_ack=slot), Ok(None, tuple(effects))
@@ -1090,12 +1141,12 @@ def _cumulative_ack(state: PendingAckState, cmd: CumulativeAck) -> Step:
 
 def _end_txn(state: PendingAckState, txn: TxnID, lwm: int, commit: bool) -> tuple[PendingAckState, list[Effect]]:
     """Commit or abort on the subscription: the cumulative part, then the individual part (PA-12 .. PA-14)."""
-    op = PendingAckOp.COMMIT if commit else PendingAckOp.ABORT
+    op = _OP_COMMIT if commit else _OP_ABORT
     effects: list[Effect] = []
     slot = state.cumulative_ack
     if slot is not None and (slot.txn_id == txn or not commit):
         # Pulsar logs ABORT/Cumulative whenever a slot exists; it clears the slot only for its owner.
-        state, more = _append(state, PendingAckRecord(op, AckType.CUMULATIVE, txn))
+        state, more = _append(state, PendingAckRecord(op, _CUMULATIVE, txn))
         effects += more
         if slot.txn_id == txn:
             if commit:
@@ -1105,14 +1156,14 @@ def _end_txn(state: PendingAckState, txn: TxnID, lwm: int, commit: bool) -> tupl
                 state = evolve(state, cumulative_ack=None)
     has_individual = txn in state.individual_ack_of_transaction
     if has_individual or (slot is None and (commit or state.individual_ack_of_transaction)):
-        record = PendingAckRecord(op, AckType.INDIVIDUAL, txn)
+        record = PendingAckRecord(op, _INDIVIDUAL, txn)
         if not has_individual:
             state, more = _append(state, record)
             effects += more
             return state, effects
         # The raised watermark (PA-14) goes in with the append: neither the log's bookkeeping nor
         # the commit or abort reads it.
-        state, more = _append(state, record, low_water_marks=_raised_low_water_marks(state, txn, lwm))
+        state, more = _append(state, record, _LOGGED_LOW_WATER_MARKS, _raised_low_water_marks(state, txn, lwm))
         effects += more
         state, more = _commit_individual(state, txn) if commit else _abort_individual(state, txn)
         effects += more
@@ -1144,7 +1195,7 @@ def _abort_below_low_water_marks(state: PendingAckState) -> tuple[PendingAckStat
 def _normal_ack(state: PendingAckState, cmd: NormalAck) -> Step:
     """A non-transactional ack is applied to the cursor; the cursor wins over pending acks (PA-10, PA-11)."""
     cursor = state.cursor
-    if cmd.ack_type is AckType.CUMULATIVE:
+    if cmd.ack_type is _CUMULATIVE:
         ignored = _ignored_cumulative(state, cmd.positions)
         if ignored is not None:
             return state, Ok(ignored)
@@ -1157,7 +1208,7 @@ def _normal_ack(state: PendingAckState, cmd: NormalAck) -> Step:
                 cursor = _cursor_delete(cursor, acked.position, acked.batch_size, acked.acked)
         effect = CursorIndividualAck(cmd.positions)
     touched = [acked.position for acked in cmd.positions]
-    cumulative = cmd.ack_type is AckType.CUMULATIVE
+    cumulative = cmd.ack_type is _CUMULATIVE
     return _strip_deleted(evolve(state, cursor=cursor), touched, mark_delete_moved=cumulative), Ok(None, (effect,))
 
 
@@ -1183,11 +1234,13 @@ def _run_txn_command(state: PendingAckState, cmd: TxnCommand) -> Step:
 def step(state: PendingAckState, command: Command) -> Step:
     """Apply one command (PA-1 .. PA-18, PA-22)."""
     match command:
+        case IndividualAck() | CommitTxn() | AbortTxn():
+            return _txn_command(state, command)
         case NormalAck():
             return _normal_ack(state, command)
         case CumulativeAck() if ignored := _ignored_cumulative(state, command.positions):
             return state, Ok(ignored)
-        case IndividualAck() | CumulativeAck() | CommitTxn() | AbortTxn():
+        case CumulativeAck():
             return _txn_command(state, command)
         case ResetCursor():
             return _reset_cursor(state, command)
@@ -1267,7 +1320,7 @@ def _txn_command(state: PendingAckState, cmd: TxnCommand) -> Step:
     """Txn ops run when Ready, queue while None/Initializing (the first one starts the lazy
     initialisation) and fail when Error or Closed (PA-17)."""
     handle = state.handle_state
-    if handle is HandleState.READY:
+    if handle is _READY:
         return _run_txn_command(state, cmd)
     if handle is HandleState.ERROR:
         return state, Err(ServiceUnitNotReady(_NOT_REPLAYED))
@@ -1357,7 +1410,7 @@ def replay_record(state: PendingAckState, record_id: int, record: PendingAckReco
     else:
         state = _abort_individual(state, txn)[0]
     state = _strip_deleted(state)
-    state, _trim = _index_record(state, record, record_id, next_record_id=max(state.next_record_id, record_id + 1))
+    state, _trim = _index_record(state, record, record_id, max(state.next_record_id, record_id + 1))
     return state
 
 

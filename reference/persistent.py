@@ -8,6 +8,8 @@ of how long the machine has run:
   and ``replace`` (which looks the fields up, builds a dict and calls ``__init__`` with every
   field) was most of the time of a step.  The values a step computes were checked where they
   entered (a command's fields, a ``Position``'s range), so nothing is skipped that matters.
+  :func:`evolver` hands out the function ``evolve`` calls, for a hot path to call with the new
+  values positionally; :func:`unchecked` builds a value from all its fields the same way.
 * :class:`Log` is an immutable sequence with O(1) amortised append and prefix removal, O(1)
   indexing, O(log n) search, and a hash maintained as items come and go (hashing a state that
   holds a long log costs the same as hashing one that holds a short one).  The transaction
@@ -20,13 +22,14 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final, Generic, TypeVar, overload
 
 import immutables
 
-__all__ = ["HashOnce", "Log", "evolve", "slot_init"]
+__all__ = ["HashOnce", "Log", "evolve", "evolver", "slot_init", "unchecked"]
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -50,10 +53,38 @@ def evolve(obj: V, **changes: Any) -> V:
     return result
 
 
+def evolver(cls: type[V], *changed: str) -> Callable[..., V]:
+    """The function :func:`evolve` calls for ``cls`` and the fields ``changed``, to call directly:
+    ``evolver(cls, "a", "b")(obj, a, b)`` is ``evolve(obj, a=a, b=b)`` without building the
+    keyword arguments and looking the function up on every call (half the time of an update of a
+    large state).  For a step's hot path, where the fields it changes are known."""
+    key = (cls, *changed)
+    make = _EVOLVERS.get(key)
+    if make is None:
+        make = _EVOLVERS[key] = _evolver(cls, changed)
+    return make
+
+
+def unchecked(cls: type[V]) -> Callable[..., V]:
+    """A constructor of ``cls`` taking every field positionally that skips ``__init__`` and so
+    ``__post_init__``: for a step that rebuilds a value from fields the value they came from was
+    checked for (an ack of an entry the state holds), where the checks would only be repeated."""
+    make = evolver(cls, *(f.name for f in dataclasses.fields(cls)))  # type: ignore[arg-type]
+    return functools.partial(make, None)  # every field is given, so the value to copy is none
+
+
 def _evolver(cls: type, changed: tuple[str, ...]) -> Callable[..., Any]:
     """One function per class and set of changed fields (what ``dataclasses`` itself does for
     ``__init__``, generated once): it takes the new values positionally and copies every other
-    field from ``obj``.  Fields are set through the slot descriptors, which a frozen dataclass's
+    field from ``obj``.
+
+    The copy is filled as an instance of a *twin* of ``cls``: a class with the same bases and the
+    same slots in the same order, so the same memory layout, but without the frozen dataclass's
+    ``__setattr__``, so each field is a plain attribute store (which the interpreter specialises
+    to a slot write), instead of a call of the slot descriptor's ``__set__`` per field; the copy
+    then becomes a ``cls`` (``__class__`` assignment, which CPython allows between classes of the
+    same layout).  A class the twin cannot stand in for (a base with a ``__setattr__`` of its own,
+    a ``__dict__``) is filled through the slot descriptors, which a frozen dataclass's
     ``__setattr__`` does not guard."""
     if not dataclasses.is_dataclass(cls) or "__slots__" not in cls.__dict__:
         raise TypeError(f"evolve needs a slotted dataclass, got {cls.__name__}")
@@ -61,18 +92,57 @@ def _evolver(cls: type, changed: tuple[str, ...]) -> Callable[..., Any]:
     unknown = [n for n in changed if n not in names]
     if unknown:
         raise TypeError(f"{cls.__name__} has no field {unknown[0]!r}")
-    scope: dict[str, Any] = {"_CLS": cls, **{f"_SET_{n}": cls.__dict__[n].__set__ for n in names}}
     params = "".join(f", {n}" for n in changed)
-    # the class and the setters are bound as defaults: local names, the cheapest to reach
-    bound = ", ".join(f"_set_{n}=_SET_{n}" for n in names)
-    body = "".join(f"    _set_{n}(new, {n if n in changed else 'obj.' + n})\n" for n in names)
-    source = (
-        f"def evolve_{cls.__name__}(obj{params}, *, _new=object.__new__, _cls=_CLS, {bound}):\n"
-        f"    new = _new(_cls)\n{body}    return new\n"
-    )
+    twin = _twin(cls, names)
+    if twin is not None:
+        scope: dict[str, Any] = {"_TWIN": twin, "_CLS": cls}
+        body = "".join(f"    new.{n} = {n if n in changed else 'obj.' + n}\n" for n in names)
+        source = (
+            f"def evolve_{cls.__name__}(obj{params}, *, _new=object.__new__, _twin=_TWIN, _cls=_CLS):\n"
+            f"    new = _new(_twin)\n{body}    new.__class__ = _cls\n    return new\n"
+        )
+    else:
+        scope = {"_CLS": cls, **{f"_SET_{n}": _slot(cls, n).__set__ for n in names}}
+        # the class and the setters are bound as defaults: local names, the cheapest to reach
+        bound = ", ".join(f"_set_{n}=_SET_{n}" for n in names)
+        body = "".join(f"    _set_{n}(new, {n if n in changed else 'obj.' + n})\n" for n in names)
+        source = (
+            f"def evolve_{cls.__name__}(obj{params}, *, _new=object.__new__, _cls=_CLS, {bound}):\n"
+            f"    new = _new(_cls)\n{body}    return new\n"
+        )
     exec(source, scope)
     made: Callable[..., Any] = scope[f"evolve_{cls.__name__}"]
     return made
+
+
+def _slot(cls: type, name: str) -> Any:
+    """The slot descriptor of field ``name``: the class's own, or a base's for an inherited field."""
+    return next(c.__dict__[name] for c in cls.__mro__ if name in c.__dict__)
+
+
+_TWINS: dict[type, type | None] = {}
+
+
+def _twin(cls: type, names: list[str]) -> type | None:
+    """The mutable twin of the frozen slotted dataclass ``cls`` (see :func:`_evolver`), or None
+    when there cannot be one: every field must be one of ``cls``'s own slots, no base but
+    ``object`` may define ``__setattr__``, and ``__class__`` assignment must be allowed."""
+    if cls in _TWINS:
+        return _TWINS[cls]
+    twin: type | None = None
+    slots = cls.__dict__["__slots__"]
+    slots = (slots,) if isinstance(slots, str) else tuple(slots)
+    plain = all("__setattr__" not in base.__dict__ for base in cls.__mro__[1:-1])
+    if plain and list(slots) == names and "__dict__" not in slots and "__weakref__" not in slots:
+        candidate = type(f"_Mutable{cls.__name__}", cls.__bases__, {"__slots__": slots, "__module__": cls.__module__})
+        try:
+            probe: Any = object.__new__(candidate)
+            probe.__class__ = cls
+            twin = candidate
+        except TypeError:
+            twin = None
+    _TWINS[cls] = twin
+    return twin
 
 
 _FACTORY: Final = object()  # the default of a parameter whose field has a default_factory

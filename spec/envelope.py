@@ -55,21 +55,26 @@ class LogKind(PulsarName, enum.Enum):
 
     @property
     def record_type(self) -> type[Message]:
-        return tc_pb.TransactionMetadataEntry if self is LogKind.TRANSACTION_LOG else pa_pb.PendingAckMetadataEntry
+        return tc_pb.TransactionMetadataEntry if self is _TRANSACTION_LOG else pa_pb.PendingAckMetadataEntry
 
     @property
     def batch_type(self) -> type[Message]:
-        if self is LogKind.TRANSACTION_LOG:
+        if self is _TRANSACTION_LOG:
             return tc_pb.BatchedTransactionMetadataEntry
         return pa_pb.BatchedPendingAckMetadataEntry
 
     @property
     def batch_field(self) -> str:
-        return "transaction_logs" if self is LogKind.TRANSACTION_LOG else "pending_ack_logs"
+        return "transaction_logs" if self is _TRANSACTION_LOG else "pending_ack_logs"
 
     @property
     def op_field(self) -> str:
-        return "metadata_op" if self is LogKind.TRANSACTION_LOG else "pending_ack_op"
+        return "metadata_op" if self is _TRANSACTION_LOG else "pending_ack_op"
+
+
+# read by the properties above on every record: a module constant, not a member read off the
+# class (which goes through EnumType's __getattr__ hook on Python 3.11)
+_TRANSACTION_LOG: Final = LogKind.TRANSACTION_LOG
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from typing import ClassVar
 from spec.types import PulsarName
 
 __all__ = [
+    "OFFICIAL_CLIENT_ERRORS",
     "BadConfig",
     "BadEnvelope",
     "BadRecord",
@@ -46,6 +47,7 @@ __all__ = [
     "ServerError",
     "ServiceUnitNotReady",
     "SubscriptionBusy",
+    "SubscriptionNotFound",
     "TransactionConflict",
     "TransactionHasOperationFailed",
     "TransactionMetadataStoreState",
@@ -57,6 +59,7 @@ __all__ = [
     "UnsupportedTxnAction",
     "UnsupportedVersion",
     "error_by_name",
+    "is_pulsar_error",
 ]
 
 
@@ -187,6 +190,14 @@ class ServiceUnitNotReady(DomainError):
 
 
 @dataclass(frozen=True, slots=True)
+class SubscriptionNotFound(DomainError):
+    """SubscriptionNotFoundException: the request names a subscription the topic does not have
+    (the admin API answers 404 "Subscription not found")."""
+
+    server_error: ClassVar[ServerError] = ServerError.SubscriptionNotFound
+
+
+@dataclass(frozen=True, slots=True)
 class PersistenceError(DomainError):
     """A ledger write failed (PersistenceException / ManagedLedgerException)."""
 
@@ -273,6 +284,67 @@ def error_by_name(name: str) -> type[DomainError]:
 
 def all_error_names() -> tuple[str, ...]:
     return tuple(sorted(_ALL_ERRORS))
+
+
+# The exceptions of the official Python client (``pulsar.exceptions``, pulsar-client 3.x): what
+# ``txnmodel record`` writes as the error of an operation the real client failed.
+OFFICIAL_CLIENT_ERRORS: frozenset[str] = frozenset(
+    {
+        "AlreadyClosed",
+        "AuthenticationError",
+        "AuthorizationError",
+        "BrokerMetadataError",
+        "BrokerPersistenceError",
+        "ChecksumError",
+        "ConnectError",
+        "ConsumerAssignError",
+        "ConsumerBusy",
+        "ConsumerNotFound",
+        "ConsumerNotInitialized",
+        "CryptoError",
+        "CumulativeAcknowledgementNotAllowedError",
+        "ErrorGettingAuthenticationData",
+        "IncompatibleSchema",
+        "Interrupted",
+        "InvalidConfiguration",
+        "InvalidMessage",
+        "InvalidTopicName",
+        "InvalidTxnStatusError",
+        "InvalidUrl",
+        "LookupError",
+        "MemoryBufferIsFull",
+        "MessageTooBig",
+        "NotAllowedError",
+        "NotConnected",
+        "OperationNotSupported",
+        "ProducerBlockedQuotaExceededError",
+        "ProducerBlockedQuotaExceededException",
+        "ProducerBusy",
+        "ProducerFenced",
+        "ProducerNotInitialized",
+        "ProducerQueueIsFull",
+        "PulsarException",
+        "ReadError",
+        "ServiceUnitNotReady",
+        "SubscriptionNotFound",
+        "Timeout",
+        "TooManyLookupRequestException",
+        "TopicNotFound",
+        "TopicTerminated",
+        "TransactionConflict",
+        "TransactionCoordinatorNotFoundError",
+        "TransactionNotFound",
+        "UnknownError",
+        "UnsupportedVersionError",
+    }
+)
+
+
+def is_pulsar_error(name: str) -> bool:
+    """``name`` is an error Pulsar defines (TC-37): a domain error of this module, a ``ServerError``
+    code, or an exception of the official client.  Anything else a client operation failed with is
+    an exception of the client library's own (a bug in it)."""
+    return name in _ALL_ERRORS or name in ServerError.__members__ or name in OFFICIAL_CLIENT_ERRORS
 
 
 # ---------------------------------------------------------------------------------------------

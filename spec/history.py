@@ -75,6 +75,18 @@ its machine.  They are told apart from client operations by their ``value``: a J
   (``index``), so the operations between two ``recover`` rows are one *epoch* of the component: an
   operation belongs to the epoch of the last ``recover`` before it and can only have taken effect
   in that epoch.  Operations still open when a component crashes end ``info`` at the crash.
+* ``f == "raised"`` (:data:`RAISED`, format version 2): the component raised outside any step of its
+  machine (the PIP-160 writer in its log, a dispatch, a command's field check, a recovery, a timer)
+  and crashed.  ``value`` is ``{"@type": "Raised", "machine": ..., "error": <exception type>,
+  "where": <innermost frame>}``, the operation is atomic and completes ``fail`` with
+  ``UnknownError`` (what a broker answers when a handler throws).  A step of a machine that raised is
+  recorded as that command, ``fail`` with ``UnknownError``.  A correct broker raises nowhere, so
+  no model accepts either.
+
+Client operations that the client library itself failed (format version 2).  A client library that
+throws an exception of its own (not one of Pulsar's errors) fails the application's call with it:
+the operation completes ``fail`` with ``error`` the exception's type name (``TypeError``).  Pulsar
+names no such error, so the client-visible check ``unexpected-error`` (TC-37) flags it.
 
 This module is pure: no I/O.  Reading and writing files is :mod:`invariants.history`.
 """
@@ -98,6 +110,7 @@ __all__ = [
     "NULLABLE",
     "OBJECT_KINDS",
     "PARQUET_COLUMNS",
+    "RAISED",
     "RECOVER",
     "SCHEMA_VERSION",
     "TXN_FUNCTIONS",
@@ -114,7 +127,10 @@ __all__ = [
     "validate_history",
 ]
 
-SCHEMA_VERSION: Final = 1
+# 2: machine-level ``raised`` rows (:data:`RAISED`) and client operations that failed with the client
+# library's own exception (see the module docstring).  The columns are those of version 1, and a
+# version-1 history reads and checks as before.
+SCHEMA_VERSION: Final = 2
 
 
 class OpType(enum.Enum):
@@ -201,11 +217,20 @@ TXN_FUNCTIONS: Final[Mapping[str, str]] = {
     "ack_cumulative": "subscription",
     "negative_ack": "subscription",
     "redeliver_unacknowledged": "subscription",
+    # Questions that change nothing: the partition's last message id (TB-18), and the admin check
+    # of a position in the subscription's pending ack (PA-21).
+    "get_last_message_id": "subscription",
+    "check_position_in_pending_ack": "subscription",
+    # A seek by publish time (PA-23): the subscription restarts at the first message published then or later.
+    "seek": "subscription",
 }
 
 
 # The ``f`` of a machine-level recovery (see the module docstring).
 RECOVER: Final = "recover"
+# The ``f`` of a machine-level operation that records a component raising outside any step of its
+# machine (see the module docstring).  No machine has such a command: the model never accepts one.
+RAISED: Final = "raised"
 
 
 def is_machine_operation(op: Operation) -> bool:

@@ -35,7 +35,7 @@ import functools
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, Union, cast, get_args, get_origin, get_type_hints
 
 import immutables
 from pyroaring import BitMap, FrozenBitMap
@@ -44,7 +44,8 @@ from spec.types import BatchedPosition, Position, Subscription, TxnID
 
 __all__ = ["JsonError", "from_json", "json_order", "to_json"]
 
-JSON = Any
+# A JSON value as json.loads returns it (and json.dumps takes it).
+JSON = None | bool | int | float | str | list["JSON"] | dict[str, "JSON"]
 
 
 class JsonError(ValueError):
@@ -229,7 +230,7 @@ def from_json(data: JSON, target: Any, path: str = "$") -> Any:
     if target in (FrozenBitMap, BitMap):
         if not isinstance(data, list) or not all(isinstance(x, int) and x >= 0 for x in data):
             raise JsonError(path, f"expected an array of non-negative integers, got {data!r}")
-        return FrozenBitMap(data)
+        return FrozenBitMap(cast("list[int]", data))
     if dataclasses.is_dataclass(target) and isinstance(target, type):
         return _decode_dataclass(data, target, path)
     raise JsonError(path, f"no JSON decoding for {target!r}")

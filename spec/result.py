@@ -24,10 +24,16 @@ class Effect:
     """Base class of every effect value."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Ok(Generic[V]):
     value: V
     effects: tuple[Effect, ...] = ()
+
+    def __init__(self, value: V, effects: tuple[Effect, ...] = ()) -> None:
+        # Written out (the dataclass's sets each field through object.__setattr__): every step
+        # of every machine makes one.
+        _set_ok_value(self, value)
+        _set_ok_effects(self, effects)
 
     @property
     def ok(self) -> bool:
@@ -42,6 +48,11 @@ class Err:
     @property
     def ok(self) -> bool:
         return False
+
+
+# the slots' own setters, which a frozen dataclass's __setattr__ does not guard
+_set_ok_value = Ok.__dict__["value"].__set__
+_set_ok_effects = Ok.__dict__["effects"].__set__
 
 
 Result = Ok[object] | Err

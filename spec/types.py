@@ -51,8 +51,21 @@ def _check_int(name: str, value: object, low: int, high: int) -> int:
     return value
 
 
-@dataclass(frozen=True, slots=True)
-class TxnID:
+class _KeptHash:
+    """A base giving a frozen slotted dataclass one more slot, ``_hash``, outside its fields: its
+    ``__init__`` stores there the hash the dataclass's own ``__hash__`` would compute, and its
+    ``__hash__`` returns it (the same value, so every set and map of these values holds them in the
+    same order as before).  Equality, ordering, repr and the pickled state are the fields only
+    (unpickling sets the hash again).  Never :func:`reference.persistent.evolve` one: a copy made
+    without ``__init__`` would have no hash."""
+
+    __slots__ = ("_hash",)
+
+    _hash: int
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class TxnID(_KeptHash):
     """A transaction id: ``(most_sig_bits, least_sig_bits)``.
 
     Today's Pulsar puts the whole transaction-coordinator id in ``most_sig_bits`` (not the 16-bit
@@ -63,9 +76,23 @@ class TxnID:
     most_sig_bits: int
     least_sig_bits: int
 
-    def __post_init__(self) -> None:
-        _check_int("most_sig_bits", self.most_sig_bits, 0, UINT64_MAX)
-        _check_int("least_sig_bits", self.least_sig_bits, 0, UINT64_MAX)
+    def __init__(self, most_sig_bits: int, least_sig_bits: int) -> None:
+        # Written out, as Position's: ids are made and hashed on every step.
+        _check_int("most_sig_bits", most_sig_bits, 0, UINT64_MAX)
+        _check_int("least_sig_bits", least_sig_bits, 0, UINT64_MAX)
+        _set_most_sig_bits(self, most_sig_bits)
+        _set_least_sig_bits(self, least_sig_bits)
+        _set_kept_hash(self, hash((most_sig_bits, least_sig_bits)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __setstate__(self, state: list[int]) -> None:
+        # unpickling: the fields (what the dataclass's __getstate__ gives) and the kept hash
+        most_sig_bits, least_sig_bits = state
+        _set_most_sig_bits(self, most_sig_bits)
+        _set_least_sig_bits(self, least_sig_bits)
+        _set_kept_hash(self, hash((most_sig_bits, least_sig_bits)))
 
     @classmethod
     def of(cls, coordinator_id: int, sequence: int) -> TxnID:
@@ -120,8 +147,12 @@ class TxnID:
             raise ValueError(f"not a TxnID: {text!r} ({exc})") from None
 
 
+_set_most_sig_bits = TxnID.__dict__["most_sig_bits"].__set__
+_set_least_sig_bits = TxnID.__dict__["least_sig_bits"].__set__
+
+
 @dataclass(frozen=True, slots=True, init=False)
-class Position:
+class Position(_KeptHash):
     """A managed-ledger position ``(ledger_id, entry_id)``, totally ordered ledger-first.
 
     ``entry_id == -1`` is legal: it names "just before the first entry of this ledger", which is
@@ -139,6 +170,18 @@ class Position:
         _check_int("entry_id", entry_id, -1, INT64_MAX)
         _set_ledger_id(self, ledger_id)
         _set_entry_id(self, entry_id)
+        # positions are map and set keys on every step: hashed more often than made
+        _set_kept_hash(self, hash((ledger_id, entry_id)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __setstate__(self, state: list[int]) -> None:
+        # unpickling: the fields (what the dataclass's __getstate__ gives) and the kept hash
+        ledger_id, entry_id = state
+        _set_ledger_id(self, ledger_id)
+        _set_entry_id(self, entry_id)
+        _set_kept_hash(self, hash((ledger_id, entry_id)))
 
     # The four orderings spelled out, as for TxnID.  A BatchedPosition is not a Position: the
     # comparison is handed to it (NotImplemented), which compares as its plain position.
@@ -173,6 +216,7 @@ class Position:
 # the slots' own setters, which a frozen dataclass's __setattr__ does not guard
 _set_ledger_id = Position.__dict__["ledger_id"].__set__
 _set_entry_id = Position.__dict__["entry_id"].__set__
+_set_kept_hash = _KeptHash.__dict__["_hash"].__set__
 
 # Pulsar's sentinels.  EARLIEST is (-1, -1); LATEST is (Long.MAX, Long.MAX).
 EARLIEST: Final = Position(-1, -1)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference.persistent import CHUNK, Log, evolve, slot_init
+from reference.persistent import CHUNK, HashOnce, Log, _twin, evolve, slot_init
 
 # An operation: ("append", value) or ("drop", how many of the current items, as a fraction).
 ops = st.lists(
@@ -113,6 +113,36 @@ def test_evolve_is_replace_without_init(a: int, a2: int, c: str) -> None:
 def test_evolve_refuses_an_unknown_field() -> None:
     with pytest.raises(TypeError):
         evolve(Sample(1), d=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Kept(HashOnce):
+    __hash__ = HashOnce.__hash__
+
+    a: int
+    b: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Guarded(Sample):
+    """A subclass of a frozen dataclass: its base has a ``__setattr__``, so no twin stands in."""
+
+    d: int = 0
+
+
+@given(st.integers(0, 9), st.integers(0, 9))
+def test_evolve_makes_a_value_of_the_class_itself(a: int, a2: int) -> None:
+    for value, changes in ((Kept(a, (a,)), {"a": a2}), (Guarded(a, d=a), {"d": a2, "a": a2})):
+        hash(value)  # a kept hash is never carried over to the copy
+        new = evolve(value, **changes)
+        assert type(new) is type(value)
+        assert new == dataclasses.replace(value, **changes)
+        assert hash(new) == hash(dataclasses.replace(value, **changes))
+        assert pickle.loads(pickle.dumps(new)) == new
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            new.a = 2  # type: ignore[misc]
+    assert _twin(Kept, ["a", "b"]) is not None
+    assert _twin(Guarded, ["a", "b", "c", "d"]) is None
 
 
 @slot_init

@@ -258,7 +258,7 @@ class Model:
             payload = []
             for i in range(spec.preload[p] if spec.preload else 0):
                 state, result = tb.step(state, tb.PublishMessage())
-                assert isinstance(result, Ok)
+                assert isinstance(result, Ok) and isinstance(result.value, Position)
                 payload.append((_pos(result.value), -1, -1, i, -1))
             parts.append((put(state), (), tuple(payload)))
         subs = []

@@ -29,6 +29,7 @@ from __future__ import annotations
 import enum
 import itertools
 import os
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -41,6 +42,7 @@ from spec.result import Err
 from spec.types import ClientTxnState, Position, PulsarName, Subscription, TxnAction, TxnID
 
 from .broker import BatchedMessage, Broker, BrokerError, Delivered, partition_name
+from .broker.component import ComponentFailure
 from .disk import DiskFaults, FileSystem, SimDisk
 from .ledger import InitialPosition
 from .recorder import HistoryRecorder, MachineObserver, OpenOp
@@ -50,6 +52,7 @@ from .storage import LedgerFaults, LedgerStore
 __all__ = [
     "BatchMessageId",
     "Client",
+    "ClientLibraryError",
     "Cluster",
     "Consumer",
     "ConsumerType",
@@ -82,6 +85,21 @@ class OperationFailed(Exception):
 
 class OperationTimeout(Exception):
     """No answer within the operation timeout: the outcome is unknown (history type ``info``)."""
+
+
+class ClientLibraryError(Exception):
+    """The client library raised an exception of its own: a bug in the library, not one of Pulsar's
+    errors.  A real client library that throws fails the application's call with that exception, so
+    the call is recorded ``fail`` with the exception's type name as its error (the client-visible
+    check ``unexpected-error``, TC-37, flags it) and the application goes on."""
+
+    def __init__(self, exception: BaseException) -> None:
+        super().__init__(f"{type(exception).__name__}: {exception}")
+        self.exception = exception
+
+    @property
+    def name(self) -> str:
+        return type(self.exception).__name__
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +202,7 @@ class Cluster:
         disk: str | FileSystem = "real",
         group_commit_ms: int | None = None,
         disk_faults: DiskFaults | None = None,
+        shared_delayed_index: bool = False,
     ) -> Cluster:
         """``record_machines``: also record every machine step and load (spec.history's machine-level
         operations) in the history, for the per-object linearizability checks.
@@ -193,7 +212,8 @@ class Cluster:
         power cuts; ``disk_faults`` its injected faults), or a file system to use as it is.
         ``group_commit_ms``: the store's journal commits every that many simulated milliseconds, and
         no answer leaves the broker before the commit that makes what it depends on durable; None
-        commits every change as it is made."""
+        commits every change as it is made.  ``shared_delayed_index``: the broker's subscriptions
+        of a partition share one delayed index (DD-30, an engine option)."""
         if isinstance(disk, str) and disk not in ("real", "sim"):
             raise ValueError(f"disk must be real or sim, not {disk!r}")
         sim = Simulation(seed)
@@ -216,7 +236,15 @@ class Cluster:
         processes = itertools.count()
         # The observer exists before the broker: the broker's first loads are recovery operations.
         observer = MachineObserver(recorder, lambda: next(processes), config) if record_machines else None
-        broker = Broker(sim, store, config, topics=topics or {"topic": 1}, batching=batching, observer=observer)
+        broker = Broker(
+            sim,
+            store,
+            config,
+            topics=topics or {"topic": 1},
+            batching=batching,
+            observer=observer,
+            shared_delayed_index=shared_delayed_index,
+        )
         network = Network(sim, faults=network_faults, barrier=store.barrier if store.deferred else None)
         cluster = cls(sim, broker, network, recorder, processes)
         store.on_failure = cluster._disk_failed
@@ -293,7 +321,11 @@ class Client:
     ) -> Future[T]:
         op = self.recorder.begin(self.process, f, obj, value)
         out: Future[T] = Future()
-        answer = call()
+        try:
+            answer = call()
+        except ClientLibraryError as exc:
+            answer = Future()
+            answer.set_exception(exc)
 
         def finish(done: Future[T]) -> None:
             if op.done:
@@ -303,6 +335,9 @@ class Client:
                 if isinstance(error, BrokerError | OperationFailed):
                     self.recorder.fail(op, error.error.name)
                     out.set_exception(OperationFailed(error.error))
+                elif isinstance(error, ClientLibraryError):
+                    self.recorder.fail(op, error.name)
+                    out.set_exception(error)
                 elif isinstance(error, OperationTimeout):
                     self._timed_out(op, out)
                 else:
@@ -419,6 +454,51 @@ class Client:
         done_.add_done_callback(made)
         return result
 
+    def create_reader_async(
+        self, topic: str, reader_name: str, start_message: Position, *, partition: int = 0
+    ) -> Future[Consumer]:
+        """``Client.create_reader``: a consumer of a non-durable subscription ``reader_name`` whose
+        cursor starts at ``start_message`` (delivered again: the broker starts a reader's cursor just
+        before it) and dies with its consumer (PA-24).  Recorded as a ``subscribe`` whose value says
+        ``durable: false`` and names the start message."""
+        name = partition_name(topic, partition) if "-partition-" not in topic else topic
+        consumer_id = self.cluster.new_consumer_id()
+        result: Future[Consumer] = Future()
+
+        def attach() -> Future[None]:
+            return self.broker.subscribe(
+                name,
+                reader_name,
+                ConsumerType.Exclusive.value,
+                InitialPosition.EARLIEST,
+                consumer_id,
+                durable=False,
+                start_message=start_message,
+            )
+
+        done_ = self._op(
+            "subscribe",
+            object_id("subscription", f"{name}#{reader_name}"),
+            {
+                "initial_position": "Earliest",
+                "sub_type": ConsumerType.Exclusive.value,
+                "durable": False,
+                "start_message": _pos_json(start_message),
+            },
+            lambda: self.network.call(attach),
+        )
+
+        def made(done: Future[None]) -> None:
+            if done.error is not None:
+                result.set_exception(done.error)
+            else:
+                consumer = Consumer(self, name, reader_name, consumer_id, ConsumerType.Exclusive)
+                self._consumers.append(consumer)
+                result.set_result(consumer)
+
+        done_.add_done_callback(made)
+        return result
+
     def subscribe(
         self,
         topic: str,
@@ -451,14 +531,36 @@ class Transaction:
         client.sim.schedule(timeout_ms, self._timeout_fired)
 
     def _timeout_fired(self) -> None:
-        self._step(ct.TimeoutFired())
+        try:
+            self._step(ct.TimeoutFired())
+        except ClientLibraryError as exc:
+            self._fail_end(exc)
+
+    def _fail_end(self, exc: ClientLibraryError) -> None:
+        """The library raised in a callback (a timer, an answer): the commit or abort it was
+        completing, if any, fails with that exception; otherwise only the run's failures list it."""
+        if self._end is not None:
+            end, self._end = self._end, None
+            end.set_exception(exc)
 
     @property
     def txn_state(self) -> ClientTxnState:
         return self.state.state
 
     def _step(self, command: Any) -> ct.Result:
-        self.state, result = ct.step(self.state, command)
+        try:
+            self.state, result = ct.step(self.state, command)
+        except Exception as exc:
+            # A bug in the client library: the caller's operation fails with it, the run goes on,
+            # and the run lists it as it lists a broker component that raised (loud: exit 1).
+            where = ""
+            for frame, line in traceback.walk_tb(exc.__traceback__):
+                where = f"{os.path.basename(frame.f_code.co_filename)}:{line} in {frame.f_code.co_qualname}"
+            failure = ComponentFailure(
+                self.client.sim.now, f"client:{self.client.process}", f"{type(exc).__name__}: {exc}", where
+            )
+            self.client.broker.failures.append(failure)
+            raise ClientLibraryError(exc) from exc
         for effect in result.effects:
             if isinstance(effect, ct.SendAddPartitionToTxn):
                 self._registered[effect.topic] = self._add_partition(effect.topic)
@@ -493,7 +595,10 @@ class Transaction:
 
         def answered(done: Future[None]) -> None:
             error = None if done.error is None else _name(done.error)
-            self._step(ct.EndTxnResponse(error))
+            try:
+                self._step(ct.EndTxnResponse(error))
+            except ClientLibraryError as exc:
+                self._fail_end(exc)
 
         answer.add_done_callback(answered)
 
@@ -511,12 +616,20 @@ class Transaction:
 
         def registered(done: Future[None]) -> None:
             if done.error is not None:
-                self._step(ct.OpCompleted(failed=True))
+                try:
+                    self._step(ct.OpCompleted(failed=True))
+                except ClientLibraryError as exc:
+                    out.set_exception(exc)
+                    return
                 out.set_exception(done.error)
                 return
 
             def finished(op: Future[T]) -> None:
-                self._step(ct.OpCompleted(failed=op.error is not None))
+                try:
+                    self._step(ct.OpCompleted(failed=op.error is not None))
+                except ClientLibraryError as exc:
+                    out.set_exception(exc)
+                    return
                 if op.error is not None:
                     out.set_exception(op.error)
                 else:
@@ -533,7 +646,11 @@ class Transaction:
         def call() -> Future[None]:
             end: Future[None] = Future()
             self._end = end
-            result = self._step(command)
+            try:
+                result = self._step(command)
+            except ClientLibraryError:
+                self._end = None
+                raise
             if not result.ok and self._end is end:
                 assert isinstance(result, Err)
                 self._end = None
@@ -941,6 +1058,72 @@ class Consumer:
 
     def negative_acknowledge(self, message: Message | Position) -> None:
         self.client._wait(self.negative_acknowledge_async(message))
+
+    def seek_async(self, publish_time: int) -> Future[None]:
+        """``Consumer.seek(timestamp)``: the subscription restarts at the first message published at
+        or after ``publish_time`` (PA-23), and this consumer reconnects (what the broker had queued
+        for it is dropped).  Recorded as ``seek``."""
+
+        def call() -> Future[None]:
+            out: Future[None] = Future()
+
+            def done(answer: Future[None]) -> None:
+                if answer.error is not None:
+                    out.set_exception(answer.error)
+                    return
+                self.reconnect()
+                out.set_result(None)
+
+            self._call(lambda sub: sub.seek_time(publish_time)).add_done_callback(done)
+            return out
+
+        return self.client._op("seek", self.object, {"publish_time": publish_time}, call)
+
+    def seek(self, publish_time: int) -> None:
+        self.client._wait(self.seek_async(publish_time))
+
+    def get_last_message_id_async(self) -> Future[Position]:
+        """``Consumer.get_last_message_id()``: the last dispatchable position of the partition
+        (TB-18), never past its ``max_read_position``.  Recorded as ``get_last_message_id``."""
+
+        def call() -> Future[Position]:
+            return self.client.network.call(lambda: self.client.broker.get_last_message_id(self.partition))
+
+        return self.client._op("get_last_message_id", self.object, {}, call, lambda got: {"position": _pos_json(got)})
+
+    def get_last_message_id(self) -> Position:
+        return self.client._wait(self.get_last_message_id_async())
+
+    def check_position_in_pending_ack_async(self, message: Message | Position) -> Future[str]:
+        """The admin API's ``checkPositionInPendingAckState`` for this subscription (PA-21): where
+        the message stands in its pending ack (``PendingAck``, ``MarkDelete``, ``NotInPendingAck``,
+        ``PendingAckNotReady``, ``InvalidPosition``).  An admin request, recorded all the same (as
+        ``check_position_in_pending_ack``) so the history shows what it answered."""
+        position, batch_index = _message_id(message)
+        value: dict[str, Any] = {"position": _pos_json(position)}
+        if batch_index is not None:
+            value["batch_index"] = batch_index
+
+        def call() -> Future[str]:
+            out: Future[str] = Future()
+
+            def answered(done: Future[Any]) -> None:
+                if done.error is not None:
+                    out.set_exception(done.error)
+                else:
+                    out.set_result(done.result().value)
+
+            self.client.network.call(
+                lambda: self.client.broker.check_position_in_pending_ack(
+                    self.partition, self.subscription, position, batch_index
+                )
+            ).add_done_callback(answered)
+            return out
+
+        return self.client._op("check_position_in_pending_ack", self.object, value, call, lambda got: {"state": got})
+
+    def check_position_in_pending_ack(self, message: Message | Position) -> str:
+        return self.client._wait(self.check_position_in_pending_ack_async(message))
 
     def redeliver_unacknowledged_messages_async(self) -> Future[None]:
         return self.client._op(

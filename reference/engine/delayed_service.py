@@ -51,7 +51,7 @@ from spec.types import Position
 from .bucket_storage import BucketSnapshotStorage, clean_residual_snapshots, segment_reads
 from .delayed_metrics import BucketIndexStats, TimedBucketSnapshotStorage, elapsed_ms
 from .ledger import LedgerError, ManagedCursor, ManagedLedger
-from .recorder import STEP_RAISED
+from .recorder import STEP_RAISED, mark_recorded
 from .sim import Simulation
 from .storage import LedgerStore
 
@@ -366,12 +366,13 @@ class DelayedDeliveryService:
         old = self.state
         try:
             self.state, result = dd.step(old, command)
-        except Exception:
+        except Exception as exc:
             # As Component._advance: the step that raised is recorded as failed, and the broker
             # contains the exception as its subscription's partition crashing.
             failed = getattr(self._observer(), "failed", None)
             if failed is not None:
                 failed(self.obj, MACHINE, command, STEP_RAISED)
+                mark_recorded(exc)
             raise
         observer = self._observer()
         if observer is not None:

@@ -15,11 +15,17 @@ This engine option builds the shared form on top of the pure tracker (``referenc
 Subscriptions that acknowledge a message before it is scheduled (``acknowledge``) never see it,
 as the PIP's cursor read filter intended.  A broker crash loses the replay queues (the PIP's
 stated risk); this class does not model restarts.
+
+:class:`TopicDelayedIndex` is the broker's side of it (the ``shared_delayed_index`` broker option):
+one per load of a partition, asked by each subscription's dispatcher instead of a tracker of its
+own.  A restart builds a new one, and every subscription reads again from its mark-delete position,
+which adds what is still unacknowledged again.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from reference import delayed as dd
@@ -27,7 +33,7 @@ from spec.config import Config
 from spec.result import Ok
 from spec.types import Position
 
-__all__ = ["SharedDelayedIndex"]
+__all__ = ["SharedDelayedIndex", "TopicDelayedIndex"]
 
 
 @dataclass
@@ -54,6 +60,10 @@ class SharedDelayedIndex:
         if result.value:
             self._deliver_at[(ledger_id, entry_id)] = deliver_at
         return bool(result.value)
+
+    def unsubscribe(self, name: str) -> None:
+        """The subscription is gone: nothing more is fanned out to it."""
+        self._subscriptions.pop(name, None)
 
     def acknowledge(self, subscription: str, ledger_id: int, entry_id: int) -> None:
         """The subscription consumed the message some other way; it is filtered from its replay."""
@@ -89,3 +99,59 @@ class SharedDelayedIndex:
         sub = self._subscriptions[subscription]
         waiting = {p for p in self._deliver_at if p not in sub.consumed}
         return len(waiting) + len({(lg, e) for _, lg, e in sub.replay if (lg, e) not in sub.consumed})
+
+
+class TopicDelayedIndex:
+    """The broker's shared delayed index of one partition, for one load of it (DD-30).
+
+    Every subscription's dispatcher reads the topic's entries on its own, so a delayed message is
+    offered to the index once per subscription: the first offer indexes it, and later offers learn
+    what the index decided -- deliver now (DD-2 rejected it), wait (it is still indexed, and will be
+    fanned out to every subscription when due), or, once it was fanned out, wait only if this
+    subscription was among those it went to (its replay queue has it) and deliver now otherwise (a
+    subscription that joined after it fell due).  ``wake`` is called when an indexed message falls
+    due, so the dispatchers poll: the index's own timer effects are the per-subscription tracker's
+    business, not the shared index's."""
+
+    def __init__(self, config: Config, now: Callable[[], int], schedule: Callable[[int], None]) -> None:
+        self.index = SharedDelayedIndex(config, tracker="in_memory")
+        self._now = now
+        self._schedule = schedule  # wake the dispatchers after that many milliseconds
+        self._added: set[tuple[int, int]] = set()
+        self._deliver_now: set[tuple[int, int]] = set()
+        self._fanned: dict[tuple[int, int], frozenset[str]] = {}
+
+    def subscribe(self, name: str) -> None:
+        self.index.subscribe(name)
+
+    def unsubscribe(self, name: str) -> None:
+        self.index.unsubscribe(name)
+
+    def add_message(self, subscription: str, position: Position, deliver_at: int) -> bool:
+        """True when ``subscription`` is to wait for the message rather than deliver it now (DD-30)."""
+        self.index.subscribe(subscription)
+        key = (position.ledger_id, position.entry_id)
+        if key not in self._added:
+            self._added.add(key)
+            now = self._now()
+            if not self.index.add_message(position.ledger_id, position.entry_id, deliver_at, now):
+                self._deliver_now.add(key)
+                return False
+            self._schedule(max(0, deliver_at - now))
+            return True
+        if key in self._deliver_now:
+            return False
+        fanned = self._fanned.get(key)
+        return fanned is None or subscription in fanned
+
+    def scheduled_messages(self, subscription: str) -> tuple[Position, ...]:
+        """DD-13, DD-30: what is due for ``subscription`` now; what fell due is fanned out first."""
+        self.index.subscribe(subscription)
+        indexed = set(self.index._deliver_at)
+        due = self.index.get_scheduled_messages(subscription, 1 << 30, self._now())
+        fell_due = indexed - set(self.index._deliver_at)
+        if fell_due:
+            everyone = frozenset(self.index._subscriptions)
+            for key in fell_due:
+                self._fanned[key] = everyone
+        return due

@@ -27,7 +27,7 @@ from spec.errors import DomainError
 from spec.result import Err, Ok
 from spec.types import BatchedPosition, Position
 
-from .ledger import InitialPosition, LedgerError, ManagedCursor, ManagedLedger
+from .ledger import InitialPosition, LedgerClosed, LedgerError, ManagedCursor, ManagedLedger
 from .sim import Future, Simulation
 
 __all__ = ["FlushMetrics", "LogWriteFailed", "RecordLog"]
@@ -67,8 +67,11 @@ class RecordLog:
         *,
         batching: bool,
         metrics: FlushMetrics | None = None,
+        owner: object = None,
     ) -> None:
         self.sim = sim
+        # The component whose log this is: a writer step that raises is contained as its failure.
+        self.owner = owner
         self.metrics = metrics
         self.ledger = ledger
         self.kind = kind
@@ -77,6 +80,7 @@ class RecordLog:
         self._alive = True
         self._idle_due: int | None = None  # the armed timer, while the buffer is empty
         self.entries_written = 0
+        self.ledger_rolls = 0  # closed-ledger rolls (BW-26)
         self.state = bl.recover(config, self._logged(), kind, now_ms=sim.now, enabled=batching)
         self._arm(self.state.timer_due_ms)
 
@@ -185,6 +189,16 @@ class RecordLog:
         at = due if self.sim.now <= due else due + -(-(self.sim.now - due) // period) * period
         self._schedule_fire(due, at)
 
+    def _roll(self) -> None:
+        """A write refused by a closed ledger: ask for a new ledger before the next write, so later
+        batches can succeed; the refused batch still fails (BW-26, BW-16).  A roll that fails
+        leaves the next write to fail the same way and roll again."""
+        try:
+            self.ledger.roll_over()
+            self.ledger_rolls += 1
+        except LedgerError:
+            return
+
     def _schedule_fire(self, due: int, at: int) -> None:
         def fire() -> None:
             if self._alive and self.state.timer_due_ms == due:
@@ -200,6 +214,8 @@ class RecordLog:
         except LedgerError as exc:
             error = exc.domain_error()
             answer = bl.AddEntryFailed(effect.write_id, error.name, str(exc))
+            if isinstance(exc, LedgerClosed):
+                self._roll()
 
         def complete() -> None:
             if self._alive:

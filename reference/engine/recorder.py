@@ -24,16 +24,35 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spec.config import Config
-from spec.history import RECOVER, Operation, OpType, make_operation
+from spec.history import RAISED, RECOVER, Operation, OpType, make_operation
 from spec.jsonvalues import to_json
 from spec.result import Err, Ok
 
-__all__ = ["STEP_RAISED", "HistoryRecorder", "MachineObserver", "OpenOp", "RequestContext", "config_overrides"]
+__all__ = [
+    "STEP_RAISED",
+    "HistoryRecorder",
+    "MachineObserver",
+    "OpenOp",
+    "RequestContext",
+    "config_overrides",
+    "is_recorded",
+    "mark_recorded",
+]
 
 # What a broker answers a request whose handler threw (ServerCnx: ServerError.UnknownError); the
 # machine-level history records a step that raised as failed with it (MachineObserver.failed).  No
 # machine returns it, so the per-object check flags such a step against the reference.
 STEP_RAISED = "UnknownError"
+
+
+def mark_recorded(exc: BaseException) -> None:
+    """``exc`` was raised by a machine step that the history already records as failed; the broker
+    records every other exception it contains as a ``raised`` operation (:meth:`Broker.contain`)."""
+    exc.txnmodel_recorded = True  # type: ignore[attr-defined]
+
+
+def is_recorded(exc: BaseException) -> bool:
+    return getattr(exc, "txnmodel_recorded", False) is True
 
 
 @dataclass
@@ -195,6 +214,14 @@ class MachineObserver:
         once (the component crashes next, and no answer comes for the request that stepped it)."""
         op = self.recorder.begin(self._new_process(), _command_name(machine, command), obj, to_json(command))
         self.recorder.fail(op, error)
+
+    def raised(self, obj: str, machine: str, error: str, where: str) -> None:
+        """``obj`` raised outside any step of its machine (``error``: the exception's type; ``where``:
+        its innermost frame): an atomic ``raised`` operation completed ``fail`` with ``UnknownError``
+        (:data:`spec.history.RAISED`; the component crashes next)."""
+        value = {"@type": "Raised", "machine": machine, "error": error, "where": where}
+        op = self.recorder.begin(self._new_process(), RAISED, obj, value)
+        self.recorder.fail(op, STEP_RAISED)
 
     def recovered(self, obj: str, machine: str, inputs: Mapping[str, object]) -> None:
         """``obj`` was loaded from its durable state; ``inputs`` (JSON) is what its recovery read."""

@@ -48,9 +48,19 @@ from typing import Any
 
 from spec.config import QUIRKS, Config
 from spec.history import Operation
+from spec.types import Position
 
 from .broker import BrokerFaults, ComponentFailure
-from .client import Client, Cluster, Consumer, ConsumerType, OperationFailed, OperationTimeout, Producer
+from .client import (
+    Client,
+    ClientLibraryError,
+    Cluster,
+    Consumer,
+    ConsumerType,
+    OperationFailed,
+    OperationTimeout,
+    Producer,
+)
 from .delayed_service import BUCKET_FACTORY
 from .disk import DiskFaults, SimDisk
 from .fault import InjectedFault
@@ -79,7 +89,7 @@ __all__ = [
 ]
 
 Proc = Generator[Future[Any], Any, None]
-_ERRORS = (OperationFailed, OperationTimeout)
+_ERRORS = (OperationFailed, OperationTimeout, ClientLibraryError)
 
 
 # The fault rates of ``--faults on``, in one place so a history's metadata states what the run used.
@@ -208,6 +218,15 @@ class RunSpec:
     unsubscribe: bool = False  # readers unsubscribe when done instead of closing (the subscription goes)
     cumulative: bool = False  # ctp processors acknowledge their input cumulatively in the txn (PA-9)
     redeliver: bool = False  # ctp processors ask for redelivery and receive again while their txn is open
+    # Clients ask what no other operation asks: readers the partition's last message id before they
+    # stop (TB-18), ctp processors the admin check of the position they acked in the txn (PA-21).
+    queries: bool = False
+    # The delayed workload (in-memory tracker) with the broker's shared delayed index (DD-30) and a
+    # second subscription reading the topic, so that two subscriptions share the index.
+    shared_delayed: bool = False
+    # Every verify reader, once drained, looks back with a Reader (a non-durable subscription,
+    # PA-24) from the last message it received, then seeks that reader by publish time (PA-23).
+    readers: bool = False
     # File ledgers only: the real disk or the simulated one (whose broker crashes are power cuts),
     # and the journal's group commit (None: every change committed as it is made).
     disk: str = "real"
@@ -255,6 +274,9 @@ class RunSpec:
             "unsubscribe": self.unsubscribe,
             "cumulative": self.cumulative,
             "redeliver": self.redeliver,
+            "queries": self.queries,
+            "shared_delayed": self.shared_delayed,
+            "readers": self.readers,
             "disk": self.disk if self.ledger == "file" else None,
             "group_commit_ms": self.group_commit_ms if self.ledger == "file" else None,
             "disk_capacity": self.disk_capacity,
@@ -387,6 +409,7 @@ class _Run:
             history=f"{spec.workload}-{spec.ledger}-seed{spec.seed}",
             disk=spec.disk,
             group_commit_ms=spec.group_commit_ms,
+            shared_delayed_index=spec.shared_delayed,
             disk_faults=DiskFaults(
                 write_eio=float(rates["disk_eio"]) if spec.faults else 0.0,
                 sync_eio=float(rates["disk_eio"]) if spec.faults else 0.0,
@@ -417,6 +440,7 @@ class _Run:
         self.faults_on = spec.faults
         self.errors: list[BaseException] = []
         self.producers: dict[tuple[str, int, Client | None], Producer] = {}  # (topic, partition, owner)
+        self.lookers = 0  # Readers opened so far (``readers``): each gets a subscription name of its own
         self.ledger_faults: dict[str, int] = {}
         bucket = spec.workload == "delayed" and spec.delayed_tracker == "bucket"
         self.max_delay_ms = BUCKET_MAX_DELAY_MS if bucket else MAX_DELAY_MS
@@ -557,6 +581,10 @@ class _Run:
                     yield consumer.acknowledge_cumulative_async(msg, txn=txn)
                 else:
                     yield consumer.acknowledge_async(msg, txn=txn)
+                if self.spec.queries:
+                    # The admin check of what the open txn just acked (PA-21): PendingAck while the
+                    # txn holds it.  An admin request that fails leaves the txn to go on.
+                    yield from self.query(lambda: consumer.check_position_in_pending_ack_async(msg))
                 if self.spec.redeliver:
                     # As a consumer's ack timeout would: everything unacked comes back, but not what
                     # the open txn holds (PA-1); whatever does come is processed in the same txn.
@@ -569,7 +597,13 @@ class _Run:
                 yield from self.end(txn)
 
             yield from _attempt(one)
-        consumer.close()
+        if self.spec.unsubscribe:
+            # The processor's subscription goes with its pending-ack log, whose writer is closed
+            # first (BW-3, BW-18); an END_TXN the coordinator re-drives to it later finds it gone,
+            # which a participant answers as success (as Pulsar's END_TXN_ON_SUBSCRIPTION does).
+            yield from self.unsubscribe(consumer)
+        else:
+            consumer.close()
 
     def multi_writer(self, w: int) -> Proc:
         client = self.cluster.client()
@@ -613,11 +647,15 @@ class _Run:
         client = self.cluster.client()
         consumer: Consumer = yield from self.subscribe(client, topic, sub, partition, kind)
         empty = 0
+        last: Position | None = None  # the last message received, and when the first one came
+        first_at: int | None = None
         while empty < 3:
             got = None
             try:
                 got = yield consumer.receive_async(50)
                 if got is not None:
+                    last = got.position
+                    first_at = self.sim.now if first_at is None else first_at
                     yield consumer.acknowledge_async(got)
             except _ERRORS:
                 if client.recorder.crashed(client.process):
@@ -630,15 +668,63 @@ class _Run:
         # several consumers (Key_Shared) what it still held goes to the others, which read to the end.
         # (A consumer that stayed connected without reading would keep its keys' messages for good,
         # in Pulsar too, and the drain of another consumer would then prove nothing.)
+        if self.spec.queries:
+            # The partition's last message id as the reader stops (TB-18): never a message of a
+            # transaction still open or aborted.
+            yield from self.query(consumer.get_last_message_id_async)
+        if self.spec.readers and last is not None and first_at is not None:
+            yield from self.look_back(client, topic, partition, last, first_at)
         if self.spec.unsubscribe:
             # Unsubscribing drops the subscription with its cursor, pending-ack log and delayed
             # tracker (DD-23); a reader that is done may do that instead of closing.
-            try:
-                yield consumer.unsubscribe_async()
-            except _ERRORS:
-                consumer.close()
+            yield from self.unsubscribe(consumer)
         else:
             consumer.close()
+
+    def look_back(self, client: Client, topic: str, partition: int, start: Position, since: int) -> Proc:
+        """A Reader over what is still in the partition: a non-durable subscription whose cursor
+        starts at ``start`` and dies with its consumer (PA-24), read to its end, then sought back to
+        the messages published at or after ``since`` (PA-23) and read to its end again.  It never
+        acknowledges; what it receives must still be only what was committed, never an aborted
+        transaction's message (TB-15 .. TB-17).  Nothing of it is durable, so it holds back no ledger
+        deletion: what retention deleted meanwhile it cannot read."""
+        self.lookers += 1
+        try:
+            reader: Consumer = yield client.create_reader_async(
+                topic, f"look{self.lookers}", start, partition=partition
+            )
+        except _ERRORS:
+            return
+        try:
+            yield from self.read_to_end(reader)
+            yield reader.seek_async(since)
+            yield from self.read_to_end(reader)
+        except _ERRORS:
+            pass
+        reader.close()
+
+    def read_to_end(self, consumer: Consumer) -> Proc:
+        """Receive without acknowledging until two receives in a row find nothing."""
+        empty = 0
+        while empty < 2:
+            got = yield consumer.receive_async(50)
+            empty = empty + 1 if got is None else 0
+
+    def unsubscribe(self, consumer: Consumer) -> Proc:
+        """Unsubscribe, or close when that is refused or unanswered."""
+        try:
+            yield consumer.unsubscribe_async()
+        except _ERRORS:
+            consumer.close()
+
+    @staticmethod
+    def query(ask: Callable[[], Future[Any]]) -> Proc:
+        """A question that changes nothing (its answer is in the history): a failure is no reason
+        to stop what the asker was doing."""
+        try:
+            yield ask()
+        except _ERRORS:
+            return
 
     def fault_process(self) -> Proc:
         broker = self.cluster.broker
@@ -762,8 +848,12 @@ class _Run:
             ]
         else:
             workers = [self.delayed_writer(w) for w in range(spec.clients)]
+            # With the shared delayed index a second subscription reads the topic too: the two
+            # share one index (DD-30), and each must get every message, each when it is due.
+            subs = ("read", "read-shared") if spec.shared_delayed else ("read",)
             readers = [
-                self.reader("delayed", "read", 0, kind(ConsumerType.Shared), lambda: writers_done[0])
+                self.reader("delayed", sub, 0, kind(ConsumerType.Shared), lambda: writers_done[0])
+                for sub in subs
                 for _ in range(copies)
             ]
         worker_count = len(workers)
@@ -900,6 +990,9 @@ class SimulateOptions:
     unsubscribe: str = "off"  # mixed: seeds = 1 mod 5
     cumulative: str = "off"  # mixed: seeds = 1 mod 7
     redeliver: str = "off"  # mixed: seeds = 3 mod 6
+    queries: str = "off"  # mixed: seeds = 4 mod 5
+    shared_delayed: str = "off"  # the delayed workload on the in-memory tracker; mixed: seeds = 1 mod 4
+    readers: str = "off"  # mixed: seeds = 3 mod 5
     disk: str = "real"  # file ledgers: "real", or "sim" (broker crashes are power cuts)
     group_commit_ms: int | None = None  # file ledgers: the journal's group commit (None: every change)
     disk_capacity: int | None = None  # the simulated disk's bytes (ENOSPC past them; None: no bound)
@@ -943,6 +1036,11 @@ class SimulateOptions:
                     unsubscribe=variant(self.unsubscribe, seed, 5),
                     cumulative=variant(self.cumulative, seed, 7),
                     redeliver=variant(self.redeliver, seed + 4, 6),
+                    queries=variant(self.queries, seed + 2, 5),
+                    readers=variant(self.readers, seed + 3, 5),
+                    shared_delayed=workload == "delayed"
+                    and not variant(tracker, seed, 2, step=2)
+                    and variant(self.shared_delayed, seed, 4),
                     disk=self.disk,
                     group_commit_ms=self.group_commit_ms,
                     disk_capacity=self.disk_capacity if self.ledger == "file" and self.disk == "sim" else None,
@@ -968,6 +1066,9 @@ MAIN_JOB = SimulateOptions(
     unsubscribe="mixed",
     cumulative="mixed",
     redeliver="mixed",
+    queries="mixed",
+    shared_delayed="mixed",
+    readers="mixed",
 )
 
 

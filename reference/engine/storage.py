@@ -175,8 +175,12 @@ class LedgerStore:
         else:
             self._files.barrier(callback)
 
-    def open(self, name: str) -> ManagedLedger:
-        """A new owner's handle on ``name`` (created empty if it never existed)."""
+    def open(self, name: str, *, closes_on_write_failure: bool = False) -> ManagedLedger:
+        """A new owner's handle on ``name`` (created empty if it never existed).
+
+        ``closes_on_write_failure``: with injected append faults, a failed append leaves the ledger
+        refusing appends (``ManagedLedgerAlreadyClosed``) until its owner rolls it over, as the
+        record logs' users meet it in Pulsar (BW-26); without injected faults it changes nothing."""
         old = self._open.pop(name, None)
         if old is not None:
             old.close()
@@ -199,7 +203,9 @@ class LedgerStore:
         if self.faults.append or self.faults.read:
             if self.rng is None:
                 raise ValueError("injected ledger faults need the simulation's random source")
-            faulty = FaultyLedger(ledger, rng=self.rng, on_inject=self._injected)
+            faulty = FaultyLedger(
+                ledger, rng=self.rng, on_inject=self._injected, roll_after_append_failure=closes_on_write_failure
+            )
             if self.faults.append:
                 faulty.fail_randomly(self.faults.append, ops={Op.APPEND})
             if self.faults.read:

@@ -9,7 +9,7 @@ import pytest
 from reference.engine.broker import (
     BatchedMessage,
     decode_batch_payload,
-    decode_entry,
+    decode_stored_message,
     encode_batch_payload,
     partition_name,
 )
@@ -78,7 +78,7 @@ def test_a_full_batch_is_one_entry_and_each_send_gets_its_batch_index() -> None:
     assert ids == [BatchMessageId.of(entry, i, 3) for i in range(3)]
     part = cluster.broker.partition(P0)
     assert part.ledger is not None
-    stored = decode_entry(entry, part.ledger.read_entry(entry))
+    stored = decode_stored_message(entry, part.ledger.read_entry(entry))
     assert stored.batch is not None and [m.payload for m in stored.batch] == [b"m0", b"m1", b"m2"]
     ops = [op for op in cluster.history() if op.f == "send"]
     assert [json.loads(op.result or "null") for op in ops] == [

@@ -10,10 +10,15 @@
   in a run where nothing raises).
 * What no component raised is not contained, and neither is bad durable input.
 * ``txnmodel simulate`` still writes the history, names the failure on stderr and exits 1.
+* An exception raised outside any recorded step (a dispatch, the PIP-160 writer's timer, a load at
+  broker start) is recorded as a ``raised`` row on the component's object, flagged by the
+  per-object check; one of the client library fails the caller's operation with the exception's
+  type (TC-37), and the run goes on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -27,7 +32,7 @@ from reference.engine.broker.component import STEP_RAISED
 from reference.engine.client import Cluster
 from reference.engine.simulate import RunSpec, run
 from spec.errors import BadConfig
-from spec.history import RECOVER, OpType, is_machine_operation
+from spec.history import RAISED, RECOVER, OpType, is_machine_operation
 from txnmodel.commands.simulate import simulate_main
 
 SPEC = RunSpec(workload="ctp", seed=3, ops=12, faults=False)
@@ -149,3 +154,129 @@ def test_a_tracker_step_that_raises_is_recorded_too(monkeypatch: pytest.MonkeyPa
     assert raised.type is OpType.FAIL and raised.f == "add_message" and raised.object.startswith("tracker:")
     rows = check_histories({"raised": result.operations}, "test", VerifyOptions(counterexamples=False))
     assert [r.failing_object for r in rows if r.checker == "linearizability" and r.verdict != "ok"] == [raised.object]
+
+
+# --- a raise outside any recorded step, a raise at broker start, and the client library ---------------
+
+
+def _raising_once(monkeypatch: pytest.MonkeyPatch, module: Any, name: str, when: Any, message: str) -> None:
+    """``module.name`` raises ``RuntimeError(message)`` the first time ``when(*args)`` holds."""
+    original = getattr(module, name)
+    fired = [False]
+
+    def patched(*args: Any, **kwargs: Any) -> Any:
+        if not fired[0] and when(*args):
+            fired[0] = True
+            raise RuntimeError(message)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, patched)
+
+
+def _flagged_objects(ops: list[Any]) -> list[str | None]:
+    rows = check_histories({"raised": ops}, "test", VerifyOptions(counterexamples=False))
+    return [r.failing_object for r in rows if r.checker == "linearizability" and r.verdict != "ok"]
+
+
+def test_a_raise_outside_any_step_is_recorded_as_a_raised_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``buffer.dispatch`` runs outside the buffer's ``step``: what it raises was not recorded as a
+    failed step, so the broker records a ``raised`` row on the component that raised, and the
+    per-object check flags that object (no correct component raises)."""
+    _raising_once(monkeypatch, tb, "dispatch", lambda *args: True, "injected: the first dispatch")
+    result = run(SPEC)
+    monkeypatch.undo()
+
+    (failure,) = result.failures
+    assert failure.error == "RuntimeError: injected: the first dispatch"
+    (raised,) = [op for op in result.operations if op.f == RAISED]
+    assert raised.type is OpType.FAIL and raised.error == STEP_RAISED and is_machine_operation(raised)
+    assert raised.args["error"] == "RuntimeError" and raised.args["where"].endswith("patched")
+    assert raised.object.startswith(("subscription:", "partition:"))
+    assert not [op for op in result.operations if op.error == STEP_RAISED and op.f != RAISED], "no step raised"
+    assert result.committed > 0 and result.operations[-1].index > raised.index, "the run went on"
+    assert _flagged_objects(result.operations) == [raised.object]
+
+
+def test_the_pip160_writer_raising_is_its_components_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batched log writer steps in its own timers and completions (``RecordLog``): it raises on
+    behalf of the component that owns the log, whose object gets the ``raised`` row."""
+    from reference import batched_log as bl
+
+    _raising_once(
+        monkeypatch, bl, "step", lambda state, command: isinstance(command, bl.TimerFired), "injected: a flush timer"
+    )
+    result = run(dataclasses.replace(SPEC, batching=True))
+    monkeypatch.undo()
+
+    (failure,) = result.failures
+    (raised,) = [op for op in result.operations if op.f == RAISED]
+    assert raised.object in (
+        failure.component,
+        *[op.object for op in result.operations if op.object.startswith("subscription:")],
+    )
+    assert raised.args["machine"] in ("coordinator", "pending_ack")
+    assert _flagged_objects(result.operations) == [raised.object]
+
+
+def test_a_load_that_raises_at_broker_start_is_contained(monkeypatch: pytest.MonkeyPatch) -> None:
+    _raising_once(monkeypatch, tb, "recovery_view", lambda *args: True, "injected: the first recovery")
+    cluster = Cluster.start(seed=1, topics={"t": 2})
+    monkeypatch.undo()
+    try:
+        broker = cluster.broker
+        (failure,) = broker.failures
+        assert failure.component.startswith("partition:") and "the first recovery" in failure.error
+        part = next(p for p in broker.partitions.values() if p.obj == failure.component)
+        assert not part.ready and all(p.ready for p in broker.partitions.values() if p is not part)
+        assert broker.coordinator.ready, "the other components still loaded"
+        cluster.sim.advance(broker.restart_delay_ms + 1)
+        assert part.ready, "and the one that raised was loaded again"
+        ops = cluster.history(machines=True)
+        (raised,) = [op for op in ops if op.f == RAISED]
+        assert raised.object == failure.component and raised.args["machine"] == "buffer"
+    finally:
+        cluster.close()
+
+
+def test_a_client_library_exception_fails_the_call_and_the_oracle_flags_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TC-37: the client's transaction machine raises on the run's first commit: the commit fails
+    with the exception's type, the run goes on (and lists the failure), and the client-visible
+    check ``unexpected-error`` flags the operation; the clean run is not flagged."""
+    from invariants.client_visible import check_client_visible
+    from reference import client as ct
+
+    clean = run(SPEC)
+    assert check_client_visible(clean.operations).ok
+    _raising_once(
+        monkeypatch, ct, "step", lambda state, command: isinstance(command, ct.Commit), "injected: the first commit"
+    )
+    result = run(SPEC)
+    monkeypatch.undo()
+
+    (failure,) = result.failures
+    assert failure.component.startswith("client:") and failure.error == "RuntimeError: injected: the first commit"
+    (failed,) = [op for op in result.operations if op.error == "RuntimeError"]
+    assert failed.f == "commit" and failed.type is OpType.FAIL
+    assert result.committed > 0 and result.operations[-1].index > failed.index, "the run went on"
+    verdict = check_client_visible(result.operations)
+    assert verdict.counts == {"unexpected-error": 1} and verdict.violations[0].ops == (failed.index,)
+
+
+def test_a_client_library_exception_in_a_callback_fails_the_waiting_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The library raises while handling the coordinator's answer (an event, not the user's call):
+    the commit waiting for that answer fails with the exception, and the run goes on."""
+    from reference import client as ct
+
+    _raising_once(
+        monkeypatch,
+        ct,
+        "step",
+        lambda state, command: isinstance(command, ct.EndTxnResponse),
+        "injected: the first END_TXN answer",
+    )
+    result = run(SPEC)
+    monkeypatch.undo()
+
+    (failed,) = [op for op in result.operations if op.error == "RuntimeError"]
+    assert failed.f in ("commit", "abort") and failed.type is OpType.FAIL
+    assert result.operations[-1].index > failed.index

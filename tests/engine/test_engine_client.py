@@ -7,7 +7,7 @@ import json
 import pytest
 
 from reference.buffer import EntryKind, LogEntry
-from reference.engine.broker import decode_entry, encode_entry, partition_name
+from reference.engine.broker import decode_stored_message, encode_entry, partition_name
 from reference.engine.client import Cluster, ConsumerType, OperationFailed, OperationTimeout
 from reference.engine.sim import NetworkFaults
 from spec.history import OpType, validate_history
@@ -101,10 +101,10 @@ def test_lost_answers_are_info_and_the_process_is_replaced() -> None:
 
 def test_topic_entries_are_message_metadata_frames() -> None:
     entry = LogEntry(Position(3, 4), EntryKind.TXN_DATA, TxnID(1, 2))
-    decoded = decode_entry(entry.position, encode_entry(entry, b"body", 99))
+    decoded = decode_stored_message(entry.position, encode_entry(entry, b"body", 99))
     assert decoded.entry == entry and decoded.payload == b"body" and decoded.deliver_at == 99
     marker = LogEntry(Position(3, 5), EntryKind.TXN_ABORT, TxnID(1, 2))
-    assert decode_entry(marker.position, encode_entry(marker)).entry == marker
+    assert decode_stored_message(marker.position, encode_entry(marker)).entry == marker
 
 
 def test_a_consumer_whose_subscribe_answer_was_lost_is_dropped_with_its_connection() -> None:

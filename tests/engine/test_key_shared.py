@@ -11,7 +11,7 @@ from reference.buffer import EntryKind, LogEntry
 from reference.engine.broker import (
     NONE_KEY,
     STICKY_KEY_HASH_RANGE,
-    decode_entry,
+    decode_stored_message,
     encode_entry,
     murmur3_32,
     partition_name,
@@ -44,9 +44,9 @@ def test_sticky_key_hash_is_in_range_and_none_key_is_the_default() -> None:
 
 def test_partition_key_is_in_the_entry_metadata() -> None:
     entry = LogEntry(Position(0, 3), EntryKind.NORMAL)
-    stored = decode_entry(entry.position, encode_entry(entry, b"v", partition_key="k1"))
+    stored = decode_stored_message(entry.position, encode_entry(entry, b"v", partition_key="k1"))
     assert stored.partition_key == "k1" and stored.payload == b"v"
-    assert decode_entry(entry.position, encode_entry(entry, b"v")).partition_key is None
+    assert decode_stored_message(entry.position, encode_entry(entry, b"v")).partition_key is None
 
 
 def _drain(consumers: list[Consumer], ack: bool = True) -> dict[int, list[Message]]:

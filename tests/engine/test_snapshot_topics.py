@@ -11,12 +11,12 @@ from reference.engine.broker import (
     INDEXES_TOPIC,
     SEGMENTS_TOPIC,
     SNAPSHOT_TOPIC,
-    _read_all,
     decode_keyed_message,
     encode_keyed_message,
     latest_by_key,
     namespace_topic,
     partition_name,
+    read_all,
     segment_key,
     snapshot_messages,
     snapshot_records,
@@ -101,7 +101,7 @@ def test_partitions_of_a_namespace_share_the_system_topic() -> None:
     cluster.sim.advance(cluster.broker.config.transaction_buffer_snapshot_min_time_in_millis + 10)
     ledger = cluster.broker.system_topic(namespace_topic(IN, SNAPSHOT_TOPIC))
     assert ledger is cluster.broker.system_topic(namespace_topic(OUT, SNAPSHOT_TOPIC))
-    keys = [decode_keyed_message(data)[0] for _, data in _read_all(ledger)]
+    keys = [decode_keyed_message(data)[0] for _, data in read_all(ledger)]
     assert set(keys) == {IN, OUT}
     tables = {SNAPSHOT_TOPIC: latest_by_key(ledger)}
     mine = snapshot_records(OUT, tables)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from invariants.client_visible import (
+    ANSWER_BOUND_MS,
     CHECKS,
     LAG_BOUND_MS,
     REDELIVERY_BOUND_MS,
@@ -495,6 +496,100 @@ def test_refused_send_flags_an_open_txn_refused_as_ended() -> None:
     assert names(h) == {}
     # another error is not this rule's business
     h.ops[-1] = dataclasses.replace(refused, error="ServiceUnitNotReady")
+    assert names(h) == {}
+
+
+# --- unexpected-error (TC-37, TC-34) --------------------------------------------------------------
+
+
+def _failed(f: str, obj: str, error: str | None) -> H:
+    h = H()
+    h.new_txn((0, 1), 0)
+    h.op(
+        f,
+        obj,
+        {"txn": [0, 1]} if f in ("commit", "abort") else {"message": "m", "txn": [0, 1]},
+        None,
+        5,
+        9,
+        process=1,
+        kind=OpType.FAIL,
+    )
+    h.ops[-1] = dataclasses.replace(h.ops[-1], error=error)
+    return h
+
+
+def test_unexpected_error_flags_an_exception_pulsar_does_not_define() -> None:
+    # TC-37: the client library's own exception reached the application
+    assert names(_failed("commit", "coordinator:0", "TypeError")) == {"unexpected-error": 1}
+    assert names(_failed("send", PART, "AssertionError")) == {"unexpected-error": 1}
+
+
+def test_unexpected_error_passes_pulsar_errors_of_either_spelling() -> None:
+    for error in ("TransactionHasOperationFailed", "InvalidTxnStatus", "NotAllowed", "UnknownError", None):
+        assert names(_failed("commit", "coordinator:0", error)) == {}, error
+    # the official client's names, as ``txnmodel record`` writes them
+    for error in ("InvalidTxnStatusError", "NotAllowedError", "ProducerQueueIsFull"):
+        assert names(_failed("send", PART, error)) == {}, error
+
+
+def test_unexpected_error_flags_a_commit_handed_coordinator_not_found() -> None:
+    # TC-34: the client retries CoordinatorNotFound until the coordinator is loaded
+    assert names(_failed("commit", "coordinator:0", "CoordinatorNotFound")) == {"unexpected-error": 1}
+    assert names(_failed("abort", "coordinator:0", "CoordinatorNotFound")) == {"unexpected-error": 1}
+    # a send may fail with it (no retry is promised there)
+    assert names(_failed("send", PART, "CoordinatorNotFound")) == {}
+
+
+def test_unexpected_error_leaves_objects_of_other_models_alone() -> None:
+    h = H()
+    h.op("write", "register:x", 1, None, 0, 2, kind=OpType.FAIL)
+    h.ops[-1] = dataclasses.replace(h.ops[-1], error="timeout-error")
+    assert names(h) == {}
+
+
+# --- unanswered-end (TC-34) -----------------------------------------------------------------------
+
+
+def _answered(
+    end_done: int | None, *, kind: OpType = OpType.INFO, step_kind: OpType = OpType.OK, error: str | None = None
+) -> H:
+    """A commit invoked at 10 whose END_TXN (sent at 12) was answered to the client at 20."""
+    h = H()
+    h.new_txn((0, 1), 0)
+    h.end("commit", (0, 1), 10, end_done, kind=kind)
+    value = {"@type": "EndTxn", "txn_id": [0, 1], "action": "COMMIT", "now_ms": 12}
+    h.op("end_txn", "coordinator:0", value, None, 12, 20, process=50, kind=step_kind)
+    if error is not None:
+        h.ops[-1] = dataclasses.replace(h.ops[-1], error=error)
+    return h
+
+
+def test_unanswered_end_flags_a_commit_that_outlived_its_answer() -> None:
+    assert names(_answered(30_010)) == {"unanswered-end": 1}  # timed out long after the answer
+    assert names(_answered(None, kind=OpType.INVOKE)) == {"unanswered-end": 1}
+    assert names(_answered(20 + ANSWER_BOUND_MS + 1, kind=OpType.OK)) == {"unanswered-end": 1}
+    # a final error answered (TC-9, TC-11) is completed just the same
+    bad = _answered(30_010, step_kind=OpType.FAIL, error="TransactionNotFound")
+    assert names(bad) == {"unanswered-end": 1}
+
+
+def test_unanswered_end_passes_a_commit_completed_with_its_answer() -> None:
+    assert names(_answered(20, kind=OpType.OK)) == {}
+    assert names(_answered(20 + ANSWER_BOUND_MS, kind=OpType.FAIL)) == {}
+    # the client gave up before the answer came: nothing to complete
+    assert names(_answered(19)) == {}
+    assert names(_answered(20)) == {}
+
+
+def test_unanswered_end_judges_only_answers_that_reached_the_client() -> None:
+    # an END_TXN step whose answer never came (lost, or the coordinator crashed) proves nothing
+    assert names(_answered(30_010, step_kind=OpType.INFO)) == {}
+    # CoordinatorNotFound is retried, and an error the coordinator may have re-driven proves nothing
+    assert names(_answered(30_010, step_kind=OpType.FAIL, error="CoordinatorNotFound")) == {}
+    # a commit invoked after the END_TXN was sent is not the one it answers
+    h = _answered(30_010)
+    h.ops[1] = dataclasses.replace(h.ops[1], invoked_at=13)
     assert names(h) == {}
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from invariants.linearizability import UNKNOWN, Verdict, check_history, check_object
+from invariants.linearizability import NOT_A_READ, UNKNOWN, Verdict, check_history, check_object
 from invariants.models import CasRegister, KeyValue, MachineModel, model_by_name, random_register_history
 from spec.config import Config
 from spec.errors import InvalidTxnStatus, TransactionNotFound
@@ -390,3 +390,61 @@ def test_built_and_plain_searches_give_the_same_results(seed: int, n: int, clien
         built.linearization,
         built.blocked,
     )
+
+
+class _ReadStateLies(CasRegister):
+    """Says every read accepts the initial state, which its own ``step`` denies for a read of 1."""
+
+    def read_state(self, op_input: Any, op_output: Any) -> Any:
+        return NOT_A_READ if op_input[0] != "read" else None
+
+
+@pytest.mark.parametrize("implementation", ["built", "plain"])
+def test_a_read_state_that_disagrees_with_step_is_reported(implementation: str) -> None:
+    import invariants.linearizability as lin
+
+    ops = [reg(0, 0, "read", None, 1, 0, 1)]
+    assert check_object(CasRegister(), ops).verdict is Verdict.ILLEGAL  # the honest model: a plain no
+    saved = lin._wgl
+    lin._wgl = PLAIN if implementation == "plain" else saved
+    try:
+        with pytest.raises(ValueError, match="read_state disagrees with its step on \\('read',\\)"):
+            check_object(_ReadStateLies(), ops)
+    finally:
+        lin._wgl = saved
+
+
+def test_without_cython_the_search_runs_on_the_stub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where Cython is not installed, ``invariants/_wgl.py`` takes its decorators from
+    ``invariants/_cython_stub.py``: it has every one the search uses, and the results are the same."""
+    import builtins
+    import importlib.util
+    from pathlib import Path
+
+    import invariants._cython_stub as stub
+    import invariants.linearizability as lin
+
+    real_import = builtins.__import__
+
+    def no_cython(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "cython":
+            raise ImportError("no module named 'cython' (this test)")
+        return real_import(name, *args, **kwargs)
+
+    spec = importlib.util.spec_from_file_location("invariants._wgl_on_stub", Path(lin.__file__).with_name("_wgl.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setattr(builtins, "__import__", no_cython)
+    spec.loader.exec_module(module)
+    monkeypatch.undo()
+    assert module.cython is stub and not module.compiled()
+    ops = random_register_history(7, ops=40, clients=4, crash=0.3, values=3)
+    results = []
+    for implementation in (module, PLAIN):
+        saved, lin._wgl = lin._wgl, implementation
+        try:
+            found = check_object(CasRegister(), ops)
+        finally:
+            lin._wgl = saved
+        results.append((found.verdict, found.steps, found.linearization, found.blocked))
+    assert results[0] == results[1]

@@ -36,3 +36,20 @@ def test_the_live_trace_also_sees_the_unrecorded_machines() -> None:
     reached = rules_reached(live)
     assert any(rule.startswith("BW-") for rule in reached)  # the record logs' writer
     assert {"TC-29", "TC-30"} <= set(reached)  # the client's transaction machine
+
+
+def test_engine_sites_count_only_on_their_rules_path() -> None:
+    """The engine functions that alone carry out a rule count for it (and cite it); a run that
+    takes none of their paths reaches none of their rules, although it runs the same engine modules."""
+    from txnmodel.reach import ENGINE_SITES
+
+    mapping = rule_map()
+    for site, ids in ENGINE_SITES.items():
+        assert mapping[site] == ids
+    only_engine = {"PA-23", "PA-24", "DD-30", "BW-26"}
+    with traced() as live:
+        run(RunSpec(workload="delayed", seed=2, ops=4))
+    assert not only_engine & set(rules_reached(live, mapping))
+    with traced() as live:
+        run(RunSpec(workload="delayed", seed=2, ops=4, readers=True, shared_delayed=True))
+    assert {"PA-23", "PA-24", "DD-30"} <= set(rules_reached(live, mapping))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import itertools
+import pickle
 
 import pytest
 from hypothesis import given
@@ -53,6 +56,28 @@ def test_txn_id_rejects_out_of_range(most: int, least: int) -> None:
 @given(st.lists(positions, min_size=2, max_size=6))
 def test_position_total_order_is_ledger_first(items: list[Position]) -> None:
     assert sorted(items) == sorted(items, key=lambda p: (p.ledger_id, p.entry_id))
+
+
+@given(st.integers(0, 2**64 - 1), st.integers(-1, 2**63 - 1), st.integers(0, 5))
+def test_ids_and_positions_keep_the_hash_of_their_fields(a: int, b: int, protocol: int) -> None:
+    """The hash kept beside the fields is the one the fields give (so sets and maps of ids and
+    positions hold them in the same order as a dataclass's own hash would), and it survives
+    pickling, copying and replace; equality and the pickled state are the fields alone."""
+    values: list[TxnID | Position] = [TxnID(a, max(b, 0))]
+    if a < 2**63:
+        values.append(Position(a, b))
+    for value in values:
+        fields = dataclasses.astuple(value)
+        assert hash(value) == hash(fields)
+        for other in (
+            pickle.loads(pickle.dumps(value, protocol)),
+            copy.copy(value),
+            copy.deepcopy(value),
+            dataclasses.replace(value),
+            type(value)(*fields),
+        ):
+            assert other == value and hash(other) == hash(value) and type(other) is type(value)
+        assert value.__getstate__() == list(fields)  # type: ignore[attr-defined]
 
 
 def test_position_sentinels() -> None:

@@ -170,6 +170,27 @@ def _add_variants(parser: argparse.ArgumentParser, engine: ModuleType) -> None:
         default="off",
         help="ctp processors ask for redelivery and receive again before ending their txn; mixed: seeds = 3 mod 6",
     )
+    parser.add_argument(
+        "--queries",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="readers ask the last message id before they stop, ctp processors the admin check of the position "
+        "they acked in the txn; mixed: seeds = 4 mod 5",
+    )
+    parser.add_argument(
+        "--shared-delayed",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="the delayed workload on the in-memory tracker: the broker's subscriptions share one delayed index "
+        "(PIP-195's never-built option, rule DD-30) and a second subscription reads the topic; mixed: seeds = 1 mod 4",
+    )
+    parser.add_argument(
+        "--readers",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="every reader, once drained, looks back with a Reader (a non-durable subscription) from the last message "
+        "it received, then seeks it by publish time and reads again; mixed: seeds = 3 mod 5",
+    )
 
 
 def _disk_arguments(parser: argparse.ArgumentParser) -> None:
@@ -224,6 +245,9 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         unsubscribe=args.unsubscribe,
         cumulative=args.cumulative,
         redeliver=args.redeliver,
+        queries=args.queries,
+        shared_delayed=args.shared_delayed,
+        readers=args.readers,
         disk=args.disk,
         group_commit_ms=args.group_commit,
         disk_capacity=args.disk_capacity,
@@ -487,6 +511,9 @@ def reproduce_argv(run: Mapping[str, Any]) -> list[str] | None:
             "--unsubscribe", on_off(run["unsubscribe"]),
             "--cumulative", on_off(run["cumulative"]),
             "--redeliver", on_off(run["redeliver"]),
+            "--queries", on_off(run.get("queries", False)),
+            "--shared-delayed", on_off(run.get("shared_delayed", False)),
+            "--readers", on_off(run.get("readers", False)),
             "--deadline", str(run["deadline_ms"]),
         ]  # fmt: skip
     except KeyError:

@@ -70,11 +70,6 @@ from .snapshot_topics import (
 )
 from .subscription import ConsumerSlot, Delivered, Handout, SubscriptionService
 
-# Older names, still imported by tests: the whole-ledger read, and the broker's entry decoder
-# (renamed: ``spec.envelope.decode_entry`` is the transaction and pending-ack logs' decoder).
-_read_all = read_all
-decode_entry = decode_stored_message
-
 __all__ = [
     "INDEXES_TOPIC",
     "MARKER_ABORT",
@@ -100,7 +95,6 @@ __all__ = [
     "SubscriptionService",
     "TransactionBufferClient",
     "decode_batch_payload",
-    "decode_entry",
     "decode_keyed_message",
     "decode_stored_message",
     "encode_batch_payload",

@@ -19,13 +19,25 @@ from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry
 
+from reference import buffer as tb
+from reference import pending_ack as pa
 from spec.config import Config
 from spec.envelope import LogKind
-from spec.errors import InputError, NotAllowed, RequestTimeout, ServiceUnitNotReady, SubscriptionBusy
+from spec.errors import (
+    InputError,
+    NotAllowed,
+    RequestTimeout,
+    ServiceUnitNotReady,
+    SubscriptionBusy,
+    SubscriptionNotFound,
+)
+from spec.result import Err, Ok
 from spec.types import Position, Subscription, TxnAction, TxnID
 
 from ..bufferedwriter_metrics import BufferedWriterMetrics
 from ..ledger import InitialPosition, LedgerError, ManagedLedger
+from ..record_log import RecordLog
+from ..recorder import is_recorded
 from ..sim import Future, Simulation
 from ..storage import LedgerStore
 from .component import BrokerError, Component, ComponentFailure, Restartable, fail
@@ -141,12 +153,16 @@ class Broker:
         restart_delay_ms: int = 50,
         observer: MachineObserver | None = None,
         delayed_async_create: bool = False,
+        shared_delayed_index: bool = False,
     ) -> None:
         self.sim = sim
         self.store = store
         self.config = config
         # PIP-195's asynchronous snapshot creation (DD-31) has no broker.conf key: an engine option.
         self.delayed_async_create = delayed_async_create
+        # PIP-195's shared delayed index across subscriptions (DD-30), never built in Pulsar: an
+        # engine option, the in-memory tracker shared by every subscription of a partition.
+        self.shared_delayed_index = shared_delayed_index
         # PIP-160's *_bufferedwriter_* collectors, one set per log kind shared by every log of that
         # kind on this broker (BW-19); a disabled writer flushes no batches, so none are made then.
         self.metrics_registry = CollectorRegistry()
@@ -193,11 +209,18 @@ class Broker:
 
     def start(self) -> None:
         self.up = True
-        if not self.coordinator.load():
-            self.restart_later(self.coordinator)
-        for partition in self.partitions.values():
-            if not partition.load():
-                self.restart_later(partition)
+        components: list[Restartable] = [self.coordinator, *self.partitions.values()]
+        for component in components:
+            # A load that raises at start-up is contained as any other component's failure (it is
+            # outside every event when the broker is built); the other components still load.
+            try:
+                loaded = component.load()
+            except Exception as exc:
+                if not self.contain(exc):
+                    raise
+                continue
+            if not loaded:
+                self.restart_later(component)
 
     def crash(self) -> None:
         """Power off: every component's memory is lost; ledgers keep what they acknowledged."""
@@ -240,10 +263,12 @@ class Broker:
         exception no component raised (a workload's or the simulator's own)."""
         if isinstance(exc, InputError):
             return False
-        owner: _Failing | None = None
+        owner: Component[object, object, Ok[object] | Err] | None = None
         where = ""
         for frame, line in traceback.walk_tb(exc.__traceback__):
             candidate = frame.f_locals.get("self")
+            # A component's record log (the PIP-160 writer and its timers) raises on its owner's behalf.
+            candidate = getattr(candidate, "owner", None) if isinstance(candidate, RecordLog) else candidate
             if isinstance(candidate, Component):
                 owner = candidate
             path = Path(frame.f_code.co_filename)
@@ -251,6 +276,10 @@ class Broker:
             where = f"{shown}:{line} in {frame.f_code.co_qualname}"
         if owner is None:
             return False
+        if self.observer is not None and not is_recorded(exc):
+            # Raised outside a step the history records (a step that raised is recorded as failed):
+            # the component's object gets a ``raised`` operation, which no model accepts.
+            self.observer.raised(owner.obj, owner.machine, type(exc).__name__, where)
         component: _Failing = owner
         if isinstance(component, SubscriptionService) and isinstance(component.partition, Partition):
             component = component.partition
@@ -329,6 +358,33 @@ class Broker:
             return Future()
         sub.add_consumer(consumer_id)
         return Future.completed(None)
+
+    def get_last_message_id(self, partition: str) -> Future[Position]:
+        """CommandGetLastMessageId: the partition's last dispatchable position (TB-18), never past
+        its ``max_read_position``; refused while its transaction buffer recovers."""
+        part = self._serving(partition)
+        if part is None or part.state is None:
+            return Future()
+        result = tb.get_last_message_id(part.state)
+        if not isinstance(result, Ok):
+            return fail(result.error)
+        return Future.completed(result.value)
+
+    def check_position_in_pending_ack(
+        self, partition: str, name: str, position: Position, batch_index: int | None
+    ) -> Future[pa.PositionInPendingAck]:
+        """The admin API's ``checkPositionInPendingAckState`` (PA-21): where ``position`` (a batch
+        index of it) stands in the subscription's pending ack.  A subscription that is not loaded
+        is refused as not ready, an unknown one as not found."""
+        part = self._serving(partition)
+        if part is None:
+            return Future()
+        sub = part.subscriptions.get(name)
+        if sub is None:
+            return fail(SubscriptionNotFound(f"subscription {name} of {partition} does not exist"))
+        if sub.state is None:
+            return fail(ServiceUnitNotReady(f"subscription {name} of {partition} is not loaded"))
+        return Future.completed(pa.check_position_in_pending_ack_state(sub.state, position, batch_index))
 
     def delete_topic(self, topic: str, *, force: bool = False) -> Future[None]:
         """The admin API's topic deletion, every partition of ``topic``.  Without ``force`` it is

@@ -23,7 +23,9 @@ and the ledgers it persists to.  The lifecycle is the same for all of them:
   <reference.engine.broker.broker.Broker.contain>`): the component crashes and is loaded again
   from its durable state, the request it was handling is never answered, and the run lists the
   failure (:class:`ComponentFailure`), so the history is still produced and ``txnmodel simulate``
-  still fails loudly.
+  still fails loudly.  An exception raised outside a step (the PIP-160 writer in the component's
+  log, a dispatch, a command's field check, a load) is recorded by the broker as a ``raised``
+  operation on the component's object (:data:`spec.history.RAISED`).
 
 Also here: the futures helpers the components combine writes and answers with, and
 :class:`BrokerError`, the exception a failed request's future carries.
@@ -45,7 +47,7 @@ from spec.types import Position
 from ..bufferedwriter_metrics import BufferedWriterMetrics
 from ..ledger import LedgerError, ManagedLedger
 from ..record_log import LogWriteFailed
-from ..recorder import STEP_RAISED
+from ..recorder import STEP_RAISED, is_recorded, mark_recorded
 from ..sim import Future, Simulation
 from ..storage import LedgerStore
 
@@ -63,6 +65,8 @@ __all__ = [
     "all_of",
     "error_of",
     "fail",
+    "is_recorded",
+    "mark_recorded",
     "named_error",
     "quiet",
     "read_all",
@@ -120,6 +124,7 @@ class BrokerHost(Protocol):
     batching: bool
     writer_metrics: dict[LogKind, BufferedWriterMetrics]
     delayed_async_create: bool
+    shared_delayed_index: bool
 
     def restart_later(self, component: Restartable) -> None: ...
 
@@ -171,8 +176,9 @@ class Component(Generic[S, C, R]):
         assert self.state is not None
         try:
             self.state, result = self._machine_step(self.state, command)
-        except Exception:
+        except Exception as exc:
             self._observe_failed_step(command)
+            mark_recorded(exc)
             raise
         self._observe_step(command, result)
         return result

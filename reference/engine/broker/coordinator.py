@@ -75,7 +75,7 @@ class CoordinatorService(Component[tc.CoordinatorState, tc.Command, tc.Result]):
         """Replay the transaction log into a Ready store (TC-21 .. TC-24); False if the read failed."""
         self._new_epoch()
         try:
-            ledger = self.host.store.open(self.log_name)
+            ledger = self.host.store.open(self.log_name, closes_on_write_failure=True)
             log = RecordLog(
                 self.sim,
                 ledger,
@@ -83,6 +83,7 @@ class CoordinatorService(Component[tc.CoordinatorState, tc.Command, tc.Result]):
                 self.config,
                 batching=self.host.batching,
                 metrics=self.host.writer_metrics.get(LogKind.TRANSACTION_LOG),
+                owner=self,
             )
             replayed = log.replay()
             last = read_all(ledger)

@@ -18,6 +18,7 @@ from spec.pb import PulsarApi_pb2 as api_pb
 from spec.result import Effect, Err, Ok
 from spec.types import Position, TxnAction, TxnID
 
+from ..delayed_shared import TopicDelayedIndex
 from ..ledger import LedgerError, ManagedLedger
 from ..memory_ledger import consumed_ledgers
 from ..sim import Future
@@ -46,6 +47,8 @@ class Partition(Component[tb.BufferState, tb.Command, BufferResult]):
         self._parked: list[tuple[MessageBody, Future[Position]]] = []
         self._trim_scheduled: int | None = None  # the epoch a pending trim belongs to
         self.trimmed_ledgers: list[int] = []  # every ledger retention deleted, in order
+        # The shared delayed index of this load (the broker's shared_delayed_index option, DD-30).
+        self.delayed_index: TopicDelayedIndex | None = None
 
     @property
     def obj(self) -> str:
@@ -109,6 +112,7 @@ class Partition(Component[tb.BufferState, tb.Command, BufferResult]):
     def load(self) -> bool:
         """Load the topic: read its entries and snapshot records, recover the buffer (TB-1, TB-24)."""
         self._new_epoch()
+        self.delayed_index = None
         try:
             ledger = self.host.store.open(self.name)
             entries = [decode_stored_message(p, d) for p, d in read_all(ledger)]
@@ -160,6 +164,7 @@ class Partition(Component[tb.BufferState, tb.Command, BufferResult]):
         self._new_epoch()
         self.state = None
         self._parked = []
+        self.delayed_index = None
         for sub in self.subscriptions.values():
             sub.crash()
         # A reader's subscription dies with the broker's memory of the topic (PA-24).
@@ -272,6 +277,22 @@ class Partition(Component[tb.BufferState, tb.Command, BufferResult]):
     def _changed(self) -> None:
         for sub in self.subscriptions.values():
             sub.dispatch()
+
+    def shared_delayed_index(self) -> TopicDelayedIndex:
+        """This load's shared delayed index (DD-30), made on first use; its wake-ups dispatch every
+        subscription of this load (a later load has an index of its own)."""
+        if self.delayed_index is None:
+            epoch = self._epoch
+
+            def schedule(delay_ms: int) -> None:
+                def wake() -> None:
+                    if self._epoch == epoch and self.state is not None:
+                        self._changed()
+
+                self.sim.schedule(delay_ms, wake)
+
+            self.delayed_index = TopicDelayedIndex(self.config, lambda: self.sim.now, schedule)
+        return self.delayed_index
 
     # -- requests ---------------------------------------------------------------------------------
 

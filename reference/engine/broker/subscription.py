@@ -40,6 +40,7 @@ from spec.types import (
 )
 
 from ..delayed_service import DelayedDeliveryService
+from ..delayed_shared import TopicDelayedIndex
 from ..ledger import InitialPosition, LedgerError, ManagedCursor, ManagedLedger
 from ..memory_ledger import non_durable_cursor, reset_read_position
 from ..record_log import LogWriteFailed, RecordLog, RecordPosition
@@ -65,16 +66,19 @@ _SUB_TYPES = {
 
 class Topic(Protocol):
     """What a subscription needs of its partition: the topic's ledger and the messages written to
-    it, the buffer's state (what may be dispatched), retention, and the reload a failed pending-ack
-    write asks for (the whole topic reloads)."""
+    it, the buffer's state (what may be dispatched), retention, the reload a failed pending-ack
+    write asks for (the whole topic reloads), and the shared delayed index of this load (DD-30)."""
 
     name: str
     ledger: ManagedLedger | None
     messages: dict[Position, StoredMessage]
     state: tb.BufferState | None
     subscriptions: dict[str, SubscriptionService]
+    delayed_index: TopicDelayedIndex | None
 
     def schedule_trim(self) -> None: ...
+
+    def shared_delayed_index(self) -> TopicDelayedIndex: ...
 
     def reload(self) -> None: ...
 
@@ -282,6 +286,12 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
             slot.unacked.clear()
         return True
 
+    @property
+    def shares_delayed_index(self) -> bool:
+        """Whether this subscription's delayed messages wait in its partition's shared index (the
+        broker's ``shared_delayed_index`` option, DD-30) instead of a tracker of its own."""
+        return self.host.shared_delayed_index and self.delayed_enabled and self.durable
+
     def delayed_service(self) -> DelayedDeliveryService:
         """The subscription's tracker, made (and recovered) now if it does not exist yet."""
         if self.delayed is None:
@@ -311,11 +321,12 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         """Open (create) the pending-ack log and read its live records, numbered in log order."""
         log = RecordLog(
             self.sim,
-            self.host.store.open(self.log_name),
+            self.host.store.open(self.log_name, closes_on_write_failure=True),
             LogKind.PENDING_ACK,
             self.config,
             batching=self.host.batching,
             metrics=self.host.writer_metrics.get(LogKind.PENDING_ACK),
+            owner=self,
         )
         records = []
         self._positions = {}
@@ -513,6 +524,8 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         if not self.durable:
             self.crash()  # PA-24: nothing of a reader's subscription is durable
             return
+        if self.shares_delayed_index and self.partition.delayed_index is not None:
+            self.partition.delayed_index.unsubscribe(self.name)
         if self.delayed is not None:
             self.delayed.clear()
         else:
@@ -627,16 +640,24 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
             self.read_after = max(self.read_after, *seen)
         self._dispatched = (buffer, self.read_after)
         fresh = []
+        shared = self.partition.shared_delayed_index() if self.shares_delayed_index else None
         for position in read.delivered:
             message = self.partition.messages[position]
             if message.deliver_at is not None and self.delayed_enabled:
+                if shared is not None:
+                    if shared.add_message(self.name, position, message.deliver_at):
+                        continue
+                    fresh.append(position)
+                    continue
                 waits = self.delayed_service().add_message(position, message.deliver_at)
                 if self.state is None:
                     return  # the tracker's storage failed: the topic is reloading
                 if waits:
                     continue
             fresh.append(position)
-        if self.delayed is not None:
+        if shared is not None:
+            self.replay.update(shared.scheduled_messages(self.name))
+        elif self.delayed is not None:
             self.replay.update(self.delayed.scheduled_messages())
             if self.state is None:
                 return

@@ -1,0 +1,323 @@
+"""The questions that change nothing -- ``get_last_message_id`` (TB-18) and the admin
+``check_position_in_pending_ack`` (PA-21) -- in the engine's client, in the main job's workloads,
+and judged by the client-visible oracle: each check flags a hand-written bad history and passes its
+good twin."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from invariants.client_visible import CHECKS, check_client_visible
+from reference.engine.client import Cluster, ConsumerType
+from reference.engine.simulate import RunSpec, main_job_spec, run
+from spec.history import TXN_FUNCTIONS, Operation, OpType, make_operation
+
+P = "persistent://public/default/t-partition-0"
+PART = f"partition:{P}"
+SUB = f"subscription:{P}#sub"
+T = (0, 1)
+
+
+class H:
+    """A history builder: one call per operation, in index order."""
+
+    def __init__(self) -> None:
+        self.ops: list[Operation] = []
+
+    def op(
+        self,
+        f: str,
+        obj: str,
+        value: Any,
+        result: Any,
+        at: int,
+        done: int | None,
+        *,
+        kind: OpType = OpType.OK,
+        process: int | None = None,
+    ) -> None:
+        process = len(self.ops) if process is None else process
+        self.ops.append(
+            make_operation("h", len(self.ops), process, kind, f, obj, value, result, invoked_at=at, completed_at=done)
+        )
+
+    def txn(self, at: int = 0) -> None:
+        self.op("new_txn", "coordinator:0", {"timeout_ms": 10_000}, {"txn": list(T)}, at, at + 2)
+
+    def send(self, message: str, position: tuple[int, int], at: int, txn: tuple[int, int] | None = T) -> None:
+        value = {"message": message, "txn": None if txn is None else list(txn)}
+        self.op("send", PART, value, {"position": list(position)}, at, at + 2)
+
+    def end(self, f: str, at: int, done: int | None = None, kind: OpType = OpType.OK) -> None:
+        self.op(f, "coordinator:0", {"txn": list(T)}, None, at, at + 5 if done is None else done, kind=kind)
+
+    def last_id(self, position: tuple[int, int], at: int) -> None:
+        self.op("get_last_message_id", SUB, {}, {"position": list(position)}, at, at + 2)
+
+    def ack(self, position: tuple[int, int], at: int, txn: tuple[int, int] | None = T, **more: Any) -> None:
+        value = {"position": list(position), "txn": None if txn is None else list(txn), **more}
+        self.op("ack", SUB, value, None, at, at + 2)
+
+    def check(self, position: tuple[int, int], state: str, at: int, **more: Any) -> None:
+        self.op(
+            "check_position_in_pending_ack", SUB, {"position": list(position), **more}, {"state": state}, at, at + 2
+        )
+
+
+def counts(h: H) -> dict[str, int]:
+    return check_client_visible(h.ops).counts
+
+
+def test_the_queries_are_in_the_vocabulary_and_their_checks_name_their_rules() -> None:
+    assert TXN_FUNCTIONS["get_last_message_id"] == TXN_FUNCTIONS["check_position_in_pending_ack"] == "subscription"
+    assert CHECKS["undispatchable-last-id"] == ("TB-18",)
+    assert CHECKS["pending-ack-without-ack"] == ("PA-21",)
+
+
+# --- undispatchable-last-id (TB-18) -----------------------------------------------------------------
+
+
+def test_last_id_on_an_open_txns_entry_is_flagged_and_after_its_commit_is_not() -> None:
+    h = H()
+    h.txn()
+    h.send("t", (0, 1), 5)
+    h.last_id((0, 1), 20)
+    h.end("commit", 30)
+    assert counts(h) == {"undispatchable-last-id": 1}
+    # the commit invoked before the answer: the entry may be the last dispatchable one
+    h.ops[-1] = dataclasses.replace(h.ops[-1], invoked_at=15, completed_at=40)
+    assert counts(h) == {}
+
+
+def test_last_id_on_an_aborted_txns_entry_is_flagged() -> None:
+    h = H()
+    h.txn()
+    h.send("t", (0, 1), 5)
+    h.end("abort", 10, 12)
+    h.last_id((0, 1), 20)
+    assert counts(h) == {"undispatchable-last-id": 1}
+    # asked while the abort was still on its way: nothing certain, nothing flagged
+    h.ops[-1] = dataclasses.replace(h.ops[-1], invoked_at=11, completed_at=13)
+    h.ops[-2] = dataclasses.replace(h.ops[-2], completed_at=12)
+    assert counts(h) == {"undispatchable-last-id": 1}  # the commit was never invoked either
+    h.end("commit", 9, 30, kind=OpType.INFO)
+    assert counts(h) == {}
+
+
+def test_last_id_of_a_message_without_txn_or_no_message_is_not_judged_bad() -> None:
+    h = H()
+    h.send("plain", (0, 0), 1, txn=None)
+    h.last_id((0, 0), 5)
+    h.last_id((0, 7), 6)  # a marker or maxReadPosition itself: nobody's message
+    result = check_client_visible(h.ops)
+    assert result.counts == {} and result.judged["undispatchable-last-id"] == 2
+
+
+# --- pending-ack-without-ack (PA-21) ----------------------------------------------------------------
+
+
+def test_pending_ack_without_a_txn_ack_is_flagged() -> None:
+    h = H()
+    h.txn()
+    h.check((0, 3), "PendingAck", 10)
+    assert counts(h) == {"pending-ack-without-ack": 1}
+    h = H()
+    h.txn()
+    h.ack((0, 3), 5, txn=None)  # a plain ack makes nothing pending
+    h.check((0, 3), "PendingAck", 10)
+    assert counts(h) == {"pending-ack-without-ack": 1}
+
+
+def test_pending_ack_after_a_txn_ack_is_not_flagged_and_other_answers_are_not_judged() -> None:
+    h = H()
+    h.txn()
+    h.ack((0, 3), 5)
+    h.check((0, 3), "PendingAck", 10)
+    h.check((0, 4), "NotInPendingAck", 11)
+    result = check_client_visible(h.ops)
+    assert result.counts == {} and result.judged["pending-ack-without-ack"] == 1
+
+
+def test_pending_ack_needs_the_ack_before_the_answer_and_of_that_batch_index() -> None:
+    h = H()
+    h.txn()
+    h.check((0, 3), "PendingAck", 10)
+    h.ack((0, 3), 20)  # invoked after the answer came back
+    assert counts(h) == {"pending-ack-without-ack": 1}
+    h = H()
+    h.txn()
+    h.ack((0, 3), 5, batch_index=1)
+    h.check((0, 3), "PendingAck", 10, batch_index=2)
+    assert counts(h) == {"pending-ack-without-ack": 1}
+    h.check((0, 3), "PendingAck", 12, batch_index=1)
+    assert counts(h) == {"pending-ack-without-ack": 1}
+
+
+def test_a_txn_ack_of_unknown_outcome_may_have_made_it_pending() -> None:
+    h = H()
+    h.txn()
+    h.op("ack", SUB, {"position": [0, 3], "txn": list(T)}, None, 5, None, kind=OpType.INFO)
+    h.check((0, 3), "PendingAck", 10)
+    assert counts(h) == {}
+
+
+# --- the engine and the workloads ------------------------------------------------------------------
+
+
+def test_the_engine_answers_the_last_dispatchable_position_and_the_pending_ack_state() -> None:
+    cluster = Cluster.start(seed=3, topics={"t": 1})
+    client = cluster.client()
+    consumer = client.subscribe("t", "sub", consumer_type=ConsumerType.Exclusive)
+    producer = client.create_producer("t")
+    first = producer.send(b"plain")
+    assert consumer.get_last_message_id() == first
+    txn = client.new_transaction()
+    producer.send(b"in-txn", txn=txn)
+    # the open txn's entry holds maxReadPosition before it: the last id stays at the plain message
+    assert consumer.get_last_message_id() == first
+    message = consumer.receive(100)
+    assert message is not None and message.position == first
+    # no txn has acked here yet: the pending-ack handle starts with the first txn ack (PA-17)
+    assert consumer.check_position_in_pending_ack(message) == "PendingAckNotReady"
+    consumer.acknowledge(message, txn=txn)
+    assert consumer.check_position_in_pending_ack(message) == "PendingAck"
+    txn.commit()
+    assert consumer.check_position_in_pending_ack(message) == "MarkDelete"
+    assert consumer.get_last_message_id() > first
+    fs = [op.f for op in cluster.history()]
+    assert fs.count("get_last_message_id") == 3 and fs.count("check_position_in_pending_ack") == 3
+    assert check_client_visible(cluster.history(machines=True)).ok
+
+
+def test_a_txn_ended_after_its_subscription_was_unsubscribed_ends_as_pulsar_does() -> None:
+    """END_TXN_ON_SUBSCRIPTION to a subscription that is gone succeeds (Pulsar's ServerCnx: topic
+    loaded, subscription absent), so the commit completes; the pending-ack log's writer was closed."""
+    cluster = Cluster.start(seed=4, topics={"t": 1})
+    client = cluster.client()
+    consumer = client.subscribe("t", "sub")
+    client.create_producer("t").send(b"m")
+    message = consumer.receive(100)
+    assert message is not None
+    txn = client.new_transaction()
+    consumer.acknowledge(message, txn=txn)
+    log = cluster.broker.subscription(message.partition, "sub")
+    assert log is not None and log.log is not None
+    writer = log.log
+    consumer.unsubscribe()
+    assert cluster.broker.subscription(message.partition, "sub") is None
+    assert not writer._alive
+    txn.commit()
+
+
+def test_the_queries_variant_asks_both_questions_and_only_on_its_seeds() -> None:
+    assert [s for s in range(1, 21) if main_job_spec("ctp", s).queries] == [4, 9, 14, 19]
+    result = run(RunSpec(workload="ctp", seed=2, ops=10, queries=True, unsubscribe=True))
+    fs = [op.f for op in result.operations]
+    assert "get_last_message_id" in fs and "check_position_in_pending_ack" in fs
+    # the processors unsubscribe too: their subscriptions had pending-ack logs
+    gone = {op.object for op in result.operations if op.f == "unsubscribe" and op.type is OpType.OK}
+    assert any("#ctp" in name for name in gone)
+    assert check_client_visible(result.operations).ok
+
+
+# --- readers and seek by publish time (PA-23, PA-24) ----------------------------------------------
+
+READER = f"subscription:{P}#look1"
+
+
+def _reader_history(first_after_seek: str, *, durable: bool = False) -> H:
+    h = H()
+    reader: dict[str, Any] = {} if durable else {"durable": False, "start_message": [0, 1]}
+    h.send("old", (0, 0), 1, txn=None)  # completed at 3
+    h.send("new", (0, 1), 10, txn=None)  # completed at 12
+    h.op(
+        "subscribe",
+        READER,
+        {"initial_position": "Earliest", "sub_type": "Exclusive", **reader},
+        None,
+        20,
+        21,
+    )
+    h.op("receive", READER, {}, {"message": "new", "position": [0, 1], "redelivery_count": 0}, 22, 23)
+    h.op("seek", READER, {"publish_time": 5}, None, 30, 32)
+    position = [0, 0] if first_after_seek == "old" else [0, 1]
+    h.op("receive", READER, {}, {"message": first_after_seek, "position": position, "redelivery_count": 0}, 32, 34)
+    h.op("receive", READER, {}, None, 40, 45)
+    return h
+
+
+def test_a_first_delivery_after_a_seek_published_before_its_time_is_flagged() -> None:
+    assert CHECKS["delivered-before-seek-time"] == ("PA-23",)
+    assert counts(_reader_history("old")) == {"delivered-before-seek-time": 1}
+    good = check_client_visible(_reader_history("new").ops)
+    assert good.counts == {} and good.judged["delivered-before-seek-time"] == 1
+
+
+def test_a_reader_is_judged_for_what_it_receives_not_for_what_it_misses() -> None:
+    from invariants.transactional import check_transactional
+
+    # The Reader started at (0, 1) and never received "old": not a lost message (it holds back no
+    # ledger deletion, and its start was after it).
+    h = _reader_history("new")
+    assert check_transactional(h.ops).ok
+    assert check_client_visible(h.ops).ok
+    # the same history on a durable subscription: "old" was never received by a drained one
+    assert "lost-message" in check_transactional(_reader_history("new", durable=True).ops).counts
+
+
+def test_out_of_order_restarts_at_a_seek() -> None:
+    from invariants.transactional import check_transactional
+
+    h = H()
+    h.send("a", (0, 0), 1, txn=None)
+    h.send("b", (0, 1), 2, txn=None)
+    h.op("subscribe", READER, {"initial_position": "Earliest", "sub_type": "Exclusive"}, None, 5, 6)
+    h.op("receive", READER, {}, {"message": "b", "position": [0, 1], "redelivery_count": 0}, 7, 8, process=50)
+    h.op("receive", READER, {}, {"message": "a", "position": [0, 0], "redelivery_count": 0}, 20, 22, process=50)
+    assert "out-of-order-delivery" in check_transactional(h.ops).counts
+    h.ops.insert(
+        4,
+        make_operation(
+            "h", 99, 98, OpType.OK, "seek", READER, {"publish_time": 0}, None, invoked_at=10, completed_at=12
+        ),
+    )
+    h.ops = [dataclasses.replace(op, index=i) for i, op in enumerate(h.ops)]
+    assert "out-of-order-delivery" not in check_transactional(h.ops).counts
+
+
+def test_the_engine_reader_starts_at_its_start_message_and_seeks_by_publish_time() -> None:
+    cluster = Cluster.start(seed=7, topics={"t": 1})
+    client = cluster.client()
+    producer = client.create_producer("t")
+    sent = []
+    for i in range(4):
+        sent.append((producer.send(f"m{i}"), cluster.sim.now))
+        cluster.sim.advance(100)
+    reader = client.create_reader_async("t", "look", sent[2][0])
+    cluster.sim.run_until(lambda: reader.done)
+    look = reader.result()
+    got = []
+    while (message := look.receive(50)) is not None:
+        got.append(message.payload.decode())
+    assert got == ["m2", "m3"]  # the start message is delivered again
+    look.seek(sent[1][1])  # published at or after m1's send returned: m2 on (m1 was published before)
+    again = []
+    while (message := look.receive(50)) is not None:
+        again.append(message.payload.decode())
+    assert again == ["m2", "m3"]
+    look.seek(0)
+    assert look.receive(50).payload == b"m0"
+    look.close()
+    assert cluster.broker.subscription(look.partition, "look") is None  # PA-24: it dies with its consumer
+    assert check_client_visible(cluster.history(machines=True)).ok
+
+
+def test_the_readers_variant_looks_back_on_its_seeds() -> None:
+    assert [s for s in range(1, 21) if main_job_spec("multi", s).readers] == [3, 8, 13, 18]
+    result = run(RunSpec(workload="multi", seed=3, ops=10, readers=True))
+    subscribes = [op for op in result.operations if op.f == "subscribe" and "#look" in op.object]
+    seeks = [op for op in result.operations if op.f == "seek"]
+    assert len(subscribes) == 2 and all(op.args["durable"] is False for op in subscribes)
+    assert len(seeks) == 2 and all(op.type is OpType.OK for op in seeks)
+    assert check_client_visible(result.operations).ok
