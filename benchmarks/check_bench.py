@@ -62,19 +62,35 @@ def _row(name: str, bounds: dict[str, int], result: Result, wall: float, cpu: fl
     }
 
 
-def _spark(name: str, bounds: dict[str, int], options: Options, master: str) -> dict[str, Any]:
+def _spark(name: str, bounds: dict[str, int], options: Options, master: str, partitions: int) -> dict[str, Any]:
     from txnmodel.check_spark import explore_spark
     from txnmodel.spark_runner import spark_session, stop_session
 
     stop_session()
     spark_session(master, "check_bench")  # started outside the timing, as a running cluster would be
     wall0 = time.perf_counter()
-    result, _model = explore_spark(build(name, bounds), options, master)
+    result, _model = explore_spark(build(name, bounds), options, master, partitions=partitions)
     wall = time.perf_counter() - wall0
     cores = int(master[len("local[") : -1]) if master.startswith("local[") else 1
     row = _row(name, bounds, result, wall, 0.0, cores)
     row["master"] = master
+    row["partitions"] = partitions
     return row
+
+
+def _levels(label: str) -> Any:
+    """Progress on stderr: a line per BFS level (a long comparison shows where it is)."""
+    started = time.perf_counter()
+
+    def show(depth: int, states: int, frontier: int) -> None:
+        print(
+            f"  {label}: depth {depth}, {states:,} states, level {frontier:,}, "
+            f"{time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.1f}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return show
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only-big", action="store_true", help="only the big model's comparison")
     parser.add_argument("--no-spark", action="store_true", help="leave out the Spark comparison")
+    parser.add_argument(
+        "--partitions", type=int, default=4, help="Spark partitions of the big model, the same for local[1] and [2]"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     big_bounds = dict(BIG_BOUNDS)
@@ -116,13 +135,23 @@ def main(argv: list[str] | None = None) -> int:
                     reductions[f"symmetry={'on' if symmetry else 'off'} por={'on' if por else 'off'}"] = row
         report["reductions"] = reductions
         save()
-        safety = Options(liveness=False, symmetry=False, por=False, max_states=args.big_max_states)
-        big = report["big"] = {"single process": _local(args.big_model, big_bounds, safety)}
+
+        def safety(label: str) -> Options:
+            return Options(
+                liveness=False, symmetry=False, por=False, max_states=args.big_max_states, progress=_levels(label)
+            )
+
+        big = report["big"] = {"single process": _local(args.big_model, big_bounds, safety("single process"))}
         save()
         if not args.no_spark:
             for master in ("local[1]", "local[2]"):
-                big[master] = _spark(args.big_model, big_bounds, safety, master)
+                big[master] = _spark(args.big_model, big_bounds, safety(master), master, args.partitions)
+                big[master]["load"] = os.getloadavg()
                 save()
+            same = {(row["states"], row["transitions"], row["depth"], row["verdict"]) for row in big.values()}
+            if len(same) != 1:
+                print(f"the big model's runs disagree: {big}", file=sys.stderr)
+                return 1
     report["load_after"] = os.getloadavg()
     save()
     if args.json:

@@ -1,30 +1,40 @@
 """Breadth-first exploration of a composed model on Spark (``txnmodel check --master URL``).
 
 The pure part is :mod:`proofs.check` (a level is "expand these states": :meth:`Model.successors`
-and :meth:`Model.canonical`); this module is the plumbing.  One BFS level is one Spark job:
+and :meth:`Model.canonical`); this module is the plumbing.  The seen set and every level's states
+are partitioned by fingerprint (``fp mod partitions``) and live in a directory every executor sees;
+Spark schedules the work and carries only small reports.  One BFS level is one Spark job of one
+task per partition; task ``p`` of job ``k``:
 
-1. the frontier's partitions expand their states on the executors (each executor keeps one
-   :class:`~proofs.check.model.Model` per run, so its memoised machine steps and transitions
-   survive from level to level), check every successor's safety predicates, and emit
-   ``(fingerprint, (state, parent))``;
-2. one shuffle partitions the successors by fingerprint (``fp mod partitions``) and keeps one per
-   fingerprint;
-3. each partition tests its fingerprints against its part of the seen set, which lives on disk
-   (:class:`txnmodel.fpset.PartitionSeen`: one sorted run per level, memory-mapped), records the new
-   ones, and yields them as the next frontier.
+1. **settles** level ``k`` of its partition: reads the successors that job ``k - 1``'s tasks wrote
+   for it (one file per writer task), keeps one per fingerprint (the smallest parent, so the run is
+   deterministic), tests them against its part of the seen set (:class:`txnmodel.fpset.PartitionSeen`:
+   one sorted run per level, memory-mapped), and records the new ones;
+2. **expands** the new states (each executor keeps one :class:`~proofs.check.model.Model` per run,
+   so its memoised machine steps and transitions survive from level to level), checks every
+   successor's safety predicates, and writes the successors bucketed by their partition, one
+   pickle file per (writer, partition) for job ``k + 1``.
+
+The states never cross between Python and the JVM: a shuffle of pickled states through Spark cost
+more than the exploration itself.  What the driver collects per level is the new states' count, the
+transitions' count, the violations, the values the executors interned, and for liveness the graph.
 
 Component states travel as digests; the values an executor interned in a level go to the driver
-with the level's results and are broadcast to every executor before the next level, so any
+with the level's report and are broadcast to every executor before the next level, so any
 executor can expand any state.  The fingerprint of a state is Python's hash of a tuple of ints,
 the same in every process, so the counts and verdicts equal the single-process run's.
 
-The seen set's directory must be visible to every executor: a local directory in local mode, a
-shared file system on a cluster.  Traces are rebuilt on the driver from the parent pointers on
-disk and replayed concretely.
+The directory must be visible to every executor: a local directory in local mode, a shared file
+system on a cluster.  A retried task rewrites the same files (the names carry the level and the
+writer), so a retry never counts a state twice.  Traces are rebuilt on the driver from the parent
+pointers on disk and replayed concretely.
 """
 
 from __future__ import annotations
 
+import gc
+import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -63,13 +73,6 @@ def _runtime(run_id: str, spec: ModelSpec, step_timeout_s: float | None, broadca
     return model
 
 
-def _partition_of(partitions: int) -> Any:
-    def part(key: Any) -> int:
-        return key % partitions if isinstance(key, int) else 0
-
-    return part
-
-
 def explore_spark(
     spec: ModelSpec,
     options: Options,
@@ -105,63 +108,79 @@ def explore_spark(
     canon = driver.canonical if symmetry and len(driver.symmetries) > 1 else (lambda s: s)
     init = canon(driver.initial())
     init_fp = hash(init)
-    PartitionSeen(directory, init_fp % n_parts).record(0, np.array([init_fp], dtype=np.int64), np.array([init_fp]))
+    # Level 0 is the initial state, "written" for its partition by the driver.
+    _write_bucket(_level_dir(directory, 0) / "from-driver", init_fp % n_parts, [(init_fp, init, init_fp, ())])
     found: dict[str, Violation] = {}
     for name in driver.violations(init):
         found.setdefault(name, Violation("safety", name, [TraceStep(("init",), driver.initial())]))
     broadcasts: list[tuple[int, Any]] = []
     pending_values = driver.store.take_new()
     graph_edges: list[tuple[int, int, Any]] = []
-    graph_states: dict[int, tuple[Any, ...]] = {init_fp: init}
-    frontier = sc.parallelize([(init_fp, (init, init_fp))], 1)
-    level = 0
-    states = 1
+    graph_states: dict[int, tuple[Any, ...]] = {}
+    states = 0
     transitions = 0
-    step_timeout = options.step_timeout_s
-    liveness = options.liveness
-    part = _partition_of(n_parts)
+    # What job k found expanding level k, reported with level k + 1 (as the single process does).
+    ahead = _LevelReport()
+    tasks = sc.parallelize(range(n_parts), n_parts)
+    level = 0
     try:
         while True:
-            level += 1
             if pending_values:
                 broadcasts.append((len(broadcasts), sc.broadcast(pending_values)))
-            shipped = list(broadcasts)
-
-            expand = partial(_expand, run_id, spec, step_timeout, shipped, symmetry, por, liveness)
-            expanded = frontier.mapPartitionsWithIndex(expand)
-            merged = expanded.reduceByKey(_first_parent, n_parts, part)
-            out = merged.mapPartitionsWithIndex(partial(_settle, directory, level)).persist()
-            level_report = _LevelReport()
-            for record in out.mapPartitions(partial(_report, liveness)).collect():
-                level_report.take(record, graph_states, graph_edges)
-            new_count, transitions = level_report.new_states, transitions + level_report.transitions
-            pending_values = level_report.values
-            level_violations = level_report.violations
+            job = partial(
+                _level_task,
+                run_id,
+                spec,
+                options.step_timeout_s,
+                list(broadcasts),
+                symmetry,
+                por,
+                options.liveness,
+                str(directory),
+                n_parts,
+                level,
+            )
+            report = _LevelReport()
+            for record in tasks.mapPartitionsWithIndex(job).collect():
+                report.take(record, graph_states, graph_edges)
+            shutil.rmtree(_level_dir(directory, level), ignore_errors=True)  # its successors are settled
+            pending_values = report.values
             for d, value in pending_values:
                 driver.store.adopt(d, value)  # the driver renders traces and checks liveness
-            frontier.unpersist()
-            frontier = out.filter(lambda r: r[0] == "s").map(lambda r: (r[1], r[2]))
-            states += new_count
-            for _k, name, parent, _nfp, label in sorted(level_violations, key=lambda r: (r[1], r[2])):
+            states += report.new_states
+            if level == 0:
+                ahead = report
+                level = 1
+                continue
+            transitions += ahead.transitions
+            # This level's transitions' step properties (job k - 1 expanded them), then its new
+            # states' invariants (job k settled them): the single process's order within a level.
+            for _k, name, parent, _nfp, label in sorted(ahead.violations, key=lambda r: (r[1], r[2])):
                 if name not in found:
                     path = _path(directory, n_parts, parent, init_fp)
                     found[name] = Violation("safety", name, _trace_to(driver, path, label, symmetry, por))
+            for _k, name, fp in sorted(report.state_violations, key=lambda r: (r[1], r[2])):
+                if name not in found:
+                    path = _path(directory, n_parts, fp, init_fp)
+                    found[name] = Violation("safety", name, concrete_trace(driver, path, symmetry=symmetry, por=por))
+            ahead = report
             if options.progress is not None:
-                options.progress(level, states, new_count)
+                options.progress(level, states, report.new_states)
             if found and options.stop_at_first:
                 result.complete = False
                 break
-            if new_count == 0:
+            if report.new_states == 0:
                 level -= 1
                 break
             if options.max_states is not None and states >= options.max_states:
                 result.complete = False
                 result.notes.append(f"stopped at --max-states {options.max_states}")
                 break
+            level += 1
         result.states = states
         result.transitions = transitions
         result.depth = level
-        if liveness and not found and result.complete:
+        if options.liveness and not found and result.complete:
             found.update(_liveness(driver, graph_states, graph_edges, directory, n_parts, init_fp, options))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -170,7 +189,19 @@ def explore_spark(
     return result, driver
 
 
-def _expand(
+def _level_dir(directory: Path, level: int) -> Path:
+    return directory / "successors" / f"level-{level:06d}"
+
+
+def _write_bucket(folder: Path, partition: int, items: list[tuple[int, tuple[Any, ...], int, Any]]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"to-{partition:05d}.pickle"
+    tmp = folder / f".to-{partition:05d}.{uuid.uuid4().hex}.tmp"
+    tmp.write_bytes(pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL))
+    os.replace(tmp, path)  # a retried task replaces its file whole
+
+
+def _level_task(
     run_id: str,
     spec: ModelSpec,
     step_timeout: float | None,
@@ -178,71 +209,90 @@ def _expand(
     symmetry: bool,
     por: bool,
     liveness: bool,
+    directory: str,
+    partitions: int,
+    level: int,
     index: int,
-    items: Iterable[Any],
+    _items: Iterable[Any],
 ) -> Iterator[Any]:
-    """A frontier partition's successors keyed by fingerprint, and what the driver needs keyed by
-    (partition, serial): violations, graph edges (for liveness), counts, newly interned values."""
+    """Settle partition ``index`` of level ``level`` and expand its new states (module docstring)."""
+    # As in the single process (proofs.check.explore): states never form reference cycles, and the
+    # cyclic collector would re-walk the executor's whole memo of states at every collection.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield from _settle_and_expand(
+            run_id, spec, step_timeout, shipped, symmetry, por, liveness, Path(directory), partitions, level, index
+        )
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _settle_and_expand(
+    run_id: str,
+    spec: ModelSpec,
+    step_timeout: float | None,
+    shipped: list[Any],
+    symmetry: bool,
+    por: bool,
+    liveness: bool,
+    root: Path,
+    partitions: int,
+    level: int,
+    index: int,
+) -> Iterator[Any]:
+    # 1. settle: one candidate per fingerprint, the smallest parent; then against the seen set.
+    candidates: dict[int, tuple[tuple[Any, ...], int, Any]] = {}
+    name = f"to-{index:05d}.pickle"
+    for path in sorted(_level_dir(root, level).glob(f"from-*/{name}")):
+        for fp, state, parent, changed in pickle.loads(path.read_bytes()):
+            known = candidates.get(fp)
+            if known is None or parent < known[1]:
+                candidates[fp] = (state, parent, changed)
+    seen = PartitionSeen(root, index).open(level)
+    keys = sorted(candidates)
+    fps = np.array(keys, dtype=np.int64)
+    fresh = seen.new(fps) if keys else np.zeros(0, dtype=bool)
+    parents = np.array([candidates[k][1] for k in keys], dtype=np.int64)
+    seen.record(level, fps[fresh], parents[fresh])
+    new = [(k, candidates[k][0], candidates[k][2]) for k, keep in zip(keys, fresh.tolist(), strict=True) if keep]
+    del candidates
+    yield ("count", len(new))
     model = _runtime(run_id, spec, step_timeout, shipped)
+    # The new states' invariants, once per state (the predicates are symmetric: the canonical
+    # state breaks what the concrete one does), over what the transition to it rewrote.
+    for fp, state, changed in new:
+        if liveness:
+            yield ("state", fp, state)
+        for violated in model.violations(state, changed):
+            yield ("broken", violated, fp)
+    # 2. expand the new states; their successors go to their partitions' files for the next level.
     canon = model.canonical if symmetry and len(model.symmetries) > 1 else (lambda s: s)
     model.store.take_new()
+    buckets: list[dict[int, tuple[tuple[Any, ...], int, Any]]] = [{} for _ in range(partitions)]
     count = 0
-    serial = 0
-    for fp, (state, _parent) in items:
+    for fp, state, _changed in new:
         for succ in model.successors(state, por=por):
             count += 1
             nxt = canon(succ.state)
             nfp = hash(nxt)
-            for name in list(succ.broken) + model.violations(succ.state, succ.changed):
-                serial += 1
-                yield ((index, serial), ("violation", name, fp, nfp, succ.label))
+            for violated in succ.broken:
+                yield ("x", ("violation", violated, fp, nfp, succ.label))
             if liveness:
-                serial += 1
-                yield ((index, serial), ("edge", fp, nfp, succ.family))
-            yield (nfp, (nxt, fp))
-    serial += 1
-    yield ((index, serial), ("transitions", count))
+                yield ("x", ("edge", fp, nfp, succ.family))
+            bucket = buckets[nfp % partitions]
+            known = bucket.get(nfp)
+            if known is None or fp < known[1]:
+                bucket[nfp] = (nxt, fp, succ.changed)
+    out = _level_dir(root, level + 1) / f"from-{index:05d}"
+    for target, bucket in enumerate(buckets):
+        if bucket:
+            _write_bucket(out, target, [(nfp, *entry) for nfp, entry in bucket.items()])
+    yield ("x", ("transitions", count))
     values = model.store.take_new()
     if values:
-        serial += 1
-        yield ((index, serial), ("values", values))
-
-
-def _settle(directory: Path, level: int, index: int, items: Iterable[Any]) -> Iterator[Any]:
-    """Test a partition's successors against its part of the seen set; record and yield the new."""
-    seen = PartitionSeen(directory, index).open(level)
-    keys: list[int] = []
-    payload: list[Any] = []
-    for key, value in items:
-        if isinstance(key, tuple):
-            yield ("x", value)
-        else:
-            keys.append(key)
-            payload.append(value)
-    if not keys:
-        seen.record(level, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-        return
-    fps = np.array(keys, dtype=np.int64)
-    fresh = seen.new(fps)
-    parents = np.array([p[1] for p in payload], dtype=np.int64)
-    seen.record(level, fps[fresh], parents[fresh])
-    for keep, key, value in zip(fresh.tolist(), keys, payload, strict=True):
-        if keep:
-            yield ("s", key, value)
-
-
-def _report(liveness: bool, items: Iterable[Any]) -> Iterator[Any]:
-    """One job per level: what the driver needs (the extras, the new states' count, and for
-    liveness the new states) in one collect; the frontier stays on the executors."""
-    count = 0
-    for record in items:
-        if record[0] == "s":
-            count += 1
-            if liveness:
-                yield ("state", record[1], record[2][0])
-        else:
-            yield record
-    yield ("count", count)
+        yield ("x", ("values", values))
 
 
 class _LevelReport:
@@ -253,12 +303,15 @@ class _LevelReport:
         self.transitions = 0
         self.values: list[tuple[int, Any]] = []
         self.violations: list[Any] = []
+        self.state_violations: list[Any] = []
 
     def take(self, record: Any, states: dict[int, Any], edges: list[tuple[int, int, Any]]) -> None:
         if record[0] == "count":
             self.new_states += record[1]
         elif record[0] == "state":
             states[record[1]] = record[2]
+        elif record[0] == "broken":
+            self.state_violations.append(record)
         else:
             extra = record[1]
             if extra[0] == "transitions":
@@ -279,13 +332,6 @@ def _trace_to(driver: Model, path: list[int], label: Any, symmetry: bool, por: b
             trace.append(TraceStep(succ.label, succ.state))
             break
     return trace
-
-
-def _first_parent(a: Any, b: Any) -> Any:
-    """Keep one successor per fingerprint: the one with the smallest parent (deterministic)."""
-    if isinstance(a, tuple) and len(a) == 2 and isinstance(a[1], int) and isinstance(b, tuple) and len(b) == 2:
-        return a if a[1] <= b[1] else b
-    return a
 
 
 def _path(directory: Path, partitions: int, fp: int, init_fp: int) -> list[int]:

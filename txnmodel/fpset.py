@@ -17,14 +17,16 @@ This module does file I/O, which is why it lives in ``txnmodel/``; the explorer 
 
 from __future__ import annotations
 
+import marshal
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_RUNS", "PartitionSeen", "SpillingVisited"]
+__all__ = ["MAX_RUNS", "PartitionSeen", "SpillingFrontier", "SpillingVisited"]
 
 MAX_RUNS = 6
 _DTYPE = np.int64
@@ -136,6 +138,60 @@ class SpillingVisited:
             import shutil
 
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class SpillingFrontier:
+    """One BFS level's states (``proofs.check.explore.Frontier``) with at most ``memory_states`` of
+    them in memory: the rest go, in discovery order, to a file of ``marshal`` chunks (a composed
+    state is a tuple of ints and tuples, which ``marshal`` writes and reads exactly).  Reading the
+    level back holds one chunk at a time; ``discard`` deletes the file."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, memory_states: int = 100_000) -> None:
+        self.memory_states = memory_states
+        fd, name = tempfile.mkstemp(prefix="level-", suffix=".marshal", dir=directory)
+        os.close(fd)
+        self.path: Path | None = Path(name)
+        self._file: Any = None
+        self._tail: list[tuple[int, tuple[Any, ...]]] = []
+        self._count = 0
+        self.spilled = 0
+
+    def append(self, fp: int, state: tuple[Any, ...]) -> None:
+        self._tail.append((fp, state))
+        self._count += 1
+        if len(self._tail) >= self.memory_states:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._file is None:
+            assert self.path is not None, "the level was discarded"
+            self._file = open(self.path, "ab")  # noqa: SIM115 -- kept open while the level grows
+        marshal.dump(self._tail, self._file)
+        self._file.flush()  # the chunk is on its way to disk, not in this process
+        self.spilled += len(self._tail)
+        self._tail = []
+
+    def __iter__(self) -> Iterator[tuple[int, tuple[Any, ...]]]:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self.spilled and self.path is not None:
+            with open(self.path, "rb") as chunks:
+                for _ in range(self.spilled // self.memory_states):
+                    yield from marshal.load(chunks)
+        yield from self._tail
+
+    def __len__(self) -> int:
+        return self._count
+
+    def discard(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._tail = []
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+            self.path = None
 
 
 class PartitionSeen:

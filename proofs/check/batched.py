@@ -87,7 +87,8 @@ class BatchedLog:
         """``asyncAddData`` of one record; the request id it got (empty if refused)."""
         writer = self.store.get(w.caux[WRITER])
         request_id = writer.next_request_id
-        result = self._writer_step(w, bl.AsyncAddData(record.to_pb().SerializeToString(), 0))
+        data = self.store.memo(("record-bytes", record), lambda: record.to_pb().SerializeToString())
+        result = self._writer_step(w, bl.AsyncAddData(data, 0))
         if isinstance(result, Err):
             return []
         w.caux[REQUESTS] = (*w.caux[REQUESTS], (request_id, record_id))
@@ -107,21 +108,21 @@ class BatchedLog:
     def _writer_effects(self, w: _W, result: Any) -> None:
         entries, max_local = self.store.get(w.clog)
         entries = list(entries)
+        dirty = False  # the ledger is interned again only when an effect changed it
         for effect in result.effects:
             if isinstance(effect, bl.AsyncAddEntry):
                 position = Position(1, len(entries))
                 entries.append(bl.LoggedEntry(position, effect.data))
                 w.caux[IN_FLIGHT] = (*w.caux[IN_FLIGHT], (effect.write_id, 1, len(entries) - 1))
-                records = [r.record for r in bl.read_entry(KIND, position, effect.data)]
-                pb: Any
-                for pb in records:
-                    if pb.HasField("max_local_txn_id"):
-                        max_local = max(max_local, pb.max_local_txn_id)
+                max_local = max(max_local, self._max_local(position, effect.data))
+                dirty = True
             elif isinstance(effect, bl.AddComplete):
                 # Each caller's future completes in batch order, and what waited on it runs at once
                 # (the engine's done-callbacks): a deletion of a record id the coordinator then reuses
                 # (a refused log-before-check does not advance next_record_id) hits the right entry.
-                w.clog = self.store.put((tuple(entries), max_local))
+                if dirty:
+                    w.clog = self.store.put((tuple(entries), max_local))
+                    dirty = False
                 self._completed(w, effect.request_id, effect.position)
                 self._release(w)
                 entries, max_local = self.store.get(w.clog)
@@ -137,7 +138,22 @@ class BatchedLog:
                     else:
                         bits = sum(1 << i for i in view.remaining)
                         entries[at] = bl.LoggedEntry(old.position, old.data, bits_to_words(bits), False)
-        w.clog = self.store.put((tuple(entries), max_local))
+                dirty = True
+        if dirty:
+            w.clog = self.store.put((tuple(entries), max_local))
+
+    def _max_local(self, position: Position, data: bytes) -> int:
+        """The greatest ``max_local_txn_id`` the entry's records carry (-1: none); decoded once per entry."""
+
+        def decode() -> int:
+            found = -1
+            pb: Any
+            for pb in (r.record for r in bl.read_entry(KIND, position, data)):
+                if pb.HasField("max_local_txn_id"):
+                    found = max(found, pb.max_local_txn_id)
+            return found
+
+        return int(self.store.memo(("max-local", position, data), decode))
 
     def _completed(self, w: _W, request_id: int, position: BatchedPosition | Position) -> None:
         requests = dict(w.caux[REQUESTS])
@@ -229,16 +245,25 @@ class BatchedLog:
     def crash(self, w: _W) -> None:
         """The broker loses the coordinator: the writer's buffer and in-flight completions are gone;
         the store replays the ledger through the cursor (BW-23..25, TC-21..24)."""
-        entries, max_local = self.store.get(w.clog)
-        replayed = bl.replay(KIND, entries)
-        records = tuple((i, tc.TxnLogRecord.from_pb(_entry(r.record))) for i, r in enumerate(replayed))
+        coord, clog, writer, positions, effects = self.store.memo(("reload", w.clog), lambda: self._reload(w.clog))
+        w.coord = coord
+        w.clog = clog
+        w.caux[:] = [w.caux[0] + 1, (), (), (), writer, (), (), tuple(positions), (), ()]
+        for effect in effects:
+            if isinstance(effect, tc.DeleteRecords):
+                self._delete(w, effect.record_ids)
+            elif isinstance(effect, tc.ScheduleResumeEndTxn):
+                self.model._arm_resume(w, effect)
+
+    def _reload(self, clog: int) -> tuple[int, int, int, tuple[Any, ...], tuple[Any, ...]]:
+        """What a reload from the ledger ``clog`` yields (a pure function of it, so computed once):
+        the coordinator's and the writer's digests, the records' positions, the recovery's effects."""
+        entries, max_local = self.store.get(clog)
+        replayed, records = self._replayed(clog)
         last = entries[-1] if entries else None
         interceptor = max_local
         if last is not None:
-            for r in bl.read_entry(KIND, last.position, last.data):
-                record = _entry(r.record)
-                if record.HasField("max_local_txn_id"):
-                    interceptor = max(interceptor, record.max_local_txn_id)
+            interceptor = max(interceptor, self._max_local(last.position, last.data))
         state, effects = tc.recover(self.config, 0, records, interceptor, next_record_id=len(records))
         writer = self.store.put(bl.recover_for(self.cfg, entries, 0))
         positions = []
@@ -250,14 +275,9 @@ class BatchedLog:
                 else (p.ledger_id, p.entry_id, 1, 0)
             )
             positions.append((i, pos))
-        w.coord = self.store.put(state)
-        w.clog = self.store.put((entries, max(max_local, state.sequence_id)))
-        w.caux[:] = [w.caux[0] + 1, (), (), (), writer, (), (), tuple(positions), (), ()]
-        for effect in effects:
-            if isinstance(effect, tc.DeleteRecords):
-                self._delete(w, effect.record_ids)
-            elif isinstance(effect, tc.ScheduleResumeEndTxn):
-                self.model._arm_resume(w, effect)
+        coord = self.store.put(state)
+        new_log = self.store.put((entries, max(max_local, state.sequence_id)))
+        return coord, new_log, writer, tuple(positions), tuple(effects)
 
     # --- what the checker asks ----------------------------------------------------------------
 
@@ -275,10 +295,19 @@ class BatchedLog:
     def _recovers(self, s: tuple[Any, ...]) -> bool:
         """TC-25 with BW-23..25: once nothing is buffered or in flight, replaying the ledger gives the
         live store."""
-        entries, max_local = self.store.get(s[CLOG])
-        replayed = bl.replay(KIND, entries)
-        records = tuple((i, tc.TxnLogRecord.from_pb(_entry(r.record))) for i, r in enumerate(replayed))
+        _entries, max_local = self.store.get(s[CLOG])
+        _replayed, records = self._replayed(s[CLOG])
         return composed.coordinator_recovers_live(self.store.get(s[COORD]), records, max_local)
+
+    def _replayed(self, clog: int) -> tuple[Any, tuple[tuple[int, tc.TxnLogRecord], ...]]:
+        """The ledger ``clog`` read through the cursor (BW-23, BW-24) and its records decoded, once per ledger."""
+
+        def decode() -> tuple[Any, tuple[tuple[int, tc.TxnLogRecord], ...]]:
+            replayed = bl.replay(KIND, self.store.get(clog)[0])
+            return replayed, tuple((i, tc.TxnLogRecord.from_pb(_entry(r.record))) for i, r in enumerate(replayed))
+
+        found: tuple[Any, tuple[tuple[int, tc.TxnLogRecord], ...]] = self.store.memo(("replayed", clog), decode)
+        return found
 
 
 def _entry(message: Any) -> Any:

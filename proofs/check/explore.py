@@ -23,7 +23,7 @@ from __future__ import annotations
 import gc
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,6 +31,7 @@ from invariants import composed
 from proofs.check.model import Model, StepDiverged, Successor
 
 __all__ = [
+    "Frontier",
     "Options",
     "Result",
     "TraceStep",
@@ -77,6 +78,39 @@ class MemoryVisited:
         return len(self._parents)
 
 
+class Frontier(Protocol):
+    """One BFS level's states in discovery order: appended once, then iterated once."""
+
+    def append(self, fp: int, state: tuple[Any, ...]) -> None: ...
+
+    def __iter__(self) -> Iterator[tuple[int, tuple[Any, ...]]]: ...
+
+    def __len__(self) -> int: ...
+
+    def discard(self) -> None:
+        """The level is expanded: free what holds it."""
+        ...
+
+
+class MemoryFrontier:
+    """A level in a list (the default)."""
+
+    def __init__(self) -> None:
+        self._items: list[tuple[int, tuple[Any, ...]]] = []
+
+    def append(self, fp: int, state: tuple[Any, ...]) -> None:
+        self._items.append((fp, state))
+
+    def __iter__(self) -> Iterator[tuple[int, tuple[Any, ...]]]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def discard(self) -> None:
+        self._items = []
+
+
 @dataclass
 class Options:
     symmetry: bool = True
@@ -87,6 +121,12 @@ class Options:
     step_timeout_s: float | None = 20.0
     strict: bool = False  # also the liveness properties Pulsar's design does not promise (LIVENESS_STRICT)
     visited: Callable[[], Visited] | None = None
+    # A big run's bounded memory: each level's states in a ``Frontier`` of this factory's (the
+    # spilling one is ``txnmodel.fpset.SpillingFrontier``), and a level's successors settled
+    # against the seen set every ``settle_every`` distinct fingerprints instead of once per level.
+    # Same states, parents, counts and verdicts as the one-settle run (the tests check it).
+    frontier: Callable[[], Frontier] | None = None
+    settle_every: int | None = None
     progress: Callable[[int, int, int], None] | None = None  # (depth, states, frontier)
 
 
@@ -181,12 +221,21 @@ def _explore(model: Model, options: Options) -> Result:
 
     for name in model.violations(init):
         record("safety", name, init_fp)
-    frontier: list[tuple[int, tuple[Any, ...]]] = [(init_fp, init)]
+    new_frontier: Callable[[], Frontier] = options.frontier or MemoryFrontier
+    frontier = new_frontier()
+    frontier.append(init_fp, init)
     depth = 0
     transitions = 0
     stop = bool(found) and options.stop_at_first
-    while frontier and not stop:
+    settle_every = options.settle_every
+    while len(frontier) and not stop:
         candidates: dict[int, tuple[tuple[Any, ...], int, Successor]] = {}
+        following = new_frontier()
+        # The violations of the level's new states wait for the end of its expansion: a run that
+        # stops at a transition's violation in this level never settles it (so never sees them),
+        # whether it settles once or every ``settle_every`` fingerprints.
+        settled: dict[str, Violation] = {}
+
         for fp, state in frontier:
             try:
                 succs = model.successors(state, por=por)
@@ -210,32 +259,27 @@ def _explore(model: Model, options: Options) -> Result:
             if found and options.stop_at_first:
                 stop = True
                 break
+            if settle_every is not None and len(candidates) >= settle_every:
+                _settle(model, visited, candidates, following, graph, found, settled, init_fp, symmetry, por)
+        frontier.discard()
         if stop:
+            following.discard()
             break
-        fps = list(candidates)
-        new = visited.add_level(fps, [candidates[f][1] for f in fps])
-        frontier = []
-        for fp, is_new in zip(fps, new, strict=True):
-            if not is_new:
-                continue
-            state, _parent, succ = candidates[fp]
-            frontier.append((fp, state))
-            if graph is not None:
-                graph.node(fp)
-            # The parent was clean (or its violations are recorded with a shorter trace): check what
-            # the transition rewrote, on the concrete successor (the predicates are symmetric).
-            for name in model.violations(succ.state, succ.changed):
-                record("safety", name, fp)
-        depth += 1 if frontier else 0
+        _settle(model, visited, candidates, following, graph, found, settled, init_fp, symmetry, por)
+        for name, violation in settled.items():
+            found.setdefault(name, violation)
+        frontier = following
+        depth += 1 if len(frontier) else 0
         if options.progress is not None:
             options.progress(depth, len(visited), len(frontier))
         if found and options.stop_at_first:
             break
         if options.max_states is not None and len(visited) >= options.max_states:
-            result.complete = not frontier
-            if frontier:
+            result.complete = not len(frontier)
+            if len(frontier):
                 result.notes.append(f"stopped at --max-states {options.max_states}")
             break
+    frontier.discard()
     result.states = len(visited)
     result.transitions = transitions
     result.depth = depth
@@ -251,6 +295,38 @@ def _explore(model: Model, options: Options) -> Result:
     result.violations = sorted(found.values(), key=lambda v: (v.length, v.name))
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _settle(
+    model: Model,
+    visited: Visited,
+    candidates: dict[int, tuple[tuple[Any, ...], int, Successor]],
+    following: Frontier,
+    graph: _Graph | None,
+    found: dict[str, Violation],
+    settled: dict[str, Violation],
+    init_fp: int,
+    symmetry: bool,
+    por: bool,
+) -> None:
+    """Add the candidates to the seen set; the new ones join the next level, and the violations of
+    the new states go to ``settled`` (shortest traces: the seen set has their parents)."""
+    fps = list(candidates)
+    new = visited.add_level(fps, [candidates[f][1] for f in fps])
+    for fp, is_new in zip(fps, new, strict=True):
+        if not is_new:
+            continue
+        state, _parent, succ = candidates[fp]
+        following.append(fp, state)
+        if graph is not None:
+            graph.node(fp)
+        # The parent was clean (or its violations are recorded with a shorter trace): check what the
+        # transition rewrote, on the concrete successor (the predicates are symmetric).
+        for name in model.violations(succ.state, succ.changed):
+            if name not in found and name not in settled:
+                trace = concrete_trace(model, _path(visited, fp, init_fp), symmetry=symmetry, por=por)
+                settled[name] = Violation("safety", name, trace)
+    candidates.clear()
 
 
 def _identity(s: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -45,25 +45,53 @@ def canonical(value: Any) -> Any:
     """A rendering of ``value`` as nested tuples of primitives whose ``repr`` is the same in every
     process: maps and sets sorted by the repr of their canonical items, enums by class and name,
     dataclasses by class and fields.  The configuration is one token: a run has one."""
-    if value is None or isinstance(value, bool | int | str | bytes | float):
+    kind = _KINDS.get(type(value))
+    if kind is None:
+        kind = _KINDS[type(value)] = _kind_of(value)
+    if kind is _PRIMITIVE:
         return value
-    if isinstance(value, enum.Enum):
+    if kind is _TUPLE:
+        return tuple([canonical(v) for v in value])
+    if kind is _DATACLASS:
+        cls = type(value)
+        return (cls.__name__, *[canonical(getattr(value, name)) for name in cls.__dataclass_fields__])
+    if kind is _ENUM:
         return ("E", type(value).__name__, value.name)
-    if isinstance(value, tuple | list | Log):
-        return tuple(canonical(v) for v in value)
-    if isinstance(value, Config):
+    if kind is _CONFIG:
         return "CONFIG"
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = getattr(type(value), "__dataclass_fields__", {})
-        return (type(value).__name__, *(canonical(getattr(value, name)) for name in fields))
-    if isinstance(value, frozenset | set):
-        return ("S", *sorted((canonical(v) for v in value), key=repr))
-    if isinstance(value, immutables.Map):
-        return ("M", *sorted(((canonical(k), canonical(v)) for k, v in value.items()), key=repr))
-    if isinstance(value, FrozenBitMap | BitMap):
+    if kind is _SET:
+        return ("S", *sorted([canonical(v) for v in value], key=repr))
+    if kind is _MAP:
+        return ("M", *sorted([(canonical(k), canonical(v)) for k, v in value.items()], key=repr))
+    if kind is _BITMAP:
         return ("B", *value)
+    return ("P", type(value).__name__, value.SerializeToString(deterministic=True))
+
+
+# How ``canonical`` renders a value of each type, decided once per type (the first matching rule).
+_PRIMITIVE, _TUPLE, _DATACLASS, _ENUM, _CONFIG, _SET, _MAP, _BITMAP, _PROTOBUF = range(9)
+_KINDS: dict[type, int] = {}
+
+
+def _kind_of(value: Any) -> int:
+    if value is None or isinstance(value, bool | int | str | bytes | float):
+        return _PRIMITIVE
+    if isinstance(value, enum.Enum):
+        return _ENUM
+    if isinstance(value, tuple | list | Log):
+        return _TUPLE
+    if isinstance(value, Config):
+        return _CONFIG
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _DATACLASS
+    if isinstance(value, frozenset | set):
+        return _SET
+    if isinstance(value, immutables.Map):
+        return _MAP
+    if isinstance(value, FrozenBitMap | BitMap):
+        return _BITMAP
     if hasattr(value, "SerializeToString"):  # a protobuf message: its deterministic bytes
-        return ("P", type(value).__name__, value.SerializeToString(deterministic=True))
+        return _PROTOBUF
     raise TypeError(f"no canonical form for {type(value).__name__}: {value!r}")
 
 

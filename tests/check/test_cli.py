@@ -39,6 +39,7 @@ def test_json_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
         ["--model", "produce", "--bound", "clients=99"],
         ["--model", "produce", "--quirk", "no-such-quirk"],
         ["--master", "local[1]", "--local"],
+        ["--model", "produce", "--spill", "100"],  # the liveness graph is not bounded: --no-liveness
     ],
 )
 def test_bad_usage_exits_2(argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -46,6 +47,16 @@ def test_bad_usage_exits_2(argv: list[str], tmp_path: Path, capsys: pytest.Captu
         raise SystemExit(main(["check", *argv, "--out", str(tmp_path)]))
     assert exited.value.code == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_spilled_run_counts_what_the_in_memory_run_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = []
+    for spill in ([], ["--spill", "50"]):
+        code = main(["check", "--model", "ctp", "--no-liveness", "--json", *spill, "--out", str(tmp_path)])
+        assert code == 0
+        (run,) = json.loads(capsys.readouterr().out)["models"]
+        runs.append((run["verdict"], run["states"], run["transitions"], run["depth"]))
+    assert runs[0] == runs[1] and runs[0][0] == "ok"
 
 
 def test_a_violation_exits_1_and_writes_its_counterexample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

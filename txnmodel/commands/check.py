@@ -84,14 +84,30 @@ def check_models(
                 level(depth, states, frontier)
 
         visited = None
+        frontier = None
         spilled: list[Any] = []
+        spill_dir: str | None = None
         if spill is not None:
-            from txnmodel.fpset import SpillingVisited
+            import tempfile
+
+            from txnmodel.fpset import SpillingFrontier, SpillingVisited
+
+            if liveness:
+                raise BadBound(
+                    "--spill bounds the seen set and the frontier, not the liveness check's graph (the whole "
+                    "reachable graph, in memory): a spilled run checks safety only, add --no-liveness"
+                )
+            if master is not None:
+                raise BadBound("--spill is for the single-process run (on Spark the seen set is on disk already)")
+            spill_dir = tempfile.mkdtemp(prefix="txnmodel-frontier-")
 
             def visited(spill: int = spill, spilled: list[Any] = spilled) -> Any:
                 seen = SpillingVisited(memory_states=spill)
                 spilled.append(seen)
                 return seen
+
+            def frontier(spill: int = spill, directory: str = spill_dir) -> Any:
+                return SpillingFrontier(directory, memory_states=spill)
 
         options = Options(
             symmetry=symmetry,
@@ -103,6 +119,8 @@ def check_models(
             step_timeout_s=step_timeout_s,
             progress=printer,
             visited=visited,
+            frontier=frontier,
+            settle_every=spill,
         )
         with phases:
             if master is None:
@@ -112,6 +130,10 @@ def check_models(
                 finally:
                     for seen in spilled:
                         seen.close()
+                    if spill_dir is not None:
+                        import shutil
+
+                        shutil.rmtree(spill_dir, ignore_errors=True)
             else:
                 from txnmodel.check_spark import explore_spark
 
@@ -300,7 +322,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--spill",
         type=positive_int,
         metavar="N",
-        help="keep at most N fingerprints in memory, the rest in sorted runs on disk (big safety runs)",
+        help=(
+            "bounded memory for big safety runs (with --no-liveness): at most N fingerprints, N frontier states "
+            "and N pending successors in memory, the rest on disk"
+        ),
     )
     check.add_argument("--out", default=os.path.join("out", "check"), help="where counterexamples go (out/check)")
     check.add_argument("--progress", action="store_true", help="print each BFS level to stderr")
