@@ -7,6 +7,7 @@ Rule ids refer to ``spec/rules/buffer.md``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from invariants.base import Invariant, StepProperty
@@ -25,7 +26,7 @@ from reference.buffer import (
 )
 from spec.types import Position, TxnID
 
-__all__ = ["INVARIANTS", "STEP_PROPERTIES"]
+__all__ = ["INVARIANTS", "STEP_PROPERTIES", "messages_with_next_end"]
 
 _RECOVERED = (BufferStatus.READY, BufferStatus.NO_SNAPSHOT)
 
@@ -110,15 +111,23 @@ def committed_message_never_aborted(s: BufferState) -> bool:
         return True
     visible = set(dispatchable(s))
     limit = readable_max_read_position(s)
-    next_end: dict[TxnID, EntryKind] = {}  # scanning backwards: the first end marker after the entry
+    return not any(
+        end is EntryKind.TXN_COMMIT and e.position <= limit and e.position not in visible
+        for e, end in messages_with_next_end(s)
+    )
+
+
+def messages_with_next_end(s: BufferState) -> Iterator[tuple[LogEntry, EntryKind | None]]:
+    """TB-16: every stored transactional message with the kind of its txn's first end marker stored
+    after it (None while there is none), last entry first: the marker that decides the message."""
+    next_end: dict[TxnID, EntryKind] = {}
     for e in reversed(s.entries):
         if e.txn_id is None:
             continue
         if e.kind.is_marker:
             next_end[e.txn_id] = e.kind
-        elif next_end.get(e.txn_id) is EntryKind.TXN_COMMIT and e.position <= limit and e.position not in visible:
-            return False
-    return True
+        else:
+            yield e, next_end.get(e.txn_id)
 
 
 def nothing_aborted_or_marker_dispatchable(s: BufferState) -> bool:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from invariants.buffer import messages_with_next_end
 from reference import buffer as tb
 from reference import coordinator as tc
 from reference import pending_ack as pa
@@ -320,16 +321,7 @@ def buffer_all_committed_visible(
 
 def _aborted_by_next_end(buffer: tb.BufferState) -> set[Position]:
     """The stored messages whose transaction's first end marker after them is an abort marker."""
-    out: set[Position] = set()
-    next_end: dict[TxnID, tb.EntryKind] = {}
-    for entry in reversed(buffer.entries):
-        if entry.txn_id is None:
-            continue
-        if entry.kind.is_marker:
-            next_end[entry.txn_id] = entry.kind
-        elif next_end.get(entry.txn_id) is tb.EntryKind.TXN_ABORT:
-            out.add(entry.position)
-    return out
+    return {entry.position for entry, end in messages_with_next_end(buffer) if end is tb.EntryKind.TXN_ABORT}
 
 
 def committed_visible(view: SystemView) -> bool:
