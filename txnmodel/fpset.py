@@ -17,19 +17,134 @@ This module does file I/O, which is why it lives in ``txnmodel/``; the explorer 
 
 from __future__ import annotations
 
+import errno
 import marshal
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
-__all__ = ["MAX_RUNS", "PartitionSeen", "SpillingFrontier", "SpillingVisited"]
+__all__ = [
+    "MAX_RUNS",
+    "CorruptRun",
+    "PartitionSeen",
+    "SpillingFrontier",
+    "SpillingVisited",
+    "merge_runs",
+]
 
 MAX_RUNS = 6
-_DTYPE = np.int64
+_DTYPE = np.dtype("<i8")
+# Records a merge reads from each run at a time: k runs hold k * MERGE_CHUNK * 16 bytes in memory
+# (7 runs: 7 MiB), whatever the runs' sizes.
+MERGE_CHUNK = 1 << 16
+
+
+class CorruptRun(Exception):
+    """A run file of the seen set is not what this module wrote: truncated, not a ``.npy`` of two
+    int64 rows, or its fingerprints out of order.  Names the file."""
+
+    def __init__(self, path: Path, what: str) -> None:
+        super().__init__(f"{path}: {what}")
+        self.path = path
+
+
+def _open_run(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """A run's (fingerprints, parents) rows, memory-mapped read-only; CorruptRun if it is not one."""
+    try:
+        data = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        if isinstance(exc, OSError) and exc.errno == errno.ENOMEM:
+            raise  # the address space ran out: not the file's fault
+        size = path.stat().st_size if path.exists() else 0
+        raise CorruptRun(path, f"not a readable run ({size} bytes): {exc}") from None
+    if data.dtype != _DTYPE or data.ndim != 2 or data.shape[0] != 2 or np.isfortran(data):
+        raise CorruptRun(path, f"expected two int64 rows, found {data.dtype} of shape {data.shape}")
+    return data[0], data[1]
+
+
+def _write_header(out: BinaryIO, count: int) -> int:
+    np.lib.format.write_array_header_1_0(out, {"descr": _DTYPE.str, "fortran_order": False, "shape": (2, count)})
+    return out.tell()
+
+
+def merge_runs(sources: Sequence[Path], target: Path, *, chunk: int = MERGE_CHUNK) -> int:
+    """Merge sorted runs into one at ``target`` (written under a temporary name, then renamed):
+    a k-way merge that reads ``chunk`` records of each run at a time and writes the merged run as it
+    goes, so its memory is O(k * chunk) whatever the runs' sizes.  A fingerprint in several runs
+    keeps the parent of the first run that has it (the first parent recorded).  The records written.
+    CorruptRun names a run that is truncated, unreadable or out of order."""
+    rows = [_open_run(path) for path in sources]
+    total = sum(len(keys) for keys, _parents in rows)
+    tmp = target.with_name(target.name + ".merging")
+    written = 0
+    with open(tmp, "wb") as keys_out:
+        header = _write_header(keys_out, total)
+        keys_out.truncate(header + 16 * total)
+        with open(tmp, "r+b") as parents_out:
+            parents_out.seek(header + 8 * total)
+            cursors = [0] * len(rows)
+            last = None  # the last fingerprint written: a duplicate across chunks is dropped too
+            while True:
+                live = [i for i, (keys, _p) in enumerate(rows) if cursors[i] < len(keys)]
+                if not live:
+                    break
+                # Every record up to the smallest of the chunks' last keys can be placed now: no run
+                # holds a smaller key beyond its chunk.
+                pieces = {}
+                for i in live:
+                    keys = rows[i][0]
+                    piece = np.asarray(keys[cursors[i] : cursors[i] + chunk])
+                    if len(piece) > 1 and not bool(np.all(piece[1:] >= piece[:-1])):
+                        raise CorruptRun(sources[i], f"fingerprints out of order near record {cursors[i]}")
+                    if cursors[i] and keys[cursors[i] - 1] > piece[0]:
+                        raise CorruptRun(sources[i], f"fingerprints out of order at record {cursors[i]}")
+                    pieces[i] = piece
+                bound = min(int(piece[-1]) for piece in pieces.values())
+                keys_parts = []
+                parents_parts = []
+                for i in live:  # in run order, so a stable sort keeps the first run's record first
+                    piece = pieces[i]
+                    take = int(np.searchsorted(piece, bound, side="right"))
+                    keys_parts.append(piece[:take])
+                    parents_parts.append(np.asarray(rows[i][1][cursors[i] : cursors[i] + take]))
+                    cursors[i] += take
+                keys = np.concatenate(keys_parts)
+                parents = np.concatenate(parents_parts)
+                order = np.argsort(keys, kind="stable")
+                keys = keys[order]
+                parents = parents[order]
+                fresh = np.ones(len(keys), dtype=bool)
+                fresh[1:] = keys[1:] != keys[:-1]
+                if last is not None:
+                    fresh[0] = keys[0] != last
+                keys = keys[fresh]
+                if len(keys):
+                    keys_out.write(keys.astype(_DTYPE, copy=False).tobytes())
+                    parents_out.write(parents[fresh].astype(_DTYPE, copy=False).tobytes())
+                    last = int(keys[-1])
+                    written += len(keys)
+    del rows  # the sources' maps
+    if written < total:
+        _compact(tmp, total, written)
+    os.replace(tmp, target)
+    return written
+
+
+def _compact(path: Path, total: int, count: int) -> None:
+    """Rewrite a merged run of ``total`` slots that holds ``count`` records (duplicates dropped)."""
+    data = np.load(path, mmap_mode="r")
+    tmp = path.with_name(path.name + ".compact")
+    with open(tmp, "wb") as out:
+        _write_header(out, count)
+        for row in (0, 1):
+            for at in range(0, count, MERGE_CHUNK):
+                out.write(np.asarray(data[row, at : min(count, at + MERGE_CHUNK)]).tobytes())
+    del data
+    os.replace(tmp, path)
 
 
 class _Runs:
@@ -43,8 +158,8 @@ class _Runs:
     def load(self, names: Sequence[str]) -> None:
         for name in names:
             path = self.directory / name
-            data = np.load(path, mmap_mode="r")
-            self.runs.append((data[0], data[1], path))
+            keys, parents = _open_run(path)
+            self.runs.append((keys, parents, path))
 
     def contains(self, fps: np.ndarray) -> np.ndarray:
         found = np.zeros(len(fps), dtype=bool)
@@ -66,23 +181,29 @@ class _Runs:
         return None
 
     def write(self, name: str, fps: np.ndarray, parents: np.ndarray) -> None:
+        """A new run of (at most the spill size of) fingerprints held in memory."""
         order = np.argsort(fps, kind="stable")
         path = self.directory / name
         tmp = path.with_suffix(".tmp.npy")
-        np.save(tmp, np.stack([fps[order], parents[order]]))
+        with open(tmp, "wb") as out:
+            _write_header(out, len(fps))
+            out.write(np.asarray(fps, dtype=_DTYPE)[order].tobytes())
+            out.write(np.asarray(parents, dtype=_DTYPE)[order].tobytes())
         os.replace(tmp, path)
-        data = np.load(path, mmap_mode="r")
-        self.runs.append((data[0], data[1], path))
+        keys, parents_row = _open_run(path)
+        self.runs.append((keys, parents_row, path))
 
     def merge(self, name: str) -> None:
-        keys = np.concatenate([k for k, _p, _path in self.runs])
-        parents = np.concatenate([p for _k, p, _path in self.runs])
+        """All runs into one (streamed: :func:`merge_runs`)."""
         old = [path for _k, _p, path in self.runs]
-        self.runs = []
-        self.write(name, keys, parents)
+        self.runs = []  # the old maps go before the merged run is mapped
+        target = self.directory / name
+        merge_runs(old, target)
         for path in old:
-            if path.name != name:
+            if path != target:
                 path.unlink(missing_ok=True)
+        keys, parents = _open_run(target)
+        self.runs.append((keys, parents, target))
 
     def __len__(self) -> int:
         return sum(len(k) for k, _p, _path in self.runs)
