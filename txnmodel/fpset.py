@@ -27,9 +27,11 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from spec.errors import InputError
+
 __all__ = [
     "MAX_RUNS",
-    "CorruptRun",
+    "CorruptSpillFile",
     "PartitionSeen",
     "SpillingFrontier",
     "SpillingVisited",
@@ -43,26 +45,27 @@ _DTYPE = np.dtype("<i8")
 MERGE_CHUNK = 1 << 16
 
 
-class CorruptRun(Exception):
-    """A run file of the seen set is not what this module wrote: truncated, not a ``.npy`` of two
-    int64 rows, or its fingerprints out of order.  Names the file."""
+class CorruptSpillFile(InputError):
+    """A file this module spilled is not what it wrote: a run of the seen set truncated, not a
+    ``.npy`` of two int64 rows or with its fingerprints out of order, or a frontier level cut short.
+    Names the file (a disk that lost data, or another process writing into the spill directory)."""
 
     def __init__(self, path: Path, what: str) -> None:
-        super().__init__(f"{path}: {what}")
+        super().__init__(what, where=str(path))
         self.path = path
 
 
 def _open_run(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """A run's (fingerprints, parents) rows, memory-mapped read-only; CorruptRun if it is not one."""
+    """A run's (fingerprints, parents) rows, memory-mapped read-only; CorruptSpillFile if it is not one."""
     try:
         data = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         if isinstance(exc, OSError) and exc.errno == errno.ENOMEM:
             raise  # the address space ran out: not the file's fault
         size = path.stat().st_size if path.exists() else 0
-        raise CorruptRun(path, f"not a readable run ({size} bytes): {exc}") from None
+        raise CorruptSpillFile(path, f"not a readable run of the seen set ({size} bytes): {exc}") from None
     if data.dtype != _DTYPE or data.ndim != 2 or data.shape[0] != 2 or np.isfortran(data):
-        raise CorruptRun(path, f"expected two int64 rows, found {data.dtype} of shape {data.shape}")
+        raise CorruptSpillFile(path, f"expected two int64 rows, found {data.dtype} of shape {data.shape}")
     return data[0], data[1]
 
 
@@ -76,7 +79,7 @@ def merge_runs(sources: Sequence[Path], target: Path, *, chunk: int = MERGE_CHUN
     a k-way merge that reads ``chunk`` records of each run at a time and writes the merged run as it
     goes, so its memory is O(k * chunk) whatever the runs' sizes.  A fingerprint in several runs
     keeps the parent of the first run that has it (the first parent recorded).  The records written.
-    CorruptRun names a run that is truncated, unreadable or out of order."""
+    CorruptSpillFile names a run that is truncated, unreadable or out of order."""
     rows = [_open_run(path) for path in sources]
     total = sum(len(keys) for keys, _parents in rows)
     tmp = target.with_name(target.name + ".merging")
@@ -87,7 +90,6 @@ def merge_runs(sources: Sequence[Path], target: Path, *, chunk: int = MERGE_CHUN
         with open(tmp, "r+b") as parents_out:
             parents_out.seek(header + 8 * total)
             cursors = [0] * len(rows)
-            last = None  # the last fingerprint written: a duplicate across chunks is dropped too
             while True:
                 live = [i for i, (keys, _p) in enumerate(rows) if cursors[i] < len(keys)]
                 if not live:
@@ -98,10 +100,15 @@ def merge_runs(sources: Sequence[Path], target: Path, *, chunk: int = MERGE_CHUN
                 for i in live:
                     keys = rows[i][0]
                     piece = np.asarray(keys[cursors[i] : cursors[i] + chunk])
-                    if len(piece) > 1 and not bool(np.all(piece[1:] >= piece[:-1])):
-                        raise CorruptRun(sources[i], f"fingerprints out of order near record {cursors[i]}")
-                    if cursors[i] and keys[cursors[i] - 1] > piece[0]:
-                        raise CorruptRun(sources[i], f"fingerprints out of order at record {cursors[i]}")
+                    # A run holds each fingerprint once, ascending (what ``write`` and a merge produce).
+                    if len(piece) > 1 and not bool(np.all(piece[1:] > piece[:-1])):
+                        raise CorruptSpillFile(
+                            sources[i], f"fingerprints out of order or repeated near record {cursors[i]}"
+                        )
+                    if cursors[i] and keys[cursors[i] - 1] >= piece[0]:
+                        raise CorruptSpillFile(
+                            sources[i], f"fingerprints out of order or repeated at record {cursors[i]}"
+                        )
                     pieces[i] = piece
                 bound = min(int(piece[-1]) for piece in pieces.values())
                 keys_parts = []
@@ -118,14 +125,11 @@ def merge_runs(sources: Sequence[Path], target: Path, *, chunk: int = MERGE_CHUN
                 keys = keys[order]
                 parents = parents[order]
                 fresh = np.ones(len(keys), dtype=bool)
-                fresh[1:] = keys[1:] != keys[:-1]
-                if last is not None:
-                    fresh[0] = keys[0] != last
+                fresh[1:] = keys[1:] != keys[:-1]  # across runs; a batch ends a key's every copy
                 keys = keys[fresh]
                 if len(keys):
                     keys_out.write(keys.astype(_DTYPE, copy=False).tobytes())
                     parents_out.write(parents[fresh].astype(_DTYPE, copy=False).tobytes())
-                    last = int(keys[-1])
                     written += len(keys)
     del rows  # the sources' maps
     if written < total:
@@ -298,8 +302,15 @@ class SpillingFrontier:
             self._file = None
         if self.spilled and self.path is not None:
             with open(self.path, "rb") as chunks:
-                for _ in range(self.spilled // self.memory_states):
-                    yield from marshal.load(chunks)
+                for k in range(self.spilled // self.memory_states):
+                    try:
+                        chunk = marshal.load(chunks)
+                    except (EOFError, ValueError, TypeError) as exc:
+                        raise CorruptSpillFile(
+                            self.path,
+                            f"frontier level cut short at chunk {k} of {self.spilled // self.memory_states}: {exc}",
+                        ) from None
+                    yield from chunk
         yield from self._tail
 
     def __len__(self) -> int:
