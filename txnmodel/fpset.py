@@ -69,6 +69,46 @@ def _open_run(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return data[0], data[1]
 
 
+class _RunReader:
+    """A run read a slice at a time with plain reads (the page cache, not this process's memory:
+    a merge that mapped its sources would count every page of them in its resident set)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.file = open(path, "rb")  # noqa: SIM115 -- closed by close(), after the merge
+        try:
+            version = np.lib.format.read_magic(self.file)
+            read_header = (
+                np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            )
+            shape, fortran, dtype = read_header(self.file)
+        except (ValueError, OSError, EOFError) as exc:
+            self.file.close()
+            size = path.stat().st_size
+            raise CorruptSpillFile(path, f"not a readable run of the seen set ({size} bytes): {exc}") from None
+        if dtype != _DTYPE or len(shape) != 2 or shape[0] != 2 or fortran:
+            self.file.close()
+            raise CorruptSpillFile(path, f"expected two int64 rows, found {dtype} of shape {shape}")
+        self.count = int(shape[1])
+        self.offset = self.file.tell()
+        size = os.fstat(self.file.fileno()).st_size
+        if size < self.offset + 16 * self.count:
+            self.file.close()
+            raise CorruptSpillFile(
+                path,
+                f"not a readable run of the seen set ({size} bytes): truncated, its header promises "
+                f"{self.count} records ({self.offset + 16 * self.count} bytes)",
+            )
+
+    def read(self, row: int, start: int, count: int) -> np.ndarray:
+        count = max(0, min(count, self.count - start))
+        self.file.seek(self.offset + 8 * (row * self.count + start))
+        return np.fromfile(self.file, dtype=_DTYPE, count=count)
+
+    def close(self) -> None:
+        self.file.close()
+
+
 def _write_header(out: BinaryIO, count: int) -> int:
     np.lib.format.write_array_header_1_0(out, {"descr": _DTYPE.str, "fortran_order": False, "shape": (2, count)})
     return out.tell()
@@ -80,45 +120,66 @@ def merge_runs(sources: Sequence[Path], target: Path, *, chunk: int = MERGE_CHUN
     goes, so its memory is O(k * chunk) whatever the runs' sizes.  A fingerprint in several runs
     keeps the parent of the first run that has it (the first parent recorded).  The records written.
     CorruptSpillFile names a run that is truncated, unreadable or out of order."""
-    rows = [_open_run(path) for path in sources]
-    total = sum(len(keys) for keys, _parents in rows)
     tmp = target.with_name(target.name + ".merging")
+    readers: list[_RunReader] = []
+    try:
+        for path in sources:
+            readers.append(_RunReader(path))
+        written, total = _merge_into(readers, tmp, chunk)
+        if written < total:
+            _compact(tmp, total, written)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        for reader in readers:
+            reader.close()
+    return written
+
+
+def _merge_into(runs: Sequence[_RunReader], tmp: Path, chunk: int) -> tuple[int, int]:
+    """The merge proper: (records written, slots in ``tmp``)."""
+    total = sum(run.count for run in runs)
     written = 0
     with open(tmp, "wb") as keys_out:
         header = _write_header(keys_out, total)
         keys_out.truncate(header + 16 * total)
         with open(tmp, "r+b") as parents_out:
             parents_out.seek(header + 8 * total)
-            cursors = [0] * len(rows)
+            cursors = [0] * len(runs)
+            previous: list[int | None] = [None] * len(runs)  # each run's last key read
             while True:
-                live = [i for i, (keys, _p) in enumerate(rows) if cursors[i] < len(keys)]
+                live = [i for i, run in enumerate(runs) if cursors[i] < run.count]
                 if not live:
                     break
-                # Every record up to the smallest of the chunks' last keys can be placed now: no run
-                # holds a smaller key beyond its chunk.
                 pieces = {}
                 for i in live:
-                    keys = rows[i][0]
-                    piece = np.asarray(keys[cursors[i] : cursors[i] + chunk])
+                    piece = runs[i].read(0, cursors[i], chunk)
                     # A run holds each fingerprint once, ascending (what ``write`` and a merge produce).
                     if len(piece) > 1 and not bool(np.all(piece[1:] > piece[:-1])):
                         raise CorruptSpillFile(
-                            sources[i], f"fingerprints out of order or repeated near record {cursors[i]}"
+                            runs[i].path, f"fingerprints out of order or repeated near record {cursors[i]}"
                         )
-                    if cursors[i] and keys[cursors[i] - 1] >= piece[0]:
+                    last = previous[i]
+                    if last is not None and last >= piece[0]:
                         raise CorruptSpillFile(
-                            sources[i], f"fingerprints out of order or repeated at record {cursors[i]}"
+                            runs[i].path, f"fingerprints out of order or repeated at record {cursors[i]}"
                         )
                     pieces[i] = piece
+                # Every record up to the smallest of the chunks' last keys can be placed now: no run
+                # holds a smaller key beyond its chunk.
                 bound = min(int(piece[-1]) for piece in pieces.values())
                 keys_parts = []
                 parents_parts = []
                 for i in live:  # in run order, so a stable sort keeps the first run's record first
                     piece = pieces[i]
                     take = int(np.searchsorted(piece, bound, side="right"))
-                    keys_parts.append(piece[:take])
-                    parents_parts.append(np.asarray(rows[i][1][cursors[i] : cursors[i] + take]))
-                    cursors[i] += take
+                    if take:
+                        keys_parts.append(piece[:take])
+                        parents_parts.append(runs[i].read(1, cursors[i], take))
+                        cursors[i] += take
+                        previous[i] = int(piece[take - 1])
                 keys = np.concatenate(keys_parts)
                 parents = np.concatenate(parents_parts)
                 order = np.argsort(keys, kind="stable")
@@ -126,28 +187,24 @@ def merge_runs(sources: Sequence[Path], target: Path, *, chunk: int = MERGE_CHUN
                 parents = parents[order]
                 fresh = np.ones(len(keys), dtype=bool)
                 fresh[1:] = keys[1:] != keys[:-1]  # across runs; a batch ends a key's every copy
-                keys = keys[fresh]
-                if len(keys):
-                    keys_out.write(keys.astype(_DTYPE, copy=False).tobytes())
-                    parents_out.write(parents[fresh].astype(_DTYPE, copy=False).tobytes())
-                    written += len(keys)
-    del rows  # the sources' maps
-    if written < total:
-        _compact(tmp, total, written)
-    os.replace(tmp, target)
-    return written
+                keys_out.write(keys[fresh].tobytes())
+                parents_out.write(parents[fresh].tobytes())
+                written += int(fresh.sum())
+    return written, total
 
 
 def _compact(path: Path, total: int, count: int) -> None:
     """Rewrite a merged run of ``total`` slots that holds ``count`` records (duplicates dropped)."""
-    data = np.load(path, mmap_mode="r")
+    merged = _RunReader(path)
     tmp = path.with_name(path.name + ".compact")
-    with open(tmp, "wb") as out:
-        _write_header(out, count)
-        for row in (0, 1):
-            for at in range(0, count, MERGE_CHUNK):
-                out.write(np.asarray(data[row, at : min(count, at + MERGE_CHUNK)]).tobytes())
-    del data
+    try:
+        with open(tmp, "wb") as out:
+            _write_header(out, count)
+            for row in (0, 1):
+                for at in range(0, count, MERGE_CHUNK):
+                    out.write(merged.read(row, at, min(MERGE_CHUNK, count - at)).tobytes())
+    finally:
+        merged.close()
     os.replace(tmp, path)
 
 

@@ -238,6 +238,7 @@ def test_a_run_that_is_not_one_is_a_typed_error_naming_the_file(tmp_path: Path) 
         with pytest.raises(CorruptSpillFile, match=what) as raised:
             merge_runs([good, bad], tmp_path / "merged.npy", chunk=2)
         assert raised.value.path == bad and str(bad) in str(raised.value)
+        assert not list(tmp_path.glob("merged.npy*"))  # nothing half-written is left
         assert isinstance(raised.value, InputError)  # the CLI's boundary: exit 2, one line, no traceback
     # An order broken at a chunk boundary is found too.
     across = tmp_path / "across.npy"
