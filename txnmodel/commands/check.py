@@ -38,9 +38,13 @@ class CheckOutOfMemory(Exception):
     ) -> None:
         self.model, self.states, self.depth, self.frontier, self.spill = model, states, depth, frontier, spill
         if spill is None:
-            what = "the seen set, the frontier" + (" and the liveness check's state graph" if liveness else "")
-            flags = "--no-liveness --spill 250000" if liveness else "--spill 250000"
-            advice = f"{what} are all in memory: add {flags} to keep the seen set and the frontier on disk"
+            if liveness:
+                what = "the seen set, the frontier and the liveness check's state graph are all in memory"
+                flags = "--no-liveness --spill 250000"
+            else:
+                what = "the seen set and the frontier are in memory"
+                flags = "--spill 250000"
+            advice = f"{what}: add {flags} to keep the seen set and the frontier on disk"
         else:
             smaller = max(1, spill // 4)
             advice = (
@@ -48,8 +52,8 @@ class CheckOutOfMemory(Exception):
                 f"successors in memory: try --spill {smaller}, or raise the memory limit (ulimit -v)"
             )
         super().__init__(
-            f"out of memory exploring model {model} after {states:,} distinct states (levels 0..{depth} done, "
-            f"expanding level {depth}'s {frontier:,} states): {detail}; the run is incomplete, no verdict; {advice}"
+            f"out of memory exploring model {model} after {states:,} distinct states (depth {depth} reached, "
+            f"expanding its {frontier:,} states): {detail}; the run is incomplete, no verdict; {advice}"
         )
 
 
