@@ -121,6 +121,7 @@ def test_a_run_under_a_real_address_space_limit_ends_with_the_typed_message(tmp_
         text=True,
         check=False,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=900,  # a guard, not a measurement: the child needs a few CPU seconds
     )
     assert child.returncode == 2, child.stderr
     assert "txnmodel check: out of memory exploring model end-path after " in child.stderr
