@@ -4,10 +4,11 @@ an address-space limit (``RLIMIT_AS``, 2 GiB by default), and its peak resident 
 directory (sampled every 10 s) and the load average.
 
     .venv/bin/python benchmarks/check_memory.py [--limit-gib 2] [--spill 250000]
-        [--model end-path --bound partitions=1 --bound loss=2 --bound duplicate=2] [--no-reductions]
+        [--model end-path --bound partitions=1 --bound loss=3 --bound duplicate=2 --bound aborts=0]
+        [--no-reductions]
 
 The default model, explored with its reductions as ``txnmodel check`` does by default, has
-12-13 million states (``docs/check/index.md``, Scale); ``--no-reductions`` explores it without symmetry and
+between 10^7 and 2*10^7 states (``docs/check/index.md``, Scale); ``--no-reductions`` explores it without symmetry and
 partial-order reduction.  ``--spill N`` keeps at most N fingerprints, N frontier states and N pending
 successors in memory.  The child's spill files go to a private directory under out/bench (removed after);
 its progress lines (one per BFS level) to out/bench/check_memory.progress.log.
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 BIG_MODEL = "end-path"
-BIG_BOUNDS = ("partitions=1", "loss=2", "duplicate=2")
+BIG_BOUNDS = ("partitions=1", "loss=3", "duplicate=2", "aborts=0")
 
 
 def main(argv: list[str] | None = None) -> int:
