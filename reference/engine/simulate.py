@@ -1163,8 +1163,9 @@ def main_job_spec(workload: str, seed: int, ops: int = 60) -> RunSpec:
 
 
 def file_stem(spec: RunSpec) -> str:
-    """The history file a run goes to: one per workload, and the delayed workload's bucket-tracker
-    runs apart (a file's runs share their broker.conf overrides)."""
+    """The history file a run goes to: one per workload, and apart from them the delayed workload's
+    bucket-tracker runs and the ctp workload's ``reread`` runs (a file's runs share their broker.conf
+    overrides)."""
     if spec.broker_config() == spec.config:
         return spec.workload
     return f"{spec.workload}-reread" if spec.rereads else f"{spec.workload}-bucket"
