@@ -1061,7 +1061,7 @@ class SimulateOptions:
     queries: str = "off"  # mixed: seeds = 4 mod 5
     shared_delayed: str = "off"  # the delayed workload on the in-memory tracker; mixed: seeds = 1 mod 4
     readers: str = "off"  # mixed: seeds = 3 mod 5
-    reread: str = "off"  # the ctp workload; mixed: seeds = 0 mod 3
+    reread: str = "off"  # the ctp workload; mixed: seeds = 2 mod 3
     disk: str = "real"  # file ledgers: "real", or "sim" (broker crashes are power cuts)
     group_commit_ms: int | None = None  # file ledgers: the journal's group commit (None: every change)
     disk_capacity: int | None = None  # the simulated disk's bytes (ENOSPC past them; None: no bound)
@@ -1107,7 +1107,7 @@ class SimulateOptions:
                     redeliver=variant(self.redeliver, seed + 4, 6),
                     queries=variant(self.queries, seed + 2, 5),
                     readers=variant(self.readers, seed + 3, 5),
-                    reread=variant(self.reread, seed + 1, 3),
+                    reread=variant(self.reread, seed + 2, 3),
                     shared_delayed=workload == "delayed"
                     and not variant(tracker, seed, 2, step=2)
                     and variant(self.shared_delayed, seed, 4),

@@ -197,7 +197,7 @@ def _add_variants(parser: argparse.ArgumentParser, engine: ModuleType) -> None:
         default="off",
         help="the ctp workload: once every transaction has ended, the input partitions are unloaded and every "
         "processor reads its recovered subscription again to its end; the pending-ack log is indexed every 2 "
-        "records, so it is trimmed within the run; mixed: seeds = 0 mod 3",
+        "records, so it is trimmed within the run; mixed: seeds = 2 mod 3",
     )
 
 
