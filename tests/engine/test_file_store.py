@@ -504,3 +504,42 @@ def test_the_adaptive_commit_s_journal_failure_takes_the_store_down_and_answers_
     data = [e.data for e in again.open_ledger("a").read(P(0, 0), 10)]
     assert data in ([b"kept"], [b"kept", b"lost"])  # "lost" was never answered
     again.close()
+
+
+def _ctp_history(**start: Any) -> tuple[list[Any], Any]:
+    """A few consume-transform-produce transactions through the client API; the client history."""
+    from reference.engine.client import Cluster, ConsumerType
+
+    cluster = Cluster.start(seed=4, topics={"in": 1, "out": 1}, ledger="file", group_commit_ms="adaptive", **start)
+    try:
+        client = cluster.client()
+        source = client.subscribe("in", "ctp", consumer_type=ConsumerType.Shared)
+        feeder, sink = client.create_producer("in"), client.create_producer("out")
+        for i in range(4):
+            feeder.send(f"in-{i}")
+        for i in range(4):
+            txn = client.new_transaction(10_000)
+            msg = source.receive(100)
+            assert msg is not None
+            sink.send(f"out-{i}", txn=txn)
+            source.acknowledge(msg, txn=txn)
+            txn.commit()
+        files = cluster.broker.store._files
+        return cluster.history(), files
+    finally:
+        cluster.close()
+
+
+def test_the_cluster_s_adaptive_commit_on_the_simulated_disk_gives_a_seed_one_history() -> None:
+    first, files = _ctp_history(disk="sim")
+    second, _ = _ctp_history(disk="sim")
+    assert first == second and len(first) > 10
+    assert files.adaptive is not None and not files.adaptive.background
+    assert set(files.sync_ms_used) == {1} and files.journal.commits > 0
+
+
+def test_the_cluster_s_adaptive_commit_on_a_real_disk_commits_through_its_worker(tmp_path: Path) -> None:
+    history, files = _ctp_history(data_dir=str(tmp_path / "data"))
+    assert all(op.type.name == "OK" for op in history)
+    assert files.adaptive is not None and files.adaptive.background
+    assert files.journal.commits > 0 and all(1 <= ms <= files.adaptive.max_sync_ms for ms in files.sync_ms_used)
