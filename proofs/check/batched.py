@@ -95,9 +95,7 @@ class BatchedLog:
         self._writer_effects(w, result)
         return [request_id]
 
-    def _writer_step(self, w: _W, command: Any) -> Any:
-        # A BatchedPosition equals its plain position whatever its index: key deletions by content.
-        key = repr(command) if isinstance(command, bl.DeleteRecords) else None
+    def _writer_step(self, w: _W, command: Any, key: Any = None) -> Any:
         d, result, broken = self.store.step(
             "batched_log", bl.step, w.caux[WRITER], command, batched_inv.STEP_PROPERTIES, self.model._guard, key
         )
@@ -209,11 +207,15 @@ class BatchedLog:
             if pos is None:
                 w.caux[DOOMED] = tuple(sorted({*w.caux[DOOMED], rid}))
             else:
-                ledger, entry, size, index = pos
-                known.append(BatchedPosition(ledger, entry, size, index) if size > 1 else Position(ledger, entry))
+                known.append(pos)
         w.caux[POSITIONS] = tuple(sorted(positions.items()))
         if known:
-            result = self._writer_step(w, bl.DeleteRecords(tuple(known)))
+            command = bl.DeleteRecords(
+                tuple(BatchedPosition(*pos) if pos[2] > 1 else Position(pos[0], pos[1]) for pos in known)
+            )
+            # A BatchedPosition equals its plain position whatever its index: key the deletion by
+            # the positions' content, (ledger, entry, batch size, batch index) each.
+            result = self._writer_step(w, command, ("delete", tuple(known)))
             self._writer_effects(w, result)
 
     # --- actions of the writer ----------------------------------------------------------------
