@@ -100,32 +100,36 @@ class BatchedLog:
             "batched_log", bl.step, w.caux[WRITER], command, batched_inv.STEP_PROPERTIES, self.model._guard, key
         )
         w.caux[WRITER] = d
-        w.broken.extend(f"batched_log/{b}" for b in broken)
+        if broken:
+            w.broken.extend(f"batched_log/{b}" for b in broken)
         return result
 
     def _writer_effects(self, w: _W, result: Any) -> None:
-        entries, max_local = self.store.get(w.clog)
-        entries = list(entries)
-        dirty = False  # the ledger is interned again only when an effect changed it
+        if not result.effects:
+            return
+        logged, max_local = self.store.get(w.clog)
+        entries: list[bl.LoggedEntry] | None = None  # a copy of the ledger once an effect changes it
         for effect in result.effects:
             if isinstance(effect, bl.AsyncAddEntry):
+                if entries is None:
+                    entries = list(logged)
                 position = Position(1, len(entries))
                 entries.append(bl.LoggedEntry(position, effect.data))
                 w.caux[IN_FLIGHT] = (*w.caux[IN_FLIGHT], (effect.write_id, 1, len(entries) - 1))
                 max_local = max(max_local, self._max_local(position, effect.data))
-                dirty = True
             elif isinstance(effect, bl.AddComplete):
                 # Each caller's future completes in batch order, and what waited on it runs at once
                 # (the engine's done-callbacks): a deletion of a record id the coordinator then reuses
                 # (a refused log-before-check does not advance next_record_id) hits the right entry.
-                if dirty:
+                if entries is not None:
                     w.clog = self.store.put((tuple(entries), max_local))
-                    dirty = False
+                    entries = None
                 self._completed(w, effect.request_id, effect.position)
                 self._release(w)
-                entries, max_local = self.store.get(w.clog)
-                entries = list(entries)
+                logged, max_local = self.store.get(w.clog)
             elif isinstance(effect, bl.CursorDelete):
+                if entries is None:
+                    entries = list(logged)
                 writer = self.store.get(w.caux[WRITER])
                 for item in effect.entries:
                     at = item.position.entry_id
@@ -136,8 +140,7 @@ class BatchedLog:
                     else:
                         bits = sum(1 << i for i in view.remaining)
                         entries[at] = bl.LoggedEntry(old.position, old.data, bits_to_words(bits), False)
-                dirty = True
-        if dirty:
+        if entries is not None:
             w.clog = self.store.put((tuple(entries), max_local))
 
     def _max_local(self, position: Position, data: bytes) -> int:
@@ -172,6 +175,8 @@ class BatchedLog:
 
     def _release(self, w: _W) -> None:
         """Carry out, in order, every deferred item whose records are all durable."""
+        if not w.caux[DEFERRED]:
+            return
         pending = {request_id for request_id, _rid in w.caux[REQUESTS]}
         while True:
             deferred = list(w.caux[DEFERRED])

@@ -175,6 +175,8 @@ class Model:
         # Tests set this: every memoised transition is recomputed and compared (footprints complete).
         self.verify_deltas = False
         self.family_ids: dict[tuple[Any, ...], int] = {}
+        # The liveness goals read the hand-outs and the clock where delayed delivery is modelled.
+        self._delayed_goals = any(sub.delayed for sub in spec.subscriptions)
         self.batched = None
         if spec.batched_log:
             from proofs.check.batched import BatchedLog
@@ -203,7 +205,8 @@ class Model:
         w.coord, result, broken = self.store.step(
             "coordinator", tc.step, w.coord, command, coordinator_inv.STEP_PROPERTIES, self._guard
         )
-        w.broken.extend(f"coordinator/{b}" for b in broken)
+        if broken:
+            w.broken.extend(f"coordinator/{b}" for b in broken)
         return result
 
     def _buf_step(self, w: _W, p: int, command: Any) -> Any:
@@ -212,7 +215,8 @@ class Model:
             "buffer", tb.step, part[0], command, buffer_inv.STEP_PROPERTIES, self._guard
         )
         w.parts[p] = (d, *part[1:])
-        w.broken.extend(f"buffer/{b}" for b in broken)
+        if broken:
+            w.broken.extend(f"buffer/{b}" for b in broken)
         return result
 
     def _pa_step(self, w: _W, s: int, command: Any) -> Any:
@@ -221,14 +225,16 @@ class Model:
             "pending_ack", pa.step, sub[0], command, pending_ack_inv.STEP_PROPERTIES, self._guard
         )
         w.subs[s] = (d, *sub[1:])
-        w.broken.extend(f"pending_ack/{b}" for b in broken)
+        if broken:
+            w.broken.extend(f"pending_ack/{b}" for b in broken)
         return result
 
     def _ct_step(self, w: _W, c: int, command: Any) -> Any:
         cl = w.clients[c]
         d, result, broken = self.store.step("client", ct.step, cl[3], command, client_inv.STEP_PROPERTIES)
         w.clients[c] = (*cl[:3], d, *cl[4:])
-        w.broken.extend(f"client/{b}" for b in broken)
+        if broken:
+            w.broken.extend(f"client/{b}" for b in broken)
         return result
 
     def _dl_step(self, w: _W, s: int, command: Any) -> Any:
@@ -238,7 +244,8 @@ class Model:
             tracker = self.store.put(dl.initial(self.config, tracker=self.spec.tracker))
         d, result, broken = self.store.step("delayed", dl.step, tracker, command, delayed_inv.STEP_PROPERTIES)
         w.subs[s] = (*sub[:7], d)
-        w.broken.extend(f"delayed/{b}" for b in broken)
+        if broken:
+            w.broken.extend(f"delayed/{b}" for b in broken)
         return result
 
     def value(self, d: int) -> Any:

@@ -163,7 +163,7 @@ def _immutable_composite(value: Any, kind: int) -> bool:
     tuples, which are mostly built afresh around kept parts, nor anything mutable)."""
     if kind is _DATACLASS:
         return bool(type(value).__dataclass_params__.frozen)
-    return isinstance(value, frozenset | immutables.Map | FrozenBitMap | Log)
+    return kind is _ENUM or isinstance(value, frozenset | immutables.Map | FrozenBitMap | Log)
 
 
 # Per type, whether its renderings are kept; and how many are kept at most: a bounded cache, so a
@@ -183,6 +183,7 @@ class Store:
         self._steps: dict[tuple[str, int, Any], tuple[int, Any, tuple[str, ...]]] = {}
         self._violations: dict[tuple[str, int], tuple[str, ...]] = {}
         self._memo: dict[Any, Any] = {}
+        self._interned: dict[int, int] = {}  # id of each value in ``values`` -> its digest
         self._texts: dict[int, tuple[Any, str]] = {}  # renderings of parts (:func:`rendering`)
         self.step_misses = 0
         self.step_hits = 0
@@ -191,6 +192,11 @@ class Store:
 
     def put(self, value: Any) -> int:
         """Intern ``value``; its digest."""
+        # The interned object itself (a memoised step hands the same result and state out again)
+        # is found by identity, without hashing it: the store holds it, so its id is not reused.
+        found = self._interned.get(id(value))
+        if found is not None:
+            return found
         found = self._digests.get(value)
         if found is not None:
             return found
@@ -200,6 +206,7 @@ class Store:
             raise DigestCollision(f"digest {d:#x} names two values: {known!r} and {value!r}")
         self.values[d] = value
         self._digests[value] = d
+        self._interned[id(value)] = d
         self.new_digests.append(d)
         return d
 
