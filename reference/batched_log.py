@@ -773,8 +773,11 @@ def read_entry(
 
 
 @dataclass(frozen=True, slots=True)
-class LoggedEntry:
+class LoggedEntry(HashOnce):
     """One entry of the ledger as a reader sees it, with the cursor's view of it."""
+
+    # The model checker interns ledgers of these: each new ledger is hashed with all its entries.
+    __hash__ = HashOnce.__hash__
 
     position: Position
     data: bytes

@@ -175,18 +175,17 @@ class BatchedLog:
 
     def _release(self, w: _W) -> None:
         """Carry out, in order, every deferred item whose records are all durable."""
-        if not w.caux[DEFERRED]:
-            return
-        pending = {request_id for request_id, _rid in w.caux[REQUESTS]}
-        while True:
-            deferred = list(w.caux[DEFERRED])
-            ready = next((i for i, (awaited, _item) in enumerate(deferred) if not set(awaited) & pending), None)
-            if ready is None:
+        caux = w.caux
+        while caux[DEFERRED]:
+            deferred = caux[DEFERRED]
+            pending = {request_id for request_id, _rid in caux[REQUESTS]}
+            for i, (awaited, item) in enumerate(deferred):
+                if pending.isdisjoint(awaited):
+                    break
+            else:
                 return
-            _awaited, item = deferred.pop(ready)
-            w.caux[DEFERRED] = tuple(deferred)
+            caux[DEFERRED] = deferred[:i] + deferred[i + 1 :]
             self._carry(w, item)
-            pending = {request_id for request_id, _rid in w.caux[REQUESTS]}
 
     def _carry(self, w: _W, item: tuple[Any, ...]) -> None:
         model = self.model
