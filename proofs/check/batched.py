@@ -179,13 +179,11 @@ class BatchedLog:
         while caux[DEFERRED]:
             deferred = caux[DEFERRED]
             pending = {request_id for request_id, _rid in caux[REQUESTS]}
-            for i, (awaited, item) in enumerate(deferred):
-                if pending.isdisjoint(awaited):
-                    break
-            else:
+            ready = next((i for i, (awaited, _item) in enumerate(deferred) if pending.isdisjoint(awaited)), None)
+            if ready is None:
                 return
-            caux[DEFERRED] = deferred[:i] + deferred[i + 1 :]
-            self._carry(w, item)
+            caux[DEFERRED] = deferred[:ready] + deferred[ready + 1 :]
+            self._carry(w, deferred[ready][1])
 
     def _carry(self, w: _W, item: tuple[Any, ...]) -> None:
         model = self.model

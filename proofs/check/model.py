@@ -172,6 +172,8 @@ class Model:
         self._perm_cache: dict[tuple[int, int, int], int] = {}
         self._deltas: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._getters: dict[tuple[int, ...], Callable[[tuple[Any, ...]], Any]] = {}
+        # Per message in flight: its delivery's label, fairness family and footprint.
+        self._deliveries: dict[tuple[int, ...], tuple[tuple[Any, ...], tuple[Any, ...], tuple[int, ...]]] = {}
         # Tests set this: every memoised transition is recomputed and compared (footprints complete).
         self.verify_deltas = False
         self.family_ids: dict[tuple[Any, ...], int] = {}
@@ -314,14 +316,15 @@ class Model:
             if message in seen_messages:
                 continue
             seen_messages.add(message)
-            self._add(
-                out,
-                s,
-                ("deliver", message),
-                ("d", message),
-                lambda w, m=message: self._deliver(w, m),
-                self._message_footprint(message),
-            )
+            delivery = self._deliveries.get(message)
+            if delivery is None:
+                delivery = self._deliveries[message] = (
+                    ("deliver", message),
+                    ("d", message),
+                    self._message_footprint(message),
+                )
+            label, family, footprint = delivery
+            self._add(out, s, label, family, lambda w, m=message: self._deliver(w, m), footprint)
         for c in range(self.spec.clients):
             for label, act in self._client_actions(s, c):
                 family = ("c", c) if label[0] != "client-timeout" else ("ct", c)
@@ -371,6 +374,7 @@ class Model:
             getter = self._getters[footprint] = itemgetter(*footprint) if len(footprint) > 1 else _one(footprint[0])
         key = (label, getter(s))
         delta = self._deltas.get(key)
+        applied = None  # the successor, when this call computed it
         if delta is None or self.verify_deltas:
             w = _W(s, self.layout)
             fresh: tuple[Any, ...] | None
@@ -379,14 +383,18 @@ class Model:
             else:
                 after = w.freeze()
                 fresh = None if after == s else _delta(s, after, footprint, tuple(w.broken))
-                if fresh is not None and _apply(s, fresh, footprint) != after:
-                    raise AssertionError(f"{label}: the action changed the state outside its footprint {footprint}")
+                if fresh is not None:
+                    applied = _apply(s, fresh, footprint)
+                    if applied != after:
+                        raise AssertionError(f"{label}: the action changed the state outside its footprint {footprint}")
             if delta is not None and delta != fresh:
                 raise AssertionError(f"{label}: a memoised transition differs from the computed one")
             delta = self._deltas[key] = fresh if fresh is not None else ()
         if not delta:
             return
-        out.append(Successor(label, _apply(s, delta, footprint), family, delta[3], footprint))
+        if applied is None:
+            applied = _apply(s, delta, footprint)
+        out.append(Successor(label, applied, family, delta[3], footprint))
 
     def _w(self, s: tuple[Any, ...]) -> _W:
         return _W(s, self.layout)
