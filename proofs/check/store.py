@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import operator
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
@@ -124,13 +125,11 @@ def rendering(value: Any, texts: dict[int, tuple[Any, str]]) -> str:
         text = _tuple_text([repr(v) if type(v) in _PRIMITIVES else rendering(v, texts) for v in value])
     elif kind is _DATACLASS:
         cls = type(value)
-        names = _FIELDS.get(cls)
-        if names is None:
-            names = _FIELDS[cls] = tuple(cls.__dataclass_fields__)
-        fields = [getattr(value, name) for name in names]
-        text = _tuple_text(
-            [repr(cls.__name__), *[repr(v) if type(v) in _PRIMITIVES else rendering(v, texts) for v in fields]]
-        )
+        fields_of = _FIELDS.get(cls)
+        if fields_of is None:
+            fields_of = _FIELDS[cls] = _fields_getter(cls)
+        items = [repr(v) if type(v) in _PRIMITIVES else rendering(v, texts) for v in fields_of(value)]
+        text = _tuple_text([repr(cls.__name__), *items])
     elif kind is _ENUM:
         text = repr(("E", type(value).__name__, value.name))
     elif kind is _CONFIG:
@@ -171,7 +170,18 @@ def _immutable_composite(value: Any, kind: int) -> bool:
 _KEPT: dict[type, bool] = {}
 _PRIMITIVES: Final = frozenset({int, bool, str, bytes, float, type(None)})  # rendered by ``repr``
 _TEXTS_KEPT: Final = 1 << 15
-_FIELDS: dict[type, tuple[str, ...]] = {}
+_FIELDS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+
+
+def _fields_getter(cls: type) -> Callable[[Any], tuple[Any, ...]]:
+    """A function giving a dataclass value's fields, in ``__dataclass_fields__`` order, as a tuple."""
+    names = tuple(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+    if not names:
+        return lambda value: ()
+    if len(names) == 1:
+        name = names[0]
+        return lambda value: (getattr(value, name),)
+    return operator.attrgetter(*names)
 
 
 class Store:
