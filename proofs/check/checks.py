@@ -80,10 +80,7 @@ def violations(self: Model, s: tuple[Any, ...], changed: tuple[int, ...] | None 
             names = store.violated("delayed", delayed_inv.INVARIANTS, sub[7])
             if names:
                 out.extend(f"delayed/{n}" for n in names)
-        ok = store.memo(
-            ("pa-recovers", sub[0], sub[1], sub[2]),
-            lambda sub=sub: composed.pending_ack_recovers_live(self.value(sub[0]), self.value(sub[1]), bool(sub[2])),
-        )
+        ok = store.memo(("pa-recovers", sub[0], sub[1], sub[2]), partial(_pending_ack_recovers, self, sub))
         if not ok:
             out.append("pending-ack-recovers-live")
     for slot in L.client_slots:
@@ -97,6 +94,10 @@ def violations(self: Model, s: tuple[Any, ...], changed: tuple[int, ...] | None 
     if everything or BAD in slots:
         out.extend(sorted({b[0] for b in s[BAD]}))
     return out
+
+
+def _pending_ack_recovers(self: Model, sub: tuple[Any, ...]) -> bool:
+    return composed.pending_ack_recovers_live(self.value(sub[0]), self.value(sub[1]), bool(sub[2]))
 
 
 def _buffer_recovers(self: Model, d: int) -> bool:
