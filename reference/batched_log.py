@@ -163,8 +163,10 @@ def writer_config(config: Config, kind: LogKind, *, enabled: bool | None = None)
 
 @slot_init
 @dataclass(frozen=True, slots=True)
-class Buffered:
+class Buffered(HashOnce):
     """A record waiting in the buffer: its request, canonical bytes and arrival time."""
+
+    __hash__ = HashOnce.__hash__
 
     request_id: int
     data: bytes
@@ -173,8 +175,10 @@ class Buffered:
 
 @slot_init
 @dataclass(frozen=True, slots=True)
-class InFlight:
+class InFlight(HashOnce):
     """A write handed to the managed ledger and not yet answered."""
+
+    __hash__ = HashOnce.__hash__
 
     write_id: int
     request_ids: tuple[int, ...]
@@ -183,8 +187,10 @@ class InFlight:
 
 @slot_init
 @dataclass(frozen=True, slots=True)
-class EntryView:
+class EntryView(HashOnce):
     """A durable entry this writer wrote and the batch indexes of it not yet deleted."""
+
+    __hash__ = HashOnce.__hash__
 
     batch_size: int
     batched: bool
@@ -192,8 +198,12 @@ class EntryView:
 
 
 @dataclass(frozen=True, slots=True)
-class FlushStats:
+class FlushStats(HashOnce):
     """What the metrics of BW-19 count, kept in the state so vectors can observe them."""
+
+    # These and the writer's other parts keep their hashes: a new writer state (every step) is
+    # hashed when the model checker interns it, and it shares most of its parts with the last one.
+    __hash__ = HashOnce.__hash__
 
     max_records: int = 0
     max_size: int = 0
@@ -775,8 +785,11 @@ def read_entry(
 
 
 @dataclass(frozen=True, slots=True)
-class LoggedEntry:
+class LoggedEntry(HashOnce):
     """One entry of the ledger as a reader sees it, with the cursor's view of it."""
+
+    # The model checker interns ledgers of these: each new ledger is hashed with all its entries.
+    __hash__ = HashOnce.__hash__
 
     position: Position
     data: bytes
