@@ -57,6 +57,65 @@ class CheckOutOfMemory(Exception):
         )
 
 
+# How close to an address-space limit (``ulimit -v``) a run may grow before it stops with
+# :class:`CheckOutOfMemory`.  At the limit itself glibc and CPython do not fail fast: every
+# allocation first tries to map a new arena, fails, and falls back, so a process pressed against
+# its limit can crawl for many minutes before one allocation finally raises ``MemoryError``.
+_ADDRESS_SPACE_RESERVE = 16 * 1024 * 1024
+_WATCH_INTERVAL_S = 0.05
+
+
+def _address_space_limit() -> int | None:
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def _mapped_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None  # not Linux: the allocator's own MemoryError is all there is
+
+
+@contextlib.contextmanager
+def _address_space_watch() -> Any:
+    """Under an address-space limit, interrupt the run (``KeyboardInterrupt`` in the main thread)
+    once it maps within :data:`_ADDRESS_SPACE_RESERVE` of the limit; yields a list that holds the
+    mapped size at which it did.  Without a limit, or off Linux, it watches nothing."""
+    import _thread
+    import threading
+
+    limit = _address_space_limit()
+    tripped: list[int] = []
+    if limit is None or _mapped_bytes() is None:
+        yield tripped
+        return
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(_WATCH_INTERVAL_S):
+            mapped = _mapped_bytes()
+            if mapped is not None and mapped >= limit - _ADDRESS_SPACE_RESERVE:
+                tripped.append(mapped)
+                _thread.interrupt_main()
+                return
+
+    old_size = threading.stack_size(256 * 1024)  # the watcher's stack counts against the limit too
+    try:
+        watcher = threading.Thread(target=watch, name="check-address-space", daemon=True)
+        watcher.start()
+    finally:
+        threading.stack_size(old_size)
+    try:
+        yield tripped
+    finally:
+        done.set()
+        watcher.join()
+
+
 class ModelRun:
     """One model's run: its result and the model (for rendering its counterexamples)."""
 
@@ -178,7 +237,18 @@ def check_models(
                 model = Model(spec, step_timeout_s=step_timeout_s)
                 ran_out = ""
                 try:
-                    result = explore(model, options)
+                    with _address_space_watch() as tripped:
+                        try:
+                            result = explore(model, options)
+                        except KeyboardInterrupt:
+                            if not tripped:
+                                raise
+                            limit = _address_space_limit() or 0
+                            raise MemoryError(
+                                f"{tripped[0] / 2**20:,.0f} MiB mapped, within "
+                                f"{_ADDRESS_SPACE_RESERVE // 2**20} MiB of the address-space limit "
+                                f"({limit / 2**20:,.0f} MiB, ulimit -v)"
+                            ) from None
                 except MemoryError as exc:
                     ran_out = f"{type(exc).__name__}: {exc}" if str(exc) else "MemoryError"
                 except OSError as exc:
