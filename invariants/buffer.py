@@ -207,9 +207,11 @@ def aborted_messages_before_marker(s: BufferState) -> bool:
     (TB-16).  Not under the quirk append-after-abort, which stores the late message after the marker."""
     if s.config.txnmodel_quirk_append_after_abort:
         return True
-    return not any(
-        e.kind is EntryKind.TXN_DATA and e.txn_id in s.aborted and e.position > s.aborted[e.txn_id] for e in s.entries
-    )
+    for e in s.entries:
+        marker = s.aborted.get(e.txn_id) if e.kind is EntryKind.TXN_DATA and e.txn_id is not None else None
+        if marker is not None and e.position > marker:
+            return False
+    return True
 
 
 def segments_respect_capacity(s: BufferState) -> bool:
