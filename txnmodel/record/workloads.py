@@ -76,9 +76,12 @@ def _consumer_loop(
     """Receive until the drain is done; ``on_message`` acknowledges (or not) what arrived."""
     timeout = run.options.receive_timeout_ms
     while not drain.done.is_set():
-        invoked = run.log.clock.now_ms()
+        # Connected before and after, as the receive's own record says (OfficialConsumer.receive): an
+        # empty receive across a reconnection is not a drain in the history, nor an idle one here.
+        invoked, before = run.log.clock.now_ms(), consumer.connected()
         message = consumer.receive(process, timeout)
-        drain.saw(consumer.name, message=message is not None, connected=consumer.connected(), invoked_ms=invoked)
+        connected = before and consumer.connected()
+        drain.saw(consumer.name, message=message is not None, connected=connected, invoked_ms=invoked)
         if message is not None:
             on_message(process, consumer, message)
 
