@@ -80,8 +80,10 @@ __all__ = [
     "WriterState",
     "WriterStatus",
     "canonical_record",
+    "durable_entries",
     "initial",
     "initial_for",
+    "logged_entries",
     "read_entry",
     "recover",
     "recover_for",
@@ -161,8 +163,10 @@ def writer_config(config: Config, kind: LogKind, *, enabled: bool | None = None)
 
 @slot_init
 @dataclass(frozen=True, slots=True)
-class Buffered:
+class Buffered(HashOnce):
     """A record waiting in the buffer: its request, canonical bytes and arrival time."""
+
+    __hash__ = HashOnce.__hash__
 
     request_id: int
     data: bytes
@@ -171,8 +175,10 @@ class Buffered:
 
 @slot_init
 @dataclass(frozen=True, slots=True)
-class InFlight:
+class InFlight(HashOnce):
     """A write handed to the managed ledger and not yet answered."""
+
+    __hash__ = HashOnce.__hash__
 
     write_id: int
     request_ids: tuple[int, ...]
@@ -181,8 +187,10 @@ class InFlight:
 
 @slot_init
 @dataclass(frozen=True, slots=True)
-class EntryView:
+class EntryView(HashOnce):
     """A durable entry this writer wrote and the batch indexes of it not yet deleted."""
+
+    __hash__ = HashOnce.__hash__
 
     batch_size: int
     batched: bool
@@ -190,8 +198,12 @@ class EntryView:
 
 
 @dataclass(frozen=True, slots=True)
-class FlushStats:
+class FlushStats(HashOnce):
     """What the metrics of BW-19 count, kept in the state so vectors can observe them."""
+
+    # These and the writer's other parts keep their hashes: a new writer state (every step) is
+    # hashed when the model checker interns it, and it shares most of its parts with the last one.
+    __hash__ = HashOnce.__hash__
 
     max_records: int = 0
     max_size: int = 0
@@ -773,8 +785,11 @@ def read_entry(
 
 
 @dataclass(frozen=True, slots=True)
-class LoggedEntry:
+class LoggedEntry(HashOnce):
     """One entry of the ledger as a reader sees it, with the cursor's view of it."""
+
+    # The model checker interns ledgers of these: each new ledger is hashed with all its entries.
+    __hash__ = HashOnce.__hash__
 
     position: Position
     data: bytes
@@ -789,6 +804,26 @@ def replay(kind: LogKind, log: Iterable[LoggedEntry]) -> tuple[ReplayedRecord, .
         if not entry.deleted:
             out.extend(read_entry(kind, entry.position, entry.data, entry.ack_set))
     return tuple(out)
+
+
+# A live durable entry as a history's ``recover`` row spells it (spec/history.md, version 3):
+# ``[position, bytes, ack_set]`` in spec.jsonvalues spellings (``[[3, 12], {"@bytes": "0e01..."}, null]``).
+DurableEntry = tuple[Position, bytes, tuple[int, ...] | None]
+
+
+def durable_entries(log: Iterable[LoggedEntry]) -> tuple[DurableEntry, ...]:
+    """The live entries of ``log`` as a ``recover`` row carries them (deleted entries are dropped:
+    a reader never returns them, BW-24)."""
+    return tuple((entry.position, entry.data, entry.ack_set) for entry in log if not entry.deleted)
+
+
+def logged_entries(data: Any, path: str = "$.log") -> tuple[LoggedEntry, ...]:
+    """The entries a ``recover`` row's ``log`` spells (:func:`durable_entries`), for :func:`replay`;
+    a bad spelling is a :class:`~spec.jsonvalues.JsonError` naming its JSON path."""
+    from spec.jsonvalues import from_json
+
+    entries = from_json(data, tuple[DurableEntry, ...], path)
+    return tuple(LoggedEntry(position, payload, ack_set) for position, payload, ack_set in entries)
 
 
 def recover(

@@ -87,6 +87,11 @@ def _check_packed(data: bytes, start: int, stop: int, wire: int | None, what: st
         raise BadRecord(f"{what}: packed length {stop - start} is not a multiple of {width}", offset=base + start)
 
 
+def _field_what(name: str, field: Any, number: int) -> str:
+    """How the messages name a field: ``Message.field``, or ``Message.number`` for an unknown one."""
+    return f"{name}.{field.name if field else number}"
+
+
 def check_message(data: bytes, descriptor: Any, *, base: int = 0, start: int = 0, end: int | None = None) -> None:
     """Check ``data[start:end]`` is a well-formed encoding of ``descriptor``.
 
@@ -98,9 +103,15 @@ def check_message(data: bytes, descriptor: Any, *, base: int = 0, start: int = 0
     fields = descriptor.fields_by_number
     seen: set[int] = set()
     pos = start
+    # A one-byte varint (most tags, lengths and values) is read in place, and a field's name for
+    # the messages is spelled only where one is needed: every record replayed passes through here.
     while pos < stop:
         tag_at = pos
-        tag, pos = _read_varint(data, pos, stop, f"{name} tag", base)
+        tag = data[pos]
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = _read_varint(data, pos, stop, f"{name} tag", base)
         number, wire = tag >> 3, tag & 7
         if number == 0 or number > _MAX_FIELD_NUMBER:
             raise BadRecord(f"{name}: field number {number} is invalid", offset=base + tag_at)
@@ -112,35 +123,44 @@ def check_message(data: bytes, descriptor: Any, *, base: int = 0, start: int = 0
             packed_ok = wire == _LEN and field.is_repeated and expected in (_VARINT, _I64, _I32)
             if not packed_ok:
                 raise BadRecord(f"{name}.{field.name}: wire type {wire}, expected {expected}", offset=base + tag_at)
-        what = f"{name}.{field.name if field else number}"
         if wire == _VARINT:
             value_at = pos
-            value, pos = _read_varint(data, pos, stop, what, base)
-            if field is not None:
-                _check_enum(field, value, what, base + value_at)
+            if pos < stop and data[pos] < 0x80:
+                value = data[pos]
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos, stop, _field_what(name, field, number), base)
+            if field is not None and field.type == FieldDescriptor.TYPE_ENUM:
+                _check_enum(field, value, _field_what(name, field, number), base + value_at)
         elif wire == _I64:
             if pos + 8 > stop:
+                what = _field_what(name, field, number)
                 raise TruncatedInput(f"{what}: 8-byte value runs past the end", offset=base + pos)
             pos += 8
         elif wire == _I32:
             if pos + 4 > stop:
+                what = _field_what(name, field, number)
                 raise TruncatedInput(f"{what}: 4-byte value runs past the end", offset=base + pos)
             pos += 4
         else:
-            length, body = _read_varint(data, pos, stop, f"{what} length", base)
+            if pos < stop and data[pos] < 0x80:
+                length, body = data[pos], pos + 1
+            else:
+                length, body = _read_varint(data, pos, stop, f"{_field_what(name, field, number)} length", base)
             if body + length > stop:
                 raise TruncatedInput(
-                    f"{what}: length {length} runs past the end ({stop - body} bytes left)",
+                    f"{_field_what(name, field, number)}: length {length} runs past the end ({stop - body} bytes left)",
                     offset=base + pos,
                 )
             if field is not None and field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type:
                 check_message(data, field.message_type, base=base, start=body, end=body + length)
             elif field is not None and expected != _LEN:
-                _check_packed(data, body, body + length, expected, what, base, field)
+                _check_packed(data, body, body + length, expected, _field_what(name, field, number), base, field)
             elif field is not None and field.type == FieldDescriptor.TYPE_STRING:
                 try:
                     data[body : body + length].decode("utf-8")
                 except UnicodeDecodeError as exc:
+                    what = _field_what(name, field, number)
                     raise BadRecord(f"{what}: not UTF-8 ({exc.reason})", offset=base + body + exc.start) from None
             pos = body + length
         seen.add(number)

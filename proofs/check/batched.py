@@ -95,39 +95,41 @@ class BatchedLog:
         self._writer_effects(w, result)
         return [request_id]
 
-    def _writer_step(self, w: _W, command: Any) -> Any:
-        # A BatchedPosition equals its plain position whatever its index: key deletions by content.
-        key = repr(command) if isinstance(command, bl.DeleteRecords) else None
+    def _writer_step(self, w: _W, command: Any, key: Any = None) -> Any:
         d, result, broken = self.store.step(
             "batched_log", bl.step, w.caux[WRITER], command, batched_inv.STEP_PROPERTIES, self.model._guard, key
         )
         w.caux[WRITER] = d
-        w.broken.extend(f"batched_log/{b}" for b in broken)
+        if broken:
+            w.broken.extend(f"batched_log/{b}" for b in broken)
         return result
 
     def _writer_effects(self, w: _W, result: Any) -> None:
-        entries, max_local = self.store.get(w.clog)
-        entries = list(entries)
-        dirty = False  # the ledger is interned again only when an effect changed it
+        if not result.effects:
+            return
+        logged, max_local = self.store.get(w.clog)
+        entries: list[bl.LoggedEntry] | None = None  # a copy of the ledger once an effect changes it
         for effect in result.effects:
             if isinstance(effect, bl.AsyncAddEntry):
+                if entries is None:
+                    entries = list(logged)
                 position = Position(1, len(entries))
                 entries.append(bl.LoggedEntry(position, effect.data))
                 w.caux[IN_FLIGHT] = (*w.caux[IN_FLIGHT], (effect.write_id, 1, len(entries) - 1))
                 max_local = max(max_local, self._max_local(position, effect.data))
-                dirty = True
             elif isinstance(effect, bl.AddComplete):
                 # Each caller's future completes in batch order, and what waited on it runs at once
                 # (the engine's done-callbacks): a deletion of a record id the coordinator then reuses
                 # (a refused log-before-check does not advance next_record_id) hits the right entry.
-                if dirty:
+                if entries is not None:
                     w.clog = self.store.put((tuple(entries), max_local))
-                    dirty = False
+                    entries = None
                 self._completed(w, effect.request_id, effect.position)
                 self._release(w)
-                entries, max_local = self.store.get(w.clog)
-                entries = list(entries)
+                logged, max_local = self.store.get(w.clog)
             elif isinstance(effect, bl.CursorDelete):
+                if entries is None:
+                    entries = list(logged)
                 writer = self.store.get(w.caux[WRITER])
                 for item in effect.entries:
                     at = item.position.entry_id
@@ -138,8 +140,7 @@ class BatchedLog:
                     else:
                         bits = sum(1 << i for i in view.remaining)
                         entries[at] = bl.LoggedEntry(old.position, old.data, bits_to_words(bits), False)
-                dirty = True
-        if dirty:
+        if entries is not None:
             w.clog = self.store.put((tuple(entries), max_local))
 
     def _max_local(self, position: Position, data: bytes) -> int:
@@ -174,16 +175,15 @@ class BatchedLog:
 
     def _release(self, w: _W) -> None:
         """Carry out, in order, every deferred item whose records are all durable."""
-        pending = {request_id for request_id, _rid in w.caux[REQUESTS]}
-        while True:
-            deferred = list(w.caux[DEFERRED])
-            ready = next((i for i, (awaited, _item) in enumerate(deferred) if not set(awaited) & pending), None)
+        caux = w.caux
+        while caux[DEFERRED]:
+            deferred = caux[DEFERRED]
+            pending = {request_id for request_id, _rid in caux[REQUESTS]}
+            ready = next((i for i, (awaited, _item) in enumerate(deferred) if pending.isdisjoint(awaited)), None)
             if ready is None:
                 return
-            _awaited, item = deferred.pop(ready)
-            w.caux[DEFERRED] = tuple(deferred)
-            self._carry(w, item)
-            pending = {request_id for request_id, _rid in w.caux[REQUESTS]}
+            caux[DEFERRED] = deferred[:ready] + deferred[ready + 1 :]
+            self._carry(w, deferred[ready][1])
 
     def _carry(self, w: _W, item: tuple[Any, ...]) -> None:
         model = self.model
@@ -209,11 +209,15 @@ class BatchedLog:
             if pos is None:
                 w.caux[DOOMED] = tuple(sorted({*w.caux[DOOMED], rid}))
             else:
-                ledger, entry, size, index = pos
-                known.append(BatchedPosition(ledger, entry, size, index) if size > 1 else Position(ledger, entry))
+                known.append(pos)
         w.caux[POSITIONS] = tuple(sorted(positions.items()))
         if known:
-            result = self._writer_step(w, bl.DeleteRecords(tuple(known)))
+            command = bl.DeleteRecords(
+                tuple(BatchedPosition(*pos) if pos[2] > 1 else Position(pos[0], pos[1]) for pos in known)
+            )
+            # A BatchedPosition equals its plain position whatever its index: key the deletion by
+            # the positions' content, (ledger, entry, batch size, batch index) each.
+            result = self._writer_step(w, command, ("delete", tuple(known)))
             self._writer_effects(w, result)
 
     # --- actions of the writer ----------------------------------------------------------------

@@ -43,10 +43,12 @@ def violations(self: Model, s: tuple[Any, ...], changed: tuple[int, ...] | None 
     L = self.layout
     out: list[str] = []
     everything = changed is None
-    slots = set(changed) if changed is not None else set()
+    slots = frozenset(changed) if changed is not None else frozenset()
     coordinator = everything or COORD in slots or CLOG in slots or CAUX in slots
     if coordinator:
-        out.extend(f"coordinator/{n}" for n in store.violated("coordinator", coordinator_inv.INVARIANTS, s[COORD]))
+        names = store.violated("coordinator", coordinator_inv.INVARIANTS, s[COORD])
+        if names:
+            out.extend(f"coordinator/{n}" for n in names)
         if self.batched is None:
             ok = store.memo(
                 ("tc-recovers", s[COORD], s[CLOG]),
@@ -57,36 +59,45 @@ def violations(self: Model, s: tuple[Any, ...], changed: tuple[int, ...] | None 
         else:
             out.extend(self.batched.violations(s))
     decided = everything or DECIDED in slots
-    for p in range(L.partitions):
-        if not (decided or L.part(p) in slots):
+    for slot in L.part_slots:
+        if not (decided or slot in slots):
             continue
-        d = s[L.part(p)][0]
-        out.extend(f"buffer/{n}" for n in store.violated("buffer", buffer_inv.INVARIANTS, d))
+        d = s[slot][0]
+        names = store.violated("buffer", buffer_inv.INVARIANTS, d)
+        if names:
+            out.extend(f"buffer/{n}" for n in names)
         out.extend(store.memo(("partition-safety", d, s[DECIDED]), partial(self._partition_safety, d, s)))
         if not store.memo(("buffer-recovers", d), partial(self._buffer_recovers, d)):
             out.append("buffer-recovers-live")
-    for i in range(L.subscriptions):
-        if not (everything or L.sub(i) in slots):
+    for slot in L.sub_slots:
+        if not (everything or slot in slots):
             continue
-        sub = s[L.sub(i)]
-        out.extend(f"pending_ack/{n}" for n in store.violated("pending_ack", pending_ack_inv.INVARIANTS, sub[0]))
+        sub = s[slot]
+        names = store.violated("pending_ack", pending_ack_inv.INVARIANTS, sub[0])
+        if names:
+            out.extend(f"pending_ack/{n}" for n in names)
         if sub[7]:
-            out.extend(f"delayed/{n}" for n in store.violated("delayed", delayed_inv.INVARIANTS, sub[7]))
-        ok = store.memo(
-            ("pa-recovers", sub[0], sub[1], sub[2]),
-            partial(composed.pending_ack_recovers_live, self.value(sub[0]), self.value(sub[1]), bool(sub[2])),
-        )
+            names = store.violated("delayed", delayed_inv.INVARIANTS, sub[7])
+            if names:
+                out.extend(f"delayed/{n}" for n in names)
+        ok = store.memo(("pa-recovers", sub[0], sub[1], sub[2]), partial(_pending_ack_recovers, self, sub))
         if not ok:
             out.append("pending-ack-recovers-live")
-    for c in range(L.clients_n):
-        if not (everything or L.client(c) in slots):
+    for slot in L.client_slots:
+        if not (everything or slot in slots):
             continue
-        cl = s[L.client(c)]
+        cl = s[slot]
         if cl[3]:
-            out.extend(f"client/{n}" for n in store.violated("client", client_inv.INVARIANTS, cl[3]))
+            names = store.violated("client", client_inv.INVARIANTS, cl[3])
+            if names:
+                out.extend(f"client/{n}" for n in names)
     if everything or BAD in slots:
         out.extend(sorted({b[0] for b in s[BAD]}))
     return out
+
+
+def _pending_ack_recovers(self: Model, sub: tuple[Any, ...]) -> bool:
+    return composed.pending_ack_recovers_live(self.value(sub[0]), self.value(sub[1]), bool(sub[2]))
 
 
 def _buffer_recovers(self: Model, d: int) -> bool:
@@ -140,16 +151,25 @@ def _undelivered_due(self: Model, s: tuple[Any, ...]) -> tuple[Position, ...]:
 
 def goals(self: Model, s: tuple[Any, ...], properties: tuple[composed.Liveness, ...]) -> tuple[bool, ...]:
     """Each liveness property's goal in ``s`` (in the order of ``properties``)."""
+    L = self.layout
+    parts, subs = s[L.parts], s[L.subs]
     key: tuple[Any, ...] = (
         "goals",
-        properties,
+        # the properties by name and goal: hashing the Liveness values (with their rule ids and
+        # docs) on every state was a good part of a goal's lookup
+        tuple([(prop.name, prop.goal) for prop in properties]),
         s[COORD],
-        tuple(p[0] for p in s[self.layout.parts]),
-        tuple(x[0] for x in s[self.layout.subs]),
+        tuple([p[0] for p in parts]),
+        tuple([x[0] for x in subs]),
         s[DECIDED],
-        s[self.layout.reopened],
-        tuple(t[2] for t in s[self.layout.acks]),
+        s[L.reopened],
+        tuple([t[2] for t in s[L.acks]]),
     )
-    if any(sub.delayed for sub in self.spec.subscriptions):
-        key = (*key, s[CLOCK], tuple(x[5] for x in s[self.layout.subs]), tuple(p[2] for p in s[self.layout.parts]))
-    return self.store.memo(key, lambda: tuple(prop.goal(self.view(s)) for prop in properties))  # type: ignore[no-any-return]
+    if self._delayed_goals:
+        key = (*key, s[CLOCK], tuple([x[5] for x in subs]), tuple([p[2] for p in parts]))
+    return self.store.memo(key, lambda: _goals(self.view(s), properties))  # type: ignore[no-any-return]
+
+
+def _goals(view: composed.SystemView, properties: tuple[composed.Liveness, ...]) -> tuple[bool, ...]:
+    # One view for every property: building it (every component's state by digest) is most of a goal's cost.
+    return tuple(prop.goal(view) for prop in properties)

@@ -10,6 +10,10 @@ from proofs.check.state import (
     _PUBLISHED,
     _TIMEOUT_CODE,
     _W,
+    CAUX,
+    CLOG,
+    COORD,
+    DECIDED,
     ENDP,
     ENDP_RESP,
     ENDS,
@@ -30,6 +34,9 @@ if TYPE_CHECKING:
     from proofs.check.model import Model
 
 
+_CRASH_COORDINATOR = (COORD, CLOG, CAUX, DECIDED, USED)  # the coordinator's footprint and the fault budget
+
+
 def _environment_actions(self: Model, s: tuple[Any, ...], out: list[Successor], messages: set[tuple[int, ...]]) -> None:
     faults = self.spec.faults
     used = s[USED]
@@ -42,7 +49,7 @@ def _environment_actions(self: Model, s: tuple[Any, ...], out: list[Successor], 
             if m[0] in kinds:
                 self._add(out, s, ("duplicate", m), None, lambda w, m=m: _duplicate(w, m))
     if used[2] < faults.crash_coordinator:
-        self._add(out, s, ("crash-coordinator",), None, self._crash_coordinator, (*self._COORDINATOR, USED))
+        self._add(out, s, ("crash-coordinator",), None, self._crash_coordinator, _CRASH_COORDINATOR)
     if used[3] < faults.crash_partition:
         for p in range(self.spec.partitions):
             self._add(

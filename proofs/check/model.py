@@ -172,9 +172,13 @@ class Model:
         self._perm_cache: dict[tuple[int, int, int], int] = {}
         self._deltas: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._getters: dict[tuple[int, ...], Callable[[tuple[Any, ...]], Any]] = {}
+        # Per message in flight: its delivery's label, fairness family and footprint.
+        self._deliveries: dict[tuple[int, ...], tuple[tuple[Any, ...], tuple[Any, ...], tuple[int, ...]]] = {}
         # Tests set this: every memoised transition is recomputed and compared (footprints complete).
         self.verify_deltas = False
         self.family_ids: dict[tuple[Any, ...], int] = {}
+        # The liveness goals read the hand-outs and the clock where delayed delivery is modelled.
+        self._delayed_goals = any(sub.delayed for sub in spec.subscriptions)
         self.batched = None
         if spec.batched_log:
             from proofs.check.batched import BatchedLog
@@ -203,7 +207,8 @@ class Model:
         w.coord, result, broken = self.store.step(
             "coordinator", tc.step, w.coord, command, coordinator_inv.STEP_PROPERTIES, self._guard
         )
-        w.broken.extend(f"coordinator/{b}" for b in broken)
+        if broken:
+            w.broken.extend(f"coordinator/{b}" for b in broken)
         return result
 
     def _buf_step(self, w: _W, p: int, command: Any) -> Any:
@@ -212,7 +217,8 @@ class Model:
             "buffer", tb.step, part[0], command, buffer_inv.STEP_PROPERTIES, self._guard
         )
         w.parts[p] = (d, *part[1:])
-        w.broken.extend(f"buffer/{b}" for b in broken)
+        if broken:
+            w.broken.extend(f"buffer/{b}" for b in broken)
         return result
 
     def _pa_step(self, w: _W, s: int, command: Any) -> Any:
@@ -221,14 +227,16 @@ class Model:
             "pending_ack", pa.step, sub[0], command, pending_ack_inv.STEP_PROPERTIES, self._guard
         )
         w.subs[s] = (d, *sub[1:])
-        w.broken.extend(f"pending_ack/{b}" for b in broken)
+        if broken:
+            w.broken.extend(f"pending_ack/{b}" for b in broken)
         return result
 
     def _ct_step(self, w: _W, c: int, command: Any) -> Any:
         cl = w.clients[c]
         d, result, broken = self.store.step("client", ct.step, cl[3], command, client_inv.STEP_PROPERTIES)
         w.clients[c] = (*cl[:3], d, *cl[4:])
-        w.broken.extend(f"client/{b}" for b in broken)
+        if broken:
+            w.broken.extend(f"client/{b}" for b in broken)
         return result
 
     def _dl_step(self, w: _W, s: int, command: Any) -> Any:
@@ -238,7 +246,8 @@ class Model:
             tracker = self.store.put(dl.initial(self.config, tracker=self.spec.tracker))
         d, result, broken = self.store.step("delayed", dl.step, tracker, command, delayed_inv.STEP_PROPERTIES)
         w.subs[s] = (*sub[:7], d)
-        w.broken.extend(f"delayed/{b}" for b in broken)
+        if broken:
+            w.broken.extend(f"delayed/{b}" for b in broken)
         return result
 
     def value(self, d: int) -> Any:
@@ -307,14 +316,15 @@ class Model:
             if message in seen_messages:
                 continue
             seen_messages.add(message)
-            self._add(
-                out,
-                s,
-                ("deliver", message),
-                ("d", message),
-                lambda w, m=message: self._deliver(w, m),
-                self._message_footprint(message),
-            )
+            delivery = self._deliveries.get(message)
+            if delivery is None:
+                delivery = self._deliveries[message] = (
+                    ("deliver", message),
+                    ("d", message),
+                    self._message_footprint(message),
+                )
+            label, family, footprint = delivery
+            self._add(out, s, label, family, lambda w, m=message: self._deliver(w, m), footprint)
         for c in range(self.spec.clients):
             for label, act in self._client_actions(s, c):
                 family = ("c", c) if label[0] != "client-timeout" else ("ct", c)
@@ -364,6 +374,7 @@ class Model:
             getter = self._getters[footprint] = itemgetter(*footprint) if len(footprint) > 1 else _one(footprint[0])
         key = (label, getter(s))
         delta = self._deltas.get(key)
+        applied = None  # the successor, when this call computed it
         if delta is None or self.verify_deltas:
             w = _W(s, self.layout)
             fresh: tuple[Any, ...] | None
@@ -372,14 +383,18 @@ class Model:
             else:
                 after = w.freeze()
                 fresh = None if after == s else _delta(s, after, footprint, tuple(w.broken))
-                if fresh is not None and _apply(s, fresh, footprint) != after:
-                    raise AssertionError(f"{label}: the action changed the state outside its footprint {footprint}")
+                if fresh is not None:
+                    applied = _apply(s, fresh, footprint)
+                    if applied != after:
+                        raise AssertionError(f"{label}: the action changed the state outside its footprint {footprint}")
             if delta is not None and delta != fresh:
                 raise AssertionError(f"{label}: a memoised transition differs from the computed one")
             delta = self._deltas[key] = fresh if fresh is not None else ()
         if not delta:
             return
-        out.append(Successor(label, _apply(s, delta, footprint), family, delta[3], footprint))
+        if applied is None:
+            applied = _apply(s, delta, footprint)
+        out.append(Successor(label, applied, family, delta[3], footprint))
 
     def _w(self, s: tuple[Any, ...]) -> _W:
         return _W(s, self.layout)

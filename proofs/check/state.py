@@ -115,6 +115,10 @@ class Layout:
         at += partitions
         self.ended = slice(at, at + partitions)
         self.size = at + partitions
+        # The slots themselves, for the loops of the hot paths (no method call per slot).
+        self.part_slots = tuple(range(self.parts.start, self.parts.stop))
+        self.sub_slots = tuple(range(self.subs.start, self.subs.stop))
+        self.client_slots = tuple(range(self.clients.start, self.clients.stop))
 
     def part(self, p: int) -> int:
         return self.parts.start + p

@@ -22,8 +22,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import operator
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Final
 
 import immutables
 from pyroaring import BitMap, FrozenBitMap
@@ -95,10 +96,92 @@ def _kind_of(value: Any) -> int:
     raise TypeError(f"no canonical form for {type(value).__name__}: {value!r}")
 
 
-def digest_of(value: Any) -> int:
-    """The 60-bit content digest of ``value`` (stable across processes and runs)."""
-    text = repr(canonical(value)).encode()
+def digest_of(value: Any, texts: dict[int, tuple[Any, str]] | None = None) -> int:
+    """The 60-bit content digest of ``value`` (stable across processes and runs): BLAKE2b of
+    ``repr(canonical(value))``.  ``texts`` (a :class:`Store`'s) keeps the rendering of the
+    immutable parts already rendered, by identity: a new state shares most of its parts (a
+    buffer's log, a writer's entries, a coordinator's transactions) with the state it came from."""
+    text = rendering(value, texts if texts is not None else {}).encode()
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") & _MASK
+
+
+def rendering(value: Any, texts: dict[int, tuple[Any, str]]) -> str:
+    """``repr(canonical(value))``, built from the renderings of the parts, with those of the
+    immutable composite parts (dataclasses, maps, sets, frozen bitmaps, logs) kept in ``texts``
+    under their ``id`` (with the part itself, so the id is not reused while the entry lives)."""
+    kind = _KINDS.get(type(value))
+    if kind is None:
+        kind = _KINDS[type(value)] = _kind_of(value)
+    if kind is _PRIMITIVE:
+        return repr(value)
+    cacheable = _KEPT.get(type(value))
+    if cacheable is None:
+        cacheable = _KEPT[type(value)] = _immutable_composite(value, kind)
+    if cacheable:
+        known = texts.get(id(value))
+        if known is not None:
+            return known[1]
+    if kind is _TUPLE:
+        text = _tuple_text([repr(v) if type(v) in _PRIMITIVES else rendering(v, texts) for v in value])
+    elif kind is _DATACLASS:
+        cls = type(value)
+        fields_of = _FIELDS.get(cls)
+        if fields_of is None:
+            fields_of = _FIELDS[cls] = _fields_getter(cls)
+        items = [repr(v) if type(v) in _PRIMITIVES else rendering(v, texts) for v in fields_of(value)]
+        text = _tuple_text([repr(cls.__name__), *items])
+    elif kind is _ENUM:
+        text = repr(("E", type(value).__name__, value.name))
+    elif kind is _CONFIG:
+        text = "'CONFIG'"
+    elif kind is _SET:
+        text = _tuple_text(["'S'", *sorted([rendering(v, texts) for v in value])])
+    elif kind is _MAP:
+        items = [f"({rendering(k, texts)}, {rendering(v, texts)})" for k, v in value.items()]
+        text = _tuple_text(["'M'", *sorted(items)])
+    elif kind is _BITMAP:
+        text = repr(("B", *value))
+    else:
+        text = repr(("P", type(value).__name__, value.SerializeToString(deterministic=True)))
+    if cacheable:
+        if len(texts) >= _TEXTS_KEPT:
+            texts.clear()
+        texts[id(value)] = (value, text)
+    return text
+
+
+def _tuple_text(items: list[str]) -> str:
+    """The ``repr`` of a tuple whose items' ``repr`` are ``items``."""
+    if len(items) == 1:
+        return f"({items[0]},)"
+    return f"({', '.join(items)})"
+
+
+def _immutable_composite(value: Any, kind: int) -> bool:
+    """Whether a rendering of a value of this type may be kept: an immutable composite (not plain
+    tuples, which are mostly built afresh around kept parts, nor anything mutable)."""
+    if kind is _DATACLASS:
+        return bool(type(value).__dataclass_params__.frozen)
+    return kind is _ENUM or isinstance(value, frozenset | immutables.Map | FrozenBitMap | Log)
+
+
+# Per type, whether its renderings are kept; and how many are kept at most: a bounded cache, so a
+# long run's memory is the seen set's, not this one's.
+_KEPT: dict[type, bool] = {}
+_PRIMITIVES: Final = frozenset({int, bool, str, bytes, float, type(None)})  # rendered by ``repr``
+_TEXTS_KEPT: Final = 1 << 15
+_FIELDS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+
+
+def _fields_getter(cls: type) -> Callable[[Any], tuple[Any, ...]]:
+    """A function giving a dataclass value's fields, in ``__dataclass_fields__`` order, as a tuple."""
+    names = tuple(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+    if not names:
+        return lambda value: ()
+    if len(names) == 1:
+        name = names[0]
+        return lambda value: (getattr(value, name),)
+    return operator.attrgetter(*names)
 
 
 class Store:
@@ -110,6 +193,8 @@ class Store:
         self._steps: dict[tuple[str, int, Any], tuple[int, Any, tuple[str, ...]]] = {}
         self._violations: dict[tuple[str, int], tuple[str, ...]] = {}
         self._memo: dict[Any, Any] = {}
+        self._interned: dict[int, int] = {}  # id of each value in ``values`` -> its digest
+        self._texts: dict[int, tuple[Any, str]] = {}  # renderings of parts (:func:`rendering`)
         self.step_misses = 0
         self.step_hits = 0
         # Digests interned since the last ``take_new`` (a Spark task ships them to the driver).
@@ -117,15 +202,21 @@ class Store:
 
     def put(self, value: Any) -> int:
         """Intern ``value``; its digest."""
+        # The interned object itself (a memoised step hands the same result and state out again)
+        # is found by identity, without hashing it: the store holds it, so its id is not reused.
+        found = self._interned.get(id(value))
+        if found is not None:
+            return found
         found = self._digests.get(value)
         if found is not None:
             return found
-        d = digest_of(value)
+        d = digest_of(value, self._texts)
         known = self.values.get(d)
         if known is not None and known != value:
             raise DigestCollision(f"digest {d:#x} names two values: {known!r} and {value!r}")
         self.values[d] = value
         self._digests[value] = d
+        self._interned[id(value)] = d
         self.new_digests.append(d)
         return d
 

@@ -32,7 +32,7 @@ import os
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from reference import client as ct
 from spec.config import CLIENT_DEFAULT_TXN_TIMEOUT_MS, Config
@@ -44,9 +44,10 @@ from spec.types import ClientTxnState, Position, PulsarName, Subscription, TxnAc
 from .broker import BatchedMessage, Broker, BrokerError, Delivered, partition_name
 from .broker.component import ComponentFailure
 from .disk import DiskFaults, FileSystem, SimDisk
+from .file_store import AdaptiveCommit
 from .ledger import InitialPosition
 from .recorder import HistoryRecorder, MachineObserver, OpenOp
-from .sim import Future, Network, NetworkFaults, SimTimeout, Simulation
+from .sim import NETWORK_LATENCY_MS, Future, Network, NetworkFaults, SimTimeout, Simulation
 from .storage import LedgerFaults, LedgerStore
 
 __all__ = [
@@ -200,7 +201,7 @@ class Cluster:
         history: str | None = None,
         record_machines: bool = True,
         disk: str | FileSystem = "real",
-        group_commit_ms: int | None = None,
+        group_commit_ms: int | Literal["adaptive"] | None = None,
         disk_faults: DiskFaults | None = None,
         shared_delayed_index: bool = False,
     ) -> Cluster:
@@ -212,7 +213,12 @@ class Cluster:
         power cuts; ``disk_faults`` its injected faults), or a file system to use as it is.
         ``group_commit_ms``: the store's journal commits every that many simulated milliseconds, and
         no answer leaves the broker before the commit that makes what it depends on durable; None
-        commits every change as it is made.  ``shared_delayed_index``: the broker's subscriptions
+        commits every change as it is made; ``adaptive`` paces the commits by the disk
+        (:class:`~reference.engine.file_store.AdaptiveCommit`): a batch gathers for the longest
+        round trip of the simulated network (so every client the previous commit answered can
+        join it) and takes the disk's measured sync time, during which the simulation goes on
+        while a worker thread syncs (on the simulated disk: 1 ms, synced inline, so a seed's run
+        stays the same).  ``shared_delayed_index``: the broker's subscriptions
         of a partition share one delayed index (DD-30, an engine option)."""
         if isinstance(disk, str) and disk not in ("real", "sim"):
             raise ValueError(f"disk must be real or sim, not {disk!r}")
@@ -223,14 +229,35 @@ class Cluster:
             fs = SimDisk(seed=seed, faults=disk_faults or DiskFaults())
             data_dir = os.path.abspath(data_dir or "/sim/data")
         schedule = None
-        if ledger == "file" and group_commit_ms is not None:
+        adaptive = None
+        if ledger == "file" and group_commit_ms == "adaptive":
+            simulated = disk == "sim"
+            adaptive = AdaptiveCommit(
+                # A client an answer released sends its next request within one round trip (two
+                # hops of at most NETWORK_LATENCY_MS[1] each): waiting that long gathers them all.
+                group_wait_ms=2 * NETWORK_LATENCY_MS[1],
+                schedule=sim.schedule,
+                now=lambda: sim.now,
+                sync_ms=1 if simulated else None,
+                background=not simulated,
+            )
+        elif ledger == "file" and group_commit_ms is not None:
+            if isinstance(group_commit_ms, str):
+                raise ValueError(f"group_commit_ms must be a number of ms or 'adaptive', not {group_commit_ms!r}")
             delay = group_commit_ms
 
             def schedule(action: Callable[[], None]) -> None:
                 sim.schedule(delay, action)
 
         store = LedgerStore(
-            ledger, config, directory=data_dir, rng=sim.rng, faults=ledger_faults, disk=fs, schedule=schedule
+            ledger,
+            config,
+            directory=data_dir,
+            rng=sim.rng,
+            faults=ledger_faults,
+            disk=fs,
+            schedule=schedule,
+            adaptive=adaptive,
         )
         recorder = HistoryRecorder(history or f"sim-{seed}", seed, lambda: sim.now)
         processes = itertools.count()

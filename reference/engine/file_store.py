@@ -29,8 +29,11 @@ model allows, and the next open replays the journal.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import math
 import os
+import statistics
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -59,7 +62,7 @@ from .journal import (
 )
 from .ledger import LedgerError, LedgerWriteFailed
 
-__all__ = ["STORE_LOCK_NAME", "TOMBSTONE_SUFFIX", "FileStore", "StoreRecovery", "StoreStats"]
+__all__ = ["STORE_LOCK_NAME", "TOMBSTONE_SUFFIX", "AdaptiveCommit", "FileStore", "StoreRecovery", "StoreStats"]
 
 STORE_LOCK_NAME: Final = "LOCK"
 TOMBSTONE_SUFFIX: Final = ".deleted"
@@ -97,6 +100,56 @@ class _Waiting:
     action: Callable[[], None]
 
 
+@dataclass(frozen=True)
+class AdaptiveCommit:
+    """The deferred store's adaptive group commit, paced by its owner's clock (BookKeeper's journal:
+    a batch gathers for at most ``journalMaxGroupWaitMSec``, and its force-write thread syncs
+    whatever was written while the previous sync ran).
+
+    A batch is sealed ``group_wait_ms`` after its first record is queued, but never before the
+    previous batch is durable; a sealed batch takes the disk's sync time (``sync_ms``, or when
+    None the median of the journal's latest measured write-and-sync times, rounded up to whole
+    ms, between 1 and ``max_sync_ms``) before it counts as durable and the answers waiting on it
+    go.  Records queued meanwhile wait for the next batch.  So a commit never comes sooner than
+    the disk can sync, and a fast disk still gathers a round trip's worth of requests per sync.
+
+    ``schedule(delay_ms, action)`` runs ``action`` later on the owner's clock, ``now()`` reads
+    it.  ``background``: the write and sync run on a worker thread while the owner goes on with
+    its work until the batch is due (a real disk); otherwise they run inline at the seal (the
+    simulated disk, where the run must stay the same for a seed: then give ``sync_ms``).
+
+    Checkpoints are paced by their cost too: a full segment (``max_journal_records``) is
+    checkpointed only once the journal has made at least ``checkpoint_share`` times as many
+    commits since the last checkpoint as the checkpoint will cost syncs (about three per dirty
+    ledger: its file, its ``METADATA``, its directory), so they add at most 1/``checkpoint_share``
+    to the syncs; ``max_journal_bytes`` still bounds a segment, and so the replay, whatever the
+    cost (0: the record bound alone, as without the adaptive commit)."""
+
+    group_wait_ms: int
+    schedule: Callable[[int, Callable[[], None]], None]
+    now: Callable[[], int]
+    sync_ms: int | None = None
+    max_sync_ms: int = 50
+    background: bool = True
+    checkpoint_share: int = 32
+
+    def __post_init__(self) -> None:
+        if self.group_wait_ms < 0 or self.max_sync_ms < 1 or (self.sync_ms is not None and self.sync_ms < 0):
+            raise ValueError(
+                f"group_wait_ms >= 0, max_sync_ms >= 1 and sync_ms >= 0 expected, got {self.group_wait_ms}, "
+                f"{self.max_sync_ms}, {self.sync_ms}"
+            )
+
+
+@dataclass
+class _InFlight:
+    """A sealed batch being written and synced, and the answers that wait for it."""
+
+    done: concurrent.futures.Future[None]
+    barriers: list[Callable[[], None]]
+    sync_ms: int
+
+
 @dataclass
 class FileStore:
     """Managed ledgers under ``root`` sharing one journal; see the module docstring.
@@ -116,10 +169,21 @@ class FileStore:
     request_commit: Callable[[], None] | None = None
     max_journal_records: int = MAX_JOURNAL_RECORDS
     max_journal_bytes: int = MAX_JOURNAL_BYTES
+    adaptive: AdaptiveCommit | None = None
 
     def __post_init__(self) -> None:
         if self.max_journal_records < 0 or self.max_journal_bytes < 0:
             raise ValueError(f"journal bounds must be >= 0, got {self.max_journal_records}, {self.max_journal_bytes}")
+        if self.adaptive is not None and not self.deferred:
+            raise ValueError("the adaptive group commit is a deferred store's")
+        # The adaptive commit's state: when the first record waiting for a batch was queued, whether
+        # a seal is scheduled, the batch being synced, and the thread that syncs it.
+        self._first_queued_at: int | None = None
+        self._seal_scheduled = False
+        self._in_flight: _InFlight | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self.sync_ms_used: list[int] = []  # each adaptive batch's sync time, for the owner's figures
+        self._commits_at_checkpoint = 0
         self.root = os.path.abspath(os.fspath(self.root))
         self.lock = threading.RLock()
         self.journal = Journal(self.fs, self.root)
@@ -289,7 +353,16 @@ class FileStore:
             ticket = self.journal.append(kind, key, body)
         except JournalFailed as exc:
             raise LedgerWriteFailed(str(exc)) from exc
-        if self.deferred and not self._commit_requested and self.request_commit is not None:
+        adaptive = self.adaptive
+        if adaptive is not None:
+            if self._first_queued_at is None:
+                self._first_queued_at = adaptive.now()
+                if self._in_flight is None and not self._seal_scheduled:
+                    self._seal_scheduled = True
+                    adaptive.schedule(adaptive.group_wait_ms, self._seal)
+                if self.request_commit is not None:
+                    self.request_commit()  # the owner's notice that a commit is coming (no scheduling)
+        elif self.deferred and not self._commit_requested and self.request_commit is not None:
             self._commit_requested = True
             self.request_commit()
         return ticket
@@ -370,15 +443,116 @@ class FileStore:
         queued, else after the next commit (never, if the store crashes or fails first)."""
         if self.failed is not None or self.closed:
             return
-        if not self.journal.pending and not self._waiting:
+        if self.adaptive is not None:
+            if self.journal.pending:
+                self._barriers.append(callback)
+            elif self._in_flight is not None:
+                self._in_flight.barriers.append(callback)  # all it depends on is in that batch
+            else:
+                self._run_ready()
+                callback()
+        elif not self.journal.pending and not self._waiting:
             callback()
         else:
             self._barriers.append(callback)
 
     @property
     def busy(self) -> bool:
-        """Records are waiting for a commit."""
-        return self.journal.pending
+        """Records are waiting for a commit (or, adaptive, being synced)."""
+        return self.journal.pending or self._in_flight is not None
+
+    # -- the adaptive group commit --------------------------------------------------------------
+
+    def _sync_ms(self) -> int:
+        """How long the batch being sealed takes, in the owner's ms (see :class:`AdaptiveCommit`)."""
+        adaptive = self.adaptive
+        assert adaptive is not None
+        if adaptive.sync_ms is not None:
+            return adaptive.sync_ms
+        measured = self.journal.sync_seconds
+        seconds = statistics.median(measured) if measured else 0.0
+        return min(adaptive.max_sync_ms, max(1, math.ceil(seconds * 1000)))
+
+    def _seal(self) -> None:
+        """Seal what is queued as one batch and start its write and sync; it is durable (and its
+        answers go) ``sync_ms`` later, when :meth:`_complete` has waited for the sync."""
+        adaptive = self.adaptive
+        assert adaptive is not None
+        barriers: list[Callable[[], None]] = []
+        with self.lock:
+            self._seal_scheduled = False
+            if self.closed or self.failed is not None or self._in_flight is not None:
+                return
+            if not self.journal.pending:
+                # Something else committed it all (a flush, a checkpoint): the answers may go.
+                self._first_queued_at = None
+                self._run_ready()
+                barriers, self._barriers = self._barriers, []
+            else:
+                sealed, self._barriers = self._barriers, []
+                executor = None
+                if adaptive.background:
+                    if self._executor is None:
+                        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="journal-sync")
+                    executor = self._executor
+                sync_ms = self._sync_ms()
+                try:
+                    done = self.journal.commit_in_background(executor, recoverable=False)
+                except JournalFailed:
+                    self._fail(self.journal.failed or JournalFailed("journal commit failed"))
+                    return
+                self._first_queued_at = None
+                assert done is not None
+                in_flight = _InFlight(done, sealed, sync_ms)
+                self._in_flight = in_flight
+                self.sync_ms_used.append(sync_ms)
+                adaptive.schedule(sync_ms, lambda: self._complete(in_flight))
+        for callback in barriers:
+            callback()
+
+    def _complete(self, in_flight: _InFlight) -> None:
+        """The batch's sync time is over: wait for its sync, let its answers go, checkpoint if the
+        segment is full, and schedule the next seal if records came meanwhile."""
+        adaptive = self.adaptive
+        assert adaptive is not None
+        with self.lock:
+            if self._in_flight is not in_flight or self.closed or self.failed is not None:
+                return
+            self._in_flight = None
+            try:
+                in_flight.done.result()
+            except JournalFailed:
+                self._fail(self.journal.failed or JournalFailed("journal commit failed"))
+                return
+            self.stats.commits = self.journal.commits
+            self.stats.records = self.journal.records_committed
+            self._run_ready()
+            barriers = in_flight.barriers
+            self.maybe_checkpoint()
+            if self.failed is not None:
+                return
+            if not self.journal.pending:
+                # The checkpoint committed the rest: everything written so far is durable.
+                self._first_queued_at = None
+                barriers += self._barriers
+                self._barriers = []
+            elif not self._seal_scheduled:
+                first = self._first_queued_at if self._first_queued_at is not None else adaptive.now()
+                self._seal_scheduled = True
+                adaptive.schedule(max(0, first + adaptive.group_wait_ms - adaptive.now()), self._seal)
+        for callback in barriers:
+            callback()
+
+    def _settle(self) -> None:
+        """Wait for a batch being synced (a crash or a close must not close its descriptor under
+        it); its answers never go.  Callers hold the lock."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            with contextlib.suppress(JournalFailed, OSError):
+                in_flight.done.result()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
 
     def corrupted(self, error: LedgerCorrupted) -> LedgerCorrupted:
         """``error``, once the owner has been told of it (for the caller to raise)."""
@@ -400,7 +574,14 @@ class FileStore:
 
     def maybe_checkpoint(self) -> None:
         journal = self.journal
-        if journal.segment_records >= max(1, self.max_journal_records) or journal.end > self.max_journal_bytes:
+        if journal.end > self.max_journal_bytes:
+            self.checkpoint()
+        elif journal.segment_records >= max(1, self.max_journal_records):
+            adaptive = self.adaptive
+            if adaptive is not None and adaptive.checkpoint_share:
+                cost = 3 * sum(1 for handle in self.handles.values() if handle.dirty) + 2
+                if journal.commits - self._commits_at_checkpoint < adaptive.checkpoint_share * cost:
+                    return
             self.checkpoint()
 
     def checkpoint(self) -> None:
@@ -426,6 +607,7 @@ class FileStore:
                 self._fail(exc)
                 return
             self.stats.checkpoints += 1
+            self._commits_at_checkpoint = self.journal.commits
 
     # -- closing, crashing, deleting --------------------------------------------------------------
 
@@ -495,6 +677,7 @@ class FileStore:
         with self.lock:
             if self.closed:
                 return
+            self._settle()
             if self.failed is None:
                 self.checkpoint()
             for handle in list(self.handles.values()):
@@ -511,6 +694,7 @@ class FileStore:
         with self.lock:
             if self.closed:
                 return
+            self._settle()
             for handle in list(self.handles.values()):
                 handle._crash_locked()
             self.handles.clear()

@@ -34,6 +34,7 @@ case no log can tell apart: damage inside the last synced batch when no batch fo
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import enum
 import itertools
@@ -41,7 +42,10 @@ import os
 import re
 import struct
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from functools import partial
 from typing import Final
@@ -321,6 +325,19 @@ def _later_record(read_at: ReadAt, size: int, offset: int) -> int | None:
 # The live journal.
 
 
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """A sealed batch: its bytes, where they go, and the tickets and lsns they hold."""
+
+    fd: int
+    first_lsn: int
+    start: int
+    blob: bytes
+    first_ticket: int
+    last_ticket: int
+    records: int
+
+
 class Journal:
     """The appending end of a store's journal: queue records, commit them in batches.
 
@@ -356,6 +373,8 @@ class Journal:
         self.failed: BaseException | None = None
         self.commits = 0  # batches written and synced
         self.records_committed = 0
+        # How long the latest batches' write and sync took (seconds): what the disk costs a commit.
+        self.sync_seconds: deque[float] = deque(maxlen=16)
 
     @property
     def path(self) -> str:
@@ -375,7 +394,9 @@ class Journal:
         fd = fs.open(path, create=True, truncate=True)
         try:
             fs.pwrite(fd, encode_segment_header(seq, first_lsn), 0)
+            started = time.perf_counter()
             fs.sync(fd)
+            self.sync_seconds.append(time.perf_counter() - started)
             fs.sync_dir(self.directory)
         except OSError:
             fs.close(fd)
@@ -447,43 +468,102 @@ class Journal:
                     continue
                 self._commit_locked(True)
 
+    def commit_in_background(
+        self, executor: Executor | None, *, recoverable: bool = True
+    ) -> concurrent.futures.Future[None] | None:
+        """Seal everything queued as one batch now and write and sync it on ``executor``'s thread
+        (inline when None), so the caller's work overlaps the sync (``fdatasync`` releases the
+        GIL).  Returns None when nothing is queued, else a future that is done once the batch is
+        durable, or holds the :class:`JournalFailed` that failed it.  Until then every other
+        commit waits for it, so batches are still written one after another."""
+        with self.lock:
+            while self._committing:
+                self._cond.wait()
+            self._check()
+            batch = self._seal_locked()
+        if batch is None:
+            return None
+
+        def write() -> None:
+            try:
+                error, cut = self._write(batch, recoverable)
+            except BaseException:
+                with self.lock:
+                    self._committing = False
+                    self._cond.notify_all()
+                raise
+            with self.lock:
+                self._finish_locked(batch, error, cut)
+
+        if executor is None:
+            done: concurrent.futures.Future[None] = concurrent.futures.Future()
+            try:
+                write()
+            except JournalFailed as exc:
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+            return done
+        return executor.submit(write)
+
     def _commit_locked(self, recoverable: bool) -> None:
         self._check()
-        if not self._queue:
+        batch = self._seal_locked()
+        if batch is None:
             return
+        self.lock.release()
+        try:
+            error, cut = self._write(batch, recoverable)
+        except BaseException:
+            self.lock.acquire()
+            self._committing = False
+            self._cond.notify_all()
+            raise
+        self.lock.acquire()
+        self._finish_locked(batch, error, cut)
+
+    def _seal_locked(self) -> _Batch | None:
+        """Take everything queued as the next batch (encoded, not yet written); marks a commit running."""
+        if not self._queue:
+            return None
         assert self.fd is not None, "the journal was not started"
-        fd = self.fd
         batch, self._queue = self._queue, []
         self._queued_bytes = 0
         first = self.durable_lsn + 1
         start = self.end
         blob = b"".join(encode_record(first + i, start, payload) for i, (_, payload) in enumerate(batch))
         self._committing = True
-        self.lock.release()
-        error: OSError | None = None
-        cut = False
+        return _Batch(self.fd, first, start, blob, batch[0][0], batch[-1][0], len(batch))
+
+    def _write(self, batch: _Batch, recoverable: bool) -> tuple[OSError | None, bool]:
+        """Write and sync one sealed batch (without the lock); returns the error and whether the
+        batch could be cut off again after one."""
+        fs = self.fs
+        started = time.perf_counter()
         try:
-            self.fs.pwrite(fd, blob, start)
-            self.fs.sync(fd)
+            fs.pwrite(batch.fd, batch.blob, batch.start)
+            fs.sync(batch.fd)
         except OSError as exc:
-            error = exc
             if recoverable:
                 # Cut the batch off so it cannot come back after a crash as records whose writers
                 # saw them fail; only if that cut is synced may the journal go on.
                 try:
-                    self.fs.truncate(fd, start)
-                    self.fs.sync(fd)
-                    cut = True
+                    fs.truncate(batch.fd, batch.start)
+                    fs.sync(batch.fd)
                 except OSError:
-                    cut = False
-        finally:
-            self.lock.acquire()
-            self._committing = False
-            self._cond.notify_all()
+                    return exc, False
+                return exc, True
+            return exc, False
+        self.sync_seconds.append(time.perf_counter() - started)
+        return None, False
+
+    def _finish_locked(self, batch: _Batch, error: OSError | None, cut: bool) -> None:
+        self._committing = False
+        self._cond.notify_all()
         if error is not None:
             # Everything queued meanwhile was built on what failed: it fails too.
             last = self._next_ticket - 1
-            self._failed.append((batch[0][0], last))
+            self._failed.append((batch.first_ticket, last))
             self._queue.clear()
             self._queued_bytes = 0
             if cut:
@@ -491,12 +571,12 @@ class Journal:
             else:
                 self.failed = error
             raise JournalFailed(f"journal commit to {self.path} failed: {error}") from error
-        self.end = start + len(blob)
-        self.durable_lsn = first + len(batch) - 1
-        self.durable_ticket = batch[-1][0]
-        self.segment_records += len(batch)
+        self.end = batch.start + len(batch.blob)
+        self.durable_lsn = batch.first_lsn + batch.records - 1
+        self.durable_ticket = batch.last_ticket
+        self.segment_records += batch.records
         self.commits += 1
-        self.records_committed += len(batch)
+        self.records_committed += batch.records
 
     def resume(self) -> None:
         """Take records again after a recoverable failure (the owner undid what failed)."""

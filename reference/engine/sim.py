@@ -18,7 +18,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Future", "Network", "NetworkFaults", "Process", "SimTimeout", "Simulation", "spawn"]
+__all__ = ["NETWORK_LATENCY_MS", "Future", "Network", "NetworkFaults", "Process", "SimTimeout", "Simulation", "spawn"]
 
 T = TypeVar("T")
 
@@ -206,6 +206,10 @@ class NetworkFaults:
     max_extra_delay_ms: int = 0
 
 
+# Each way, drawn uniformly from this range (ms).
+NETWORK_LATENCY_MS = (1, 3)
+
+
 class Network:
     """Client <-> broker messages with a latency, and the faults a network plays.
 
@@ -228,7 +232,7 @@ class Network:
         self,
         sim: Simulation,
         *,
-        latency_ms: tuple[int, int] = (1, 3),
+        latency_ms: tuple[int, int] = NETWORK_LATENCY_MS,
         faults: NetworkFaults | None = None,
         barrier: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:

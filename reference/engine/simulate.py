@@ -181,6 +181,11 @@ _BUCKET_CONFIG: dict[str, Any] = {
 # broker crashes is recovered from its snapshot (most bucket runs then recover at least one).
 MAX_DELAY_MS = 600
 BUCKET_MAX_DELAY_MS = 3_000
+# The ``reread`` variant's pending-ack log: an index entry every few records, so the log is trimmed
+# within a run (Pulsar's default, 500 records, never trims one of the main job's logs, and then every
+# recovery replays the whole log and hides a cursor that missed a committed transaction's acks).
+REREAD_INDEX_LAG = 2
+_REREAD_CONFIG: dict[str, Any] = {"transactionPendingAckLogIndexMinLag": REREAD_INDEX_LAG}
 
 
 def _default_config() -> Config:
@@ -227,6 +232,11 @@ class RunSpec:
     # Every verify reader, once drained, looks back with a Reader (a non-durable subscription,
     # PA-24) from the last message it received, then seeks that reader by publish time (PA-23).
     readers: bool = False
+    # ctp: once the heal has ended every transaction, the processors' input partitions are unloaded
+    # (recovered from their cursors and pending-ack logs, PA-18, PA-19) and each processor reads its
+    # subscription again to its end; the pending-ack log is indexed every few records
+    # (REREAD_INDEX_LAG), so it is trimmed (PA-16) and a recovery depends on what the cursor deleted.
+    reread: bool = False
     # File ledgers only: the real disk or the simulated one (whose broker crashes are power cuts),
     # and the journal's group commit (None: every change committed as it is made).
     disk: str = "real"
@@ -238,12 +248,21 @@ class RunSpec:
     disk_capacity: int | None = None
 
     def broker_config(self) -> Config:
-        """The brokers' configuration: ``config``, with the bucket tracker for a delayed run that asks for it."""
+        """The brokers' configuration: ``config``, with the bucket tracker for a delayed run that asks
+        for it, and the short pending-ack log index lag of a ctp run that rereads."""
         if self.delayed_tracker not in TRACKERS:
             raise ValueError(f"unknown delayed tracker {self.delayed_tracker!r}; trackers are {', '.join(TRACKERS)}")
         if self.workload == "delayed" and self.delayed_tracker == "bucket":
             return self.config.with_overrides(_BUCKET_CONFIG)
+        if self.rereads:
+            return self.config.with_overrides(_REREAD_CONFIG)
         return self.config
+
+    @property
+    def rereads(self) -> bool:
+        """The ``reread`` variant applies: a ctp run (the other workloads' subscriptions hold no
+        transactional acks)."""
+        return self.reread and self.workload == "ctp"
 
     def rates(self) -> dict[str, float | int]:
         """The fault rates this run injects: FAULT_RATES with the overrides, all 0 with faults off."""
@@ -277,6 +296,7 @@ class RunSpec:
             "queries": self.queries,
             "shared_delayed": self.shared_delayed,
             "readers": self.readers,
+            "reread": self.rereads,
             "disk": self.disk if self.ledger == "file" else None,
             "group_commit_ms": self.group_commit_ms if self.ledger == "file" else None,
             "disk_capacity": self.disk_capacity,
@@ -440,6 +460,7 @@ class _Run:
         self.faults_on = spec.faults
         self.errors: list[BaseException] = []
         self.producers: dict[tuple[str, int, Client | None], Producer] = {}  # (topic, partition, owner)
+        self.inputs: list[Consumer] = []  # ``reread``: the processors' input consumers, kept open
         self.lookers = 0  # Readers opened so far (``readers``): each gets a subscription name of its own
         self.ledger_faults: dict[str, int] = {}
         bucket = spec.workload == "delayed" and spec.delayed_tracker == "bucket"
@@ -597,6 +618,14 @@ class _Run:
                 yield from self.end(txn)
 
             yield from _attempt(one)
+        if self.spec.rereads:
+            # Read again once the heal has ended everything and the input partition recovered.
+            self.inputs.append(consumer)
+            return
+        yield from self.close_input(consumer)
+
+    def close_input(self, consumer: Consumer) -> Proc:
+        """A processor is done with its input subscription."""
         if self.spec.unsubscribe:
             # The processor's subscription goes with its pending-ack log, whose writer is closed
             # first (BW-3, BW-18); an END_TXN the coordinator re-drives to it later finds it gone,
@@ -604,6 +633,24 @@ class _Run:
             yield from self.unsubscribe(consumer)
         else:
             consumer.close()
+
+    def reread_input(self, consumer: Consumer) -> Proc:
+        """``reread``: the processor (the same process, so its subscription is still judged for
+        liveness) receives and acknowledges what its recovered subscription still holds, until three
+        receives in a row find nothing.  Whatever a committed transaction acknowledged must not come
+        back (PA-12, PA-18, PA-19: ``redelivered-after-ack``); what the processors never took, or an
+        aborted transaction returned (PA-13), does."""
+        empty = 0
+        while empty < 3:
+            got = None
+            try:
+                got = yield consumer.receive_async(50)
+                if got is not None:
+                    yield consumer.acknowledge_async(got)
+            except _ERRORS:
+                pass
+            empty = empty + 1 if got is None else 0
+        yield from self.close_input(consumer)
 
     def multi_writer(self, w: int) -> Proc:
         client = self.cluster.client()
@@ -774,6 +821,18 @@ class _Run:
                 self.injected("topic-unload-at-heal", name)
                 broker.restart_later(broker.partitions[name])
 
+    def unload_inputs(self) -> None:
+        """``reread``: unload every input partition (``in``) once the heal has ended every transaction;
+        each reloads on its own, its subscription recovered from the cursor and the pending-ack log."""
+        broker = self.cluster.broker
+        if not broker.up:
+            return
+        for name in sorted(broker.partitions):
+            if "/in-partition-" in name:
+                broker.partitions[name].crash()
+                self.injected("topic-unload-for-reread", name)
+                broker.restart_later(broker.partitions[name])
+
     def store_busy(self, store: LedgerStore, wait_ms: int) -> Future[None]:
         """A future done as soon as ``store`` queues a change for its journal's next commit (or
         after ``wait_ms``, if it stays idle)."""
@@ -900,6 +959,15 @@ class _Run:
                     self.sim.run_one()
                 if not self.cut:
                     self.sim.now = settled
+        if spec.rereads and self.stopped is None and not self.cut:
+            self.unload_inputs()
+            settled = self.sim.now + 2_000
+            while (due := self.sim.next_due()) is not None and due <= settled and not self.past_deadline():
+                self.sim.run_one()
+            if not self.cut:
+                self.sim.now = settled
+        for consumer in self.inputs:
+            self.start(self.reread_input(consumer))
         if deferred and self.stopped is None:
             for proc in readers:
                 self.start(proc)
@@ -993,6 +1061,7 @@ class SimulateOptions:
     queries: str = "off"  # mixed: seeds = 4 mod 5
     shared_delayed: str = "off"  # the delayed workload on the in-memory tracker; mixed: seeds = 1 mod 4
     readers: str = "off"  # mixed: seeds = 3 mod 5
+    reread: str = "off"  # the ctp workload; mixed: seeds = 2 mod 3
     disk: str = "real"  # file ledgers: "real", or "sim" (broker crashes are power cuts)
     group_commit_ms: int | None = None  # file ledgers: the journal's group commit (None: every change)
     disk_capacity: int | None = None  # the simulated disk's bytes (ENOSPC past them; None: no bound)
@@ -1038,6 +1107,7 @@ class SimulateOptions:
                     redeliver=variant(self.redeliver, seed + 4, 6),
                     queries=variant(self.queries, seed + 2, 5),
                     readers=variant(self.readers, seed + 3, 5),
+                    reread=variant(self.reread, seed + 2, 3),
                     shared_delayed=workload == "delayed"
                     and not variant(tracker, seed, 2, step=2)
                     and variant(self.shared_delayed, seed, 4),
@@ -1069,6 +1139,7 @@ MAIN_JOB = SimulateOptions(
     queries="mixed",
     shared_delayed="mixed",
     readers="mixed",
+    reread="mixed",
 )
 
 
@@ -1092,6 +1163,9 @@ def main_job_spec(workload: str, seed: int, ops: int = 60) -> RunSpec:
 
 
 def file_stem(spec: RunSpec) -> str:
-    """The history file a run goes to: one per workload, and the delayed workload's bucket-tracker
-    runs apart (a file's runs share their broker.conf overrides)."""
-    return f"{spec.workload}-bucket" if spec.broker_config() != spec.config else spec.workload
+    """The history file a run goes to: one per workload, and apart from them the delayed workload's
+    bucket-tracker runs and the ctp workload's ``reread`` runs (a file's runs share their broker.conf
+    overrides)."""
+    if spec.broker_config() == spec.config:
+        return spec.workload
+    return f"{spec.workload}-reread" if spec.rereads else f"{spec.workload}-bucket"

@@ -34,7 +34,7 @@ from spec.config import Config
 from .disk import FileSystem, OsFileSystem
 from .fault import FaultyLedger, InjectedFault, Op
 from .file_ledger import MAX_JOURNAL_BYTES, MAX_JOURNAL_RECORDS, LedgerCorrupted
-from .file_store import FileStore, StoreRecovery, StoreStats
+from .file_store import AdaptiveCommit, FileStore, StoreRecovery, StoreStats
 from .ledger import LedgerWriteFailed, ManagedLedger
 from .memory_ledger import MemoryLedger, MemoryLedgerStorage
 
@@ -65,7 +65,8 @@ class LedgerStore:
 
     ``disk`` is the file store's file system (the real one by default).  ``schedule`` turns on
     the deferred group commit: ``schedule(action)`` must run ``action`` later (the simulation
-    schedules it ``group commit`` milliseconds ahead).  ``max_journal_records`` /
+    schedules it ``group commit`` milliseconds ahead); ``adaptive`` turns it on paced by the
+    disk instead (:class:`~reference.engine.file_store.AdaptiveCommit`).  ``max_journal_records`` /
     ``max_journal_bytes`` bound a journal segment before the store checkpoints."""
 
     def __init__(
@@ -78,6 +79,7 @@ class LedgerStore:
         faults: LedgerFaults | None = None,
         disk: FileSystem | None = None,
         schedule: Callable[[Callable[[], None]], None] | None = None,
+        adaptive: AdaptiveCommit | None = None,
         max_journal_records: int = MAX_JOURNAL_RECORDS,
         max_journal_bytes: int = MAX_JOURNAL_BYTES,
     ) -> None:
@@ -91,7 +93,10 @@ class LedgerStore:
         self.rng = rng
         self.faults = faults or LedgerFaults()
         self.disk: FileSystem = disk if disk is not None else OsFileSystem()
+        if schedule is not None and adaptive is not None:
+            raise ValueError("a store's group commit is either scheduled at a fixed wait or adaptive, not both")
         self.schedule = schedule
+        self.adaptive = adaptive
         self.max_journal_records = max_journal_records
         self.max_journal_bytes = max_journal_bytes
         self._memory: dict[str, MemoryLedgerStorage] = {}
@@ -119,7 +124,7 @@ class LedgerStore:
 
     @property
     def deferred(self) -> bool:
-        return self.kind == "file" and self.schedule is not None
+        return self.kind == "file" and (self.schedule is not None or self.adaptive is not None)
 
     def file_store(self) -> FileStore:
         """The file store, opened (and so recovered) at first use after a crash."""
@@ -134,6 +139,7 @@ class LedgerStore:
                     request_commit=self._request_commit,
                     max_journal_records=self.max_journal_records,
                     max_journal_bytes=self.max_journal_bytes,
+                    adaptive=self.adaptive,
                 )
             except LedgerCorrupted as exc:
                 self._note_fatal(exc)
@@ -152,8 +158,9 @@ class LedgerStore:
 
     def _request_commit(self) -> None:
         store = self._files
-        assert self.schedule is not None and store is not None
-        self.schedule(store.commit)
+        assert store is not None
+        if self.schedule is not None:  # the adaptive commit schedules its own seals
+            self.schedule(store.commit)
         if self.on_queue is not None:
             self.on_queue()
 

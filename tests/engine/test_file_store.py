@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from reference.engine.disk import SimDisk
+from reference.engine.disk import OsFileSystem, SimDisk
 from reference.engine.file_ledger import FileLedger, LedgerCorrupted
-from reference.engine.file_store import FileStore
+from reference.engine.file_store import AdaptiveCommit, FileStore
 from reference.engine.ledger import InitialPosition, LedgerWriteFailed
 from reference.engine.memory_ledger import MemoryLedger
+from reference.engine.sim import Simulation
 from spec.types import Position
 from tests.engine.test_file_ledger_crash import CONFIG, Snapshot, run_op, snapshot
 
@@ -83,7 +85,18 @@ def _state(models: dict[str, MemoryLedger | None]) -> State:
     return tuple((k, None if m is None else snapshot(m, reopened=False)) for k, m in sorted(models.items()))
 
 
-def run_store_workload(*, deferred: bool) -> Run:
+def _adaptive(sim: Simulation) -> AdaptiveCommit:
+    """The adaptive commit on the simulated disk: synced inline, a fixed sync time (so the copies
+    are the same on every run), a record bound that checkpoints as soon as it is reached."""
+    return AdaptiveCommit(
+        group_wait_ms=2, schedule=sim.schedule, now=lambda: sim.now, sync_ms=1, background=False, checkpoint_share=0
+    )
+
+
+def run_store_workload(*, deferred: bool, adaptive: bool = False) -> Run:
+    """``adaptive``: the deferred store with the adaptive commit, paced by a simulation clock that
+    moves 1 ms per step (seals and completions land between and inside steps); a step counts as
+    acknowledged when a barrier registered after it is called, as the simulator's answers are."""
     run = Run()
     run.disk.makedirs(ROOT)
     run.disk.sync_dir("/")
@@ -95,8 +108,13 @@ def run_store_workload(*, deferred: bool) -> Run:
     run.disk.on_call = before_call
     models: dict[str, MemoryLedger | None] = dict.fromkeys(KEYS)
     run.states.append(_state(models))
-    store = FileStore(ROOT, CONFIG, fs=run.disk, deferred=deferred)
+    sim = Simulation()
+    pacing = _adaptive(sim) if adaptive else None
+    store = FileStore(ROOT, CONFIG, fs=run.disk, deferred=deferred, adaptive=pacing)
     handles: dict[str, FileLedger] = {}
+
+    def acknowledge(step: int) -> None:
+        run.done = max(run.done, step)
 
     def handle(key: str) -> FileLedger:
         if key not in handles:
@@ -105,14 +123,19 @@ def run_store_workload(*, deferred: bool) -> Run:
 
     for step in STEPS:
         run.issued += 1
+        if adaptive:
+            sim.advance(1)
         if step[0] == "commit":
-            store.commit()
+            if adaptive:
+                sim.run_all()
+            else:
+                store.commit()
         elif step[0] == "checkpoint":
             store.checkpoint()
         elif step[0] == "reopen":
             store.close()
             handles.clear()
-            store = FileStore(ROOT, CONFIG, fs=run.disk, deferred=deferred)
+            store = FileStore(ROOT, CONFIG, fs=run.disk, deferred=deferred, adaptive=pacing)
             models = {k: None if m is None else m.reopen() for k, m in models.items()}
             for key, model in models.items():
                 if model is not None:
@@ -136,9 +159,18 @@ def run_store_workload(*, deferred: bool) -> Run:
             if model is not None and key in handles:
                 assert snapshot(handles[key], reopened=False) == snapshot(model, reopened=False), step
         # Sync mode: a step is durable when it returns.  Deferred: at the commit (a drop or a
-        # creation commits what was queued before it, then makes itself durable).
-        if not deferred or step[0] in ("commit", "reopen", "drop", "checkpoint", "open"):
+        # creation commits what was queued before it, then makes itself durable).  Adaptive: when
+        # its barrier is called (a close makes everything durable).
+        if adaptive:
+            if step[0] == "reopen":
+                run.done = run.issued
+            store.barrier(partial(acknowledge, run.issued))
+        elif not deferred or step[0] in ("commit", "reopen", "drop", "checkpoint", "open"):
             run.done = run.issued
+    if adaptive:
+        sim.run_all()
+        assert run.done == run.issued, "every step's barrier was called once the commits ran"
+        assert store.journal.commits >= 3
     run.disk.on_call = None
     store.close()
     return run
@@ -159,9 +191,11 @@ def recovered_state(image: SimDisk) -> State:
         store.crash()
 
 
-@pytest.mark.parametrize("deferred", [False, True], ids=["sync", "deferred"])
-def test_a_power_cut_anywhere_leaves_one_prefix_of_the_store_s_changes(deferred: bool) -> None:
-    run = run_store_workload(deferred=deferred)
+@pytest.mark.parametrize(
+    ("deferred", "adaptive"), [(False, False), (True, False), (True, True)], ids=["sync", "deferred", "adaptive"]
+)
+def test_a_power_cut_anywhere_leaves_one_prefix_of_the_store_s_changes(deferred: bool, adaptive: bool) -> None:
+    run = run_store_workload(deferred=deferred, adaptive=adaptive)
     assert len(run.copies) > 100
     failures: list[str] = []
     checked = 0
@@ -368,3 +402,144 @@ def test_a_creation_that_fails_midway_fails_the_store_and_recovery_starts_from_w
     third = FileStore("/s", CONFIG, fs=disk)
     assert [e.data for e in third.open_ledger("b").read(P(0, 0), 10)] == [b"new"]
     third.close()
+
+
+class GatedSyncs(OsFileSystem):
+    """The real file system whose journal syncs, once ``armed``, wait for ``gate``: a sync that
+    had to finish before the caller could go on would wait until the timeout."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.gate = threading.Event()
+        self.waited: list[bool] = []  # per gated sync: was the gate opened (not timed out)
+
+    def sync(self, fd: int) -> None:
+        super().sync(fd)
+        if self.armed:
+            self.waited.append(self.gate.wait(timeout=30))
+
+
+def test_the_adaptive_commit_overlaps_its_sync_and_answers_only_once_it_is_done(tmp_path: Path) -> None:
+    sim = Simulation()
+    fs = GatedSyncs()
+    pacing = AdaptiveCommit(group_wait_ms=6, schedule=sim.schedule, now=lambda: sim.now)
+    store = FileStore(tmp_path / "s", CONFIG, fs=fs, deferred=True, adaptive=pacing)
+    a, b = store.open_ledger("a"), store.open_ledger("b")
+    fs.armed = True
+    released: list[tuple[str, int, int]] = []
+
+    def answer(name: str) -> None:
+        released.append((name, sim.now, store.journal.durable_ticket))
+
+    a.append(b"a0")
+    first = store.journal._next_ticket - 1
+    sim.schedule(3, lambda: b.append(b"b0"))  # joins the same batch (sealed at 6 ms)
+    sim.schedule(3, lambda: store.barrier(partial(answer, "first")))
+    seen: list[tuple[bool, int]] = []
+
+    def meanwhile() -> None:
+        # The batch is sealed and its sync is running (gated): the simulation goes on meanwhile.
+        seen.append((store.busy, store.journal.durable_ticket))
+        a.append(b"a1")  # queued for the next batch
+        store.barrier(partial(answer, "second"))
+        fs.gate.set()
+
+    sim.schedule(6, meanwhile)
+    sim.run_all()
+    assert len(seen) == 1 and seen[0][0] and seen[0][1] < first, seen
+    assert fs.waited and all(fs.waited), "a gated sync timed out: the commit did not overlap it"
+    assert [name for name, _, _ in released] == ["first", "second"]
+    (_, t1, durable1), (_, t2, durable2) = released
+    assert durable1 >= first + 1 and durable2 >= first + 2  # each answer after its records' sync
+    assert 6 < t1 < t2  # the first batch was sealed at 6 ms and took its sync time
+    assert store.journal.commits == 2 and all(1 <= ms <= pacing.max_sync_ms for ms in store.sync_ms_used)
+    store.crash()
+    again = FileStore(tmp_path / "s", CONFIG)
+    assert [e.data for e in again.open_ledger("a").read(P(0, 0), 10)] == [b"a0", b"a1"]
+    assert [e.data for e in again.open_ledger("b").read(P(0, 0), 10)] == [b"b0"]
+    again.close()
+
+
+def test_the_adaptive_commit_paces_checkpoints_by_their_cost() -> None:
+    sim = Simulation()
+    disk = SimDisk()
+    pacing = AdaptiveCommit(
+        group_wait_ms=1, schedule=sim.schedule, now=lambda: sim.now, sync_ms=1, background=False, checkpoint_share=4
+    )
+    store = FileStore("/s", CONFIG, fs=disk, deferred=True, adaptive=pacing, max_journal_records=2)
+    ledgers = [store.open_ledger(k) for k in ("a", "b")]
+    for i in range(40):
+        for ledger in ledgers:
+            ledger.append(b"%d" % i)
+        sim.advance(3)  # one batch per round: sealed, synced, completed
+    # Every completion found the segment past its 2-record bound; a checkpoint of two dirty
+    # ledgers costs about 3 * 2 + 2 = 8 syncs, so it waits for 4 * 8 = 32 commits.
+    assert store.journal.commits >= 40
+    assert 1 <= store.stats.checkpoints <= store.journal.commits // 32
+    store.crash()
+    disk.power_cut()
+    again = FileStore("/s", CONFIG, fs=disk)
+    assert [e.data for e in again.open_ledger("b").read(P(0, 0), 100)] == [b"%d" % i for i in range(40)]
+    again.close()
+
+
+def test_the_adaptive_commit_s_journal_failure_takes_the_store_down_and_answers_nothing() -> None:
+    sim = Simulation()
+    disk = SimDisk()
+    failures: list[BaseException] = []
+    store = FileStore("/s", CONFIG, fs=disk, deferred=True, adaptive=_adaptive(sim))
+    store.on_failure = failures.append
+    ledger = store.open_ledger("a")
+    ledger.append(b"kept")
+    sim.run_all()
+    ledger.append(b"lost")
+    released: list[int] = []
+    store.barrier(lambda: released.append(1))
+    disk.fail_next("sync", path="journal-")
+    sim.run_all()
+    assert len(failures) == 1 and store.failed is not None and released == []
+    store.crash()
+    disk.power_cut()
+    again = FileStore("/s", CONFIG, fs=disk)
+    data = [e.data for e in again.open_ledger("a").read(P(0, 0), 10)]
+    assert data in ([b"kept"], [b"kept", b"lost"])  # "lost" was never answered
+    again.close()
+
+
+def _ctp_history(**start: Any) -> tuple[list[Any], Any]:
+    """A few consume-transform-produce transactions through the client API; the client history."""
+    from reference.engine.client import Cluster, ConsumerType
+
+    cluster = Cluster.start(seed=4, topics={"in": 1, "out": 1}, ledger="file", group_commit_ms="adaptive", **start)
+    try:
+        client = cluster.client()
+        source = client.subscribe("in", "ctp", consumer_type=ConsumerType.Shared)
+        feeder, sink = client.create_producer("in"), client.create_producer("out")
+        for i in range(4):
+            feeder.send(f"in-{i}")
+        for i in range(4):
+            txn = client.new_transaction(10_000)
+            msg = source.receive(100)
+            assert msg is not None
+            sink.send(f"out-{i}", txn=txn)
+            source.acknowledge(msg, txn=txn)
+            txn.commit()
+        files = cluster.broker.store._files
+        return cluster.history(), files
+    finally:
+        cluster.close()
+
+
+def test_the_cluster_s_adaptive_commit_on_the_simulated_disk_gives_a_seed_one_history() -> None:
+    first, files = _ctp_history(disk="sim")
+    second, _ = _ctp_history(disk="sim")
+    assert first == second and len(first) > 10
+    assert files.adaptive is not None and not files.adaptive.background
+    assert set(files.sync_ms_used) == {1} and files.journal.commits > 0
+
+
+def test_the_cluster_s_adaptive_commit_on_a_real_disk_commits_through_its_worker(tmp_path: Path) -> None:
+    history, files = _ctp_history(data_dir=str(tmp_path / "data"))
+    assert all(op.type.name == "OK" for op in history)
+    assert files.adaptive is not None and files.adaptive.background
+    assert files.journal.commits > 0 and all(1 <= ms <= files.adaptive.max_sync_ms for ms in files.sync_ms_used)

@@ -191,6 +191,14 @@ def _add_variants(parser: argparse.ArgumentParser, engine: ModuleType) -> None:
         help="every reader, once drained, looks back with a Reader (a non-durable subscription) from the last message "
         "it received, then seeks it by publish time and reads again; mixed: seeds = 3 mod 5",
     )
+    parser.add_argument(
+        "--reread",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="the ctp workload: once every transaction has ended, the input partitions are unloaded and every "
+        "processor reads its recovered subscription again to its end; the pending-ack log is indexed every 2 "
+        "records, so it is trimmed within the run; mixed: seeds = 2 mod 3",
+    )
 
 
 def _disk_arguments(parser: argparse.ArgumentParser) -> None:
@@ -248,6 +256,7 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         queries=args.queries,
         shared_delayed=args.shared_delayed,
         readers=args.readers,
+        reread=args.reread,
         disk=args.disk,
         group_commit_ms=args.group_commit,
         disk_capacity=args.disk_capacity,
@@ -514,6 +523,7 @@ def reproduce_argv(run: Mapping[str, Any]) -> list[str] | None:
             "--queries", on_off(run.get("queries", False)),
             "--shared-delayed", on_off(run.get("shared_delayed", False)),
             "--readers", on_off(run.get("readers", False)),
+            "--reread", on_off(run.get("reread", False)),
             "--deadline", str(run["deadline_ms"]),
         ]  # fmt: skip
     except KeyError:
