@@ -201,6 +201,19 @@ def aborted_marker_stored_or_ledger_gone(s: BufferState) -> bool:
     return True
 
 
+def aborted_messages_before_marker(s: BufferState) -> bool:
+    """TB-8, TB-12: every stored message of an aborted txn lies before the txn's abort marker (a late
+    append of an aborted txn is refused), so an end marker of its txn follows it and decides it for good
+    (TB-16).  Not under the quirk append-after-abort, which stores the late message after the marker."""
+    if s.config.txnmodel_quirk_append_after_abort:
+        return True
+    for e in s.entries:
+        marker = s.aborted.get(e.txn_id) if e.kind is EntryKind.TXN_DATA and e.txn_id is not None else None
+        if marker is not None and e.position > marker:
+            return False
+    return True
+
+
 def segments_respect_capacity(s: BufferState) -> bool:
     """TB-22: every sealed segment holds at least capacity ids (exactly, unless an upgrade from a
     single snapshot overfilled the unsealed list), and once a segment is sealed the unsealed list is
@@ -244,6 +257,7 @@ INVARIANTS: tuple[Invariant[BufferState], ...] = (
     Invariant("quiescent_all_committed_visible", ("TB-19",), quiescent_all_committed_visible),
     Invariant("snapshot_before_every_ongoing", ("TB-20", "TB-24"), snapshot_before_every_ongoing),
     Invariant("aborted_marker_stored_or_ledger_gone", ("TB-12", "TB-23"), aborted_marker_stored_or_ledger_gone),
+    Invariant("aborted_messages_before_marker", ("TB-8", "TB-12"), aborted_messages_before_marker),
     Invariant("segments_respect_capacity", ("TB-22",), segments_respect_capacity),
     Invariant("parked_appends_only_while_waiting", ("TB-4",), parked_appends_only_while_waiting),
     Invariant("no_snapshot_means_no_txn_data", ("TB-1", "TB-4"), no_snapshot_means_no_txn_data),

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import z3
@@ -44,12 +45,14 @@ __all__ = [
     "Vars",
     "abstract",
     "abstract_state_constraints",
+    "committed_by_next_end",
     "concretize",
     "encode_step",
     "finite_domain",
     "fresh",
     "init",
     "invariant",
+    "message_aborted",
     "txn_domain",
     "visible",
 ]
@@ -144,6 +147,13 @@ def _forall_pos(body: Callable[[z3.ArithRef], z3.BoolRef]) -> z3.BoolRef:
     return z3.ForAll([v], body(v))
 
 
+def _exists_pos(body: Callable[[z3.ArithRef], z3.BoolRef]) -> z3.BoolRef:
+    if _FINITE:
+        return z3.Or(False, *(body(z3.IntVal(i)) for i in _FINITE[-1][1]))
+    v = z3.FreshInt("q")
+    return z3.Exists([v], body(v))
+
+
 def _txn_array_is(array: z3.ArrayRef, body: Callable[[z3.ExprRef], z3.BoolRef]) -> z3.BoolRef:
     if _FINITE:
         return z3.And(True, *(array[k] == body(k) for k in _FINITE[-1][0]))
@@ -182,7 +192,7 @@ def inv_mrp_at_lac_when_idle(s: Vars) -> z3.BoolRef:
         [_q],
         z3.Implies(
             z3.And(s.mrp < _q, _q <= s.lac),
-            z3.And(s.kind[_q] == DATA, s.aborted[s.owner[_q]]),
+            z3.And(s.kind[_q] == DATA, message_aborted(s, _q)),
         ),
     )
     nosnap = z3.And(s.mrp == s.lac, z3.ForAll([_t], z3.And(z3.Not(s.ongoing[_t]), z3.Not(s.aborted[_t]))))
@@ -219,6 +229,15 @@ def inv_aborted_marker_stored_or_ledger_gone(s: Vars) -> z3.BoolRef:
     )
 
 
+def inv_aborted_messages_before_marker(s: Vars) -> z3.BoolRef:
+    q = z3.Int("q_m")
+    o = s.owner[q]
+    return z3.ForAll(
+        [q],
+        z3.Implies(z3.And(s.lo <= q, q <= s.lac, s.kind[q] == DATA, s.aborted[o]), q < s.marker[o]),
+    )
+
+
 def inv_snapshot_before_every_ongoing(s: Vars) -> z3.BoolRef:
     return z3.And(
         z3.Implies(s.st == READY, s.has_snap),
@@ -237,6 +256,7 @@ INVARIANTS: Mapping[str, tuple[tuple[str, ...], Callable[[Vars], z3.BoolRef]]] =
     "ongoing_first_is_own_message": (("TB-6",), inv_ongoing_first_is_own_message),
     "ongoing_never_aborted": (("TB-8", "TB-12"), inv_ongoing_never_aborted),
     "aborted_marker_stored_or_ledger_gone": (("TB-12", "TB-23"), inv_aborted_marker_stored_or_ledger_gone),
+    "aborted_messages_before_marker": (("TB-8", "TB-12"), inv_aborted_messages_before_marker),
     "snapshot_before_every_ongoing": (("TB-20", "TB-24"), inv_snapshot_before_every_ongoing),
 }
 
@@ -260,20 +280,53 @@ def init(s: Vars) -> z3.BoolRef:
     )
 
 
-def visible(s: Vars, p: z3.ArithRef) -> z3.BoolRef:
-    """Dispatchable (TB-15, TB-16): stored, at or before max_read_position, a normal message or a
-    message of a txn that is not aborted.  Membership of the aborted set alone, as Pulsar's
-    ``isTxnAborted`` (the quirk abort-hides-committed): the reference also lets a message through
-    when the first end marker of its txn after it is a commit marker, which only a txn aborted after
-    its commit on this partition has (a late send re-opened it, TB-8); the invariants
-    ``committed_message_never_aborted`` and ``visible_iff_at_or_before_mrp`` state that refinement
-    and the stateful tests and the model checker check it."""
+def _is_end_of(s: Vars, q: z3.ArithRef, txn: z3.ExprRef) -> z3.BoolRef:
+    return z3.And(z3.Or(s.kind[q] == COMMIT, s.kind[q] == ABORT), s.owner[q] == txn)
+
+
+def committed_by_next_end(s: Vars, p: z3.ArithRef) -> z3.BoolRef:
+    """TB-16: the first end marker of the txn of the message at ``p`` stored after it is a commit
+    marker (``invariants.buffer.messages_with_next_end`` pairs each message with that marker)."""
+    txn = s.owner[p]
+    return _exists_pos(
+        lambda c: z3.And(
+            p < c,
+            c <= s.lac,
+            s.kind[c] == COMMIT,
+            s.owner[c] == txn,
+            _forall_pos(lambda r: z3.Implies(z3.And(p < r, r < c), z3.Not(_is_end_of(s, r, txn)))),
+        )
+    )
+
+
+def message_aborted(s: Vars, p: z3.ArithRef, *, abort_hides_committed: bool = False) -> z3.BoolRef:
+    """``isTxnAborted(txn, position)`` for the message at ``p`` (TB-16): its txn is in the aborted set
+    and the first end marker of that txn stored after ``p`` is not a commit marker (an abort marker,
+    or none yet), as ``reference.buffer.is_message_aborted``.  With ``abort_hides_committed`` (the
+    quirk of that name, ``txnmodelQuirkAbortHidesCommitted``) Pulsar's membership test alone."""
+    in_aborted_set = s.aborted[s.owner[p]]
+    if abort_hides_committed:
+        return in_aborted_set
+    return z3.And(in_aborted_set, z3.Not(committed_by_next_end(s, p)))
+
+
+def visible(s: Vars, p: z3.ArithRef, *, abort_hides_committed: bool = False) -> z3.BoolRef:
+    """Dispatchable (TB-15, TB-16), as ``reference.buffer.dispatchable``: stored, at or before
+    max_read_position, a normal message or a message that is not aborted (:func:`message_aborted`).
+    By default the rule the reference states: a message followed by a commit marker of its txn is
+    delivered even when a later abort of that txn (the low-water-mark abort of a late send that
+    re-opened it, TB-8, TB-13) put the txn in the aborted set; ``abort_hides_committed`` switches on
+    Pulsar's membership test, which hides it.  ``tests/buffer/test_proofs.py`` checks both against
+    the reference on random concrete states."""
     return z3.And(
         domain(s),
         s.lo <= p,
         p <= s.lac,
         p <= s.mrp,
-        z3.Or(s.kind[p] == NORMAL, z3.And(s.kind[p] == DATA, z3.Not(s.aborted[s.owner[p]]))),
+        z3.Or(
+            s.kind[p] == NORMAL,
+            z3.And(s.kind[p] == DATA, z3.Not(message_aborted(s, p, abort_hides_committed=abort_hides_committed))),
+        ),
     )
 
 
@@ -757,71 +810,126 @@ def _safety(name: str, rules: tuple[str, ...], claim: Callable[[Vars], z3.BoolRe
 
 
 def _step_property(
-    name: str, rules: tuple[str, ...], command: str, claim: Callable[[Vars, Vars, Cmd], z3.BoolRef]
+    name: str,
+    rules: tuple[str, ...],
+    command: str,
+    claim: Callable[[Vars, Vars, Cmd], z3.BoolRef],
+    lemmas: tuple[Callable[[Vars, Vars], z3.BoolRef], ...] = (),
 ) -> Obligation:
+    """``claim`` holds of every step of ``command`` from a state satisfying the invariants.  Each of
+    ``lemmas`` is assumed of the step: every one is an obligation of its own (see :func:`_obligations`),
+    proved for that command or for any two states, so assuming it is sound; it spares the solver a
+    search through the transition's quantifiers."""
+
     def check(rlimit: int) -> Outcome:
         a, b, c = fresh(""), fresh("'"), _cmd()
         return prove_valid(
             claim(a, b, c),
             rlimit=rlimit,
             describe=_describe(a, b, c, f"{name} broken by {command}", command),
-            assumptions=[invariant(a), domain(a), COMMANDS[command](a, b, c)],
+            assumptions=[invariant(a), domain(a), COMMANDS[command](a, b, c), *(lemma(a, b) for lemma in lemmas)],
         )
 
     return Obligation(f"{name} / {command}", rules, UNBOUNDED, check)
 
 
-def claim_nothing_aborted_or_marker_dispatchable(s: Vars) -> z3.BoolRef:
-    """TB-16."""
+def claim_nothing_aborted_or_marker_dispatchable(s: Vars, abort_hides_committed: bool = False) -> z3.BoolRef:
+    """TB-16: a reader never receives a marker or an aborted message."""
     return z3.ForAll(
         [_q],
         z3.Implies(
-            visible(s, _q),
+            visible(s, _q, abort_hides_committed=abort_hides_committed),
             z3.And(
                 s.kind[_q] != COMMIT,
                 s.kind[_q] != ABORT,
-                z3.Implies(s.kind[_q] == DATA, z3.Not(s.aborted[s.owner[_q]])),
+                z3.Implies(
+                    s.kind[_q] == DATA,
+                    z3.Not(message_aborted(s, _q, abort_hides_committed=abort_hides_committed)),
+                ),
             ),
         ),
     )
 
 
-def claim_open_txn_messages_hidden(s: Vars) -> z3.BoolRef:
+def claim_committed_message_never_aborted(s: Vars, abort_hides_committed: bool = False) -> z3.BoolRef:
+    """TB-16: a stored message at or before max_read_position whose txn's first end marker after it is a
+    commit marker is dispatchable, whatever later ends of its txn put the txn in the aborted set."""
+    decided_commit = z3.And(s.lo <= _q, _q <= s.mrp, s.kind[_q] == DATA, committed_by_next_end(s, _q))
+    return z3.ForAll([_q], z3.Implies(decided_commit, visible(s, _q, abort_hides_committed=abort_hides_committed)))
+
+
+def claim_open_txn_messages_hidden(s: Vars, abort_hides_committed: bool = False) -> z3.BoolRef:
     """TB-15: no message of an ongoing txn at or after its first position is dispatchable."""
     o = s.owner[_q]
     return z3.ForAll(
-        [_q], z3.Implies(z3.And(s.kind[_q] == DATA, s.ongoing[o], _q >= s.first[o]), z3.Not(visible(s, _q)))
+        [_q],
+        z3.Implies(
+            z3.And(s.kind[_q] == DATA, s.ongoing[o], _q >= s.first[o]),
+            z3.Not(visible(s, _q, abort_hides_committed=abort_hides_committed)),
+        ),
     )
 
 
-def claim_normal_behind_open_txn_hidden(s: Vars) -> z3.BoolRef:
+def claim_normal_behind_open_txn_hidden(s: Vars, abort_hides_committed: bool = False) -> z3.BoolRef:
     """TB-15: a normal message after the first message of an ongoing txn is not dispatchable."""
-    return z3.ForAll([_q, _t], z3.Implies(z3.And(s.ongoing[_t], _q >= s.first[_t]), z3.Not(visible(s, _q))))
+    return z3.ForAll(
+        [_q, _t],
+        z3.Implies(
+            z3.And(s.ongoing[_t], _q >= s.first[_t]),
+            z3.Not(visible(s, _q, abort_hides_committed=abort_hides_committed)),
+        ),
+    )
 
 
-def claim_quiescent_all_committed_visible(s: Vars) -> z3.BoolRef:
-    """TB-19: nothing ongoing, every stored normal message and message of a txn not aborted is visible."""
-    eligible = z3.Or(s.kind[_q] == NORMAL, z3.And(s.kind[_q] == DATA, z3.Not(s.aborted[s.owner[_q]])))
+def claim_quiescent_all_committed_visible(s: Vars, abort_hides_committed: bool = False) -> z3.BoolRef:
+    """TB-19: nothing ongoing, every stored normal message and message not aborted is visible."""
+    eligible = z3.Or(
+        s.kind[_q] == NORMAL,
+        z3.And(s.kind[_q] == DATA, z3.Not(message_aborted(s, _q, abort_hides_committed=abort_hides_committed))),
+    )
     return z3.Implies(
         z3.Not(_any_ongoing(s)),
-        z3.ForAll([_q], z3.Implies(z3.And(s.lo <= _q, _q <= s.lac, eligible), visible(s, _q))),
+        z3.ForAll(
+            [_q],
+            z3.Implies(
+                z3.And(s.lo <= _q, _q <= s.lac, eligible),
+                visible(s, _q, abort_hides_committed=abort_hides_committed),
+            ),
+        ),
     )
 
 
-def claim_visibility_is_prefix(s: Vars) -> z3.BoolRef:
-    """TB-19: of one txn that is not aborted, a visible message has every earlier stored message of it visible."""
+def claim_visibility_is_prefix(s: Vars, abort_hides_committed: bool = False) -> z3.BoolRef:
+    """TB-19: of one txn's messages that are not aborted, a visible one has every earlier stored one
+    visible.  For a txn not in the aborted set that is all its messages; under the default TB-16 an
+    aborted txn's messages decided by an earlier commit marker are not aborted, and they form a prefix."""
     p, q = z3.Ints("p_v q_v")
     same = z3.And(s.kind[p] == DATA, s.kind[q] == DATA, s.owner[p] == s.owner[q], s.lo <= p, p < q)
-    return z3.ForAll([p, q], z3.Implies(z3.And(same, visible(s, q)), visible(s, p)))
+    flag = abort_hides_committed
+    return z3.ForAll(
+        [p, q],
+        z3.Implies(
+            z3.And(
+                same,
+                z3.Not(message_aborted(s, p, abort_hides_committed=flag)),
+                visible(s, q, abort_hides_committed=flag),
+            ),
+            visible(s, p, abort_hides_committed=flag),
+        ),
+    )
 
 
-def claim_strict_atomic_visibility(s: Vars) -> z3.BoolRef:
+def claim_strict_atomic_visibility(s: Vars, abort_hides_committed: bool = False) -> z3.BoolRef:
     """The *strict* form of atomic visibility - refuted: see TB-19 and tests/buffer/test_proofs.py."""
     p, q = z3.Ints("p_a q_a")
     same = z3.And(
         s.kind[p] == DATA, s.kind[q] == DATA, s.owner[p] == s.owner[q], s.lo <= p, p <= s.lac, s.lo <= q, q <= s.lac
     )
-    return z3.ForAll([p, q], z3.Implies(same, visible(s, p) == visible(s, q)))
+    flag = abort_hides_committed
+    return z3.ForAll(
+        [p, q],
+        z3.Implies(same, visible(s, p, abort_hides_committed=flag) == visible(s, q, abort_hides_committed=flag)),
+    )
 
 
 def step_readable_mrp_monotone(a: Vars, b: Vars, c: Cmd) -> z3.BoolRef:
@@ -829,14 +937,22 @@ def step_readable_mrp_monotone(a: Vars, b: Vars, c: Cmd) -> z3.BoolRef:
     return b.mrp >= a.mrp
 
 
-def step_no_backfill(a: Vars, b: Vars, c: Cmd) -> z3.BoolRef:
+def step_no_backfill(a: Vars, b: Vars, c: Cmd, abort_hides_committed: bool = False) -> z3.BoolRef:
     """TB-17 (and TB-23's exception): a newly visible position is after everything visible before,
     unless it is a message of an aborted txn forgotten in this step."""
     p, q = z3.Ints("p_b q_b")
     forgotten = z3.And(b.kind[p] == DATA, a.aborted[a.owner[p]], z3.Not(b.aborted[b.owner[p]]))
+    flag = abort_hides_committed
     return z3.ForAll(
         [p, q],
-        z3.Implies(z3.And(visible(b, p), z3.Not(visible(a, p)), visible(a, q)), z3.Or(p > q, forgotten)),
+        z3.Implies(
+            z3.And(
+                visible(b, p, abort_hides_committed=flag),
+                z3.Not(visible(a, p, abort_hides_committed=flag)),
+                visible(a, q, abort_hides_committed=flag),
+            ),
+            z3.Or(p > q, forgotten),
+        ),
     )
 
 
@@ -846,6 +962,47 @@ def step_trim_exact(a: Vars, b: Vars, c: Cmd) -> z3.BoolRef:
     lost = z3.And(a.aborted[_t], z3.Not(b.aborted[_t]))
     trimmed = z3.And(a.aborted[_t], a.marker[_t] < a.lo)
     return z3.ForAll([_t], z3.Implies(_t != c.txn, lost == trimmed))
+
+
+def log_extends(a: Vars, b: Vars) -> z3.BoolRef:
+    """Every command leaves the entries up to the old LAC as they were, and only appends (TB-2; a
+    deleted ledger's entries are below ``lo``, not rewritten, TB-23)."""
+    q = z3.Int("q_x")
+    return z3.And(
+        a.lac <= b.lac,
+        z3.ForAll([q], z3.Implies(q <= a.lac, z3.And(b.kind[q] == a.kind[q], b.owner[q] == a.owner[q]))),
+    )
+
+
+def decided_messages_stay_decided(a: Vars, b: Vars) -> z3.BoolRef:
+    """TB-16: a message with an end marker of its txn stored after it is decided for good: appending
+    to the log cannot make the first such marker a commit marker when it was not."""
+    p, m = z3.Ints("p_k m_k")
+    return z3.ForAll(
+        [p, m],
+        z3.Implies(
+            z3.And(p < m, m <= a.lac, _is_end_of(a, m, a.owner[p]), z3.Not(committed_by_next_end(a, p))),
+            z3.Not(committed_by_next_end(b, p)),
+        ),
+    )
+
+
+def _step_lemma(
+    name: str, rules: tuple[str, ...], command: str, claim: Callable[[Vars, Vars], z3.BoolRef]
+) -> Obligation:
+    return _step_property(name, rules, command, lambda a, b, c: claim(a, b))
+
+
+def _two_state_lemma(name: str, rules: tuple[str, ...], claim: Callable[[Vars, Vars], z3.BoolRef]) -> Obligation:
+    """A fact about any two abstract states whose logs are related by :func:`log_extends`."""
+
+    def check(rlimit: int) -> Outcome:
+        a, b = fresh(""), fresh("'")
+        return prove_valid(
+            claim(a, b), rlimit=rlimit, describe=_describe(a, b, None, name), assumptions=[log_extends(a, b)]
+        )
+
+    return Obligation(name, rules, UNBOUNDED, check)
 
 
 def _trim_loop_bounded(n: int) -> Obligation:
@@ -868,21 +1025,39 @@ def _trim_loop_bounded(n: int) -> Obligation:
     return Obligation(f"trim_loop_drops_exactly_deleted_markers (n={n})", ("TB-23",), f"<= {n} aborted txns", check)
 
 
+QUIRK = "abort-hides-committed"
+
+# The claims about what a reader sees, each proved for the default TB-16 and for the quirk.
+VISIBILITY_CLAIMS: tuple[tuple[str, tuple[str, ...], Callable[..., z3.BoolRef]], ...] = (
+    ("nothing_aborted_or_marker_dispatchable", ("TB-16",), claim_nothing_aborted_or_marker_dispatchable),
+    ("open_txn_messages_hidden", ("TB-15",), claim_open_txn_messages_hidden),
+    ("normal_behind_open_txn_hidden", ("TB-15", "TB-9"), claim_normal_behind_open_txn_hidden),
+    ("quiescent_all_committed_visible", ("TB-19",), claim_quiescent_all_committed_visible),
+    ("visibility_is_prefix_of_txn", ("TB-19",), claim_visibility_is_prefix),
+)
+
+
 def _obligations() -> tuple[Obligation, ...]:
     out: list[Obligation] = []
     for name in INVARIANTS:
         for command in COMMANDS:
             out.append(_inductive(name, command))
-    out.append(
-        _safety("nothing_aborted_or_marker_dispatchable", ("TB-16",), claim_nothing_aborted_or_marker_dispatchable)
-    )
-    out.append(_safety("open_txn_messages_hidden", ("TB-15",), claim_open_txn_messages_hidden))
-    out.append(_safety("normal_behind_open_txn_hidden", ("TB-15", "TB-9"), claim_normal_behind_open_txn_hidden))
-    out.append(_safety("quiescent_all_committed_visible", ("TB-19",), claim_quiescent_all_committed_visible))
-    out.append(_safety("visibility_is_prefix_of_txn", ("TB-19",), claim_visibility_is_prefix))
+    # The lemmas no_backfill assumes: every command only appends to the log, and a message with an end
+    # marker of its txn after it keeps its decision when the log grows (TB-16).
+    for command in COMMANDS:
+        out.append(_step_lemma("log_extends", ("TB-2", "TB-23"), command, log_extends))
+    out.append(_two_state_lemma("decided_messages_stay_decided", ("TB-16",), decided_messages_stay_decided))
+    lemmas = (log_extends, decided_messages_stay_decided)
+    for flag in (False, True):
+        suffix = f" [{QUIRK}]" if flag else ""
+        for name, rules, claim in VISIBILITY_CLAIMS:
+            out.append(_safety(name + suffix, rules, partial(claim, abort_hides_committed=flag)))
+        no_backfill = partial(step_no_backfill, abort_hides_committed=flag)
+        for command in COMMANDS:
+            out.append(_step_property("no_backfill" + suffix, ("TB-17", "TB-23"), command, no_backfill, lemmas))
+    out.append(_safety("committed_message_never_aborted", ("TB-16",), claim_committed_message_never_aborted))
     for command in COMMANDS:
         out.append(_step_property("readable_mrp_monotone", ("TB-10",), command, step_readable_mrp_monotone))
-        out.append(_step_property("no_backfill", ("TB-17", "TB-23"), command, step_no_backfill))
     for command in ("commit_txn", "abort_txn"):
         out.append(_step_property("trim_exact", ("TB-23",), command, step_trim_exact))
     out.append(_trim_loop_bounded(8))

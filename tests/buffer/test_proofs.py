@@ -1,5 +1,7 @@
-"""The Z3 encoding of the transaction buffer agrees with ``reference.buffer.step``, every obligation
-is proved, a broken rule is caught, and the strict form of atomic visibility is refuted (TB-19)."""
+"""The Z3 encoding of the transaction buffer agrees with ``reference.buffer.step`` and its ``visible``
+with ``reference.buffer.dispatchable`` (TB-16 by default and under the quirk abort-hides-committed),
+every obligation is proved, a broken rule is caught, and the strict form of atomic visibility is
+refuted (TB-19)."""
 
 from __future__ import annotations
 
@@ -7,15 +9,15 @@ from typing import Any
 
 import pytest
 import z3
-from hypothesis import assume, event, given
+from hypothesis import assume, event, example, given
 from hypothesis import strategies as st
 
 from invariants.base import violated
-from invariants.buffer import INVARIANTS
+from invariants.buffer import INVARIANTS, messages_with_next_end
 from proofs import buffer as pb
 from proofs.framework import RLIMIT, Verdict, prove_inductive, prove_valid
 from reference import buffer as tb
-from spec.config import Config
+from spec.config import QUIRKS, Config
 from spec.result import Err
 from spec.types import TxnID
 
@@ -55,6 +57,20 @@ def _concrete(state: tb.BufferState, cmd: Any) -> Any:
     return tb.DeleteLedger(state.ledgers[0].ledger_id) if cmd == "delete_oldest" else cmd
 
 
+def _reach(config: Config, setup: list[Any]) -> tuple[tb.BufferState, int]:
+    """The state ``setup`` leads to from a recovered new topic, and how many entries deletions removed
+    (the rank of its first stored entry)."""
+    state = tb.initial(config)
+    base = 0
+    for raw in setup:
+        cmd = _concrete(state, raw)
+        before = len(state.entries)
+        state, result = tb.step(state, cmd)
+        if isinstance(cmd, tb.DeleteLedger) and not isinstance(result, Err):
+            base += before - len(state.entries)
+    return state, base
+
+
 def _txns(*states: tb.BufferState, extra: TxnID | None = None) -> set[TxnID]:
     out: set[TxnID] = set()
     for s in states:
@@ -67,14 +83,7 @@ def _txns(*states: tb.BufferState, extra: TxnID | None = None) -> set[TxnID]:
 
 @given(config=CONFIGS, setup=st.lists(SETUP, max_size=14), command=ENCODED)
 def test_encoding_agrees_with_reference_step(config: Config, setup: list[Any], command: Any) -> None:
-    state = tb.initial(config)
-    base = 0
-    for raw in setup:
-        cmd = _concrete(state, raw)
-        before = len(state.entries)
-        state, result = tb.step(state, cmd)
-        if isinstance(cmd, tb.DeleteLedger) and not isinstance(result, Err):
-            base += before - len(state.entries)
+    state, base = _reach(config, setup)
     assume(state.status in (tb.BufferStatus.READY, tb.BufferStatus.NO_SNAPSHOT))
     cmd = _concrete(state, command)
     if isinstance(cmd, tb.AppendBufferToTxn):
@@ -119,6 +128,102 @@ def test_encoding_agrees_with_reference_step(config: Config, setup: list[Any], c
     solver.set("rlimit", RLIMIT)
     solver.add(*facts, *pre, trans, z3.Not(z3.And(*determined)))
     assert solver.check() == z3.unsat, f"encoding allows another outcome of {cmd} from {pre_a}"
+
+
+T0, T1 = TxnID(0, 0), TxnID(0, 1)
+# T0 committed, a late copy of its send re-opens it, T1's commit with a low water mark of 0 aborts it
+# (TB-8, TB-13): T0's committed message is decided by its commit marker, the late copy by the abort.
+# Ready (a first txn message makes the first snapshot, TB-4) with nothing ongoing.
+READY_IDLE = [tb.AppendBufferToTxn(T0), tb.CompleteFirstSnapshot(), tb.CommitTxn(T0)]
+REOPENED_THEN_LWM_ABORTED = [
+    *READY_IDLE,
+    tb.AppendBufferToTxn(T0),
+    tb.AppendBufferToTxn(T1),
+    tb.CommitTxn(T1, 0),
+]
+ABORT_HIDES_COMMITTED = Config().with_overrides(QUIRKS["abort-hides-committed"])
+# ``visible`` reads the state only, so it is checked on the states every quirk reaches (append-after-abort
+# stores a late message of an aborted txn after its marker), under the TB-16 the config names.
+VISIBILITY_CONFIGS = st.sampled_from(
+    [
+        Config(),
+        ABORT_HIDES_COMMITTED,
+        Config().with_overrides(QUIRKS["append-after-abort"]),
+        Config().with_overrides({**QUIRKS["append-after-abort"], **QUIRKS["abort-hides-committed"]}),
+        Config().with_overrides({"transactionBufferSnapshotMaxTransactionCount": 1}),
+    ]
+)
+
+
+def _z3_dispatch(state: tb.BufferState, base: int, abort_hides_committed: bool) -> tuple[set[Any], set[Any]]:
+    """The entries ``pb.visible`` holds at and the messages ``pb.message_aborted`` holds at on ``state``,
+    each required to be forced by the state (the negation unsatisfiable), not merely allowed."""
+    abstract = pb.abstract(state, base)
+    consts, facts = pb.txn_domain(_txns(state) or {TxnID(9, 9)}, closed=False)
+    s = pb.fresh("")
+    solver = z3.Solver()
+    solver.set("rlimit", RLIMIT)
+    solver.add(*facts, *pb.abstract_state_constraints(s, abstract, consts))
+    visible: set[Any] = set()
+    aborted: set[Any] = set()
+    with pb.finite_domain(consts.values(), range(abstract.lo - 1, abstract.lac + 2)):
+        for i, entry in enumerate(state.entries):
+            rank = z3.IntVal(base + i)
+            claims = [(pb.visible(s, rank, abort_hides_committed=abort_hides_committed), visible)]
+            if entry.kind is tb.EntryKind.TXN_DATA:
+                claims.append((pb.message_aborted(s, rank, abort_hides_committed=abort_hides_committed), aborted))
+            for holds, out in claims:
+                if solver.check(z3.Not(holds)) == z3.unsat:
+                    out.add(entry.position)
+                else:
+                    assert solver.check(holds) == z3.unsat, f"{entry} not determined by {abstract}"
+    return visible, aborted
+
+
+# Besides SETUP's single commands, a commit of a txn, a late send that re-opens it (TB-8) and an end of
+# another txn raising its coordinator's low water mark to it (TB-13, aborting it when it is the first
+# ongoing txn): where the two readings of TB-16 part, in random setups too.
+REOPEN = st.builds(
+    lambda t, u, end: [tb.CommitTxn(t), tb.AppendBufferToTxn(t), end(TxnID(t.most_sig_bits, u), t.least_sig_bits)],
+    TXNS,
+    st.integers(0, 3),
+    st.sampled_from([tb.CommitTxn, tb.AbortTxn]),
+)
+VISIBILITY_SETUP = st.lists(st.one_of(SETUP.map(lambda cmd: [cmd]), REOPEN), max_size=10).map(
+    lambda blocks: [*READY_IDLE, *(c for block in blocks for c in block)]
+)
+
+
+@given(config=VISIBILITY_CONFIGS, setup=VISIBILITY_SETUP)
+@example(config=Config(), setup=REOPENED_THEN_LWM_ABORTED)
+@example(config=ABORT_HIDES_COMMITTED, setup=REOPENED_THEN_LWM_ABORTED)
+def test_visible_agrees_with_reference_dispatchable(config: Config, setup: list[Any]) -> None:
+    """TB-15, TB-16: on every reachable Ready/NoSnapshot state the encoding's ``visible`` holds exactly
+    at ``reference.buffer.dispatchable``'s positions and ``message_aborted`` exactly at the messages
+    ``is_message_aborted`` filters, with the quirk abort-hides-committed off (the default) and on."""
+    state, base = _reach(config, setup)
+    assume(state.status in (tb.BufferStatus.READY, tb.BufferStatus.NO_SNAPSHOT))
+    flag = config.txnmodel_quirk_abort_hides_committed
+    visible, aborted = _z3_dispatch(state, base, flag)
+    assert visible == set(tb.dispatchable(state))
+    data = [e for e in state.entries if e.kind is tb.EntryKind.TXN_DATA and e.txn_id is not None]
+    assert aborted == {e.position for e in data if tb.is_message_aborted(state, e.txn_id, e.position)}
+    parted = any(
+        e.txn_id in state.aborted and end is tb.EntryKind.TXN_COMMIT for e, end in messages_with_next_end(state)
+    )
+    event(f"abort-hides-committed={flag}; a committed message of a txn in the aborted set: {parted}")
+
+
+def test_visible_states_tb16_and_the_quirk_as_the_reference_does() -> None:
+    """The state where the two readings of TB-16 part: T0's committed message at rank 0 is visible by
+    default and hidden under the quirk, in the encoding as in the reference."""
+    for config, shown in ((Config(), True), (ABORT_HIDES_COMMITTED, False)):
+        state, base = _reach(config, REOPENED_THEN_LWM_ABORTED)
+        committed, late = state.entries[0].position, state.entries[2].position
+        assert state.entries[0].txn_id == state.entries[2].txn_id == T0 and T0 in state.aborted
+        visible, aborted = _z3_dispatch(state, base, config.txnmodel_quirk_abort_hides_committed)
+        assert (committed in visible) is shown and (committed in tb.dispatchable(state)) is shown
+        assert late in aborted and late not in visible
 
 
 def test_every_obligation_is_proved() -> None:

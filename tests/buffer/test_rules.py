@@ -216,6 +216,17 @@ def test_tb8_quirk_append_after_abort_writes_it_filtered() -> None:
     assert Position(1, 2) in tb.dispatch(s).auto_acked or tb.readable_max_read_position(s) < Position(1, 2)
 
 
+def test_tb8_aborted_messages_before_marker_is_checked() -> None:
+    """TB-8, TB-12: the invariant holds under the quirk append-after-abort, which stores the late message
+    after the abort marker, and flags the same state read with the quirk off."""
+    from reference.persistent import evolve
+
+    quirky = Config().with_overrides(QUIRKS["append-after-abort"])
+    s, _ = run(ready(quirky), tb.AbortTxn(T0), tb.AppendBufferToTxn(T0))
+    assert "aborted_messages_before_marker" not in violated(INVARIANTS, s)
+    assert "aborted_messages_before_marker" in violated(INVARIANTS, evolve(s, config=Config()))
+
+
 def test_tb8_committed_txn_reopens() -> None:
     """TB-8 (Q8): a message for a committed txn above the mark re-opens it and pins max_read_position."""
     s, _ = run(ready(), tb.CommitTxn(T0), tb.AppendBufferToTxn(T0), tb.PublishMessage())

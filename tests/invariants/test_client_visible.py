@@ -5,7 +5,6 @@ with faults (the main job's workloads and fault mixes)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import pytest
 
@@ -18,82 +17,10 @@ from invariants.client_visible import (
     check_client_visible,
 )
 from reference.engine.simulate import SimulateOptions, main_job_spec, run
-from spec.history import BadHistory, Operation, OpType, make_operation
+from spec.history import BadHistory, OpType
 from spec.rules import RULES_DIR, parse_rules
 
-P = "persistent://public/default/t-partition-0"
-PART = f"partition:{P}"
-SUB = f"subscription:{P}#sub"
-
-
-class H:
-    """A history builder: one call per operation, in index order."""
-
-    def __init__(self) -> None:
-        self.ops: list[Operation] = []
-
-    def op(
-        self,
-        f: str,
-        obj: str,
-        value: Any,
-        result: Any,
-        at: int,
-        done: int | None,
-        *,
-        process: int = 0,
-        kind: OpType = OpType.OK,
-    ) -> Operation:
-        op = make_operation("h", len(self.ops), process, kind, f, obj, value, result, invoked_at=at, completed_at=done)
-        if kind is OpType.OK and result is None and f == "receive":
-            op = dataclasses.replace(op, result="null")  # a receive that returned nothing
-        self.ops.append(op)
-        return op
-
-    def subscribe(self, at: int = 0, sub_type: str = "Exclusive", process: int = 9) -> None:
-        self.op(
-            "subscribe", SUB, {"initial_position": "Earliest", "sub_type": sub_type}, None, at, at + 1, process=process
-        )
-
-    def new_txn(self, txn: tuple[int, int], at: int, timeout: int = 10_000, process: int = 1) -> None:
-        self.op("new_txn", "coordinator:0", {"timeout_ms": timeout}, {"txn": list(txn)}, at, at + 2, process=process)
-
-    def end(
-        self, f: str, txn: tuple[int, int], at: int, done: int | None, kind: OpType = OpType.OK, process: int = 1
-    ) -> None:
-        self.op(f, "coordinator:0", {"txn": list(txn)}, None, at, done, kind=kind, process=process)
-
-    def send(
-        self,
-        message: str,
-        position: tuple[int, int],
-        at: int,
-        txn: tuple[int, int] | None = None,
-        process: int = 2,
-        deliver_at: int | None = None,
-        kind: OpType = OpType.OK,
-    ) -> None:
-        value: dict[str, Any] = {"message": message, "txn": None if txn is None else list(txn)}
-        if deliver_at is not None:
-            value["deliver_at_ms"] = deliver_at
-        result = {"position": list(position)} if kind is OpType.OK else None
-        self.op("send", PART, value, result, at, at + 2 if kind is OpType.OK else None, process=process, kind=kind)
-
-    def receive(
-        self, message: str | None, position: tuple[int, int] | None, at: int, done: int, process: int = 9
-    ) -> None:
-        got = (
-            None
-            if message is None
-            else {"message": message, "position": list(position or (0, 0)), "redelivery_count": 0}
-        )
-        self.op("receive", SUB, {}, got, at, done, process=process)
-
-    def ack(
-        self, position: tuple[int, int], at: int, txn: tuple[int, int] | None = None, process: int = 9, **extra: Any
-    ) -> None:
-        value = {"position": list(position), "txn": None if txn is None else list(txn), **extra}
-        self.op("ack", SUB, value, None, at, at + 2, process=process)
+from .history_builder import PART, SUB, H
 
 
 def names(h: H) -> dict[str, int]:

@@ -11,58 +11,11 @@ from typing import Any
 from invariants.client_visible import CHECKS, check_client_visible
 from reference.engine.client import Cluster, ConsumerType
 from reference.engine.simulate import RunSpec, main_job_spec, run
-from spec.history import TXN_FUNCTIONS, Operation, OpType, make_operation
+from spec.history import TXN_FUNCTIONS, OpType, make_operation
 
-P = "persistent://public/default/t-partition-0"
-PART = f"partition:{P}"
-SUB = f"subscription:{P}#sub"
+from .history_builder import SUB, H, P
+
 T = (0, 1)
-
-
-class H:
-    """A history builder: one call per operation, in index order."""
-
-    def __init__(self) -> None:
-        self.ops: list[Operation] = []
-
-    def op(
-        self,
-        f: str,
-        obj: str,
-        value: Any,
-        result: Any,
-        at: int,
-        done: int | None,
-        *,
-        kind: OpType = OpType.OK,
-        process: int | None = None,
-    ) -> None:
-        process = len(self.ops) if process is None else process
-        self.ops.append(
-            make_operation("h", len(self.ops), process, kind, f, obj, value, result, invoked_at=at, completed_at=done)
-        )
-
-    def txn(self, at: int = 0) -> None:
-        self.op("new_txn", "coordinator:0", {"timeout_ms": 10_000}, {"txn": list(T)}, at, at + 2)
-
-    def send(self, message: str, position: tuple[int, int], at: int, txn: tuple[int, int] | None = T) -> None:
-        value = {"message": message, "txn": None if txn is None else list(txn)}
-        self.op("send", PART, value, {"position": list(position)}, at, at + 2)
-
-    def end(self, f: str, at: int, done: int | None = None, kind: OpType = OpType.OK) -> None:
-        self.op(f, "coordinator:0", {"txn": list(T)}, None, at, at + 5 if done is None else done, kind=kind)
-
-    def last_id(self, position: tuple[int, int], at: int) -> None:
-        self.op("get_last_message_id", SUB, {}, {"position": list(position)}, at, at + 2)
-
-    def ack(self, position: tuple[int, int], at: int, txn: tuple[int, int] | None = T, **more: Any) -> None:
-        value = {"position": list(position), "txn": None if txn is None else list(txn), **more}
-        self.op("ack", SUB, value, None, at, at + 2)
-
-    def check(self, position: tuple[int, int], state: str, at: int, **more: Any) -> None:
-        self.op(
-            "check_position_in_pending_ack", SUB, {"position": list(position), **more}, {"state": state}, at, at + 2
-        )
 
 
 def counts(h: H) -> dict[str, int]:
@@ -79,11 +32,11 @@ def test_the_queries_are_in_the_vocabulary_and_their_checks_name_their_rules() -
 
 
 def test_last_id_on_an_open_txns_entry_is_flagged_and_after_its_commit_is_not() -> None:
-    h = H()
-    h.txn()
-    h.send("t", (0, 1), 5)
+    h = H(distinct_processes=True)
+    h.new_txn(T, 0)
+    h.send("t", (0, 1), 5, txn=T)
     h.last_id((0, 1), 20)
-    h.end("commit", 30)
+    h.end("commit", T, 30, 35)
     assert counts(h) == {"undispatchable-last-id": 1}
     # the commit invoked before the answer: the entry may be the last dispatchable one
     h.ops[-1] = dataclasses.replace(h.ops[-1], invoked_at=15, completed_at=40)
@@ -91,23 +44,23 @@ def test_last_id_on_an_open_txns_entry_is_flagged_and_after_its_commit_is_not() 
 
 
 def test_last_id_on_an_aborted_txns_entry_is_flagged() -> None:
-    h = H()
-    h.txn()
-    h.send("t", (0, 1), 5)
-    h.end("abort", 10, 12)
+    h = H(distinct_processes=True)
+    h.new_txn(T, 0)
+    h.send("t", (0, 1), 5, txn=T)
+    h.end("abort", T, 10, 12)
     h.last_id((0, 1), 20)
     assert counts(h) == {"undispatchable-last-id": 1}
     # asked while the abort was still on its way: nothing certain, nothing flagged
     h.ops[-1] = dataclasses.replace(h.ops[-1], invoked_at=11, completed_at=13)
     h.ops[-2] = dataclasses.replace(h.ops[-2], completed_at=12)
     assert counts(h) == {"undispatchable-last-id": 1}  # the commit was never invoked either
-    h.end("commit", 9, 30, kind=OpType.INFO)
+    h.end("commit", T, 9, 30, kind=OpType.INFO)
     assert counts(h) == {}
 
 
 def test_last_id_of_a_message_without_txn_or_no_message_is_not_judged_bad() -> None:
-    h = H()
-    h.send("plain", (0, 0), 1, txn=None)
+    h = H(distinct_processes=True)
+    h.send("plain", (0, 0), 1)
     h.last_id((0, 0), 5)
     h.last_id((0, 7), 6)  # a marker or maxReadPosition itself: nobody's message
     result = check_client_visible(h.ops)
@@ -118,21 +71,21 @@ def test_last_id_of_a_message_without_txn_or_no_message_is_not_judged_bad() -> N
 
 
 def test_pending_ack_without_a_txn_ack_is_flagged() -> None:
-    h = H()
-    h.txn()
+    h = H(distinct_processes=True)
+    h.new_txn(T, 0)
     h.check((0, 3), "PendingAck", 10)
     assert counts(h) == {"pending-ack-without-ack": 1}
-    h = H()
-    h.txn()
-    h.ack((0, 3), 5, txn=None)  # a plain ack makes nothing pending
+    h = H(distinct_processes=True)
+    h.new_txn(T, 0)
+    h.ack((0, 3), 5)  # a plain ack makes nothing pending
     h.check((0, 3), "PendingAck", 10)
     assert counts(h) == {"pending-ack-without-ack": 1}
 
 
 def test_pending_ack_after_a_txn_ack_is_not_flagged_and_other_answers_are_not_judged() -> None:
-    h = H()
-    h.txn()
-    h.ack((0, 3), 5)
+    h = H(distinct_processes=True)
+    h.new_txn(T, 0)
+    h.ack((0, 3), 5, txn=T)
     h.check((0, 3), "PendingAck", 10)
     h.check((0, 4), "NotInPendingAck", 11)
     result = check_client_visible(h.ops)
@@ -140,14 +93,14 @@ def test_pending_ack_after_a_txn_ack_is_not_flagged_and_other_answers_are_not_ju
 
 
 def test_pending_ack_needs_the_ack_before_the_answer_and_of_that_batch_index() -> None:
-    h = H()
-    h.txn()
+    h = H(distinct_processes=True)
+    h.new_txn(T, 0)
     h.check((0, 3), "PendingAck", 10)
-    h.ack((0, 3), 20)  # invoked after the answer came back
+    h.ack((0, 3), 20, txn=T)  # invoked after the answer came back
     assert counts(h) == {"pending-ack-without-ack": 1}
-    h = H()
-    h.txn()
-    h.ack((0, 3), 5, batch_index=1)
+    h = H(distinct_processes=True)
+    h.new_txn(T, 0)
+    h.ack((0, 3), 5, txn=T, batch_index=1)
     h.check((0, 3), "PendingAck", 10, batch_index=2)
     assert counts(h) == {"pending-ack-without-ack": 1}
     h.check((0, 3), "PendingAck", 12, batch_index=1)
@@ -155,8 +108,8 @@ def test_pending_ack_needs_the_ack_before_the_answer_and_of_that_batch_index() -
 
 
 def test_a_txn_ack_of_unknown_outcome_may_have_made_it_pending() -> None:
-    h = H()
-    h.txn()
+    h = H(distinct_processes=True)
+    h.new_txn(T, 0)
     h.op("ack", SUB, {"position": [0, 3], "txn": list(T)}, None, 5, None, kind=OpType.INFO)
     h.check((0, 3), "PendingAck", 10)
     assert counts(h) == {}
@@ -227,10 +180,10 @@ READER = f"subscription:{P}#look1"
 
 
 def _reader_history(first_after_seek: str, *, durable: bool = False) -> H:
-    h = H()
+    h = H(distinct_processes=True)
     reader: dict[str, Any] = {} if durable else {"durable": False, "start_message": [0, 1]}
-    h.send("old", (0, 0), 1, txn=None)  # completed at 3
-    h.send("new", (0, 1), 10, txn=None)  # completed at 12
+    h.send("old", (0, 0), 1)  # completed at 3
+    h.send("new", (0, 1), 10)  # completed at 12
     h.op(
         "subscribe",
         READER,
@@ -269,9 +222,9 @@ def test_a_reader_is_judged_for_what_it_receives_not_for_what_it_misses() -> Non
 def test_out_of_order_restarts_at_a_seek() -> None:
     from invariants.transactional import check_transactional
 
-    h = H()
-    h.send("a", (0, 0), 1, txn=None)
-    h.send("b", (0, 1), 2, txn=None)
+    h = H(distinct_processes=True)
+    h.send("a", (0, 0), 1)
+    h.send("b", (0, 1), 2)
     h.op("subscribe", READER, {"initial_position": "Earliest", "sub_type": "Exclusive"}, None, 5, 6)
     h.op("receive", READER, {}, {"message": "b", "position": [0, 1], "redelivery_count": 0}, 7, 8, process=50)
     h.op("receive", READER, {}, {"message": "a", "position": [0, 0], "redelivery_count": 0}, 20, 22, process=50)

@@ -169,18 +169,24 @@ class Drain:
         self.draining = threading.Event()
         self.done = threading.Event()
         self.timed_out = False
+        self._started_ms: int | None = None
 
-    def saw(self, name: str, *, message: bool, connected: bool) -> None:
-        """A consumer's receive returned: a message, or nothing (while connected or not)."""
+    def saw(self, name: str, *, message: bool, connected: bool, invoked_ms: int) -> None:
+        """A consumer's receive, invoked at ``invoked_ms`` (the history's clock, read before the call),
+        returned: a message, or nothing (while connected or not).  Only a receive invoked after the
+        drain started, so after every send and commit completed, makes its consumer idle: an empty
+        receive invoked before (one that returned late on a busy machine) proves nothing about the
+        end of the subscription, and a drain ended on it left no such receive in the history."""
         with self._lock:
-            idle = not message and connected
-            self._idle[name] = idle
-            if not idle:
+            after_start = self._started_ms is not None and invoked_ms > self._started_ms
+            self._idle[name] = not message and connected and after_start
+            if message or not connected:
                 self._busy[name] = self._now()
 
     def start(self) -> None:
         now = self._now()
         with self._lock:
+            self._started_ms = now
             for name in self._busy:
                 self._busy[name] = max(self._busy[name], now)
         self.draining.set()

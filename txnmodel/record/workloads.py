@@ -76,8 +76,12 @@ def _consumer_loop(
     """Receive until the drain is done; ``on_message`` acknowledges (or not) what arrived."""
     timeout = run.options.receive_timeout_ms
     while not drain.done.is_set():
+        # Connected before and after, as the receive's own record says (OfficialConsumer.receive): an
+        # empty receive across a reconnection is not a drain in the history, nor an idle one here.
+        invoked, before = run.log.clock.now_ms(), consumer.connected()
         message = consumer.receive(process, timeout)
-        drain.saw(consumer.name, message=message is not None, connected=consumer.connected())
+        connected = before and consumer.connected()
+        drain.saw(consumer.name, message=message is not None, connected=connected, invoked_ms=invoked)
         if message is not None:
             on_message(process, consumer, message)
 
@@ -378,12 +382,14 @@ def ctp(run: Run, budget: Budget) -> WorkloadResult:
         process = Process(run.log)
         n = done = 0
         while not transform_drain.done.is_set():
+            invoked = run.log.clock.now_ms()
             if not session.ensure_consumer(process):
-                transform_drain.saw(name, message=False, connected=False)
+                transform_drain.saw(name, message=False, connected=False, invoked_ms=invoked)
                 time.sleep(0.1)
                 continue
             message = session.receive(process, run.options.receive_timeout_ms / 1000)
-            transform_drain.saw(name, message=message is not None, connected=session.consumer is not None)
+            connected = session.consumer is not None
+            transform_drain.saw(name, message=message is not None, connected=connected, invoked_ms=invoked)
             if message is None:
                 continue
             # A transaction per batch of 1-3 inputs, opened once there is something to transform.
@@ -395,8 +401,10 @@ def ctp(run: Run, budget: Budget) -> WorkloadResult:
             alive = True
             for i in range(rng.randint(1, 3)):
                 if i > 0:
+                    invoked = run.log.clock.now_ms()
                     message = session.receive(process, run.options.receive_timeout_ms / 1000)
-                    transform_drain.saw(name, message=message is not None, connected=session.consumer is not None)
+                    connected = session.consumer is not None
+                    transform_drain.saw(name, message=message is not None, connected=connected, invoked_ms=invoked)
                     if message is None:
                         alive = session.consumer is not None
                         break
