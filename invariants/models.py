@@ -207,11 +207,14 @@ class _Raised:
 
 @dataclass(frozen=True, slots=True)
 class _Recover:
-    """A ``recover`` row: the component restarts from ``state`` (already built from its inputs)."""
+    """A ``recover`` row: the component restarts from ``state`` (already built from its inputs).
+    ``diverged`` says how the engine's recovery disagrees with the machine's own recovery of the
+    row's durable inputs (format version 3), with the rule it breaks: no state accepts such a row."""
 
     epoch: int | None
     state: Any = field(compare=False)
     text: str = ""
+    diverged: str | None = None
 
 
 class MachineModel:
@@ -252,7 +255,8 @@ class MachineModel:
         self._commands = dict(commands)
         self._describe_state = describe_state
         self._vectors = vectors
-        self._recovered: dict[str, Any] = {}  # recover row's value -> the state it builds
+        # recover row's value -> the state it builds, and how the engine's recovery diverged from it
+        self._recovered: dict[str, tuple[Any, str | None]] = {}
 
     @classmethod
     def from_vectors(cls, vectors: Any, config: Any = None, init: Mapping[str, Any] | None = None) -> MachineModel:
@@ -288,7 +292,8 @@ class MachineModel:
         from spec.jsonvalues import JsonError
 
         if op.f == RECOVER and is_machine_operation(op):
-            return _Recover(epoch, self._recovery(op), op.value), None
+            state, diverged = self._recovery(op)
+            return _Recover(epoch, state, op.value, diverged), None
         if op.f == RAISED and is_machine_operation(op):
             return _Raised(epoch, op.value), ("err", op.error)
         command_type = self._commands.get(op.f)
@@ -309,10 +314,20 @@ class MachineModel:
             return _Step(epoch, command), NO_EFFECT if op.error is None else ("err", op.error)
         return _Step(epoch, command), ("ok", None if op.result is None else _canonical(op.returned))
 
-    def _recovery(self, op: Operation) -> Any:
-        """The machine state a ``recover`` row restarts from."""
+    def _recovery(self, op: Operation) -> tuple[Any, str | None]:
+        """The machine state a ``recover`` row restarts from, and how the engine's recovery
+        diverged from it (None: it did not, or the row carries nothing to tell).
+
+        Format version 3: the machine's ``VECTORS.recover`` decodes the row's durable ``log`` with
+        the reference's own reader and checks the ``records`` the engine decoded against it
+        (:class:`~reference.conformance.RecoveryDiverged`); the state it recovers from them must
+        have the digest the engine's recovered state had (``recovered``, :func:`spec.history.state_digest`).
+        The checker runs the unmodified reference, so an engine whose recovery misreads or misreplays
+        its log is caught here even when no later step shows it."""
+        from reference.conformance import RecoveryDiverged
         from spec.config import Config
         from spec.errors import BadConfig
+        from spec.history import state_digest
         from spec.jsonvalues import JsonError
 
         known = self._recovered.get(op.value)
@@ -325,19 +340,33 @@ class MachineModel:
         machine = inputs.pop("machine", self.name)
         if machine != self.name:
             raise _bad(op, "value", f"a recovery of machine {machine!r} on an object checked against {self.name!r}")
+        claimed = inputs.pop("recovered", None)
+        if claimed is not None and not isinstance(claimed, str):
+            raise _bad(op, "value", f"recovered is the recovered state's digest, a string, not {claimed!r}")
+        diverged: str | None = None
         try:
             config = Config().with_overrides(inputs.pop("config", {}) or {})
             build = self._vectors.recover if self._vectors.recover is not None else self._vectors.initial
             state = build(config, inputs)
+        except RecoveryDiverged as exc:
+            state, diverged = None, f"the engine misread its durable log ({exc.rule}): {exc.detail}"
         except (BadConfig, JsonError, KeyError, TypeError, ValueError) as exc:
             raise _bad(op, "value", f"not the recovery inputs of {self.name}: {exc}") from None
-        self._recovered[op.value] = state
-        return state
+        if diverged is None and claimed is not None:
+            mine = state_digest(state)
+            if mine != claimed:
+                rule = self._vectors.recovery_rule or "recovery"
+                diverged = (
+                    f"the engine recovered another state than its durable inputs give ({rule}): "
+                    f"digest {claimed}, the machine's recovery of them {mine}"
+                )
+        self._recovered[op.value] = (state, diverged)
+        return state, diverged
 
     def step(self, state: Any, op_input: Any, op_output: Any) -> tuple[bool, Any]:
         epoch, machine = state
         if isinstance(op_input, _Recover):
-            if op_input.epoch is not None and op_input.epoch != epoch:
+            if op_input.diverged is not None or (op_input.epoch is not None and op_input.epoch != epoch):
                 return False, state
             return True, (epoch + 1, op_input.state)
         if isinstance(op_input, _Raised):
@@ -389,7 +418,8 @@ class MachineModel:
 
     def describe_op(self, op_input: Any, op_output: Any) -> str:
         if isinstance(op_input, _Recover):
-            return "recover" + ("" if op_input.epoch is None else f" (epoch {op_input.epoch + 1})")
+            text = "recover" + ("" if op_input.epoch is None else f" (epoch {op_input.epoch + 1})")
+            return text if op_input.diverged is None else f"{text}: {op_input.diverged}"
         if isinstance(op_input, _Raised):
             return f"raised {op_input.text} (a correct component never raises)"
         if op_output is UNKNOWN:

@@ -80,8 +80,10 @@ __all__ = [
     "WriterState",
     "WriterStatus",
     "canonical_record",
+    "durable_entries",
     "initial",
     "initial_for",
+    "logged_entries",
     "read_entry",
     "recover",
     "recover_for",
@@ -802,6 +804,26 @@ def replay(kind: LogKind, log: Iterable[LoggedEntry]) -> tuple[ReplayedRecord, .
         if not entry.deleted:
             out.extend(read_entry(kind, entry.position, entry.data, entry.ack_set))
     return tuple(out)
+
+
+# A live durable entry as a history's ``recover`` row spells it (spec/history.md, version 3):
+# ``[position, bytes, ack_set]`` in spec.jsonvalues spellings (``[[3, 12], {"@bytes": "0e01..."}, null]``).
+DurableEntry = tuple[Position, bytes, tuple[int, ...] | None]
+
+
+def durable_entries(log: Iterable[LoggedEntry]) -> tuple[DurableEntry, ...]:
+    """The live entries of ``log`` as a ``recover`` row carries them (deleted entries are dropped:
+    a reader never returns them, BW-24)."""
+    return tuple((entry.position, entry.data, entry.ack_set) for entry in log if not entry.deleted)
+
+
+def logged_entries(data: Any, path: str = "$.log") -> tuple[LoggedEntry, ...]:
+    """The entries a ``recover`` row's ``log`` spells (:func:`durable_entries`), for :func:`replay`;
+    a bad spelling is a :class:`~spec.jsonvalues.JsonError` naming its JSON path."""
+    from spec.jsonvalues import from_json
+
+    entries = from_json(data, tuple[DurableEntry, ...], path)
+    return tuple(LoggedEntry(position, payload, ack_set) for position, payload, ack_set in entries)
 
 
 def recover(

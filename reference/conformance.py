@@ -28,7 +28,9 @@ from spec.result import Err, Ok
 
 __all__ = [
     "MachineVectors",
+    "RecoveryDiverged",
     "VectorResult",
+    "decoded_log_records",
     "describe_result",
     "matches",
     "run_vector",
@@ -48,6 +50,63 @@ class MachineVectors:
     # (JSON in spec.jsonvalues spellings): what a history's ``recover`` operation resets the model to.
     # None: the machine has no durable state, and a restart is ``initial(config, inputs)``.
     recover: Callable[[Config, Mapping[str, Any]], Any] | None = None
+    # The rule a recovery that disagrees with the machine's own recovery of the durable inputs
+    # breaks (a history's ``recover`` row, format version 3): TC-21 for the coordinator, PA-18 for
+    # the pending ack; empty when the machine's recover rows carry no durable log.
+    recovery_rule: str = ""
+
+
+class RecoveryDiverged(ValueError):
+    """A ``recover`` row whose engine-decoded ``records`` are not what the reference's own reader
+    decodes from the row's durable ``log``: the engine's recovery misread its log.  ``rule`` is the
+    rule it breaks; the message says which record differs and how."""
+
+    def __init__(self, rule: str, detail: str) -> None:
+        super().__init__(f"({rule}) {detail}")
+        self.rule = rule
+        self.detail = detail
+
+
+def decoded_log_records(
+    inputs: Mapping[str, Any],
+    read: Callable[[Any], Sequence[Any]],
+    record_type: type,
+    rule: str,
+) -> tuple[tuple[int, Any], ...] | None:
+    """The ``(record_id, record)`` pairs a ``recover`` row's durable ``log`` holds, as ``read`` (the
+    machine's reader: :func:`reference.batched_log.replay` of the entries, then the record's
+    ``from_pb``) decodes them, numbered in log order as the engine numbers them; None when the row
+    has no ``log`` (format version 1 or 2).  When the row also carries the ``records`` the engine
+    decoded, they must be the same: otherwise :class:`RecoveryDiverged` names the first record
+    that differs (``rule``, and BW-23: a reader accepts batched and plain entries alike)."""
+    if "log" not in inputs:
+        return None
+    decoded = tuple(enumerate(read(inputs["log"])))
+    if "records" not in inputs:
+        return decoded
+    # Compared as JSON, the spelling the row holds: cheaper than decoding the engine's records,
+    # which are decoded (and so checked for their types) only when they differ.
+    if inputs["records"] == [[rid, to_json(record)] for rid, record in decoded]:
+        return decoded
+    claimed = from_json(inputs["records"], tuple[tuple[int, record_type], ...], "$.records")  # type: ignore[valid-type]
+    if claimed == decoded:
+        return decoded
+    for i, (mine, theirs) in enumerate(zip(decoded, claimed, strict=False)):
+        if mine != theirs:
+            raise RecoveryDiverged(
+                f"{rule}, BW-23",
+                f"record {i} of the durable log decodes to {_spell(mine[1])}, but the engine recovered "
+                f"from {_spell(theirs[1])} (record id {theirs[0]})",
+            )
+    raise RecoveryDiverged(
+        f"{rule}, BW-23",
+        f"the durable log decodes to {len(decoded)} live records, but the engine recovered from {len(claimed)}",
+    )
+
+
+def _spell(value: Any) -> str:
+    text = json.dumps(to_json(value), sort_keys=True, separators=(",", ":"))
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from typing import Final
 
 import immutables
 
-from reference.conformance import MachineVectors
+from reference.conformance import MachineVectors, decoded_log_records
 from reference.persistent import HashOnce, evolve, slot_init
 from spec.config import END_TXN_RETRY_INTERVAL_MS, TIMEOUT_TRACKER_TICK_MS, Config
 from spec.errors import (
@@ -1073,19 +1073,36 @@ def _decode_init(config: Config, init: dict[str, object] | object) -> Coordinato
     return initial(config, coordinator_id, store_state)
 
 
+def _read_log(data: object) -> list[TxnLogRecord]:
+    """The transaction log's live records in a ``recover`` row's ``log`` (BW-23, BW-24)."""
+    from reference import batched_log as bl
+    from spec.envelope import LogKind
+
+    out = []
+    for replayed in bl.replay(LogKind.TRANSACTION_LOG, bl.logged_entries(data)):
+        assert isinstance(replayed.record, PulsarTransactionMetadata_pb2.TransactionMetadataEntry)
+        out.append(TxnLogRecord.from_pb(replayed.record))
+    return out
+
+
 def _decode_recover(config: Config, inputs: dict[str, object] | object) -> CoordinatorState:
-    """A history's ``recover`` operation: what ``CoordinatorService.load`` recovers from.
+    """A history's ``recover`` operation: what ``CoordinatorService.load`` recovers from (TC-21).
 
     ``{"coordinator_id": 0, "records": [[record_id, TxnLogRecord], ...], "max_local_txn_id": -1,
     "next_record_id": 3}``: the live log records in log order, the interceptor's value (TC-23), and
-    the record-id counter the engine continues from (the records it numbered while reading)."""
+    the record-id counter the engine continues from (the records it numbered while reading).  Format
+    version 3 adds ``log``, the durable entries those records were read from: the records are then
+    decoded from it here, and ``records`` (what the engine decoded) must agree
+    (:func:`~reference.conformance.decoded_log_records`); ``recovered`` is the model's to check."""
     from spec.jsonvalues import from_json
 
     params = dict(inputs) if isinstance(inputs, dict) else {}
-    unknown = set(params) - {"coordinator_id", "records", "max_local_txn_id", "next_record_id"}
+    unknown = set(params) - {"coordinator_id", "records", "max_local_txn_id", "next_record_id", "log", "recovered"}
     if unknown:
         raise KeyError(f"unknown recovery input(s) {sorted(unknown)}")
-    records = from_json(params.get("records", []), tuple[tuple[int, TxnLogRecord], ...], "$.records")
+    records = decoded_log_records(params, _read_log, TxnLogRecord, "TC-21")
+    if records is None:
+        records = from_json(params.get("records", []), tuple[tuple[int, TxnLogRecord], ...], "$.records")
     state, _ = recover(
         config,
         from_json(params.get("coordinator_id", 0), int, "$.coordinator_id"),
@@ -1100,6 +1117,7 @@ VECTORS = MachineVectors(
     name="coordinator",
     initial=lambda config, init: _decode_init(config, init),
     recover=_decode_recover,
+    recovery_rule="TC-21",
     step=step,
     commands={
         "init_store": InitStore,

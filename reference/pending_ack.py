@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import immutables
 
-from reference.conformance import MachineVectors
+from reference.conformance import MachineVectors, decoded_log_records
 from reference.persistent import HashOnce, evolve, evolver, slot_init, unchecked
 from spec.config import PENDING_ACK_INIT_BACKOFF_INITIAL_MS, Config
 from spec.errors import BadRecord, DomainError, NotAllowed, ServiceUnitNotReady, TransactionConflict
@@ -1543,20 +1543,37 @@ def _obs_batch_deleted(state: PendingAckState, position: Position) -> tuple[int,
     return None if bits is None else tuple(_indexes(bits))
 
 
+def _read_log(data: object) -> list[PendingAckRecord]:
+    """The pending-ack log's live records in a ``recover`` row's ``log`` (BW-23, BW-24)."""
+    from reference import batched_log as bl
+    from spec.envelope import LogKind
+
+    out = []
+    for replayed in bl.replay(LogKind.PENDING_ACK, bl.logged_entries(data)):
+        assert isinstance(replayed.record, pb.PendingAckMetadataEntry)
+        out.append(PendingAckRecord.from_pb(replayed.record))
+    return out
+
+
 def _decode_recover(config: Config, inputs: Mapping[str, Any]) -> PendingAckState:
     """A history's ``recover`` operation: what ``SubscriptionService.load`` starts the handle from.
 
     ``{"sub_type": "Shared", "cursor": CursorView, "records": [[record_id, PendingAckRecord], ...],
     "next_record_id": 2}``: the cursor's durable view and the live log records (PA-18 .. PA-20); without
-    ``records`` the subscription has no pending-ack log yet and the handle starts lazily (PA-17)."""
-    unknown = set(inputs) - {"sub_type", "cursor", "records", "next_record_id"}
+    ``records`` the subscription has no pending-ack log yet and the handle starts lazily (PA-17).
+    Format version 3 adds ``log``, the durable entries those records were read from: the records are
+    then decoded from it here, and ``records`` (what the engine decoded) must agree
+    (:func:`~reference.conformance.decoded_log_records`); ``recovered`` is the model's to check."""
+    unknown = set(inputs) - {"sub_type", "cursor", "records", "next_record_id", "log", "recovered"}
     if unknown:
         raise KeyError(f"unknown recovery input(s) {sorted(unknown)}")
     sub_type = from_json(inputs.get("sub_type", "Exclusive"), SubType, "$.sub_type")
     cursor = from_json(inputs.get("cursor", {}), CursorView, "$.cursor")
-    if "records" not in inputs:
+    if "records" not in inputs and "log" not in inputs:
         return initial(config, sub_type=sub_type, cursor=cursor)
-    records = from_json(inputs["records"], tuple[tuple[int, PendingAckRecord], ...], "$.records")
+    records = decoded_log_records(inputs, _read_log, PendingAckRecord, "PA-18")
+    if records is None:
+        records = from_json(inputs["records"], tuple[tuple[int, PendingAckRecord], ...], "$.records")
     next_record_id = from_json(inputs.get("next_record_id"), int | None, "$.next_record_id")
     return recover(config, records, cursor=cursor, sub_type=sub_type, next_record_id=next_record_id)
 
@@ -1565,6 +1582,7 @@ VECTORS = MachineVectors(
     name="pending_ack",
     initial=_decode_init,
     recover=_decode_recover,
+    recovery_rule="PA-18",
     step=step,
     commands={
         "individual_ack": IndividualAck,

@@ -75,6 +75,14 @@ its machine.  They are told apart from client operations by their ``value``: a J
   (``index``), so the operations between two ``recover`` rows are one *epoch* of the component: an
   operation belongs to the epoch of the last ``recover`` before it and can only have taken effect
   in that epoch.  Operations still open when a component crashes end ``info`` at the crash.
+  Format version 3: a coordinator's or pending ack's ``recover`` row (one whose component has a
+  record log) also carries ``log``, the live durable entries the recovery read, each
+  ``[position, {"@bytes": hex}, ack_set]`` (the bytes the ledger stored, the cursor's batch ack set
+  or null), and ``recovered``, :func:`state_digest` of the state the component recovered.  The
+  model decodes ``log`` with the reference's own reader (:func:`reference.batched_log.replay`, then
+  the record's ``from_pb``), recovers from what it decoded, and accepts the row only if the
+  ``records`` the engine decoded and the digest of the state it recovered agree (TC-21, PA-18,
+  BW-23): a recovery that decodes or replays its log wrongly is flagged at its ``recover`` row.
 * ``f == "raised"`` (:data:`RAISED`, format version 2): the component raised outside any step of its
   machine (the PIP-160 writer in its log, a dispatch, a command's field check, a recovery, a timer)
   and crashed.  ``value`` is ``{"@type": "Raised", "machine": ..., "error": <exception type>,
@@ -124,13 +132,17 @@ __all__ = [
     "pair_events",
     "parse_object",
     "split_subscription",
+    "state_digest",
     "validate_history",
 ]
 
 # 2: machine-level ``raised`` rows (:data:`RAISED`) and client operations that failed with the client
 # library's own exception (see the module docstring).  The columns are those of version 1, and a
 # version-1 history reads and checks as before.
-SCHEMA_VERSION: Final = 2
+# 3: a coordinator's or pending ack's ``recover`` row also carries the durable entries its recovery
+# decoded (``log``) and the digest of the state it recovered (``recovered``); the columns are those
+# of version 1, and a version-1 or version-2 history reads and checks as before.
+SCHEMA_VERSION: Final = 3
 
 
 class OpType(enum.Enum):
@@ -239,6 +251,20 @@ def is_machine_operation(op: Operation) -> bool:
         return False
     args = op.args
     return isinstance(args, dict) and "@type" in args
+
+
+def state_digest(state: object) -> str:
+    """The digest a ``recover`` row (format version 3) gives of the machine state the component
+    recovered: the first 16 hex digits of the SHA-256 of the state's canonical JSON
+    (:func:`spec.jsonvalues.to_json`, keys sorted, no spaces).  Another implementation computes the
+    same digest of the same state, so a checker compares what it recovers with what the engine did
+    without the row carrying the whole state."""
+    import hashlib
+
+    from spec.jsonvalues import to_json
+
+    text = json.dumps(to_json(state), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def object_id(kind: str, name: str | int) -> str:

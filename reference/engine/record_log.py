@@ -100,7 +100,14 @@ class RecordLog:
 
     def replay(self) -> list[tuple[RecordPosition, Message]]:
         """Every live record in log order with the position its writer got (BW-23, BW-24)."""
-        return [(r.position, r.record) for r in bl.replay(self.kind, self._logged())]
+        return self.read_back()[1]
+
+    def read_back(self) -> tuple[tuple[bl.LoggedEntry, ...], list[tuple[RecordPosition, Message]]]:
+        """:meth:`replay`, with the durable entries it decoded: the live entries (deleted ones
+        skipped) with their bytes and the cursor's batch ack sets, which a history's ``recover`` row
+        carries so that a checker decodes them with its own reader (spec/history.md, version 3)."""
+        live = tuple(entry for entry in self._logged() if not entry.deleted)
+        return live, [(r.position, r.record) for r in bl.replay(self.kind, live)]
 
     # -- writing ----------------------------------------------------------------------------------
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -14,7 +16,45 @@ from typing import Any
 
 from txnmodel.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, positive_int, print_json, spark_master
 
-__all__ = ["ModelRun", "check_models", "cmd_check", "register"]
+__all__ = ["CheckOutOfMemory", "ModelRun", "check_models", "cmd_check", "register"]
+
+
+class CheckOutOfMemory(Exception):
+    """A model's exploration ran out of memory (a ``MemoryError``, or an allocation or map refused
+    under an address-space limit): what ran out, how far the run got, and what to do.  The run is
+    incomplete, so it has no verdict; the command exits 2 (the bounds or the limits are the input
+    at fault, not the model)."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        states: int,
+        depth: int,
+        frontier: int,
+        spill: int | None,
+        liveness: bool,
+        detail: str,
+    ) -> None:
+        self.model, self.states, self.depth, self.frontier, self.spill = model, states, depth, frontier, spill
+        if spill is None:
+            if liveness:
+                what = "the seen set, the frontier and the liveness check's state graph are all in memory"
+                flags = "--no-liveness --spill 250000"
+            else:
+                what = "the seen set and the frontier are in memory"
+                flags = "--spill 250000"
+            advice = f"{what}: add {flags} to keep the seen set and the frontier on disk"
+        else:
+            smaller = max(1, spill // 4)
+            advice = (
+                f"--spill {spill} holds up to {spill:,} fingerprints, {spill:,} frontier states and {spill:,} pending "
+                f"successors in memory: try --spill {smaller}, or raise the memory limit (ulimit -v)"
+            )
+        super().__init__(
+            f"out of memory exploring model {model} after {states:,} distinct states (depth {depth} reached, "
+            f"expanding its {frontier:,} states): {detail}; the run is incomplete, no verdict; {advice}"
+        )
 
 
 class ModelRun:
@@ -58,9 +98,11 @@ def check_models(
     """Run the named models (bounds apply to every model that has them); raise BadBound on bad input.
     ``reporter`` (a :class:`txnmodel.progress.Reporter`): a progress phase per model, its distinct
     states counted at every breadth-first level."""
-    from proofs.check.explore import Options, explore
+    from proofs.check.explore import MemoryVisited, Options, explore
     from proofs.check.model import Model
     from proofs.check.models import MODELS, BadBound, build
+
+    on_level = level
 
     runs = []
     for name in names:
@@ -72,21 +114,30 @@ def check_models(
             mine = bounds  # a single model: an unknown bound is an error
         spec = build(name, mine, quirks=quirks)
         spec = _with_quirks(spec, quirks)
+        reached = [0, 1, 1]  # the last level's (depth, states, frontier), for an out-of-memory report
         phases = contextlib.ExitStack()
         phase = phases.enter_context(reporter.phase(f"check: {name}", unit="states")) if reporter else None
 
-        def printer(depth: int, states: int, frontier: int, name: str = name, phase: Any = phase) -> None:
+        def printer(
+            depth: int, states: int, frontier: int, name: str = name, phase: Any = phase, reached: list[int] = reached
+        ) -> None:
+            reached[:] = [depth, states, frontier]
             if progress:
                 print(f"  {name}: depth {depth}, {states} states, frontier {frontier}", file=sys.stderr, flush=True)
             if phase is not None:
                 phase.advance(states - phase.done, note=f"depth {depth}, frontier {frontier}")
-            if level is not None:
-                level(depth, states, frontier)
+            if on_level is not None:
+                on_level(depth, states, frontier)
 
-        visited = None
         frontier = None
         spilled: list[Any] = []
         spill_dir: str | None = None
+
+        def visited(spilled: list[Any] = spilled) -> Any:
+            seen = MemoryVisited()
+            spilled.append(seen)
+            return seen
+
         if spill is not None:
             import tempfile
 
@@ -101,7 +152,7 @@ def check_models(
                 raise BadBound("--spill is for the single-process run (on Spark the seen set is on disk already)")
             spill_dir = tempfile.mkdtemp(prefix="txnmodel-frontier-")
 
-            def visited(spill: int = spill, spilled: list[Any] = spilled) -> Any:
+            def visited(spill: int = spill, spilled: list[Any] = spilled) -> Any:  # type: ignore[misc]
                 seen = SpillingVisited(memory_states=spill)
                 spilled.append(seen)
                 return seen
@@ -125,15 +176,36 @@ def check_models(
         with phases:
             if master is None:
                 model = Model(spec, step_timeout_s=step_timeout_s)
+                ran_out = ""
                 try:
                     result = explore(model, options)
+                except MemoryError as exc:
+                    ran_out = f"{type(exc).__name__}: {exc}" if str(exc) else "MemoryError"
+                except OSError as exc:
+                    if exc.errno != errno.ENOMEM:
+                        raise
+                    ran_out = f"a memory map was refused ({exc.strerror})"
                 finally:
+                    states = len(spilled[0]) if spilled else reached[1]
                     for seen in spilled:
-                        seen.close()
+                        if not isinstance(seen, MemoryVisited):
+                            seen.close()
+                    spilled.clear()
                     if spill_dir is not None:
-                        import shutil
-
                         shutil.rmtree(spill_dir, ignore_errors=True)
+                # Raised out of the except clause, so the failed exploration's frames (and all they
+                # held) are released before the report is built.
+                if ran_out:
+                    depth, _states, level_states = reached
+                    raise CheckOutOfMemory(
+                        name,
+                        states=states,
+                        depth=depth,
+                        frontier=level_states,
+                        spill=spill,
+                        liveness=liveness,
+                        detail=ran_out,
+                    )
             else:
                 from txnmodel.check_spark import explore_spark
 
@@ -239,6 +311,20 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
     except (BadBound, ValueError) as exc:
         print(f"txnmodel check: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except CheckOutOfMemory as exc:
+        print(f"txnmodel check: {exc}", file=sys.stderr)
+        if args.json:
+            print_json(
+                {
+                    "error": "out-of-memory",
+                    "model": exc.model,
+                    "states": exc.states,
+                    "depth": exc.depth,
+                    "message": str(exc),
+                    "exit": EXIT_BAD_INPUT,
+                }
+            )
         return EXIT_BAD_INPUT
     out = Path(args.out)
     worst = EXIT_OK

@@ -17,7 +17,7 @@ from reference import batched_log as bl
 from reference import coordinator as tc
 from spec.config import END_TXN_RETRY_INTERVAL_MS, TIMEOUT_TRACKER_TICK_MS
 from spec.envelope import LogKind
-from spec.history import object_id
+from spec.history import object_id, state_digest
 from spec.pb import PulsarTransactionMetadata_pb2
 from spec.result import Effect, Err, Ok
 from spec.types import Subscription, TxnAction, TxnID
@@ -85,7 +85,7 @@ class CoordinatorService(Component[tc.CoordinatorState, tc.Command, tc.Result]):
                 metrics=self.host.writer_metrics.get(LogKind.TRANSACTION_LOG),
                 owner=self,
             )
-            replayed = log.replay()
+            durable, replayed = log.read_back()
             last = read_all(ledger)
         except (LedgerError, LogWriteFailed):
             return False
@@ -115,6 +115,8 @@ class CoordinatorService(Component[tc.CoordinatorState, tc.Command, tc.Result]):
                 "records": records,
                 "max_local_txn_id": max_local,
                 "next_record_id": len(records),
+                "log": bl.durable_entries(durable),
+                "recovered": state_digest(self.state),
             }
         )
         try:

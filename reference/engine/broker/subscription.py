@@ -19,12 +19,13 @@ from typing import Protocol, cast
 
 import immutables
 
+from reference import batched_log as bl
 from reference import buffer as tb
 from reference import delayed as dl
 from reference import pending_ack as pa
 from spec.envelope import LogKind
 from spec.errors import NotAllowed, ServiceUnitNotReady
-from spec.history import object_id
+from spec.history import object_id, state_digest
 from spec.pb import TransactionPendingAck_pb2 as pa_pb
 from spec.result import Effect, Err, Ok
 from spec.types import (
@@ -258,11 +259,16 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
                 self.log = None
                 self.state = pa.initial(self.config, sub_type=self.sub_type, cursor=view)
             else:
-                records = self._open_log()
+                records, durable = self._open_log()
                 self.state = pa.recover(
                     self.config, records, cursor=view, sub_type=self.sub_type, next_record_id=len(records)
                 )
-                recovery.update(records=records, next_record_id=len(records))
+                recovery.update(
+                    records=records,
+                    next_record_id=len(records),
+                    log=bl.durable_entries(durable),
+                    recovered=state_digest(self.state),
+                )
                 assert self.log is not None
                 self.log.ledger.delete_consumed_ledgers()  # retention of the pending-ack log (PA-16)
         except (LedgerError, LogWriteFailed):
@@ -317,8 +323,9 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
     def log_name(self) -> str:
         return f"{self.partition.name}-{self.name}__transaction_pending_ack"
 
-    def _open_log(self) -> list[tuple[int, pa.PendingAckRecord]]:
-        """Open (create) the pending-ack log and read its live records, numbered in log order."""
+    def _open_log(self) -> tuple[list[tuple[int, pa.PendingAckRecord]], tuple[bl.LoggedEntry, ...]]:
+        """Open (create) the pending-ack log and read its live records, numbered in log order, and
+        the durable entries they were decoded from."""
         log = RecordLog(
             self.sim,
             self.host.store.open(self.log_name, closes_on_write_failure=True),
@@ -330,12 +337,13 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         )
         records = []
         self._positions = {}
-        for rid, (position, message) in enumerate(log.replay()):
+        durable, replayed = log.read_back()
+        for rid, (position, message) in enumerate(replayed):
             assert isinstance(message, pa_pb.PendingAckMetadataEntry)
             records.append((rid, pa.PendingAckRecord.from_pb(message)))
             self._positions[rid] = position
         self.log = log
-        return records
+        return records, durable
 
     def crash(self) -> None:
         self._new_epoch()
