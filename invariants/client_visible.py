@@ -83,7 +83,9 @@ Bounds (simulated milliseconds; logical time is the history's clock):
 * ``LAG_BOUND_MS``: after a message became readable at the broker (sent, its transaction committed,
   every transaction before it on the partition ended, and for a subscription that delays messages
   its ``deliver_at_ms`` passed), a receive invoked this much later on a subscription with one
-  consumer must not come back empty.
+  consumer must not come back empty; nor may a receive whose recorded wait (``timeout_ms``) ends
+  this much later, wherever it began (DD-25: a due message reaches a waiting consumer without its
+  asking again).
 * ``REDELIVERY_BOUND_MS``: after a transaction certainly ended by an abort, what it acked
   individually while it was certainly open must be received again before a receive invoked this
   much later comes back empty.
@@ -738,7 +740,10 @@ def _readable_at(view: _View, message: _Message, before: list[_Message], sub: st
 def _late_visibility(view: _View, out: _Out) -> None:
     """A readable, due message is dispatched to a consumer that asks (TB-19: visible once nothing
     before it is open; TB-24 across a recovery; DD-1, DD-25 once due): an empty receive
-    LAG_BOUND_MS after that is a lag.
+    LAG_BOUND_MS after that is a lag.  A receive that recorded its wait counts from the end of the
+    wait (:func:`_gave_up_by`): a due message reaches a consumer waiting in a receive without its
+    asking again (DD-25's timer makes the dispatcher read), so a wait that ends empty LAG_BOUND_MS
+    after the message was due is a lag even though the receive began before it.
 
     Per message only the first empty receive past the bound needs judging: whatever excuses it (a
     receive or subscribe of unknown outcome before it, a transactional send of unknown outcome
@@ -760,8 +765,8 @@ def _late_visibility(view: _View, out: _Out) -> None:
         delivered_at: dict[str, int] = {}
         for d in view.deliveries.get(sub, ()):
             delivered_at.setdefault(d.payload, d.op.invoked_at)
-        ordered = sorted(empties, key=lambda o: (o.invoked_at, o.index))
-        starts = [o.invoked_at for o in ordered]
+        ordered = sorted(empties, key=lambda o: (_gave_up_by(o), o.index))
+        starts = [_gave_up_by(o) for o in ordered]
         for k, message in enumerate(sent):
             if latest is not None and message.send.invoked_at < latest:
                 continue
@@ -775,19 +780,30 @@ def _late_visibility(view: _View, out: _Out) -> None:
             if i == len(ordered):
                 continue
             empty = ordered[i]
-            t = empty.invoked_at
+            t = starts[i]
             if t > first_unknown_txn_send or view.blind(sub, t, view.dispatchable_from(message)) is not None:
                 continue
             out.judged["late-visibility"] += 1
             if delivered_at.get(message.payload, INF) < t:
                 continue
+            waited = "" if t == empty.invoked_at else f" and waiting until at least {t}"
             out.add(
                 "late-visibility",
                 [message.send, empty],
                 f"{sub}: {message.payload!r} at {_fmt(message.id)} was readable by {at:g} ({why}); "
-                f"receive op {empty.index}, invoked at {t}, {t - at:g} ms later (bound {LAG_BOUND_MS}), "
-                f"found nothing, and {sub} had not received it",
+                f"receive op {empty.index}, invoked at {empty.invoked_at}{waited}, {t - at:g} ms later "
+                f"(bound {LAG_BOUND_MS}), found nothing, and {sub} had not received it",
             )
+
+
+def _gave_up_by(receive: Operation) -> int:
+    """The latest moment an empty receive certainly found nothing: its invocation, or with a
+    recorded wait (``timeout_ms``) that long after it -- the broker had the request from its
+    arrival, at or after the invocation, and answered nothing only once the wait was over (DD-25:
+    a message falling due meanwhile is dispatched to the waiting consumer).  The completion is no
+    bound: the answer may have been delayed on its way back."""
+    wait = receive.args.get("timeout_ms") if isinstance(receive.args, dict) else None
+    return receive.invoked_at + wait if type(wait) is int and wait > 0 else receive.invoked_at
 
 
 def _deleted_otherwise(view: _View, ack: _Ack, message: _Message) -> bool:

@@ -991,7 +991,13 @@ class Consumer:
 
         return self.client.network.call(handler)
 
-    def receive_async(self, timeout_millis: int = 100) -> Future[Message | None]:
+    def receive_async(self, timeout_millis: int = 100, *, record_timeout: bool = False) -> Future[Message | None]:
+        """``Consumer.receiveAsync`` with a wait: the next message, or None when none arrives in
+        ``timeout_millis``.  ``record_timeout`` writes the wait into the history (``timeout_ms``):
+        an empty receive then shows that the subscription had nothing for a consumer waiting that
+        long (the delivery oracle's ``late-visibility`` judges it, DD-25), not only nothing at the
+        moment it asked."""
+
         def render(got: Message | None) -> Any:
             if got is None:
                 return None
@@ -1032,7 +1038,8 @@ class Consumer:
             self._call(lambda sub: sub.receive(self.consumer_id, timeout_millis)).add_done_callback(arrived)
             return out
 
-        return self.client._op("receive", self.object, {}, call, render)
+        value = {"timeout_ms": timeout_millis} if record_timeout else {}
+        return self.client._op("receive", self.object, value, call, render)
 
     def receive(self, timeout_millis: int = 100) -> Message | None:
         """The next message, or None when none arrives in ``timeout_millis`` (Pulsar raises Timeout)."""

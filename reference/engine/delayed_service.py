@@ -482,6 +482,10 @@ class DelayedDeliveryService:
     # -- timers and asynchronous creation ---------------------------------------------------------
 
     def _timer_fire(self, target: int, generation: int) -> Callable[[], None]:
+        """DD-25: the armed timer steps the tracker at its target time, and the ``ReadMoreEntries``
+        it answers runs the dispatcher (``read_more``), which hands what fell due to the consumers
+        waiting in a receive: they get it without asking again."""
+
         def fire() -> None:
             if self.alive and generation == self._timer:
                 self._step(dd.TimerFired(target, self.sim.now))

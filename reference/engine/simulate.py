@@ -72,8 +72,10 @@ __all__ = [
     "FAULT_MIXES",
     "FAULT_RATES",
     "KEYS",
+    "LONG_RECEIVE_MS",
     "MAIN_JOB",
     "MIX_CYCLE",
+    "TAIL_DELAYS_MS",
     "TRACKERS",
     "WORKLOADS",
     "FaultEvent",
@@ -181,6 +183,13 @@ _BUCKET_CONFIG: dict[str, Any] = {
 # broker crashes is recovered from its snapshot (most bucket runs then recover at least one).
 MAX_DELAY_MS = 600
 BUCKET_MAX_DELAY_MS = 3_000
+# The delayed workload's readers, once the writers have stopped, wait this long in a receive (twice
+# the oracle's LAG_BOUND_MS and more): a message due while they wait must reach them without their
+# asking again (DD-25).
+LONG_RECEIVE_MS = 2_500
+# How long after it is sent each of a delayed writer's two last messages is due: both before a long
+# receive that begins as the writers stop is LAG_BOUND_MS from its end.
+TAIL_DELAYS_MS = (400, 900)
 # The ``reread`` variant's pending-ack log: an index entry every few records, so the log is trimmed
 # within a run (Pulsar's default, 500 records, never trims one of the main job's logs, and then every
 # recovery replays the whole log and hides a cursor that missed a committed transaction's acks).
@@ -688,18 +697,49 @@ class _Run:
 
             yield from _attempt(one)
             yield self.sim.sleep(self.rng.randint(0, 10))
+        # Two last messages, due after the writer has stopped: the last writer's fall due while no
+        # send makes the dispatcher read, so only the tracker's timer (DD-25) delivers them to the
+        # readers then waiting in long receives, the second one after the tracker popped the first
+        # and had to re-arm for what it still holds.
+        for k, delay in enumerate(TAIL_DELAYS_MS):
 
-    def reader(self, topic: str, sub: str, partition: int, kind: ConsumerType, done: Callable[[], bool]) -> Proc:
-        """Receive and acknowledge until ``done()``, then drain: receives that find nothing."""
+            def tail(k: int = k, delay: int = delay) -> Proc:
+                yield from self.send(client, "delayed", 0, f"w{w}.end{k}", deliver_at=self.sim.now + delay)
+
+            yield from _attempt(tail)
+
+    def reader(
+        self,
+        topic: str,
+        sub: str,
+        partition: int,
+        kind: ConsumerType,
+        done: Callable[[], bool],
+        quiet: Callable[[], bool] | None = None,
+    ) -> Proc:
+        """Receive and acknowledge until ``done()``, then drain: receives that find nothing.
+
+        Receives poll (50 ms).  With ``quiet`` (the delayed workload: the writers have stopped),
+        once it holds the reader waits in receives of LONG_RECEIVE_MS, recorded with their wait,
+        until one of them comes back empty, and then polls again: what falls due while no send
+        makes the dispatcher read reaches it only through the tracker's timer (DD-25), and a
+        broker that leaves a due message to the consumer's next receive is late by a whole wait
+        (the oracle's ``late-visibility``).  Once per reader, so the polls that make up most of
+        the main job's operations stay."""
         client = self.cluster.client()
         consumer: Consumer = yield from self.subscribe(client, topic, sub, partition, kind)
         empty = 0
         last: Position | None = None  # the last message received, and when the first one came
         first_at: int | None = None
+        waited = quiet is None  # whether a long receive has come back empty
         while empty < 3:
             got = None
             try:
-                got = yield consumer.receive_async(50)
+                if not waited and quiet is not None and quiet():
+                    got = yield consumer.receive_async(LONG_RECEIVE_MS, record_timeout=True)
+                    waited = got is None
+                else:
+                    got = yield consumer.receive_async(50)
                 if got is not None:
                     last = got.position
                     first_at = self.sim.now if first_at is None else first_at
@@ -911,7 +951,14 @@ class _Run:
             # share one index (DD-30), and each must get every message, each when it is due.
             subs = ("read", "read-shared") if spec.shared_delayed else ("read",)
             readers = [
-                self.reader("delayed", sub, 0, kind(ConsumerType.Shared), lambda: writers_done[0])
+                self.reader(
+                    "delayed",
+                    sub,
+                    0,
+                    kind(ConsumerType.Shared),
+                    lambda: writers_done[0],
+                    lambda: finished[0] >= worker_count,
+                )
                 for sub in subs
                 for _ in range(copies)
             ]

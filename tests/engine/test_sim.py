@@ -352,8 +352,10 @@ def test_variants_record_the_same_history_on_file_and_memory_ledgers(tmp_path: P
 
 def test_bucket_runs_recover_buckets_from_their_snapshot_ledgers() -> None:
     """The bucket variant is tuned (short ledgers, messages due up to 3 s ahead) so that buckets are
-    still live when the broker crashes and come back from their snapshots."""
-    result = run(RunSpec(workload="delayed", seed=2, ops=30, faults=True, delayed_tracker="bucket"))
+    still live when the broker crashes and come back from their snapshots.  (Seed 1: the delayed
+    workload's long receives and last messages moved seed 2's crashes to moments with no live
+    bucket; 5 of seeds 0..11 recover one.)"""
+    result = run(RunSpec(workload="delayed", seed=1, ops=30, faults=True, delayed_tracker="bucket"))
     recoveries = [op for op in result.operations if op.object.startswith("tracker:") and op.f == "recover"]
     assert any(op.args.get("tracker") == "bucket" and op.args.get("snapshots") for op in recoveries)
     assert check_transactional(result.operations).ok

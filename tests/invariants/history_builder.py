@@ -118,14 +118,21 @@ class H:
         self.op("send", PART, value, result, at, done, process=self._process(process, PRODUCER), kind=kind)
 
     def receive(
-        self, message: str | None, position: tuple[int, int] | None, at: int, done: int, process: int | None = None
+        self,
+        message: str | None,
+        position: tuple[int, int] | None,
+        at: int,
+        done: int,
+        process: int | None = None,
+        timeout: int | None = None,
     ) -> None:
         got = (
             None
             if message is None
             else {"message": message, "position": list(position or (0, 0)), "redelivery_count": 0}
         )
-        op = self.op("receive", SUB, {}, got, at, done, process=self._process(process, CONSUMER))
+        args = {} if timeout is None else {"timeout_ms": timeout}  # a receive that recorded its wait
+        op = self.op("receive", SUB, args, got, at, done, process=self._process(process, CONSUMER))
         if message is None:
             self.ops[-1] = dataclasses.replace(op, result="null")  # a receive that returned nothing
 

@@ -16,7 +16,7 @@ from invariants.client_visible import (
     TXN_END_BOUND_MS,
     check_client_visible,
 )
-from reference.engine.simulate import SimulateOptions, main_job_spec, run
+from reference.engine.simulate import LONG_RECEIVE_MS, SimulateOptions, main_job_spec, run
 from spec.history import BadHistory, OpType
 from spec.rules import RULES_DIR, parse_rules
 
@@ -309,6 +309,41 @@ def test_late_visibility_counts_the_delay_on_a_shared_subscription() -> None:
     assert names(h) == {}
     h.receive(None, None, 5_000 + LAG_BOUND_MS, 5_000 + LAG_BOUND_MS + 50)
     assert names(h) == {"late-visibility": 1}
+
+
+def test_late_visibility_judges_a_waiting_receive_at_the_end_of_its_wait() -> None:
+    """DD-25: a due message reaches a consumer waiting in a receive without its asking again.  A
+    receive that began before the message was due and waited (its recorded ``timeout_ms``) until
+    LAG_BOUND_MS past it, finding nothing, is a lag; the same receive without its wait recorded, or
+    with a wait that ends within the bound, proves nothing (its answer may have been delayed)."""
+
+    def waiting(timeout: int | None) -> H:
+        h = H()
+        h.subscribe(sub_type="Shared")
+        h.send("d", (0, 0), 1, deliver_at=5_000)
+        h.receive(None, None, 4_900, 4_900 + (timeout or 50) + 300, timeout=timeout)
+        return h
+
+    assert names(waiting(100 + LAG_BOUND_MS)) == {"late-visibility": 1}
+    assert names(waiting(100 + LAG_BOUND_MS - 1)) == {}
+    assert names(waiting(None)) == {}
+    # a delivery before the wait began excuses it
+    h = H()
+    h.subscribe(sub_type="Shared")
+    h.send("d", (0, 0), 1, deliver_at=5_000)
+    h.receive("d", (0, 0), 4_000, 5_003)
+    h.receive(None, None, 5_010, 8_000, timeout=2_500)
+    assert names(h) == {}
+
+
+def test_the_delayed_workload_waits_in_long_receives_once_the_writers_stop() -> None:
+    """The main job's delayed workload records the long receives the late-visibility check judges
+    at the end of their wait, and a clean run passes it."""
+    result = run(main_job_spec("delayed", 2, 30))
+    waits = [op for op in result.operations if op.f == "receive" and op.value != "{}"]
+    assert waits and all(op.args == {"timeout_ms": LONG_RECEIVE_MS} for op in waits)
+    outcome = check_client_visible(result.operations)
+    assert outcome.ok and outcome.judged["late-visibility"] > 0
 
 
 # --- missing-abort-redelivery ----------------------------------------------------------------------
