@@ -30,7 +30,10 @@ For a seeded sample of ``--per-machine`` mutants of each machine:
   layer).  The static layers run in that order and stop at the first kill; ``--tests changed`` (the
   default) runs the tests only for mutants that changed a history and that vectors and proofs left
   alive, which is what the goals are about.
-* **model checker**: ``txnmodel check`` is not on main yet; the column says so.
+* **model checker**: ``txnmodel check`` on the default models at their default bounds (safety and
+  liveness, the reductions on; each model stopped at ``MODEL_MAX_STATES``), with the mutant applied to
+  the machines whose ``step`` functions the composed model runs: killed by a violation, or by a step
+  that raises or diverges.  Run for every mutant, after the proofs, in the same child.
 
 Each mutant runs in a forked child (a hang or a corrupted state dies with it).  Writes
 ``OUT/report.json`` and ``OUT/report.md`` and prints the per-machine table with the load average.
@@ -174,6 +177,7 @@ def child(mutant: Mutant, ctx: Context, conn: Any) -> None:
                     conn.send(("proofs", f"killed (raised {type(exc).__name__})"))
             else:
                 conn.send(("proofs", "unreached"))
+            conn.send(("model", model_layer()))
             if (mutant.module, mutant.function) not in ctx.reached:
                 conn.send(("history", {"changed": False, "reached": False}))
                 return
@@ -217,6 +221,25 @@ def child(mutant: Mutant, ctx: Context, conn: Any) -> None:
         conn.close()
 
 
+MODEL_MAX_STATES = 100_000  # a mutant can blow a default model up; its unmutated size is at most 7,125
+
+
+def model_layer() -> str:
+    """``txnmodel check`` on the default models, in the mutant's child (the mutant applied)."""
+    from proofs.check.models import DEFAULT_MODELS
+    from txnmodel.commands.check import check_models
+
+    try:
+        runs = check_models(list(DEFAULT_MODELS), {}, max_states=MODEL_MAX_STATES, step_timeout_s=20.0)
+    except Exception as exc:  # a step that raises is a defect the model checker shows
+        return f"killed (raised {type(exc).__name__})"
+    for one in runs:
+        if one.result.violations:
+            return f"killed ({one.name}: {one.result.violations[0].name})"
+    incomplete = [one.name for one in runs if not one.result.complete]
+    return f"survived (incomplete: {', '.join(incomplete)})" if incomplete else "survived"
+
+
 def run_tests(mutant: Mutant, timeout: float) -> str:
     with tempfile.TemporaryDirectory(prefix="txnmodel-mutant-") as scratch:
         env = {**os.environ, "TXNMODEL_MUTANT": mutant.id, "HYPOTHESIS_STORAGE_DIRECTORY": scratch}
@@ -248,7 +271,7 @@ def run_tests(mutant: Mutant, timeout: float) -> str:
 
 def judge(mutant: Mutant, ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
-    row: dict[str, Any] = {**mutant.to_json(), "vectors": None, "proofs": None, "tests": "not run", "model": "n/a"}
+    row: dict[str, Any] = {**mutant.to_json(), "vectors": None, "proofs": None, "tests": "not run", "model": None}
     fork = multiprocessing.get_context("fork")
     parent, end = fork.Pipe(duplex=False)
     proc = fork.Process(target=child, args=(mutant, ctx, end))
@@ -407,6 +430,16 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "proofs": sum(r.get("static") == "proofs" for r in changed),
                 "tests": sum(r.get("static") == "tests" for r in changed),
                 "static_all": sum(bool(r.get("static")) for r in mine),
+                "model": sum(str(r.get("model") or "").startswith("killed") for r in changed),
+                "any_layer": sum(
+                    bool(
+                        r.get("bulk")
+                        or r.get("oracle")
+                        or r.get("static")
+                        or str(r.get("model") or "").startswith("killed")
+                    )
+                    for r in changed
+                ),
                 "errors": sum("error" in r for r in rows if machine in ("overall", r["machine"])),
             }
         )
@@ -417,8 +450,8 @@ def markdown(table: list[dict[str, Any]]) -> str:
     lines = [
         "| machine | sampled | reached by workloads | change a history | bulk flags | oracle flags | bulk or oracle "
         "| component raised: flagged | no raise: flagged | + run fails | tests+vectors+proofs kill "
-        "| (vectors / proofs / tests first) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| (vectors / proofs / tests first) | model checker kills | any layer |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for t in table:
         c = t["changed"]
@@ -426,7 +459,8 @@ def markdown(table: list[dict[str, Any]]) -> str:
             f"| {t['machine']} | {t['sampled']} | {t['reached']} | {c} | {_pct(t['bulk'], c)} | {_pct(t['oracle'], c)} "
             f"| {_pct(t['checker'], c)} | {_pct(t['raised_flagged'], t['raised'])} "
             f"| {_pct(t['quiet_flagged'], t['quiet'])} | {_pct(t['checker_or_engine'], c)} | {_pct(t['static'], c)} "
-            f"| {t['vectors']} / {t['proofs']} / {t['tests']} |"
+            f"| {t['vectors']} / {t['proofs']} / {t['tests']} | {_pct(t.get('model', 0), c)} "
+            f"| {_pct(t.get('any_layer', 0), c)} |"
         )
     return "\n".join(lines)
 
@@ -454,7 +488,7 @@ def write_report(
         "ops": args.ops,
         "wall_seconds": round(wall, 1),
         "load_average": load,
-        "model_checker": "not on main (branch check); not run",
+        "model_checker": f"txnmodel check, default models, at most {MODEL_MAX_STATES:,} states each",
     }
     (out / "report.json").write_text(json.dumps({"meta": meta, "table": table, "mutants": rows}, indent=1))
     survivors = [r for r in rows if r.get("changed") and not (r.get("bulk") or r.get("oracle") or r.get("engine"))]
@@ -580,7 +614,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {row['id']:16} {row['operator']:9} {row['function'][:32]:32} changed={row.get('changed')!s:5} "
                 f"bulk={row.get('bulk') or '-'} oracle={row.get('oracle') or '-'} "
                 f"raised={'y' if row.get('raised') else '-'} engine={'y' if row.get('engine') else '-'} "
-                f"static={row.get('static') or '-'} ({row['seconds']} s)",
+                f"static={row.get('static') or '-'} "
+                f"model={'killed' if str(row.get('model') or '').startswith('killed') else '-'} "
+                f"({row['seconds']} s)",
                 flush=True,
             )
     write_report(
