@@ -188,36 +188,7 @@ def check_models(
             if on_level is not None:
                 on_level(depth, states, frontier)
 
-        frontier = None
-        spilled: list[Any] = []
-        spill_dir: str | None = None
-
-        def visited(spilled: list[Any] = spilled) -> Any:
-            seen = MemoryVisited()
-            spilled.append(seen)
-            return seen
-
-        if spill is not None:
-            import tempfile
-
-            from txnmodel.fpset import SpillingFrontier, SpillingVisited
-
-            if liveness:
-                raise BadBound(
-                    "--spill bounds the seen set and the frontier, not the liveness check's graph (the whole "
-                    "reachable graph, in memory): a spilled run checks safety only, add --no-liveness"
-                )
-            if master is not None:
-                raise BadBound("--spill is for the single-process run (on Spark the seen set is on disk already)")
-            spill_dir = tempfile.mkdtemp(prefix="txnmodel-frontier-")
-
-            def visited(spill: int = spill, spilled: list[Any] = spilled) -> Any:  # type: ignore[misc]
-                seen = SpillingVisited(memory_states=spill)
-                spilled.append(seen)
-                return seen
-
-            def frontier(spill: int = spill, directory: str = spill_dir) -> Any:
-                return SpillingFrontier(directory, memory_states=spill)
+        visited, frontier, spilled, spill_dir = _seen_sets(spill, liveness=liveness, master=master)
 
         options = Options(
             symmetry=symmetry,
@@ -237,18 +208,7 @@ def check_models(
                 model = Model(spec, step_timeout_s=step_timeout_s)
                 ran_out = ""
                 try:
-                    with _address_space_watch() as tripped:
-                        try:
-                            result = explore(model, options)
-                        except KeyboardInterrupt:
-                            if not tripped:
-                                raise
-                            limit = _address_space_limit() or 0
-                            raise MemoryError(
-                                f"{tripped[0] / 2**20:,.0f} MiB mapped, within "
-                                f"{_ADDRESS_SPACE_RESERVE // 2**20} MiB of the address-space limit "
-                                f"({limit / 2**20:,.0f} MiB, ulimit -v)"
-                            ) from None
+                    result = _explore_watched(explore, model, options)
                 except MemoryError as exc:
                     ran_out = f"{type(exc).__name__}: {exc}" if str(exc) else "MemoryError"
                 except OSError as exc:
@@ -282,6 +242,60 @@ def check_models(
                 result, model = explore_spark(spec, options, master)
         runs.append(ModelRun(name, result, model, quirks))
     return runs
+
+
+def _seen_sets(spill: int | None, *, liveness: bool, master: str | None) -> tuple[Any, Any, list[Any], str | None]:
+    """The explorer's seen-set and frontier factories: in memory, or spilling to a fresh directory
+    (``--spill``); with the list every seen set made is put in (to close them) and that directory."""
+    from proofs.check.explore import MemoryVisited
+    from proofs.check.models import BadBound
+
+    spilled: list[Any] = []
+    if spill is None:
+
+        def in_memory() -> Any:
+            seen = MemoryVisited()
+            spilled.append(seen)
+            return seen
+
+        return in_memory, None, spilled, None
+    import tempfile
+
+    from txnmodel.fpset import SpillingFrontier, SpillingVisited
+
+    if liveness:
+        raise BadBound(
+            "--spill bounds the seen set and the frontier, not the liveness check's graph (the whole "
+            "reachable graph, in memory): a spilled run checks safety only, add --no-liveness"
+        )
+    if master is not None:
+        raise BadBound("--spill is for the single-process run (on Spark the seen set is on disk already)")
+    spill_dir = tempfile.mkdtemp(prefix="txnmodel-frontier-")
+
+    def spilling() -> Any:
+        seen = SpillingVisited(memory_states=spill)
+        spilled.append(seen)
+        return seen
+
+    def frontier() -> Any:
+        return SpillingFrontier(spill_dir, memory_states=spill)
+
+    return spilling, frontier, spilled, spill_dir
+
+
+def _explore_watched(explore: Callable[[Any, Any], Any], model: Any, options: Any) -> Any:
+    """``explore`` under :func:`_address_space_watch`: the watcher's interrupt is a ``MemoryError``."""
+    with _address_space_watch() as tripped:
+        try:
+            return explore(model, options)
+        except KeyboardInterrupt:
+            if not tripped:
+                raise
+            limit = _address_space_limit() or 0
+            raise MemoryError(
+                f"{tripped[0] / 2**20:,.0f} MiB mapped, within {_ADDRESS_SPACE_RESERVE // 2**20} MiB of the "
+                f"address-space limit ({limit / 2**20:,.0f} MiB, ulimit -v)"
+            ) from None
 
 
 def _with_quirks(spec: Any, quirks: tuple[str, ...]) -> Any:
