@@ -41,9 +41,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from engine.storage.batched_writer import BatchedLogWriter
+from engine.storage.file_ledger import FileLedger, OsFileSystem
 from reference import batched_log as bl
-from reference.engine.batched_writer import BatchedLogWriter
-from reference.engine.file_ledger import FileLedger, OsFileSystem
 from spec.config import Config
 from spec.envelope import LogKind
 from spec.types import Position
@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from txnmodel.progress import Reporter
+    from views.progress import Reporter
 
     # results go to stdout; stderr says it is still working (a line every 10 s when piped)
     with Reporter().phase("batched_log_bench", unit=""):

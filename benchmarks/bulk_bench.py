@@ -14,7 +14,7 @@ Prints, in one run (ratios within the run; absolute times depend on the machine'
    on 2 cores) and local[2]/local[1], and the CPU each runner got;
 2. the transactional checks alone on the engine histories: client operations per CPU second;
 3. where Spark pays: the session's start, a job's fixed cost and the per-operation costs give the
-   break-even input size for ``verify`` (compare ``txnmodel.spark_runner.BREAK_EVEN_OPS``);
+   break-even input size for ``verify`` (compare ``runners.spark.BREAK_EVEN_OPS``);
 4. the 103 Jepsen etcd logs, with and without counterexamples, in one process;
 5. one-process check time against history length and against concurrent clients, drawn to
    ``out/bench/bulk-scaling.png`` (matplotlib, a dev dependency; copy it into docs by hand).
@@ -35,12 +35,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from invariants.history import history_files, write_parquet  # noqa: E402
+from history_io.files import history_files, write_parquet  # noqa: E402
 from invariants.linearizability import check_history  # noqa: E402
 from invariants.models import CasRegister, random_register_history  # noqa: E402
 from invariants.verify import VerifyOptions  # noqa: E402
-from txnmodel.file_checks import check_files_local, check_units  # noqa: E402
-from txnmodel.spark_runner import (  # noqa: E402
+from runners.file_checks import check_files_local, check_units  # noqa: E402
+from runners.spark import (  # noqa: E402
     BREAK_EVEN_OPS,
     check_files_spark,
     pack,
@@ -204,7 +204,7 @@ def _counts(verdicts: list[tuple[str, str, str]]) -> str:
 
 
 def transactional_rate(files: list[str]) -> None:
-    from invariants.history import read_file
+    from history_io.files import read_file
     from invariants.transactional import check_transactional
     from spec.history import is_machine_operation
 
@@ -247,7 +247,7 @@ def break_even(engine: dict[str, float]) -> None:
                 f"{label}: {c1 * 1e6:.1f} us per operation in one process, {c2 * 1e6:.1f} us on local[2]: "
                 f"break-even at {fixed / (c1 - c2):,.0f} operations"
             )
-    print(f"(txnmodel.spark_runner.BREAK_EVEN_OPS = {BREAK_EVEN_OPS:,}); {_load()}\n")
+    print(f"(runners.spark.BREAK_EVEN_OPS = {BREAK_EVEN_OPS:,}); {_load()}\n")
 
 
 def jepsen() -> None:
@@ -349,7 +349,7 @@ def main() -> None:
         if per_workload > 0:
             (scratch / "engine").mkdir()
             files, simulated = engine_corpus(scratch / "engine", per_workload)
-            from invariants.history import read_file
+            from history_io.files import read_file
 
             ops = sum(len(h) for f in files for h in read_file(f, "parquet").values())
             engine = compare_runners(
@@ -367,7 +367,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from txnmodel.progress import Reporter
+    from views.progress import Reporter
 
     # results go to stdout; stderr says it is still working (a line every 10 s when piped)
     with Reporter().phase("bulk_bench", unit=""):

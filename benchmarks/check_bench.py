@@ -63,8 +63,8 @@ def _row(name: str, bounds: dict[str, int], result: Result, wall: float, cpu: fl
 
 
 def _spark(name: str, bounds: dict[str, int], options: Options, master: str, partitions: int) -> dict[str, Any]:
-    from txnmodel.check_spark import explore_spark
-    from txnmodel.spark_runner import spark_session, stop_session
+    from proofs.check.spark import explore_spark
+    from runners.spark import spark_session, stop_session
 
     stop_session()
     spark_session(master, "check_bench")  # started outside the timing, as a running cluster would be
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.big_bound or ():
         key, _, value = item.partition("=")
         big_bounds[key] = int(value)
-    from txnmodel.progress import Reporter
+    from views.progress import Reporter
 
     report: dict[str, Any] = {"load_before": os.getloadavg(), "cpus": os.cpu_count()}
     out = Path("out") / "bench"

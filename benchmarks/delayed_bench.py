@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import immutables
 from pyroaring import BitMap, FrozenBitMap
 
+from engine.storage.bucket_storage import decode_metadata, decode_segment, encode_segment
 from reference import delayed as d
-from reference.engine.bucket_storage import decode_metadata, decode_segment, encode_segment
 from spec.config import Config
 from spec.pb import DelayedMessageIndexBucketMetadata_pb2 as metadata_pb
 
@@ -234,7 +234,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from txnmodel.progress import Reporter
+    from views.progress import Reporter
 
     # results go to stdout; stderr says it is still working (a line every 10 s when piped)
     with Reporter().phase("delayed_bench", unit=""):

@@ -24,7 +24,7 @@ Measured side by side:
 * ``file-each`` -- the file store committing every change as it is made (one journal sync per
                    change: what a transaction cost before the group commit);
 * ``file``      -- the file store with its adaptive group commit (the default;
-                   :class:`~reference.engine.file_store.AdaptiveCommit`): a batch gathers for
+                   :class:`~engine.storage.file_store.AdaptiveCommit`): a batch gathers for
                    one longest simulated round trip (6 ms: every client the previous batch
                    answered can join it), is sealed no sooner than the previous batch is durable,
                    and takes the disk's measured sync time (column ``sync ms``), during which a
@@ -78,13 +78,13 @@ from typing import Any, Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from engine.scheduler import NETWORK_LATENCY_MS, Future, spawn
+from engine.simulation.client import Cluster, ConsumerType
+from engine.storage.disk import OsFileSystem
 from reference import buffer as tb
 from reference import client as ct
 from reference import coordinator as tc
 from reference import pending_ack as pa
-from reference.engine.client import Cluster, ConsumerType
-from reference.engine.disk import OsFileSystem
-from reference.engine.sim import NETWORK_LATENCY_MS, Future, spawn
 from spec.config import Config
 from spec.result import Ok
 from spec.types import AckType, Position, Subscription, TxnAction
@@ -310,7 +310,7 @@ def _log_entries(broker: Any) -> tuple[int, int]:
 
 
 WORKLOADS = ("partitioned", "shared")
-GROUP_WAIT_MS = 2 * NETWORK_LATENCY_MS[1]  # the adaptive commit's gathering wait (reference.engine.client)
+GROUP_WAIT_MS = 2 * NETWORK_LATENCY_MS[1]  # the adaptive commit's gathering wait (engine.simulation.client)
 SYNCS_PER_TXN_GOAL = 1.0  # (a)
 LOG_ENTRIES_GOAL = 5.0  # (d): PIP-160 off / on
 
@@ -666,7 +666,7 @@ def goals(report: dict[str, Any], window: int) -> dict[str, dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    from txnmodel.progress import Reporter
+    from views.progress import Reporter
 
     # results go to stdout; stderr says it is still working (a line every 10 s when piped)
     with Reporter().phase("engine_bench", unit=""):

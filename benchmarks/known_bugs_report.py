@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from txnmodel.progress import Reporter
+    from views.progress import Reporter
 
     # results go to stdout; stderr says it is still working (a line every 10 s when piped)
     with Reporter().phase("known_bugs_report", unit=""):

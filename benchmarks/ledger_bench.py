@@ -33,10 +33,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reference.engine.file_ledger import FileLedger, OsFileSystem
-from reference.engine.file_store import FileStore
-from reference.engine.ledger import ManagedLedger
-from reference.engine.memory_ledger import MemoryLedger
+from engine.storage.file_ledger import FileLedger, OsFileSystem
+from engine.storage.file_store import FileStore
+from engine.storage.ledger import ManagedLedger
+from engine.storage.memory_ledger import MemoryLedger
 from spec.config import Config
 
 
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from txnmodel.progress import Reporter
+    from views.progress import Reporter
 
     # results go to stdout; stderr says it is still working (a line every 10 s when piped)
     with Reporter().phase("ledger_bench", unit=""):

@@ -38,8 +38,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from history_io.jepsen import read_jepsen_log, read_kv_log, read_verdicts  # noqa: E402
 from invariants import linearizability  # noqa: E402
-from invariants.jepsen import read_jepsen_log, read_kv_log, read_verdicts  # noqa: E402
 from invariants.models import CasRegister, KeyValue  # noqa: E402
 
 ETCD = ROOT.parent / "shared" / "data" / "porcupine" / "jepsen-etcd"
@@ -207,7 +207,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from txnmodel.progress import Reporter
+    from views.progress import Reporter
 
     # results go to stdout; stderr says it is still working (a line every 10 s when piped)
     with Reporter().phase("lin_bench", unit=""):

@@ -13,8 +13,8 @@ are what the job costs: on an idle machine with ``--jobs`` cores the wall time i
 seconds over the cores, plus what does not overlap.
 
 ``--compare-verify`` then verifies the histories the run wrote three ways, side by side: in one
-process (:func:`txnmodel.file_checks.check_files_local`), in ``--jobs`` worker processes as the
-main job does (:class:`txnmodel.main_job.Pipeline`), and on Spark ``local[<jobs>]`` (the session's
+process (:func:`runners.file_checks.check_files_local`), in ``--jobs`` worker processes as the
+main job does (:class:`runners.main_job.Pipeline`), and on Spark ``local[<jobs>]`` (the session's
 start included, as a run pays it): the measured case for the main job's choice of where to verify.
 
 The load average is printed with the figures, which go to ``out/main_job_bench.json``.
@@ -86,9 +86,9 @@ def run_main_job(histories: int | None, ops: int | None, jobs: int, out: Path) -
 def compare_verify(histories: Path, jobs: int, scratch: Path) -> dict[str, dict[str, float]]:
     """The same histories verified in one process, in ``jobs`` workers, and on Spark local[jobs]."""
     from invariants.verify import VerifyOptions
-    from txnmodel.file_checks import check_files_local
-    from txnmodel.main_job import Pipeline, verify_task
-    from txnmodel.spark_runner import check_files_spark, pack, spark_session, stop_session, work_units
+    from runners.file_checks import check_files_local
+    from runners.main_job import Pipeline, verify_task
+    from runners.spark import check_files_spark, pack, spark_session, stop_session, work_units
 
     files = sorted(str(p) for p in histories.glob("*.parquet"))
     results: dict[str, dict[str, float]] = {}

@@ -1,4 +1,4 @@
-"""Mutation report: which layer kills each automatic mutant of reference/ (``txnmodel.mutation``).
+"""Mutation report: which layer kills each automatic mutant of reference/ (``devtools.mutation``).
 
     .venv/bin/python benchmarks/mutation_report.py [--per-machine 8] [--seed 0] [--seeds 5] [--ops 30]
         [--jobs 2] [--machines buffer,delayed] [--tests changed|all|none] [--out out/mutation]
@@ -61,9 +61,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from reference.engine.simulate import WORKLOADS, RunSpec, main_job_spec, run  # noqa: E402
-from spec.history import Operation  # noqa: E402
-from txnmodel.mutation import (  # noqa: E402
+from devtools.mutation import (  # noqa: E402
     MACHINE_MODULES,
     Mutant,
     MutationError,
@@ -71,6 +69,8 @@ from txnmodel.mutation import (  # noqa: E402
     enumerate_mutants,
     sample,
 )
+from engine.simulation.workloads import WORKLOADS, RunSpec, main_job_spec, run  # noqa: E402
+from spec.history import Operation  # noqa: E402
 
 PURE_Z3_TESTS = "not test_every_obligation_is_proved and not test_a_broken_rule_is_refuted"
 
@@ -160,7 +160,7 @@ def child(mutant: Mutant, ctx: Context, conn: Any) -> None:
     try:
         with applied(mutant):
             from proofs.framework import Verdict, prove_machine
-            from txnmodel.vectors import run_paths
+            from runners.vectors import run_paths
 
             try:
                 results = run_paths([str(ROOT / "spec" / "vectors" / mutant.machine)])
@@ -254,7 +254,7 @@ def run_tests(mutant: Mutant, timeout: float) -> str:
             "-p",
             "no:cacheprovider",
             "-p",
-            "txnmodel.mutation_pytest",
+            "devtools.mutation_pytest",
             f"tests/{mutant.machine}",
             "-k",
             PURE_Z3_TESTS,
@@ -603,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = baseline(args)
     print(f"baseline: {len(ctx.baseline)} clean histories, {len(ctx.reached)} reference functions reached", flush=True)
     rows: list[dict[str, Any]] = []
-    from txnmodel.progress import Reporter
+    from views.progress import Reporter
 
     judging = Reporter().phase("mutation_report: mutants", total=len(chosen), unit="mutants")
     with ThreadPoolExecutor(max_workers=args.jobs) as pool, judging as phase:

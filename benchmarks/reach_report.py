@@ -1,4 +1,4 @@
-"""Reach report: which numbered rules the main job's workloads drive (``txnmodel.reach``).
+"""Reach report: which numbered rules the main job's workloads drive (``devtools.reach``).
 
     .venv/bin/python benchmarks/reach_report.py [--seeds 100] [--ops 60] [--out out/reach]
 
@@ -8,11 +8,11 @@ and, per rule id of ``spec/rules/*.md``:
 
 * **records**: in how many histories replaying the engine's machine-step records (coordinator,
   buffer, pending ack, delayed tracker) runs a function or steps a command whose docstring cites
-  the rule (:func:`txnmodel.reach.replay_reach`);
+  the rule (:func:`devtools.reach.replay_reach`);
 * **live**: the same, traced on the live run, which also sees the client's transaction machine and
   the PIP-160 batched log writer (their steps are not in the history), the reference functions
   the engine calls outside a step (dispatch, recovery), and the few engine functions that alone
-  carry out a rule (``txnmodel.reach.ENGINE_SITES``);
+  carry out a rule (``devtools.reach.ENGINE_SITES``);
 * **calls**: how many times such functions ran, summed over the histories.
 
 Writes ``OUT/report.json`` and ``OUT/report.md`` and prints the unreached rules, with the load average.
@@ -32,8 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from reference.engine.simulate import WORKLOADS, main_job_spec, run  # noqa: E402
-from txnmodel.reach import all_rules, replay_reach, rule_map, rules_reached, traced  # noqa: E402
+from devtools.reach import all_rules, replay_reach, rule_map, rules_reached, traced  # noqa: E402
+from engine.simulation.workloads import WORKLOADS, main_job_spec, run  # noqa: E402
 
 
 def _reach(
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     by_live: Counter[str] = Counter()
     calls: Counter[str] = Counter()
     histories = 0
-    from txnmodel.progress import Reporter
+    from views.progress import Reporter
 
     progress = Reporter().phase("reach_report", total=args.seeds * len(WORKLOADS), unit="histories")
     with progress as phase:

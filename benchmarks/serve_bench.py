@@ -2,7 +2,7 @@
 
 One workload, three ways, in one run (ratios, never absolute times):
 
-* ``engine``: the in-process client (:mod:`reference.engine.client`) on the memory ledger, the
+* ``engine``: the in-process client (:mod:`engine.simulation.client`) on the memory ledger, the
   simulation run as fast as it goes (no history recording, as serve runs without ``--history``);
 * ``serve-memory`` and ``serve-file``: the official ``pulsar-client`` over a loopback socket to
   ``txnmodel serve`` on the memory and the file ledger.
@@ -49,7 +49,7 @@ def _summary(name: str, total_s: float, sends: list[float], receives: list[float
 
 
 def bench_engine(n: int) -> dict[str, Any]:
-    from reference.engine.client import Cluster
+    from engine.simulation.client import Cluster
 
     cluster = Cluster.start(seed=1, topics={"bench": 1}, record_machines=False)
     client = cluster.client()
@@ -75,8 +75,8 @@ def bench_engine(n: int) -> dict[str, Any]:
 def bench_serve(n: int, ledger: str) -> dict[str, Any]:
     import pulsar
 
+    from runners.serve import serve
     from spec.config import Config
-    from txnmodel.serve import serve
 
     data = tempfile.mkdtemp(prefix="serve-bench-") if ledger == "file" else None
     with serve(ledger=ledger, data=data, config=Config(transaction_coordinator_enabled=True)) as url:
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=3000)
     parser.add_argument("--out", default="out/serve_bench")
     args = parser.parse_args(argv)
-    from txnmodel.progress import Reporter
+    from views.progress import Reporter
 
     progress = Reporter()
     with progress.phase("serve_bench: warm up", unit=""):

@@ -8,7 +8,7 @@ tracker on seeds 2, 3, 6, 7, ...), on file ledgers with the journal's group comm
 (``--group-commit-ms``) and without the simulated disk's own EIO faults (a real disk has none to
 match), run three ways side by side:
 
-* ``sim``    -- the store on the simulated disk (:class:`reference.engine.disk.SimDisk`): broker
+* ``sim``    -- the store on the simulated disk (:class:`engine.storage.disk.SimDisk`): broker
                 crashes are power cuts;
 * ``real``   -- the same store on the real disk, in a scratch folder under ``out/``;
 * ``memory`` -- the in-memory ledger, the floor (no store at all; its histories differ, as it
@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from reference.engine.simulate import WORKLOADS, RunSpec, run, variant
+from engine.simulation.workloads import WORKLOADS, RunSpec, run, variant
 
 OUT_DIR = Path(__file__).resolve().parent.parent / "out"
 
@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
     seconds = {"sim": 0.0, "real": 0.0, "memory": 0.0}
     operations = {"sim": 0, "real": 0, "memory": 0}
     runs: list[dict[str, Any]] = []
-    from txnmodel.progress import Reporter
+    from views.progress import Reporter
 
     progress = Reporter().phase("simulate_bench", total=3 * len(WORKLOADS) * args.histories, unit="runs")
     with tempfile.TemporaryDirectory(prefix="simulate-bench-", dir=OUT_DIR) as scratch, progress as phase:

@@ -573,7 +573,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from txnmodel.progress import Reporter
+    from views.progress import Reporter
 
     with Reporter().phase("step_bench", unit=""):
         code = main()

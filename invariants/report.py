@@ -12,7 +12,7 @@ For an ``illegal`` object, :func:`explain` computes:
   with the model's state at that point.
 
 :func:`render_text` prints it; :func:`counterexample_html` makes the interactive page of
-:mod:`invariants.viewer` (a time axis, one lane per process, the core and the blocked operation
+:mod:`views.viewer` (a time axis, one lane per process, the core and the blocked operation
 called out, and a stepper through the longest partial linearizations with the model's state at
 each step), capped in size.  :func:`txn_html` does the same for a history's transactional
 anomalies: each named, with the rule it breaks (:data:`ANOMALY_RULES`), its operations in words
@@ -32,8 +32,8 @@ from invariants.linearizability import UNKNOWN, Model, ObjectResult, Verdict, ch
 from invariants.models import NO_EFFECT
 from invariants.readable import Row, rows
 from invariants.transactional import ANOMALIES, TxnResult
-from invariants.viewer import Caps, Linearization, linearizability_page, partial_linearizations, transactional_page
 from spec.history import Operation, OpType
+from views.viewer import Caps, Linearization, linearizability_page, partial_linearizations, transactional_page
 
 __all__ = [
     "ANOMALY_RULES",
@@ -448,7 +448,7 @@ def render_txn_text(result: TxnResult, *, seed: int | None = None, reproduce: st
 
 
 def counterexample_html(cx: Counterexample, *, max_ops: int = MAX_HTML_OPS, max_bytes: int = MAX_HTML_BYTES) -> str:
-    """The interactive page of a counterexample (:func:`invariants.viewer.linearizability_page`)."""
+    """The interactive page of a counterexample (:func:`views.viewer.linearizability_page`)."""
     return linearizability_page(
         history=cx.history,
         obj=cx.object,
@@ -479,7 +479,7 @@ def txn_html(
     reproduce: str | None = None,
 ) -> str:
     """A history's transactional anomalies as an interactive page
-    (:func:`invariants.viewer.transactional_page`)."""
+    (:func:`views.viewer.transactional_page`)."""
     return transactional_page(
         history=result.history,
         seed=seed,

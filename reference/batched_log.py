@@ -15,7 +15,7 @@ one event, so there is no concurrency inside it:
 * :class:`Close` is ``close()``'s compare-and-set, :class:`FinishClose` the executor task it queues;
 * :class:`DeleteRecords` is a log user deleting records at batch-index level (PIP-45 ack sets).
 
-The engine (``reference/engine/batched_writer.py``) owns the thread, the timer and the ledger and
+The engine (``engine/storage/batched_writer.py``) owns the thread, the timer and the ledger and
 carries out the effects.  Reading a ledger back (batched and plain entries mixed) is the pure
 function :func:`read_entry` and its fold :func:`replay`; :func:`recover` rebuilds the durable part
 of the state from the ledger and the cursor.

@@ -5,7 +5,7 @@ command classes and observers.  :func:`run_vector` is generic: it decodes each s
 through the command class's type hints (``spec.jsonvalues``), steps the pure machine and compares
 the JSON spelling of what happened with what the vector expects.  It takes an already parsed,
 schema-checked vector; reading and validating files is the command line's job
-(``txnmodel/vectors.py``), so nothing here does I/O.
+(``runners/vectors.py``), so nothing here does I/O.
 """
 
 from __future__ import annotations

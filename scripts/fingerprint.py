@@ -40,6 +40,11 @@ def scrub(value: Any, root: str) -> Any:
     if isinstance(value, list):
         return [scrub(v, root) for v in value]
     if isinstance(value, str):
+        if value[:1] in "{[":
+            try:  # a JSON document inside a column (a verdict's detail): its timings go too
+                return json.dumps(scrub(json.loads(value), root), sort_keys=True)
+            except json.JSONDecodeError:
+                pass
         return value.replace(root, "<tmp>")
     return value
 
@@ -79,8 +84,16 @@ def main() -> int:
     parser.add_argument("--txnmodel", default=".venv/bin/txnmodel")
     parser.add_argument("--keep", type=Path)
     parser.add_argument("--quick", action="store_true", help="20 histories per workload, not the main job's 100")
+    parser.add_argument("--rescore", type=Path, help="print the fingerprints of the artefacts a --keep run left in DIR")
     args = parser.parse_args()
     tm = args.txnmodel
+    if args.rescore:
+        for path in sorted((args.rescore / "fingerprint").iterdir()):
+            data = path.read_bytes()
+            if not path.name.startswith(("run__histories", "sim__")):
+                data = json.dumps(scrub(json.loads(data), str(args.rescore)), sort_keys=True).encode()
+            print(f"{path.name.replace('__', '/')} {sha(data)}")
+        return 0
     results: dict[str, bytes] = {}
     with tempfile.TemporaryDirectory(prefix="fingerprint-") as tmp:
         work = Path(args.keep) if args.keep else Path(tmp)
@@ -95,11 +108,32 @@ def main() -> int:
             results[f"run/histories/{path.name}"] = path.read_bytes()
         results["run/verdicts"] = verdict_table(run_out / "verdicts" / "verdicts.parquet", root)
         results["vectors"] = json_lines(run([tm, "vectors", "run", "spec/vectors", "--json"], root), root)
-        results["check"] = json_lines(run([tm, "check", "--model", "default", "--json", "--out", str(work / "check")], root), root)
+        results["check"] = json_lines(
+            run([tm, "check", "--model", "default", "--json", "--out", str(work / "check")], root), root
+        )
         data, hist = work / "data", work / "sim"
         run(
-            [tm, "simulate", "--seed", "7", "--ledger", "file", "--disk", "real", "--data", str(data), "--out", str(hist),
-             "--workload", "all", "--histories", "2", "--ops", "20", "--quiet"],
+            [
+                tm,
+                "simulate",
+                "--seed",
+                "7",
+                "--ledger",
+                "file",
+                "--disk",
+                "real",
+                "--data",
+                str(data),
+                "--out",
+                str(hist),
+                "--workload",
+                "all",
+                "--histories",
+                "2",
+                "--ops",
+                "20",
+                "--quiet",
+            ],
             root,
         )
         for path in sorted(hist.glob("*.parquet")):
@@ -109,14 +143,40 @@ def main() -> int:
             run([tm, "verify", str(hist), "--local", "--json", "--no-progress", "--out", str(work / "v1")], root), root
         )
         results["verify/run"] = json_lines(
-            run([tm, "verify", str(run_out / "histories"), "--local", "--json", "--no-progress", "--out", str(work / "v2")], root),
+            run(
+                [
+                    tm,
+                    "verify",
+                    str(run_out / "histories"),
+                    "--local",
+                    "--json",
+                    "--no-progress",
+                    "--out",
+                    str(work / "v2"),
+                ],
+                root,
+            ),
             root,
         )
         etcd = Path(__file__).resolve().parents[2] / "shared" / "data" / "porcupine" / "jepsen-etcd"
         if etcd.is_dir():
             results["verify/jepsen-etcd"] = json_lines(
-                run([tm, "verify", str(etcd), "--format", "jepsen", "--local", "--json", "--no-progress",
-                     "--out", str(work / "v3")], root, ok=(0, 1)),
+                run(
+                    [
+                        tm,
+                        "verify",
+                        str(etcd),
+                        "--format",
+                        "jepsen",
+                        "--local",
+                        "--json",
+                        "--no-progress",
+                        "--out",
+                        str(work / "v3"),
+                    ],
+                    root,
+                    ok=(0, 1),
+                ),
                 root,
             )
         if args.keep:

@@ -96,7 +96,7 @@ throws an exception of its own (not one of Pulsar's errors) fails the applicatio
 the operation completes ``fail`` with ``error`` the exception's type name (``TypeError``).  Pulsar
 names no such error, so the client-visible check ``unexpected-error`` (TC-37) flags it.
 
-This module is pure: no I/O.  Reading and writing files is :mod:`invariants.history`.
+This module is pure: no I/O.  Reading and writing files is :mod:`history_io.files`.
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ class BadHistory(InputError):
         super().__init__(message, where=place.strip() or None)
 
 
-# Column name -> (Arrow type name, nullable).  invariants.history builds the pyarrow schema from
+# Column name -> (Arrow type name, nullable).  history_io.files builds the pyarrow schema from
 # this table, so the contract lives here without importing pyarrow into spec/.
 PARQUET_COLUMNS: Final[tuple[tuple[str, str, bool], ...]] = (
     ("history", "string", False),

@@ -2,9 +2,9 @@
 
 Every reader and writer of topic entries goes through this module: the broker writes and reads
 back its partitions' entries and the keyed messages of the namespace system topics
-(``reference.engine.broker``), the transaction buffer's rule says what metadata an entry carries
+(``engine.broker``), the transaction buffer's rule says what metadata an entry carries
 (``reference.buffer.entry_metadata``, TB-16), and ``txnmodel inspect`` shows entries
-(``reference.engine.inspect``).  Change the format here and nowhere else.
+(``engine.storage.inspect``).  Change the format here and nowhere else.
 
 Layout of an entry (big-endian sizes, outside protobuf): Pulsar's message bytes, exactly what a
 producer's SEND carries and a consumer's MESSAGE delivers (:mod:`spec.frame` owns the frame)::

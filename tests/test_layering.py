@@ -1,39 +1,22 @@
-"""The layering of docs/contributing.md, checked on the source: no package imports one above it.
+"""The layers of :mod:`spec.layout`, checked on the source: no import crosses them upward, and no
+import circle anywhere in the product.
 
-``spec`` imports nothing of ours; the pure core (``reference/`` outside ``reference/engine/``)
-imports ``spec`` only; the engine imports ``spec`` and ``reference``; ``invariants`` adds the
-engine's package; ``proofs`` adds ``invariants``; ``txnmodel`` may import everything.  Imports are
-read with ``ast`` (every one, lazy and ``TYPE_CHECKING`` ones included), so nothing is imported
-and nothing runs.
+Imports are read with ``ast`` (every one, lazy and ``TYPE_CHECKING`` ones included), so nothing is
+imported and nothing runs.  ``from package import name`` counts as importing ``package.name`` when
+that is a module, else ``package`` (its ``__init__``).
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
+from spec.layout import LAYERS, PACKAGES, layer_of, may_import
+
 ROOT = Path(__file__).resolve().parents[1]
-OURS = ("spec", "reference", "invariants", "proofs", "txnmodel")
-ENGINE = "reference.engine"
-
-# A layer and the layers it may import (itself included).
-ALLOWED: dict[str, frozenset[str]] = {
-    "spec": frozenset({"spec"}),
-    "reference": frozenset({"spec", "reference"}),
-    ENGINE: frozenset({"spec", "reference", ENGINE}),
-    "invariants": frozenset({"spec", "reference", ENGINE, "invariants"}),
-    "proofs": frozenset({"spec", "reference", ENGINE, "invariants", "proofs"}),
-    "txnmodel": frozenset(OURS) | {ENGINE},
-}
-
-
-def layer(module: str) -> str:
-    """The layer a dotted module name belongs to (``reference.engine...`` is the engine's)."""
-    if module == ENGINE or module.startswith(ENGINE + "."):
-        return ENGINE
-    return module.split(".")[0]
 
 
 def module_name(path: Path) -> str:
@@ -62,25 +45,93 @@ def imported_modules(source: str, module: str, *, is_package: bool) -> list[tupl
 
 def violations(source: str, module: str, *, is_package: bool = False) -> list[str]:
     """Every import of ``source`` (module ``module``) that reaches a layer above its own."""
-    own = layer(module)
     out = []
     for line, name in imported_modules(source, module, is_package=is_package):
-        if name.split(".")[0] not in OURS:
+        if name.split(".")[0] not in PACKAGES:
             continue  # the standard library and third-party packages
-        if layer(name) not in ALLOWED[own]:
-            out.append(f"{module}:{line} imports {name} ({own} may import {', '.join(sorted(ALLOWED[own]))})")
+        if not may_import(module, name):
+            own = layer_of(module)
+            allowed = ", ".join(sorted(LAYERS[own])) or "nothing of ours"
+            out.append(f"{module}:{line} imports {name} ({own} may import {allowed})")
     return out
 
 
-def _sources(package: str) -> list[Path]:
-    return sorted(p for p in (ROOT / package).rglob("*.py") if "pb" not in p.relative_to(ROOT).parts[1:2])
+def sources(package: str) -> list[Path]:
+    return sorted(p for p in (ROOT / package).rglob("*.py") if p.relative_to(ROOT).parts[:2] != ("spec", "pb"))
 
 
-@pytest.mark.parametrize("package", OURS)
+def product_modules() -> dict[str, Path]:
+    return {module_name(p): p for package in PACKAGES for p in sources(package)}
+
+
+def import_graph(modules: Mapping[str, Path]) -> dict[str, set[str]]:
+    """Module -> the product modules it imports (a name resolved to its longest module prefix)."""
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        found = imported_modules(path.read_text(encoding="utf-8"), module, is_package=path.name == "__init__.py")
+        graph[module] = {t for _, name in found if (t := resolve(name)) is not None and t != module}
+    return graph
+
+
+def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(root: str) -> None:
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            advanced = False
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    advanced = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+@pytest.mark.parametrize("package", PACKAGES)
 def test_no_package_imports_a_layer_above_it(package: str) -> None:
     found = [
         problem
-        for path in _sources(package)
+        for path in sources(package)
         for problem in violations(
             path.read_text(encoding="utf-8"), module_name(path), is_package=path.name == "__init__.py"
         )
@@ -88,9 +139,25 @@ def test_no_package_imports_a_layer_above_it(package: str) -> None:
     assert not found, "\n".join(found)
 
 
+def test_no_import_circle() -> None:
+    assert circles(import_graph(product_modules())) == []
+
+
 def test_every_source_file_is_in_a_layer() -> None:
-    assert all(_sources(package) for package in OURS)
-    assert {layer(module_name(p)) for package in OURS for p in _sources(package)} == set(ALLOWED)
+    modules = product_modules()
+    assert all(sources(package) for package in PACKAGES)
+    assert {layer_of(m) for m in modules} <= set(LAYERS)
+    # every folder of the engine is a layer of its own: nothing hides in the package's root
+    engine = {layer_of(m) for m in modules if m.startswith("engine")}
+    assert engine == {name for name in LAYERS if name.startswith("engine")}
+
+
+def test_the_installed_packages_are_the_layers() -> None:
+    """pyproject.toml installs exactly the packages the layers name."""
+    import tomllib
+
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert sorted(found) == sorted(f"{p}*" for p in PACKAGES)
 
 
 @pytest.mark.parametrize(
@@ -98,15 +165,22 @@ def test_every_source_file_is_in_a_layer() -> None:
     [
         ("spec.types", "from reference import buffer\n", "reference"),
         ("spec.types", "def f():\n    import invariants.base\n", "invariants.base"),
-        ("reference.buffer", "from reference.engine import sim\n", "reference.engine"),
-        ("reference.buffer", "from reference import engine\n", "reference.engine"),
-        ("reference.delayed", "from .engine.broker import Broker\n", "reference.engine.broker"),
+        ("reference.buffer", "from engine.scheduler import Future\n", "engine.scheduler"),
+        ("reference.delayed", "from engine.broker import Broker\n", "engine.broker"),
+        ("invariants.verify", "from views.report import render_text\n", "views.report"),
+        ("invariants.verify", "from history_io.files import read_history\n", "history_io.files"),
         (
-            "reference.engine.simulate",
-            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from invariants.history import write_parquet\n",
-            "invariants.history",
+            "engine.simulation.workloads",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from history_io.files import write_parquet\n",
+            "history_io.files",
         ),
-        ("invariants.bulk", "from txnmodel.common import EXIT_OK\n", "txnmodel.common"),
+        ("engine.storage.ledger", "from engine.broker import Broker\n", "engine.broker"),
+        ("engine.storage.disk", "from engine.simulated.disk import SimDisk\n", "engine.simulated.disk"),
+        ("engine.serve.server", "from engine.simulation.workloads import FAULT_RATES\n", "engine.simulation.workloads"),
+        ("engine.simulation.client", "from ..serve.server import PulsarServer\n", "engine.serve.server"),
+        ("proofs.check.spark", "from runners.spark import spark_session\n", "runners.spark"),
+        ("runners.verdicts", "from txnmodel.common import EXIT_OK\n", "txnmodel.common"),
+        ("recording.workloads", "from engine.broker import Broker\n", "engine.broker"),
     ],
 )
 def test_an_upward_import_is_caught(module: str, source: str, bad: str) -> None:
@@ -117,8 +191,15 @@ def test_an_upward_import_is_caught(module: str, source: str, bad: str) -> None:
 def test_imports_within_the_rules_pass() -> None:
     source = "import json\nfrom spec.types import TxnID\nfrom . import buffer\nfrom reference.delayed_runs import Run\n"
     assert violations(source, "reference.delayed") == []
+    assert violations("from ..scheduler import Future\nfrom reference import buffer\n", "engine.broker.partition") == []
+    assert violations("from .component import read_all\n", "engine.broker", is_package=True) == []
+    assert violations("from engine.storage.ledger import Entry\n", "engine.simulated.faults") == []
     assert (
-        violations("from ..sim import Future\nfrom reference import buffer\n", "reference.engine.broker.partition")
-        == []
+        violations("from engine.broker import Broker\nfrom views.progress import Progress\n", "runners.main_job") == []
     )
-    assert violations("from .component import read_all\n", "reference.engine.broker", is_package=True) == []
+
+
+def test_a_circle_is_caught() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert circles(graph) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []

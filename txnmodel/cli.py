@@ -24,19 +24,11 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from history_io.folders import UsageError
+from history_io.inputs import describe_os_error
 from spec.errors import InputError
 from txnmodel.commands import COMMANDS
-from txnmodel.common import (
-    EXIT_BAD_INPUT,
-    EXIT_BUG,
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_PIPE_CLOSED,
-    UsageError,
-    describe_os_error,
-    one_line,
-)
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_BUG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPE_CLOSED, one_line
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_BUG", "EXIT_FAILED", "EXIT_OK", "build_parser", "guarded", "main"]
 

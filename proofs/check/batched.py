@@ -1,7 +1,7 @@
 """The coordinator's transaction log through PIP-160's batched writer (:mod:`reference.batched_log`),
 for the ``batched-log`` model.
 
-Here durability is asynchronous, as in ``reference/engine/record_log.py``: a log record is handed
+Here durability is asynchronous, as in ``engine/storage/record_log.py``: a log record is handed
 to the writer (``AsyncAddData``); the writer buffers it, or writes a batch (``AsyncAddEntry``: the
 entry is in the ledger at once) whose completion (``AddEntryComplete``) comes later and tells each
 record its position.  Everything a coordinator step asked for after its records -- the answer, the

@@ -27,7 +27,7 @@ from proofs.check.state import (
 from reference import buffer as tb
 from reference import coordinator as tc
 from reference import pending_ack as pa
-from reference.engine.memory_ledger import consumed_ledgers
+from reference.ledger import consumed_ledgers
 from spec.result import Err
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ safety predicate comes with a shortest trace; liveness by fair cycles of the rea
 * **Reductions** (safety only): symmetry (:meth:`Model.canonical`: states are explored up to the
   model's automorphisms) and partial-order reduction (:meth:`Model.successors` with ``por``).
 * **Seen states** are fingerprints (Python's hash of the tuple-of-ints state, the same in every
-  process).  :class:`Visited` is the in-memory set; ``txnmodel/fpset.py`` has one that spills to
+  process).  :class:`Visited` is the in-memory set; ``proofs/check/fpset.py`` has one that spills to
   disk.  Parent fingerprints give the traces, which are replayed concretely (:func:`concrete_trace`).
 """
 
@@ -122,7 +122,7 @@ class Options:
     strict: bool = False  # also the liveness properties Pulsar's design does not promise (LIVENESS_STRICT)
     visited: Callable[[], Visited] | None = None
     # A big run's bounded memory: each level's states in a ``Frontier`` of this factory's (the
-    # spilling one is ``txnmodel.fpset.SpillingFrontier``), and a level's successors settled
+    # spilling one is ``proofs.check.fpset.SpillingFrontier``), and a level's successors settled
     # against the seen set every ``settle_every`` distinct fingerprints instead of once per level.
     # Same states, parents, counts and verdicts as the one-settle run (the tests check it).
     frontier: Callable[[], Frontier] | None = None

@@ -12,7 +12,7 @@ Components (each a reference machine, stepped through :class:`~proofs.check.stor
   :mod:`reference.client`'s transaction machine;
 * the **network**: a multiset of the requests and responses in flight (any delivery order), and
   the **environment**, which may lose or duplicate a message, crash a component (its memory is
-  lost and it reloads from what it made durable, as ``reference/engine/broker.py`` loads it), fire
+  lost and it reloads from what it made durable, as ``engine/broker.py`` loads it), fire
   the timeout trackers, roll a ledger over, and let retention delete a consumed ledger.
 
 The messages are the engine's: NEW_TXN, ADD_PARTITION_TO_TXN, ADD_SUBSCRIPTION_TO_TXN, a send, an

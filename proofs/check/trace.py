@@ -1,7 +1,7 @@
 """Counterexamples of the composed model checker, in the forms people and tools read.
 
 * :func:`render_text` -- the trace step by step: what happened, and each component's state change;
-* :func:`trace_json` -- the viewer's trace shape (:mod:`invariants.trace`, docs/viewer.md): every
+* :func:`trace_json` -- the viewer's trace shape (:mod:`proofs.check.trace_format`, docs/viewer.md): every
   component's state at every step, which ``txnmodel view`` draws;
 * :func:`trace_history` -- the client operations of the trace as a history (``spec/history.py``),
   which ``txnmodel verify`` checks;
@@ -22,8 +22,6 @@ from typing import Any
 
 import immutables
 
-from invariants.trace import FORMAT as TRACE_FORMAT
-from invariants.trace import VERSION as TRACE_VERSION
 from proofs.check.explore import Result, TraceStep, Violation
 from proofs.check.model import Model
 from proofs.check.state import (
@@ -53,6 +51,8 @@ from proofs.check.state import (
     message_name,
     partition_name,
 )
+from proofs.check.trace_format import FORMAT as TRACE_FORMAT
+from proofs.check.trace_format import VERSION as TRACE_VERSION
 from spec.history import Operation, OpType, make_operation, object_id
 from spec.jsonvalues import to_json
 from spec.types import TxnAction
@@ -321,7 +321,7 @@ def _actor(model: Model, label: tuple[Any, ...]) -> str:
 
 
 def trace_json(model: Model, violation: Violation, result: Result | None = None) -> dict[str, Any]:
-    """The counterexample in the viewer's trace shape (:mod:`invariants.trace`, docs/viewer.md):
+    """The counterexample in the viewer's trace shape (:mod:`proofs.check.trace_format`, docs/viewer.md):
     every component's initial state, then per step its actor, the action in words and the states
     of the components it changed.  A liveness counterexample is a lasso whose loop starts at
     ``loop_from``; one that ends where no fair step is enabled loops on a last stuttering step."""

@@ -513,9 +513,9 @@ def test_bw25_recovery_rebuilds_durable_entries_only() -> None:
 
 def test_bw26_already_closed_ledger_rolls_before_the_next_write() -> None:
     """BW-26."""
-    from reference.engine.batched_writer import BatchedLogWriter, WriteFailed
-    from reference.engine.fault import FaultyLedger
-    from reference.engine.memory_ledger import MemoryLedger
+    from engine.simulated.faults import FaultyLedger
+    from engine.storage.batched_writer import BatchedLogWriter, WriteFailed
+    from engine.storage.memory_ledger import MemoryLedger
 
     ledger = FaultyLedger(MemoryLedger("bw26"), roll_after_append_failure=True)
     ledger.fail_appends(1)

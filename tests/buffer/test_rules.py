@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 from invariants.base import violated
 from invariants.buffer import INVARIANTS
 from reference import buffer as tb
+from runners.vectors import run_paths
 from spec.config import QUIRKS, Config
 from spec.errors import NotAllowed, ServiceUnitNotReady
 from spec.pb import PulsarApi_pb2 as api_pb
 from spec.pb import TransactionBufferSnapshot_pb2 as snap_pb
 from spec.result import Err, Ok
 from spec.types import EARLIEST, LedgerInfo, Position, TxnID
-from txnmodel.vectors import run_paths
 
 T0, T1, T2 = TxnID(0, 0), TxnID(0, 1), TxnID(0, 2)
 VECTORS_DIR = Path(__file__).resolve().parents[2] / "spec" / "vectors" / "buffer"

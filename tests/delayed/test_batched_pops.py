@@ -11,9 +11,8 @@ from hypothesis import given
 
 from reference import delayed as d
 from spec.result import Ok
-
-from .helpers import config
-from .test_proofs import reachable_runs
+from tests.delayed.helpers import config
+from tests.delayed.test_proofs import reachable_runs
 
 
 def _one_at_a_time(

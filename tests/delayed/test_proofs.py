@@ -14,8 +14,7 @@ from proofs import delayed as proof
 from proofs.framework import RLIMIT, Verdict, prove_machine
 from reference import delayed as d
 from spec.result import Ok
-
-from .helpers import bucket, config
+from tests.delayed.helpers import bucket, config
 
 
 def _value(expr: Any) -> Any:

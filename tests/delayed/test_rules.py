@@ -13,8 +13,7 @@ from spec.config import Config
 from spec.pb import DelayedMessageIndexBucketMetadata_pb2 as meta_pb
 from spec.pb import DelayedMessageIndexBucketSegment_pb2 as seg_pb
 from spec.result import Err, Ok
-
-from .helpers import add, bucket, config, get, run
+from tests.delayed.helpers import add, bucket, config, get, run
 
 KINDS = ("bucket", "in_memory")
 
@@ -516,8 +515,8 @@ def test_dd28_metrics_bucket_total() -> None:
 
 
 def test_dd30_is_covered_by_the_engine_tests() -> None:
-    """DD-30 lives in reference/engine/delayed_shared.py; see tests/engine/test_delayed_shared.py."""
-    from reference.engine import delayed_shared
+    """DD-30 lives in engine/broker/delayed_shared.py; see tests/engine/broker/test_delayed_shared.py."""
+    from engine.broker import delayed_shared
 
     assert delayed_shared.SharedDelayedIndex is not None
 

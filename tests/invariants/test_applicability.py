@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 
+from history_io.edn import parse_edn
 from invariants.applicability import GROUPS, applicability, describe
-from invariants.edn import parse_edn
 from invariants.transactional import CHECKS
 from invariants.verify import VerifyOptions, check_histories
 from spec.history import Operation, object_id
-
-from .synthetic import generate, op
+from tests.invariants.synthetic import generate, op
 
 P = "persistent://public/default/t"
 PART = object_id("partition", P)

@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from engine.simulation.workloads import LONG_RECEIVE_MS, SimulateOptions, main_job_spec, run
 from invariants.client_visible import (
     ANSWER_BOUND_MS,
     CHECKS,
@@ -16,11 +17,9 @@ from invariants.client_visible import (
     TXN_END_BOUND_MS,
     check_client_visible,
 )
-from reference.engine.simulate import LONG_RECEIVE_MS, SimulateOptions, main_job_spec, run
 from spec.history import BadHistory, OpType
 from spec.rules import RULES_DIR, parse_rules
-
-from .history_builder import PART, SUB, H
+from tests.invariants.history_builder import PART, SUB, H
 
 
 def names(h: H) -> dict[str, int]:
@@ -591,9 +590,9 @@ def test_no_violation_on_seeded_histories_with_faults(workload: str) -> None:
 def test_verify_passes_the_coordinators_reloads_to_the_oracle() -> None:
     # The main job's ctp seed 53 (coordinator mix, file ledger on the simulated disk): a timed-out
     # txn's end was lost to three coordinator crashes in a row (see docs/checkers.md).
+    from engine.simulation.workloads import MAIN_JOB
     from invariants.client_visible import _View
     from invariants.verify import VerifyOptions, check_histories
-    from reference.engine.simulate import MAIN_JOB
 
     options = dataclasses.replace(
         MAIN_JOB, seed=53, workload="ctp", histories=1, ledger="file", disk="sim", group_commit_ms=1

@@ -8,12 +8,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from engine.simulation.client import Cluster, ConsumerType
+from engine.simulation.workloads import RunSpec, main_job_spec, run
 from invariants.client_visible import CHECKS, check_client_visible
-from reference.engine.client import Cluster, ConsumerType
-from reference.engine.simulate import RunSpec, main_job_spec, run
 from spec.history import TXN_FUNCTIONS, OpType, make_operation
-
-from .history_builder import SUB, H, P
+from tests.invariants.history_builder import SUB, H, P
 
 T = (0, 1)
 

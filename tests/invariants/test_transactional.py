@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 
 from invariants.transactional import ANOMALIES, check_transactional
 from spec.history import BadHistory, Operation, OpType, object_id
-
-from .synthetic import generate, op, renumber
+from tests.invariants.synthetic import generate, op, renumber
 
 P = "persistent://public/default/t-partition-0"
 PART = object_id("partition", P)

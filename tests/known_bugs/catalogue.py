@@ -4,7 +4,7 @@ Every mutant is a known Pulsar bug (a fact-sheet reference or an upstream issue/
 replacement for a single reference function.  It is applied by patching a module (or class)
 attribute and restoring it afterwards -- never a flag in product code.
 
-Where the broker looks names up: ``reference/engine/broker/`` imports the machine *modules*
+Where the broker looks names up: ``engine/broker/`` imports the machine *modules*
 (``from reference import buffer as tb`` ...) and calls ``tb.step``, ``tb.dispatch``, ``pa.step``,
 ``tc.step``, ``dl.step`` at call time.  Inside each machine, ``step`` is a ``match`` on the
 command type that calls the module's handlers (``_commit_txn``, ``_publish_message``, ...) and
@@ -24,11 +24,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from engine.simulation.workloads import RunSpec, run
 from reference import buffer as tb
 from reference import coordinator as tc
 from reference import delayed as dl
 from reference import pending_ack as pa
-from reference.engine.simulate import RunSpec, run
 from spec.result import Ok
 
 __all__ = [
@@ -533,7 +533,7 @@ def main_job_detection(mutant: Mutant, seeds: int, ops: int = 60) -> dict[str, A
     """The mutant in the main job's own workloads (every workload at seeds 1..``seeds``, its
     variants and fault mixes): the first history the bulk checker flags and the first the oracle
     flags (each search stops there), and what they found."""
-    from reference.engine.simulate import WORKLOADS, main_job_spec
+    from engine.simulation.workloads import WORKLOADS, main_job_spec
 
     started = time.perf_counter()
     first: dict[str, str | None] = {"bulk": None, "oracle": None}

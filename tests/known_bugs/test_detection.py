@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from .catalogue import DETECTABLE, MUTANTS, Mutant, applied, check
+from tests.known_bugs.catalogue import DETECTABLE, MUTANTS, Mutant, applied, check
 
 
 @pytest.mark.parametrize("mutant", DETECTABLE, ids=lambda m: m.name)

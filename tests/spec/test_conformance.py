@@ -10,11 +10,10 @@ import pytest
 
 import reference.conformance as conformance
 from reference.conformance import matches
+from runners.vectors import load_vector, run_paths
 from spec.errors import BadVector
+from tests.spec.toy_machine import TOY
 from txnmodel.cli import main
-from txnmodel.vectors import load_vector, run_paths
-
-from .toy_machine import TOY
 
 GOOD: dict[str, Any] = {
     "id": "toy-commit",

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from engine.broker import encode_entry, encode_keyed_message
 from reference import buffer as tb
-from reference.engine.broker import encode_entry, encode_keyed_message
 from spec.errors import BadTopicEntry, InputError
 from spec.frame import crc32c
 from spec.topic_entry import (

@@ -194,9 +194,9 @@ def test_client_terminal_states_are_absorbing() -> None:
 
 def test_enums_print_as_pulsars_names() -> None:
     """What a person reads: Pulsar's spelling, not IntEnum's number nor ``Class.MEMBER``."""
+    from engine.simulation.client import ConsumerType
+    from engine.storage.ledger import InitialPosition
     from reference import batched_log, buffer, coordinator, pending_ack
-    from reference.engine.client import ConsumerType
-    from reference.engine.ledger import InitialPosition
     from spec.envelope import LogKind
     from spec.errors import ServerError
     from spec.types import AckType, ClientTxnState, MessageState, PulsarName, TxnAction

@@ -79,7 +79,7 @@ def _arrays_of(name: str, value: Any) -> list[list[Any]]:
 
 
 def test_every_documented_set_is_observed_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    from txnmodel.vectors import run_paths
+    from runners.vectors import run_paths
 
     documented = _documented_sets()
     assert documented, "the README's table of sets lost its rows"

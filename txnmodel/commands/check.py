@@ -155,7 +155,7 @@ def check_models(
     reporter: Any = None,
 ) -> list[ModelRun]:
     """Run the named models (bounds apply to every model that has them); raise BadBound on bad input.
-    ``reporter`` (a :class:`txnmodel.progress.Reporter`): a progress phase per model, its distinct
+    ``reporter`` (a :class:`views.progress.Reporter`): a progress phase per model, its distinct
     states counted at every breadth-first level."""
     from proofs.check.explore import MemoryVisited, Options, explore
     from proofs.check.model import Model
@@ -237,7 +237,7 @@ def check_models(
                         detail=ran_out,
                     )
             else:
-                from txnmodel.check_spark import explore_spark
+                from proofs.check.spark import explore_spark
 
                 result, model = explore_spark(spec, options, master)
         runs.append(ModelRun(name, result, model, quirks))
@@ -261,7 +261,7 @@ def _seen_sets(spill: int | None, *, liveness: bool, master: str | None) -> tupl
         return in_memory, None, spilled, None
     import tempfile
 
-    from txnmodel.fpset import SpillingFrontier, SpillingVisited
+    from proofs.check.fpset import SpillingFrontier, SpillingVisited
 
     if liveness:
         raise BadBound(
@@ -314,10 +314,10 @@ def write_counterexamples(run: ModelRun, out: Path) -> list[str]:
     """Write each violation's trace as text, as the viewer's trace JSON and its page, as a history
     (JSON Lines, which ``txnmodel verify`` checks), as a replayable test and, when it involves one
     machine, as a vector.  The folders written."""
-    from invariants.history import write_jsonl
-    from invariants.trace import Trace
-    from invariants.viewer import trace_page
+    from history_io.files import write_jsonl
     from proofs.check.trace import render_text, trace_history, trace_json, trace_test, trace_vector
+    from proofs.check.trace_format import Trace
+    from views.viewer import trace_page
 
     written = []
     for violation in run.result.violations:
@@ -366,7 +366,7 @@ def summary_json(run: ModelRun, written: list[str]) -> dict[str, Any]:
 def cmd_check(args: argparse.Namespace) -> int:
     from proofs.check.models import DEFAULT_MODELS, MODELS, BadBound
     from proofs.check.trace import render_text
-    from txnmodel.progress import Reporter
+    from views.progress import Reporter
 
     if args.list:
         for name, model in MODELS.items():

@@ -6,8 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from history_io.folders import UsageError
+from history_io.inputs import read_input_bytes
 from spec.errors import InputError
-from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, UsageError, one_line, print_json, read_input_bytes
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, one_line, print_json
 
 # Pulsar's own broker.conf is about 80 kB.
 BROKER_CONF_LIMIT = 4 * 1024 * 1024

@@ -8,8 +8,9 @@ import stat
 import sys
 from pathlib import Path
 
+from history_io.inputs import file_kind, read_input_bytes
 from spec.errors import InputError
-from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, file_kind, one_line, print_json, read_input_bytes
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, one_line, print_json
 
 # One raw entry: Pulsar's largest message is maxMessageSize (5 MB by default); hex doubles it.
 RAW_ENTRY_LIMIT = 64 * 1024 * 1024
@@ -19,7 +20,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     """A ledger directory, one entry of it, a ledger file, a METADATA file, or a raw entry file."""
     from google.protobuf import json_format
 
-    from reference.engine.inspect import inspect_path, render_text
+    from engine.storage.inspect import inspect_path, render_text
     from spec.envelope import LogKind, decode_entry
     from spec.types import Position
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from txnmodel.common import EXIT_FAILED, EXIT_OK, UsageError, print_json, z3_rlimit
+from history_io.folders import UsageError
+from txnmodel.common import EXIT_FAILED, EXIT_OK, print_json, z3_rlimit
 
 
 def cmd_prove(args: argparse.Namespace) -> int:
     from proofs.framework import RLIMIT, Row, Verdict, available_machines, format_table, obligations_of, prove_machine
     from spec.machines import machine_info
-    from txnmodel.progress import Phase, Reporter
+    from views.progress import Phase, Reporter
 
     machines = available_machines() if args.machine == "all" else [args.machine]
     try:  # every usage error before the first proof

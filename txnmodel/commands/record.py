@@ -6,20 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from txnmodel.common import (
-    EXIT_BAD_INPUT,
-    EXIT_OK,
-    non_negative_int,
-    output_folder,
-    positive_float,
-    positive_int,
-    seed_int,
-)
+from history_io.folders import output_folder
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, non_negative_int, positive_float, positive_int, seed_int
 
 
 def cmd_record(args: argparse.Namespace) -> int:
+    from recording import RecordOptions, record
     from spec.errors import InputError
-    from txnmodel.record import RecordOptions, record
 
     if args.seconds is not None and args.ops is not None:
         print("txnmodel record: give --seconds or --ops, not both", file=sys.stderr)
@@ -87,7 +80,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "written, 2 on bad options or a broker that cannot be used.",
     )
     parser.add_argument("--url", required=True, help="the broker's service URL, pulsar://HOST:PORT")
-    from txnmodel.record.workloads import WORKLOADS
+    from recording.workloads import WORKLOADS
 
     parser.add_argument("--workload", required=True, choices=tuple(WORKLOADS), help="what the clients do")
     parser.add_argument("--out", required=True, help="folder for <history>.parquet (and .jsonl)")

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from history_io.folders import UsageError, exclusive_folder, output_folder
 from invariants.verify import VerdictRow
 from spec.errors import InputError
 from txnmodel.common import (
@@ -21,11 +22,8 @@ from txnmodel.common import (
     EXIT_FAILED,
     EXIT_OK,
     INT64_MAX,
-    UsageError,
-    exclusive_folder,
     non_negative_int,
     one_line,
-    output_folder,
     positive_int,
     seed_int,
     spark_master,
@@ -33,9 +31,9 @@ from txnmodel.common import (
 )
 
 if TYPE_CHECKING:
-    from reference.engine.simulate import RunResult
-    from txnmodel.main_job import Pipeline
-    from txnmodel.progress import Phase, Reporter
+    from engine.simulation.workloads import RunResult
+    from runners.main_job import Pipeline
+    from views.progress import Phase, Reporter
 
 # Summary lines: (what, verdict, wall seconds, CPU seconds).
 Line = tuple[str, str, str, str]
@@ -57,13 +55,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     seed; 5. those histories verified (linearizability, transactional and delivery checks).  Every
     counterexample is printed with the seed that reproduces it.
 
-    The parts run at once on ``--jobs`` worker processes (:class:`txnmodel.main_job.Pipeline`): the
+    The parts run at once on ``--jobs`` worker processes (:class:`runners.main_job.Pipeline`): the
     proofs, a task per machine, beside the first simulations; a workload's histories verified, in
     tasks of some of its histories each, as soon as its file is written, while the next workload
     simulates; the vectors and the model checking in this process meanwhile.  With ``--master`` the
     histories are verified on that Spark cluster once all are written instead (:func:`txnmodel.commands.verify.verify`);
     without one, Spark would run the same checks in as many Python processes on this machine, plus a
-    JVM, so it does not pay here (:mod:`txnmodel.spark_runner`).
+    JVM, so it does not pay here (:mod:`runners.spark`).
     """
     from txnmodel.commands.simulate import history_file
 
@@ -82,13 +80,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _job(args: argparse.Namespace) -> int:
     import tempfile
 
+    import engine.simulation.workloads  # noqa: F401
+
     # Imported before the workers fork, so that none of them imports them again.
     import invariants.verify  # noqa: F401
     import proofs.framework  # noqa: F401
-    import reference.engine.simulate  # noqa: F401
-    import txnmodel.file_checks  # noqa: F401
-    from txnmodel.main_job import Pipeline
-    from txnmodel.progress import Reporter
+    import runners.file_checks  # noqa: F401
+    from runners.main_job import Pipeline
+    from views.progress import Reporter
 
     started, cpu_started = time.perf_counter(), time.process_time()
     out = Path(args.out)
@@ -141,7 +140,7 @@ class _MainJob:
     # -- 1. conformance vectors, in this process while the workers start --------------------------
 
     def vectors(self) -> None:
-        from txnmodel.vectors import run_paths
+        from runners.vectors import run_paths
 
         t0, c0 = time.perf_counter(), time.process_time()
         phase, end = self._open("conformance vectors", total=None, unit="vectors")
@@ -206,7 +205,7 @@ class _MainJob:
 
     def prove(self) -> None:
         from proofs.framework import RLIMIT, Row, Verdict, available_machines, count_obligations
-        from txnmodel.main_job import prove_task
+        from runners.main_job import prove_task
 
         machines = available_machines()
         # the biggest first, so that the last to finish is a small one
@@ -243,13 +242,13 @@ class _MainJob:
     # -- 3. simulation, a task per history; 4. a workload verified once its file is written ------
 
     def simulate(self, data: str) -> None:
-        from reference.engine.simulate import MAIN_JOB, WORKLOADS
+        from engine.simulation.workloads import MAIN_JOB, WORKLOADS
+        from runners.main_job import simulate_task
+        from runners.verdicts import clear_verdicts
         from txnmodel.commands.simulate import Collector
-        from txnmodel.main_job import simulate_task
-        from txnmodel.verdicts import clear_verdicts
 
         args = self.args
-        # MAIN_JOB: faults on, every variant and fault mix mixed by seed (reference/engine/simulate.py).
+        # MAIN_JOB: faults on, every variant and fault mix mixed by seed (engine/simulation/workloads.py).
         # The simulated disk by default: no real sync or directory fsync is paid (the run is
         # CPU-bound), and a broker crash is a power cut -- unsynced writes lost, torn or
         # reordered, the journal replayed at every restart -- which a real disk under a killed
@@ -308,8 +307,8 @@ class _MainJob:
     def _verify_file(self, path: Path, sizes: dict[str, int]) -> None:
         """Hand in the verification of one written history file, in tasks of about
         :data:`VERIFY_TASK_ROWS` rows (the largest histories first, each task's histories read alone)."""
-        from txnmodel.main_job import verify_task
-        from txnmodel.spark_runner import pack
+        from runners.main_job import verify_task
+        from runners.spark import pack
 
         count = max(1, -(-sum(sizes.values()) // VERIFY_TASK_ROWS))
         tasks = pack([((str(path), (name,)), float(size)) for name, size in sizes.items()], min(count, len(sizes)))
@@ -344,7 +343,7 @@ class _MainJob:
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         else:
             from invariants.verify import duplicate_histories
-            from txnmodel.verdicts import write_part
+            from runners.verdicts import write_part
 
             assert self.verify_phase is not None
             self.verify_phase[1]()

@@ -9,15 +9,17 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from history_io.folders import UsageError
+from history_io.inputs import read_input_bytes
 from spec.errors import InputError
-from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, UsageError, one_line, port_int, read_input_bytes, seed_int
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, one_line, port_int, seed_int
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from reference.engine.serve_faults import parse_faults
-    from reference.engine.server import PulsarServer, ServerOptions
+    from engine.serve.faults import parse_faults
+    from engine.serve.server import PulsarServer, ServerOptions
+    from runners.serve import history_id, write_history
     from spec.config import Config
-    from txnmodel.serve import history_id, write_history
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(message)s")
     for item in args.set or ():

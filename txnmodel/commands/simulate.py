@@ -1,6 +1,6 @@
 """``txnmodel simulate``: seeded fault simulation of the engine, writing histories.
 
-The runs are the engine's (:mod:`reference.engine.simulate`: :class:`SimulateOptions` says which,
+The runs are the engine's (:mod:`engine.simulation.workloads`: :class:`SimulateOptions` says which,
 ``run`` returns each history); this command prints a line per run, checks each history's
 transactional properties with ``--check``, and writes the histories (Parquet, JSON Lines).
 """
@@ -20,22 +20,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from history_io.folders import UsageError, exclusive_folder
 from spec.config import QUIRKS
 from spec.errors import InputError
-from txnmodel.common import (
-    EXIT_FAILED,
-    EXIT_OK,
-    INT64_MAX,
-    UsageError,
-    exclusive_folder,
-    non_negative_int,
-    one_line,
-    positive_int,
-    seed_int,
-)
+from txnmodel.common import EXIT_FAILED, EXIT_OK, INT64_MAX, non_negative_int, one_line, positive_int, seed_int
 
 if TYPE_CHECKING:
-    from reference.engine.simulate import RunResult, RunSpec, SimulateOptions
+    from engine.simulation.workloads import RunResult, RunSpec, SimulateOptions
 
 __all__ = [
     "Collector",
@@ -54,7 +45,7 @@ __all__ = [
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """The arguments of ``txnmodel simulate`` (on ``parser``, or on a parser of its own)."""
-    from reference.engine import simulate as engine
+    from engine.simulation import workloads as engine
 
     parser = parser or argparse.ArgumentParser(
         prog="txnmodel simulate", description=(engine.__doc__ or "").split("\n\n")[0]
@@ -149,7 +140,7 @@ def _add_variants(parser: argparse.ArgumentParser, engine: ModuleType) -> None:
         "--fault-mix",
         choices=(*engine.FAULT_MIXES, "mixed"),
         default="default",
-        help="with --faults on: the fault rates' overrides (FAULT_MIXES in reference/engine/simulate.py); "
+        help="with --faults on: the fault rates' overrides (FAULT_MIXES in engine/simulation/workloads.py); "
         f"mixed: by seed modulo {len(engine.MIX_CYCLE)}, {', '.join(engine.MIX_CYCLE)}",
     )
     parser.add_argument(
@@ -231,7 +222,7 @@ def _disk_arguments(parser: argparse.ArgumentParser) -> None:
 
 def options_from_args(args: argparse.Namespace) -> SimulateOptions:
     """The runs the parsed arguments ask for."""
-    from reference.engine.simulate import SimulateOptions
+    from engine.simulation.workloads import SimulateOptions
 
     return SimulateOptions(
         seed=args.seed,
@@ -276,7 +267,7 @@ def simulate(
 ) -> int:
     """Run ``options``'s histories; write them under ``out`` (one Parquet file per workload, the
     delayed workload's bucket-tracker runs apart; ``jsonl``: JSON Lines too); with ``check``, check
-    each one's transactional properties; ``progress`` (a :class:`txnmodel.progress.Phase`) hears of
+    each one's transactional properties; ``progress`` (a :class:`views.progress.Phase`) hears of
     every history.  ``jobs`` runs that many at once, in processes (each run is deterministic on its
     own, so the histories are the same).  EXIT_OK when every run finished (and, with ``check``, was
     clean), EXIT_FAILED otherwise -- also when a broker component raised (contained as its crash,
@@ -284,7 +275,7 @@ def simulate(
     :class:`RunStopped` when a run's store was lost for good (corrupted ledger data, a full disk):
     the batch stops there, the histories recorded so far are written, that one marked
     ``incomplete`` in its run metadata."""
-    from reference.engine.simulate import run
+    from engine.simulation.workloads import run
 
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
@@ -341,7 +332,7 @@ class Collector:
 
     def add(self, index: int, result: RunResult, table: Any = None) -> None:
         """The result of ``specs[index]``'s run; ``table``: its operations as a history table
-        (:func:`invariants.history.history_table`, made where the run was) in place of
+        (:func:`history_io.files.history_table`, made where the run was) in place of
         ``result.operations``."""
         self._early[index] = (result, table)
         while self._next in self._early:
@@ -349,7 +340,7 @@ class Collector:
             self._next += 1
 
     def _take(self, index: int, result: RunResult, table: Any) -> None:
-        from reference.engine.simulate import file_stem
+        from engine.simulation.workloads import file_stem
 
         spec = self.specs[index]
         if table is not None:
@@ -395,7 +386,7 @@ class Collector:
 
 
 class RunStopped(InputError):
-    """A run's store was lost for good (:func:`reference.engine.storage.storage_lost`): the batch
+    """A run's store was lost for good (:func:`engine.ledger_store.storage_lost`): the batch
     stopped, exit 2 (the input it was given, a disk or a store, cannot hold the run)."""
 
 
@@ -432,8 +423,8 @@ def _write(
     out: Path, files: dict[str, dict[str, tuple[RunResult, Any]]], jsonl: bool, say: Callable[[str], None]
 ) -> None:
     """One history file per stem, its runs in id order with their metadata."""
-    from invariants.history import write_jsonl, write_parquet, write_parquet_tables
-    from reference.engine.simulate import file_metadata
+    from engine.simulation.workloads import file_metadata
+    from history_io.files import write_jsonl, write_parquet, write_parquet_tables
 
     for stem, runs in sorted(files.items()):
         metadata = file_metadata({name: result for name, (result, _) in runs.items()})
@@ -453,7 +444,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     stderr unless ``--quiet``.  Usage errors (a seed range past int64, ``--data`` without file
     ledgers, an ``--out`` or ``--data`` that is not an empty folder of this run alone) come before
     any work."""
-    from txnmodel.progress import Reporter
+    from views.progress import Reporter
 
     last = args.seed + args.histories - 1
     if last > INT64_MAX:
@@ -498,7 +489,7 @@ def reproduce_argv(run: Mapping[str, Any]) -> list[str] | None:
     it: parsing the arguments back must give the very same run configuration, fault rates and
     broker.conf overrides included, so the line never promises what it does not do.  The fault mix
     is not recorded by name: the one whose rates the run used is found by trying each."""
-    from reference.engine.simulate import FAULT_MIXES
+    from engine.simulation.workloads import FAULT_MIXES
 
     def on_off(flag: object) -> str:
         return "on" if flag else "off"

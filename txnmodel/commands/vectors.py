@@ -10,7 +10,7 @@ from txnmodel.common import DEFAULT_VECTORS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_O
 
 
 def cmd_vectors_run(args: argparse.Namespace) -> int:
-    from txnmodel.vectors import run_paths
+    from runners.vectors import run_paths
 
     paths = args.paths or [str(DEFAULT_VECTORS)]
     try:

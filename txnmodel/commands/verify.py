@@ -3,10 +3,10 @@
 The job:
 
 1. lists the history files under PATH (``--format parquet|jsonl|jepsen``);
-2. checks them where it pays (:func:`txnmodel.spark_runner.use_spark`): on Spark
-   (:mod:`txnmodel.spark_runner`; at ``--master URL``, passed unchanged, or ``local[<cores>]``)
+2. checks them where it pays (:func:`runners.spark.use_spark`): on Spark
+   (:mod:`runners.spark`; at ``--master URL``, passed unchanged, or ``local[<cores>]``)
    with ``--spark``, or when the input holds enough operations to pay for starting Spark and a
-   master is named or there is more than one core; in this process (:mod:`txnmodel.file_checks`)
+   master is named or there is more than one core; in this process (:mod:`runners.file_checks`)
    with ``--local``, for a small input, or on one core without a master.
    Each history gets every checker that applies (:mod:`invariants.verify`).  A history lives in
    one file (a file may hold many), unless ``--group-by-history``: then rows are grouped by
@@ -33,13 +33,13 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from invariants.verify import Outcome, VerdictRow, VerifyOptions, duplicate_histories
-from txnmodel.common import EXIT_BAD_INPUT, one_line, positive_float, positive_int, spark_master
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, one_line, positive_float, positive_int, spark_master
 
 __all__ = [
     "DEFAULT_OUT",
@@ -65,12 +65,12 @@ class VerifyRequest:
     options: VerifyOptions = field(default_factory=VerifyOptions)
     out: str = DEFAULT_OUT
     master: str | None = None  # a Spark master URL; None: local[<cores>] when Spark is used
-    mode: str = "auto"  # auto | local | spark (see txnmodel.spark_runner.use_spark)
+    mode: str = "auto"  # auto | local | spark (see runners.spark.use_spark)
     group_by_history: bool = False
     unknown_ok: bool = False
     progress: bool = True
     json: bool = False
-    # where progress goes (a txnmodel.progress.Reporter); None: a Reporter of its own on stderr
+    # where progress goes (a views.progress.Reporter); None: a Reporter of its own on stderr
     reporter: Any = field(default=None, compare=False)
 
 
@@ -85,7 +85,7 @@ class VerifyResult:
 
 def verify(request: VerifyRequest) -> VerifyResult:
     """List, check, write and report; never raises on bad input (exit code 2 instead)."""
-    from invariants.history import history_files
+    from history_io.files import history_files
     from invariants.models import model_by_name
     from spec.errors import InputError
     from spec.history import BadHistory
@@ -111,7 +111,7 @@ def verify(request: VerifyRequest) -> VerifyResult:
     options = request.options
     if request.format == "jepsen" and options.model == "auto":
         options = dataclasses.replace(options, model="cas-register")
-    from txnmodel.progress import Reporter
+    from views.progress import Reporter
 
     reporter = request.reporter if request.reporter is not None else Reporter()
     if not request.progress:
@@ -124,7 +124,7 @@ def report(request: VerifyRequest, rows: Sequence[VerdictRow], elapsed: float) -
     """The end of a verification whose rows are in (each part already written under
     ``request.out``): the index and every counterexample's page, then the report on standard output
     (text, or JSON with ``request.json``); returns the exit code with the rows."""
-    from txnmodel.verdicts import applicability_lines, exit_code, history_results, print_report, summarize, write_index
+    from runners.verdicts import applicability_lines, history_results, print_report, summarize, write_index
 
     out = Path(request.out)
     written = write_index(out, rows)
@@ -161,9 +161,9 @@ def _check(request: VerifyRequest, files: list[str], options: VerifyOptions, rep
     """Check the files where it pays (in this process or on Spark) and write every verdict under
     ``request.out``: each task writes its own part, and this process adds the histories found in
     two files.  Returns the verdict rows without their HTML pages."""
-    from txnmodel.file_checks import check_files_local
-    from txnmodel.spark_runner import use_spark
-    from txnmodel.verdicts import clear_verdicts, write_part
+    from runners.file_checks import check_files_local
+    from runners.spark import use_spark
+    from runners.verdicts import clear_verdicts, write_part
 
     out = Path(request.out)
     clear_verdicts(out)
@@ -173,7 +173,7 @@ def _check(request: VerifyRequest, files: list[str], options: VerifyOptions, rep
     grouped = request.group_by_history
     reporter.say(f"verify: {'on Spark' if spark else 'in this process'} ({why})")
     if spark:
-        from txnmodel.spark_runner import check_files_spark, spark_session
+        from runners.spark import check_files_spark, spark_session
 
         master = request.master or f"local[{cores}]"
         with reporter.phase("verify: start Spark", unit=""):
@@ -328,3 +328,14 @@ def verify_main(argv: Sequence[str]) -> int:
     from txnmodel.cli import main
 
     return main(["verify", *argv])
+
+
+def exit_code(rows: Iterable[VerdictRow], unknown_ok: bool = False) -> int:
+    """2 for any bad input (it wins: verdicts on bad input mean nothing); 1 for a violation, an
+    error, or an unknown verdict unless ``unknown_ok``; else 0."""
+    verdicts = {Outcome(row.verdict) for row in rows}
+    if Outcome.BAD_INPUT in verdicts:
+        return EXIT_BAD_INPUT
+    if Outcome.ILLEGAL in verdicts or Outcome.ERROR in verdicts or (Outcome.UNKNOWN in verdicts and not unknown_ok):
+        return EXIT_FAILED
+    return EXIT_OK

@@ -6,8 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from history_io.inputs import read_json_input
 from spec.errors import InputError
-from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, one_line, read_json_input
+from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, one_line
 
 # A trace is a model checker's counterexample: states step by step.  Bounded before it is parsed.
 MAX_TRACE_BYTES = 64 * 1024 * 1024
@@ -15,8 +16,8 @@ MAX_TRACE_DEPTH = 64
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from invariants.trace import Trace
-    from invariants.viewer import trace_page
+    from proofs.check.trace_format import Trace
+    from views.viewer import trace_page
 
     source = Path(args.trace)
     try:

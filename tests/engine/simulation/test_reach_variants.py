@@ -1,0 +1,34 @@
+"""The workload variants and fault mixes that make the main job reach more (docs/engine/simulation.md)."""
+
+from __future__ import annotations
+
+from engine.simulation.workloads import FAULT_MIXES, MIX_CYCLE, RunSpec, fault_mix, main_job_spec, run
+
+
+def test_the_main_job_cycles_through_every_fault_mix() -> None:
+    assert {fault_mix("mixed", seed) for seed in range(1, 11)} == set(MIX_CYCLE) == set(FAULT_MIXES)
+    assert fault_mix("late-append", 3) == "late-append"
+    specs = [main_job_spec("ctp", seed) for seed in range(1, 43)]
+    for flag in ("batching", "batch_messages", "key_shared", "unsubscribe", "cumulative", "redeliver"):
+        assert 0 < sum(getattr(s, flag) for s in specs) < len(specs), flag
+
+
+def test_quiesce_unloads_every_partition_before_the_readers_start() -> None:
+    result = run(RunSpec(workload="multi", seed=4, ops=10, faults=True, fault_rates=dict(FAULT_MIXES["quiesce"])))
+    unloads = [f for f in result.faults if f.kind == "topic-unload-at-heal"]
+    heal = next(f for f in result.faults if f.kind == "heal")
+    assert len(unloads) == 2 and all(f.time_ms > heal.time_ms for f in unloads)
+    reads = [op for op in result.operations if op.f in ("subscribe", "receive") and "#read" in op.object]
+    assert reads and min(op.invoked_at for op in reads) > max(f.time_ms for f in unloads)
+
+
+def test_unsubscribing_readers_remove_their_subscription() -> None:
+    result = run(RunSpec(workload="multi", seed=1, ops=5, unsubscribe=True))
+    gone = [op for op in result.operations if op.f == "unsubscribe"]
+    assert len(gone) == 2 and all(op.type.value == "ok" for op in gone)
+
+
+def test_redelivering_processors_receive_again_inside_their_txn() -> None:
+    result = run(RunSpec(workload="ctp", seed=2, ops=10, redeliver=True, cumulative=True))
+    fs = [op.f for op in result.operations]
+    assert "redeliver_unacknowledged" in fs and "ack_cumulative" in fs
