@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import immutables
 from pyroaring import BitMap, FrozenBitMap
 
-from engine.storage.bucket_storage import decode_metadata, decode_segment, encode_segment
+from engine.delayed.bucket_storage import decode_metadata, decode_segment, encode_segment
 from reference import delayed as d
 from spec.config import Config
 from spec.pb import DelayedMessageIndexBucketMetadata_pb2 as metadata_pb

@@ -67,7 +67,7 @@ REFERENCE_MODULES = (
 # run only on that rule's path (see the module docstring).
 ENGINE_SITES: dict[tuple[str, str], tuple[str, ...]] = {
     ("engine.storage.record_log", "RecordLog._roll"): ("BW-26",),
-    ("engine.broker.delayed_shared", "SharedDelayedIndex.get_scheduled_messages"): ("DD-13", "DD-30"),
+    ("engine.delayed.shared", "SharedDelayedIndex.get_scheduled_messages"): ("DD-13", "DD-30"),
     ("engine.broker.subscription", "SubscriptionService.seek_time"): ("PA-23",),
     ("engine.broker.subscription", "reader_start"): ("PA-24",),
     ("engine.simulation.client", "Client._fail_with_pulsar_error"): ("TC-37",),

@@ -9,6 +9,7 @@ Its layers, each importing only those before it:
 * :mod:`engine.simulated`: the simulated substrate, apart from the real one (a disk power cuts can
   tear, faults injected into a ledger);
 * :mod:`engine.ledger_store`: where a broker's ledgers live, real or simulated;
+* :mod:`engine.delayed`: delayed delivery on the ledgers (PIP-195's bucket snapshots, the shared index);
 * :mod:`engine.broker`: the broker built from the machines;
 * :mod:`engine.simulation` (seeded workloads under faults) and :mod:`engine.serve` (Pulsar's
   binary protocol on the wall clock).

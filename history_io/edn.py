@@ -597,7 +597,7 @@ def _reindex(op: Operation, index: int) -> Operation:
 
 def read_edn(path: str | Path) -> dict[str, list[Operation]]:
     """Read one ``history.edn``: ``{history id: operations}`` (:func:`history_id`)."""
-    from history_io.files import open_input  # a regular file only: a FIFO or a device is refused
+    from history_io.inputs import open_input  # a regular file only: a FIFO or a device is refused
 
     file = Path(path)
     where = str(file)

@@ -26,11 +26,11 @@ import contextlib
 import itertools
 import json
 import os
-import stat
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from history_io.inputs import open_input
 from spec.config import Config
 from spec.errors import BadConfig
 from spec.history import (
@@ -54,7 +54,6 @@ __all__ = [
     "history_files",
     "history_table",
     "iter_histories",
-    "open_input",
     "parquet_history_names",
     "read_file",
     "read_jsonl",
@@ -92,39 +91,6 @@ def arrow_schema() -> Any:
         [pa.field(name, types[kind], nullable=nullable) for name, kind, nullable in PARQUET_COLUMNS],
         metadata={b"txnmodel.history.schema_version": str(SCHEMA_VERSION).encode()},
     )
-
-
-def open_input(path: str | Path) -> IO[bytes]:
-    """Open an input file for reading, refused with :class:`BadHistory` unless it is a regular file.
-
-    Opened without blocking and checked on the descriptor: a FIFO is refused instead of waiting for
-    a writer, a device such as /dev/zero instead of being read without end."""
-    where = str(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise BadHistory(f"cannot read: {exc.strerror}", where=where) from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise BadHistory(f"not a regular file ({_kind(mode)}); expected a history file", where=where)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def history_files(path: str | Path, fmt: str) -> list[Path]:

@@ -9,11 +9,20 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from spec.errors import InputError
+from spec.history import BadHistory
 
-__all__ = ["decode_utf8", "describe_os_error", "file_kind", "read_input_bytes", "read_json_input", "text_place"]
+__all__ = [
+    "decode_utf8",
+    "describe_os_error",
+    "file_kind",
+    "open_input",
+    "read_input_bytes",
+    "read_json_input",
+    "text_place",
+]
 
 
 def describe_os_error(exc: OSError) -> str:
@@ -99,3 +108,23 @@ def decode_utf8(data: bytes, where: str) -> str:
             f"not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line} (byte offset {exc.start}) {exc.reason}",
             where=where,
         ) from None
+
+
+def open_input(path: str | Path) -> IO[bytes]:
+    """Open an input file for reading, refused with :class:`BadHistory` unless it is a regular file.
+
+    Opened without blocking and checked on the descriptor: a FIFO is refused instead of waiting for
+    a writer, a device such as /dev/zero instead of being read without end."""
+    where = str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise BadHistory(f"cannot read: {exc.strerror}", where=where) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise BadHistory(f"not a regular file ({file_kind(mode)}); expected a history file", where=where)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise

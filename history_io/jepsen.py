@@ -98,7 +98,7 @@ def read_jepsen_log(path: str | Path) -> list[Operation]:
 def _read_text(file: Path) -> str:
     """A log's text: a regular file (a FIFO or a device is refused) of at most
     :data:`MAX_JEPSEN_LOG_BYTES`, UTF-8."""
-    from history_io.files import open_input
+    from history_io.inputs import open_input
 
     with open_input(file) as handle:
         raw = handle.read(MAX_JEPSEN_LOG_BYTES + 1)

@@ -30,19 +30,25 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any
 
 from spec.history import Operation
+
+if TYPE_CHECKING:
+    from invariants.client_visible import OracleResult
+    from invariants.explain import Counterexample
+    from invariants.transactional import TxnResult
 
 __all__ = [
     "GENERIC_KINDS",
     "MACHINE_KINDS",
-    "MAX_HTML_BYTES",
     "TXN_VOCABULARY",
+    "DeliveryExplanation",
     "LinearizabilityCheck",
     "ModelPlan",
     "Outcome",
+    "TxnExplanation",
     "UnknownModel",
     "VerdictRow",
     "VerifyOptions",
@@ -65,7 +71,6 @@ MACHINE_KINDS: Mapping[str, str] = {
 }
 GENERIC_KINDS: Mapping[str, str] = {"register": "register", "cas-register": "register", "kv": "key"}
 TXN_VOCABULARY = frozenset({"send", "receive", "commit", "abort", "ack", "ack_cumulative"})
-MAX_HTML_BYTES = 300_000
 
 
 class Outcome(enum.StrEnum):
@@ -109,9 +114,34 @@ class VerifyOptions:
 
 
 @dataclass(frozen=True)
+class TxnExplanation:
+    """Why a history's transactional check failed: its result, the client operations it judged, and
+    whether a page is wanted (``--no-counterexamples`` keeps the text only)."""
+
+    result: TxnResult
+    ops: tuple[Operation, ...]
+    seed: int | None
+    reproduce: str | None
+    page: bool
+
+
+@dataclass(frozen=True)
+class DeliveryExplanation:
+    """Why a history's delivery check failed: the oracle's result."""
+
+    history: str
+    result: OracleResult
+    seed: int | None
+    reproduce: str | None
+
+
+@dataclass(frozen=True)
 class VerdictRow:
     """One verdict: a history and a checker (``linearizability``, ``transactional``, ``delivery``;
-    ``input`` and ``crash``)."""
+    ``input`` and ``crash``).
+
+    A failed check carries its ``explanation`` as data; :func:`views.report.rendered` turns it into
+    the ``counterexample`` text and the ``html`` page, the row that is written and shown."""
 
     history: str
     checker: str
@@ -128,11 +158,10 @@ class VerdictRow:
     html: str | None = None
     seed: int | None = None
     reproduce: str | None = None  # the command that reruns the history, when its file recorded the run
+    explanation: Counterexample | TxnExplanation | DeliveryExplanation | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out.pop("html")
-        return out
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("html", "explanation")}
 
 
 class UnknownModel(Exception):
@@ -156,7 +185,7 @@ class ModelPlan:
 @dataclass(frozen=True)
 class LinearizabilityCheck:
     """The linearizability of one history over every planned model: the worst verdict, the totals,
-    the first illegal object and its counterexample (text and HTML, when asked for)."""
+    the first illegal object and its counterexample (when asked for)."""
 
     verdict: Outcome
     objects: int
@@ -164,8 +193,7 @@ class LinearizabilityCheck:
     steps: int
     failing_object: str | None
     detail: str
-    counterexample: str | None = None
-    html: str | None = None
+    counterexample: Counterexample | None = None
 
 
 def plan_models(name: str, ops: Sequence[Operation]) -> list[ModelPlan]:
@@ -218,16 +246,16 @@ def check_linearizability(
     The detail is the reasons of the objects not ``ok``; for the machines of an engine history it is
     JSON: ``{"models": {model: {"objects", "epochs", "ops", "steps", "verdict", "object_verdicts",
     "seconds"}}, "reasons": [...]}``, the per-object verdicts by machine."""
+    from invariants.explain import explain
     from invariants.linearizability import Verdict, check_history
     from invariants.models import model_by_name
-    from invariants.report import counterexample_html, explain, render_text
 
     deadline = None if options.seconds is None else time.monotonic() + options.seconds
     verdict, objects, checked, steps = Outcome.OK, 0, 0, 0
     failing: str | None = None
     reasons: list[str] = []
     per_model: dict[str, dict[str, Any]] = {}
-    text = page = None
+    counterexample = None
     for step in plan:
         try:
             model = model_by_name(step.model)
@@ -261,13 +289,11 @@ def check_linearizability(
         if bad is not None and failing is None:
             failing = bad.object
             if options.counterexamples:
-                cx = replace(explain(model, failing_part(model, mine, bad), bad), reproduce=reproduce)
-                text = render_text(cx)
-                page = counterexample_html(cx, max_bytes=MAX_HTML_BYTES)
+                counterexample = replace(explain(model, failing_part(model, mine, bad), bad), reproduce=reproduce)
     detail = "; ".join(reasons)[:2000]
     if all(step.machine for step in plan):
         detail = json.dumps({"models": per_model, "reasons": [r[:500] for r in reasons[:4]]})
-    return LinearizabilityCheck(verdict, objects, checked, steps, failing, detail, text, page)
+    return LinearizabilityCheck(verdict, objects, checked, steps, failing, detail, counterexample)
 
 
 def _linearizability_row(
@@ -293,10 +319,9 @@ def _linearizability_row(
         time.perf_counter() - started,
         found.failing_object,
         found.detail,
-        found.counterexample,
-        found.html,
-        seed,
-        reproduce,
+        seed=seed,
+        reproduce=reproduce,
+        explanation=found.counterexample,
     )
 
 
@@ -309,7 +334,6 @@ def _transactional_row(
     reproduce: str | None,
 ) -> VerdictRow:
     from invariants.applicability import applicability
-    from invariants.report import render_txn_text, txn_html
     from invariants.transactional import check_transactional
 
     started = time.perf_counter()
@@ -328,12 +352,11 @@ def _transactional_row(
         time.perf_counter() - started,
         None,
         json.dumps({"counts": txn.counts, "anomalies": [a.to_json() for a in txn.anomalies], "applicability": applies}),
-        None if txn.ok else render_txn_text(txn, seed=seed, reproduce=reproduce),
-        None
-        if txn.ok or not options.counterexamples
-        else txn_html(txn, client_ops, seed=seed, max_bytes=MAX_HTML_BYTES, reproduce=reproduce),
-        seed,
-        reproduce,
+        seed=seed,
+        reproduce=reproduce,
+        explanation=None
+        if txn.ok
+        else TxnExplanation(txn, tuple(client_ops), seed, reproduce, page=options.counterexamples),
     )
 
 
@@ -348,16 +371,9 @@ def _delivery_row(
     """The delivery checks judge the client operations; the coordinator's machine rows go along
     as the record of the faults that disturbed a transaction's end (TC-16, TC-24, TC-25)."""
     from invariants.client_visible import check_client_visible
-    from invariants.report import reproduce_lines
 
     started = time.perf_counter()
     found = check_client_visible(ops)
-    text = None
-    if not found.ok:
-        lines = [f"history {name}: delivery violations {dict(sorted(found.counts.items()))}"]
-        lines += [f"  {v}" for v in found.violations]
-        lines += reproduce_lines(seed, reproduce)
-        text = "\n".join(lines)
     return VerdictRow(
         name,
         "delivery",
@@ -372,10 +388,9 @@ def _delivery_row(
         json.dumps(
             {"counts": found.counts, "judged": found.judged, "violations": [v.to_json() for v in found.violations]}
         ),
-        text,
-        None,
-        seed,
-        reproduce,
+        seed=seed,
+        reproduce=reproduce,
+        explanation=None if found.ok else DeliveryExplanation(name, found, seed, reproduce),
     )
 
 

@@ -13,7 +13,7 @@ from a history's JSON and the vectors adapter cover both.
   snapshots live in storage (entry 0 metadata, entries 1..N segments), one loaded segment per
   bucket in the shared queue, per-ledger roaring bitmaps for membership, merge, delete, trim,
   clear and recovery.  Its snapshot store is modelled inside the state (:class:`Storage`), and
-  every change to it is also an effect the engine carries out (``engine.storage.bucket_storage``).
+  every change to it is also an effect the engine carries out (``engine.delayed.bucket_storage``).
 
 What both share -- the parameters, the commands, the effects, the timer rule -- is
 :mod:`reference.delayed_common`; the packed runs and bitmaps they are written over are

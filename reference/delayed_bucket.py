@@ -8,7 +8,7 @@ membership, merge, delete, trim, clear and recovery.
 The snapshot store (BookKeeper in Pulsar) is modelled inside the state as :class:`Storage` so
 that the machine stays pure and the invariants can see where every message lies; each change to
 it is also returned as an effect (``CreateBucketSnapshot``, ``DeleteBucketSnapshot``,
-``SetCursorProperty`` ...) so the engine (``engine.storage.bucket_storage``) can write real
+``SetCursorProperty`` ...) so the engine (``engine.delayed.bucket_storage``) can write real
 ledgers.  Storage failures are injected with :class:`~reference.delayed_common.InjectStorageFailure`;
 each attempt consumes one queued failure and an operation fails for good after
 ``1 + DELAYED_STORAGE_MAX_RETRIES``.

@@ -160,11 +160,13 @@ def simulate_task(spec: Any) -> tuple[Any, Any]:
     return dataclasses.replace(result, operations=[]), history_table(result.operations)
 
 
-def verify_task(units: Sequence[tuple[str, tuple[str, ...] | None]], out: str, part: str) -> list[Any]:
+def verify_task(
+    units: Sequence[tuple[str, tuple[str, ...] | None]], out: str, part: str, reproduce: Any = None
+) -> list[Any]:
     """Every checker on some histories of the written files; the verdicts are written as part
     ``part`` under ``out`` (:func:`runners.file_checks.check_units`) and come back without their
-    HTML pages."""
+    HTML pages.  ``reproduce``: :data:`runners.file_checks.Reproduce`, a module-level function."""
     from invariants.verify import VerifyOptions
     from runners.file_checks import check_units
 
-    return check_units(units, "parquet", VerifyOptions(), out, part)
+    return check_units(units, "parquet", VerifyOptions(), out, part, reproduce)

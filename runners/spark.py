@@ -26,7 +26,8 @@ from typing import Any
 
 from history_io.folders import scratch_folder
 from invariants.verify import VerdictRow, VerifyOptions, check_grouped
-from runners.file_checks import Unit, check_units, read_groups
+from runners.file_checks import Reproduce, Unit, check_units, read_groups
+from views.report import rendered
 
 __all__ = [
     "BREAK_EVEN_OPS",
@@ -194,9 +195,10 @@ def check_files_spark(
     spark: Any = None,
     group_by_history: bool = False,
     out: str | None = None,
+    reproduce: Reproduce | None = None,
 ) -> list[VerdictRow]:
-    """Check on Spark.  ``progress``: a :class:`views.progress.Phase` fed with the tasks done,
-    or None.
+    """Check on Spark (``reproduce``: see :data:`runners.file_checks.Reproduce`).  ``progress``: a
+    :class:`views.progress.Phase` fed with the tasks done, or None.
 
     Default: each task runs :func:`check_units` on a few files or on some histories of a large
     file (a history lives in one file, so no shuffle).  ``group_by_history``: tasks read files into
@@ -220,7 +222,9 @@ def check_files_spark(
                 sc.parallelize(work, len(work))
                 .mapPartitionsWithIndex(
                     lambda index, bins: [
-                        row for units in bins for row in check_units(units, fmt, options, out, f"{index:05d}")
+                        row
+                        for units in bins
+                        for row in check_units(units, fmt, options, out, f"{index:05d}", reproduce)
                     ]
                 )
                 .collect()
@@ -229,7 +233,7 @@ def check_files_spark(
     whole = [((path, None), float(_size(path) or 1)) for path in files]
     bins = [[path for path, _ in part] for part in pack(whole, max(1, min(len(files), slots)))]
     rdd = sc.parallelize(bins, len(bins))
-    keyed = rdd.flatMap(lambda paths: [pair for path in paths for pair in read_groups(path, fmt, options)])
+    keyed = rdd.flatMap(lambda paths: [pair for path in paths for pair in read_groups(path, fmt, options, reproduce)])
     bad = keyed.filter(lambda pair: pair[0] is None).values()
     checked = (
         keyed.filter(lambda pair: pair[0] is not None)
@@ -251,7 +255,7 @@ def _check_grouped_part(
 ) -> list[VerdictRow]:
     """Stage 2 of ``--group-by-history`` on one Spark partition: check each grouped history, and
     with ``out`` write the partition's verdicts there."""
-    rows = [row for history, parts in pairs for row in check_grouped(history, parts, options)]
+    rows = [row for history, parts in pairs for row in rendered(check_grouped(history, parts, options))]
     if out is None:
         return rows
     from runners.verdicts import write_part
@@ -309,7 +313,7 @@ def estimate_operations(files: Sequence[str], fmt: str, enough: int) -> int:
     """How many operations the files hold, counted from what is cheap to read on the driver: a
     Parquet file's row count from its footer, a text file's lines (Jepsen logs hold one event per
     line, two per operation).  Counting stops once ``enough`` is passed."""
-    from history_io.files import open_input  # a regular file only: a FIFO would block, /dev/zero never end
+    from history_io.inputs import open_input  # a regular file only: a FIFO would block, /dev/zero never end
 
     total = 0
     for path in files:

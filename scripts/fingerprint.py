@@ -91,7 +91,10 @@ def main() -> int:
         for path in sorted((args.rescore / "fingerprint").iterdir()):
             data = path.read_bytes()
             if not path.name.startswith(("run__histories", "sim__")):
-                data = json.dumps(scrub(json.loads(data), str(args.rescore)), sort_keys=True).encode()
+                value = scrub(json.loads(data), str(args.rescore))
+                if path.name == "run__verdicts":  # rows in one order, whatever the run's
+                    value.sort(key=lambda r: json.dumps(r, sort_keys=True))
+                data = json.dumps(value, sort_keys=True).encode()
             print(f"{path.name.replace('__', '/')} {sha(data)}")
         return 0
     results: dict[str, bytes] = {}
@@ -158,7 +161,12 @@ def main() -> int:
             ),
             root,
         )
-        etcd = Path(__file__).resolve().parents[2] / "shared" / "data" / "porcupine" / "jepsen-etcd"
+        # ../shared beside the checkout, or beside the folder of worktrees that holds it
+        roots = Path(__file__).resolve().parents[1].parents
+        etcd = next(
+            (p for r in roots if (p := r / "shared" / "data" / "porcupine" / "jepsen-etcd").is_dir()),
+            Path("/nonexistent"),
+        )
         if etcd.is_dir():
             results["verify/jepsen-etcd"] = json_lines(
                 run(

@@ -22,6 +22,7 @@ __all__ = ["LAYERS", "PACKAGES", "layer_of", "may_import"]
 
 _CORE = ("spec", "reference", "invariants", "proofs")
 _ENGINE_BASE = ("spec", "reference", "engine.scheduler", "engine.recorder")
+_BELOW_BROKER = (*_ENGINE_BASE, "engine.storage", "engine.simulated", "engine.ledger_store", "engine.delayed")
 
 # Each layer and the layers below it that it may import (itself always).
 LAYERS: Mapping[str, frozenset[str]] = MappingProxyType(
@@ -37,12 +38,29 @@ LAYERS: Mapping[str, frozenset[str]] = MappingProxyType(
         "engine.storage": frozenset(_ENGINE_BASE),
         "engine.simulated": frozenset({*_ENGINE_BASE, "engine.storage"}),
         "engine.ledger_store": frozenset({*_ENGINE_BASE, "engine.storage", "engine.simulated"}),
-        "engine.broker": frozenset({*_ENGINE_BASE, "engine.storage", "engine.simulated", "engine.ledger_store"}),
+        "engine.delayed": frozenset({*_ENGINE_BASE, "engine.storage", "engine.simulated", "engine.ledger_store"}),
+        "engine.broker": frozenset(
+            {*_ENGINE_BASE, "engine.storage", "engine.simulated", "engine.ledger_store", "engine.delayed"}
+        ),
         "engine.simulation": frozenset(
-            {*_ENGINE_BASE, "engine.storage", "engine.simulated", "engine.ledger_store", "engine.broker"}
+            {
+                *_ENGINE_BASE,
+                "engine.storage",
+                "engine.simulated",
+                "engine.ledger_store",
+                "engine.delayed",
+                "engine.broker",
+            }
         ),
         "engine.serve": frozenset(
-            {*_ENGINE_BASE, "engine.storage", "engine.simulated", "engine.ledger_store", "engine.broker"}
+            {
+                *_ENGINE_BASE,
+                "engine.storage",
+                "engine.simulated",
+                "engine.ledger_store",
+                "engine.delayed",
+                "engine.broker",
+            }
         ),
         # the shell around the core and the engine
         "history_io": frozenset({"spec", "reference"}),

@@ -31,11 +31,11 @@ import html
 import itertools
 import json
 import math
-import time
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from invariants.explain import Linearization
 from invariants.readable import Row, diff_rows, short
 from invariants.verify import Outcome
 from spec.history import Operation, OpType, parse_object
@@ -71,20 +71,6 @@ class Caps:
     max_bytes: int = MAX_BYTES
     max_anomalies: int = 60
     max_index_rows: int = 5000
-
-
-@dataclass(frozen=True)
-class Linearization:
-    """One partial linearization to step through: the operations in order and the model's state
-    before the first step and after each one (rows of :func:`invariants.readable.rows`)."""
-
-    order: tuple[int, ...]
-    states: tuple[tuple[Row, ...], ...]  # len(order) + 1
-    rows_left: int = 0  # state rows the row cap left out (largest over the steps)
-    source: str = ""  # "checker" (the search's own longest prefix) or "search" (another one)
-    # after the last step: (op index, why it cannot come next), the candidates first
-    next_ops: tuple[tuple[int, str], ...] = ()
-    blocked: int | None = None  # the op whose return ends this prefix: it had to be placed by then
 
 
 # --- pieces shared by every page ----------------------------------------------------------------
@@ -1002,95 +988,6 @@ def _detail_words(detail: Any) -> str:
         reasons = data.get("reasons") or []
         return "; ".join(parts) + (f"; {reasons[0]}" if reasons else "")
     return text
-
-
-# --- partial linearizations ---------------------------------------------------------------------------
-
-
-@dataclass
-class _Search:
-    """Bookkeeping of :func:`partial_linearizations`."""
-
-    budget: int
-    nodes: int = 0
-    found: dict[int, tuple[int, ...]] = field(default_factory=dict)  # linearized set -> an order of it
-
-
-def partial_linearizations(
-    init: Hashable,
-    step: Callable[[Any, Any, Any], tuple[bool, Any]],
-    decoded: Sequence[tuple[Any, Any]],
-    calls: Sequence[int],
-    returns: Sequence[float],
-    *,
-    limit: int = 5,
-    budget: int = 20_000,
-    deadline: float | None = None,
-) -> list[tuple[int, ...]]:
-    """The longest maximal partial linearizations a bounded depth-first search finds, longest
-    first, at most ``limit`` with distinct sets of operations (positions into ``decoded``).
-
-    For display only: the verdict is :func:`invariants.linearizability.check_object`'s.  A partial
-    linearization orders some operations so that the model accepts each in turn and real-time
-    order holds (an operation comes after every operation that returned before it was called);
-    it is maximal when the model refuses every operation that could come next.  ``budget`` bounds
-    the model steps tried and ``deadline`` (a ``time.monotonic()`` instant) the time; a (set,
-    state) pair is visited once.
-    """
-    n = len(decoded)
-    by_return = sorted(range(n), key=lambda i: (returns[i], i))
-    by_call = sorted(range(n), key=lambda i: (calls[i], i))
-    search = _Search(budget)
-    seen: set[tuple[int, Any]] = set()
-
-    def candidates(mask: int) -> list[int]:
-        # the two earliest open returns bound what may come next (the earliest one binds every other op)
-        first = second = -1
-        for i in by_return:
-            if not mask >> i & 1:
-                if first < 0:
-                    first = i
-                else:
-                    second = i
-                    break
-        if first < 0:
-            return []
-        first_ret = returns[first]
-        second_ret = returns[second] if second >= 0 else math.inf
-        out = []
-        for i in by_call:
-            if calls[i] > max(first_ret, second_ret):
-                break
-            if not mask >> i & 1 and calls[i] <= (second_ret if i == first else first_ret):
-                out.append(i)
-        return out
-
-    # iterative DFS: (linearized set, state, order, candidates left to try)
-    stack: list[tuple[int, Any, tuple[int, ...], list[int]]] = [(0, init, (), candidates(0))]
-    seen.add((0, init))
-    extended: set[int] = set()  # sets that had an accepted extension: not maximal
-    while stack and search.nodes < budget:
-        if deadline is not None and not search.nodes & 255 and time.monotonic() > deadline:
-            break
-        mask, state, order, todo = stack[-1]
-        if not todo:
-            stack.pop()
-            if mask not in extended and order:
-                search.found.setdefault(mask, order)
-            continue
-        i = todo.pop()
-        search.nodes += 1
-        accepted, new_state = step(state, decoded[i][0], decoded[i][1])
-        if not accepted:
-            continue
-        extended.add(mask)
-        key = (mask | 1 << i, new_state)
-        if key in seen:
-            continue
-        seen.add(key)
-        stack.append((key[0], new_state, (*order, i), candidates(key[0])))
-    best = sorted(search.found.values(), key=lambda o: (-len(o), o))
-    return best[:limit]
 
 
 # --- the page's style and script ------------------------------------------------------------------------

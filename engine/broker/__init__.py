@@ -18,7 +18,7 @@ One module per responsibility:
 * :mod:`.subscription` -- :class:`SubscriptionService`: a durable cursor on the partition,
   :mod:`reference.pending_ack` with its pending-ack log, the dispatcher (batch entries handed out
   per index), and for Shared and Key_Shared subscriptions the delayed-delivery service
-  (:mod:`engine.broker.delayed_service` over :mod:`reference.delayed`).
+  (:mod:`engine.delayed.service` over :mod:`reference.delayed`).
 * :mod:`.key_shared` -- Key_Shared routing: Murmur3, hash ranges, the selector.
 * :mod:`.snapshot_topics` -- snapshot records as keyed Avro messages on the namespace's system
   topics, read back on load.

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
 from engine.broker.component import BrokerError, BrokerHost, Component, fail, named_error, read_all
-from engine.broker.delayed_shared import TopicDelayedIndex
 from engine.broker.entries import (
     NO_BODY,
     BatchedMessage,
@@ -29,6 +28,7 @@ from engine.broker.snapshot_topics import (
     snapshot_records,
 )
 from engine.broker.subscription import SubscriptionService
+from engine.delayed.shared import TopicDelayedIndex
 from engine.scheduler import Future
 from engine.storage.ledger import LedgerError, ManagedLedger
 from reference import buffer as tb

@@ -4,7 +4,7 @@ log, the dispatcher, and for Shared and Key_Shared subscriptions the delayed-del
 The dispatcher reads forward from its read position.  What may be read is the buffer's decision
 (:func:`reference.buffer.dispatch`), whether a message is still deliverable is the pending ack's
 (:func:`reference.pending_ack.message_state`), whether a delayed message waits is the tracker's
-(:mod:`engine.broker.delayed_service` over :mod:`reference.delayed`).  Exclusive and Failover
+(:mod:`engine.delayed.service` over :mod:`reference.delayed`).  Exclusive and Failover
 subscriptions have one active consumer (the lowest id); Shared ones round-robin; Key_Shared ones
 route by key (:mod:`.key_shared`), batch entries handed out per index.
 """
@@ -20,10 +20,10 @@ from typing import Protocol, cast
 import immutables
 
 from engine.broker.component import BrokerError, BrokerHost, Component, after, all_of, error_of, fail
-from engine.broker.delayed_service import DelayedDeliveryService
-from engine.broker.delayed_shared import TopicDelayedIndex
 from engine.broker.entries import StoredMessage
 from engine.broker.key_shared import STICKY_KEY_HASH_RANGE, hand_over_top_range, select, split_range, sticky_key_hash
+from engine.delayed.service import DelayedDeliveryService
+from engine.delayed.shared import TopicDelayedIndex
 from engine.scheduler import Future
 from engine.storage.ledger import InitialPosition, LedgerError, ManagedCursor, ManagedLedger
 from engine.storage.memory_ledger import non_durable_cursor

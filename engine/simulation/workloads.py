@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.broker import BrokerFaults, ComponentFailure
-from engine.broker.delayed_service import BUCKET_FACTORY
+from engine.delayed.service import BUCKET_FACTORY
 from engine.ledger_store import LedgerFaults, LedgerStore, storage_lost
 from engine.scheduler import Future, NetworkFaults, SimTimeout, spawn
 from engine.simulated.faults import FAULT_RATES, InjectedFault

@@ -76,18 +76,15 @@ def _runtime(run_id: str, spec: ModelSpec, step_timeout_s: float | None, broadca
 def explore_spark(
     spec: ModelSpec,
     options: Options,
-    master: str,
+    session: Any,
     *,
     work_dir: str | None = None,
     partitions: int | None = None,
-    spark: Any = None,
 ) -> tuple[Result, Model]:
     """Explore ``spec`` on Spark; the result and the driver's model (for rendering traces).  The
-    session is the process's one (:func:`runners.spark.spark_session`), left running."""
-    from runners.spark import spark_session
-
+    session is the caller's (the command line's is the process's one,
+    :func:`runners.spark.spark_session`), left running."""
     started = time.perf_counter()
-    session = spark or spark_session(master, "txnmodel-check")
     sc = session.sparkContext
     slots = int(sc.defaultParallelism)
     n_parts = partitions or max(2, 2 * slots)
@@ -104,7 +101,7 @@ def explore_spark(
     )
     if options.liveness and (options.symmetry or options.por):
         result.notes.append("liveness needs the whole graph: explored without symmetry and partial-order reduction")
-    result.notes.append(f"Spark {master}: {n_parts} partitions")
+    result.notes.append(f"Spark {getattr(sc, 'master', '?')}: {n_parts} partitions")
     canon = driver.canonical if symmetry and len(driver.symmetries) > 1 else (lambda s: s)
     init = canon(driver.initial())
     init_fp = hash(init)

@@ -515,8 +515,8 @@ def test_dd28_metrics_bucket_total() -> None:
 
 
 def test_dd30_is_covered_by_the_engine_tests() -> None:
-    """DD-30 lives in engine/broker/delayed_shared.py; see tests/engine/broker/test_delayed_shared.py."""
-    from engine.broker import delayed_shared
+    """DD-30 lives in engine/delayed/shared.py; see tests/engine/delayed/test_shared.py."""
+    from engine.delayed import shared as delayed_shared
 
     assert delayed_shared.SharedDelayedIndex is not None
 

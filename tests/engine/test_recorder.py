@@ -24,9 +24,9 @@ from engine.scheduler import NetworkFaults
 from engine.simulation.client import Cluster, OperationTimeout
 from engine.simulation.workloads import RunSpec, run
 from history_io.files import read_parquet, write_parquet
+from invariants.explain import explain
 from invariants.linearizability import Verdict, check_history
 from invariants.models import MachineModel, model_by_name
-from invariants.report import explain
 from invariants.verify import MACHINE_KINDS, VerifyOptions, check_histories, failing_part
 from reference import buffer as tb
 from spec.config import Config

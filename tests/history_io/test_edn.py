@@ -17,6 +17,7 @@ from invariants.models import random_register_history
 from invariants.verify import VerifyOptions, check_histories
 from spec.history import BadHistory, Operation, OpType
 from txnmodel.cli import main
+from views.report import rendered
 
 
 def _key(op: Operation) -> tuple[int, int, str]:
@@ -96,7 +97,7 @@ def test_a_register_history_is_checked_against_cas_register() -> None:
 """
     ops = parse_edn(text, history="h")
     assert len(ops) == 3  # the nemesis is not a client
-    rows = check_histories({"h": ops}, "f", VerifyOptions())
+    rows = rendered(check_histories({"h": ops}, "f", VerifyOptions()))
     assert [(r.checker, r.model, r.verdict) for r in rows] == [("linearizability", "cas-register", "illegal")]
     assert "read -> 2" in (rows[0].counterexample or "")
     # had the cas succeeded, reading 2 is fine

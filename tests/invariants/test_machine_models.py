@@ -245,6 +245,6 @@ def test_bulk_checks_machine_ops_per_machine_and_clients_transactionally() -> No
     bad.new_txn(1, 7)
     rows = check_histories({"h": bad.ops}, "f", VerifyOptions())
     lin = next(r for r in rows if r.checker == "linearizability")
-    assert lin.verdict == "illegal" and lin.failing_object == OBJ and lin.counterexample
+    assert lin.verdict == "illegal" and lin.failing_object == OBJ and lin.explanation is not None
     explicit = check_histories({"h": [*h.ops, client]}, "f", VerifyOptions(model="coordinator"))
     assert next(r for r in explicit if r.checker == "linearizability").ops == 2  # the client's op is not fed

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from spec.layout import PACKAGES
 from spec.machines import MACHINES
 from spec.rules import RULES_DIR, Rule, parse_rules
 
@@ -63,7 +64,7 @@ def test_every_rule_is_implemented_and_tested(page: str) -> None:
     rules = read_rules(page)
     assert rules, f"spec/rules/{page}.md has no rules"
     modules = _modules_of(page)
-    reference = _text([p for m in modules for p in _reference_files(m)] + _files(ROOT / "reference" / "engine"))
+    reference = _text([p for m in modules for p in _reference_files(m)] + _files(ROOT / "engine"))
     tests = _text([p for m in modules for p in _files(ROOT / "tests" / m)] + _files(ROOT / "tests" / "engine"))
     missing_ref = [r.id for r in rules if not re.search(rf"\b{r.id}\b", reference)]
     missing_test = [r.id for r in rules if not re.search(rf"\b{r.id}\b", tests)]
@@ -75,7 +76,7 @@ def test_no_code_cites_a_rule_that_does_not_exist() -> None:
     known = {r.id for page in PAGES for r in read_rules(page)}
     written_prefixes = {r.prefix for page in PAGES for r in read_rules(page)}
     dangling: dict[str, list[str]] = defaultdict(list)
-    for folder in ("reference", "invariants", "proofs", "tests"):
+    for folder in (*PACKAGES, "tests"):
         for path in _files(ROOT / folder):
             if path == Path(__file__).resolve():
                 continue  # this file names ids as examples

@@ -25,7 +25,13 @@ from runners.spark import check_files_spark
 from spec.history import OpType
 from tests.history_io.test_jepsen import DATA
 from tests.invariants.synthetic import generate
-from txnmodel.commands.verify import build_parser, verify_main
+from txnmodel.cli import main
+from txnmodel.commands.verify import build_parser
+
+
+def verify_main(argv: list[str]) -> int:
+    """``txnmodel verify ARGS`` through the command line's error boundary."""
+    return main(["verify", *argv])
 
 
 @pytest.fixture(scope="module")

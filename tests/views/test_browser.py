@@ -16,14 +16,15 @@ from typing import Any
 import pytest
 
 from history_io.files import write_jsonl
+from invariants.explain import Counterexample, explain
 from invariants.linearizability import check_history
 from invariants.models import CasRegister, model_by_name
-from invariants.report import Counterexample, counterexample_html, explain, txn_html
 from invariants.transactional import check_transactional
 from invariants.verify import failing_part
 from proofs.check.trace_format import Trace
 from spec.history import Operation, OpType, is_machine_operation, make_operation, object_id, parse_object
-from txnmodel.commands.verify import verify_main
+from txnmodel.cli import main
+from views.report import counterexample_html, txn_html
 from views.viewer import trace_page
 
 R = object_id("register", "x")
@@ -287,7 +288,7 @@ def test_a_verify_run_links_every_counterexample_from_its_index(
     write_jsonl(histories / "stale.jsonl", STALE)
     write_jsonl(histories / "cycle.jsonl", _cycle_history())
     out = tmp_path / "verdicts"
-    assert verify_main([str(histories), "--format", "jsonl", "--local", "--out", str(out), "--no-progress"]) == 1
+    assert main(["verify", str(histories), "--format", "jsonl", "--local", "--out", str(out), "--no-progress"]) == 1
     capsys.readouterr()
     opened = open_page(out / "index.html")
     page = opened.page

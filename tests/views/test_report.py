@@ -7,11 +7,12 @@ import dataclasses
 from hypothesis import given
 from hypothesis import strategies as st
 
+from invariants.explain import ddmin, explain
 from invariants.linearizability import Verdict, check_history, check_object
 from invariants.models import CasRegister, random_register_history
-from invariants.report import counterexample_html, ddmin, explain, render_text, render_txn_text
 from invariants.transactional import check_transactional
 from spec.history import Operation, OpType, make_operation, object_id
+from views.report import counterexample_html, render_text, render_txn_text
 
 R = object_id("register", "x")
 
@@ -144,7 +145,7 @@ def test_stale_read_page_labels_every_operation_and_steps_through_states() -> No
 
 
 def test_partial_linearizations_are_legal_maximal_and_as_long_as_the_checkers() -> None:
-    from views.viewer import partial_linearizations
+    from invariants.explain import partial_linearizations
 
     for seed in range(30):
         ops = random_register_history(seed, ops=12, clients=3)

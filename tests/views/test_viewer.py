@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from invariants.report import ANOMALY_RULES, txn_html
+from invariants.explain import ANOMALY_RULES
 from invariants.transactional import ANOMALIES, check_transactional
 from proofs.check.trace_format import BadTrace, Trace
 from spec.history import Operation, OpType, make_operation, object_id
+from views.report import txn_html
 from views.viewer import Caps, index_page, trace_page, txn_op_words
 
 ROOT = Path(__file__).resolve().parents[2]

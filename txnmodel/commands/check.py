@@ -238,8 +238,9 @@ def check_models(
                     )
             else:
                 from proofs.check.spark import explore_spark
+                from runners.spark import spark_session
 
-                result, model = explore_spark(spec, options, master)
+                result, model = explore_spark(spec, options, spark_session(master, "txnmodel-check"))
         runs.append(ModelRun(name, result, model, quirks))
     return runs
 

@@ -309,6 +309,7 @@ class _MainJob:
         :data:`VERIFY_TASK_ROWS` rows (the largest histories first, each task's histories read alone)."""
         from runners.main_job import verify_task
         from runners.spark import pack
+        from txnmodel.commands.simulate import reproduce_command
 
         count = max(1, -(-sum(sizes.values()) // VERIFY_TASK_ROWS))
         tasks = pack([((str(path), (name,)), float(size)) for name, size in sizes.items()], min(count, len(sizes)))
@@ -318,7 +319,7 @@ class _MainJob:
             self.pipeline.submit(
                 "verify",
                 verify_task,
-                ([(str(path), names)], str(self.out / "verdicts"), f"{path.stem}-{number:04d}"),
+                ([(str(path), names)], str(self.out / "verdicts"), f"{path.stem}-{number:04d}", reproduce_command),
                 functools.partial(self._verified, histories),
             )
 

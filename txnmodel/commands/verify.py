@@ -164,6 +164,7 @@ def _check(request: VerifyRequest, files: list[str], options: VerifyOptions, rep
     from runners.file_checks import check_files_local
     from runners.spark import use_spark
     from runners.verdicts import clear_verdicts, write_part
+    from txnmodel.commands.simulate import reproduce_command
 
     out = Path(request.out)
     clear_verdicts(out)
@@ -188,11 +189,18 @@ def _check(request: VerifyRequest, files: list[str], options: VerifyOptions, rep
                 spark=session,
                 group_by_history=grouped,
                 out=str(out.resolve()),
+                reproduce=reproduce_command,
             )
     else:
         with reporter.phase("verify", total=len(files), unit="files") as phase:
             rows = check_files_local(
-                files, request.format, options, progress=phase, group_by_history=grouped, out=str(out)
+                files,
+                request.format,
+                options,
+                progress=phase,
+                group_by_history=grouped,
+                out=str(out),
+                reproduce=reproduce_command,
             )
     if not grouped:
         duplicates = duplicate_histories(rows)
@@ -321,13 +329,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("verify", help=HELP, description=DESCRIPTION)
     add_arguments(parser)
     parser.set_defaults(func=run_verify)
-
-
-def verify_main(argv: Sequence[str]) -> int:
-    """``txnmodel verify ARGS`` as a function (for tests and scripts): parse, run, return the exit code."""
-    from txnmodel.cli import main
-
-    return main(["verify", *argv])
 
 
 def exit_code(rows: Iterable[VerdictRow], unknown_ok: bool = False) -> int:

@@ -188,7 +188,7 @@ def test_delayed_delivery_is_never_early(client: pulsar.Client, how: str) -> Non
 
 
 def test_delayed_delivery_through_the_bucket_tracker() -> None:
-    from engine.broker.delayed_service import BUCKET_FACTORY
+    from engine.delayed.service import BUCKET_FACTORY
 
     config = CONFIG.with_overrides({"delayedDeliveryTrackerFactoryClassName": BUCKET_FACTORY})
     with serve(config=config) as url:

@@ -18,7 +18,7 @@ from proofs.check.fpset import SpillingVisited
 from txnmodel.cli import main
 from txnmodel.commands import check
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _failing_after(calls: int, error: BaseException, original: object) -> object:

@@ -15,6 +15,12 @@ from proofs.check.models import build
 pytestmark = pytest.mark.slow
 
 
+def _session() -> object:
+    from runners.spark import spark_session
+
+    return spark_session("local[2]", "txnmodel-check")
+
+
 @pytest.mark.parametrize(
     ("name", "bounds", "liveness"),
     [
@@ -27,7 +33,7 @@ def test_spark_local_2_matches_the_single_process(name: str, bounds: dict[str, i
 
     spec = build(name, bounds)
     local = explore(Model(spec), Options(liveness=liveness))
-    spark, _model = explore_spark(spec, Options(liveness=liveness), "local[2]", partitions=3)
+    spark, _model = explore_spark(spec, Options(liveness=liveness), _session(), partitions=3)
     assert (spark.states, spark.transitions, spark.depth, spark.verdict) == (
         local.states,
         local.transitions,
@@ -43,7 +49,7 @@ def test_spark_stops_at_max_states_at_the_single_process_level() -> None:
     spec = build("end-path", {})
     options = Options(liveness=False, symmetry=False, por=False, max_states=1000)
     local = explore(Model(spec), options)
-    spark, _model = explore_spark(spec, options, "local[2]", partitions=2)
+    spark, _model = explore_spark(spec, options, _session(), partitions=2)
     assert local.verdict == "incomplete" and local.states >= 1000
     assert (spark.states, spark.transitions, spark.depth, spark.verdict) == (
         local.states,
@@ -97,9 +103,8 @@ def test_the_spark_driver_and_tasks_find_what_the_single_process_finds(keep_goin
         spark, _model = explore_spark(
             build("produce", bounds),
             options,
-            "local[2]",
+            SimpleNamespace(sparkContext=_InProcess()),
             partitions=3,
-            spark=SimpleNamespace(sparkContext=_InProcess()),
         )
     assert local.violations
     assert (spark.states, spark.transitions, spark.depth, spark.verdict) == (

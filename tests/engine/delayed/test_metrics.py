@@ -11,7 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.broker.delayed_metrics import (
+from engine.delayed.bucket_storage import SnapshotStorageFailed
+from engine.delayed.metrics import (
     BUCKET_TOTAL,
     LATENCY_BUCKETS_MS,
     LOADED,
@@ -23,7 +24,6 @@ from engine.broker.delayed_metrics import (
     MeteredBucketTracker,
     elapsed_ms,
 )
-from engine.storage.bucket_storage import SnapshotStorageFailed
 from engine.storage.ledger import ManagedLedger
 from engine.storage.memory_ledger import MemoryLedger
 from reference import delayed as dd

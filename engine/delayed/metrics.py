@@ -70,7 +70,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from engine.storage.bucket_storage import BucketSnapshotStorage, segment_reads
+from engine.delayed.bucket_storage import BucketSnapshotStorage, segment_reads
 from engine.storage.ledger import ManagedCursor, ManagedLedger
 from reference import delayed as dd
 from spec.result import Err, Ok
@@ -256,7 +256,7 @@ class TimedBucketSnapshotStorage(BucketSnapshotStorage):
 class MeteredTracker(Protocol):
     """What the exporter reads of a subscription's tracker: its stats and its current state
     (:class:`MeteredBucketTracker`, or the broker's
-    :class:`~engine.broker.delayed_service.DelayedDeliveryService`)."""
+    :class:`~engine.delayed.service.DelayedDeliveryService`)."""
 
     @property
     def stats(self) -> BucketIndexStats: ...

@@ -5,7 +5,7 @@ when to seal, merge, trim, and what a restart recovers.  This service owns one s
 tracker state and carries out what each step returns:
 
 * ``CreateBucketSnapshot`` / ``DeleteBucketSnapshot`` / ``SetCursorProperty`` /
-  ``RemoveCursorProperty`` on :class:`~engine.storage.bucket_storage.BucketSnapshotStorage`: one
+  ``RemoveCursorProperty`` on :class:`~engine.delayed.bucket_storage.BucketSnapshotStorage`: one
   managed ledger per bucket (entry 0 metadata, entries 1..N segments, DD-18) and the bucket
   catalogue in the subscription cursor's properties; a delete removes the ledger, then the property
   (DD-19);
@@ -41,11 +41,11 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, Final, Protocol, TypeVar
 
-from engine.broker.delayed_metrics import BucketIndexStats, TimedBucketSnapshotStorage, elapsed_ms
+from engine.delayed.bucket_storage import BucketSnapshotStorage, clean_residual_snapshots, segment_reads
+from engine.delayed.metrics import BucketIndexStats, TimedBucketSnapshotStorage, elapsed_ms
 from engine.ledger_store import LedgerStore
 from engine.recorder import STEP_RAISED, mark_recorded
 from engine.scheduler import Simulation
-from engine.storage.bucket_storage import BucketSnapshotStorage, clean_residual_snapshots, segment_reads
 from engine.storage.ledger import LedgerError, ManagedCursor, ManagedLedger
 from reference import delayed as dd
 from spec.config import Config

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from engine.broker import Broker, SubscriptionService, partition_name
-from engine.broker.delayed_service import (
+from engine.delayed.bucket_storage import BucketSnapshotStorage, SnapshotStorageFailed
+from engine.delayed.service import (
     BUCKET_FACTORY,
     IN_MEMORY_FACTORY,
     DelayedDeliveryService,
@@ -22,7 +23,6 @@ from engine.broker.delayed_service import (
 )
 from engine.ledger_store import LedgerStore
 from engine.scheduler import Simulation
-from engine.storage.bucket_storage import BucketSnapshotStorage, SnapshotStorageFailed
 from engine.storage.ledger import InitialPosition
 from reference import delayed as dd
 from spec.config import Config
@@ -515,7 +515,7 @@ def test_simulated_tracker_history_is_checked_against_the_machine(tmp_path: Path
 
 def test_dd28_the_service_exports_pulsars_bucket_metrics() -> None:
     """DD-28: the service's stats and state feed the exporter like a MeteredBucketTracker."""
-    from engine.broker.delayed_metrics import DelayedIndexMetrics
+    from engine.delayed.metrics import DelayedIndexMetrics
 
     h = _harness("memory", Path())
     metrics = DelayedIndexMetrics()

@@ -7,7 +7,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from engine.storage.bucket_storage import (
+from engine.delayed.bucket_storage import (
     BucketSnapshotStorage,
     SnapshotStorageFailed,
     clean_residual_snapshots,

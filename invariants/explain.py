@@ -1,4 +1,4 @@
-"""Counterexamples a person can read: the smallest failing core, the prefix, the op that cannot be placed.
+"""Counterexamples as data: the smallest failing core, the prefix, the op that cannot be placed.
 
 For an ``illegal`` object, :func:`explain` computes:
 
@@ -11,12 +11,9 @@ For an ``illegal`` object, :func:`explain` computes:
 * **the last linearizable prefix** of the core and **the operation that cannot be placed** after it,
   with the model's state at that point.
 
-:func:`render_text` prints it; :func:`counterexample_html` makes the interactive page of
-:mod:`views.viewer` (a time axis, one lane per process, the core and the blocked operation
-called out, and a stepper through the longest partial linearizations with the model's state at
-each step), capped in size.  :func:`txn_html` does the same for a history's transactional
-anomalies: each named, with the rule it breaks (:data:`ANOMALY_RULES`), its operations in words
-and its dependency cycle drawn.
+The explanation is data (Elle's split): :mod:`views.report` prints it and makes its interactive
+page, and the page for a history's transactional anomalies, each named with the rule it breaks
+(:data:`ANOMALY_RULES`).
 """
 
 from __future__ import annotations
@@ -24,30 +21,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from invariants.linearizability import UNKNOWN, Model, ObjectResult, Verdict, check_object
 from invariants.models import NO_EFFECT
 from invariants.readable import Row, rows
-from invariants.transactional import ANOMALIES, TxnResult
+from invariants.transactional import ANOMALIES
 from spec.history import Operation, OpType
-from views.viewer import Caps, Linearization, linearizability_page, partial_linearizations, transactional_page
 
-__all__ = [
-    "ANOMALY_RULES",
-    "Counterexample",
-    "counterexample_html",
-    "ddmin",
-    "explain",
-    "render_text",
-    "render_txn_text",
-    "txn_html",
-]
-
-MAX_HTML_OPS = 400
-MAX_HTML_BYTES = 1_000_000
+__all__ = ["ANOMALY_RULES", "Counterexample", "Linearization", "ddmin", "explain", "partial_linearizations"]
 
 # What each transactional anomaly breaks: the rules (ids of spec/rules/*.md) and the rule in words.
 ANOMALY_RULES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -104,6 +88,20 @@ ANOMALY_RULES: dict[str, tuple[tuple[str, ...], str]] = {
     ),
 }
 assert set(ANOMALY_RULES) == set(ANOMALIES), set(ANOMALY_RULES) ^ set(ANOMALIES)
+
+
+@dataclass(frozen=True)
+class Linearization:
+    """One partial linearization to step through: the operations in order and the model's state
+    before the first step and after each one (rows of :func:`invariants.readable.rows`)."""
+
+    order: tuple[int, ...]
+    states: tuple[tuple[Row, ...], ...]  # len(order) + 1
+    rows_left: int = 0  # state rows the row cap left out (largest over the steps)
+    source: str = ""  # "checker" (the search's own longest prefix) or "search" (another one)
+    # after the last step: (op index, why it cannot come next), the candidates first
+    next_ops: tuple[tuple[int, str], ...] = ()
+    blocked: int | None = None  # the op whose return ends this prefix: it had to be placed by then
 
 
 @dataclass(frozen=True)
@@ -381,112 +379,90 @@ def _what_next(
     return tuple(why), ops[first_return].index
 
 
-def _op_line(op: Operation, text: str) -> str:
-    end = "∞" if op.type.indeterminate else str(op.completed_at)
-    return f"  op {op.index:>4}  process {op.process:>3}  [{op.invoked_at}, {end}]  {op.type.value:<6} {text}"
+# --- partial linearizations ---------------------------------------------------------------------------
 
 
-def render_text(cx: Counterexample, *, max_lines: int = 60) -> str:
-    """The counterexample as plain text (capped at ``max_lines`` operation lines per section)."""
-    by_index = {op.index: op for op in cx.ops}
-    lines = [f"history {cx.history}  object {cx.object}  model {cx.model}  NOT LINEARIZABLE"]
-    lines += reproduce_lines(cx.seed, cx.reproduce)
-    lines.append(
-        f"shortest illegal prefix: {len(cx.ops)} of {cx.original_ops} operations (later ones dropped, "
-        f"ones still open at the cut made indeterminate)"
-    )
-    lines.append(
-        f"smallest failing core: {len(cx.core)} operation(s) whose outputs cannot all be true (the other "
-        f"operations still took effect in their intervals, their outputs ignored; {cx.searches} searches)"
-    )
-    for index in cx.core[:max_lines]:
-        lines.append(_op_line(by_index[index], cx.descriptions.get(index, by_index[index].f)))
-    if len(cx.core) > max_lines:
-        lines.append(f"  ... {len(cx.core) - max_lines} more")
-    lines.append(f"longest linearizable prefix ({len(cx.prefix)} operations, in linearization order):")
-    shown = cx.prefix[-max_lines:]
-    if len(cx.prefix) > len(shown):
-        lines.append(f"  ... {len(cx.prefix) - len(shown)} earlier operations")
-    for index in shown:
-        lines.append(_op_line(by_index[index], cx.descriptions.get(index, by_index[index].f)))
-    lines.append(f"state after the prefix: {cx.state_after}")
-    if cx.blocked is not None:
-        op = by_index[cx.blocked]
-        lines.append("cannot be placed next:")
-        lines.append(_op_line(op, cx.descriptions.get(op.index, op.f)))
-    if cx.reason:
-        lines.append(f"why: {cx.reason}")
-    return "\n".join(lines)
+@dataclass
+class _Search:
+    """Bookkeeping of :func:`partial_linearizations`."""
+
+    budget: int
+    nodes: int = 0
+    found: dict[int, tuple[int, ...]] = field(default_factory=dict)  # linearized set -> an order of it
 
 
-def reproduce_lines(seed: int | None, reproduce: str | None) -> list[str]:
-    """How to rerun the history: the whole command when its file recorded the run, else its seed
-    (alone it reproduces nothing: the run's other options matter as much)."""
-    if reproduce is not None:
-        return [f"reproduce with: {reproduce}"]
-    return [f"seed {seed} (the file does not record the run's other options)"] if seed is not None else []
-
-
-def render_txn_text(result: TxnResult, *, seed: int | None = None, reproduce: str | None = None) -> str:
-    """A transactional verdict as text: each anomaly with its evidence in words."""
-    if result.ok:
-        return f"history {result.history}: no transactional anomaly ({result.txns} txns, {result.messages} messages)"
-    lines = [
-        f"history {result.history}: TRANSACTIONAL ANOMALIES "
-        + ", ".join(f"{name} x{count}" for name, count in sorted(result.counts.items()))
-    ]
-    lines += reproduce_lines(seed, reproduce)
-    for anomaly in result.anomalies:
-        lines.append(f"  - {anomaly}")
-    cut = sum(result.counts.values()) - len(result.anomalies)
-    if cut > 0:
-        lines.append(f"  ... {cut} more not listed")
-    return "\n".join(lines)
-
-
-# --- HTML ------------------------------------------------------------------------------------------
-
-
-def counterexample_html(cx: Counterexample, *, max_ops: int = MAX_HTML_OPS, max_bytes: int = MAX_HTML_BYTES) -> str:
-    """The interactive page of a counterexample (:func:`views.viewer.linearizability_page`)."""
-    return linearizability_page(
-        history=cx.history,
-        obj=cx.object,
-        model=cx.model,
-        seed=cx.seed,
-        ops=cx.ops,
-        descriptions=cx.descriptions,
-        core=cx.core,
-        ignored=cx.ignored,
-        blocked=cx.blocked,
-        reason=cx.reason,
-        state_after=cx.state_after,
-        linearizations=cx.linearizations,
-        original_ops=cx.original_ops,
-        searches=cx.searches,
-        caps=Caps(max_ops=max_ops, max_bytes=max_bytes),
-        reproduce=cx.reproduce,
-    )
-
-
-def txn_html(
-    result: TxnResult,
-    ops: Sequence[Operation],
+def partial_linearizations(
+    init: Hashable,
+    step: Callable[[Any, Any, Any], tuple[bool, Any]],
+    decoded: Sequence[tuple[Any, Any]],
+    calls: Sequence[int],
+    returns: Sequence[float],
     *,
-    seed: int | None = None,
-    max_ops: int = MAX_HTML_OPS,
-    max_bytes: int = MAX_HTML_BYTES,
-    reproduce: str | None = None,
-) -> str:
-    """A history's transactional anomalies as an interactive page
-    (:func:`views.viewer.transactional_page`)."""
-    return transactional_page(
-        history=result.history,
-        seed=seed,
-        reproduce=reproduce,
-        ops=ops,
-        anomalies=result.anomalies,
-        counts=result.counts,
-        rules=ANOMALY_RULES,
-        caps=Caps(max_ops=max_ops, max_bytes=max_bytes),
-    )
+    limit: int = 5,
+    budget: int = 20_000,
+    deadline: float | None = None,
+) -> list[tuple[int, ...]]:
+    """The longest maximal partial linearizations a bounded depth-first search finds, longest
+    first, at most ``limit`` with distinct sets of operations (positions into ``decoded``).
+
+    For display only: the verdict is :func:`invariants.linearizability.check_object`'s.  A partial
+    linearization orders some operations so that the model accepts each in turn and real-time
+    order holds (an operation comes after every operation that returned before it was called);
+    it is maximal when the model refuses every operation that could come next.  ``budget`` bounds
+    the model steps tried and ``deadline`` (a ``time.monotonic()`` instant) the time; a (set,
+    state) pair is visited once.
+    """
+    n = len(decoded)
+    by_return = sorted(range(n), key=lambda i: (returns[i], i))
+    by_call = sorted(range(n), key=lambda i: (calls[i], i))
+    search = _Search(budget)
+    seen: set[tuple[int, Any]] = set()
+
+    def candidates(mask: int) -> list[int]:
+        # the two earliest open returns bound what may come next (the earliest one binds every other op)
+        first = second = -1
+        for i in by_return:
+            if not mask >> i & 1:
+                if first < 0:
+                    first = i
+                else:
+                    second = i
+                    break
+        if first < 0:
+            return []
+        first_ret = returns[first]
+        second_ret = returns[second] if second >= 0 else math.inf
+        out = []
+        for i in by_call:
+            if calls[i] > max(first_ret, second_ret):
+                break
+            if not mask >> i & 1 and calls[i] <= (second_ret if i == first else first_ret):
+                out.append(i)
+        return out
+
+    # iterative DFS: (linearized set, state, order, candidates left to try)
+    stack: list[tuple[int, Any, tuple[int, ...], list[int]]] = [(0, init, (), candidates(0))]
+    seen.add((0, init))
+    extended: set[int] = set()  # sets that had an accepted extension: not maximal
+    while stack and search.nodes < budget:
+        if deadline is not None and not search.nodes & 255 and time.monotonic() > deadline:
+            break
+        mask, state, order, todo = stack[-1]
+        if not todo:
+            stack.pop()
+            if mask not in extended and order:
+                search.found.setdefault(mask, order)
+            continue
+        i = todo.pop()
+        search.nodes += 1
+        accepted, new_state = step(state, decoded[i][0], decoded[i][1])
+        if not accepted:
+            continue
+        extended.add(mask)
+        key = (mask | 1 << i, new_state)
+        if key in seen:
+            continue
+        seen.add(key)
+        stack.append((key[0], new_state, (*order, i), candidates(key[0])))
+    best = sorted(search.found.values(), key=lambda o: (-len(o), o))
+    return best[:limit]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hypothesis.strategies as st
 from hypothesis import given
 
-from engine.broker.delayed_shared import SharedDelayedIndex
+from engine.delayed.shared import SharedDelayedIndex
 from reference import delayed as dd
 from spec.config import Config
 from spec.result import Ok
