@@ -1,5 +1,5 @@
-"""The layers of :mod:`spec.layout`, checked on the source: no import crosses them upward, and no
-import circle anywhere in the product.
+"""The layers of :mod:`spec.layout`, checked on the source: no import crosses them upward, no import
+circle anywhere in the product, and no module uses another module's private (``_underscore``) names.
 
 Imports are read with ``ast`` (every one, lazy and ``TYPE_CHECKING`` ones included), so nothing is
 imported and nothing runs.  ``from package import name`` counts as importing ``package.name`` when
@@ -125,6 +125,62 @@ def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
         if module not in index:
             visit(module)
     return found
+
+
+def private_uses(source: str, module: str, modules: frozenset[str], *, is_package: bool = False) -> list[str]:
+    """Where ``source`` (module ``module``) names another module's private names: ``from m import _x``
+    or ``alias._x`` on a module imported whole.  A private module of its own package
+    (``from invariants import _wgl``) is the package's to use."""
+    found: list[str] = []
+    aliases: dict[str, str] = {}
+    package = module if is_package else module.rpartition(".")[0]
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                if full in modules:
+                    aliases[alias.asname or alias.name] = full
+                    if alias.name.startswith("_") and node.module != package:
+                        found.append(f"{module}:{node.lineno} imports the private module {full}")
+                elif alias.name.startswith("_") and not alias.name.startswith("__") and node.module != module:
+                    found.append(f"{module}:{node.lineno} imports {node.module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in modules and alias.asname:
+                    aliases[alias.asname] = alias.name
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and isinstance(node.value, ast.Name)
+            and aliases.get(node.value.id, module) != module
+        ):
+            found.append(f"{module}:{node.lineno} uses {aliases[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    modules = product_modules()
+    names = frozenset(modules)
+    found = [
+        problem
+        for module, path in modules.items()
+        for problem in private_uses(
+            path.read_text(encoding="utf-8"), module, names, is_package=path.name == "__init__.py"
+        )
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_a_private_use_is_caught() -> None:
+    names = frozenset({"a.b", "a.c", "a._d", "e.f"})
+    assert private_uses("from a.c import _x\n", "a.b", names) == ["a.b:1 imports a.c._x"]
+    assert private_uses("from a import c as k\nk._y()\n", "a.b", names) == ["a.b:2 uses a.c._y"]
+    assert private_uses("from a import _d\n", "a.b", names) == []  # its own package's private module
+    assert private_uses("from a import _d\n", "e.f", names) == ["e.f:1 imports the private module a._d"]
+    assert private_uses("from a.c import x\nclass K:\n    def m(self):\n        self._z()\n", "a.b", names) == []
 
 
 @pytest.mark.parametrize("package", PACKAGES)
