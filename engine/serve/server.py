@@ -41,15 +41,35 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from engine.broker import BatchedMessage, Broker, BrokerError, Delivered, Partition, SubscriptionService
+from engine.broker import BatchedMessage, Broker, Delivered, Partition, SubscriptionService
 from engine.ledger_store import LedgerStore
 from engine.recorder import HistoryRecorder, MachineObserver, RequestContext
 from engine.scheduler import Future, Simulation
 from engine.serve.faults import ServeFaults, ledger_faults
+from engine.serve.wire import (
+    COMMAND_FIELD,
+    MAX_PROTOCOL_VERSION,
+    SERVER_VERSION,
+    TXN_RESPONSES,
+    UINT64,
+    ProtocolViolation,
+    RequestError,
+    ack_set,
+    all_settled,
+    error_response,
+    failed,
+    first_error,
+    message_id,
+    position_of,
+    request_id_of,
+    set_bits,
+    topic_name,
+    wire_error,
+)
 from engine.storage.ledger import InitialPosition, LedgerError
 from reference import buffer as tb
 from spec.config import Config
-from spec.errors import DomainError, InputError, ServerError
+from spec.errors import InputError, ServerError
 from spec.frame import (
     Frame,
     decode_batch,
@@ -68,17 +88,12 @@ __all__ = ["SERVER_VERSION", "TC_ASSIGN_TOPIC", "PulsarServer", "ServerOptions",
 
 log = logging.getLogger("runners.serve")
 
-SERVER_VERSION = "txnmodel-serve-0.1"
-# The highest protocol version this server speaks: v21 (AUTO_CONSUME schemas); CONNECTED answers
-# the lower of the client's and this.
-MAX_PROTOCOL_VERSION = 21
 # The partitioned topic whose partition i names transaction coordinator i (TransactionCoordinatorID):
 # clients read its partition count to learn how many coordinators there are.
 TC_ASSIGN_TOPIC = "persistent://pulsar/system/transaction_coordinator_assign"
 TOPICS_FILE = "topics.json"  # the topic registry (Pulsar keeps partitioned-topic metadata in ZooKeeper)
 _RECEIVE_WAIT_MS = 3_600_000  # a consumer's pending receive re-arms after this (it never misses a message)
 _RECV_BYTES = 1 << 16
-_UINT64 = (1 << 64) - 1
 T = api.BaseCommand
 
 
@@ -104,40 +119,6 @@ class ServerOptions:
     record_history: bool = False
     history_id: str = "serve"
     faults: dict[str, float] | None = None  # fault rates (engine.serve.faults.FAULT_RATES); None: off
-
-
-def _java_long(value: int) -> int:
-    """A uint64 on the wire carrying a Java long (entry id -1 travels as 2^64 - 1)."""
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _position(mid: Any) -> Position:
-    return Position(_java_long(mid.ledgerId), _java_long(mid.entryId))
-
-
-def _message_id(position: Position, *, batch_index: int | None = None, batch_size: int | None = None) -> Any:
-    mid = api.MessageIdData(ledgerId=position.ledger_id & _UINT64, entryId=position.entry_id & _UINT64)
-    if batch_index is not None:
-        mid.batch_index = batch_index
-    if batch_size is not None:
-        mid.batch_size = batch_size
-    return mid
-
-
-def _ack_set(indexes: list[int], size: int) -> list[int]:
-    """The words of a Java BitSet with ``indexes`` set (signed 64-bit words)."""
-    words = [0] * ((size + 63) // 64)
-    for i in indexes:
-        words[i // 64] |= 1 << (i % 64)
-    return [_java_long(w) for w in words]
-
-
-def _bits(words: list[int], size: int) -> set[int]:
-    return {i for i in range(size) if i // 64 < len(words) and (words[i // 64] >> (i % 64)) & 1}
-
-
-class _Closed(Exception):
-    """The connection must close (a protocol violation); the message is the one log line."""
 
 
 @dataclass
@@ -415,11 +396,11 @@ class PulsarServer:
         if name.partition is not None and self.topics.get(name.base, 0) > name.partition:
             return self.broker.partitions[name.full]
         if name.full in self.topics and self.topics[name.full] > 0:
-            raise _RequestError(ServerError.NotAllowedError, f"{name.full} is partitioned: use its partitions")
+            raise RequestError(ServerError.NotAllowedError, f"{name.full} is partitioned: use its partitions")
         if not (create and self.config.allow_auto_topic_creation):
-            raise _RequestError(ServerError.TopicNotFound, f"Topic {name.full} does not exist")
+            raise RequestError(ServerError.TopicNotFound, f"Topic {name.full} does not exist")
         if name.partition is not None and name.base in self.topics:
-            raise _RequestError(ServerError.TopicNotFound, f"{name.base} has no partition {name.partition}")
+            raise RequestError(ServerError.TopicNotFound, f"{name.base} has no partition {name.partition}")
         self.create_topic(name.full, 0)
         return self.broker.partitions[name.full]
 
@@ -467,7 +448,7 @@ class PulsarServer:
             conn.consumed += used
             try:
                 self._handle(conn, frame)
-            except _Closed as exc:
+            except ProtocolViolation as exc:
                 self._close(conn, str(exc))
                 return
 
@@ -515,7 +496,7 @@ class PulsarServer:
         for conn in list(self._connections.values()):
             for producer in [p for p in conn.producers.values() if p.partition == partition]:
                 conn.producers.pop(producer.producer_id, None)
-                close = api.CommandCloseProducer(producer_id=producer.producer_id, request_id=_UINT64)
+                close = api.CommandCloseProducer(producer_id=producer.producer_id, request_id=UINT64)
                 conn.send(encode_command(T(type=T.CLOSE_PRODUCER, close_producer=close)))
         self._reconnect_consumers(lambda c: c.partition == partition)
 
@@ -524,7 +505,7 @@ class PulsarServer:
         for conn in list(self._connections.values()):
             for consumer in [c for c in conn.consumers.values() if chosen(c)]:
                 self._drop_consumer(conn, consumer)
-                close = api.CommandCloseConsumer(consumer_id=consumer.consumer_id, request_id=_UINT64)
+                close = api.CommandCloseConsumer(consumer_id=consumer.consumer_id, request_id=UINT64)
                 conn.send(encode_command(T(type=T.CLOSE_CONSUMER, close_consumer=close)))
 
     def connections(self) -> list[_Connection]:
@@ -547,7 +528,7 @@ class PulsarServer:
             self._connect(conn, cmd.connect)
             return
         if not conn.connected:
-            raise _Closed(f"{T.Type.Name(kind)} before CONNECT")
+            raise ProtocolViolation(f"{T.Type.Name(kind)} before CONNECT")
         if self.faults is not None and self.faults.drop_request(conn, cmd):
             return
         handler = _HANDLERS.get(kind)
@@ -559,8 +540,8 @@ class PulsarServer:
             context = self.observer.begin_request(self.sim.now)
         try:
             handler(self, conn, frame, context)
-        except _RequestError as exc:
-            request_id = _request_id(cmd)
+        except RequestError as exc:
+            request_id = request_id_of(cmd)
             if request_id is None:
                 # Nothing to answer (an ACK or FLOW for a consumer that is gone, say): as a broker
                 # does, the command is ignored and the connection stays.
@@ -583,88 +564,21 @@ class PulsarServer:
 
     def _unsupported(self, conn: _Connection, cmd: Any) -> None:
         name = T.Type.Name(cmd.type)
-        request_id = _request_id(cmd)
+        request_id = request_id_of(cmd)
         if request_id is None:
-            raise _Closed(f"{name} is not a command a broker accepts")
+            raise ProtocolViolation(f"{name} is not a command a broker accepts")
         self._answer_error(
             conn, cmd.type, cmd, ServerError.NotAllowedError, f"{name} is not supported by {SERVER_VERSION}"
         )
 
     def _answer_error(self, conn: _Connection, kind: int, cmd: Any, number: int, message: str) -> None:
-        code = api.ServerError.ValueType(number)
-        request_id = _request_id(cmd)
-        assert request_id is not None
-        if kind == T.PARTITIONED_METADATA:
-            conn.command(
-                T(
-                    type=T.PARTITIONED_METADATA_RESPONSE,
-                    partitionMetadataResponse=api.CommandPartitionedTopicMetadataResponse(
-                        request_id=request_id,
-                        response=api.CommandPartitionedTopicMetadataResponse.Failed,
-                        error=code,
-                        message=message,
-                    ),
-                )
-            )
-        elif kind == T.LOOKUP:
-            conn.command(
-                T(
-                    type=T.LOOKUP_RESPONSE,
-                    lookupTopicResponse=api.CommandLookupTopicResponse(
-                        request_id=request_id,
-                        response=api.CommandLookupTopicResponse.Failed,
-                        error=code,
-                        message=message,
-                    ),
-                )
-            )
-        elif kind == T.GET_SCHEMA:
-            conn.command(
-                T(
-                    type=T.GET_SCHEMA_RESPONSE,
-                    getSchemaResponse=api.CommandGetSchemaResponse(
-                        request_id=request_id, error_code=code, error_message=message
-                    ),
-                )
-            )
-        elif kind == T.GET_OR_CREATE_SCHEMA:
-            conn.command(
-                T(
-                    type=T.GET_OR_CREATE_SCHEMA_RESPONSE,
-                    getOrCreateSchemaResponse=api.CommandGetOrCreateSchemaResponse(
-                        request_id=request_id, error_code=code, error_message=message
-                    ),
-                )
-            )
-        elif kind in _TXN_RESPONSES:
-            response_type, field_name, message_type = _TXN_RESPONSES[kind]
-            sub = getattr(cmd, _COMMAND_FIELD[kind])
-            body = message_type(request_id=request_id, error=code, message=message)
-            if hasattr(sub, "txnid_most_bits") and "txnid_most_bits" in message_type.DESCRIPTOR.fields_by_name:
-                body.txnid_most_bits, body.txnid_least_bits = sub.txnid_most_bits, sub.txnid_least_bits
-            conn.command(T(type=T.Type.ValueType(response_type), **{field_name: body}))
-        elif kind == T.ACK:
-            conn.command(
-                T(
-                    type=T.ACK_RESPONSE,
-                    ackResponse=api.CommandAckResponse(
-                        consumer_id=cmd.ack.consumer_id,
-                        request_id=request_id,
-                        txnid_most_bits=cmd.ack.txnid_most_bits,
-                        txnid_least_bits=cmd.ack.txnid_least_bits,
-                        error=code,
-                        message=message,
-                    ),
-                )
-            )
-        else:
-            conn.command(T(type=T.ERROR, error=api.CommandError(request_id=request_id, error=code, message=message)))
+        conn.command(error_response(kind, cmd, number, message))
 
     # -- connection ------------------------------------------------------------------------------
 
     def _connect(self, conn: _Connection, connect: Any) -> None:
         if conn.connected:
-            raise _Closed("a second CONNECT on one connection")
+            raise ProtocolViolation("a second CONNECT on one connection")
         conn.connected = True
         conn.protocol_version = min(connect.protocol_version, MAX_PROTOCOL_VERSION)
         conn.command(
@@ -689,7 +603,7 @@ class PulsarServer:
 
     def _partitioned_metadata(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.partitionMetadata
-        name = _parse(cmd.topic)
+        name = topic_name(cmd.topic)
         partitions = self._partitions_of(name)
         if partitions is None and name.partition is None:
             auto = self.config.allow_auto_topic_creation and cmd.metadata_auto_creation_enabled
@@ -697,7 +611,7 @@ class PulsarServer:
                 self.create_topic(name.full, self.config.default_num_partitions)
                 partitions = self.config.default_num_partitions
             elif not cmd.metadata_auto_creation_enabled and not self.config.allow_auto_topic_creation:
-                raise _RequestError(ServerError.TopicNotFound, f"Topic {name.full} does not exist")
+                raise RequestError(ServerError.TopicNotFound, f"Topic {name.full} does not exist")
             else:
                 partitions = 0  # created as a non-partitioned topic by its first producer or consumer
         conn.command(
@@ -714,7 +628,7 @@ class PulsarServer:
 
     def _lookup(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.lookupTopic
-        _parse(cmd.topic)
+        topic_name(cmd.topic)
         conn.command(
             T(
                 type=T.LOOKUP_RESPONSE,
@@ -757,10 +671,10 @@ class PulsarServer:
 
     def _get_schema(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.getSchema
-        versions = self.schemas.get(_parse(cmd.topic).base, [])
+        versions = self.schemas.get(topic_name(cmd.topic).base, [])
         number = int.from_bytes(cmd.schema_version, "big") if cmd.HasField("schema_version") else len(versions) - 1
         if not 0 <= number < len(versions):
-            raise _RequestError(ServerError.TopicNotFound, f"no schema of {cmd.topic} at version {number}")
+            raise RequestError(ServerError.TopicNotFound, f"no schema of {cmd.topic} at version {number}")
         conn.command(
             T(
                 type=T.GET_SCHEMA_RESPONSE,
@@ -773,7 +687,7 @@ class PulsarServer:
 
     def _get_or_create_schema(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.getOrCreateSchema
-        version = self._schema_version(_parse(cmd.topic).full, cmd.schema)
+        version = self._schema_version(topic_name(cmd.topic).full, cmd.schema)
         conn.command(
             T(
                 type=T.GET_OR_CREATE_SCHEMA_RESPONSE,
@@ -790,13 +704,13 @@ class PulsarServer:
         cmd = frame.command.producer
         if cmd.producer_id in conn.producers:
             known = conn.producers[cmd.producer_id]
-            if known.partition != _parse(cmd.topic).full:
-                raise _RequestError(ServerError.ProducerBusy, f"producer id {cmd.producer_id} is in use")
+            if known.partition != topic_name(cmd.topic).full:
+                raise RequestError(ServerError.ProducerBusy, f"producer id {cmd.producer_id} is in use")
             producer = known  # a retried PRODUCER: the same answer
         else:
             part = self._partition_for(cmd.topic, create=True)
             if not self.broker.up or not part.ready:
-                raise _RequestError(ServerError.ServiceNotReady, f"topic {part.name} is not loaded")
+                raise RequestError(ServerError.ServiceNotReady, f"topic {part.name} is not loaded")
             name = cmd.producer_name if cmd.HasField("producer_name") else f"txnmodel-{next(self._producer_names)}"
             producer = _Producer(cmd.producer_id, name, part.name)
             conn.producers[cmd.producer_id] = producer
@@ -816,16 +730,16 @@ class PulsarServer:
         cmd = frame.command.send
         producer = conn.producers.get(cmd.producer_id)
         if producer is None:
-            raise _Closed(f"SEND for unknown producer {cmd.producer_id}")
+            raise ProtocolViolation(f"SEND for unknown producer {cmd.producer_id}")
         message = frame.message
         assert message is not None
         future: Future[Position]
         if frame.checksum_ok is False:
-            future = _failed(ServerError.ChecksumError, "Checksum failed on the broker")
+            future = failed(ServerError.ChecksumError, "Checksum failed on the broker")
         elif cmd.is_chunk or message.metadata.HasField("num_chunks_from_msg"):
-            future = _failed(ServerError.NotAllowedError, "chunked messages are not supported")
+            future = failed(ServerError.NotAllowedError, "chunked messages are not supported")
         elif message.metadata.compression != api.NONE:
-            future = _failed(ServerError.NotAllowedError, "compressed messages are not supported yet")
+            future = failed(ServerError.NotAllowedError, "compressed messages are not supported yet")
         else:
             future = self._publish(producer, cmd, message)
         producer.receipts.append((cmd.sequence_id, cmd.highest_sequence_id, future, context))
@@ -834,7 +748,7 @@ class PulsarServer:
     def _publish(self, producer: _Producer, cmd: Any, message: Any) -> Future[Position]:
         part = self.broker.partitions.get(producer.partition)
         if part is None:
-            return _failed(ServerError.TopicNotFound, f"topic {producer.partition} was deleted")
+            return failed(ServerError.TopicNotFound, f"topic {producer.partition} was deleted")
         if not self.broker.up:
             return Future()
         txn = TxnID(cmd.txnid_most_bits, cmd.txnid_least_bits) if cmd.HasField("txnid_most_bits") else None
@@ -847,7 +761,7 @@ class PulsarServer:
             try:
                 singles = decode_batch(payload, meta.num_messages_in_batch)
             except InputError as exc:
-                return _failed(ServerError.UnknownError, f"malformed batch: {exc}")
+                return failed(ServerError.UnknownError, f"malformed batch: {exc}")
             batch = [
                 BatchedMessage(s.payload, s.metadata.partition_key if s.metadata.HasField("partition_key") else None)
                 for s in singles
@@ -865,12 +779,12 @@ class PulsarServer:
                 receipt = api.CommandSendReceipt(
                     producer_id=producer.producer_id,
                     sequence_id=sequence_id,
-                    message_id=_message_id(position),
+                    message_id=message_id(position),
                     highest_sequence_id=highest,
                 )
                 conn.command(T(type=T.SEND_RECEIPT, send_receipt=receipt))
             else:
-                code, text = _wire_error(error)
+                code, text = wire_error(error)
                 conn.command(
                     T(
                         type=T.SEND_ERROR,
@@ -890,29 +804,29 @@ class PulsarServer:
         cmd = frame.command.subscribe
         if cmd.consumer_id in conn.consumers:
             existing = conn.consumers[cmd.consumer_id]
-            if existing.partition == _parse(cmd.topic).full and existing.subscription == cmd.subscription:
+            if existing.partition == topic_name(cmd.topic).full and existing.subscription == cmd.subscription:
                 conn.command(T(type=T.SUCCESS, success=api.CommandSuccess(request_id=cmd.request_id)))
                 self._done(conn, context, True)
                 return
-            raise _RequestError(ServerError.ConsumerBusy, f"consumer id {cmd.consumer_id} is in use")
+            raise RequestError(ServerError.ConsumerBusy, f"consumer id {cmd.consumer_id} is in use")
         if cmd.HasField("keySharedMeta") and cmd.keySharedMeta.keySharedMode != api.AUTO_SPLIT:
-            raise _RequestError(ServerError.NotAllowedError, "Key_Shared STICKY mode is not supported (AUTO_SPLIT is)")
+            raise RequestError(ServerError.NotAllowedError, "Key_Shared STICKY mode is not supported (AUTO_SPLIT is)")
         sub_type = api.CommandSubscribe.SubType.Name(cmd.subType)
         part = self._partition_for(cmd.topic, create=cmd.force_topic_creation)
         if not self.broker.up or not part.ready:
             # As for PRODUCER: the client retries after a fresh lookup, instead of timing out.
-            raise _RequestError(ServerError.ServiceNotReady, f"topic {part.name} is not loaded")
+            raise RequestError(ServerError.ServiceNotReady, f"topic {part.name} is not loaded")
         existing_sub = part.subscriptions.get(cmd.subscription)
         if existing_sub is not None and existing_sub.ready:
             if existing_sub.sub_type.name != sub_type:
-                raise _RequestError(ServerError.ConsumerBusy, "Subscription is of different type")
+                raise RequestError(ServerError.ConsumerBusy, "Subscription is of different type")
             if sub_type == "Exclusive" and existing_sub.consumers:
-                raise _RequestError(ServerError.ConsumerBusy, "Exclusive consumer is already connected")
+                raise RequestError(ServerError.ConsumerBusy, "Exclusive consumer is already connected")
         initial = (
             InitialPosition.EARLIEST if cmd.initialPosition == api.CommandSubscribe.Earliest else InitialPosition.LATEST
         )
         engine_id = next(self._engine_ids)
-        start = _position(cmd.start_message_id) if cmd.HasField("start_message_id") else None  # a reader's (PA-24)
+        start = position_of(cmd.start_message_id) if cmd.HasField("start_message_id") else None  # a reader's (PA-24)
         future = self.broker.subscribe(
             part.name, cmd.subscription, sub_type, initial, engine_id, durable=cmd.durable, start_message=start
         )
@@ -923,7 +837,7 @@ class PulsarServer:
                 self._leave(consumer)
                 return
             if f.error is not None:
-                code, text = _wire_error(f.error)
+                code, text = wire_error(f.error)
                 self._answer_error(conn, T.SUBSCRIBE, frame.command, code, text)
             else:
                 conn.consumers[cmd.consumer_id] = consumer
@@ -954,7 +868,7 @@ class PulsarServer:
     def _consumer(self, conn: _Connection, consumer_id: int) -> _Consumer:
         consumer = conn.consumers.get(consumer_id)
         if consumer is None:
-            raise _RequestError(ServerError.ConsumerNotFound, f"Consumer {consumer_id} not found")
+            raise RequestError(ServerError.ConsumerNotFound, f"Consumer {consumer_id} not found")
         return consumer
 
     def _flow(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
@@ -1026,13 +940,13 @@ class PulsarServer:
             return
         command = api.CommandMessage(
             consumer_id=consumer.consumer_id,
-            message_id=_message_id(first.position),
+            message_id=message_id(first.position),
             redelivery_count=first.redelivery_count,
         )
         if first.batch_index is not None:
             indexes = sorted({d.batch_index for d in group if d.batch_index is not None})
             if len(indexes) < first.batch_size:
-                command.ack_set.extend(_ack_set(indexes, first.batch_size))
+                command.ack_set.extend(ack_set(indexes, first.batch_size))
             consumer.permits -= first.batch_size
         else:
             consumer.permits -= 1
@@ -1046,7 +960,7 @@ class PulsarServer:
         cumulative = cmd.ack_type == api.CommandAck.Cumulative
         futures: list[Future[None]] = []
         for mid in cmd.message_id:
-            position = _position(mid)
+            position = position_of(mid)
             if sub is None:
                 futures.append(Future())
                 continue
@@ -1054,7 +968,7 @@ class PulsarServer:
             size = stored.batch_size if stored is not None and stored.batch is not None else None
             if size is not None and len(mid.ack_set) > 0:
                 # Batch-index acks: the ack set's set bits are the indexes still unacknowledged.
-                remaining = _bits(list(mid.ack_set), size)
+                remaining = set_bits(list(mid.ack_set), size)
                 if cumulative:
                     acked = [i for i in range(size) if i not in remaining]
                     futures.append(
@@ -1066,7 +980,7 @@ class PulsarServer:
                             futures.append(sub.acknowledge(consumer.engine_id, position, txn, False, index))
             else:
                 futures.append(sub.acknowledge(consumer.engine_id, position, txn, cumulative))
-        everything = _all_settled(futures)
+        everything = all_settled(futures)
 
         def answered(_: Future[None]) -> None:
             error = next((f.error for f in futures if f.error is not None), None)
@@ -1078,7 +992,7 @@ class PulsarServer:
                     txnid_least_bits=cmd.txnid_least_bits,
                 )
                 if error is not None:
-                    code, response.message = _wire_error(error)
+                    code, response.message = wire_error(error)
                     response.error = api.ServerError.ValueType(code)
                 conn.command(T(type=T.ACK_RESPONSE, ackResponse=response))
             self._done(conn, context, error is None)
@@ -1090,7 +1004,7 @@ class PulsarServer:
         consumer = conn.consumers.get(cmd.consumer_id)
         sub = None if consumer is None else self._service(consumer)
         if consumer is not None and sub is not None:
-            positions = [_position(m) for m in cmd.message_ids] if len(cmd.message_ids) > 0 else None
+            positions = [position_of(m) for m in cmd.message_ids] if len(cmd.message_ids) > 0 else None
             if positions is None:
                 # Redeliver everything: what this consumer holds but has not sent goes back too.
                 consumer.held.clear()
@@ -1118,7 +1032,7 @@ class PulsarServer:
                 self._consumers_by_key.pop(consumer.engine_id, None)
                 conn.command(T(type=T.SUCCESS, success=api.CommandSuccess(request_id=cmd.request_id)))
             else:
-                code, text = _wire_error(f.error)
+                code, text = wire_error(f.error)
                 self._answer_error(conn, T.UNSUBSCRIBE, frame.command, code, text)
             self._done(conn, context, f.error is None)
 
@@ -1133,16 +1047,16 @@ class PulsarServer:
         # TB-18: the last dispatchable position (the buffer's, so never past max_read_position).
         result = tb.get_last_message_id(part.state)
         if not isinstance(result, Ok):
-            raise _RequestError(result.error.server_error, result.error.message or result.error.name)
+            raise RequestError(result.error.server_error, result.error.message or result.error.name)
         position: Position = result.value
         stored = part.messages.get(position)
         batch_index = stored.batch_size - 1 if stored is not None and stored.batch is not None else None
         response = api.CommandGetLastMessageIdResponse(
-            request_id=cmd.request_id, last_message_id=_message_id(position, batch_index=batch_index)
+            request_id=cmd.request_id, last_message_id=message_id(position, batch_index=batch_index)
         )
         sub = part.subscriptions.get(consumer.subscription)
         if sub is not None and sub.cursor is not None:
-            response.consumer_mark_delete_position.CopyFrom(_message_id(sub.cursor.mark_delete_position))
+            response.consumer_mark_delete_position.CopyFrom(message_id(sub.cursor.mark_delete_position))
         conn.command(T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, getLastMessageIdResponse=response))
         self._done(conn, context, True)
 
@@ -1151,16 +1065,16 @@ class PulsarServer:
         cmd = frame.command.seek
         by_id = cmd.HasField("message_id")
         if not (by_id or cmd.HasField("message_publish_time")):
-            raise _RequestError(ServerError.MetadataError, "Message id and message publish time were not present")
+            raise RequestError(ServerError.MetadataError, "Message id and message publish time were not present")
         consumer = conn.consumers.get(cmd.consumer_id)
         if consumer is None:
-            raise _RequestError(ServerError.MetadataError, "Consumer not found")
+            raise RequestError(ServerError.MetadataError, "Consumer not found")
         sub, part, name = self._service(consumer), consumer.partition, consumer.subscription
         if sub is None:
             return  # the topic is down: no answer (the client times out and retries)
         mid = cmd.message_id
         future = (
-            sub.seek(_position(mid), tuple(mid.ack_set) or None) if by_id else sub.seek_time(cmd.message_publish_time)
+            sub.seek(position_of(mid), tuple(mid.ack_set) or None) if by_id else sub.seek_time(cmd.message_publish_time)
         )
 
         def answered(f: Future[None]) -> None:
@@ -1168,7 +1082,7 @@ class PulsarServer:
                 self._reconnect_consumers(lambda c: (c.partition, c.subscription) == (part, name))
                 conn.command(T(type=T.SUCCESS, success=api.CommandSuccess(request_id=cmd.request_id)))
             else:
-                code, text = _wire_error(f.error)
+                code, text = wire_error(f.error)
                 self._answer_error(conn, T.SEEK, frame.command, code, text)
             self._done(conn, context, f.error is None)
 
@@ -1178,20 +1092,20 @@ class PulsarServer:
 
     def _txn_enabled(self) -> None:
         if not self.config.transaction_coordinator_enabled:
-            raise _RequestError(ServerError.NotAllowedError, "Transactions are not enabled.")
+            raise RequestError(ServerError.NotAllowedError, "Transactions are not enabled.")
 
     def _coordinator(self, tc_id: int) -> Any:
         self._txn_enabled()
         coordinator = self.broker.coordinator
         if tc_id != coordinator.coordinator_id:
-            raise _RequestError(ServerError.TransactionCoordinatorNotFound, f"no transaction coordinator {tc_id}")
+            raise RequestError(ServerError.TransactionCoordinatorNotFound, f"no transaction coordinator {tc_id}")
         return coordinator
 
     def _tc_connect(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.tcClientConnectRequest
         coordinator = self._coordinator(cmd.tc_id)
         if not self.broker.up or not coordinator.ready:
-            raise _RequestError(ServerError.ServiceNotReady, f"transaction coordinator {cmd.tc_id} is not loaded")
+            raise RequestError(ServerError.ServiceNotReady, f"transaction coordinator {cmd.tc_id} is not loaded")
         conn.command(
             T(
                 type=T.TC_CLIENT_CONNECT_RESPONSE,
@@ -1209,12 +1123,12 @@ class PulsarServer:
         context: RequestContext | None,
         fill: Callable[[Any, Any], None] = lambda body, value: None,
     ) -> None:
-        response_type, field_name, message_type = _TXN_RESPONSES[kind]
+        response_type, field_name, message_type = TXN_RESPONSES[kind]
 
         def answered(f: Future[Any]) -> None:
             if f.error is not None:
-                code, text = _wire_error(f.error)
-                wrapped = T(type=T.Type.ValueType(kind), **{_COMMAND_FIELD[kind]: cmd})
+                code, text = wire_error(f.error)
+                wrapped = T(type=T.Type.ValueType(kind), **{COMMAND_FIELD[kind]: cmd})
                 self._answer_error(conn, kind, wrapped, code, text)
             else:
                 body = message_type(request_id=cmd.request_id)
@@ -1243,132 +1157,28 @@ class PulsarServer:
         cmd = frame.command.addPartitionToTxn
         coordinator = self._coordinator(cmd.txnid_most_bits)
         txn = TxnID(cmd.txnid_most_bits, cmd.txnid_least_bits)
-        names = [_parse(p).full for p in cmd.partitions]
+        names = [topic_name(p).full for p in cmd.partitions]
         futures = [coordinator.add_partition(txn, name) if self.broker.up else Future() for name in names]
-        self._txn_request(conn, T.ADD_PARTITION_TO_TXN, cmd, _first_error(futures), context)
+        self._txn_request(conn, T.ADD_PARTITION_TO_TXN, cmd, first_error(futures), context)
 
     def _add_subscription_to_txn(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.addSubscriptionToTxn
         coordinator = self._coordinator(cmd.txnid_most_bits)
         txn = TxnID(cmd.txnid_most_bits, cmd.txnid_least_bits)
-        subs = [TxnSubscription(_parse(s.topic).full, s.subscription) for s in cmd.subscription]
+        subs = [TxnSubscription(topic_name(s.topic).full, s.subscription) for s in cmd.subscription]
         futures = [coordinator.add_subscription(txn, s) if self.broker.up else Future() for s in subs]
-        self._txn_request(conn, T.ADD_SUBSCRIPTION_TO_TXN, cmd, _first_error(futures), context)
+        self._txn_request(conn, T.ADD_SUBSCRIPTION_TO_TXN, cmd, first_error(futures), context)
 
     def _end_txn(self, conn: _Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.endTxn
         coordinator = self._coordinator(cmd.txnid_most_bits)
         txn = TxnID(cmd.txnid_most_bits, cmd.txnid_least_bits)
         if not cmd.HasField("txn_action"):
-            raise _RequestError(ServerError.UnknownError, "END_TXN without txn_action")
+            raise RequestError(ServerError.UnknownError, "END_TXN without txn_action")
         action = TxnAction.COMMIT if cmd.txn_action == api.COMMIT else TxnAction.ABORT
         future = coordinator.end_txn(txn, action) if self.broker.up else Future()
         self._txn_request(conn, T.END_TXN, cmd, future, context)
 
-
-class _RequestError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def _parse(topic: str) -> TopicName:
-    try:
-        return parse_topic(topic)
-    except InvalidTopicName as exc:
-        code = ServerError.NotAllowedError if exc.not_allowed else ServerError.InvalidTopicName
-        raise _RequestError(code, str(exc)) from None
-
-
-def _failed(code: int, message: str) -> Future[Any]:
-    future: Future[Any] = Future()
-    future.set_exception(_RequestError(code, message))
-    return future
-
-
-def _wire_error(error: BaseException) -> tuple[int, str]:
-    """The ``ServerError`` code and message a failed request is answered with: a machine's domain
-    error carries its own code (spec/errors.py); a ledger failure is a PersistenceError."""
-    if isinstance(error, _RequestError):
-        return error.code, error.message
-    if isinstance(error, BrokerError):
-        domain: DomainError = error.error
-        return int(domain.server_error), domain.message or domain.name
-    if isinstance(error, LedgerError):
-        domain = error.domain_error()
-        return int(domain.server_error), domain.message or domain.name
-    inner = getattr(error, "error", None)
-    if isinstance(inner, DomainError):
-        return int(inner.server_error), inner.message or inner.name
-    return int(ServerError.UnknownError), str(error)
-
-
-def _all_settled(futures: list[Future[Any]]) -> Future[None]:
-    out: Future[None] = Future()
-    remaining = [len(futures)]
-    if not futures:
-        out.set_result(None)
-        return out
-
-    def one(_: Future[Any]) -> None:
-        remaining[0] -= 1
-        if remaining[0] == 0:
-            out.set_result(None)
-
-    for future in futures:
-        future.add_done_callback(one)
-    return out
-
-
-def _first_error(futures: list[Future[Any]]) -> Future[None]:
-    """Completes when every future did: with the first error (in order), else with None."""
-    out: Future[None] = Future()
-
-    def settled(_: Future[None]) -> None:
-        error = next((f.error for f in futures if f.error is not None), None)
-        if error is not None:
-            out.set_exception(error)
-        else:
-            out.set_result(None)
-
-    _all_settled(futures).add_done_callback(settled)
-    return out
-
-
-def _request_id(cmd: Any) -> int | None:
-    """The request id of a command, if it has one."""
-    field_name = _COMMAND_FIELD.get(cmd.type)
-    if field_name is None or not cmd.HasField(field_name):
-        return None
-    sub = getattr(cmd, field_name)
-    if "request_id" in sub.DESCRIPTOR.fields_by_name and sub.HasField("request_id"):
-        return int(sub.request_id)
-    return None
-
-
-_COMMAND_FIELD: dict[int, str] = {
-    field.number: field.name for field in T.DESCRIPTOR.fields if field.name != "type"
-}  # BaseCommand's field number equals its type's number
-_TXN_RESPONSES: dict[int, tuple[int, str, Any]] = {
-    T.NEW_TXN: (T.NEW_TXN_RESPONSE, "newTxnResponse", api.CommandNewTxnResponse),
-    T.ADD_PARTITION_TO_TXN: (
-        T.ADD_PARTITION_TO_TXN_RESPONSE,
-        "addPartitionToTxnResponse",
-        api.CommandAddPartitionToTxnResponse,
-    ),
-    T.ADD_SUBSCRIPTION_TO_TXN: (
-        T.ADD_SUBSCRIPTION_TO_TXN_RESPONSE,
-        "addSubscriptionToTxnResponse",
-        api.CommandAddSubscriptionToTxnResponse,
-    ),
-    T.END_TXN: (T.END_TXN_RESPONSE, "endTxnResponse", api.CommandEndTxnResponse),
-    T.TC_CLIENT_CONNECT_REQUEST: (
-        T.TC_CLIENT_CONNECT_RESPONSE,
-        "tcClientConnectResponse",
-        api.CommandTcClientConnectResponse,
-    ),
-}
 
 _Handler = Callable[[PulsarServer, _Connection, Frame, "RequestContext | None"], None]
 _HANDLERS: dict[int, _Handler] = {
