@@ -98,15 +98,16 @@ def write_history(server: PulsarServer, directory: Path, *, metadata: dict[str, 
     """Write the session's machine-level history as ``directory/<history id>.parquet`` (None: not
     recorded).  The id names the session's start (``serve-<Unix ms>``), so the sessions of a
     restarted server sit side by side in one folder."""
-    if server.recorder is None:
+    recorder = server.history.recorder
+    if recorder is None:
         return None
     from history_io.files import write_parquet
 
     if metadata is None:
         metadata = session_metadata(server)
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{server.recorder.history}.parquet"
-    write_parquet(path, {server.recorder.history: server.recorder.operations()}, metadata=metadata)
+    path = directory / f"{recorder.history}.parquet"
+    write_parquet(path, {recorder.history: recorder.operations()}, metadata=metadata)
     return path
 
 
@@ -123,8 +124,9 @@ def session_metadata(server: PulsarServer) -> dict[str, Any]:
         "fault_rates": dict(faults.rates) if faults is not None else {},
         "fault_schedule": [e.to_json() for e in faults.events] if faults is not None else [],
     }
-    assert server.recorder is not None
-    return {"version": 1, "config": config_overrides(server.config), "runs": {server.recorder.history: run}}
+    recorder = server.history.recorder
+    assert recorder is not None
+    return {"version": 1, "config": config_overrides(server.config), "runs": {recorder.history: run}}
 
 
 def start(
