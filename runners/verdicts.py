@@ -104,9 +104,9 @@ def write_part(out: Path, part: str, rows: Sequence[VerdictRow]) -> list[Verdict
 
 
 def write_index(out: Path, rows: Sequence[VerdictRow]) -> list[Path]:
-    """``OUT/index.html``: every verdict, each counterexample linked (:func:`views.viewer.index_page`),
+    """``OUT/index.html``: every verdict, each counterexample linked (:func:`views.page.index_page`),
     from the rows the tasks returned and the pages they wrote.  Returns the counterexample files."""
-    from views.viewer import index_page
+    from views.page import index_page
 
     pages = out / PAGES
     written: list[Path] = []

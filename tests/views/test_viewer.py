@@ -14,7 +14,7 @@ from invariants.transactional import ANOMALIES, check_transactional
 from proofs.check.trace_format import BadTrace, Trace
 from spec.history import Operation, OpType, make_operation, object_id
 from views.report import txn_html
-from views.viewer import Caps, index_page, trace_page, txn_op_words
+from views.page import Caps, index_page, trace_page, txn_op_words
 
 ROOT = Path(__file__).resolve().parents[2]
 
