@@ -318,7 +318,7 @@ def write_counterexamples(run: ModelRun, out: Path) -> list[str]:
     from history_io.files import write_jsonl
     from proofs.check.trace import render_text, trace_history, trace_json, trace_test, trace_vector
     from proofs.check.trace_format import Trace
-    from views.viewer import trace_page
+    from views.trace import trace_page
 
     written = []
     for violation in run.result.violations:

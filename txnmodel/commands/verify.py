@@ -124,7 +124,8 @@ def report(request: VerifyRequest, rows: Sequence[VerdictRow], elapsed: float) -
     """The end of a verification whose rows are in (each part already written under
     ``request.out``): the index and every counterexample's page, then the report on standard output
     (text, or JSON with ``request.json``); returns the exit code with the rows."""
-    from runners.verdicts import applicability_lines, history_results, print_report, summarize, write_index
+    from runners.verdicts import write_index
+    from views.summary import applicability_lines, history_results, print_report, summarize
 
     out = Path(request.out)
     written = write_index(out, rows)
