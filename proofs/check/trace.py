@@ -671,6 +671,24 @@ def _component_of(model: Model, violation: Violation) -> tuple[str, int] | None:
     return None
 
 
+class _Recorder:
+    """The commands one machine instance receives along a replay, with their results, and whether
+    it was reloaded from what it made durable (which a vector cannot express)."""
+
+    def __init__(self, machine: str, index: int) -> None:
+        self.machine, self.index = machine, index
+        self.recorded: list[tuple[Any, Any]] = []
+        self.reloaded_from_disk = False
+
+    def stepped(self, machine: str, index: int, command: Any, result: Any) -> None:
+        if machine == self.machine and index == self.index:
+            self.recorded.append((command, result))
+
+    def reloaded(self, machine: str, index: int) -> None:
+        if machine == self.machine and index == self.index:
+            self.reloaded_from_disk = True
+
+
 def trace_vector(model: Model, violation: Violation) -> dict[str, Any] | None:
     """A conformance vector of the machine instance a safety violation is about: the commands it
     received along the trace, with their results (the counterexample at machine level).  ``None``
@@ -686,40 +704,10 @@ def trace_vector(model: Model, violation: Violation) -> dict[str, Any] | None:
     if target is None:
         return None
     machine, index = target
-    recorded: list[tuple[Any, Any]] = []
-    crashed = [False]
-
-    class Recording(Model):
-        def _coord_step(self, w: Any, command: Any) -> Any:
-            result = super()._coord_step(w, command)
-            if machine == "coordinator":
-                recorded.append((command, result))
-            return result
-
-        def _buf_step(self, w: Any, p: int, command: Any) -> Any:
-            result = super()._buf_step(w, p, command)
-            if machine == "buffer" and p == index:
-                recorded.append((command, result))
-            return result
-
-        def _pa_step(self, w: Any, s: int, command: Any) -> Any:
-            result = super()._pa_step(w, s, command)
-            if machine == "pending_ack" and s == index:
-                recorded.append((command, result))
-            return result
-
-        def _crash_coordinator(self, w: Any) -> None:
-            crashed[0] = crashed[0] or machine == "coordinator"
-            super()._crash_coordinator(w)
-
-        def _crash_partition(self, w: Any, p: int) -> None:
-            if machine == "pending_ack" and self.spec.subscriptions[index].partition == p:
-                crashed[0] = True
-            super()._crash_partition(w, p)
-
-    probe = Recording(model.spec)
-    replay(probe, [list(_listed(step.label)) for step in violation.trace])
-    if crashed[0] or not recorded:
+    recorder = _Recorder(machine, index)
+    replay(Model(model.spec, observer=recorder), [list(_listed(step.label)) for step in violation.trace])
+    recorded = recorder.recorded
+    if recorder.reloaded_from_disk or not recorded:
         return None
     adapter = {"coordinator": tc.VECTORS, "buffer": tb.VECTORS, "pending_ack": pa.VECTORS}[machine]
     names = {cls: name for name, cls in adapter.commands.items()}
