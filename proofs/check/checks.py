@@ -3,6 +3,7 @@ liveness goals read, and the goals."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -105,7 +106,7 @@ class Properties:
                 names = store.violated("delayed", delayed_inv.INVARIANTS, sub[7])
                 if names:
                     out.extend(f"delayed/{n}" for n in names)
-            ok = store.memo(("pa-recovers", sub[0], sub[1], sub[2]), partial(self._pending_ack_recovers, sub))
+            ok = store.memo(("pa-recovers", sub[0], sub[1], sub[2]), partial(_pending_ack_recovers, self.value, sub))
             if not ok:
                 out.append("pending-ack-recovers-live")
         for slot in L.client_slots:
@@ -119,9 +120,6 @@ class Properties:
         if everything or BAD in slots:
             out.extend(sorted({b[0] for b in s[BAD]}))
         return out
-
-    def _pending_ack_recovers(self, sub: tuple[Any, ...]) -> bool:
-        return composed.pending_ack_recovers_live(self.value(sub[0]), self.value(sub[1]), bool(sub[2]))
 
     def _buffer_recovers(self, d: int) -> bool:
         return composed.buffer_recovers_live(self.value(d))
@@ -192,3 +190,7 @@ class Properties:
     def _goals(view: composed.SystemView, properties: tuple[composed.Liveness, ...]) -> tuple[bool, ...]:
         # One view for every property: building it (every component's state by digest) is most of a goal's cost.
         return tuple(prop.goal(view) for prop in properties)
+
+
+def _pending_ack_recovers(value: Callable[[int], Any], sub: tuple[Any, ...]) -> bool:
+    return composed.pending_ack_recovers_live(value(sub[0]), value(sub[1]), bool(sub[2]))

@@ -55,7 +55,7 @@ from proofs.check.state import (
 )
 from proofs.check.store import Store
 from proofs.check.subscriptions import Subscriptions
-from proofs.check.transitions import Transitions
+from proofs.check.transitions import AddSuccessor
 from reference import client as ct
 from spec.result import Err, Ok
 from spec.types import ClientTxnState, Subscription, TxnID
@@ -74,7 +74,7 @@ class Clients:
         layout: Layout,
         store: Store,
         machines: Machines,
-        transitions: Transitions,
+        add: AddSuccessor,
         subscriptions: Subscriptions,
         sub_names: tuple[Subscription, ...],
     ) -> None:
@@ -83,9 +83,11 @@ class Clients:
         self.store = store
         self.value = store.get
         self.machines = machines
-        self.transitions = transitions
+        self.add = add
         self.subscriptions = subscriptions
         self.sub_names = sub_names
+        self._slots = layout.client_slots
+        self._own_footprints = tuple((slot,) for slot in self._slots)
 
     def initial(self) -> list[tuple[Any, ...]]:
         """Each client's slot: idle before its first transaction (done if it has none)."""
@@ -97,15 +99,15 @@ class Clients:
 
     def actions(self, s: tuple[Any, ...], out: list[Successor]) -> None:
         """Every client's enabled steps, each its own fairness family (its timer another)."""
-        add = self.transitions.add
-        for c in range(self.spec.clients):
+        add = self.add
+        for c in range(len(self._slots)):
             for label, act in self.enabled(s, c):
                 family = ("c", c) if label[0] != "client-timeout" else ("ct", c)
                 add(out, s, label, family, act, self.footprint(label))
 
     def enabled(self, s: tuple[Any, ...], c: int) -> Iterator[tuple[tuple[Any, ...], Callable[..., Any]]]:
         """Client ``c``'s enabled steps in ``s``: their labels and actions."""
-        phase, k, seq, ctd, pc, _regs, ops, _held, end = s[self.layout.client(c)]
+        phase, k, seq, ctd, pc, _regs, ops, _held, end = s[self._slots[c]]
         program = self.spec.programs[c]
         if phase == IDLE:
             yield ("begin", c, k), lambda w: self._begin(w, c)
@@ -138,7 +140,7 @@ class Clients:
         c = label[1]
         if label[0] == "receive":
             return (self.layout.client(c), *self.subscriptions.reader_footprint(label[2]))
-        return (self.layout.client(c),)
+        return self._own_footprints[c]
 
     # --- partial-order reduction ---------------------------------------------------------------
 

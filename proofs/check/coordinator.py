@@ -37,7 +37,7 @@ from proofs.check.state import (
     partition_name,
 )
 from proofs.check.store import Store
-from proofs.check.transitions import Transitions
+from proofs.check.transitions import AddSuccessor
 from reference import coordinator as tc
 from spec.result import Err, Ok
 from spec.types import Subscription, TxnAction, TxnID, TxnStatus
@@ -54,14 +54,14 @@ class Coordinator:
         spec: ModelSpec,
         store: Store,
         machines: Machines,
-        transitions: Transitions,
+        add: AddSuccessor,
         sub_names: tuple[Subscription, ...],
     ) -> None:
         self.spec = spec
         self.store = store
         self.value = store.get
         self.machines = machines
-        self.transitions = transitions
+        self.add = add
         self.sub_names = sub_names
         self.sub_index = {name: s for s, name in enumerate(sub_names)}
         self.part_index = {partition_name(p): p for p in range(spec.partitions)}
@@ -251,7 +251,7 @@ class Coordinator:
 
     def actions(self, s: tuple[Any, ...], out: list[Successor]) -> None:
         """The timeout tracker (where timeouts may fire), the scheduled re-runs, the batched writer."""
-        add = self.transitions.add
+        add = self.add
         if self.spec.faults.timeouts:
             self.ticks(s, out)
         for timer in s[CAUX][3]:
@@ -266,9 +266,7 @@ class Coordinator:
         coord = self.value(s[COORD])
         for seq, meta in sorted(coord.txns.items()):
             if meta.status is TxnStatus.OPEN:
-                self.transitions.add(
-                    out, s, ("tick", seq), ("tick", seq), lambda w, seq=seq: self.tick(w, seq), COORDINATOR_SLOTS
-                )
+                self.add(out, s, ("tick", seq), ("tick", seq), lambda w, seq=seq: self.tick(w, seq), COORDINATOR_SLOTS)
 
     # --- crash and reload ----------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from proofs.check.state import (
 )
 from proofs.check.store import Store
 from proofs.check.subscriptions import Subscriptions
-from proofs.check.transitions import Transitions
+from proofs.check.transitions import AddSuccessor
 from reference import buffer as tb
 from reference.ledger import consumed_ledgers
 from spec.result import Err
@@ -48,7 +48,7 @@ class Environment:
         layout: Layout,
         store: Store,
         machines: Machines,
-        transitions: Transitions,
+        add: AddSuccessor,
         coordinator: Coordinator,
         subscriptions: Subscriptions,
     ) -> None:
@@ -56,21 +56,23 @@ class Environment:
         self.layout = layout
         self.value = store.get
         self.machines = machines
-        self.transitions = transitions
+        self.add = add
         self.coordinator = coordinator
         self.subscriptions = subscriptions
         self.subs_of: tuple[tuple[int, ...], ...] = tuple(
             tuple(s for s, sub in enumerate(spec.subscriptions) if sub.partition == p) for p in range(spec.partitions)
         )
-
-    def topic_footprint(self, p: int) -> tuple[int, ...]:
-        """What a crash or a retention of partition ``p``'s topic reads and writes."""
-        L = self.layout
-        return (L.part(p), *(L.sub(s) for s in self.subs_of[p]), L.reopen(p), L.end(p), USED)
+        L = layout
+        # What a crash or a retention of each partition's topic reads and writes, and a roll-over.
+        self.topic_footprints = tuple(
+            (L.part(p), *(L.sub(s) for s in self.subs_of[p]), L.reopen(p), L.end(p), USED)
+            for p in range(spec.partitions)
+        )
+        self._rollover_footprints = tuple((L.part(p), USED) for p in range(spec.partitions))
 
     def actions(self, s: tuple[Any, ...], out: list[Successor], messages: set[tuple[int, ...]]) -> None:
         """Every fault the budget left in ``s`` allows; ``messages`` are the distinct ones in flight."""
-        add = self.transitions.add
+        add = self.add
         faults = self.spec.faults
         used = s[USED]
         if used[0] < faults.loss:
@@ -91,14 +93,14 @@ class Environment:
                     ("crash-partition", p),
                     None,
                     lambda w, p=p: self._crash_partition(w, p),
-                    self.topic_footprint(p),
+                    self.topic_footprints[p],
                 )
         if used[4] < faults.rollover:
             for p in range(self.spec.partitions):
-                add(out, s, ("roll-over", p), None, lambda w, p=p: self._roll_over(w, p), (self.layout.part(p), USED))
+                add(out, s, ("roll-over", p), None, lambda w, p=p: self._roll_over(w, p), self._rollover_footprints[p])
         if used[5] < faults.retention:
             for p in range(self.spec.partitions):
-                add(out, s, ("retention", p), None, lambda w, p=p: self._retention(w, p), self.topic_footprint(p))
+                add(out, s, ("retention", p), None, lambda w, p=p: self._retention(w, p), self.topic_footprints[p])
 
     def _lose(self, w: WorkingState, m: tuple[int, ...]) -> None:
         w.take(m)

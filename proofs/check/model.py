@@ -112,16 +112,31 @@ class Model:
         # The batched log's deferred answers name clients inside interned values: no symmetry there.
         self.symmetries: tuple[Symmetry, ...] = spec.symmetries()[:1] if spec.batched_log else spec.symmetries()
         self.machines = machines = Machines(spec, store, step_timeout_s=step_timeout_s, observer=observer)
-        self.transitions = transitions = Transitions(layout)
-        self.partitions = Partitions(spec, layout, store, machines, transitions)
-        self.subscriptions = Subscriptions(spec, layout, store, machines, transitions)
-        self.clients = Clients(spec, layout, store, machines, transitions, self.subscriptions, sub_names)
-        self.coordinator = Coordinator(spec, store, machines, transitions, sub_names)
-        self.batched = self.coordinator.batched
-        self.network = Network(layout, transitions, self.clients, self.coordinator, self.partitions, self.subscriptions)
-        self.environment = Environment(spec, layout, store, machines, transitions, self.coordinator, self.subscriptions)
+        self.transitions = Transitions(layout)
+        add = self.transitions.add
+        self.partitions = partitions = Partitions(spec, layout, store, machines, add)
+        self.subscriptions = subscriptions = Subscriptions(spec, layout, store, machines, add)
+        self.clients = clients = Clients(spec, layout, store, machines, add, subscriptions, sub_names)
+        self.coordinator = coordinator = Coordinator(spec, store, machines, add, sub_names)
+        self.batched = coordinator.batched
+        self.network = Network(layout, add, clients, coordinator, partitions, subscriptions)
+        self.environment = Environment(spec, layout, store, machines, add, coordinator, subscriptions)
         self.symmetry = Symmetries(self.symmetries, layout, store, sub_names)
         self.properties = Properties(spec, layout, store, sub_names, self.batched)
+        # The parts' own steps after the deliveries, in the order a state's successors list them
+        # (bound once: this is the explorer's innermost loop).
+        steps = [clients.actions, coordinator.actions, partitions.actions, subscriptions.actions]
+        if any(spec.publishes):
+            steps.append(partitions.publish_actions)
+        self._steps = tuple(steps)
+        # What the explorer asks of every state, answered by the parts themselves (bound here, not
+        # wrapped: they are called once per state or transition): its representative under the
+        # symmetries (Symmetries.canonical), the safety predicates it breaks (Properties.violations,
+        # with the slots a transition changed: only what reads them), the liveness goals
+        # (Properties.goals, in the order of the properties given).
+        self.canonical = self.symmetry.canonical
+        self.violations = self.properties.violations
+        self.goals = self.properties.goals
 
     @property
     def verify_deltas(self) -> bool:
@@ -171,12 +186,10 @@ class Model:
                 return [ample]
         out: list[Successor] = []
         messages = self.network.actions(s, out)
-        self.clients.actions(s, out)
-        self.coordinator.actions(s, out)
-        self.partitions.actions(s, out)
-        self.subscriptions.actions(s, out)
-        self.partitions.publish_actions(s, out)
-        if self.spec.clock_limit and s[CLOCK] < self.spec.clock_limit:
+        for actions in self._steps:
+            actions(s, out)
+        clock_limit = self.spec.clock_limit
+        if clock_limit and s[CLOCK] < clock_limit:
             self.transitions.add(out, s, ("time",), ("clock",), _advance_clock, (CLOCK,))
         if not self.spec.faults.timeouts and not any(x.family is not None for x in out):
             # Without ``timeouts`` the transaction timeout is long against everything else: the
@@ -190,10 +203,6 @@ class Model:
 
     # --- symmetry: proofs/check/symmetry.py ------------------------------------------------------
 
-    def canonical(self, s: tuple[Any, ...]) -> tuple[Any, ...]:
-        """The representative of ``s`` under the model's symmetries (:meth:`Symmetries.canonical`)."""
-        return self.symmetry.canonical(s)
-
     def permute(self, s: tuple[Any, ...], g: int) -> tuple[Any, ...]:
         """The image of ``s`` under symmetry ``g``."""
         return self.symmetry.permute(s, g)
@@ -204,17 +213,9 @@ class Model:
         """The status each transaction's logged records gave it."""
         return self.properties.decided(s)
 
-    def violations(self, s: tuple[Any, ...], changed: tuple[int, ...] | None = None) -> list[str]:
-        """The safety predicates ``s`` breaks (:meth:`Properties.violations`)."""
-        return self.properties.violations(s, changed)
-
     def view(self, s: tuple[Any, ...]) -> composed.SystemView:
         """What the cross-machine predicates and the liveness goals read of ``s``."""
         return self.properties.view(s)
-
-    def goals(self, s: tuple[Any, ...], properties: tuple[composed.Liveness, ...]) -> tuple[bool, ...]:
-        """Each liveness property's goal in ``s`` (in the order of ``properties``)."""
-        return self.properties.goals(s, properties)
 
 
 def _advance_clock(w: WorkingState) -> None:

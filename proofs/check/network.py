@@ -30,7 +30,7 @@ from proofs.check.state import (
     WorkingState,
 )
 from proofs.check.subscriptions import Subscriptions
-from proofs.check.transitions import Transitions
+from proofs.check.transitions import AddSuccessor
 
 __all__ = ["Network"]
 
@@ -41,14 +41,14 @@ class Network:
     def __init__(
         self,
         layout: Layout,
-        transitions: Transitions,
+        add: AddSuccessor,
         clients: Clients,
         coordinator: Coordinator,
         partitions: Partitions,
         subscriptions: Subscriptions,
     ) -> None:
         self.layout = layout
-        self.transitions = transitions
+        self.add = add
         self.clients = clients
         self.coordinator = coordinator
         self.partitions = partitions
@@ -58,7 +58,7 @@ class Network:
 
     def actions(self, s: tuple[Any, ...], out: list[Successor]) -> set[tuple[int, ...]]:
         """A delivery of each distinct message in flight; the distinct messages."""
-        add = self.transitions.add
+        add = self.add
         seen_messages: set[tuple[int, ...]] = set()
         for message in s[NET]:
             if message in seen_messages:

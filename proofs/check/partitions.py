@@ -25,7 +25,7 @@ from proofs.check.state import (
     pos_of,
 )
 from proofs.check.store import Store
-from proofs.check.transitions import Transitions
+from proofs.check.transitions import AddSuccessor
 from reference import buffer as tb
 from spec.result import Ok
 from spec.types import Position, TxnAction, TxnID
@@ -44,15 +44,20 @@ def deliver_at(w: WorkingState, p: int, pos: tuple[int, int]) -> int:
 class Partitions:
     """The partitions' transitions: appends, ends of transactions, snapshots, plain publishes."""
 
-    def __init__(
-        self, spec: ModelSpec, layout: Layout, store: Store, machines: Machines, transitions: Transitions
-    ) -> None:
+    def __init__(self, spec: ModelSpec, layout: Layout, store: Store, machines: Machines, add: AddSuccessor) -> None:
         self.spec = spec
         self.layout = layout
         self.store = store
         self.value = store.get
         self.machines = machines
-        self.transitions = transitions
+        self.add = add
+        # What a partition's actions read and write (fixed per model, so computed once): a request
+        # to it (and its first snapshot), its snapshot timer, a publish.
+        L = layout
+        parts = range(spec.partitions)
+        self._footprints = tuple((L.part(p), L.reopen(p), L.end(p)) for p in parts)
+        self._snapshot_footprints = tuple((L.part(p),) for p in parts)
+        self._publish_footprints = tuple((L.part(p), L.reopen(p)) for p in parts)
 
     def initial(self) -> list[tuple[Any, ...]]:
         """Each partition's slot: a fresh buffer with the model's preloaded messages."""
@@ -70,8 +75,7 @@ class Partitions:
 
     def footprint(self, p: int) -> tuple[int, ...]:
         """What a request to partition ``p`` reads and writes."""
-        L = self.layout
-        return (L.part(p), L.reopen(p), L.end(p))
+        return self._footprints[p]
 
     # --- requests ------------------------------------------------------------------------------
 
@@ -139,7 +143,7 @@ class Partitions:
 
     def actions(self, s: tuple[Any, ...], out: list[Successor]) -> None:
         """The first snapshot completing, and the snapshot timer where topics may crash."""
-        add = self.transitions.add
+        add = self.add
         L = self.layout
         for p, part in enumerate(s[L.parts]):
             buffer = self.value(part[0])
@@ -150,7 +154,7 @@ class Partitions:
                     ("first-snapshot", p),
                     ("fs", p),
                     lambda w, p=p: self.first_snapshot(w, p),
-                    (L.part(p), L.reopen(p), L.end(p)),
+                    self._footprints[p],
                 )
             if (
                 self.spec.faults.crash_partition
@@ -164,7 +168,7 @@ class Partitions:
                     ("snapshot", p),
                     ("snap", p),
                     lambda w, p=p: self.machines.buffer(w, p, tb.TakeSnapshot()),
-                    (L.part(p),),
+                    self._snapshot_footprints[p],
                 )
 
     def publish_actions(self, s: tuple[Any, ...], out: list[Successor]) -> None:
@@ -173,6 +177,6 @@ class Partitions:
         for p, count in enumerate(self.spec.publishes):
             published = sum(1 for entry in s[L.part(p)][2] if entry[2] == PUBLISHED)
             if published < count:
-                self.transitions.add(
-                    out, s, ("publish", p), ("pub", p), lambda w, p=p: self.publish(w, p), (L.part(p), L.reopen(p))
+                self.add(
+                    out, s, ("publish", p), ("pub", p), lambda w, p=p: self.publish(w, p), self._publish_footprints[p]
                 )

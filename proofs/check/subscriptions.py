@@ -31,7 +31,7 @@ from proofs.check.state import (
     pos_of,
 )
 from proofs.check.store import Store
-from proofs.check.transitions import Transitions
+from proofs.check.transitions import AddSuccessor
 from reference import buffer as tb
 from reference import delayed as dl
 from reference import pending_ack as pa
@@ -45,20 +45,26 @@ class Subscriptions:
     """The subscriptions' transitions: acknowledgements and ends in transactions, the pending-ack
     store opening, the dispatcher reading the partition and handing messages out, the readers."""
 
-    def __init__(
-        self, spec: ModelSpec, layout: Layout, store: Store, machines: Machines, transitions: Transitions
-    ) -> None:
+    def __init__(self, spec: ModelSpec, layout: Layout, store: Store, machines: Machines, add: AddSuccessor) -> None:
         self.spec = spec
         self.layout = layout
         self.store = store
         self.value = store.get
         self.machines = machines
-        self.transitions = transitions
+        self.add = add
         consumed = {
             op.target for program in spec.programs for script in program for op in script.ops if op.kind == "consume"
         }
         # Subscriptions no one reads: their dispatcher reads on its own (a separate action).
         self.unread = frozenset(i for i, sub in enumerate(spec.subscriptions) if not sub.reader and i not in consumed)
+        # What each subscription's actions read and write (fixed per model, so computed once): a
+        # request to it; a hand-out (its reader's or a consumer's); its dispatcher reading alone.
+        L = layout
+        subs = range(len(spec.subscriptions))
+        part = [L.part(spec.subscriptions[i].partition) for i in subs]
+        self._footprints = tuple((L.sub(i), L.ack(i)) for i in subs)
+        self._reader_footprints = tuple((L.sub(i), L.ack(i), BAD, part[i], CLOCK) for i in subs)
+        self._dispatch_footprints = tuple((L.sub(i), part[i], CLOCK, L.ack(i)) for i in subs)
 
     def initial(self) -> list[tuple[Any, ...]]:
         """Each subscription's slot: a pending ack at EARLIEST, no log yet, nothing read."""
@@ -74,14 +80,11 @@ class Subscriptions:
 
     def footprint(self, s: int) -> tuple[int, ...]:
         """What a request to subscription ``s`` reads and writes."""
-        L = self.layout
-        return (L.sub(s), L.ack(s))
+        return self._footprints[s]
 
     def reader_footprint(self, i: int) -> tuple[int, ...]:
         """What a hand-out of subscription ``i`` reads and writes (its reader's, or a consumer's)."""
-        L = self.layout
-        p = self.spec.subscriptions[i].partition
-        return (L.sub(i), L.ack(i), BAD, L.part(p), CLOCK)
+        return self._reader_footprints[i]
 
     def consumer_allowed(self, c: int, s: int) -> bool:
         """Exclusive and Failover subscriptions serve one consumer: the first client that consumes."""
@@ -302,9 +305,9 @@ class Subscriptions:
 
     def actions(self, s: tuple[Any, ...], out: list[Successor]) -> None:
         """The pending-ack store opening, the dispatchers of unread subscriptions, the readers."""
-        add = self.transitions.add
-        L = self.layout
-        for i, sub in enumerate(s[L.subs]):
+        add = self.add
+        specs = self.spec.subscriptions
+        for i, sub in enumerate(s[self.layout.subs]):
             state = self.value(sub[0])
             if state.handle_state is pa.HandleState.INITIALIZING:
                 add(
@@ -313,18 +316,10 @@ class Subscriptions:
                     ("pending-ack-init", i),
                     ("pi", i),
                     lambda w, i=i: self.init_complete(w, i),
-                    (L.sub(i), L.ack(i)),
+                    self._footprints[i],
                 )
-            partition = self.spec.subscriptions[i].partition
             if i in self.unread:
                 # Nobody reads here: the dispatcher still reads on its own (markers are acknowledged).
-                add(
-                    out,
-                    s,
-                    ("dispatch", i),
-                    ("rf", i),
-                    lambda w, i=i: self.refresh(w, i),
-                    (L.sub(i), L.part(partition), CLOCK, L.ack(i)),
-                )
-            if self.spec.subscriptions[i].reader:
-                add(out, s, ("reader", i), ("rd", i), lambda w, i=i: self.read(w, i), self.reader_footprint(i))
+                add(out, s, ("dispatch", i), ("rf", i), lambda w, i=i: self.refresh(w, i), self._dispatch_footprints[i])
+            if specs[i].reader:
+                add(out, s, ("reader", i), ("rd", i), lambda w, i=i: self.read(w, i), self._reader_footprints[i])

@@ -12,16 +12,30 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from operator import itemgetter
-from typing import Any
+from typing import Any, Protocol
 
 from proofs.check.state import NET, Layout, Successor, WorkingState
 
-__all__ = ["Action", "Transitions"]
+__all__ = ["Action", "AddSuccessor", "Transitions"]
 
 # An action changes the opened state it is given (a :class:`WorkingState`); ``False`` means it is
 # not enabled after all (no successor).  Its parameters are open: actions are lambdas binding their
 # arguments as defaults (``lambda w, p=p: ...``), which a one-argument type would refuse.
 Action = Callable[..., Any]
+
+
+class AddSuccessor(Protocol):
+    """What the parts of the model are given to add their actions' successors: :meth:`Transitions.add`."""
+
+    def __call__(
+        self,
+        out: list[Successor],
+        s: tuple[Any, ...],
+        label: tuple[Any, ...],
+        family: tuple[Any, ...] | None,
+        act: Action,
+        footprint: tuple[int, ...] | None = None,
+    ) -> None: ...
 
 
 class Transitions:
