@@ -10,7 +10,7 @@ verdict and the anomalies found, with the load average before and after (the mac
 the figures are this run's only).  A JSON copy goes under ``--out``.
 
 Usage: python benchmarks/record_load.py [--seconds 5 | --ops N] [--faults SPEC] [--workloads a,b]
-       [--out out/record_load]
+       [--out out/bench/record_load]
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def main() -> None:
     parser.add_argument("--faults", default=None, help=f"serve's fault spec (e.g. {FAULTS})")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", default="out/record_load")
+    parser.add_argument("--out", default="out/bench/record_load")
     args = parser.parse_args()
     budget_args = ["--ops", str(args.ops)] if args.ops is not None else ["--seconds", f"{args.seconds or 5:g}"]
     results = []
@@ -115,7 +115,7 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=30)
         result: dict[str, Any] = {"workload": workload, "faults": args.faults, "budget": budget_args}
-        result.update({"record_exit": code, "record_s": took, "load_before": load_before})
+        result.update({"record_exit": code, "record_s": took, "load_before": load_before, "store": store})
         files = sorted(Path(store).rglob("*.parquet"))
         if files:
             result.update(_verify(files[0]))

@@ -206,6 +206,26 @@ def _notes_before(run: Run) -> None:
         run.notes.append("--liveness off: late-delivery and lost-redelivery have no bound to judge")
 
 
+def _withdraw_liveness(run: Run) -> None:
+    """The liveness bounds hold for a fault-free run; one that was disturbed (a consumer
+    disconnected: a broker crash, a topic unload, a dropped connection) states none, as with
+    ``--liveness off``: late-delivery and lost-redelivery then say they had nothing to judge."""
+    if not run.options.liveness or run.disturbance is None:
+        return
+
+    def change(f: str, value: dict[str, Any]) -> None:
+        if f == "negative_ack":
+            value.pop("redeliver_within_ms", None)
+        elif f == "send":
+            value.pop("deliver_within_ms", None)
+        elif f == "subscribe":
+            value.pop("redeliver_within_ms", None)
+            value["liveness"] = False
+
+    run.log.restate(change)
+    run.notes.append(f"liveness bounds withdrawn: the run was not fault-free ({run.disturbance})")
+
+
 def _wind_down(run: Run, progress: RecordProgress) -> list[str]:
     """A stopped run: let the calls in flight finish for a while (a second Ctrl-C cuts it short);
     the threads still busy after it, whose operations stay open (unknown outcomes)."""
@@ -308,7 +328,7 @@ def _metadata(
                 "ended_unix_ms": run.log.clock.now_ms(),
                 "topics": result.topics if result is not None else list(run.topics),
                 "subscriptions": result.subscriptions if result is not None else subscriptions,
-                "bounds": run.bounds.to_json(),
+                "bounds": {**run.bounds.to_json(), "withdrawn": run.disturbance if options.liveness else None},
                 "options": options_json(options),
                 "operations": count,
                 "unknown_outcomes": unknown,
@@ -348,6 +368,7 @@ def record(options: RecordOptions) -> RecordResult:
     if run.errors:
         raise run.errors[0]
     run.phase = "write"
+    _withdraw_liveness(run)
     with progress.phase("write", counts=False):
         ops = log.operations(cut_short=run.stop_reason is not None)
         unknown = sum(op.type.indeterminate for op in ops)

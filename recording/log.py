@@ -97,6 +97,15 @@ class HistoryLog:
             row.outcome = outcome
             row.completed_at = now
 
+    def restate(self, change: Callable[[str, dict[str, Any]], None]) -> None:
+        """Let ``change`` amend what the recorder itself stated in each operation's value (a bound
+        it can no longer stand behind), given the operation's ``f``; what the client saw is never
+        touched."""
+        with self._lock:
+            for row in self._rows:
+                if isinstance(row.value, dict):
+                    change(row.f, row.value)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._rows)

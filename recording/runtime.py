@@ -133,7 +133,9 @@ class Bounds:
       (:data:`ACK_TIMEOUT_TICK_MS`), then as above.
 
     With ``liveness`` off (faults injected, a cluster being disturbed) no bound is stated and the
-    two liveness checks have nothing to judge: they say so in the verdict.
+    two liveness checks have nothing to judge: they say so in the verdict.  A run with liveness on
+    that sees a consumer disconnected withdraws its bounds when the history is written
+    (:meth:`Run.disturbed`).
     """
 
     tick_ms: int
@@ -301,6 +303,7 @@ class Run:
         self.stopping = threading.Event()
         self.finished = threading.Event()  # the run is over (stopped or not): the watchdog leaves
         self.broker_gone = False
+        self.disturbance: str | None = None  # the first sign that the run was not fault-free
         self.stop_reason: str | None = None
         self.stopped_at_ms: int | None = None
         self.phase = "setup"  # setup, writers, drain, cleanup, write: where a stop found the run
@@ -328,6 +331,17 @@ class Run:
             self.budget.stopped.set()
         for drain in drains:
             drain.cancel()
+
+    def at(self, unix_ms: int) -> str:
+        """A time of the run as the reports say it: ``+1.2 s`` from its start."""
+        return f"+{(unix_ms - self.log.clock.unix_ms_at_start()) / 1000:.1f} s"
+
+    def disturbed(self, what: str) -> None:
+        """A sign that the run is not fault-free (a consumer disconnected): the liveness bounds the
+        recorder stated hold for a fault-free run only, and are withdrawn when the history is written."""
+        with self._lock:
+            if self.disturbance is None:
+                self.disturbance = what
 
     def check(self) -> None:
         """Raise :class:`RunStopped` once the run was stopped (the setup's retry loops call it)."""
@@ -366,10 +380,7 @@ class Run:
                 if now - since >= self.options.broker_gone_s:
                     gone_ms = self.log.clock.now_ms() - int((now - since) * 1000)
                     self.broker_gone = True
-                    self.stop(
-                        f"the broker at {self.options.url} has been unreachable since "
-                        f"+{(gone_ms - self.log.clock.unix_ms_at_start()) / 1000:.1f} s"
-                    )
+                    self.stop(f"the broker at {self.options.url} has been unreachable since {self.at(gone_ms)}")
                     return
 
         thread = threading.Thread(target=watch, name="record-watchdog", daemon=True)

@@ -96,6 +96,8 @@ def _consumer_loop(
         invoked, before = run.log.clock.now_ms(), consumer.connected()
         message = consumer.receive(process, timeout)
         connected = before and consumer.connected()
+        if not connected and not run.stopping.is_set():
+            run.disturbed(f"consumer {consumer.name} was disconnected at {run.at(invoked)}")
         drain.saw(consumer.name, message=message is not None, connected=connected, invoked_ms=invoked)
         if message is not None:
             on_message(process, consumer, message)
@@ -162,6 +164,7 @@ def _finish(
     run: Run, drain: Drain, consumers: list[threading.Thread], not_before_ms: int = 0, extra_s: float = 0.0
 ) -> bool:
     """Heal hook, final drain, consumers joined; whether the drain timed out."""
+    run.phase = "drain"
     if run.options.before_drain is not None:
         run.options.before_drain()
     drain.wait(not_before_ms, run.options.max_drain_s + extra_s)
@@ -468,6 +471,7 @@ def ctp(run: Run, budget: Budget) -> WorkloadResult:
     while budget.take():
         input_producer.send(writer_process, run.payload("in", n))
         n += 1
+    run.phase = "drain"
     if run.options.before_drain is not None:
         run.options.before_drain()
     transform_drain.wait(0, run.options.max_drain_s)
