@@ -18,7 +18,7 @@ import importlib
 import inspect
 import json
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -220,12 +220,13 @@ def _refusal(exc: Exception) -> str:
 
 
 def run_vector(path: Path, data: Mapping[str, Any], *, where: str | None = None) -> VectorResult:
-    """Run one (schema-valid) vector.  Input problems raise :class:`BadVector`."""
+    """Run one (schema-valid) vector: its steps as :func:`iter_vector` takes them, each compared with
+    the vector's expectations by the partial-match rule, stopping at the first mismatch.  Input
+    problems raise :class:`BadVector`."""
     label = where or str(path)
     machine = data["machine"]
     steps: Sequence[Mapping[str, Any]] = data["steps"]
-    adapter = _machine_vectors(machine)
-    if adapter is None:
+    if _machine_vectors(machine) is None:
         return VectorResult(
             label,
             data["id"],
@@ -234,67 +235,18 @@ def run_vector(path: Path, data: Mapping[str, Any], *, where: str | None = None)
             False,
             Mismatch(0, "-", "machine", f"reference.{machine_info(machine).module} with VECTORS", "not implemented"),
         )
-    try:
-        config = Config().with_overrides(data.get("config", {}))
-    except BadConfig as exc:
-        raise BadVector(f"$.config: {exc}", where=label) from None
-    try:
-        state = adapter.initial(config, data.get("init", {}))
-    except (JsonError, ValueError, TypeError, KeyError) as exc:
-        raise BadVector(f"$.init: {exc}", where=label) from None
-    for index, step in enumerate(steps):
-        name = step["command"]
-        command_type = adapter.commands.get(name)
-        if command_type is None:
-            known = ", ".join(sorted(adapter.commands))
-            raise BadVector(f"$.steps[{index}].command: {machine} has no command {name!r}; known: {known}", where=label)
-        try:
-            command = from_json(step.get("args", {}), command_type, f"$.steps[{index}].args")
-        except JsonError as exc:
-            raise BadVector(str(exc), where=label) from None
-        try:
-            state, result = adapter.step(state, command)
-        except _REFUSED as exc:
-            raise BadVector(
-                f"$.steps[{index}].args: {name} refused by the reference: {_refusal(exc)}", where=label
-            ) from None
-        actual = describe_result(result)
+    for outcome in iter_vector(data, where=label):
+        step = steps[outcome.index]
         expect = step.get("expect")
-        if expect is not None:
-            mismatch = _compare_expect(index, name, expect, actual)
-            if mismatch is not None:
-                return VectorResult(label, data["id"], machine, len(steps), False, mismatch)
-        for check_index, check in enumerate(step.get("check", [])):
-            observer = adapter.observers.get(check["observe"])
-            if observer is None:
-                known = ", ".join(sorted(adapter.observers))
-                raise BadVector(
-                    f"$.steps[{index}].check[{check_index}].observe: {machine} has no observer "
-                    f"{check['observe']!r}; known: {known}",
-                    where=label,
-                )
-            try:
-                kwargs = _decode_args(observer, check.get("args", {}), f"$.steps[{index}].check[{check_index}].args")
-            except JsonError as exc:
-                raise BadVector(str(exc), where=label) from None
-            try:
-                observed = to_json(observer(state, **kwargs))
-            except _REFUSED as exc:
-                raise BadVector(
-                    f"$.steps[{index}].check[{check_index}].args: {check['observe']} refused by the reference: "
-                    f"{_refusal(exc)}",
-                    where=label,
-                ) from None
-            if not matches(check["equals"], observed):
+        mismatch = (
+            None if expect is None else _compare_expect(outcome.index, outcome.command, expect, dict(outcome.result))
+        )
+        for check, seen in zip(step.get("check", []), outcome.observations, strict=True):
+            if mismatch is None and not matches(check["equals"], seen.observed):
                 what = f"observe {check['observe']}({json.dumps(check.get('args', {}))})"
-                return VectorResult(
-                    label,
-                    data["id"],
-                    machine,
-                    len(steps),
-                    False,
-                    Mismatch(index, name, what, check["equals"], observed),
-                )
+                mismatch = Mismatch(outcome.index, outcome.command, what, check["equals"], seen.observed)
+        if mismatch is not None:
+            return VectorResult(label, data["id"], machine, len(steps), False, mismatch)
     return VectorResult(label, data["id"], machine, len(steps), True)
 
 
@@ -345,7 +297,14 @@ class StepOutcome:
 def replay_vector(data: Mapping[str, Any], *, where: str) -> tuple[StepOutcome, ...]:
     """Step a (schema-valid) vector's machine through every step and observe every check, without
     comparing anything with the vector's expectations: what a transcript shows.  Input the
-    reference refuses raises :class:`BadVector` with the same messages as :func:`run_vector`."""
+    reference refuses raises :class:`BadVector`."""
+    return tuple(iter_vector(data, where=where))
+
+
+def iter_vector(data: Mapping[str, Any], *, where: str) -> Iterator[StepOutcome]:
+    """A vector's steps, one at a time, each with its full result and every observer check after it:
+    the one stepping loop that running a vector (:func:`run_vector`, which stops at the first
+    mismatch) and replaying it (:func:`replay_vector`) share."""
     machine = data["machine"]
     adapter = _machine_vectors(machine)
     if adapter is None:
@@ -358,7 +317,6 @@ def replay_vector(data: Mapping[str, Any], *, where: str) -> tuple[StepOutcome, 
         state = adapter.initial(config, data.get("init", {}))
     except (JsonError, ValueError, TypeError, KeyError) as exc:
         raise BadVector(f"$.init: {exc}", where=where) from None
-    outcomes: list[StepOutcome] = []
     for index, step in enumerate(data["steps"]):
         name = step["command"]
         command_type = adapter.commands.get(name)
@@ -379,11 +337,7 @@ def replay_vector(data: Mapping[str, Any], *, where: str) -> tuple[StepOutcome, 
             _observe(adapter, state, check, f"$.steps[{index}].check[{i}]", where)
             for i, check in enumerate(step.get("check", []))
         )
-        outcome = StepOutcome(
-            index, name, step.get("args", {}), step.get("comment"), describe_result(result), observations
-        )
-        outcomes.append(outcome)
-    return tuple(outcomes)
+        yield StepOutcome(index, name, step.get("args", {}), step.get("comment"), describe_result(result), observations)
 
 
 def _observe(adapter: MachineVectors, state: Any, check: Mapping[str, Any], place: str, where: str) -> Observation:
