@@ -48,7 +48,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from engine.storage.disk import FileSystem, LedgerLocked, OsFileSystem, makedirs_durably
 from engine.storage.file_format import (
@@ -82,12 +82,14 @@ from engine.storage.file_format import (
 from engine.storage.file_recovery import (
     FilePlan,
     RecoveryPlan,
+    RecoveryReport,
     apply_recovery,
     plan_recovery,
     read_whole,
     write_metadata_file,
 )
 from engine.storage.journal import RecordKind, encode_entry_body
+from engine.storage.journal_store import MAX_JOURNAL_BYTES, MAX_JOURNAL_RECORDS, JournalStore
 from engine.storage.ledger import (
     Entry,
     InitialPosition,
@@ -101,9 +103,6 @@ from reference.cursor import CursorState, initial_cursor_state
 from reference.ledger import consumed_ledgers, ledger_is_full
 from spec.config import Config
 from spec.types import LedgerInfo, Position
-
-if TYPE_CHECKING:
-    from engine.storage.file_store import FileStore
 
 __all__ = [
     "FRAME_HEADER",
@@ -144,10 +143,6 @@ __all__ = [
     "scan_ledger",
 ]
 
-# Past either bound (records or bytes in the current journal segment) the store checkpoints: every
-# ledger file written behind is synced, METADATA rewritten, and the journal starts a new segment.
-MAX_JOURNAL_RECORDS: Final = 4096
-MAX_JOURNAL_BYTES: Final = 4 << 20
 # Sealed ledgers are only read (dispatch catching up, recovery, inspection); keeping every one open would
 # cost a descriptor per ledger for the life of the handle, so only the most recently read stay open.
 MAX_OPEN_SEALED_FILES: Final = 8
@@ -185,25 +180,15 @@ class _OpenFile:
         return self.offsets[entries] if entries < len(self.offsets) else self.written_end
 
 
-@dataclass(frozen=True, slots=True)
-class RecoveryReport:
-    """What opening the directory repaired (all of it is what a crash can leave behind)."""
-
-    created: bool = False
-    truncated: tuple[tuple[str, int, int], ...] = ()  # (file, new length, bytes removed)
-    removed: tuple[str, ...] = ()
-    closed_ledger: int | None = None
-    replayed: int = 0  # journal records applied on top of the last checkpoint
-
-
 class FileLedger:
     """A file-backed :class:`~engine.storage.ledger.ManagedLedger`; see the module docstring.
 
     ``directory`` is created if missing.  ``config`` supplies the roll-over limits.  ``store`` is
-    the :class:`~engine.storage.file_store.FileStore` whose journal it writes through (``key`` is
-    its directory's name in the store); without one the ledger keeps its own journal in its
-    directory.  ``group_commit`` lets concurrent writers share one journal sync (without it a
-    writer syncs while holding the lock).  ``max_journal_records`` / ``max_journal_bytes`` bound
+    the store whose journal it writes through (a :class:`~engine.storage.file_store.FileStore`;
+    ``key`` is its directory's name in the store); without one the ledger keeps its own journal
+    in its directory, in a private :class:`~engine.storage.journal_store.JournalStore`.
+    ``group_commit`` lets concurrent writers share one journal sync (without it a writer syncs
+    while holding the lock).  ``max_journal_records`` / ``max_journal_bytes`` bound
     a private journal's segment before a checkpoint (0: checkpoint after every change).  ``fs``
     replaces the OS calls.  Opening recovers the directory (:attr:`recovery` says what it
     repaired) and starts a new ledger; a second handle on an open directory raises
@@ -222,7 +207,7 @@ class FileLedger:
         max_open_sealed_files: int = MAX_OPEN_SEALED_FILES,
         max_journal_records: int = MAX_JOURNAL_RECORDS,
         max_journal_bytes: int = MAX_JOURNAL_BYTES,
-        store: FileStore | None = None,
+        store: JournalStore | None = None,
         key: str = ".",
     ) -> None:
         if max_open_sealed_files < 0:
@@ -241,13 +226,11 @@ class FileLedger:
         self._lock_fd: int | None = None
         self._private = store is None
         if store is None:
-            from engine.storage.file_store import FileStore
-
             if name is not None:
                 # Refused before the private store's recovery touches anything.
                 _check_name(fs or OsFileSystem(), self._dir, name)
 
-            store = FileStore(
+            store = JournalStore(
                 self._dir,
                 self._config,
                 fs=fs or OsFileSystem(),
@@ -289,7 +272,7 @@ class FileLedger:
         return self._config
 
     @property
-    def store(self) -> FileStore:
+    def store(self) -> JournalStore:
         return self._store
 
     @property
@@ -431,7 +414,7 @@ class FileLedger:
                 _, entries = opened.pending.pop(0)
                 opened.durable_entries = max(opened.durable_entries, entries)
 
-    def _revert(self) -> None:
+    def revert_locked(self) -> None:
         """A journal batch failed: nothing of this handle that was not durable survives (the
         journal was cut back), so memory goes back to the durable state; a ledger that lost
         entries takes no append until it is rolled over (Pulsar's rule after a failed add)."""
@@ -473,7 +456,7 @@ class FileLedger:
 
     # -- checkpoints (the store calls these with its lock held) --------------------------------
 
-    def _checkpoint_locked(self, lsn: int) -> None:
+    def checkpoint_locked(self, lsn: int) -> None:
         """Make the files self-sufficient up to journal lsn ``lsn``: sync every ledger file written
         since the last checkpoint, sync the directory, commit METADATA saying so."""
         fs = self._fs
@@ -535,14 +518,14 @@ class FileLedger:
             return
         self._store.close_ledger(self._key, self)
 
-    def _close_locked(self, lsn: int | None) -> RecoveryPlan | None:
+    def close_locked(self, lsn: int | None) -> RecoveryPlan | None:
         """The store's part of closing: checkpoint at ``lsn`` (None: it failed or was not wanted).
         Returns what a reopening needs to know of the files when they are exactly as checkpointed
         (the store keeps it, so the next handle need not scan them again)."""
         if self._closed:
             return None
         if lsn is not None and self.dirty:
-            self._checkpoint_locked(lsn)
+            self.checkpoint_locked(lsn)
         known = None if self.dirty or self._dir_dirty else self._as_plan()
         self._closed = True
         self._release_files()
@@ -567,7 +550,7 @@ class FileLedger:
             return
         self._store.crash_ledger(self._key, self)
 
-    def _crash_locked(self) -> None:
+    def crash_locked(self) -> None:
         self._closed = True
         self._release_files()
 
