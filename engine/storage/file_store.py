@@ -20,16 +20,11 @@ import os
 
 from engine.storage.file_format import METADATA_NAME
 from engine.storage.file_ledger import FileLedger
+from engine.storage.group_commit import AdaptiveCommit
 from engine.storage.journal import RecordKind
-from engine.storage.journal_store import (
-    STORE_LOCK_NAME,
-    TOMBSTONE_SUFFIX,
-    AdaptiveCommit,
-    JournalStore,
-    StoreRecovery,
-    StoreStats,
-)
+from engine.storage.journal_store import STORE_LOCK_NAME, JournalStore, StoreStats
 from engine.storage.ledger import LedgerWriteFailed
+from engine.storage.store_recovery import TOMBSTONE_SUFFIX, StoreRecovery
 
 __all__ = ["STORE_LOCK_NAME", "TOMBSTONE_SUFFIX", "AdaptiveCommit", "FileStore", "StoreRecovery", "StoreStats"]
 
