@@ -39,7 +39,8 @@ from engine.broker.component import ComponentFailure
 from engine.ledger_store import LedgerFaults, LedgerStore
 from engine.recorder import HistoryRecorder, MachineObserver, OpenOp
 from engine.scheduler import NETWORK_LATENCY_MS, Future, Network, NetworkFaults, SimTimeout, Simulation
-from engine.storage.disk import DiskFaults, FileSystem, SimDisk
+from engine.simulated.disk import DiskFaults, SimDisk
+from engine.storage.disk import FileSystem
 from engine.storage.file_store import AdaptiveCommit
 from engine.storage.ledger import InitialPosition
 from reference import client as ct

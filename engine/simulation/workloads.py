@@ -50,6 +50,7 @@ from engine.broker import BrokerFaults, ComponentFailure
 from engine.delayed.service import BUCKET_FACTORY
 from engine.ledger_store import LedgerFaults, LedgerStore, storage_lost
 from engine.scheduler import Future, NetworkFaults, SimTimeout, spawn
+from engine.simulated.disk import DiskFaults, SimDisk
 from engine.simulated.faults import FAULT_RATES, InjectedFault
 from engine.simulation.client import (
     Client,
@@ -61,7 +62,6 @@ from engine.simulation.client import (
     OperationTimeout,
     Producer,
 )
-from engine.storage.disk import DiskFaults, SimDisk
 from spec.config import QUIRKS, Config
 from spec.history import Operation
 from spec.types import Position
