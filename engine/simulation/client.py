@@ -209,7 +209,7 @@ class Cluster:
         operations) in the history, for the per-object linearizability checks.
 
         File ledgers only: ``disk`` is ``real`` (the OS file system under ``data_dir``), ``sim``
-        (a :class:`~engine.storage.disk.SimDisk` seeded from ``seed``, whose broker crashes are
+        (a :class:`~engine.simulated.disk.SimDisk` seeded from ``seed``, whose broker crashes are
         power cuts; ``disk_faults`` its injected faults), or a file system to use as it is.
         ``group_commit_ms``: the store's journal commits every that many simulated milliseconds, and
         no answer leaves the broker before the commit that makes what it depends on durable; None
