@@ -43,6 +43,7 @@ from __future__ import annotations
 from engine.broker.broker import Broker, BrokerFaults, TransactionBufferClient, partition_name
 from engine.broker.component import BrokerError, ComponentFailure, read_all
 from engine.broker.coordinator import MAX_LOCAL_TXN_ID, CoordinatorService, Participants
+from engine.broker.dispatcher import ConsumerSlot, Delivered, Handout
 from engine.broker.entries import (
     MARKER_ABORT,
     MARKER_COMMIT,
@@ -68,7 +69,7 @@ from engine.broker.snapshot_topics import (
     snapshot_messages,
     snapshot_records,
 )
-from engine.broker.subscription import ConsumerSlot, Delivered, Handout, SubscriptionService
+from engine.broker.subscription import SubscriptionService
 
 __all__ = [
     "INDEXES_TOPIC",

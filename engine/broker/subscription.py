@@ -11,17 +11,16 @@ route by key (:mod:`.key_shared`), batch entries handed out per index.
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol, cast
 
 import immutables
 
 from engine.broker.component import BrokerError, BrokerHost, Component, after, all_of, error_of, fail
+from engine.broker.dispatcher import ConsumerSlot, Delivered, Handout
 from engine.broker.entries import StoredMessage
-from engine.broker.key_shared import STICKY_KEY_HASH_RANGE, hand_over_top_range, select, split_range, sticky_key_hash
+from engine.broker.key_shared import hand_over_top_range, select, split_range, sticky_key_hash
 from engine.delayed.service import DelayedDeliveryService
 from engine.delayed.shared import TopicDelayedIndex
 from engine.scheduler import Future
@@ -50,7 +49,7 @@ from spec.types import (
     words_to_bits,
 )
 
-__all__ = ["ConsumerSlot", "Delivered", "Handout", "SubscriptionService", "Topic", "reader_start"]
+__all__ = ["SubscriptionService", "Topic", "reader_start"]
 
 # What the pending ack's steps return (its values are the machine's: outcomes, Queued, Ignored).
 PendingAckResult = Ok[object] | Err
@@ -82,74 +81,6 @@ class Topic(Protocol):
     def shared_delayed_index(self) -> TopicDelayedIndex: ...
 
     def reload(self) -> None: ...
-
-
-@dataclass
-class Delivered:
-    """A message handed to a consumer."""
-
-    position: Position
-    payload: bytes
-    txn_id: TxnID | None
-    deliver_at: int | None
-    redelivery_count: int
-    batch_index: int | None = None  # the message's index in a batch entry
-    batch_size: int = 1
-    partition_key: str | None = None
-
-
-@dataclass
-class Handout:
-    """One dispatch of an entry to a consumer: its messages (a batch's indexes) share one redelivery count."""
-
-    position: Position
-    redelivery_count: int | None = None  # taken when the first of its messages is received
-
-
-@dataclass
-class ConsumerSlot:
-    consumer_id: int
-    queue: collections.deque[tuple[Handout, int | None]] = field(default_factory=collections.deque)  # (entry, index)
-    unacked: set[Position] = field(default_factory=set)  # entries handed out, as Pulsar's pendingAcks
-    waiting: list[Future[Delivered | None]] = field(default_factory=list)
-    hash_range_end: int = STICKY_KEY_HASH_RANGE  # Key_Shared: this consumer serves hashes up to here
-    joined_after: Position | None = None  # Key_Shared: recently joined, held to entries up to here
-    # How many queued messages each position has: an ack of a position that is not queued here
-    # (the usual case with a real client's prefetched backlog) costs nothing instead of a queue walk.
-    queued: collections.Counter[Position] = field(default_factory=collections.Counter)
-
-    def push(self, handout: Handout, index: int | None) -> None:
-        self.queue.append((handout, index))
-        self.queued[handout.position] += 1
-
-    def pop(self) -> tuple[Handout, int | None]:
-        handout, index = self.queue.popleft()
-        self._forget(handout.position)
-        return handout, index
-
-    def clear(self) -> None:
-        self.queue.clear()
-        self.queued.clear()
-
-    def _forget(self, position: Position) -> None:
-        self.queued[position] -= 1
-        if not self.queued[position]:
-            del self.queued[position]
-
-    def drop(self, keep: Callable[[Position, int | None], bool]) -> None:
-        """Forget queued messages ``keep`` rejects."""
-        kept: collections.deque[tuple[Handout, int | None]] = collections.deque()
-        for handout, index in self.queue:
-            if keep(handout.position, index):
-                kept.append((handout, index))
-            else:
-                self._forget(handout.position)
-        self.queue = kept
-
-    def drop_position(self, position: Position, keep: Callable[[Position, int | None], bool]) -> None:
-        """:meth:`drop` when only messages of ``position`` can be rejected."""
-        if position in self.queued:
-            self.drop(keep)
 
 
 def reader_start(

@@ -37,17 +37,12 @@ simulate`` then exits 1 naming it); an exception no component raised still ends 
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from engine.broker import BrokerFaults, ComponentFailure
-from engine.delayed.service import BUCKET_FACTORY
+from engine.broker import BrokerFaults
 from engine.ledger_store import LedgerFaults, LedgerStore, storage_lost
 from engine.scheduler import Future, NetworkFaults, SimTimeout, spawn
 from engine.simulated.faults import FAULT_RATES, InjectedFault
@@ -61,9 +56,19 @@ from engine.simulation.client import (
     OperationTimeout,
     Producer,
 )
+from engine.simulation.metadata import FaultEvent, RunResult, file_metadata
+from engine.simulation.options import (
+    FAULT_MIXES,
+    MAIN_JOB,
+    MIX_CYCLE,
+    SimulateOptions,
+    fault_mix,
+    file_stem,
+    main_job_spec,
+    variant,
+)
+from engine.simulation.runspec import DEFAULT_DEADLINE_MS, TRACKERS, WORKLOADS, RunSpec
 from engine.storage.disk import DiskFaults, SimDisk
-from spec.config import QUIRKS, Config
-from spec.history import Operation
 from spec.types import Position
 
 __all__ = [
@@ -71,6 +76,7 @@ __all__ = [
     "FAULT_MIXES",
     "FAULT_RATES",
     "KEYS",
+    "KEY_SHARED_READERS",
     "LONG_RECEIVE_MS",
     "MAIN_JOB",
     "MIX_CYCLE",
@@ -93,49 +99,9 @@ Proc = Generator[Future[Any], Any, None]
 _ERRORS = (OperationFailed, OperationTimeout, ClientLibraryError)
 
 
-# Fault mixes: overrides of FAULT_RATES that reach what the default profile rarely does (see
-# docs/known_bugs.md).  ``late-append``: short transaction timeouts and long network delays, so a
-# txn's message reaches a partition after its timeout abort and re-opens it there (TB-8, TB-13);
-# ``coordinator``: coordinator crashes while participants time out END_TXN, so reloads find
-# COMMITTING and ABORTING transactions to re-drive (TC-16, TC-24); ``quiesce``: the default
-# faults, every partition unloaded once every transaction has ended, and the readers start after
-# that, so what they read was recovered with nothing written after the recovery (TB-24).
-FAULT_MIXES: dict[str, dict[str, float | int]] = {
-    "default": {},
-    "late-append": {
-        "drop_request": 0.0,
-        "drop_response": 0.0,
-        "duplicate_request": 0.0,
-        "ledger_append": 0.0,
-        "ledger_read": 0.0,
-        "broker_crash": 0.0,
-        "coordinator_crash": 0.0,
-        "topic_unload": 0.0,
-        "short_txn_timeout": 0.5,
-        "max_extra_delay_ms": 400,
-    },
-    "coordinator": {
-        "drop_request": 0.0,
-        "drop_response": 0.0,
-        "ledger_append": 0.0,
-        "ledger_read": 0.0,
-        "broker_crash": 0.0,
-        "topic_unload": 0.0,
-        "coordinator_crash": 1.0,
-        "participant_timeout": 0.2,
-    },
-    "quiesce": {"unload_at_heal": 1.0},
-}
-# ``--fault-mix mixed``: the mix of each seed, by seed modulo the length of this cycle.
-MIX_CYCLE = ("default", "default", "late-append", "coordinator", "quiesce")
 # How long a broker crash on a store with group commit may wait for the journal to have changes
 # waiting for their commit (half of those crashes do: see _Run.fault_process).
 POWER_CUT_WAIT_MS = 2_000
-# Far beyond any clean run (the longest of the main job's are under 200 s of simulated time): the
-# deadline only cuts runs that would otherwise never end.
-DEFAULT_DEADLINE_MS = 3_600_000
-
-
 # Partition keys of ``key_shared`` runs: few enough that every Key_Shared consumer gets several.
 KEYS = ("k0", "k1", "k2", "k3", "k4", "k5")
 # Key_Shared consumers per partition in ``key_shared`` runs.
@@ -143,17 +109,6 @@ KEY_SHARED_READERS = 2
 # Producer batching of ``batch_messages`` runs: small batches that fill before the delay runs out.
 BATCH_MAX_MESSAGES = 4
 BATCH_MAX_DELAY_MS = 5
-TRACKERS = ("memory", "bucket")
-# The bucket tracker with buckets small enough to seal and snapshot within one run (Pulsar's
-# defaults, 50 000 indexes per bucket, would keep every bucket in memory).  A bucket seals when the
-# ledger rolls over, hence short ledgers.
-_BUCKET_CONFIG: dict[str, Any] = {
-    "delayedDeliveryTrackerFactoryClassName": BUCKET_FACTORY,
-    "delayedDeliveryMinIndexCountPerBucket": 4,
-    "delayedDeliveryMaxIndexesPerBucketSnapshotSegment": 3,
-    "delayedDeliveryMaxNumBuckets": 3,  # few, so that buckets merge (DD-20, DD-21)
-    "managedLedgerMaxEntriesPerLedger": 16,
-}
 # How far ahead the delayed workload's messages are due.  On the bucket tracker further: a bucket
 # whose messages are all delivered is deleted, and only one still holding messages when the
 # broker crashes is recovered from its snapshot (most bucket runs then recover at least one).
@@ -166,195 +121,6 @@ LONG_RECEIVE_MS = 2_500
 # How long after it is sent each of a delayed writer's two last messages is due: both before a long
 # receive that begins as the writers stop is LAG_BOUND_MS from its end.
 TAIL_DELAYS_MS = (400, 900)
-# The ``reread`` variant's pending-ack log: an index entry every few records, so the log is trimmed
-# within a run (Pulsar's default, 500 records, never trims one of the main job's logs, and then every
-# recovery replays the whole log and hides a cursor that missed a committed transaction's acks).
-REREAD_INDEX_LAG = 2
-_REREAD_CONFIG: dict[str, Any] = {"transactionPendingAckLogIndexMinLag": REREAD_INDEX_LAG}
-
-
-def _default_config() -> Config:
-    """Small ledgers (roll-over happens) and strict delayed delivery, so a message delivered before its
-    deliver-at time is an anomaly rather than DD-1's permitted tick of slack."""
-    return Config().with_overrides(
-        {
-            "managedLedgerMaxEntriesPerLedger": 64,
-            "isDelayedDeliveryDeliverAtTimeStrict": True,
-            "delayedDeliveryTickTimeMillis": 100,
-        }
-    )
-
-
-@dataclass
-class RunSpec:
-    workload: str = "ctp"
-    seed: int = 0
-    ledger: str = "memory"
-    data_dir: str | None = None
-    ops: int = 200  # transactions attempted, over all clients
-    duration_ms: int | None = None  # or: stop starting transactions at this simulated time
-    clients: int = 4
-    faults: bool = False
-    batching: bool = False
-    partitions: int = 2
-    config: Config = field(default_factory=lambda: _default_config())
-    deadline_ms: int = DEFAULT_DEADLINE_MS  # simulated time after which the run stops where it is
-    # Overrides of FAULT_RATES for this run (``--faults on`` only), e.g. a probe that needs more short
-    # transaction timeouts and longer network delays than the default profile.
-    fault_rates: dict[str, float | int] = field(default_factory=dict)
-    batch_messages: bool = False  # batching producers (client batches, not PIP-160's batched log)
-    key_shared: bool = False  # partition keys on every send, Key_Shared readers
-    delayed_tracker: str = "memory"  # the delayed workload's tracker: "memory" or "bucket"
-    unsubscribe: bool = False  # readers unsubscribe when done instead of closing (the subscription goes)
-    cumulative: bool = False  # ctp processors acknowledge their input cumulatively in the txn (PA-9)
-    redeliver: bool = False  # ctp processors ask for redelivery and receive again while their txn is open
-    # Clients ask what no other operation asks: readers the partition's last message id before they
-    # stop (TB-18), ctp processors the admin check of the position they acked in the txn (PA-21).
-    queries: bool = False
-    # The delayed workload (in-memory tracker) with the broker's shared delayed index (DD-30) and a
-    # second subscription reading the topic, so that two subscriptions share the index.
-    shared_delayed: bool = False
-    # Every verify reader, once drained, looks back with a Reader (a non-durable subscription,
-    # PA-24) from the last message it received, then seeks that reader by publish time (PA-23).
-    readers: bool = False
-    # ctp: once the heal has ended every transaction, the processors' input partitions are unloaded
-    # (recovered from their cursors and pending-ack logs, PA-18, PA-19) and each processor reads its
-    # subscription again to its end; the pending-ack log is indexed every few records
-    # (REREAD_INDEX_LAG), so it is trimmed (PA-16) and a recovery depends on what the cursor deleted.
-    reread: bool = False
-    # File ledgers only: the real disk or the simulated one (whose broker crashes are power cuts),
-    # and the journal's group commit (None: every change committed as it is made).
-    disk: str = "real"
-    group_commit_ms: int | None = None
-    # On the simulated disk: write the store's final files here at the end (for txnmodel inspect).
-    export_dir: str | None = None
-    # On the simulated disk: the bytes its files may hold (ENOSPC past it: a full disk, which is
-    # outside every fault mix and stops the run, see RunResult.incomplete).  None: no bound.
-    disk_capacity: int | None = None
-
-    def broker_config(self) -> Config:
-        """The brokers' configuration: ``config``, with the bucket tracker for a delayed run that asks
-        for it, and the short pending-ack log index lag of a ctp run that rereads."""
-        if self.delayed_tracker not in TRACKERS:
-            raise ValueError(f"unknown delayed tracker {self.delayed_tracker!r}; trackers are {', '.join(TRACKERS)}")
-        if self.workload == "delayed" and self.delayed_tracker == "bucket":
-            return self.config.with_overrides(_BUCKET_CONFIG)
-        if self.rereads:
-            return self.config.with_overrides(_REREAD_CONFIG)
-        return self.config
-
-    @property
-    def rereads(self) -> bool:
-        """The ``reread`` variant applies: a ctp run (the other workloads' subscriptions hold no
-        transactional acks)."""
-        return self.reread and self.workload == "ctp"
-
-    def rates(self) -> dict[str, float | int]:
-        """The fault rates this run injects: FAULT_RATES with the overrides, all 0 with faults off."""
-        unknown = sorted(set(self.fault_rates) - set(FAULT_RATES))
-        if unknown:
-            raise ValueError(f"unknown fault rate(s) {unknown}; rates are {sorted(FAULT_RATES)}")
-        if not self.faults:
-            return dict.fromkeys(FAULT_RATES, 0)
-        return {**FAULT_RATES, **self.fault_rates}
-
-    def to_json(self) -> dict[str, Any]:
-        """The run's configuration as JSON (``data_dir`` left out: it names a scratch folder)."""
-        rates = self.rates()
-        return {
-            "workload": self.workload,
-            "seed": self.seed,
-            "ledger": self.ledger,
-            "ops": self.ops,
-            "duration_ms": self.duration_ms,
-            "clients": self.clients,
-            "faults": self.faults,
-            "batching": self.batching,
-            "partitions": self.partitions,
-            "deadline_ms": self.deadline_ms,
-            "batch_messages": self.batch_messages,
-            "key_shared": self.key_shared,
-            "delayed_tracker": self.delayed_tracker,
-            "unsubscribe": self.unsubscribe,
-            "cumulative": self.cumulative,
-            "redeliver": self.redeliver,
-            "queries": self.queries,
-            "shared_delayed": self.shared_delayed,
-            "readers": self.readers,
-            "reread": self.rereads,
-            "disk": self.disk if self.ledger == "file" else None,
-            "group_commit_ms": self.group_commit_ms if self.ledger == "file" else None,
-            "disk_capacity": self.disk_capacity,
-            "fault_rates": rates,
-            "config": config_overrides(self.broker_config()),
-        }
-
-
-def config_overrides(config: Config) -> dict[str, Any]:
-    """The broker.conf keys whose value differs from Pulsar's default, as JSON that
-    ``Config().with_overrides`` accepts back."""
-    defaults = Config.defaults()
-    return {
-        key: list(value) if isinstance(value, tuple) else value
-        for key, value in config.items()
-        if value != defaults[key]
-    }
-
-
-@dataclass(frozen=True)
-class FaultEvent:
-    """One injected fault of the schedule: when, what, and on which component."""
-
-    time_ms: int
-    kind: str
-    target: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"time_ms": self.time_ms, "kind": self.kind, "target": self.target}
-
-
-@dataclass
-class RunResult:
-    spec: RunSpec
-    operations: list[Operation]
-    sim_time_ms: int
-    events: int
-    committed: int
-    aborted: int
-    crashes: int
-    faults: list[FaultEvent] = field(default_factory=list)
-    counters: dict[str, int] = field(default_factory=dict)  # faults drawn per operation, by kind
-    cut: bool = False  # the deadline stopped the run
-    failures: list[ComponentFailure] = field(default_factory=list)  # components that raised (contained)
-    # Why the run stopped before its end, its storage lost for good (corruption, a full disk):
-    # the history is what was recorded until then (LedgerStore.fatal).  None: it ran to its end.
-    incomplete: str | None = None
-
-    def metadata(self) -> dict[str, Any]:
-        """This run's metadata: its configuration, whether the deadline cut it or a storage failure
-        stopped it (``incomplete``), the faults injected, and the component failures when there were
-        any."""
-        meta = {
-            **self.spec.to_json(),
-            "cut_at_deadline": self.cut,
-            "incomplete": self.incomplete,
-            "sim_time_ms": self.sim_time_ms,
-            "fault_schedule": [f.to_json() for f in self.faults],
-            "fault_counts": dict(sorted(self.counters.items())),
-        }
-        if self.failures:
-            meta["component_failures"] = [f.to_json() for f in self.failures]
-        return meta
-
-
-def file_metadata(runs: dict[str, RunResult]) -> dict[str, Any]:
-    """The metadata of a history file holding ``runs`` (history id -> run): each run's, and the broker.conf
-    overrides they share under ``"config"``.  Runs with different overrides cannot share a file."""
-    configs = {json.dumps(r.spec.to_json()["config"], sort_keys=True) for r in runs.values()}
-    if len(configs) > 1:
-        raise ValueError("the runs of one history file must share their broker.conf overrides")
-    shared = json.loads(configs.pop()) if configs else {}
-    return {"version": 1, "config": shared, "runs": {name: runs[name].metadata() for name in sorted(runs)}}
 
 
 class _Budget:
@@ -1032,9 +798,6 @@ class _Run:
         )
 
 
-WORKLOADS = ("ctp", "multi", "delayed")
-
-
 def run(spec: RunSpec, progress: Callable[[str], None] | None = None) -> RunResult:
     """One seeded run of a workload; returns its history."""
     if spec.workload not in WORKLOADS:
@@ -1054,141 +817,3 @@ def run(spec: RunSpec, progress: Callable[[str], None] | None = None) -> RunResu
         store = runner.cluster.broker.store
         if spec.export_dir is not None and isinstance(store.disk, SimDisk) and store.directory is not None:
             store.disk.export(os.path.abspath(os.fspath(store.directory)), spec.export_dir)
-
-
-@dataclass(frozen=True)
-class SimulateOptions:
-    """A batch of seeded runs, as ``txnmodel simulate`` asks for them: ``histories`` seeds from
-    ``seed`` for each workload (``"all"``: every one), with the variants ``on``, ``off`` or ``mixed``
-    (on for some seeds, :func:`variant`).  :meth:`specs` turns it into the runs, in order."""
-
-    seed: int = 0
-    workload: str = "ctp"
-    histories: int = 1
-    ops: int = 200
-    ledger: str = "memory"
-    data: str | None = None  # where file ledgers go (default: the caller's scratch directory)
-    duration: int | None = None
-    deadline: int = DEFAULT_DEADLINE_MS
-    clients: int = 4
-    partitions: int = 2
-    faults: bool = True
-    batching: str = "off"  # on, off or mixed (seeds = 1 mod 4)
-    batch_messages: str = "mixed"
-    key_shared: str = "mixed"
-    delayed_tracker: str = "mixed"
-    fault_mix: str = "default"  # a FAULT_MIXES name, or mixed (by seed, MIX_CYCLE)
-    unsubscribe: str = "off"  # mixed: seeds = 1 mod 5
-    cumulative: str = "off"  # mixed: seeds = 1 mod 7
-    redeliver: str = "off"  # mixed: seeds = 3 mod 6
-    queries: str = "off"  # mixed: seeds = 4 mod 5
-    shared_delayed: str = "off"  # the delayed workload on the in-memory tracker; mixed: seeds = 1 mod 4
-    readers: str = "off"  # mixed: seeds = 3 mod 5
-    reread: str = "off"  # the ctp workload; mixed: seeds = 2 mod 3
-    disk: str = "real"  # file ledgers: "real", or "sim" (broker crashes are power cuts)
-    group_commit_ms: int | None = None  # file ledgers: the journal's group commit (None: every change)
-    disk_capacity: int | None = None  # the simulated disk's bytes (ENOSPC past them; None: no bound)
-    quirks: tuple[str, ...] = ()  # named quirks (spec.config.QUIRKS) switched on in every run
-
-    @property
-    def workloads(self) -> tuple[str, ...]:
-        return WORKLOADS if self.workload == "all" else (self.workload,)
-
-    def specs(self, workload: str, scratch: str) -> list[RunSpec]:
-        """The runs of ``workload``, one per seed; file ledgers under ``data`` (else ``scratch``)."""
-        specs = []
-        for k in range(self.histories):
-            seed = self.seed + k
-            data = export = None
-            if self.ledger == "file" and self.disk == "sim":
-                # The store lives on the simulated disk; with --data its final files are written there.
-                export = str(Path(self.data) / f"{workload}-seed{seed}") if self.data else None
-            elif self.ledger == "file":
-                data = str(Path(self.data or scratch) / f"{workload}-seed{seed}")
-            tracker = {"bucket": "on", "memory": "off"}.get(self.delayed_tracker, self.delayed_tracker)
-            specs.append(
-                RunSpec(
-                    workload=workload,
-                    seed=seed,
-                    ledger=self.ledger,
-                    data_dir=data,
-                    ops=self.ops,
-                    clients=self.clients,
-                    faults=self.faults,
-                    batching=variant(self.batching, seed, 4),
-                    partitions=self.partitions,
-                    duration_ms=self.duration,
-                    deadline_ms=self.deadline,
-                    batch_messages=variant(self.batch_messages, seed, 2),
-                    key_shared=variant(self.key_shared, seed, 3),
-                    delayed_tracker="bucket"
-                    if workload == "delayed" and variant(tracker, seed, 2, step=2)
-                    else "memory",
-                    fault_rates=dict(FAULT_MIXES[fault_mix(self.fault_mix, seed)]),
-                    unsubscribe=variant(self.unsubscribe, seed, 5),
-                    cumulative=variant(self.cumulative, seed, 7),
-                    redeliver=variant(self.redeliver, seed + 4, 6),
-                    queries=variant(self.queries, seed + 2, 5),
-                    readers=variant(self.readers, seed + 3, 5),
-                    reread=variant(self.reread, seed + 2, 3),
-                    shared_delayed=workload == "delayed"
-                    and not variant(tracker, seed, 2, step=2)
-                    and variant(self.shared_delayed, seed, 4),
-                    disk=self.disk,
-                    group_commit_ms=self.group_commit_ms,
-                    disk_capacity=self.disk_capacity if self.ledger == "file" and self.disk == "sim" else None,
-                    export_dir=export,
-                )
-            )
-            for quirk in self.quirks:
-                specs[-1].config = specs[-1].config.with_overrides(QUIRKS[quirk])
-        return specs
-
-
-# The runs of the main job (``txnmodel run``) other than seeds, histories and ledger: faults on, and
-# every variant and fault mix mixed by seed.
-MAIN_JOB = SimulateOptions(
-    workload="all",
-    ops=60,
-    faults=True,
-    batching="mixed",
-    batch_messages="mixed",
-    key_shared="mixed",
-    delayed_tracker="mixed",
-    fault_mix="mixed",
-    unsubscribe="mixed",
-    cumulative="mixed",
-    redeliver="mixed",
-    queries="mixed",
-    shared_delayed="mixed",
-    readers="mixed",
-    reread="mixed",
-)
-
-
-def variant(choice: str, seed: int, modulus: int, step: int = 1) -> bool:
-    """An on/off/mixed command-line choice for one seed: mixed is on when ``(seed // step) % modulus
-    == 1``, so seed 0 (the default single run) is always the plain workload."""
-    return choice == "on" or (choice == "mixed" and (seed // step) % modulus == 1)
-
-
-def fault_mix(choice: str, seed: int) -> str:
-    """The fault mix of one seed: ``choice``, or for ``mixed`` the seed's place in :data:`MIX_CYCLE`."""
-    return MIX_CYCLE[seed % len(MIX_CYCLE)] if choice == "mixed" else choice
-
-
-def main_job_spec(workload: str, seed: int, ops: int = 60) -> RunSpec:
-    """One history of the main job (``txnmodel run``: faults on, every variant and fault mix
-    ``mixed``, :data:`MAIN_JOB`), on the memory ledger, which gives the same history as the file ledger."""
-    options = dataclasses.replace(MAIN_JOB, seed=seed, workload=workload, histories=1, ops=ops, ledger="memory")
-    (spec,) = options.specs(workload, "")
-    return spec
-
-
-def file_stem(spec: RunSpec) -> str:
-    """The history file a run goes to: one per workload, and apart from them the delayed workload's
-    bucket-tracker runs and the ctp workload's ``reread`` runs (a file's runs share their broker.conf
-    overrides)."""
-    if spec.broker_config() == spec.config:
-        return spec.workload
-    return f"{spec.workload}-reread" if spec.rereads else f"{spec.workload}-bucket"
