@@ -15,10 +15,13 @@ One module per responsibility:
 * :mod:`.partition` -- :class:`Partition`, one topic partition: its managed ledger and
   :mod:`reference.buffer`.  The buffer assigns every entry's position; the engine writes the entry
   and checks the ledger agrees.  Consumed ledgers go when the buffer agrees (TB-23).
-* :mod:`.subscription` -- :class:`SubscriptionService`: a durable cursor on the partition,
-  :mod:`reference.pending_ack` with its pending-ack log, the dispatcher (batch entries handed out
-  per index), and for Shared and Key_Shared subscriptions the delayed-delivery service
-  (:mod:`engine.delayed.service` over :mod:`reference.delayed`).
+* :mod:`.subscription` -- :class:`SubscriptionService`: a durable cursor on the partition and
+  :mod:`reference.pending_ack` (the pending-ack handle), with its parts beside it:
+  :mod:`.pending_ack_log` (the pending-ack log), :mod:`.dispatcher` (the consumers and what is
+  handed to them, batch entries per index; :mod:`.redelivery`, the redelivery counts),
+  :mod:`.delayed_delivery` (for Shared and Key_Shared subscriptions, the delayed-delivery service,
+  :mod:`engine.delayed.service` over :mod:`reference.delayed`), :mod:`.acks` (the pending ack's view
+  of the cursor and the cursor writes it asks for) and :mod:`.seek` (where a seek restarts).
 * :mod:`.key_shared` -- Key_Shared routing: Murmur3, hash ranges, the selector.
 * :mod:`.snapshot_topics` -- snapshot records as keyed Avro messages on the namespace's system
   topics, read back on load.
