@@ -84,7 +84,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from invariants.txn_analysis import (
+from invariants.transactional.analysis import (
     WHOLE,
     Txn,
     TxnAnalysis,
