@@ -32,6 +32,9 @@ def tree() -> dict[str, set[str]]:
             if folder.parts[:2] == ("spec", "pb") or (path.name == "__init__.py" and path.stat().st_size == 0):
                 continue
             if path.name == "__init__.py":
+                if folder.parent != Path(".") and folder.parts[:2] != ("spec", "pb"):
+                    # a package inside a folder is one of the folder's modules, with a row of its own
+                    found.setdefault(f"{folder.parent}/", set()).add(folder.name)
                 continue
             found.setdefault(f"{folder}/", set()).add(path.stem)
     return found
