@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import platform
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -117,7 +118,9 @@ def _delete_topics(admin_url: str, topics: list[str]) -> tuple[int, list[str]]:
             with urllib.request.urlopen(request, timeout=10):
                 deleted += 1
         except (urllib.error.URLError, OSError) as exc:
-            problems.append(f"{topic}: {exc}")
+            reason = exc.read().decode("utf-8", "replace")[:200] if isinstance(exc, urllib.error.HTTPError) else ""
+            problems.append(f"{topic}: {exc}{': ' + reason if reason else ''}")
+            print(f"txnmodel record: DELETE {url} failed: {problems[-1]}", file=sys.stderr)  # not only stored
     return deleted, problems
 
 
