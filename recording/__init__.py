@@ -82,7 +82,7 @@ def _probe(url: str, timeout_s: float, txn: bool) -> str:
     from txnclient.client import WireClient, WireError, WireTimeout
 
     try:
-        client = WireClient(url, timeout_s=timeout_s)
+        client = WireClient(url, operation_timeout_seconds=timeout_s)
     except (OSError, WireError, WireTimeout) as exc:
         raise RecordError(f"cannot connect: {exc}", where=url) from None
     version = client.server_version or "unknown"
@@ -92,8 +92,8 @@ def _probe(url: str, timeout_s: float, txn: bool) -> str:
     deadline = time.monotonic() + 4 * timeout_s
     while txn:
         try:
-            with WireClient(url, timeout_s=timeout_s) as probe:
-                probe._tc_connect()
+            with WireClient(url, operation_timeout_seconds=timeout_s) as probe:
+                probe.tc_connect()
             break
         except (OSError, WireError, WireTimeout) as exc:
             busy = not isinstance(exc, WireError) or exc.code == ServerError.ServiceNotReady

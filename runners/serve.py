@@ -171,7 +171,7 @@ def start(
     server.start()
     handle = ServeHandle(server, threading.Thread(target=lambda: None), Path(history) if history else None)
     if admin_port is not None:
-        handle.admin = AdminServer(server, host, admin_port)
+        handle.admin = AdminServer(server, "127.0.0.1", admin_port)  # loopback only: it has no authentication
         try:
             handle.admin.start()
         except OSError:

@@ -65,7 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     admin: AdminServer | None = None
     port = ADMIN_DEFAULT_PORT if args.admin_port is None else args.admin_port
     if port is not None:
-        admin = AdminServer(server, args.host, port)
+        admin = AdminServer(server, "127.0.0.1", port)  # loopback only, whatever --host says: no authentication
         try:
             url = f"{url} {admin.start()}"
         except OSError as exc:
@@ -114,7 +114,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--admin-port",
         type=admin_port,
         default=None,
-        help="port of the admin REST API (/admin/v2, /admin/v3); 0 picks a free one, 'off' serves none "
+        help="port of the admin REST API (/admin/v2, /admin/v3) on 127.0.0.1 only; 0 picks a free one, 'off' "
+        "serves none "
         "(default 8080, Pulsar's, when it is free; else the API is not served and a line says why)",
     )
     serve.add_argument("--ledger", choices=("memory", "file"), default="memory", help="where topics live")

@@ -177,13 +177,13 @@ def test_transaction_endpoints_answer_from_the_machines(handle: ServeHandle) -> 
     local = topic.rsplit("/", 1)[1]
     with WireClient(handle.url) as wire:
         producer = wire.create_producer(topic)
-        consumer = wire.subscribe(topic, "sub", sub_type="Exclusive")  # cumulative acks are honoured
+        consumer = wire.subscribe(topic, "sub", initial_position="Earliest")  # Exclusive: cumulative acks count
         producer.send(b"before")
-        message = consumer.receive(timeout_s=3)
+        message = consumer.receive(timeout_millis=3000)
         assert message is not None
         txn = wire.new_transaction(timeout_ms=60_000)
         producer.send(b"inside", txn=txn)
-        consumer.acknowledge(message, txn=txn, cumulative=True)
+        consumer.acknowledge_cumulative(message, txn=txn)
         most, least = txn.txn_id.most_sig_bits, txn.txn_id.least_sig_bits
 
         status, stats = call(handle, "GET", "/admin/v3/transactions/coordinatorStats")
