@@ -84,6 +84,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from invariants.queue import KafkaOptions, Statement, check_kafka, check_pulsar, is_kafka_history
+from invariants.queue.taxonomy import QUEUE_ANOMALIES
 from invariants.txn_analysis import (
     WHOLE,
     Txn,
@@ -128,6 +130,7 @@ ANOMALIES: dict[str, str | None] = {
     "lost-redelivery": None,
     "commit-and-abort": None,
     "cyclic-information-flow": "G1c",
+    **QUEUE_ANOMALIES,  # Jepsen's Kafka-workload taxonomy (invariants.queue)
 }
 
 
@@ -144,6 +147,7 @@ class Anomaly:
     explanation: str
     # The dependency cycle, for the anomalies that are one (G1c): (from, to, why) per edge, in order.
     cycle: tuple[tuple[str, str, str], ...] = ()
+    informational: bool = False  # reported, but the history does not fail for it (invariants.queue)
 
     @property
     def adya(self) -> str | None:
@@ -158,11 +162,14 @@ class Anomaly:
         }
         if self.cycle:
             out["cycle"] = [list(edge) for edge in self.cycle]
+        if self.informational:
+            out["informational"] = True
         return out
 
     def __str__(self) -> str:
         tag = f" ({self.adya})" if self.adya else ""
-        return f"{self.name}{tag} ops {list(self.ops)}: {self.explanation}"
+        note = " [informational]" if self.informational else ""
+        return f"{self.name}{tag}{note} ops {list(self.ops)}: {self.explanation}"
 
 
 @dataclass(frozen=True)
@@ -173,6 +180,10 @@ class TxnResult:
     txns: int = 0
     messages: int = 0
     ops: int = 0
+    # The informational anomalies (invariants.queue): reported, never failing the history; their counts.
+    informational: tuple[Anomaly, ...] = ()
+    notes: dict[str, int] = field(default_factory=dict)
+    statements: tuple[Statement, ...] = ()  # what each check of invariants.queue had to judge
 
     @property
     def ok(self) -> bool:
@@ -910,15 +921,33 @@ CHECKS: dict[str, Check] = {
 }
 
 
-def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult:
+def check_transactional(ops: Sequence[Operation], *, cap: int = 20, ww_deps: bool = False) -> TxnResult:
     """Every check of the module over one history: the analysis built once, then each anomaly's
-    check in :data:`CHECKS` order; ``cap`` anomalies of each kind are kept in full (all are counted)."""
-    analysis = TxnAnalysis.build(ops)
-    out = _Collector(analysis.history, cap)
-    for check in CHECKS.values():
-        check(analysis, out)
-    txns = len(set(analysis.commits) | set(analysis.aborts))
-    return TxnResult(analysis.history, tuple(out.found), dict(out.counts), txns, len(analysis.messages), len(ops))
+    check in :data:`CHECKS` order, then Jepsen's taxonomy where it means something for Pulsar
+    (:func:`invariants.queue.check_pulsar`); a Kafka-workload history is judged by Jepsen's taxonomy
+    alone (:func:`invariants.queue.check_kafka`, ``ww_deps`` as Jepsen's ``:ww-deps``).  ``cap``
+    anomalies of each kind are kept in full (all are counted)."""
+    history = ops[0].history if ops else ""
+    if is_kafka_history(ops):
+        queue = check_kafka(ops, cap=cap, options=KafkaOptions(ww_deps=ww_deps))
+        found: list[Anomaly] = []
+        counts: dict[str, int] = {}
+        txns, messages = queue.transactions, queue.messages
+    else:
+        analysis = TxnAnalysis.build(ops)
+        out = _Collector(analysis.history, cap)
+        for check in CHECKS.values():
+            check(analysis, out)
+        queue = check_pulsar(analysis, ops, cap=cap)
+        found, counts = list(out.found), dict(out.counts)
+        txns, messages = len(set(analysis.commits) | set(analysis.aborts)), len(analysis.messages)
+    queued = [Anomaly(f.name, history, f.ops, f.explanation, f.cycle, f.informational) for f in queue.findings.found]
+    found += [a for a in queued if not a.informational]
+    counts.update(queue.findings.counts)
+    notes = tuple(a for a in queued if a.informational)
+    return TxnResult(
+        history, tuple(found), counts, txns, messages, len(ops), notes, dict(queue.findings.notes), queue.statements
+    )
 
 
 def find(name: str, ops: Sequence[Operation], *, cap: int = 20) -> list[Anomaly]:
