@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import datetime
 import fractions
+import itertools
 import json
 import os
 import re
@@ -143,10 +144,45 @@ def _forms(text: str, where: str) -> Iterator[_Form]:
             pos = max(scalar.end(), pos + 1)
             yield _Form(text[start:pos], start_line)
             continue
+        whole = _whole_line(text, pos)
+        if whole > pos:  # the common case: one plain map on its line, found without walking it
+            pos = whole
+            yield _Form(text[start:pos], start_line)
+            continue
         pos, line = _close(text, pos, line, start_line, where)
         if pos - start > MAX_FORM_BYTES:
             raise _bad(f"one form is longer than {MAX_FORM_BYTES} bytes", where, start_line)
         yield _Form(text[start:pos], start_line)
+
+
+_NOT_PLAIN = re.compile(r'["\\;#]')
+_NOT_BRACKET = re.compile(r"[^\[\](){}]+")
+_RECORD_START = "#jepsen.history.Op{"
+
+
+def _whole_line(text: str, pos: int) -> int:
+    """Where the form starting at ``pos`` ends, when it is a map (or a ``#jepsen.history.Op`` record)
+    that fills the rest of its line, holds no string, comment, tag or character, and nests within
+    the limits; else ``pos`` (:func:`_close` then walks it)."""
+    body = pos + len(_RECORD_START) - 1 if text.startswith(_RECORD_START, pos) else pos
+    if text[body] != "{":
+        return pos
+    nl = text.find("\n", pos)
+    stop = len(text) if nl < 0 else nl
+    while stop > body and text[stop - 1] in " \t\r,":
+        stop -= 1
+    if stop - pos > MAX_FORM_BYTES or text[stop - 1] != "}" or _NOT_PLAIN.search(text, body, stop):
+        return pos
+    # the braces at both ends close each other: what lies between is balanced on its own
+    inner = _NOT_BRACKET.sub("", text[body + 1 : stop - 1])
+    for _ in range(MAX_DEPTH - 1):
+        if not inner:
+            return stop
+        shorter = inner.replace("[]", "").replace("{}", "").replace("()", "")
+        if shorter == inner:
+            return pos
+        inner = shorter
+    return pos
 
 
 def _skip_space(text: str, i: int, line: int) -> tuple[int, int]:
@@ -354,7 +390,7 @@ _EXTRAS = ("rebalance-log", "seek-to-beginning?")
 # keywords, integers, decimals and nil/true/false only: no string, character, tag, set, list,
 # symbol or comment, so every JSON string the translation produces was a keyword (marked by its
 # leading ':'), and a map becomes a JSON array whose first element is the marker "{".
-_KEYWORD = r":[A-Za-z*+!_?<>=./-][\w*+!_?<>=./:#-]*"
+_KEYWORD = r":[A-Za-z*+!_?<>=.-][\w*+!_?<>=.:#-]*"  # no "/": edn-format reads a namespace its own way
 _NUMBER = r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?"
 # One way only to match each character (no nested repetition), so a form that is not plain fails
 # in linear time.
@@ -454,8 +490,6 @@ def _workload(ops: Sequence[EdnOp], where: str) -> str:
         return "set"
     if fs <= _QUEUE:
         return "queue"
-    if fs <= _KAFKA:
-        return "kafka"
     known = _REGISTER | _SET | _QUEUE | _KAFKA
     odd = next((op for op in ops if op.f not in known), None)
     if odd is not None:
@@ -495,28 +529,38 @@ def history_id(path: str | Path) -> str:
     return file.stem
 
 
-def parse_edn(text: str, *, history: str, where: str | None = None) -> list[Operation]:
-    """The operations of one Jepsen history (see the module docstring)."""
-    place = where or history
-    ops: list[EdnOp] = []
-    for form in _forms(text, place):
-        op = _op(form, place)
+def _client_ops(text: str, where: str) -> Iterator[EdnOp]:
+    """The operations of the file in order, the nemesis's left out, at most :data:`MAX_OPS`."""
+    count = 0
+    for form in _forms(text, where):
+        op = _op(form, where)
         if op.process is None:
             continue  # the nemesis: faults, not client operations
-        ops.append(op)
-        if len(ops) > MAX_OPS:
-            raise _bad(f"more than {MAX_OPS} operations", place, form.line)
-    if not ops:
+        count += 1
+        if count > MAX_OPS:
+            raise _bad(f"more than {MAX_OPS} operations", where, form.line)
+        yield op
+
+
+def parse_edn(text: str, *, history: str, where: str | None = None) -> list[Operation]:
+    """The operations of one Jepsen history (see the module docstring).  A history whose first
+    operation is the Kafka workload's is handed to :mod:`history_io.kafka` as it is read (it holds
+    only the operations still open), any other is read whole first."""
+    place = where or history
+    stream = _client_ops(text, place)
+    first = next(stream, None)
+    if first is None:
         return []
+    if first.f in _KAFKA:
+        from history_io.kafka import kafka_operations
+
+        return kafka_operations(itertools.chain([first], stream), history, place)
+    ops = [first, *stream]
     timed = [op.time is not None for op in ops]
     if any(timed) and not all(timed):
         missing = ops[timed.index(False)]
         raise _bad("this operation has no :time while others have one", place, missing.line)
     workload = _workload(ops, place)
-    if workload == "kafka":
-        from history_io.kafka import kafka_operations
-
-        return kafka_operations(ops, history, place)
     events = [
         Event(op.process or 0, op.type, op.f, op.value, op.time if op.time is not None else i, op.error)
         for i, op in enumerate(ops)

@@ -44,17 +44,26 @@ The mapping, in Pulsar's words (``docs/jepsen.md`` has the table):
   operation's ``:rebalance-log``.
 
 Anything else is bad input naming its line: an unknown micro-operation, a send or poll of the wrong
-shape, an offset that is not an integer, a completion without its invocation.
+shape, an offset that is not an integer, a completion without its invocation, an operation of
+another workload, a ``:time`` on some operations only.
+
+The file is read as a stream: only the operations still open are held, and each operation's rows are
+made, as JSON text, when it completes (rows are numbered in that order; an operation the history
+never completed comes last), so a history of millions of operations is read in memory linear in
+its rows alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import gc
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import Any
 
 from history_io.edn_values import EdnOp, to_edn
-from spec.history import BadHistory, Operation, OpType, make_operation, object_id
+from spec.history import BadHistory, Operation, OpType, object_id
 
 __all__ = ["KAFKA_FUNCTIONS", "kafka_operations", "key_text"]
 
@@ -84,41 +93,49 @@ def _bad(message: str, where: str, line: int) -> BadHistory:
     return BadHistory(f"line {line}: {message}", where=where)
 
 
-def _pair(ops: Sequence[EdnOp], where: str) -> list[_Paired]:
-    """Invocations paired with completions by process (the contract's pairing rules 1-4), in
-    invocation order; times are Jepsen's ``:time``, or the form's number when the file has none."""
+def _pairs(ops: Iterable[EdnOp], where: str) -> Iterable[_Paired]:
+    """Invocations paired with completions by process (the contract's pairing rules 1-4), as they
+    complete, then those never completed; times are Jepsen's ``:time``, or the form's number in a
+    file without any."""
     open_: dict[int, tuple[EdnOp, int, int]] = {}
     crashed: set[int] = set()
-    out: list[_Paired] = []
-    for number, op in enumerate(ops):
-        time = op.time if op.time is not None else number
+    timed: EdnOp | None = None
+    invoked = 0
+    for count, op in enumerate(ops):
+        if timed is None:
+            timed = op
+        elif (op.time is None) != (timed.time is None):
+            missing = "this operation has no :time while others have one" if op.time is None else ""
+            raise _bad(missing or f"this operation has a :time and line {timed.line} has none", where, op.line)
+        time = op.time if op.time is not None else count
         process = op.process or 0
         if op.f not in KAFKA_FUNCTIONS:
-            raise _bad(f":f :{op.f} is not an operation of the Kafka workload", where, op.line)
+            raise _bad(f"one history mixes workloads: :f :{op.f} beside the Kafka workload's", where, op.line)
         if op.type is OpType.INVOKE:
             if process in crashed:
                 raise _bad(f"process {process} invokes after it got :info (a crashed one never does)", where, op.line)
             if process in open_:
                 opened = open_[process][0].line
                 raise _bad(f"process {process} invokes while line {opened} is still open", where, op.line)
-            open_[process] = (op, time, len(out))
-            out.append(_Paired(op, None, 0, time, None))
+            open_[process] = (op, time, invoked)
+            invoked += 1
             continue
         if process not in open_:
             raise _bad(f":{op.type.value} from process {process} with no open invocation", where, op.line)
-        invoke, start, slot = open_.pop(process)
+        invoke, start, number = open_.pop(process)
         if invoke.f != op.f:
             raise _bad(f"completion :{op.f} does not match invocation :{invoke.f} (line {invoke.line})", where, op.line)
         if op.type is OpType.INFO:
             crashed.add(process)
         if time < start:
             raise _bad(f":time {time} is before its invocation's {start} (line {invoke.line})", where, op.line)
-        out[slot] = _Paired(invoke, op, 0, start, time)
-    return [_Paired(p.invoke, p.done, i, p.start, p.end) for i, p in enumerate(out)]
+        yield _Paired(invoke, op, number, start, time)
+    for invoke, start, number in sorted(open_.values(), key=lambda o: o[2]):
+        yield _Paired(invoke, None, number, start, None)
 
 
 def _offset(raw: Any, where: str, line: int) -> int | None:
-    if raw is None or (isinstance(raw, int) and not isinstance(raw, bool)):
+    if raw is None or (type(raw) is int):
         return raw
     raise _bad(f"an offset is an integer or nil, got {key_text(raw)}", where, line)
 
@@ -167,11 +184,17 @@ def _polled(polled: Any, where: str, line: int) -> list[tuple[str, list[tuple[in
 
 
 class _Rows:
-    """The rows of one history, numbered as they are added."""
+    """The rows of one history, numbered as they are added; values and results are JSON text, made
+    here, and decoded by whoever reads them (so the rows of a large history stay small)."""
 
     def __init__(self, history: str) -> None:
         self.history = history
         self.rows: list[Operation] = []
+        self.coordinator = object_id("coordinator", history)
+        self.objects: dict[str, str] = {}  # one string per object, however many rows name it
+
+    def object(self, text: str) -> str:
+        return self.objects.setdefault(text, text)
 
     def add(
         self,
@@ -179,31 +202,20 @@ class _Rows:
         kind: OpType,
         f: str,
         obj: str,
-        value: Any,
-        result: Any,
+        value: str,
+        result: str | None,
         span: tuple[int, int | None],
         error: str | None = None,
     ) -> None:
         self.rows.append(
-            make_operation(
-                self.history,
-                len(self.rows),
-                process,
-                kind,
-                f,
-                obj,
-                value,
-                result,
-                invoked_at=span[0],
-                completed_at=span[1],
-                error=error,
-            )
+            Operation(self.history, len(self.rows), process, kind, f, obj, value, result, span[0], span[1], error)
         )
 
 
-def _marker(op: _Paired) -> dict[str, Any]:
+def _marker(op: _Paired) -> str:
     last = op.done or op.invoke
-    return {"f": op.invoke.f, "index": last.index if last.index is not None else op.invoke.index, "line": last.line}
+    index = last.index if last.index is not None else op.invoke.index
+    return f'{{"f":{encode_basestring(op.invoke.f)},"index":{"null" if index is None else index},"line":{last.line}}}'
 
 
 def _spans(start: int, end: int | None, parts: int) -> list[tuple[int, int]]:
@@ -214,6 +226,10 @@ def _spans(start: int, end: int | None, parts: int) -> list[tuple[int, int]]:
     return [(bounds[i], bounds[i + 1]) for i in range(parts)]
 
 
+def _position(offset: int | None) -> str:
+    return "" if offset is None else f',"position":[0,{offset}]'
+
+
 def _transaction(out: _Rows, op: _Paired, mode: dict[int, str], where: str) -> None:
     """The rows of one ``:send``, ``:poll`` or ``:txn`` operation (see the module docstring)."""
     done = op.done
@@ -221,33 +237,29 @@ def _transaction(out: _Rows, op: _Paired, mode: dict[int, str], where: str) -> N
     value = done.value if done is not None and isinstance(done.value, list) else op.invoke.value
     sends, polls = _sends_and_polls(value, where, line)
     process = op.invoke.process or 0
-    txn = [0, op.number]
+    txn = f'"txn":[0,{op.number}]'
     history = out.history
     batches = [(i, key, pairs) for i, poll in enumerate(polls) for key, pairs in poll]
     spans = _spans(op.start, op.end, len(sends) + len(batches) + 1)
     for (key, payload, offset), span in zip(sends, spans, strict=False):
-        result = None if offset is None else {"position": [0, offset]}
-        value = {"message": payload, "txn": txn, "key": key}
-        out.add(process, OpType.OK, "send", object_id("partition", f"{history}/{key}"), value, result, span)
+        result = None if offset is None else f'{{"position":[0,{offset}]}}'
+        text = f'{{"message":{encode_basestring(payload)},{txn},"key":{encode_basestring(key)}}}'
+        out.add(process, OpType.OK, "send", out.object(f"partition:{history}/{key}"), text, result, span)
     subscription = mode.get(process, f"p{process}")
     for (place, key, pairs), span in zip(batches, spans[len(sends) :], strict=False):
-        messages = [
-            {"message": payload} if offset is None else {"message": payload, "position": [0, offset]}
-            for offset, payload in pairs
-        ]
-        value = {"consumer": f"p{process}", "txn": txn, "key": key, "poll": place}
-        obj = object_id("subscription", f"{history}/{key}#{subscription}")
-        out.add(process, OpType.OK, "receive", obj, value, {"messages": messages}, span)
+        messages = ",".join(f'{{"message":{encode_basestring(v)}{_position(o)}}}' for o, v in pairs)
+        text = f'{{"consumer":"p{process}",{txn},"key":{encode_basestring(key)},"poll":{place}}}'
+        obj = out.object(f"subscription:{history}/{key}#{subscription}")
+        out.add(process, OpType.OK, "receive", obj, text, f'{{"messages":[{messages}]}}', span)
     kind = done.type if done is not None else OpType.INVOKE
-    end = {"txn": txn, "jepsen": _marker(op)}
     rebalanced = _rebalanced(done, where)
-    if rebalanced:
-        end["rebalanced"] = rebalanced
+    moved = f',"rebalanced":{json.dumps(rebalanced)}' if rebalanced else ""
+    end = f'{{{txn},"jepsen":{_marker(op)}{moved}}}'
     final = spans[-1] if kind is not OpType.INVOKE else (spans[-1][0], None)
     error = done.error if done is not None and kind in (OpType.FAIL, OpType.INFO) else None
     if kind is OpType.FAIL and error is None:
         error = "fail"  # it did not take effect; nothing more is concluded, as in Jepsen
-    out.add(process, kind, "commit", object_id("coordinator", history), end, None, final, error)
+    out.add(process, kind, "commit", out.coordinator, end, None, final, error)
 
 
 def _rebalanced(done: EdnOp | None, where: str) -> list[str]:
@@ -285,7 +297,7 @@ def _subscription(out: _Rows, op: _Paired, mode: dict[int, str], where: str) -> 
         "keys": [key_text(k) for k in raw],
         "mode": op.invoke.f,
         "sub_type": "Exclusive" if assign else "Failover",
-        "jepsen": _marker(op),
+        "jepsen": json.loads(_marker(op)),
     }
     if seek:
         value["seek_to_beginning"] = True
@@ -293,18 +305,27 @@ def _subscription(out: _Rows, op: _Paired, mode: dict[int, str], where: str) -> 
     span = (op.start, op.end if kind is not OpType.INVOKE else None)
     error = done.error if done is not None and kind in (OpType.FAIL, OpType.INFO) else None
     obj = object_id("subscription", f"{out.history}#p{process}")
-    out.add(process, kind, "subscribe", obj, value, None, span, error)
+    out.add(process, kind, "subscribe", obj, json.dumps(value, separators=(",", ":")), None, span, error)
     if kind is OpType.OK or kind is OpType.INFO:
         mode[process] = f"p{process}" if assign else "group"
 
 
-def kafka_operations(ops: Sequence[EdnOp], history: str, where: str) -> list[Operation]:
-    """The rows of one Kafka-workload history (see the module docstring), nemesis already left out."""
+def kafka_operations(ops: Iterable[EdnOp], history: str, where: str) -> list[Operation]:
+    """The rows of one Kafka-workload history (see the module docstring), read from its operations
+    in file order, nemesis already left out."""
     out = _Rows(history)
     mode: dict[int, str] = {}  # process -> the subscription its polls read under
-    for op in _pair(ops, where):
-        if op.invoke.f in _TRANSACTIONS:
-            _transaction(out, op, mode, where)
-        elif op.invoke.f in _SUBSCRIPTIONS:
-            _subscription(out, op, mode, where)
+    # Rows hold no reference cycle: reference counting frees them, and a full cyclic collection walks
+    # the whole heap, which for millions of rows cost more than reading them.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for op in _pairs(ops, where):
+            if op.invoke.f in _TRANSACTIONS:
+                _transaction(out, op, mode, where)
+            elif op.invoke.f in _SUBSCRIPTIONS:
+                _subscription(out, op, mode, where)
+    finally:
+        if enabled:
+            gc.enable()
     return out.rows

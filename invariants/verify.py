@@ -422,17 +422,19 @@ def check_history(
     seed = next((op.seed for op in ops if op.seed is not None), None)
     rows: list[VerdictRow] = []
     try:
-        plan = plan_models(options.model, ops)
+        from invariants.queue import is_kafka_history
+
+        # A Kafka-workload history holds client operations only, and no object a model checks
+        kafka = is_kafka_history(ops)
+        plan = [] if kafka and options.model == "auto" else plan_models(options.model, ops)
         if plan:
             rows.append(_linearizability_row(name, ops, plan, file, options, seed, reproduce))
         # The transactional checks read what clients saw, not the machines' steps.
-        client_ops = [op for op in ops if not is_machine_operation(op)]
+        client_ops = ops if kafka else [op for op in ops if not is_machine_operation(op)]
         transactional = any(op.f in TXN_VOCABULARY for op in client_ops)
         if transactional:
-            from invariants.queue import is_kafka_history
-
             rows.append(_transactional_row(name, client_ops, file, options, seed, reproduce))
-            if not is_kafka_history(client_ops):  # the delivery oracle states Pulsar's rules
+            if not kafka:  # the delivery oracle states Pulsar's rules
                 rows.append(_delivery_row(name, ops, client_ops, file, seed, reproduce))
         if not plan and not transactional:
             detail = "no checker applies: no --model for these objects and no transactional operations"

@@ -54,10 +54,14 @@ def garbage_reads(q: QueueHistory, out: Findings) -> None:
     """``garbage-read``: a poll returned a value that no operation ever sent to that key.  Values are
     unique per key, so each read names the send it saw (Elle's recoverability); Jepsen's checker
     stops with an error (``:no-writer-of-value``) on such a history, txnmodel reports it."""
-    sent = {(w.key, w.value) for unit in q.units for w in unit.writes}
+    pending: dict[str, set[str]] = {}  # what operations never completed sent: they may have
+    for unit in q.units:
+        if unit.type is OpType.INVOKE:
+            for w in unit.writes:
+                pending.setdefault(w.key, set()).add(w.value)
     for unit in q.units:
         for read in unit.reads:
-            if (read.key, read.value) not in sent:
+            if q.writer(read.key, read.value) is None and read.value not in pending.get(read.key, ()):
                 out.add(
                     "garbage-read",
                     [read.row, unit.end],
@@ -73,7 +77,7 @@ def g1a(q: QueueHistory, out: Findings) -> None:
         if unit.type is not OpType.OK or unit.f == "send":
             continue
         for read in unit.reads:
-            writer = q.writer_of.get((read.key, read.value))
+            writer = q.writer(read.key, read.value)
             if writer is None or writer.type is not OpType.FAIL:
                 continue
             sent = next(w for w in writer.writes if w.key == read.key and w.value == read.value)
@@ -96,7 +100,7 @@ def g1b(q: QueueHistory, out: Findings) -> None:
             continue
         for key, reads in unit.read_keys().items():
             last = reads[-1]
-            writer = q.writer_of.get((key, last.value))
+            writer = q.writer(key, last.value)
             if writer is None or writer is unit or writer.type is not OpType.OK:
                 continue
             sent = [w for w in writer.writes if w.key == key]
@@ -136,24 +140,21 @@ def lost_writes(q: QueueHistory, out: Findings) -> None:
     before ``i``, sent by an operation that must have committed, was never returned by an ``ok``
     poll.  The bound is the highest of the first indexes of the values ``ok`` polls returned
     (Jepsen's construction, robust to a value seen at several offsets)."""
-    highest: dict[str, Read] = {}
+    firsts = {key: order.first_indexes() for key, order in q.orders.items()}
+    highest: dict[str, tuple[int, Read]] = {}
     for unit in q.units:
         if unit.type is not OpType.OK:
             continue
         for read in unit.reads:
-            order = q.orders.get(read.key)
-            if order is None or read.value not in order.first_index:
-                continue
-            best = highest.get(read.key)
-            if best is None or order.first_index[read.value] > order.first_index[best.value]:
-                highest[read.key] = read
-    for key, top in highest.items():
+            first = firsts.get(read.key, {}).get(read.value)
+            if first is not None and (read.key not in highest or first > highest[read.key][0]):
+                highest[read.key] = (first, read)
+    for key, (bound, top) in highest.items():
         order = q.orders[key]
-        bound = order.first_index[top.value]
         seen = q.ok_reads.get(key, set())
         lost = sorted((index, value) for value, index in order.index_of.items() if index <= bound and value not in seen)
         for _, value in lost:
-            writer = q.writer_of.get((key, value))
+            writer = q.writer(key, value)
             if writer is None or not q.must_have_committed(writer):
                 continue
             sent = next(w for w in writer.writes if w.key == key and w.value == value)
@@ -177,11 +178,19 @@ class _Step:
     delta: int
 
 
-def _poll_steps(q: QueueHistory) -> Iterator[_Step]:
+def _poll_steps(q: QueueHistory) -> list[_Step]:
     """Each process's polls in order: for every key a poll read, where it began against where the
-    process's last ``ok`` poll of that key left off.  An ``ok`` or ``info`` assign or subscribe keeps
-    only the keys it names; a failed or crashed poll is judged but moves nothing (its transaction
-    aborted, so the consumer rewinds to where the last committed one left it)."""
+    process's last ``ok`` poll of that key left off, kept when it did not begin just after (the
+    steps ``poll-skip`` and ``nonmonotonic-poll`` judge; found once for both).  An ``ok`` or ``info``
+    assign or subscribe keeps only the keys it names; a failed or crashed poll is judged but moves
+    nothing (its transaction aborted, so the consumer rewinds to where the last committed one left it)."""
+    if "steps" not in q.memo:
+        q.memo["steps"] = [step for step in _all_poll_steps(q) if step.delta != 1]
+    steps: list[_Step] = q.memo["steps"]
+    return steps
+
+
+def _all_poll_steps(q: QueueHistory) -> Iterator[_Step]:
     for timeline in q.timelines.values():
         last: dict[str, tuple[Unit, Read]] = {}
         for entry in timeline:
@@ -270,68 +279,79 @@ def _inside(
             yield key, a, b, q.delta(key, a.value, b.value)
 
 
+_Pair = tuple[Unit, str, "Read | Write", "Read | Write", int]
+
+
+def _odd_pairs(q: QueueHistory, sends: bool) -> list[_Pair]:
+    """Successive polls (or sends) of a key within one operation that the version order does not put
+    one place apart: what the four ``int-`` checks judge, found once for the two of each side."""
+    name = "sent pairs" if sends else "polled pairs"
+    if name not in q.memo:
+        found: list[_Pair] = []
+        for unit in q.units:
+            if sends and unit.type is OpType.INVOKE:
+                continue
+            pairs = unit.write_keys() if sends else unit.read_keys()
+            found += [(unit, key, a, b, d) for key, a, b, d in _inside(q, unit, pairs) if d != 1]
+        q.memo[name] = found
+    odd: list[_Pair] = q.memo[name]
+    return odd
+
+
 def int_poll_skips(q: QueueHistory, out: Findings) -> None:
     """``int-poll-skip``: within one operation, two successive values polled from a key lie more than
     one place apart in the version order: the polls skipped a value the log holds.  A key the
     operation's ``:rebalance-log`` names is not judged (a rebalance moves the consumer)."""
-    for unit in q.units:
-        for key, a, b, delta in _inside(q, unit, unit.read_keys()):
-            if delta > 1 and key not in unit.rebalanced:
-                skipped = q.between(key, a.value, b.value)
-                proof = q.evidence(key, skipped[0])
-                out.add(
-                    "int-poll-skip",
-                    [a.row, b.row, unit.end, *([proof] if proof else [])],
-                    f"{unit.label} polled {_at(a)} then {_at(b)} from key {q.name(key)}, skipping {_values(skipped)}",
-                )
+    for unit, key, a, b, delta in _odd_pairs(q, sends=False):
+        if delta > 1 and key not in unit.rebalanced:
+            skipped = q.between(key, a.value, b.value)
+            proof = q.evidence(key, skipped[0])
+            out.add(
+                "int-poll-skip",
+                [a.row, b.row, unit.end, *([proof] if proof else [])],
+                f"{unit.label} polled {_at(a)} then {_at(b)} from key {q.name(key)}, skipping {_values(skipped)}",
+            )
 
 
 def int_nonmonotonic_polls(q: QueueHistory, out: Findings) -> None:
     """``int-nonmonotonic-poll``: within one operation, a value polled from a key lies at or before
     the value polled just before it in the version order.  A rebalanced key is not judged."""
-    for unit in q.units:
-        for key, a, b, delta in _inside(q, unit, unit.read_keys()):
-            if delta < 1 and key not in unit.rebalanced:
-                out.add(
-                    "int-nonmonotonic-poll",
-                    [a.row, b.row, unit.end],
-                    f"{unit.label} polled {_at(a)} then {_at(b)} from key {q.name(key)}, "
-                    f"{1 - delta} place(s) back in the log",
-                )
+    for unit, key, a, b, delta in _odd_pairs(q, sends=False):
+        if delta < 1 and key not in unit.rebalanced:
+            out.add(
+                "int-nonmonotonic-poll",
+                [a.row, b.row, unit.end],
+                f"{unit.label} polled {_at(a)} then {_at(b)} from key {q.name(key)}, "
+                f"{1 - delta} place(s) back in the log",
+            )
 
 
 def int_send_skips(q: QueueHistory, out: Findings) -> None:
     """``int-send-skip``: within one completed operation, two successive sends to a key landed more
     than one place apart in the version order: another producer's messages came between them (a
     transaction's writes are not contiguous; normal in Kafka, informational for Jepsen)."""
-    for unit in q.units:
-        if unit.type is OpType.INVOKE:
-            continue
-        for key, a, b, delta in _inside(q, unit, unit.write_keys()):
-            if delta > 1:
-                between = q.between(key, a.value, b.value)
-                out.add(
-                    "int-send-skip",
-                    [a.row, b.row, unit.end],
-                    f"{unit.label} sent {_at(a)} then {_at(b)} to key {q.name(key)}; {_values(between)} lie between",
-                )
+    for unit, key, a, b, delta in _odd_pairs(q, sends=True):
+        if delta > 1:
+            between = q.between(key, a.value, b.value)
+            out.add(
+                "int-send-skip",
+                [a.row, b.row, unit.end],
+                f"{unit.label} sent {_at(a)} then {_at(b)} to key {q.name(key)}; {_values(between)} lie between",
+            )
 
 
 def int_nonmonotonic_sends(q: QueueHistory, out: Findings) -> None:
     """``int-nonmonotonic-send``: within one completed operation, a value sent to a key lies at or
     before the value sent just before it in the version order: the log reordered one producer's
     sends."""
-    for unit in q.units:
-        if unit.type is OpType.INVOKE:
-            continue
-        for key, a, b, delta in _inside(q, unit, unit.write_keys()):
-            if delta < 1:
-                out.add(
-                    "int-nonmonotonic-send",
-                    [a.row, b.row, unit.end],
-                    f"{unit.label} sent {_at(a)} then {_at(b)} to key {q.name(key)}, which the log orders "
-                    f"{1 - delta} place(s) back",
-                )
+    for unit, key, a, b, delta in _odd_pairs(q, sends=True):
+        if delta < 1:
+            out.add(
+                "int-nonmonotonic-send",
+                [a.row, b.row, unit.end],
+                f"{unit.label} sent {_at(a)} then {_at(b)} to key {q.name(key)}, which the log orders "
+                f"{1 - delta} place(s) back",
+            )
 
 
 def duplicates(q: QueueHistory, out: Findings) -> None:
@@ -345,7 +365,7 @@ def duplicates(q: QueueHistory, out: Findings) -> None:
         for value, indexes in places.items():
             if len(indexes) < 2:
                 continue
-            rows = [order.evidence[(i, value)] for i in indexes]
+            rows = [order.evidence(i, value) for i in indexes]
             offsets = ", ".join(fmt_offset(order.offsets[i]) for i in indexes)
             out.add(
                 "duplicate",
@@ -361,7 +381,7 @@ def inconsistent_offsets(q: QueueHistory, out: Findings) -> None:
         for index, values in enumerate(order.values):
             if len(values) < 2:
                 continue
-            rows = [order.evidence[(index, value)] for value in values]
+            rows = order.rows[index]
             out.add(
                 "inconsistent-offsets",
                 rows[:SHOWN],
@@ -431,31 +451,48 @@ def realtime_lag(q: QueueHistory, out: Findings) -> None:
     """``realtime-lag`` (informational, as in Jepsen): how stale a poll was.  For each ``ok`` poll or
     transaction, and each key its process reads (after an assign: the assigned keys; after a
     subscribe, the keys polled since), the lag is the time from when the log was known to hold an
-    offset past the highest the process had seen to when the poll began, or 0.  The worst lag of
-    the history is reported, with the poll and the operation that showed the later offset."""
+    offset past the highest the process had seen (this poll's included) to when the poll began, or
+    0.  The worst lag of the history is reported, with the poll and the operation that showed the
+    later offset.
+
+    While a key's highest offset seen stays the same, its lag only grows from one poll to the next,
+    so each stretch is judged at its last poll: when the offset moves, when an assign or subscribe
+    changes the keys, and at the end (linear in polls, not in polls times keys)."""
     expiry = _Expiry(q)
-    worst: tuple[int, Unit, str, Offset | None, Unit] | None = None
+    worst: list[tuple[int, Unit, str, Offset | None, Unit]] = []
+
+    def judge(key: str, seen: Offset | None, last: Unit | None) -> None:
+        known = None if last is None else expiry.after(key, seen)
+        if last is None or known is None:
+            return
+        lag = last.invoked_at - known[0]
+        if lag > 0 and (not worst or lag > worst[0][0]):
+            worst[:] = [(lag, last, key, seen, known[1])]
+
     for timeline in q.timelines.values():
         seen: dict[str, Offset | None] = {}
+        last: Unit | None = None  # the process's last ok poll
         for entry in timeline:
             if isinstance(entry, Assign):
                 if entry.type is OpType.OK:
+                    for key, offset in seen.items():
+                        judge(key, offset, last)
                     seen = {k: seen.get(k) for k in entry.keys} if entry.mode == "assign" else {}
+                    last = None
                 continue
             if entry.type is not OpType.OK or entry.f == "send":
                 continue
             for key, offset in _max_offsets(entry).items():
                 before = seen.get(key)
-                seen[key] = offset if before is None or offset > before else before
-            for key, upto in seen.items():
-                known = expiry.after(key, upto)
-                if known is None:
-                    continue
-                lag = entry.invoked_at - known[0]
-                if lag > 0 and (worst is None or lag > worst[0]):
-                    worst = (lag, entry, key, upto, known[1])
-    if worst is not None:
-        lag, unit, key, reached, proof = worst
+                if before is None or offset > before:
+                    if key in seen:
+                        judge(key, before, last)
+                    seen[key] = offset
+            last = entry
+        for key, offset in seen.items():
+            judge(key, offset, last)
+    if worst:
+        lag, unit, key, reached, proof = worst[0]
         words = "nothing" if reached is None else f"offset {fmt_offset(reached)}"
         rows: list[Operation] = [unit.end, proof.end]
         out.add(

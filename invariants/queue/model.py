@@ -16,10 +16,13 @@ there first (Jepsen takes an arbitrary one).
 
 from __future__ import annotations
 
+import json
+import json.scanner
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from spec.history import BadHistory, Operation, OpType, parse_object, split_subscription
 
@@ -37,17 +40,15 @@ __all__ = [
     "is_kafka_history",
 ]
 
-# A position in a partition, ordered: (0, offset) for the Kafka workload.
-Offset = tuple[int, ...]
+# A position in a partition: the Kafka offset (the rows say [0, offset]).
+Offset = int
+_NO_KEYS: frozenset[str] = frozenset()
+_NONE: dict[str, Any] = {}
 
 
 def fmt_offset(offset: Offset | None) -> str:
-    """An offset as Jepsen prints it (a Kafka offset alone; a Pulsar position as ledger:entry)."""
-    if offset is None:
-        return "?"
-    if len(offset) == 2 and offset[0] == 0:
-        return str(offset[1])
-    return ":".join(str(part) for part in offset)
+    """An offset as Jepsen prints it."""
+    return "?" if offset is None else str(offset)
 
 
 @dataclass(frozen=True)
@@ -105,27 +106,42 @@ class Read:
     row: Operation
 
 
-@dataclass(eq=False)
 class Unit:
     """One ``:send``, ``:poll`` or ``:txn`` operation: a transaction over the logs."""
 
-    number: int
-    process: int
-    f: str
-    end: Operation  # the commit row: the outcome, the interval's end, the Jepsen marker
-    invoked_at: int
-    writes: list[Write] = field(default_factory=list)
-    reads: list[Read] = field(default_factory=list)
-    rebalanced: frozenset[str] = frozenset()
-    first_row: int = 0
+    __slots__ = (
+        "_reads_by_key",
+        "_writes_by_key",
+        "completed_at",
+        "end",
+        "f",
+        "first_row",
+        "invoked_at",
+        "number",
+        "process",
+        "reads",
+        "rebalanced",
+        "type",
+        "writes",
+    )
 
-    @property
-    def type(self) -> OpType:
-        return self.end.type
+    def __init__(self, number: int, process: int, f: str, end: Operation, rebalanced: frozenset[str]) -> None:
+        self.number = number
+        self.process = process
+        self.f = f
+        self.end = end  # the commit row: the outcome, the interval's end, the Jepsen marker
+        self.type: OpType = end.type
+        self.invoked_at = end.invoked_at
+        self.completed_at = end.completed_at
+        self.writes: list[Write] = []
+        self.reads: list[Read] = []
+        self.rebalanced = rebalanced
+        self.first_row = end.index
+        self._reads_by_key: dict[str, list[Read]] | None = None
+        self._writes_by_key: dict[str, list[Write]] | None = None
 
-    @property
-    def completed_at(self) -> int | None:
-        return self.end.completed_at
+    def __repr__(self) -> str:
+        return f"Unit({self.number}, {self.label})"
 
     @property
     def label(self) -> str:
@@ -135,17 +151,19 @@ class Unit:
 
     def read_keys(self) -> dict[str, list[Read]]:
         """The unit's reads per key, in order."""
-        out: dict[str, list[Read]] = {}
-        for read in self.reads:
-            out.setdefault(read.key, []).append(read)
-        return out
+        if self._reads_by_key is None:
+            self._reads_by_key = {}
+            for read in self.reads:
+                self._reads_by_key.setdefault(read.key, []).append(read)
+        return self._reads_by_key
 
     def write_keys(self) -> dict[str, list[Write]]:
         """The unit's writes per key, in order."""
-        out: dict[str, list[Write]] = {}
-        for write in self.writes:
-            out.setdefault(write.key, []).append(write)
-        return out
+        if self._writes_by_key is None:
+            self._writes_by_key = {}
+            for write in self.writes:
+                self._writes_by_key.setdefault(write.key, []).append(write)
+        return self._writes_by_key
 
 
 @dataclass(frozen=True)
@@ -165,13 +183,24 @@ class VersionOrder:
 
     offsets: list[Offset] = field(default_factory=list)  # the offsets that hold something, ascending
     values: list[list[str]] = field(default_factory=list)  # per dense index: its values, first seen first
-    evidence: dict[tuple[int, str], Operation] = field(default_factory=dict)  # (index, value) -> first row
+    rows: list[list[Operation]] = field(default_factory=list)  # per dense index: the row that placed each
     index_of: dict[str, int] = field(default_factory=dict)  # value -> the last index it appears at
-    first_index: dict[str, int] = field(default_factory=dict)  # value -> the first index it appears at
 
     def at(self, index: int) -> str:
         """The value the order takes at a dense index."""
         return self.values[index][0]
+
+    def evidence(self, index: int, value: str) -> Operation:
+        """The row that first placed ``value`` at a dense index."""
+        return self.rows[index][self.values[index].index(value)]
+
+    def first_indexes(self) -> dict[str, int]:
+        """Each value's first dense index."""
+        out: dict[str, int] = {}
+        for index, values in enumerate(self.values):
+            for value in values:
+                out.setdefault(value, index)
+        return out
 
 
 def is_kafka_history(ops: Sequence[Operation]) -> bool:
@@ -186,9 +215,9 @@ def _bad(op: Operation, message: str) -> BadHistory:
     return BadHistory(f"history {op.history!r} op {op.index} ({op.f}): {message}", row=op.index, column="value")
 
 
-def _txn_number(op: Operation) -> int:
-    txn = op.args.get("txn") if isinstance(op.args, dict) else None
-    if not (isinstance(txn, list) and len(txn) == 2 and all(isinstance(x, int) for x in txn)):
+def _txn_number(op: Operation, args: Any) -> int:
+    txn = args.get("txn") if isinstance(args, dict) else None
+    if not (type(txn) is list and len(txn) == 2 and type(txn[0]) is int and type(txn[1]) is int):
         raise _bad(op, f"needs 'txn' as [0, n], got {txn!r}")
     return int(txn[1])
 
@@ -197,16 +226,32 @@ def _offset(op: Operation, data: Any) -> Offset | None:
     raw = data.get("position") if isinstance(data, dict) else None
     if raw is None:
         return None
-    if not (isinstance(raw, list) and raw and all(isinstance(x, int) and not isinstance(x, bool) for x in raw)):
-        raise _bad(op, f"'position' must be a list of integers, got {raw!r}")
-    return tuple(raw)
+    if type(raw) is list and len(raw) == 2 and raw[0] == 0 and type(raw[1]) is int:
+        offset: int = raw[1]
+        return offset
+    raise _bad(op, f"a Kafka-workload position is [0, offset], got {raw!r}")
+
+
+_SCAN = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))
+
+
+def _decode(text: str | None) -> Any:
+    """A row's JSON text (``value`` or ``result``) decoded: the scanner alone, without ``json.loads``'s
+    per-call work (the rows of a Kafka-workload history keep their text only)."""
+    if text is None:
+        return None
+    try:
+        found, end = _SCAN(text, 0)
+    except StopIteration:
+        return json.loads(text)
+    return found if end == len(text) else json.loads(text)
 
 
 def _message(op: Operation, data: Any) -> str:
     message = data.get("message") if isinstance(data, dict) else None
     if not isinstance(message, str):
         raise _bad(op, f"needs 'message' as text, got {message!r}")
-    return message
+    return sys.intern(message)  # one string however many polls return it
 
 
 @dataclass
@@ -219,8 +264,9 @@ class QueueHistory:
     orders: dict[str, VersionOrder]
     key_names: dict[str, str]  # key (partition) -> the key as the history spells it
     ok_reads: dict[str, set[str]]  # key -> values read by ok units
-    writer_of: dict[tuple[str, str], Unit]  # (key, value) -> the completed unit that sent it
+    writers: dict[str, dict[str, Unit]]  # key -> value -> the completed unit that sent it
     subscribed: bool  # some process subscribed (Jepsen's sub-via includes :subscribe)
+    memo: dict[str, Any] = field(default_factory=dict)  # derived views the checks compute once and share
 
     def name(self, key: str) -> str:
         return self.key_names.get(key, key)
@@ -238,20 +284,18 @@ class QueueHistory:
             if op.f == "subscribe":
                 assigns.append(_assign(op, history))
             elif op.f == "commit":
-                number = _txn_number(op)
-                args = op.args
+                args = _decode(op.value)
+                number = _txn_number(op, args)
                 marker = args.get("jepsen") if isinstance(args, dict) else None
                 if not isinstance(marker, dict) or not isinstance(marker.get("f"), str):
                     raise _bad(op, "a Kafka-workload commit names its operation in 'jepsen'")
                 rebalanced = args.get("rebalanced") or []
                 if not isinstance(rebalanced, list):
                     raise _bad(op, f"'rebalanced' must be a list of keys, got {rebalanced!r}")
-                keys = frozenset(f"{history}/{k}" for k in rebalanced)
-                units[number] = Unit(
-                    number, op.process, marker["f"], op, op.invoked_at, rebalanced=keys, first_row=op.index
-                )
+                keys = frozenset(f"{history}/{k}" for k in rebalanced) if rebalanced else _NO_KEYS
+                units[number] = Unit(number, op.process, marker["f"], op, keys)
             elif op.f in ("send", "receive"):
-                pending[_txn_number(op)].append(op)
+                pending[_txn_number(op, _decode(op.value))].append(op)
         for number, rows in pending.items():
             unit = units.get(number)
             if unit is None:
@@ -268,14 +312,14 @@ class QueueHistory:
         for assign in assigns:
             timelines[assign.process].append((assign.row.index, assign))
         ok_reads: dict[str, set[str]] = defaultdict(set)
-        writer_of: dict[tuple[str, str], Unit] = {}
+        writers: dict[str, dict[str, Unit]] = defaultdict(dict)
         for unit in units:
             if unit.type is OpType.OK:
                 for read in unit.reads:
                     ok_reads[read.key].add(read.value)
             if unit.type is not OpType.INVOKE:
                 for write in unit.writes:
-                    writer_of[(write.key, write.value)] = unit
+                    writers[write.key][write.value] = unit
         orders = _version_orders(units, ok_reads)
         return cls(
             history,
@@ -284,9 +328,13 @@ class QueueHistory:
             orders,
             names,
             dict(ok_reads),
-            writer_of,
+            dict(writers),
             any(a.mode == "subscribe" for a in assigns),
         )
+
+    def writer(self, key: str, value: str) -> Unit | None:
+        """The completed unit that sent ``value`` to ``key`` (Jepsen's ``writer-of``), if any."""
+        return self.writers.get(key, _NONE).get(value)
 
     def must_have_committed(self, unit: Unit) -> bool:
         """Jepsen's ``must-have-committed?``: ok, or info with some value it sent read by an ok unit."""
@@ -313,7 +361,7 @@ class QueueHistory:
         order = self.orders.get(key)
         if order is None or value not in order.index_of:
             return None
-        return order.evidence.get((order.index_of[value], value))
+        return order.evidence(order.index_of[value], value)
 
 
 def _assign(op: Operation, history: str) -> Assign:
@@ -334,19 +382,18 @@ def _fill(unit: Unit, rows: list[Operation], names: dict[str, str]) -> None:
     unit.invoked_at = min(unit.invoked_at, rows[0].invoked_at)
     for row in rows:
         kind, name = parse_object(row.object)
-        args = row.args
-        if isinstance(args, dict) and isinstance(args.get("key"), str):
-            key = name if kind == "partition" else split_subscription(name)[0]
+        args = _decode(row.value)
+        key = name if kind == "partition" else split_subscription(name)[0]
+        if key not in names and isinstance(args, dict) and isinstance(args.get("key"), str):
             names[key] = args["key"]
         if row.f == "send":
             if kind != "partition":
                 raise _bad(row, f"a send touches a partition, not {row.object!r}")
-            unit.writes.append(Write(name, _message(row, args), _offset(row, row.returned), row))
+            unit.writes.append(Write(name, _message(row, args), _offset(row, _decode(row.result)), row))
             continue
         if kind != "subscription":
             raise _bad(row, f"a receive touches a subscription, not {row.object!r}")
-        key = split_subscription(name)[0]
-        got = row.returned
+        got = _decode(row.result)
         messages = got.get("messages") if isinstance(got, dict) else None
         if not isinstance(messages, list):
             raise _bad(row, f"a poll's receive returns 'messages', got {got!r}")
@@ -374,11 +421,11 @@ def _version_orders(units: list[Unit], ok_reads: dict[str, set[str]]) -> dict[st
     for key, log in logs.items():
         order = VersionOrder()
         for index, offset in enumerate(sorted(log)):
+            held = log[offset]
             order.offsets.append(offset)
-            order.values.append(list(log[offset]))
-            for value, row in log[offset].items():
-                order.evidence[(index, value)] = row
+            order.values.append(list(held))
+            order.rows.append(list(held.values()))
+            for value in held:
                 order.index_of[value] = index
-                order.first_index.setdefault(value, index)
         orders[key] = order
     return orders

@@ -35,7 +35,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from invariants.queue.model import Findings, fmt_offset
+from invariants.queue.model import Findings
 from invariants.txn_analysis import TxnAnalysis, TxnFate
 from spec.history import Operation, OpType, parse_object, split_subscription
 
@@ -46,9 +46,10 @@ Position = tuple[int, ...]
 
 
 def _fmt(position: Position | None) -> str:
+    """A position as ledger:entry, with #index for one message of a batch."""
     if position is None:
         return "?"
-    text = fmt_offset(tuple(position[:2]))
+    text = f"{position[0]}:{position[1]}"
     return text if len(position) < 3 or position[2] < 0 else f"{text}#{position[2]}"
 
 

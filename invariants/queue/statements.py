@@ -11,9 +11,7 @@ from invariants.queue.pulsar import PulsarView
 from invariants.queue.taxonomy import (
     CYCLES,
     KAFKA_CHECKS,
-    NOT_FOR_PULSAR,
     PULSAR_CHECKS,
-    PULSAR_EQUIVALENTS,
     PULSAR_INFORMATIONAL,
     KafkaOptions,
     Statement,
@@ -86,8 +84,8 @@ def kafka_statements(q: QueueHistory, options: KafkaOptions) -> Iterator[Stateme
 
 
 def pulsar_statements(v: PulsarView) -> Iterator[Statement]:
-    """Each check of the taxonomy on a Pulsar history: the ones judged here with whether they apply,
-    the others with where they are judged instead or why they do not apply to Pulsar."""
+    """Each check of the taxonomy judged on a Pulsar history, with whether it applies (the others
+    are judged there under txnmodel's name, or mean nothing for Pulsar: :mod:`invariants.queue.taxonomy`)."""
     a = v.a
     exclusive = [sub for sub in a.subscribes if v.exclusive(sub)]
     delivered = {d.subscription for d in a.deliveries if d.position is not None}
@@ -108,7 +106,3 @@ def pulsar_statements(v: PulsarView) -> Iterator[Statement]:
         if not applies and name in ("poll-skip", "lost-write"):
             words = "no Exclusive, durable subscription delivered anything"
         yield Statement(name, "jepsen", applies, words)
-    for name, instead in PULSAR_EQUIVALENTS.items():
-        yield Statement(name, "jepsen", False, f"judged on Pulsar histories as {instead}")
-    for name, why in NOT_FOR_PULSAR.items():
-        yield Statement(name, "jepsen", False, f"not for Pulsar: {why}")

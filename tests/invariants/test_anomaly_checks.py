@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from invariants.queue import QUEUE_ANOMALIES
 from invariants.transactional import (
     ANOMALIES,
     CHECKS,
@@ -25,7 +26,6 @@ from invariants.transactional import (
     check_transactional,
     find,
 )
-from invariants.queue import QUEUE_ANOMALIES
 from spec.history import Operation, OpType, object_id
 from spec.rules import RULES_DIR, parse_rules
 from tests.invariants.synthetic import generate, op, renumber

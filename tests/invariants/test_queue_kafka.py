@@ -8,11 +8,15 @@ import re
 
 import pytest
 
+from benchmarks.kafka_scale import kafka_history
 from history_io.edn import parse_edn
 from invariants.queue import QUEUE_ANOMALIES, check_kafka
 from invariants.queue import cycles as cyclic
+from invariants.queue.kafka import realtime_lag
+from invariants.queue.model import Assign, Findings, QueueHistory
 from invariants.queue.taxonomy import CYCLES, KAFKA_CHECKS, PULSAR_CHECKS, QUEUE_RULES
 from invariants.transactional import ANOMALIES, TxnResult, check_transactional
+from spec.history import OpType
 from spec.rules import RULES_DIR, parse_rules
 
 
@@ -282,3 +286,61 @@ def test_every_finding_cites_rows_of_the_history() -> None:
     result = check_transactional(ops)
     assert result.anomalies and all(set(a.ops) <= {o.index for o in ops} and a.ops for a in result.anomalies)
     assert all(re.search(r"\w", a.explanation) for a in result.anomalies)
+
+
+def _naive_worst_lag(q: QueueHistory) -> int:
+    """Jepsen's realtime lag by its definition, every poll and every key, no shortcut."""
+    shown = [
+        (key, offset, unit.completed_at)
+        for unit in q.units
+        if unit.type in (OpType.OK, OpType.INFO) and unit.completed_at is not None
+        for key, offset in {
+            item.key: max(i.offset for i in [*unit.reads, *unit.writes] if i.key == item.key and i.offset is not None)
+            for item in [*unit.reads, *unit.writes]
+            if item.offset is not None
+        }.items()
+    ]
+    worst = 0
+    for timeline in q.timelines.values():
+        seen: dict[str, int | None] = {}
+        for entry in timeline:
+            if isinstance(entry, Assign):
+                if entry.type is OpType.OK:
+                    seen = {k: seen.get(k) for k in entry.keys} if entry.mode == "assign" else {}
+                continue
+            if entry.type is not OpType.OK or entry.f == "send":
+                continue
+            for item in [*entry.reads, *entry.writes]:
+                if item.offset is not None and (seen.get(item.key) is None or item.offset > seen[item.key]):  # type: ignore[operator]
+                    seen[item.key] = item.offset
+            for key, upto in seen.items():
+                times = [t for k, o, t in shown if k == key and (upto is None or o > upto)]
+                if times:
+                    worst = max(worst, entry.invoked_at - min(times))
+    return worst
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_worst_realtime_lag_is_jepsens(seed: int) -> None:
+    text = kafka_history(400, seed=seed)
+    q = QueueHistory.build(parse_edn(text, history="h"))
+    out = Findings(5)
+    realtime_lag(q, out)
+    expected = _naive_worst_lag(q)
+    found = [f for f in out.found if f.name == "realtime-lag"]
+    assert (found[0].explanation.split()[3] if found else "0") == str(expected)
+
+
+def test_anomalies_planted_in_a_large_history_are_found() -> None:
+    clean = kafka_history(3000, seed=3)
+    assert check_transactional(parse_edn(clean, history="h")).ok
+    last = max(int(line.split(":time ")[1].split(",")[0]) for line in clean.splitlines())
+    cycle = [
+        op(91, "txn", "[[:send 90 :a] [:poll]]", "ok", "[[:send 90 [0 :a]] [:poll {91 [[0 :b]]}]]", last + 10, 5),
+        op(92, "txn", "[[:send 91 :b] [:poll]]", "ok", "[[:send 91 [0 :b]] [:poll {90 [[0 :a]]}]]", last + 11, 5),
+    ]
+    found = check_transactional(parse_edn(clean + "\n".join(cycle), history="h"))
+    assert set(found.counts) == {"G1c"}
+    aborted = [send(93, last + 20, (92, 0, ":c"), kind="fail"), poll(94, last + 30, "{92 [[0 :c]]}")]
+    found = check_transactional(parse_edn(clean + "\n".join(aborted), history="h"))
+    assert set(found.counts) == {"G1a"}
