@@ -41,6 +41,10 @@ cyclic-information-flow     G1c     committed transactions each consumed (receiv
                                     the transaction) a message another one produced, in a cycle
 ==========================  ======  ==============================================================
 
+Jepsen's Kafka-workload taxonomy (:mod:`invariants.queue`) is registered in the same table; on these
+histories its Pulsar-meaningful anomalies run after these checks, and a Kafka-workload history is
+judged by it alone.
+
 Soundness comes first: every rule only fires on evidence that cannot be explained by a correct
 broker (indeterminate operations are given the benefit of the doubt).
 

@@ -498,7 +498,7 @@ def realtime_lag(q: QueueHistory, out: Findings) -> None:
         out.add(
             "realtime-lag",
             rows,
-            f"worst realtime lag {lag} (the history's time unit: Jepsen's nanoseconds): {unit.label} began at "
-            f"{unit.invoked_at} having seen {words} of key {q.name(key)}, while {proof.label} had shown a later "
-            f"offset by {proof.completed_at}",
+            f"worst realtime lag {lag} (in the history's time: Jepsen's nanoseconds, or its forms counted): "
+            f"{unit.label} began at {unit.invoked_at} having seen {words} of key {q.name(key)}, while "
+            f"{proof.label} had shown a later offset by {proof.completed_at}",
         )
