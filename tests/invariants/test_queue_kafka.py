@@ -201,7 +201,11 @@ def test_g0_needs_ww_dependencies_and_only_informs() -> None:
     t1 = op(0, "send", "[[:send :x :a] [:send :y :a]]", "ok", "[[:send :x [0 :a]] [:send :y [1 :a]]]", 0, 5)
     t2 = op(1, "send", "[[:send :x :b] [:send :y :b]]", "ok", "[[:send :x [1 :b]] [:send :y [0 :b]]]", 1, 5)
     everything = poll(2, 10, "{:x [[0 :a] [1 :b]] :y [[0 :b] [1 :a]]}")
-    assert check(t1, t2, everything).ok and "G0" not in check(t1, t2, everything).notes
+    without = check(t1, t2, everything)
+    assert without.ok and "G0" not in without.notes
+    # and the verdict says G0 had nothing to judge, rather than passing it
+    (g0_statement,) = [s for s in without.statements if s.check == "G0"]
+    assert not g0_statement.applies and "--ww-deps" in g0_statement.evidence
     with_ww = check(t1, t2, everything, ww_deps=True)
     (g0,) = [a for a in with_ww.informational if a.name == "G0"]
     assert with_ww.ok and g0.informational and len(g0.cycle) == 2
