@@ -69,7 +69,8 @@ def import_graph(modules: Mapping[str, Path]) -> dict[str, set[str]]:
     """Module -> the product modules it imports (a name resolved to its longest module prefix).
 
     ``from package import submodule`` imports the submodule; the package's ``__init__`` runs first
-    whatever the spelling, as for every module of the package, so that alone is no edge to it."""
+    whatever the spelling, as for every module of the package, so that alone is no edge to it.  A
+    module of another package is an edge to that package's ``__init__`` too (:func:`outer_packages`)."""
 
     def resolve(name: str) -> str | None:
         while name and name not in modules:
@@ -82,14 +83,24 @@ def import_graph(modules: Mapping[str, Path]) -> dict[str, set[str]]:
         names = {name for _, name in found}
         # a package named only as the source of submodules it is asked for: not imported for itself
         sources = {n.rpartition(".")[0] for n in names if n in modules}
-        graph[module] = {
+        targets = {
             t
             for name in names
             if (t := resolve(name)) is not None
             and t != module
             and not (name in sources and all(m.rpartition(".")[0] != name or m in modules for m in names))
         }
+        graph[module] = targets | {p for t in targets for p in outer_packages(t, module, modules)}
     return graph
+
+
+def outer_packages(target: str, importer: str, modules: Mapping[str, Path]) -> set[str]:
+    """The packages whose ``__init__`` importing ``target`` runs first, outside the importer's own:
+    a module of another package is reached through that package's ``__init__``, and a circle
+    through it fails at import time as surely as one between modules."""
+    parts = target.split(".")
+    outer = {".".join(parts[:i]) for i in range(1, len(parts))}
+    return {p for p in outer if p in modules and not (importer == p or importer.startswith(p + "."))}
 
 
 def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
