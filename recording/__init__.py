@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import platform
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -62,6 +63,7 @@ class RecordResult:
     operations: int
     unknown: int
     metadata: dict[str, Any] = field(default_factory=dict)
+    edn: Path | None = None  # the history in the shape of Jepsen's Kafka workload (--format edn)
     # Why the run stopped before its end (None: it ran to its end), and whether the broker went away.
     stopped: str | None = None
     broker_gone: bool = False
@@ -95,7 +97,7 @@ def _probe(url: str, timeout_s: float, txn: bool) -> str:
     from txnclient.client import WireClient, WireError, WireTimeout
 
     try:
-        client = WireClient(url, timeout_s=timeout_s)
+        client = WireClient(url, operation_timeout_seconds=timeout_s)
     except (OSError, WireError, WireTimeout) as exc:
         raise RecordError(f"cannot connect: {exc}", where=url) from None
     version = client.server_version or "unknown"
@@ -110,8 +112,8 @@ def _probe(url: str, timeout_s: float, txn: bool) -> str:
     unanswered = 0
     while True:
         try:
-            with WireClient(url, timeout_s=timeout_s) as probe:
-                probe._tc_connect()
+            with WireClient(url, operation_timeout_seconds=timeout_s) as probe:
+                probe.tc_connect()
             return version
         except WireTimeout:
             unanswered += 1
@@ -145,7 +147,9 @@ def _delete_topics(admin_url: str, topics: list[str]) -> tuple[int, list[str]]:
             with urllib.request.urlopen(request, timeout=10):
                 deleted += 1
         except (urllib.error.URLError, OSError) as exc:
-            problems.append(f"{topic}: {exc}")
+            reason = exc.read().decode("utf-8", "replace")[:200] if isinstance(exc, urllib.error.HTTPError) else ""
+            problems.append(f"{topic}: {exc}{': ' + reason if reason else ''}")
+            print(f"txnmodel record: DELETE {url} failed: {problems[-1]}", file=sys.stderr)  # not only stored
     return deleted, problems
 
 
@@ -341,11 +345,12 @@ def _metadata(
     }
 
 
-def record(options: RecordOptions) -> RecordResult:
+def record(options: RecordOptions, *, edn: bool = False) -> RecordResult:
     """Run one workload against ``options.url`` and write its history into a fresh run folder under
     ``options.out`` (:mod:`recording.store`); bad options or a broker that cannot be used raise
     :class:`RecordError` before anything is recorded.  A run stopped early (Ctrl-C, a broker gone)
-    writes what it recorded and says so in ``RecordResult.stopped``."""
+    writes what it recorded and says so in ``RecordResult.stopped``.  ``edn``: also write it in the
+    shape of Jepsen's Kafka workload (:mod:`history_io.kafka_write`), for Jepsen's tools."""
     from history_io.files import write_jsonl, write_parquet
 
     host, port = _check_options(options)
@@ -379,6 +384,12 @@ def record(options: RecordOptions) -> RecordResult:
         if options.jsonl:
             jsonl = folder / f"{history}.jsonl"
             write_jsonl(jsonl, {history: ops}, metadata=metadata)
+        kafka = None
+        if edn:
+            from history_io.kafka_write import write_kafka_edn
+
+            kafka = folder / f"{history}.edn"
+            kafka.write_text(write_kafka_edn(ops), encoding="utf-8")
     for problem in link_latest(store, folder):
         run.notes.append(f"latest link: {problem}")
     return RecordResult(
@@ -388,6 +399,7 @@ def record(options: RecordOptions) -> RecordResult:
         len(ops),
         unknown,
         json.loads(json.dumps(metadata)),
+        edn=kafka,
         stopped=run.stop_reason,
         broker_gone=run.broker_gone,
     )

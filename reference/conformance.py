@@ -6,6 +6,9 @@ through the command class's type hints (``spec.jsonvalues``), steps the pure mac
 the JSON spelling of what happened with what the vector expects.  It takes an already parsed,
 schema-checked vector; reading and validating files is the command line's job
 (``runners/vectors.py``), so nothing here does I/O.
+
+:func:`replay_vector` steps a vector's machine through every step without comparing, and returns
+everything each step did: what a transcript (:mod:`reference.transcripts`) shows.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import importlib
 import inspect
 import json
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -28,11 +31,15 @@ from spec.result import Err, Ok
 
 __all__ = [
     "MachineVectors",
+    "Observation",
     "RecoveryDiverged",
+    "StepOutcome",
     "VectorResult",
     "decoded_log_records",
     "describe_result",
+    "expectation_mismatch",
     "matches",
+    "replay_vector",
     "run_vector",
 ]
 
@@ -213,12 +220,13 @@ def _refusal(exc: Exception) -> str:
 
 
 def run_vector(path: Path, data: Mapping[str, Any], *, where: str | None = None) -> VectorResult:
-    """Run one (schema-valid) vector.  Input problems raise :class:`BadVector`."""
+    """Run one (schema-valid) vector: its steps as :func:`iter_vector` takes them, each compared with
+    the vector's expectations by the partial-match rule, stopping at the first mismatch.  Input
+    problems raise :class:`BadVector`."""
     label = where or str(path)
     machine = data["machine"]
     steps: Sequence[Mapping[str, Any]] = data["steps"]
-    adapter = _machine_vectors(machine)
-    if adapter is None:
+    if _machine_vectors(machine) is None:
         return VectorResult(
             label,
             data["id"],
@@ -227,67 +235,18 @@ def run_vector(path: Path, data: Mapping[str, Any], *, where: str | None = None)
             False,
             Mismatch(0, "-", "machine", f"reference.{machine_info(machine).module} with VECTORS", "not implemented"),
         )
-    try:
-        config = Config().with_overrides(data.get("config", {}))
-    except BadConfig as exc:
-        raise BadVector(f"$.config: {exc}", where=label) from None
-    try:
-        state = adapter.initial(config, data.get("init", {}))
-    except (JsonError, ValueError, TypeError, KeyError) as exc:
-        raise BadVector(f"$.init: {exc}", where=label) from None
-    for index, step in enumerate(steps):
-        name = step["command"]
-        command_type = adapter.commands.get(name)
-        if command_type is None:
-            known = ", ".join(sorted(adapter.commands))
-            raise BadVector(f"$.steps[{index}].command: {machine} has no command {name!r}; known: {known}", where=label)
-        try:
-            command = from_json(step.get("args", {}), command_type, f"$.steps[{index}].args")
-        except JsonError as exc:
-            raise BadVector(str(exc), where=label) from None
-        try:
-            state, result = adapter.step(state, command)
-        except _REFUSED as exc:
-            raise BadVector(
-                f"$.steps[{index}].args: {name} refused by the reference: {_refusal(exc)}", where=label
-            ) from None
-        actual = describe_result(result)
+    for outcome in iter_vector(data, where=label):
+        step = steps[outcome.index]
         expect = step.get("expect")
-        if expect is not None:
-            mismatch = _compare_expect(index, name, expect, actual)
-            if mismatch is not None:
-                return VectorResult(label, data["id"], machine, len(steps), False, mismatch)
-        for check_index, check in enumerate(step.get("check", [])):
-            observer = adapter.observers.get(check["observe"])
-            if observer is None:
-                known = ", ".join(sorted(adapter.observers))
-                raise BadVector(
-                    f"$.steps[{index}].check[{check_index}].observe: {machine} has no observer "
-                    f"{check['observe']!r}; known: {known}",
-                    where=label,
-                )
-            try:
-                kwargs = _decode_args(observer, check.get("args", {}), f"$.steps[{index}].check[{check_index}].args")
-            except JsonError as exc:
-                raise BadVector(str(exc), where=label) from None
-            try:
-                observed = to_json(observer(state, **kwargs))
-            except _REFUSED as exc:
-                raise BadVector(
-                    f"$.steps[{index}].check[{check_index}].args: {check['observe']} refused by the reference: "
-                    f"{_refusal(exc)}",
-                    where=label,
-                ) from None
-            if not matches(check["equals"], observed):
+        mismatch = (
+            None if expect is None else _compare_expect(outcome.index, outcome.command, expect, dict(outcome.result))
+        )
+        for check, seen in zip(step.get("check", []), outcome.observations, strict=True):
+            if mismatch is None and not matches(check["equals"], seen.observed):
                 what = f"observe {check['observe']}({json.dumps(check.get('args', {}))})"
-                return VectorResult(
-                    label,
-                    data["id"],
-                    machine,
-                    len(steps),
-                    False,
-                    Mismatch(index, name, what, check["equals"], observed),
-                )
+                mismatch = Mismatch(outcome.index, outcome.command, what, check["equals"], seen.observed)
+        if mismatch is not None:
+            return VectorResult(label, data["id"], machine, len(steps), False, mismatch)
     return VectorResult(label, data["id"], machine, len(steps), True)
 
 
@@ -307,3 +266,103 @@ def _compare_expect(index: int, name: str, expect: Any, actual: dict[str, Any]) 
     if "effects" in expect and not matches(expect["effects"], actual["effects"]):
         return Mismatch(index, name, "effects", expect["effects"], actual["effects"])
     return None
+
+
+# -- Replaying a vector in full (transcripts) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One observer check of a step and what the observer returned (JSON), whatever the vector
+    expected of it."""
+
+    observe: str
+    args: Mapping[str, Any]
+    observed: Any
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """Everything one step of a vector did: the command as the vector wrote it, the full result
+    (:func:`describe_result`'s spelling) and every observer check after it."""
+
+    index: int
+    command: str
+    args: Mapping[str, Any]
+    comment: str | None
+    result: Mapping[str, Any]
+    observations: tuple[Observation, ...]
+
+
+def replay_vector(data: Mapping[str, Any], *, where: str) -> tuple[StepOutcome, ...]:
+    """Step a (schema-valid) vector's machine through every step and observe every check, without
+    comparing anything with the vector's expectations: what a transcript shows.  Input the
+    reference refuses raises :class:`BadVector`."""
+    return tuple(iter_vector(data, where=where))
+
+
+def iter_vector(data: Mapping[str, Any], *, where: str) -> Iterator[StepOutcome]:
+    """A vector's steps, one at a time, each with its full result and every observer check after it:
+    the one stepping loop that running a vector (:func:`run_vector`, which stops at the first
+    mismatch) and replaying it (:func:`replay_vector`) share."""
+    machine = data["machine"]
+    adapter = _machine_vectors(machine)
+    if adapter is None:
+        raise BadVector(f"$.machine: reference.{machine_info(machine).module} has no VECTORS", where=where)
+    try:
+        config = Config().with_overrides(data.get("config", {}))
+    except BadConfig as exc:
+        raise BadVector(f"$.config: {exc}", where=where) from None
+    try:
+        state = adapter.initial(config, data.get("init", {}))
+    except (JsonError, ValueError, TypeError, KeyError) as exc:
+        raise BadVector(f"$.init: {exc}", where=where) from None
+    for index, step in enumerate(data["steps"]):
+        name = step["command"]
+        command_type = adapter.commands.get(name)
+        if command_type is None:
+            known = ", ".join(sorted(adapter.commands))
+            raise BadVector(f"$.steps[{index}].command: {machine} has no command {name!r}; known: {known}", where=where)
+        try:
+            command = from_json(step.get("args", {}), command_type, f"$.steps[{index}].args")
+        except JsonError as exc:
+            raise BadVector(str(exc), where=where) from None
+        try:
+            state, result = adapter.step(state, command)
+        except _REFUSED as exc:
+            raise BadVector(
+                f"$.steps[{index}].args: {name} refused by the reference: {_refusal(exc)}", where=where
+            ) from None
+        observations = tuple(
+            _observe(adapter, state, check, f"$.steps[{index}].check[{i}]", where)
+            for i, check in enumerate(step.get("check", []))
+        )
+        yield StepOutcome(index, name, step.get("args", {}), step.get("comment"), describe_result(result), observations)
+
+
+def _observe(adapter: MachineVectors, state: Any, check: Mapping[str, Any], place: str, where: str) -> Observation:
+    observer = adapter.observers.get(check["observe"])
+    if observer is None:
+        known = ", ".join(sorted(adapter.observers))
+        raise BadVector(
+            f"{place}.observe: {adapter.name} has no observer {check['observe']!r}; known: {known}", where=where
+        )
+    args = check.get("args", {})
+    try:
+        kwargs = _decode_args(observer, args, f"{place}.args")
+    except JsonError as exc:
+        raise BadVector(str(exc), where=where) from None
+    try:
+        observed = to_json(observer(state, **kwargs))
+    except _REFUSED as exc:
+        raise BadVector(
+            f"{place}.args: {check['observe']} refused by the reference: {_refusal(exc)}", where=where
+        ) from None
+    return Observation(check["observe"], args, observed)
+
+
+def expectation_mismatch(index: int, name: str, expect: Any, actual: Mapping[str, Any]) -> Mismatch | None:
+    """How a step's ``expect`` (``"ok"``, ``{"ok": ...}`` or ``{"error": ...}``, with optional
+    ``effects``) disagrees with a result spelled as :func:`describe_result` spells it, by the
+    vectors' partial-match rule; None when it holds."""
+    return _compare_expect(index, name, expect, dict(actual))
