@@ -334,10 +334,20 @@ class Dispatcher:
 
     def redeliver(self, slot: ConsumerSlot, positions: Sequence[Position] | None) -> None:
         """A negative ack or ``redeliverUnacknowledgedMessages``: the consumer's unacked entries
-        (all, or those of ``positions``) go back to the replay set."""
-        chosen = set(slot.unacked) if positions is None else set(positions) & slot.unacked
+        (all, or those of ``positions``) go back to the replay set.
+
+        Asking for all of them also empties the consumer's queue, as Pulsar's client clears its
+        receiver queue before it sends the request: a copy queued there that the consumer no longer
+        holds unacked (one handed out again after a reconnect, then acknowledged in a transaction)
+        goes too, and back to the replay set, where the dispatch's filter decides it again (5.9:
+        a message a transaction holds stays back, PA-1)."""
+        if positions is None:
+            chosen = set(slot.unacked) | set(slot.queued)
+            slot.clear()
+        else:
+            chosen = set(positions) & slot.unacked
+            slot.drop(lambda p, _: p not in chosen)
         slot.unacked -= chosen
-        slot.drop(lambda p, _: p not in chosen)
         self.replay |= chosen
 
     def return_unacked(self, positions: tuple[Position, ...]) -> None:
