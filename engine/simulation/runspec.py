@@ -94,6 +94,17 @@ class RunSpec:
     # subscription again to its end; the pending-ack log is indexed every few records
     # (REREAD_INDEX_LAG), so it is trimmed (PA-16) and a recovery depends on what the cursor deleted.
     reread: bool = False
+    # The clients state liveness bounds: every consumer is named in each of its operations (so the
+    # history accounts for every consumer of a subscription), the delayed workload's sends outside
+    # a transaction state ``deliver_within_ms``, and readers give some messages back by negative
+    # ack stating ``redeliver_within_ms`` (the transactional checks' late-delivery and lost-redelivery).
+    bounds: bool = False
+    # Readers acknowledge in every way an application may (individually, cumulatively, twice, in a
+    # transaction that commits or aborts, against another transaction holding the message).
+    acks: bool = False
+    # ctp: a processor's client does not wait for one operation before the next: it sends from a
+    # second session, acknowledges meanwhile and commits while the send is in flight.
+    pipelined: bool = False
     # File ledgers only: the real disk or the simulated one (whose broker crashes are power cuts),
     # and the journal's group commit (None: every change committed as it is made).
     disk: str = "real"
@@ -154,6 +165,9 @@ class RunSpec:
             "shared_delayed": self.shared_delayed,
             "readers": self.readers,
             "reread": self.rereads,
+            "bounds": self.bounds,
+            "acks": self.acks,
+            "pipelined": self.pipelined,
             "disk": self.disk if self.ledger == "file" else None,
             "group_commit_ms": self.group_commit_ms if self.ledger == "file" else None,
             "disk_capacity": self.disk_capacity,

@@ -257,6 +257,12 @@ class TxnAnalysis:
             [],
         )
         analysis._read_subscription_ops(ops)
+        # PA-10: a cumulative ack on a Shared or Key_Shared subscription is answered ok and does nothing.
+        analysis.acks = [
+            ack
+            for ack in analysis.acks
+            if not ack.cumulative or not ignores_cumulative(analysis.subscribes.get(ack.subscription, []))
+        ]
         return analysis
 
     def _read_subscription_ops(self, ops: Sequence[Operation]) -> None:
@@ -328,6 +334,28 @@ class TxnAnalysis:
     def commit_done(self, txn: Txn) -> Operation | None:
         done = [o for o in self.commits.get(txn, ()) if o.type is OpType.OK]
         return min(done, key=lambda o: o.completed_at or 0) if done else None
+
+    def acked_since(self, sub: str, message: Message, after: float, *, outside_txn: bool = False) -> bool:
+        """Whether an ack on ``sub`` invoked at or after ``after`` covers ``message``: an individual or
+        cumulative ack (a cumulative one where the broker honours it, PA-10), with or without a
+        transaction (``outside_txn``: without only), that returned ok or whose outcome is unknown
+        (it may have taken effect).  Such an ack deleted the message, or a transaction holds it
+        (PA-1): it is owed no redelivery."""
+        if message.position is None:
+            return True  # which id an ack would name is unknown: owed nothing the history can judge
+        ignored = ignores_cumulative(self.subscribes.get(sub, []))
+        for op in self.all_acks.get(sub, []):
+            if op.invoked_at < after or op.type is OpType.FAIL:
+                continue
+            if outside_txn and _txn_of(op, op.args) is not None:
+                continue
+            cumulative = op.f == "ack_cumulative"
+            if cumulative and ignored:
+                continue
+            acked = message_id(op, op.args, "value", required=False)
+            if acked is None or covers(acked, cumulative, message.position):
+                return True
+        return False
 
     def acked_messages(self, partition: str, acked: MessageId) -> list[Message]:
         """The messages an ack names exactly (a cumulative ack's own message, not those before it)."""
@@ -415,6 +443,12 @@ def sub_type(subscribes: Sequence[Operation]) -> str | None:
     if not kinds:
         return None
     return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+def ignores_cumulative(subscribes: Sequence[Operation]) -> bool:
+    """Whether the broker ignores a cumulative ack on the subscription (PA-10: it answers ok and
+    does nothing on a Shared or Key_Shared one): some subscribe asked for one of those types."""
+    return any(isinstance(op.args, dict) and op.args.get("sub_type") in ("Shared", "Key_Shared") for op in subscribes)
 
 
 def delays(subscribes: Sequence[Operation]) -> bool:

@@ -4,6 +4,7 @@ again, and one an aborted transaction acked that was not given back.  One functi
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from invariants.transactional.analysis import (
@@ -122,7 +123,9 @@ def missing_redeliveries(a: TxnAnalysis, out: Collector) -> None:
         abort = min(done, key=lambda o: o.completed_at or 0)
         partition, _ = split_subscription(parse_object(ack.subscription)[1])
         for message in a.acked_messages(partition, ack.position):
-            if message.deliver_at is None and not _deleted_by_another_txn(a, ack, message):
+            # An ack outside the transaction deletes the message whenever it came (PA-11): owed nothing.
+            outside = a.acked_since(ack.subscription, message, -math.inf, outside_txn=True)
+            if message.deliver_at is None and not outside and not _deleted_by_another_txn(a, ack, message):
                 _missing_redelivery(a, ack, abort, message, by_sub, out)
 
 

@@ -190,6 +190,29 @@ def _add_variants(parser: argparse.ArgumentParser, engine: ModuleType) -> None:
         "processor reads its recovered subscription again to its end; the pending-ack log is indexed every 2 "
         "records, so it is trimmed within the run; mixed: seeds = 2 mod 3",
     )
+    parser.add_argument(
+        "--bounds",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="the clients state liveness bounds: consumers are named in every operation, delayed sends outside a "
+        "transaction state deliver_within_ms, and readers give some messages back by negative ack stating "
+        "redeliver_within_ms (judged by late-delivery and lost-redelivery); mixed: seeds = 2 mod 4",
+    )
+    parser.add_argument(
+        "--acks",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="readers acknowledge in every way an application may: individually, cumulatively, twice, in a "
+        "transaction that commits or aborts, and against another transaction holding the message; mixed: seeds = "
+        "0 mod 3",
+    )
+    parser.add_argument(
+        "--pipelined",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="the ctp workload: a processor does not wait for one operation before the next (it sends from a second "
+        "session, acknowledges meanwhile and commits while the send is in flight); mixed: seeds = 0 mod 4",
+    )
 
 
 def _disk_arguments(parser: argparse.ArgumentParser) -> None:
@@ -248,6 +271,9 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         shared_delayed=args.shared_delayed,
         readers=args.readers,
         reread=args.reread,
+        bounds=args.bounds,
+        acks=args.acks,
+        pipelined=args.pipelined,
         disk=args.disk,
         group_commit_ms=args.group_commit,
         disk_capacity=args.disk_capacity,
@@ -515,6 +541,9 @@ def reproduce_argv(run: Mapping[str, Any]) -> list[str] | None:
             "--shared-delayed", on_off(run.get("shared_delayed", False)),
             "--readers", on_off(run.get("readers", False)),
             "--reread", on_off(run.get("reread", False)),
+            "--bounds", on_off(run.get("bounds", False)),
+            "--acks", on_off(run.get("acks", False)),
+            "--pipelined", on_off(run.get("pipelined", False)),
             "--deadline", str(run["deadline_ms"]),
         ]  # fmt: skip
     except KeyError:
