@@ -53,6 +53,7 @@ def _measure(job: tuple[int, list[tuple[str, int]], int, str]) -> int:
     cov.start()
     try:
         for workload, seed in cases:
+            cov.switch_context(f"{workload}:{seed}")  # which histories execute each line
             run(main_job_spec(workload, seed, ops))
     finally:
         cov.stop()
@@ -76,7 +77,7 @@ def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     cov.combine([str(out)], keep=False)
     cov.save()
     report = out / "coverage.json"
-    cov.json_report(outfile=str(report), show_contexts=False)
+    cov.json_report(outfile=str(report), show_contexts=True)
     data: dict[str, Any] = json.loads(report.read_text())
     return data
 
@@ -98,6 +99,32 @@ def branches(data: dict[str, Any]) -> list[Branch]:
                     raise SystemExit(f"{module}:{line}: coverage.py names a branch where no statement starts")
                 out.append(Branch(machine, module, line, target, site, reached))
     return sorted(out, key=lambda b: (b.machine, b.module, b.line, b.target))
+
+
+def site_histories(data: dict[str, Any], found: list[Branch]) -> dict[str, dict[str, list[str]]]:
+    """Module -> line -> the histories (``workload:seed``) that executed it, for every ``if`` and
+    ``elif`` with a reached arc: where ``benchmarks/mutation_report.py --flips`` judges its flip."""
+    files = _files()
+    wanted: dict[str, set[int]] = {}
+    for b in found:
+        if b.reached and b.site.kind in ("if", "elif"):
+            wanted.setdefault(b.module, set()).add(b.line)
+    out: dict[str, dict[str, list[str]]] = {}
+    for path, entry in data["files"].items():
+        key = files.get(str(Path(path).resolve())) or files.get(str((ROOT / path).resolve()))
+        if key is None or key[1] not in wanted:
+            continue
+        contexts = entry.get("contexts", {})
+        out[key[1]] = {
+            str(line): sorted({c for c in contexts.get(str(line), []) if c}, key=_history_order)
+            for line in sorted(wanted[key[1]])
+        }
+    return out
+
+
+def _history_order(context: str) -> tuple[int, str]:
+    workload, _, seed = context.partition(":")
+    return (int(seed) if seed.isdigit() else 0, workload)
 
 
 def table(found: list[Branch]) -> list[dict[str, Any]]:
@@ -166,9 +193,11 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": load,
         "unreached_by_kind": dict(kinds),
     }
+    sites = site_histories(data, found)
     (out / "report.json").write_text(
-        json.dumps({"meta": meta, "table": rows, "branches": [b.to_json() for b in found]}, indent=1)
+        json.dumps({"meta": meta, "table": rows, "branches": [b.to_json() for b in found], "sites": sites}, indent=1)
     )
+    (out / "coverage.json").unlink()  # large (every line's contexts); the report keeps what is used
     text = markdown(rows, found)
     (out / "report.md").write_text(text + "\n")
     overall = rows[-1]

@@ -21,7 +21,18 @@ import inspect
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["UNREACHED", "Branch", "BranchSite", "branch_sites", "module_file", "reason_for"]
+from devtools.branch_reasons import REASONS
+
+__all__ = [
+    "FLIP_EQUIVALENT",
+    "UNREACHED",
+    "Branch",
+    "BranchSite",
+    "branch_sites",
+    "flip_reason",
+    "module_file",
+    "reason_for",
+]
 
 
 @dataclass(frozen=True)
@@ -116,6 +127,19 @@ def reason_for(branch: Branch) -> str | None:
 
 
 # Why a branch is not taken by the main job's workloads: (module, function) for every branch of the
-# function, (module, function, statement text) for one statement.  Filled from the measurement
-# (benchmarks/branch_reach.py); each reason says which of the kinds of docs/known_bugs.md it is.
-UNREACHED: dict[tuple[str, str] | tuple[str, str, str], str] = {}
+# function, (module, function, statement text) for one statement (devtools.branch_reasons).
+UNREACHED: dict[tuple[str, str] | tuple[str, str, str], str] = REASONS
+
+
+def flip_reason(module: str, function: str, before: str) -> str | None:
+    """Why the flip of the ``if`` ``before`` (``if <condition>``) in ``function`` changes nothing a check
+    can judge (:data:`FLIP_EQUIVALENT`): the reason for that statement, else for the function."""
+    text = before.removeprefix("if ")
+    found = FLIP_EQUIVALENT.get((module, function, text)) or FLIP_EQUIVALENT.get((module, function))
+    return found
+
+
+# Branch flips with no consequence a check can judge, and why: (module, function) for every ``if`` of
+# the function, (module, function, condition) for one.  Filled from benchmarks/mutation_report.py
+# --flips; docs/known_bugs.md lists them per machine.
+FLIP_EQUIVALENT: dict[tuple[str, str] | tuple[str, str, str], str] = {}

@@ -128,6 +128,7 @@ class Programs:
         self.producers: dict[tuple[str, int, Client | None], Producer] = {}  # (topic, partition, owner)
         self.inputs: list[Consumer] = []  # ``reread``: the processors' input consumers, kept open
         self.lookers = 0  # Readers opened so far (``readers``): each gets a subscription name of its own
+        self.sending: dict[Client, Future[Any]] = {}  # ``pipelined``: each helper session's send in flight
         bucket = spec.workload == "delayed" and spec.delayed_tracker == "bucket"
         self.max_delay_ms = BUCKET_MAX_DELAY_MS if bucket else MAX_DELAY_MS
 
@@ -308,6 +309,12 @@ class Programs:
         flight: the client holds END_TXN back until every operation of the transaction is answered,
         and a commit whose send failed becomes an abort (TC-32).  A commit that fails is asked for
         once more (TC-32, TC-33: a retried end)."""
+        before = self.sending.pop(helper, None)
+        if before is not None and not before.done:
+            # A session invokes one operation at a time: the last send, if a timed-out commit left
+            # it in flight, ends first.
+            with contextlib.suppress(*ERRORS):
+                yield before
         txn = yield client.new_transaction_async(self.txn_timeout(client.process))
         msg = yield consumer.receive_async(20)
         if msg is None:
@@ -319,7 +326,7 @@ class Programs:
             # The helper's own producer, never a batching one: a batch that is never answered would
             # hold every later send of this processor back.
             producer = self.producers[("out", target, helper)] = helper.create_producer("out", target)
-        producer.send_async(f"{msg.payload.decode()}>{tag}", txn=txn, partition_key=self.key())
+        self.sending[helper] = producer.send_async(f"{msg.payload.decode()}>{tag}", txn=txn, partition_key=self.key())
         yield consumer.acknowledge_async(msg, txn=txn)
         try:
             yield txn.commit_async()

@@ -199,6 +199,14 @@ def _add_variants(parser: argparse.ArgumentParser, engine: ModuleType) -> None:
         "redeliver_within_ms (judged by late-delivery and lost-redelivery); mixed: seeds = 2 mod 4",
     )
     parser.add_argument(
+        "--limits",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="small size and count limits in broker.conf: segmented transaction-buffer snapshots in 64-byte "
+        "segments taken every other move of maxReadPosition, PIP-160 batches flushed at 2 records or 64 bytes, at "
+        "most 6 open transactions per coordinator (its runs go to <workload>-limits.parquet); mixed: seeds = 1 mod 6",
+    )
+    parser.add_argument(
         "--acks",
         choices=("on", "off", "mixed"),
         default="off",
@@ -273,6 +281,7 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         reread=args.reread,
         bounds=args.bounds,
         acks=args.acks,
+        limits=args.limits,
         pipelined=args.pipelined,
         disk=args.disk,
         group_commit_ms=args.group_commit,
@@ -543,6 +552,7 @@ def reproduce_argv(run: Mapping[str, Any]) -> list[str] | None:
             "--reread", on_off(run.get("reread", False)),
             "--bounds", on_off(run.get("bounds", False)),
             "--acks", on_off(run.get("acks", False)),
+            "--limits", on_off(run.get("limits", False)),
             "--pipelined", on_off(run.get("pipelined", False)),
             "--deadline", str(run["deadline_ms"]),
         ]  # fmt: skip
