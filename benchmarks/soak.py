@@ -65,8 +65,10 @@ def soak_spec(workload: str, seed: int) -> RunSpec:
     switches = {name: not plain and rng.random() < 0.5 for name in VARIANTS}
     tracker = "bucket" if rng.random() < 0.5 else "memory"
     ops = rng.choice(OPS)
-    if switches["shared_delayed"] and tracker == "bucket":
-        switches["shared_delayed"] = False  # the shared index is the in-memory tracker's (DD-30)
+    # As the command line has them: the shared index is the delayed workload's on the in-memory
+    # tracker (DD-30), the reread the ctp workload's.
+    switches["shared_delayed"] = switches["shared_delayed"] and workload == "delayed" and tracker == "memory"
+    switches["reread"] = switches["reread"] and workload == "ctp"
     return RunSpec(
         workload=workload,
         seed=seed,

@@ -486,6 +486,16 @@ class Programs:
         other then committing."""
         draw = self.rng.random()
         ordered = kind in (ConsumerType.Exclusive, ConsumerType.Failover)
+        try:
+            yield from self.settle_by(client, consumer, got, draw, ordered)
+        except ERRORS:
+            # As an application does when its transaction failed: acknowledge the message plainly, so
+            # it is not kept for good (on Key_Shared a kept message stalls the keys of a consumer
+            # that joined after it).
+            yield consumer.acknowledge_async(got)
+
+    def settle_by(self, client: Client, consumer: Consumer, got: Any, draw: float, ordered: bool) -> Proc:
+        """The ways of :meth:`settle`, by ``draw``."""
         if draw < 0.2:
             yield consumer.acknowledge_cumulative_async(got)
             if not ordered:

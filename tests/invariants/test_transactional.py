@@ -724,6 +724,45 @@ def test_key_shared_orders_each_sticky_key_and_shared_orders_nothing() -> None:
     assert _names(across[1:]) == {"out-of-order-delivery"}
 
 
+def test_key_shared_order_is_not_judged_across_a_change_of_consumers() -> None:
+    """A consumer of the subscription that gave an operation up reconnects: the classic dispatcher
+    hands its messages to the key's new owner behind what that one already holds, so a message that
+    waited through such a change may come after later messages of its key."""
+    sends = [_keyed(1, "a", [1, 0]), _keyed(2, "b", [1, 1]), _keyed(3, "a", [1, 2])]
+    within = [_subscribed("Key_Shared"), *sends, _got(4, "m3", [1, 2], 10), _got(5, "m1", [1, 0], 12)]
+    gave_up = op(6, 1, "commit", TC, {"txn": T1}, at=8, done=9, kind=OpType.INFO)  # the consumer's process
+    assert _names([*within, gave_up]) == set()
+    late = op(6, 1, "commit", TC, {"txn": T1}, at=20, done=30, kind=OpType.INFO)  # after both: still judged
+    assert _names([*within, late]) == {"out-of-order-delivery"}
+
+
+def test_key_shared_loss_is_not_judged_while_a_consumer_keeps_a_message() -> None:
+    """A message a Key_Shared consumer received and never acknowledged holds the mark-delete
+    position back, and with it a consumer that joined after it was read: a later message of that
+    consumer's keys may never come."""
+    shared = {"initial_position": "Earliest", "sub_type": "Key_Shared"}
+    base = [
+        op(0, 1, "subscribe", SUB, shared, at=0),
+        op(1, 0, "send", PART, {"message": "a", "txn": None}, {"position": [1, 0]}, at=1),
+        op(2, 0, "send", PART, {"message": "b", "txn": None}, {"position": [1, 1]}, at=2),
+        op(3, 1, "receive", SUB, {}, {"message": "a", "position": [1, 0]}, at=5),
+        op(4, 1, "receive", SUB, {}, None, at=20),
+    ]
+    assert _names(base) == set()  # "a" kept unacknowledged: "b" may be held back for good
+    acked = [*base[:4], op(5, 1, "ack", SUB, {"position": [1, 0], "txn": None}, at=6), base[4]]
+    assert _names(acked) == {"lost-message"}  # "a" acknowledged: nothing holds "b" back
+    ignored = [*base[:4], op(5, 1, "ack_cumulative", SUB, {"position": [1, 0], "txn": None}, at=6), base[4]]
+    assert _names(ignored) == set()  # a cumulative ack on Key_Shared acknowledges nothing (PA-10)
+
+
+def test_key_shared_late_delivery_is_not_judged_after_a_change_of_consumers() -> None:
+    keyed = {**SHARED_C, "sub_type": "Key_Shared"}
+    ops = [op(0, 2, "subscribe", SUB, keyed, at=0), *_delayed()[1:]]
+    assert set(check_transactional(ops).counts) == {"late-delivery"}
+    joined = op(4, 3, "subscribe", SUB, {**keyed, "consumer": "c"}, at=8, done=9)  # after the send
+    assert "late-delivery" not in check_transactional(renumber([*ops, joined])).counts
+
+
 def test_key_shared_routes_a_batch_by_its_first_message_key() -> None:
     # Entry 1:0 is a batch keyed "a" (its index 0) holding a "b" message at index 1: the consumer of
     # "a" gets it, so it is ordered with the "a" messages, not with "b".
