@@ -45,7 +45,7 @@ REREAD_INDEX_LAG = 2
 _REREAD_CONFIG: dict[str, Any] = {"transactionPendingAckLogIndexMinLag": REREAD_INDEX_LAG}
 # The ``limits`` variant: every size and count limit the machines enforce, small enough to be met
 # within one run.  The buffer's snapshot goes segmented in the smallest segments and is taken after
-# every other move of maxReadPosition (TB-22 .. TB-27); the PIP-160 writers flush at two records or
+# every other move of maxReadPosition (TB-21 .. TB-23); the PIP-160 writers flush at two records or
 # a few hundred bytes, and a record at or above that size is written on its own (BW-12 .. BW-16);
 # the coordinator refuses a new transaction past a handful open at once (TC-2).
 _LIMITS_CONFIG: dict[str, Any] = {
