@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.serve.admin import AdminServer
+from engine.serve.admin_routes import routes
 from engine.serve.faults import parse_faults
 from engine.serve.server import PulsarServer, ServerOptions
 from spec.config import Config
@@ -171,7 +172,8 @@ def start(
     server.start()
     handle = ServeHandle(server, threading.Thread(target=lambda: None), Path(history) if history else None)
     if admin_port is not None:
-        handle.admin = AdminServer(server, "127.0.0.1", admin_port)  # loopback only: it has no authentication
+        # loopback only: it has no authentication
+        handle.admin = AdminServer(server, routes, "127.0.0.1", admin_port)
         try:
             handle.admin.start()
         except OSError:

@@ -183,16 +183,22 @@ class _Box:
             self.set(future.result())
 
 
-Route = Callable[[Request, re.Match[str] | None], Reply]
+Route = Callable[[Request, re.Match[str]], Reply]
 
 
 class AdminServer:
     """The admin API of one :class:`~engine.serve.server.PulsarServer`: :meth:`start` binds and
     serves on a background thread, :meth:`stop` closes."""
 
-    def __init__(self, server: PulsarServer, host: str = "127.0.0.1", port: int = 8080) -> None:
-        from engine.serve.admin_routes import routes
-
+    def __init__(
+        self,
+        server: PulsarServer,
+        routes: Callable[[PulsarServer, LoopCalls], list[tuple[str, re.Pattern[str], Route]]],
+        host: str = "127.0.0.1",
+        port: int = 8080,
+    ) -> None:
+        # the routes (engine.serve.admin_routes) read the broker through this module's pieces, so
+        # they are handed in rather than imported back
         self.server = server
         self.host = host
         self.port = port

@@ -449,7 +449,7 @@ class AdminTopics:
     def _delayed(part: Partition, sub: SubscriptionService | None) -> int:
         if sub is None:
             return 0
-        if sub.shares_delayed_index and part.delayed_index is not None:
+        if sub.delays.shares_index and part.delayed_index is not None:
             return int(part.delayed_index.index.number_of_delayed_messages(sub.name))
         tracker = sub.tracker
         return dl.number_of_delayed_messages(tracker) if tracker is not None else 0
@@ -499,7 +499,7 @@ class AdminTopics:
         mark = cursor.mark_delete_position
         deleted = cursor.individually_deleted()
         sub = part.subscriptions.get(cursor.name)
-        read = sub.read_after.next() if sub is not None else mark.next()
+        read = sub.dispatcher.read_after.next() if sub is not None else mark.next()
         return {
             "markDeletePosition": f"{mark.ledger_id}:{mark.entry_id}",
             "readPosition": f"{read.ledger_id}:{read.entry_id}",

@@ -9,7 +9,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from invariants.transactional.analysis import (
+from invariants.analysis import (
     Delivery,
     Message,
     TxnAnalysis,

@@ -24,6 +24,7 @@ def admin_port(text: str) -> int | None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from engine.serve.admin import AdminServer
+    from engine.serve.admin_routes import routes
     from engine.serve.faults import parse_faults
     from engine.serve.server import PulsarServer, ServerOptions
     from runners.serve import history_id, write_history
@@ -65,7 +66,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     admin: AdminServer | None = None
     port = ADMIN_DEFAULT_PORT if args.admin_port is None else args.admin_port
     if port is not None:
-        admin = AdminServer(server, "127.0.0.1", port)  # loopback only, whatever --host says: no authentication
+        # loopback only, whatever --host says: no authentication
+        admin = AdminServer(server, routes, "127.0.0.1", port)
         try:
             url = f"{url} {admin.start()}"
         except OSError as exc:
