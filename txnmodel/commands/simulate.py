@@ -88,6 +88,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--partitions", type=positive_int, default=2, help="partitions of each topic")
     parser.add_argument("--faults", choices=("on", "off"), default="on")
     _add_variants(parser, engine)
+    _add_reach_variants(parser)
     _disk_arguments(parser)
     parser.add_argument(
         "--jobs", type=positive_int, default=1, metavar="N", help="run N histories at once (processes; default 1)"
@@ -190,6 +191,11 @@ def _add_variants(parser: argparse.ArgumentParser, engine: ModuleType) -> None:
         "processor reads its recovered subscription again to its end; the pending-ack log is indexed every 2 "
         "records, so it is trimmed within the run; mixed: seeds = 2 mod 3",
     )
+
+
+def _add_reach_variants(parser: argparse.ArgumentParser) -> None:
+    """The variants that take the machines' branches the others leave (issue 32): liveness bounds, small
+    limits, every ack an application may send, and clients that do not wait for one operation."""
     parser.add_argument(
         "--bounds",
         choices=("on", "off", "mixed"),
