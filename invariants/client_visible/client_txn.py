@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from invariants.client_visible.view import Txn, View, fmt_txn, object_of, txn_of
+from invariants.client_visible.view import INF, Txn, View, fmt_txn, object_of, txn_of
 from invariants.client_visible.violation import Collector
 from spec.history import Operation, OpType
 
@@ -26,23 +26,32 @@ def _uses(view: View) -> dict[Txn, list[Operation]]:
     return out
 
 
+def _answered(op: Operation) -> float:
+    """When the refusal reached the client (a failed operation always has its completion)."""
+    return op.completed_at if op.completed_at is not None else INF
+
+
 def refused_while_open(view: View, out: Collector) -> None:
     """TC-38 (TC-31, TC-35): while a transaction is certainly open on the client -- no commit or
     abort of it invoked, its timeout not run out (counted from the ``new_txn`` invocation, before
     the client could arm its timer, TC-36) -- the client refuses neither a send or ack with it nor
-    its first commit or abort with ``InvalidTxnStatus``."""
+    its first commit or abort with ``InvalidTxnStatus``.  Judged on operations whose answer came
+    back while the transaction was still certainly open: the coordinator answers ADD_PARTITION,
+    ADD_SUBSCRIPTION and END_TXN when it gets to them, and one it reaches after the transaction's
+    timeout (a slow log append, a recovery) is refused for a reason the history shows."""
     for txn, ops in _uses(view).items():
         until = view.open_until(txn)
         for op in ops:
-            if op.type is OpType.FAIL and op.invoked_at < until:
+            if op.type is OpType.FAIL and _answered(op) < until:
                 out.judged["refused-while-open"] += 1
                 if op.error == "InvalidTxnStatus":
                     out.add(
                         "refused-while-open",
                         [view.new_txn[txn], op],
                         f"{op.f} op {op.index} with {fmt_txn(txn)} was refused with InvalidTxnStatus at "
-                        f"{op.invoked_at}, while the txn was certainly open until {until:g} (no end invoked, "
-                        f"its timeout not run out): the client refuses only a txn that is not OPEN",
+                        f"{op.completed_at} (invoked at {op.invoked_at}), while the txn was certainly open until "
+                        f"{until:g} (no end invoked, its timeout not run out): the client refuses only a txn "
+                        f"that is not OPEN",
                     )
     for txn, ends in view.ends.items():
         start = view.new_txn.get(txn)
@@ -50,14 +59,14 @@ def refused_while_open(view: View, out: Collector) -> None:
         if start is None or timeout is None or not ends:
             continue
         first = min(ends, key=lambda o: (o.invoked_at, o.index))
-        if first.type is OpType.FAIL and first.invoked_at < start.invoked_at + timeout:
+        if first.type is OpType.FAIL and _answered(first) < start.invoked_at + timeout:
             out.judged["refused-while-open"] += 1
             if first.error == "InvalidTxnStatus":
                 out.add(
                     "refused-while-open",
                     [start, first],
                     f"{first.f} op {first.index}, the first end of {fmt_txn(txn)}, was refused with "
-                    f"InvalidTxnStatus at {first.invoked_at}, before the txn's timeout ran out "
+                    f"InvalidTxnStatus at {first.completed_at}, before the txn's timeout could have run out "
                     f"({start.invoked_at + timeout}): an OPEN txn may be committed or aborted",
                 )
 

@@ -651,6 +651,11 @@ def test_refused_while_open_flags_a_send_refused_while_the_txn_was_open() -> Non
     assert names(refused) == {"refused-while-open": 1}
     late = _open_txn(("send", SEND, None, 2_000, 2_001, "InvalidTxnStatus"))  # past the timeout
     assert names(late) == {}
+    # Soak, multi seed 17: a send invoked while the txn was open, whose ADD_PARTITION the coordinator
+    # reached only after the txn's timeout (a late log append) and refused; judged by its answer
+    answered_late = _open_txn(("send", SEND, None, 20, 1_500, "InvalidTxnStatus"))
+    assert names(answered_late) == {}
+    assert names(_open_txn(("send", SEND, None, 20, 1_009, "InvalidTxnStatus"))) == {"refused-while-open": 1}
     after_end = _open_txn(
         ("commit", {"txn": [0, 1]}, None, 20, 30, None), ("send", SEND, None, 40, 41, "InvalidTxnStatus")
     )
@@ -659,6 +664,8 @@ def test_refused_while_open_flags_a_send_refused_while_the_txn_was_open() -> Non
 
 def test_refused_while_open_flags_a_first_end_refused() -> None:
     assert names(_open_txn(("commit", {"txn": [0, 1]}, None, 20, 21, "InvalidTxnStatus"))) == {"refused-while-open": 1}
+    # an END_TXN the coordinator answered after the txn's timeout could have aborted it
+    assert names(_open_txn(("commit", {"txn": [0, 1]}, None, 20, 1_010, "InvalidTxnStatus"))) == {}
 
 
 def test_aborted_commit_needs_a_failed_operation() -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
+from engine.simulation.options import FAULT_MIXES
 from engine.simulation.runspec import RunSpec
 from engine.simulation.workloads import run
 from invariants.verify import VerifyOptions, check_histories
@@ -31,9 +32,33 @@ def _restart_left_open() -> RunSpec:
     return RunSpec(workload="delayed", seed=16, ops=40, faults=True)
 
 
+def _add_partition_after_the_timeout() -> RunSpec:
+    """multi with every issue-32 variant and the late-append fault mix, seed 17: a send invoked while
+    its txn (326 ms timeout) was open waited for ADD_PARTITION_TO_TXN until the coordinator reached it
+    at 402 ms, after it had timed the txn out, and was refused with InvalidTxnStatus.  Rightly: TC-38's
+    refused-while-open judges a refusal by when it came back, not when the send was invoked."""
+    return RunSpec(
+        workload="multi",
+        seed=17,
+        ops=80,
+        faults=True,
+        batching=True,
+        batch_messages=True,
+        key_shared=True,
+        unsubscribe=True,
+        readers=True,
+        bounds=True,
+        limits=True,
+        acks=True,
+        pipelined=True,
+        fault_rates=dict(FAULT_MIXES["late-append"]),
+    )
+
+
 REGRESSIONS: dict[str, Callable[[], RunSpec]] = {
     "ctp-redeliver-seed10": _redeliver_across_a_restart,
     "delayed-seed16": _restart_left_open,
+    "multi-seed17-late-append": _add_partition_after_the_timeout,
 }
 
 
