@@ -55,10 +55,33 @@ def _add_partition_after_the_timeout() -> RunSpec:
     )
 
 
+def _reader_behind_retention() -> RunSpec:
+    """multi with readers, redeliver, Key_Shared and pipelined clients, quiesce mix, seed 219: a Reader
+    (a non-durable cursor, which holds no ledger back) had entries queued when retention deleted their
+    ledger; the dispatcher looked each up again when it was received and raised KeyError, a step
+    the pending-ack model rejects (linearizability: illegal).  An entry is now the consumer's once
+    read (the Handout carries it), and a replayed entry whose ledger is gone is skipped."""
+    return RunSpec(
+        workload="multi",
+        seed=219,
+        ops=60,
+        faults=True,
+        batching=False,
+        batch_messages=True,
+        key_shared=True,
+        redeliver=True,
+        readers=True,
+        bounds=True,
+        pipelined=True,
+        fault_rates=dict(FAULT_MIXES["quiesce"]),
+    )
+
+
 REGRESSIONS: dict[str, Callable[[], RunSpec]] = {
     "ctp-redeliver-seed10": _redeliver_across_a_restart,
     "delayed-seed16": _restart_left_open,
     "multi-seed17-late-append": _add_partition_after_the_timeout,
+    "multi-seed219-quiesce": _reader_behind_retention,
 }
 
 
