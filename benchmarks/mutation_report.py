@@ -127,6 +127,9 @@ class Context:
     baseline: dict[str, list[Operation]]
     reached: set[tuple[str, str]]
     proof_reach: dict[str, set[str]]
+    # The flip layer (``--flips``): the histories each mutant is judged on (by mutant id), and only
+    # the history layer runs.
+    specs_for: dict[str, list[RunSpec]] | None = None
 
 
 def _name(spec: RunSpec) -> str:
@@ -149,6 +152,72 @@ def checker(conn: Any, other: Any) -> None:
         conn.send(check_history(*message))
 
 
+def static_layers(mutant: Mutant, ctx: Context, conn: Any) -> None:
+    """Vectors, proofs and the model checker, with the mutant applied; each result sent as it comes."""
+    from proofs.framework import Verdict, prove_machine
+    from runners.vectors import run_paths
+
+    try:
+        results = run_paths([str(ROOT / "spec" / "vectors" / mutant.machine)])
+        failed = [r.vector_id for r in results if not r.passed]
+        conn.send(("vectors", f"killed ({failed[0]})" if failed else "survived"))
+    except Exception as exc:  # a mutant that makes the runner raise is killed by it
+        conn.send(("vectors", f"killed (raised {type(exc).__name__})"))
+    if mutant.function in ctx.proof_reach.get(mutant.machine, set()):
+        try:
+            rows = prove_machine(mutant.machine, timeout_ms=20_000)
+            bad = [r.name for r in rows if r.verdict is not Verdict.PROVED]
+            conn.send(("proofs", f"killed ({bad[0]})" if bad else "survived"))
+        except Exception as exc:
+            conn.send(("proofs", f"killed (raised {type(exc).__name__})"))
+    else:
+        conn.send(("proofs", "unreached"))
+    conn.send(("model", model_layer()))
+
+
+def history_layer(specs: list[RunSpec], ctx: Context, conn: Any, to_checker: Any) -> dict[str, Any]:
+    """The histories of ``specs`` with the mutant applied, each compared with its unmutated run and,
+    when it changed, checked in the checker process.  ``client_changed``: a client operation
+    changed, not only the machines' rows."""
+    from spec.history import is_machine_operation
+
+    state: dict[str, Any] = {"changed": False, "reached": True, "bulk": None, "oracle": None, "flags": []}
+    for spec in specs:
+        name = _name(spec)
+        conn.send(("running", name))
+        try:
+            result = run(spec)
+        except Exception as exc:
+            state.update(changed=True, engine=f"{name}: raised {type(exc).__name__}: {str(exc)[:120]}")
+            state.setdefault("first_changed", name)
+            break
+        ops = result.operations
+        if result.failures and "raised" not in state:
+            # A broker component raised: contained as its crash, the history goes on.
+            state["raised"] = f"{name}: {result.failures[0].describe()[:200]}"
+        if ops == ctx.baseline[name]:
+            continue
+        state["changed"] = True
+        state.setdefault("first_changed", name)
+        if not state.get("client_changed"):
+            mine = [op for op in ops if not is_machine_operation(op)]
+            if mine != [op for op in ctx.baseline[name] if not is_machine_operation(op)]:
+                state["client_changed"] = name
+        to_checker.send((name, ops))
+        bulk, oracle, flags = to_checker.recv()
+        if bulk and state["bulk"] is None:
+            state["bulk"] = name
+        if oracle and state["oracle"] is None:
+            state["oracle"] = name
+        if flags and not state["flags"]:
+            state["flags"] = flags
+        if not state.get("client_check") and any(f.startswith(("transactional:", "delivery:")) for f in flags):
+            state["client_check"] = name  # flagged by a check of the clients' operations
+        if state["bulk"] and state["oracle"]:
+            break
+    return state
+
+
 def child(mutant: Mutant, ctx: Context, conn: Any) -> None:
     """In a forked child: vectors, proofs and histories with the mutant; each result sent as it comes.
     The histories are checked in a checker process forked before the mutant is applied."""
@@ -159,57 +228,13 @@ def child(mutant: Mutant, ctx: Context, conn: Any) -> None:
     checker_end.close()
     try:
         with applied(mutant):
-            from proofs.framework import Verdict, prove_machine
-            from runners.vectors import run_paths
-
-            try:
-                results = run_paths([str(ROOT / "spec" / "vectors" / mutant.machine)])
-                failed = [r.vector_id for r in results if not r.passed]
-                conn.send(("vectors", f"killed ({failed[0]})" if failed else "survived"))
-            except Exception as exc:  # a mutant that makes the runner raise is killed by it
-                conn.send(("vectors", f"killed (raised {type(exc).__name__})"))
-            if mutant.function in ctx.proof_reach.get(mutant.machine, set()):
-                try:
-                    rows = prove_machine(mutant.machine, timeout_ms=20_000)
-                    bad = [r.name for r in rows if r.verdict is not Verdict.PROVED]
-                    conn.send(("proofs", f"killed ({bad[0]})" if bad else "survived"))
-                except Exception as exc:
-                    conn.send(("proofs", f"killed (raised {type(exc).__name__})"))
-            else:
-                conn.send(("proofs", "unreached"))
-            conn.send(("model", model_layer()))
+            if ctx.specs_for is None:
+                static_layers(mutant, ctx, conn)
             if (mutant.module, mutant.function) not in ctx.reached:
                 conn.send(("history", {"changed": False, "reached": False}))
                 return
-            state: dict[str, Any] = {"changed": False, "reached": True, "bulk": None, "oracle": None, "flags": []}
-            for spec in ctx.specs:
-                name = _name(spec)
-                conn.send(("running", name))
-                try:
-                    result = run(spec)
-                except Exception as exc:
-                    state.update(changed=True, engine=f"{name}: raised {type(exc).__name__}: {str(exc)[:120]}")
-                    state.setdefault("first_changed", name)
-                    break
-                ops = result.operations
-                if result.failures and "raised" not in state:
-                    # A broker component raised: contained as its crash, the history goes on.
-                    state["raised"] = f"{name}: {result.failures[0].describe()[:200]}"
-                if ops == ctx.baseline[name]:
-                    continue
-                state["changed"] = True
-                state.setdefault("first_changed", name)
-                to_checker.send((name, ops))
-                bulk, oracle, flags = to_checker.recv()
-                if bulk and state["bulk"] is None:
-                    state["bulk"] = name
-                if oracle and state["oracle"] is None:
-                    state["oracle"] = name
-                if flags and not state["flags"]:
-                    state["flags"] = flags
-                if state["bulk"] and state["oracle"]:
-                    break
-            conn.send(("history", state))
+            specs = ctx.specs if ctx.specs_for is None else ctx.specs_for.get(mutant.id, [])
+            conn.send(("history", history_layer(specs, ctx, conn, to_checker)))
     except MutationError as exc:
         conn.send(("error", str(exc)))
     finally:
@@ -305,7 +330,7 @@ def judge(mutant: Mutant, ctx: Context, args: argparse.Namespace) -> dict[str, A
         if running is not None:  # a run that does not finish: the main job would hang
             row.update(changed=True, reached=True, engine=f"{running}: did not finish in {args.timeout:.0f} s")
             row.setdefault("first_changed", running)
-        elif row.get("vectors") is None:  # the vectors never finished: a CI run would time out
+        elif row.get("vectors") is None and ctx.specs_for is None:  # the vectors never finished: CI would time out
             row["vectors"] = f"killed (did not finish in {args.timeout:.0f} s)"
             row["history"] = "not judged (the child was stopped in the vectors layer)"
         else:
@@ -539,6 +564,147 @@ def retest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _spread(histories: list[str], k: int) -> list[tuple[str, int]]:
+    """Up to ``k`` of ``histories`` (``workload:seed``, lowest seeds first), one workload after another."""
+    by_workload: dict[str, list[int]] = {}
+    for h in histories:
+        workload, _, seed = h.partition(":")
+        by_workload.setdefault(workload, []).append(int(seed))
+    picked: list[tuple[str, int]] = []
+    while len(picked) < k and any(by_workload.values()):
+        for workload in sorted(by_workload):
+            if by_workload[workload] and len(picked) < k:
+                picked.append((workload, by_workload[workload].pop(0)))
+    return picked
+
+
+def flip_context(args: argparse.Namespace, machines: list[str]) -> tuple[list[Mutant], int, Context]:
+    """The flip mutants (``devtools.mutation.flip_mutants``) of ``machines`` whose ``if`` some history of
+    the branch-reach report executed, the flips in all, and the context judging each one on up to
+    ``--per-branch`` of those histories (the main job's runs at ``--flip-ops``), against their
+    unmutated runs."""
+    from devtools.mutation import flip_mutants
+    from invariants.client_visible import check_client_visible
+
+    sites = json.loads(Path(args.flips).read_text())["sites"]
+    population = [m for machine in machines for m in flip_mutants(machine)]
+    chosen: list[Mutant] = []
+    specs_for: dict[str, list[RunSpec]] = {}
+    for m in population:
+        histories = sites.get(m.module, {}).get(str(m.line), [])
+        if histories:
+            specs_for[m.id] = [
+                dataclasses.replace(main_job_spec(w, seed, args.flip_ops), deadline_ms=args.deadline)
+                for w, seed in _spread(histories, args.per_branch)
+            ]
+            chosen.append(m)
+    if args.mutants:
+        wanted = set(args.mutants.split(","))
+        chosen = [m for m in chosen if m.id in wanted]
+    histories: dict[str, list[Operation]] = {}
+    for m in chosen:
+        for spec in specs_for[m.id]:
+            name = _name(spec)
+            if name not in histories:
+                histories[name] = ops = run(spec).operations
+                bulk, oracle, flags = check_history(name, ops)
+                if bulk or oracle or not check_client_visible(ops).ok:
+                    raise SystemExit(f"the unmutated history {name} is not clean: {flags}")
+    reached = {(m.module, m.function) for m in chosen}
+    return chosen, len(population), Context([], histories, reached, {}, specs_for)
+
+
+def flip_table(rows: list[dict[str, Any]], population: dict[str, int]) -> list[dict[str, Any]]:
+    """Per machine: the ``if`` statements, those reached (judged), the flips that changed a history,
+    a client operation, were flagged by any check or by a check of the clients' operations."""
+    table = []
+    for machine in [*sorted(population), "overall"]:
+        mine = [r for r in rows if machine in ("overall", r["machine"]) and "error" not in r]
+        changed = [r for r in mine if r.get("changed")]
+        table.append(
+            {
+                "machine": machine,
+                "ifs": sum(population.values()) if machine == "overall" else population[machine],
+                "reached": len(mine),
+                "changed": len(changed),
+                "client_changed": sum(bool(r.get("client_changed")) for r in changed),
+                "flagged": sum(bool(r.get("bulk") or r.get("oracle")) for r in changed),
+                "client_flagged": sum(bool(r.get("client_check")) for r in changed),
+                "run_fails": sum(bool(r.get("engine") or r.get("raised")) for r in changed),
+                "errors": sum("error" in r for r in rows if machine in ("overall", r["machine"])),
+            }
+        )
+    return table
+
+
+def flip_markdown(table: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
+    from devtools.branches import flip_reason
+
+    lines = [
+        "| machine | if statements | reached | flip changes a history | a client operation | flagged by a check "
+        "| by a check of client operations | component raised or run failed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for t in table:
+        c = t["changed"]
+        lines.append(
+            f"| {t['machine']} | {t['ifs']} | {t['reached']} | {_pct(c, t['reached'])} "
+            f"| {_pct(t['client_changed'], c)} | {_pct(t['flagged'], c)} | {_pct(t['client_flagged'], c)} "
+            f"| {t['run_fails']} |"
+        )
+    for title, keep in (
+        (
+            "Flips no check flags (the history changed)",
+            lambda r: r.get("changed") and not (r.get("bulk") or r.get("oracle")),
+        ),
+        (
+            "Flips that change no history where the branch is reached",
+            lambda r: not r.get("changed") and "error" not in r,
+        ),
+        ("Flips not judged (errors)", lambda r: "error" in r),
+    ):
+        lines += ["", f"{title}:", ""]
+        for r in rows:
+            if keep(r):
+                why = flip_reason(r["module"], r["function"], r["before"]) or "unexplained"
+                lines.append(f"- {r['id']} `{r['module']}.{r['function']}` line {r['line']} `{r['before']}`: {why}")
+    return "\n".join(lines)
+
+
+def flips_main(args: argparse.Namespace, machines: list[str]) -> int:
+    """``--flips``: the branch-flip layer (see the module docstring)."""
+    from devtools.mutation import flip_mutants
+    from views.progress import Reporter
+
+    started = time.perf_counter()
+    chosen, population, ctx = flip_context(args, machines)
+    per_machine = {machine: len(flip_mutants(machine)) for machine in machines}
+    print(
+        f"{population} flips of {len(machines)} machines; {len(chosen)} reached; {len(ctx.baseline)} clean histories",
+        flush=True,
+    )
+    rows: list[dict[str, Any]] = []
+    judging = Reporter().phase("mutation_report: flips", total=len(chosen), unit="flips")
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool, judging as phase:
+        for row in pool.map(lambda m: judge(m, ctx, args), chosen):
+            rows.append(row)
+            phase.advance(note=row["id"])
+    table = flip_table(rows, per_machine)
+    wall, load = time.perf_counter() - started, os.getloadavg()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"flips": population, "reached": len(chosen), "per_branch": args.per_branch, "ops": args.flip_ops,
+            "wall_seconds": round(wall, 1), "load_average": load, "reach": args.flips}  # fmt: skip
+    (out / "flips.json").write_text(json.dumps({"meta": meta, "table": table, "flips": rows}, indent=1))
+    text = flip_markdown(table, rows)
+    text += (
+        f"\n\n{len(chosen)} flips judged, wall {wall:.0f} s, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n"
+    )
+    (out / "flips.md").write_text(text)
+    print("\n" + text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-machine", type=int, default=8, help="mutants sampled per machine (default 8)")
@@ -563,6 +729,16 @@ def main(argv: list[str] | None = None) -> int:
         "--retest", action="store_true", help="rerun only the tests layer of the report in --out, and rewrite it"
     )
     parser.add_argument("--rewrite", action="store_true", help="rewrite the report in --out from its report.json")
+    parser.add_argument(
+        "--flips",
+        default=None,
+        metavar="REACH_JSON",
+        help="the branch-flip layer: every if of the machines that a history of this branch-reach report "
+        "(benchmarks/branch_reach.py's report.json) executed, with its condition negated, judged by the history "
+        "checkers on up to --per-branch of those histories; writes OUT/flips.{json,md}",
+    )
+    parser.add_argument("--per-branch", type=int, default=3, help="--flips: histories per flip (default 3)")
+    parser.add_argument("--flip-ops", type=int, default=60, help="--flips: transactions per history (default 60)")
     args = parser.parse_args(argv)
     if args.retest:
         return retest(args)
@@ -586,6 +762,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(machines) - set(MACHINE_MODULES))
     if unknown:
         parser.error(f"unknown machines {unknown}; machines are {', '.join(MACHINE_MODULES)}")
+    if args.flips:
+        return flips_main(args, machines)
     population = [m for machine in machines for m in enumerate_mutants(machine)]
     chosen = sample(population, args.per_machine, args.seed)
     if args.mutants:

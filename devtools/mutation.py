@@ -21,6 +21,7 @@ operator             what changes
 ``boundary``         ``<`` and ``<=``, ``>`` and ``>=`` swap (off by one)
 ``compare``          ``==`` and ``!=``, ``in`` and ``not in``, ``is`` and ``is not`` swap
 ``boolean``          ``and`` and ``or`` swap; a ``not`` is dropped; an ``if`` condition is negated
+                     (the branch flip, :func:`flip_mutants`)
 ``branch``           the two branches of an ``if``/``else`` or a conditional expression swap
 ``statement``        an assignment, augmented assignment or expression statement becomes ``pass``
 ``constant``         an integer ``n`` becomes ``n + 1``; ``True`` and ``False`` swap
@@ -52,6 +53,7 @@ __all__ = [
     "MutationError",
     "applied",
     "enumerate_mutants",
+    "flip_mutants",
     "live_function",
     "mutated_code",
     "sample",
@@ -293,6 +295,14 @@ def enumerate_mutants(machine: str, module: str | None = None, source: str | Non
                         Mutant(machine, name, len(out), qualname, ordinal, detail, operator, line, before, after)
                     )
     return out
+
+
+def flip_mutants(machine: str) -> list[Mutant]:
+    """The branch-flip mutants of ``machine``: every ``if`` and ``elif`` with its condition negated
+    (the ``boolean`` operator's ``if not (...)``), so each evaluation takes the other arm.  The same
+    mutants, with the same numbers, as :func:`enumerate_mutants` gives; ``line`` is the statement's
+    line, which is where coverage.py's branch arcs start (``benchmarks/branch_reach.py``)."""
+    return [m for m in enumerate_mutants(machine) if m.operator == "boolean" and m.before.startswith("if ")]
 
 
 def sample(mutants: Sequence[Mutant], per_machine: int, seed: int) -> list[Mutant]:

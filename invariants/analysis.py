@@ -235,6 +235,8 @@ class TxnAnalysis:
     all_acks: dict[str, list[Operation]] = field(default_factory=lambda: defaultdict(list))
     negative_acks: dict[str, list[Operation]] = field(default_factory=lambda: defaultdict(list))
     seeks: dict[str, list[Operation]] = field(default_factory=lambda: defaultdict(list))  # PA-22, PA-23
+    # process -> when each of its operations of unknown outcome was given up (its connection went)
+    gave_up: dict[int, list[int]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, ops: Sequence[Operation]) -> TxnAnalysis:
@@ -257,6 +259,13 @@ class TxnAnalysis:
             [],
         )
         analysis._read_subscription_ops(ops)
+        analysis.gave_up = _gave_up(ops)
+        # PA-10: a cumulative ack on a Shared or Key_Shared subscription is answered ok and does nothing.
+        analysis.acks = [
+            ack
+            for ack in analysis.acks
+            if not ack.cumulative or not ignores_cumulative(analysis.subscribes.get(ack.subscription, []))
+        ]
         return analysis
 
     def _read_subscription_ops(self, ops: Sequence[Operation]) -> None:
@@ -328,6 +337,68 @@ class TxnAnalysis:
     def commit_done(self, txn: Txn) -> Operation | None:
         done = [o for o in self.commits.get(txn, ()) if o.type is OpType.OK]
         return min(done, key=lambda o: o.completed_at or 0) if done else None
+
+    def membership_changes(self, sub: str) -> list[int]:
+        """When the consumers of ``sub`` may have changed, in order: a ``subscribe`` or ``unsubscribe``
+        on it ended, or a process that received on it gave an operation up (its client then
+        reconnects: the broker drops the consumer and adds it again).  On a Key_Shared subscription
+        each change moves hash ranges, and a consumer that joins is held to the entries read before
+        it joined until the ones before them are acknowledged (the classic dispatcher's recently
+        joined consumers), so neither a key's order nor a delivery bound holds across one."""
+        processes = {d.op.process for d in self.deliveries if d.subscription == sub}
+        processes |= {op.process for op in self.drains.get(sub, []) + self.unknown_receives.get(sub, [])}
+        processes |= {op.process for op in self.subscribes.get(sub, [])}
+        times = [t for p in processes for t in self.gave_up.get(p, ())]
+        times += [op.completed_at or op.invoked_at for op in self.subscribes.get(sub, [])]
+        return sorted(times)
+
+    def held_unacknowledged(self, sub: str) -> bool:
+        """Whether a consumer of ``sub`` kept a message it received without ever acknowledging it or
+        giving it back (no ack of any outcome or negative ack covering it, and no later delivery of
+        it there).  On a Key_Shared subscription such a message holds the mark-delete position
+        back, and with it every consumer that joined after it was read, for good (the classic
+        dispatcher's recently joined consumers)."""
+        later: dict[str, int] = {}
+        for d in self.deliveries:
+            if d.subscription == sub:
+                later[d.payload] = max(later.get(d.payload, 0), d.op.invoked_at)
+        ignored = ignores_cumulative(self.subscribes.get(sub, []))
+        answers = [
+            (op.invoked_at, message_id(op, op.args, "value", required=False), op.f == "ack_cumulative")
+            for op in [*self.all_acks.get(sub, []), *self.negative_acks.get(sub, [])]
+            if op.type is not OpType.FAIL and not (op.f == "ack_cumulative" and ignored)
+        ]
+        for d in self.deliveries:
+            if d.subscription != sub or d.position is None or later[d.payload] > d.op.invoked_at:
+                continue
+            if not any(
+                at >= d.op.invoked_at and (acked is None or covers(acked, cumulative, d.position))
+                for at, acked, cumulative in answers
+            ):
+                return True
+        return False
+
+    def acked_since(self, sub: str, message: Message, after: float, *, outside_txn: bool = False) -> bool:
+        """Whether an ack on ``sub`` invoked at or after ``after`` covers ``message``: an individual or
+        cumulative ack (a cumulative one where the broker honours it, PA-10), with or without a
+        transaction (``outside_txn``: without only), that returned ok or whose outcome is unknown
+        (it may have taken effect).  Such an ack deleted the message, or a transaction holds it
+        (PA-1): it is owed no redelivery."""
+        if message.position is None:
+            return True  # which id an ack would name is unknown: owed nothing the history can judge
+        ignored = ignores_cumulative(self.subscribes.get(sub, []))
+        for op in self.all_acks.get(sub, []):
+            if op.invoked_at < after or op.type is OpType.FAIL:
+                continue
+            if outside_txn and _txn_of(op, op.args) is not None:
+                continue
+            cumulative = op.f == "ack_cumulative"
+            if cumulative and ignored:
+                continue
+            acked = message_id(op, op.args, "value", required=False)
+            if acked is None or covers(acked, cumulative, message.position):
+                return True
+        return False
 
     def acked_messages(self, partition: str, acked: MessageId) -> list[Message]:
         """The messages an ack names exactly (a cumulative ack's own message, not those before it)."""
@@ -417,6 +488,12 @@ def sub_type(subscribes: Sequence[Operation]) -> str | None:
     return kinds.pop() if len(kinds) == 1 else "mixed"
 
 
+def ignores_cumulative(subscribes: Sequence[Operation]) -> bool:
+    """Whether the broker ignores a cumulative ack on the subscription (PA-10: it answers ok and
+    does nothing on a Shared or Key_Shared one): some subscribe asked for one of those types."""
+    return any(isinstance(op.args, dict) and op.args.get("sub_type") in ("Shared", "Key_Shared") for op in subscribes)
+
+
 def delays(subscribes: Sequence[Operation]) -> bool:
     """Whether the broker holds delayed messages back on the subscription (Shared and Key_Shared only)."""
     return sub_type(subscribes) in (None, "Shared", "Key_Shared")
@@ -454,6 +531,15 @@ def _ends(ops: Sequence[Operation], history: str) -> tuple[dict[Txn, list[Operat
                 raise BadHistory(f"history {history!r} op {op.index}: {op.f} needs 'txn'", row=op.index, column="value")
             (commits if op.f == "commit" else aborts)[txn].append(op)
     return commits, aborts
+
+
+def _gave_up(ops: Sequence[Operation]) -> dict[int, list[int]]:
+    """Per process, when it gave each operation of unknown outcome up (still open: when it began)."""
+    out: dict[int, list[int]] = defaultdict(list)
+    for op in ops:
+        if op.type.indeterminate:
+            out[op.process].append(op.completed_at if op.completed_at is not None else op.invoked_at)
+    return dict(out)
 
 
 def _fates(commits: dict[Txn, list[Operation]], aborts: dict[Txn, list[Operation]]) -> dict[Txn, TxnFate]:

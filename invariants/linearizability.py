@@ -27,6 +27,12 @@ for operations of unknown outcome and for reads (the loop is :mod:`invariants._w
   placed at once, and nowhere later (it changes nothing, so a linearization placing it later can
   place it there).
 
+* A witness (``Model.witness_order``, optional): an order of the part's operations the recorder
+  vouches for, such as the order an engine stepped its machine in.  It is replayed first; when it
+  respects real time (no operation placed after one that was called only after it returned) and
+  the model accepts every step, it is a linearization and the part is ``ok`` in one pass.  Anything
+  else is left to the search, so a witness can only shorten the search, never change a verdict.
+
 Linearizability is local (Herlihy and Wing), so a history is linearizable iff each object's
 sub-history is: :func:`check_history` splits first (``Model.partition``), lets the parts take
 turns (smallest first), gives each part a step budget (and the history wall-clock and memory
@@ -131,6 +137,7 @@ class Model(Protocol):
     # the one state in which it is accepted (UNKNOWN: every state); NOT_A_READ for any other.
     # Optional: ``may_skip(decoded)``, per operation of a part, whether it is accepted in every state
     # reachable after its call when its output is UNKNOWN (then the search may leave it for last).
+    # Optional: ``witness_order(ops)``, positions in the part of an order to try first (see above).
 
     def describe_op(self, op_input: Any, op_output: Any) -> str: ...
 
@@ -348,7 +355,11 @@ class _Part:
         ]
         read_state = getattr(model, "read_state", None)
         may_skip = getattr(model, "may_skip", None)
-        self._search = _search(model.init(), model.step, decoded, calls, returns, step_budget, read_state, may_skip)
+        witness_order = getattr(model, "witness_order", None)
+        witness = None if witness_order is None else list(witness_order(ops))
+        self._search = _search(
+            model.init(), model.step, decoded, calls, returns, step_budget, read_state, may_skip, witness
+        )
 
     @property
     def done(self) -> bool:
@@ -470,15 +481,21 @@ def _search(
     budget: int,
     read_state: Callable[[Any, Any], Any] | None = None,
     may_skip: Callable[[Sequence[tuple[Any, Any]]], Sequence[bool]] | None = None,
+    witness: Sequence[int] | None = None,
 ) -> Generator[None, None, _Found]:
     """The search of one part (:func:`invariants._wgl.search`, compiled when it could be built),
     then the optional operations it left out placed last: a linearization of every operation.
 
     An operation is optional when it never returned and the model's ``may_skip`` says it is
     accepted in every state reachable after its call (so leaving it for last is always possible);
-    without ``may_skip`` none is, and each must be placed before the end like any other."""
+    without ``may_skip`` none is, and each must be placed before the end like any other.  A
+    ``witness`` order that :func:`_replay` accepts is the linearization, without a search."""
     inputs = [d[0] for d in decoded]
     outputs = [d[1] for d in decoded]
+    if witness is not None and sorted(witness) == list(range(len(decoded))):
+        replayed = _replay(init, step, inputs, outputs, calls, returns, witness)
+        if replayed is not None:
+            return _Found(Verdict.OK, len(witness), list(witness), None, replayed[0])
     skippable = [False] * len(decoded) if may_skip is None else list(may_skip(decoded))
     optional = [skippable[i] and returns[i] == math.inf for i in range(len(decoded))]
     if read_state is None:
@@ -501,3 +518,27 @@ def _search(
             raise ModelContractError(f"the model rejected an operation of unknown outcome ({inputs[i]!r})")
         order.append(i)
     return _Found(Verdict.OK, steps, order, None, state)
+
+
+def _replay(
+    init: Any,
+    step: Callable[[Any, Any, Any], tuple[bool, Any]],
+    inputs: Sequence[Any],
+    outputs: Sequence[Any],
+    calls: Sequence[int],
+    returns: Sequence[float],
+    order: Sequence[int],
+) -> tuple[Any] | None:
+    """The state after stepping the operations in ``order`` (in a 1-tuple), or None when the order
+    is no linearization: it puts an operation after one that was called only after it returned,
+    or the model rejects a step."""
+    state = init
+    latest_call = -math.inf
+    for i in order:
+        if returns[i] < latest_call:
+            return None
+        latest_call = max(latest_call, calls[i])
+        accepted, state = step(state, inputs[i], outputs[i])
+        if not accepted:
+            return None
+    return (state,)

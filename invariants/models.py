@@ -400,6 +400,12 @@ class MachineModel:
             for op_input, op_output in decoded
         ]
 
+    def witness_order(self, ops: Sequence[Operation]) -> list[int]:
+        """The order to replay before any search: index order, the order the engine stepped the
+        machine in (as :meth:`decode_all` reads epochs).  A correct engine's part is accepted in
+        that order at once; the search is left for a part it does not fit."""
+        return sorted(range(len(ops)), key=lambda i: ops[i].index)
+
     def partition(self, ops: Sequence[Operation]) -> list[list[Operation]]:
         """Per object, then per epoch: a ``recover`` row is a barrier nothing crosses (an op of an
         earlier epoch stepped before the crash, one of a later epoch after the load) and the state

@@ -7,7 +7,7 @@ one transaction object after NEW_TXN succeeded.  Requests to the coordinator are
 coordinator's answer to END_TXN comes back as :class:`EndTxnResponse`; the user's commit/abort
 future completing is the :class:`CompleteEnd` effect.
 
-Rules: ``spec/rules/coordinator.md``, TC-29 .. TC-36 here (the coordinator's TC-1 .. TC-28 are
+Rules: ``spec/rules/coordinator.md``, TC-29 .. TC-36, TC-38 here (the coordinator's TC-1 .. TC-28 are
 :mod:`reference.coordinator`).
 """
 
@@ -172,7 +172,7 @@ def _wrong_state(txn: ClientTxn, allowed: tuple[ClientTxnState, ...]) -> Err:
 
 
 def _register(txn: ClientTxn, cmd: Send | Ack) -> Step:
-    """TC-30, TC-31: only an OPEN txn may send or ack; the first use of a topic/subscription
+    """TC-30, TC-31, TC-38: only an OPEN txn may send or ack; the first use of a topic/subscription
     registers it with the coordinator, later ones do not."""
     if txn.state is not S.OPEN:
         return txn, _wrong_state(txn, (S.OPEN,))
@@ -188,8 +188,8 @@ def _register(txn: ClientTxn, cmd: Send | Ack) -> Step:
 
 
 def _maybe_send_end(txn: ClientTxn) -> Step:
-    """TC-32, TC-33: once every operation is answered, send END_TXN; a commit with a failed
-    operation becomes an abort."""
+    """TC-32, TC-33, TC-38: once every operation is answered, send END_TXN; a commit with a failed
+    operation becomes an abort, and only such a commit."""
     if txn.end_action is None or txn.end_sent or txn.pending_ops > 0:
         return txn, Ok(txn.state)
     action = txn.end_action

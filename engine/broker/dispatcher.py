@@ -64,9 +64,12 @@ class Delivered:
 
 @dataclass
 class Handout:
-    """One dispatch of an entry to a consumer: its messages (a batch's indexes) share one redelivery count."""
+    """One dispatch of an entry to a consumer: its messages (a batch's indexes) share one redelivery count.
+    The entry is the one read when it was dispatched: once read it is the consumer's, even if retention
+    deletes its ledger before the application receives it (a Reader's cursor holds no ledger back)."""
 
     position: Position
+    message: StoredMessage
     redelivery_count: int | None = None  # taken when the first of its messages is received
 
 
@@ -211,29 +214,34 @@ class Dispatcher:
         self.replay = set()
         self.release_joined(mark_delete)
         for position in outgoing:
+            message = self.entries.messages.get(position)
+            if message is None:
+                # Its ledger was deleted since it was read (retention follows the durable cursors
+                # only): a replayed entry that can no longer be read is skipped, as Pulsar skips it.
+                continue
             indexes = self.deliverable(position)
             if not indexes:
                 continue  # acked, or pending in a txn: filtered (5.9)
             if any(position in s.unacked for s in self.consumers.values()):
                 continue
-            slot = self._route(position, active)
+            slot = self._route(position, message, active)
             if slot is None:
                 self.replay.add(position)  # held for a recently joined consumer
                 continue
             slot.unacked.add(position)
-            handout = Handout(position)
+            handout = Handout(position, message)
             for i in indexes:
                 slot.push(handout, i)
         for slot in active:
             self._serve(slot)
 
-    def _route(self, position: Position, active: Sequence[ConsumerSlot]) -> ConsumerSlot | None:
+    def _route(self, position: Position, message: StoredMessage, active: Sequence[ConsumerSlot]) -> ConsumerSlot | None:
         """The consumer an entry goes to, or None while Key_Shared holds it back."""
         if self.sub_type is not pa.SubType.Key_Shared:
             slot = active[self._rr % len(active)]
             self._rr += 1
             return slot
-        chosen = select(active, sticky_key_hash(self.entries.messages[position].partition_key))
+        chosen = select(active, sticky_key_hash(message.partition_key))
         if chosen.joined_after is not None and position > chosen.joined_after:
             return None
         return chosen
@@ -257,7 +265,7 @@ class Dispatcher:
 
     def _delivered(self, handout: Handout, index: int | None) -> Delivered:
         position = handout.position
-        message = self.entries.messages[position]
+        message = handout.message
         if handout.redelivery_count is None:
             handout.redelivery_count = self.redeliveries.hand_out(position)
         if message.batch is None or index is None:
@@ -334,10 +342,20 @@ class Dispatcher:
 
     def redeliver(self, slot: ConsumerSlot, positions: Sequence[Position] | None) -> None:
         """A negative ack or ``redeliverUnacknowledgedMessages``: the consumer's unacked entries
-        (all, or those of ``positions``) go back to the replay set."""
-        chosen = set(slot.unacked) if positions is None else set(positions) & slot.unacked
+        (all, or those of ``positions``) go back to the replay set.
+
+        Asking for all of them also empties the consumer's queue, as Pulsar's client clears its
+        receiver queue before it sends the request: a copy queued there that the consumer no longer
+        holds unacked (one handed out again after a reconnect, then acknowledged in a transaction)
+        goes too, and back to the replay set, where the dispatch's filter decides it again (5.9:
+        a message a transaction holds stays back, PA-1)."""
+        if positions is None:
+            chosen = set(slot.unacked) | set(slot.queued)
+            slot.clear()
+        else:
+            chosen = set(positions) & slot.unacked
+            slot.drop(lambda p, _: p not in chosen)
         slot.unacked -= chosen
-        slot.drop(lambda p, _: p not in chosen)
         self.replay |= chosen
 
     def return_unacked(self, positions: tuple[Position, ...]) -> None:

@@ -369,7 +369,9 @@ class Client:
         partition: int = 0,
         consumer_type: ConsumerType = ConsumerType.Exclusive,
         initial_position: InitialPosition = InitialPosition.EARLIEST,
+        consumer_name: str | None = None,
     ) -> Future[Consumer]:
+        """``consumer_name``: recorded in the subscribe and in every operation of the consumer."""
         name = partition_name(topic, partition) if "-partition-" not in topic else topic
         consumer_id = self.cluster.new_consumer_id()
         spelled = "Earliest" if initial_position is InitialPosition.EARLIEST else "Latest"
@@ -381,10 +383,13 @@ class Client:
                 return Future()  # the connection that carried this request is gone
             return self.broker.subscribe(name, subscription_name, consumer_type.value, initial_position, consumer_id)
 
+        value = {"initial_position": spelled, "sub_type": consumer_type.value}
+        if consumer_name is not None:
+            value["consumer"] = consumer_name
         done_ = self.operation(
             "subscribe",
             object_id("subscription", f"{name}#{subscription_name}"),
-            {"initial_position": spelled, "sub_type": consumer_type.value},
+            value,
             lambda: self.network.call(attach),
         )
 
@@ -399,7 +404,7 @@ class Client:
                     sub.remove_consumer(consumer_id)
                 result.set_exception(done.error)
             else:
-                consumer = Consumer(self, name, subscription_name, consumer_id, consumer_type)
+                consumer = Consumer(self, name, subscription_name, consumer_id, consumer_type, consumer_name)
                 self._consumers.append(consumer)
                 result.set_result(consumer)
 

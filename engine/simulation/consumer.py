@@ -32,14 +32,29 @@ class Consumer:
     """``pulsar.Consumer`` of one subscription on one partition."""
 
     def __init__(
-        self, client: Session, partition: str, subscription: str, consumer_id: int, consumer_type: ConsumerType
+        self,
+        client: Session,
+        partition: str,
+        subscription: str,
+        consumer_id: int,
+        consumer_type: ConsumerType,
+        name: str | None = None,
     ) -> None:
+        """``name``: the consumer's name, recorded in every operation it makes (the history then
+        accounts for each consumer of the subscription, which the liveness checks need)."""
         self.client = client
         self.partition = partition
         self.subscription = subscription
         self.consumer_id = consumer_id
         self.consumer_type = consumer_type
+        self.name = name
         self.object = object_id("subscription", f"{partition}#{subscription}")
+
+    def _named(self, value: dict[str, Any]) -> dict[str, Any]:
+        """An operation's value, with the consumer's name when it has one."""
+        if self.name is not None:
+            value["consumer"] = self.name
+        return value
 
     def _service(self) -> Any:
         sub = self.client.broker.subscription(self.partition, self.subscription)
@@ -141,7 +156,7 @@ class Consumer:
             return out
 
         value = {"timeout_ms": timeout_millis} if record_timeout else {}
-        return self.client.operation("receive", self.object, value, call, render)
+        return self.client.operation("receive", self.object, self._named(value), call, render)
 
     def receive(self, timeout_millis: int = 100) -> Message | None:
         """The next message, or None when none arrives in ``timeout_millis`` (Pulsar raises Timeout)."""
@@ -172,7 +187,7 @@ class Consumer:
             def call() -> Future[None]:
                 return txn.use(ct.Ack(sub), f"{self.partition}#{self.subscription}", ack)
 
-        return self.client.operation(f, self.object, value, call)
+        return self.client.operation(f, self.object, self._named(value), call)
 
     def acknowledge_async(self, message: Message | Position, *, txn: Transaction | None = None) -> Future[None]:
         return self._ack_async("ack", message, txn, False)
@@ -188,12 +203,20 @@ class Consumer:
     def acknowledge_cumulative(self, message: Message | Position, *, txn: Transaction | None = None) -> None:
         self.client.wait(self.acknowledge_cumulative_async(message, txn=txn))
 
-    def negative_acknowledge_async(self, message: Message | Position) -> Future[None]:
+    def negative_acknowledge_async(
+        self, message: Message | Position, *, redeliver_within_ms: int | None = None
+    ) -> Future[None]:
+        """``Consumer.negative_acknowledge``: the message goes back to the subscription at once (the
+        engine's client has no negative-ack delay).  ``redeliver_within_ms``: the bound the client
+        states on its redelivery (recorded only; the transactional checks' ``lost-redelivery``)."""
         position = message.position if isinstance(message, Message) else message
+        value: dict[str, Any] = {"position": position_json(position)}
+        if redeliver_within_ms is not None:
+            value["redeliver_within_ms"] = redeliver_within_ms
         return self.client.operation(
             "negative_ack",
             self.object,
-            {"position": position_json(position)},
+            self._named(value),
             lambda: self._call(lambda sub: sub.redeliver(self.consumer_id, [position])),
         )
 

@@ -89,6 +89,10 @@ class SimulateOptions:
     shared_delayed: str = "off"  # the delayed workload on the in-memory tracker; mixed: seeds = 1 mod 4
     readers: str = "off"  # mixed: seeds = 3 mod 5
     reread: str = "off"  # the ctp workload; mixed: seeds = 2 mod 3
+    bounds: str = "off"  # mixed: seeds = 2 mod 4
+    acks: str = "off"  # mixed: seeds = 0 mod 3
+    pipelined: str = "off"  # the ctp workload; mixed: seeds = 0 mod 4
+    limits: str = "off"  # mixed: seeds = 1 mod 6 (half of them batching runs)
     disk: str = "real"  # file ledgers: "real", or "sim" (broker crashes are power cuts)
     group_commit_ms: int | None = None  # file ledgers: the journal's group commit (None: every change)
     disk_capacity: int | None = None  # the simulated disk's bytes (ENOSPC past them; None: no bound)
@@ -135,6 +139,10 @@ class SimulateOptions:
                     queries=variant(self.queries, seed + 2, 5),
                     readers=variant(self.readers, seed + 3, 5),
                     reread=variant(self.reread, seed + 2, 3),
+                    bounds=variant(self.bounds, seed + 3, 4),
+                    acks=variant(self.acks, seed + 1, 3),
+                    pipelined=variant(self.pipelined, seed + 1, 4),
+                    limits=variant(self.limits, seed, 6),
                     shared_delayed=workload == "delayed"
                     and not variant(tracker, seed, 2, step=2)
                     and variant(self.shared_delayed, seed, 4),
@@ -167,6 +175,10 @@ MAIN_JOB = SimulateOptions(
     shared_delayed="mixed",
     readers="mixed",
     reread="mixed",
+    bounds="mixed",
+    acks="mixed",
+    pipelined="mixed",
+    limits="mixed",
 )
 
 
@@ -191,8 +203,13 @@ def main_job_spec(workload: str, seed: int, ops: int = 60) -> RunSpec:
 
 def file_stem(spec: RunSpec) -> str:
     """The history file a run goes to: one per workload, and apart from them the delayed workload's
-    bucket-tracker runs and the ctp workload's ``reread`` runs (a file's runs share their broker.conf
-    overrides)."""
-    if spec.broker_config() == spec.config:
-        return spec.workload
-    return f"{spec.workload}-reread" if spec.rereads else f"{spec.workload}-bucket"
+    bucket-tracker runs, the ctp workload's ``reread`` runs and the ``limits`` runs, each combination
+    in a file of its own (a file's runs share their broker.conf overrides)."""
+    parts = [spec.workload]
+    if spec.workload == "delayed" and spec.delayed_tracker == "bucket":
+        parts.append("bucket")
+    if spec.rereads:
+        parts.append("reread")
+    if spec.limits:
+        parts.append("limits")
+    return "-".join(parts)

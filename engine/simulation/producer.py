@@ -70,7 +70,10 @@ class Producer:
         txn: Transaction | None = None,
         deliver_at: int | None = None,
         partition_key: str | None = None,
+        deliver_within_ms: int | None = None,
     ) -> Future[Position]:
+        """``deliver_within_ms``: the bound the client states on the delivery of a delayed message
+        after its ``deliver_at`` (recorded only; the transactional checks' ``late-delivery``)."""
         text = content.decode() if isinstance(content, bytes) else content
         payload = text.encode()
         value: dict[str, Any] = {"message": text}
@@ -78,6 +81,8 @@ class Producer:
             value["txn"] = txn_json(txn.txn_id)
         if deliver_at is not None:
             value["deliver_at_ms"] = deliver_at
+            if deliver_within_ms is not None:
+                value["deliver_within_ms"] = deliver_within_ms
         if partition_key is not None:
             value["partition_key"] = partition_key
         self.client.broker.partition(self.partition)  # an unknown partition is a KeyError at once

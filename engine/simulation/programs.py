@@ -14,6 +14,7 @@ processes run, so a seed gives one history.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Generator
 from typing import Any, NamedTuple
 
@@ -35,6 +36,7 @@ __all__ = [
     "ERRORS",
     "KEYS",
     "KEY_SHARED_READERS",
+    "LIVENESS_BOUND_MS",
     "LONG_RECEIVE_MS",
     "TAIL_DELAYS_MS",
     "Budget",
@@ -67,6 +69,12 @@ LONG_RECEIVE_MS = 2_500
 # How long after it is sent each of a delayed writer's two last messages is due: both before a long
 # receive that begins as the writers stop is LAG_BOUND_MS from its end.
 TAIL_DELAYS_MS = (400, 900)
+# ``bounds`` runs: the bound the clients state on a delayed message's delivery after it is due and
+# on a negatively acknowledged message's redelivery (the delivery oracle's lag bound, LAG_BOUND_MS:
+# the broker's tick, the readers' polls and the network's delays fit well within it), and the share
+# of first deliveries a reader gives back by negative ack.
+LIVENESS_BOUND_MS = 1_000
+NACK_SHARE = 0.2
 
 
 class Budget:
@@ -120,6 +128,7 @@ class Programs:
         self.producers: dict[tuple[str, int, Client | None], Producer] = {}  # (topic, partition, owner)
         self.inputs: list[Consumer] = []  # ``reread``: the processors' input consumers, kept open
         self.lookers = 0  # Readers opened so far (``readers``): each gets a subscription name of its own
+        self.sending: dict[Client, Future[Any]] = {}  # ``pipelined``: each helper session's send in flight
         bucket = spec.workload == "delayed" and spec.delayed_tracker == "bucket"
         self.max_delay_ms = BUCKET_MAX_DELAY_MS if bucket else MAX_DELAY_MS
 
@@ -193,8 +202,14 @@ class Programs:
         key = (topic, partition, None if txn is None else client)
         before = self.producers.get(key)
         producer = self.producer(client, topic, partition, shared=txn is None)
+        # ``bounds``: a delayed message sent outside a transaction states when it must be delivered.
+        within = LIVENESS_BOUND_MS if self.spec.bounds and txn is None and deliver_at is not None else None
         try:
-            return (yield producer.send_async(text, txn=txn, deliver_at=deliver_at, partition_key=self.key()))
+            return (
+                yield producer.send_async(
+                    text, txn=txn, deliver_at=deliver_at, partition_key=self.key(), deliver_within_ms=within
+                )
+            )
         except OperationTimeout:
             if self.spec.batch_messages and self.producers.get(key) is (before or producer):
                 del self.producers[key]
@@ -215,9 +230,13 @@ class Programs:
     def subscribe(
         self, client: Client, topic: str, sub: str, partition: int, kind: ConsumerType
     ) -> Generator[Future[Any], Any, Consumer]:
+        # ``bounds``: each consumer is named (its client's process), so the history accounts for them all.
+        name = f"{sub}-p{client.process}" if self.spec.bounds else None
         while True:
             try:
-                consumer: Consumer = yield client.subscribe_async(topic, sub, partition=partition, consumer_type=kind)
+                consumer: Consumer = yield client.subscribe_async(
+                    topic, sub, partition=partition, consumer_type=kind, consumer_name=name
+                )
                 return consumer
             except ERRORS:
                 yield self.sim.sleep(100)
@@ -236,6 +255,8 @@ class Programs:
 
     def ctp_worker(self, w: int) -> Proc:
         client = self.cluster.client()
+        # ``pipelined``: a second session of the processor sends while the first acknowledges and commits.
+        helper = self.cluster.client() if self.spec.pipelined else None
         # Each processor owns one input partition (Exclusive), so its empty receive means "nothing left".
         consumer: Consumer = yield from self.subscribe(client, "in", "ctp", w, ConsumerType.Exclusive)
         n = 0
@@ -243,6 +264,9 @@ class Programs:
             n += 1
 
             def one(n: int = n) -> Proc:
+                if helper is not None:
+                    yield from self.pipelined(client, helper, consumer, f"w{w}.{n}")
+                    return
                 txn = yield client.new_transaction_async(self.txn_timeout(client.process))
                 msg = yield consumer.receive_async(20)
                 if msg is None:
@@ -277,6 +301,39 @@ class Programs:
             self.inputs.append(consumer)
             return
         yield from self.close_input(consumer)
+
+    def pipelined(self, client: Client, helper: Client, consumer: Consumer, tag: str) -> Proc:
+        """``pipelined``: one ctp transaction whose client does not wait for one operation before the
+        next.  The output is sent from a second session of the processor and not waited for; the
+        input is acknowledged meanwhile, and the commit is asked for while the send may still be in
+        flight: the client holds END_TXN back until every operation of the transaction is answered,
+        and a commit whose send failed becomes an abort (TC-32).  A commit that fails is asked for
+        once more (TC-32, TC-33: a retried end)."""
+        before = self.sending.pop(helper, None)
+        if before is not None and not before.done:
+            # A session invokes one operation at a time: the last send, if a timed-out commit left
+            # it in flight, ends first.
+            with contextlib.suppress(*ERRORS):
+                yield before
+        txn = yield client.new_transaction_async(self.txn_timeout(client.process))
+        msg = yield consumer.receive_async(20)
+        if msg is None:
+            yield txn.abort_async()
+            return
+        target = self.rng.randrange(self.spec.partitions)
+        producer = self.producers.get(("out", target, helper))
+        if producer is None:
+            # The helper's own producer, never a batching one: a batch that is never answered would
+            # hold every later send of this processor back.
+            producer = self.producers[("out", target, helper)] = helper.create_producer("out", target)
+        self.sending[helper] = producer.send_async(f"{msg.payload.decode()}>{tag}", txn=txn, partition_key=self.key())
+        yield consumer.acknowledge_async(msg, txn=txn)
+        try:
+            yield txn.commit_async()
+            self.committed += 1
+        except OperationFailed:
+            yield txn.commit_async()
+            self.committed += 1
 
     def close_input(self, consumer: Consumer) -> Proc:
         """A processor is done with its input subscription."""
@@ -388,7 +445,13 @@ class Programs:
                 if got is not None:
                     last = got.position
                     first_at = self.sim.now if first_at is None else first_at
-                    yield consumer.acknowledge_async(got)
+                    if self.spec.bounds and got.redelivery_count == 0 and self.rng.random() < NACK_SHARE:
+                        # Given back: it must come again within the stated bound (lost-redelivery).
+                        yield consumer.negative_acknowledge_async(got, redeliver_within_ms=LIVENESS_BOUND_MS)
+                    elif self.spec.acks:
+                        yield from self.settle(client, consumer, got, kind)
+                    else:
+                        yield consumer.acknowledge_async(got)
             except ERRORS:
                 if client.recorder.crashed(client.process):
                     pass
@@ -412,6 +475,54 @@ class Programs:
             yield from self.unsubscribe(consumer)
         else:
             consumer.close()
+
+    def settle(self, client: Client, consumer: Consumer, got: Any, kind: ConsumerType) -> Proc:
+        """``acks``: a reader acknowledges ``got`` in one of the ways an application may, drawn per
+        message: individually; cumulatively (a cumulative ack on a Shared or Key_Shared subscription
+        is refused or ignored, PA-10, so it is followed by an individual one); twice (the second
+        names a position already deleted, PA-3, PA-11); in a transaction, individually or
+        cumulatively, that commits (PA-12) or aborts (PA-13: the message comes back); or in a
+        transaction while another transaction holds it (PA-6, PA-8: TransactionConflict), the
+        other then committing."""
+        draw = self.rng.random()
+        ordered = kind in (ConsumerType.Exclusive, ConsumerType.Failover)
+        try:
+            yield from self.settle_by(client, consumer, got, draw, ordered)
+        except ERRORS:
+            # As an application does when its transaction failed: acknowledge the message plainly, so
+            # it is not kept for good (on Key_Shared a kept message stalls the keys of a consumer
+            # that joined after it).
+            yield consumer.acknowledge_async(got)
+
+    def settle_by(self, client: Client, consumer: Consumer, got: Any, draw: float, ordered: bool) -> Proc:
+        """The ways of :meth:`settle`, by ``draw``."""
+        if draw < 0.2:
+            yield consumer.acknowledge_cumulative_async(got)
+            if not ordered:
+                yield consumer.acknowledge_async(got)
+        elif draw < 0.35:
+            yield consumer.acknowledge_async(got)
+            yield consumer.acknowledge_async(got)
+        elif draw < 0.6:
+            txn = yield client.new_transaction_async(self.txn_timeout(client.process))
+            if self.rng.random() < 0.3:
+                yield consumer.acknowledge_cumulative_async(got, txn=txn)
+            else:
+                yield consumer.acknowledge_async(got, txn=txn)
+            yield from self.end(txn)
+            if not ordered:
+                yield consumer.acknowledge_async(got)  # whatever the cumulative ack in the txn did
+        elif draw < 0.7:
+            holder = yield client.new_transaction_async(self.txn_timeout(client.process))
+            yield consumer.acknowledge_async(got, txn=holder)
+            other = yield client.new_transaction_async(self.txn_timeout(client.process))
+            with contextlib.suppress(*ERRORS):
+                yield consumer.acknowledge_async(got, txn=other)
+            yield other.abort_async()
+            yield holder.commit_async()
+            self.committed += 1
+        else:
+            yield consumer.acknowledge_async(got)
 
     def look_back(self, client: Client, topic: str, partition: int, start: Position, since: int) -> Proc:
         """A Reader over what is still in the partition: a non-durable subscription whose cursor

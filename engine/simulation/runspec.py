@@ -43,6 +43,21 @@ _BUCKET_CONFIG: dict[str, Any] = {
 # recovery replays the whole log and hides a cursor that missed a committed transaction's acks).
 REREAD_INDEX_LAG = 2
 _REREAD_CONFIG: dict[str, Any] = {"transactionPendingAckLogIndexMinLag": REREAD_INDEX_LAG}
+# The ``limits`` variant: every size and count limit the machines enforce, small enough to be met
+# within one run.  The buffer's snapshot goes segmented in the smallest segments and is taken after
+# every other move of maxReadPosition (TB-21 .. TB-23); the PIP-160 writers flush at two records or
+# a few hundred bytes, and a record at or above that size is written on its own (BW-12 .. BW-16);
+# the coordinator refuses a new transaction past a handful open at once (TC-2).
+_LIMITS_CONFIG: dict[str, Any] = {
+    "transactionBufferSegmentedSnapshotEnabled": True,
+    "transactionBufferSnapshotSegmentSize": 64,
+    "transactionBufferSnapshotMaxTransactionCount": 2,
+    "transactionLogBatchedWriteMaxRecords": 2,
+    "transactionLogBatchedWriteMaxSize": 64,
+    "transactionPendingAckBatchedWriteMaxRecords": 2,
+    "transactionPendingAckBatchedWriteMaxSize": 64,
+    "maxActiveTransactionsPerCoordinator": 6,
+}
 
 
 def _default_config() -> Config:
@@ -94,6 +109,20 @@ class RunSpec:
     # subscription again to its end; the pending-ack log is indexed every few records
     # (REREAD_INDEX_LAG), so it is trimmed (PA-16) and a recovery depends on what the cursor deleted.
     reread: bool = False
+    # The clients state liveness bounds: every consumer is named in each of its operations (so the
+    # history accounts for every consumer of a subscription), the delayed workload's sends outside
+    # a transaction state ``deliver_within_ms``, and readers give some messages back by negative
+    # ack stating ``redeliver_within_ms`` (the transactional checks' late-delivery and lost-redelivery).
+    bounds: bool = False
+    # Small size and count limits in broker.conf (``_LIMITS_CONFIG``): segmented buffer snapshots,
+    # PIP-160 batches that flush by size, a cap on the coordinator's open transactions.
+    limits: bool = False
+    # Readers acknowledge in every way an application may (individually, cumulatively, twice, in a
+    # transaction that commits or aborts, against another transaction holding the message).
+    acks: bool = False
+    # ctp: a processor's client does not wait for one operation before the next: it sends from a
+    # second session, acknowledges meanwhile and commits while the send is in flight.
+    pipelined: bool = False
     # File ledgers only: the real disk or the simulated one (whose broker crashes are power cuts),
     # and the journal's group commit (None: every change committed as it is made).
     disk: str = "real"
@@ -106,14 +135,18 @@ class RunSpec:
 
     def broker_config(self) -> Config:
         """The brokers' configuration: ``config``, with the bucket tracker for a delayed run that asks
-        for it, and the short pending-ack log index lag of a ctp run that rereads."""
+        for it, the short pending-ack log index lag of a ctp run that rereads, and the small limits
+        of a ``limits`` run."""
         if self.delayed_tracker not in TRACKERS:
             raise ValueError(f"unknown delayed tracker {self.delayed_tracker!r}; trackers are {', '.join(TRACKERS)}")
+        config = self.config
         if self.workload == "delayed" and self.delayed_tracker == "bucket":
-            return self.config.with_overrides(_BUCKET_CONFIG)
-        if self.rereads:
-            return self.config.with_overrides(_REREAD_CONFIG)
-        return self.config
+            config = config.with_overrides(_BUCKET_CONFIG)
+        elif self.rereads:
+            config = config.with_overrides(_REREAD_CONFIG)
+        if self.limits:
+            config = config.with_overrides(_LIMITS_CONFIG)
+        return config
 
     @property
     def rereads(self) -> bool:
@@ -154,6 +187,10 @@ class RunSpec:
             "shared_delayed": self.shared_delayed,
             "readers": self.readers,
             "reread": self.rereads,
+            "bounds": self.bounds,
+            "limits": self.limits,
+            "acks": self.acks,
+            "pipelined": self.pipelined,
             "disk": self.disk if self.ledger == "file" else None,
             "group_commit_ms": self.group_commit_ms if self.ledger == "file" else None,
             "disk_capacity": self.disk_capacity,

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from invariants.client_visible import answers, cursor, visibility
+from invariants.client_visible import answers, client_txn, cursor, visibility
 from invariants.client_visible.view import View
 from invariants.client_visible.violation import Check, Collector, OracleResult
 from spec.history import Operation
@@ -102,6 +102,19 @@ TABLE: tuple[OracleCheck, ...] = (
         answers.unanswered_ends,
         "the coordinator's answer to END_TXN reached the client and the commit or abort waiting for it did not "
         "complete within ANSWER_BOUND_MS",
+    ),
+    OracleCheck(
+        "refused-while-open",
+        ("TC-31", "TC-35", "TC-38"),
+        client_txn.refused_while_open,
+        "a send or ack with a transaction, or its first commit or abort, was refused with InvalidTxnStatus while "
+        "the transaction was certainly open",
+    ),
+    OracleCheck(
+        "aborted-commit",
+        ("TC-32", "TC-38"),
+        client_txn.aborted_commits,
+        "a commit failed with TransactionHasOperationFailed although every send and ack of its transaction returned ok",
     ),
 )
 

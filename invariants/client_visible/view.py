@@ -188,6 +188,8 @@ class View:
                 self.queries.append(op)
         for sub in self.deliveries:
             self.deliveries[sub].sort(key=lambda d: (d.op.invoked_at, d.op.index))
+        # PA-10: a cumulative ack on a Shared or Key_Shared subscription is answered ok and does nothing.
+        self.acks = [ack for ack in self.acks if not ack.cumulative or not self.ignores_cumulative(ack.sub)]
 
     def _send(self, op: Operation) -> None:
         _, partition = parse_object(op.object)
@@ -422,6 +424,14 @@ class View:
             calls = [op.invoked_at for op in self.ends.get(message.txn, ()) if op.f == "commit"]
             start = max(start, min(calls, default=INF))
         return start
+
+    def ignores_cumulative(self, sub: str) -> bool:
+        """Whether the broker ignores a cumulative ack on ``sub`` (PA-10): some subscribe on it asked
+        for Shared or Key_Shared."""
+        return any(
+            isinstance(op.args, dict) and op.args.get("sub_type") in ("Shared", "Key_Shared")
+            for op in self.subscribes.get(sub, ())
+        )
 
     def exclusive(self, sub: str) -> bool:
         """Every subscribe on ``sub`` asked for Exclusive."""

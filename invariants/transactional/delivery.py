@@ -4,6 +4,7 @@ again, and one an aborted transaction acked that was not given back.  One functi
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from invariants.analysis import (
@@ -16,6 +17,7 @@ from invariants.analysis import (
     end_or_never,
     exclusive,
     latest_start,
+    sub_type,
 )
 from invariants.transactional.anomaly import Collector, fmt_pos, fmt_txn
 from spec.history import Operation, OpType, parse_object, split_subscription
@@ -44,13 +46,18 @@ def lost_messages(a: TxnAnalysis, out: Collector) -> None:
     it as ended).  A Latest subscription need not see what was sent before it existed, a delayed
     message not yet due at the drain is not judged, and a message of a fractured read is reported
     as that, not again as lost.  A Reader's non-durable subscription is not judged: it holds back no
-    ledger deletion (PA-24)."""
+    ledger deletion (PA-24).  A Key_Shared subscription one of whose consumers kept a message without
+    acknowledging it is not judged: the classic dispatcher holds a consumer that joined after that
+    message was read to what was read before it joined until the mark-delete position passes it,
+    which the kept message stops for good."""
     fractured = {m.send.index for f in a.fractures for m in (f.seen, f.missing)}
     for view in a.views:
         drain = view.drain
         subscribes = a.subscribes.get(view.subscription, [])
         if drain is None or any(op.type is OpType.INFO for op in subscribes) or a.non_durable(view.subscription):
             continue
+        if sub_type(subscribes) == "Key_Shared" and a.held_unacknowledged(view.subscription):
+            continue  # a message its consumer kept may stall the others' keys for good (see held_unacknowledged)
         blind_until = max((end_or_never(op) for op in a.unknown_receives.get(view.subscription, ())), default=None)
         latest = latest_start(subscribes)
         for message in a.committed_by_partition.get(view.partition, []):
@@ -122,7 +129,9 @@ def missing_redeliveries(a: TxnAnalysis, out: Collector) -> None:
         abort = min(done, key=lambda o: o.completed_at or 0)
         partition, _ = split_subscription(parse_object(ack.subscription)[1])
         for message in a.acked_messages(partition, ack.position):
-            if message.deliver_at is None and not _deleted_by_another_txn(a, ack, message):
+            # An ack outside the transaction deletes the message whenever it came (PA-11): owed nothing.
+            outside = a.acked_since(ack.subscription, message, -math.inf, outside_txn=True)
+            if message.deliver_at is None and not outside and not _deleted_by_another_txn(a, ack, message):
                 _missing_redelivery(a, ack, abort, message, by_sub, out)
 
 

@@ -123,6 +123,7 @@ def out_of_order_deliveries(a: TxnAnalysis, out: Collector) -> None:
         judged_at = d.position if sent.repeatable and d.position is not None else sent.position or d.position
         ordered.append((dataclasses.replace(d, position=judged_at), sticky))
     last: dict[tuple[str, int | str, str | None, int], Delivery] = {}
+    membership: dict[str, list[int]] = {}
     seen: set[tuple[str, str]] = set()
     blind_from = {sub: min(op.invoked_at for op in ops) for sub, ops in a.unknown_receives.items() if ops}
     for d, sticky in sorted(ordered, key=lambda pair: (pair[0].op.invoked_at, pair[0].op.index)):
@@ -136,6 +137,15 @@ def out_of_order_deliveries(a: TxnAnalysis, out: Collector) -> None:
         if any(s.invoked_at <= end_or_never(d.op) and d.op.invoked_at <= end_or_never(s) for s in seeks):
             continue
         epoch = sum(1 for s in seeks if end_or_never(s) < d.op.invoked_at)
+        if sticky is not None:
+            # Key_Shared: a change of consumers while the message waited for its consumer may have
+            # handed it over behind later messages of its key already queued there (the classic
+            # dispatcher redelivers a leaving consumer's messages to the key's new owner, whatever
+            # that one holds): its order is judged only if it waited through no change.
+            changes = membership.setdefault(d.subscription, a.membership_changes(d.subscription))
+            since = a.dispatchable_from(a.messages[d.payload])
+            if bisect.bisect_right(changes, d.op.invoked_at) > bisect.bisect_right(changes, since):
+                continue
         # One consumer: its name when the history gives one (a consumer outlives a process that
         # ended 'info'), else its process; and the seeks before (each restarts the order).
         key = (d.subscription, d.op.process if d.consumer is None else d.consumer, sticky, epoch)

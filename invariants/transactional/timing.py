@@ -4,7 +4,10 @@ subscription whose every consumer the history accounts for.  One function per an
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections import defaultdict
+from typing import Any
 
 from invariants.analysis import (
     Delivery,
@@ -15,6 +18,7 @@ from invariants.analysis import (
     delays,
     message_id,
     read_field,
+    sub_type,
 )
 from invariants.transactional.anomaly import Collector
 from spec.history import Operation, OpType, parse_object, split_subscription
@@ -53,12 +57,17 @@ def late_deliveries(a: TxnAnalysis, out: Collector) -> None:
     consumer with permits.
 
     The bound is the recorder's statement about a fault-free run (the broker's tick, the client's
-    receive loop and a margin; see ``docs/verify-your-broker.md``).  Judged only where the history
-    accounts for every consumer of the subscription (:func:`_consumers`), each attached before the
-    message was sent, and only for a send that returned ok outside a transaction."""
+    receive loop and a margin; see ``docs/verify-your-broker.md``), counted from when the message
+    was both due and readable: the dispatcher reads no further than the first entry of a
+    transaction still open on the partition (TB-7), so a transaction whose entry comes before the
+    message's holds it back until that transaction certainly ended (:func:`_readable_from`; a
+    message behind one whose end the history never saw is not judged).  Judged only where the
+    history accounts for every consumer of the subscription (:func:`_consumers`), each attached
+    before the message was sent, and only for a send that returned ok outside a transaction."""
     by_partition: dict[str, list[str]] = defaultdict(list)
     for sub in a.subscribes:
         by_partition[split_subscription(parse_object(sub)[1])[0]].append(sub)
+    held = _HeldBack(a)
     for message in a.messages.values():
         if (
             message.deliver_at is None
@@ -67,7 +76,10 @@ def late_deliveries(a: TxnAnalysis, out: Collector) -> None:
             or message.send.type is not OpType.OK
         ):
             continue
-        due = message.deliver_at + message.within_ms
+        readable = held.readable_from(message)
+        if readable is None:
+            continue
+        due = int(max(message.deliver_at, readable)) + message.within_ms
         for sub in sorted(by_partition.get(message.partition, [])):
             subscribes = a.subscribes[sub]
             if not delays(subscribes) or any(
@@ -90,6 +102,56 @@ def late_deliveries(a: TxnAnalysis, out: Collector) -> None:
                 f"within {message.within_ms} ms (by {due}); every consumer of {sub} found nothing after that: "
                 f"{_idle_text(idle)}{when}",
             )
+
+
+class _HeldBack:
+    """When the transactions before a message on its partition had certainly ended (TB-7: the
+    dispatcher reads no further than the first entry of an open transaction).  A transaction ended
+    certainly when a commit or an abort of it returned ok; one whose end the history never saw
+    holds back what follows it for good, as far as the history can tell."""
+
+    def __init__(self, a: TxnAnalysis) -> None:
+        ended: dict[tuple[int, int], float] = {}
+        for txn in set(a.commits) | set(a.aborts):
+            done = [op.completed_at for op in (*a.commits[txn], *a.aborts[txn]) if op.type is OpType.OK]
+            ended[txn] = min((float(t) for t in done if t is not None), default=math.inf)
+        placed: dict[str, list[tuple[tuple[int, ...], float]]] = defaultdict(list)
+        unplaced: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        for m in a.messages.values():
+            if m.txn is None:
+                continue
+            end = ended.get(m.txn, math.inf)
+            if m.position is not None:
+                placed[m.partition].append((tuple(m.position), end))
+            elif m.send.type is not OpType.FAIL:
+                unplaced[m.partition].append((m.send.invoked_at, end))  # may have landed anywhere
+        self._placed = {p: _running_max(sorted(rows)) for p, rows in placed.items()}
+        self._unplaced = {p: _running_max(sorted(rows)) for p, rows in unplaced.items()}
+
+    def readable_from(self, message: Message) -> float | None:
+        """The latest end of a transaction whose entry may come before ``message`` (-inf: none);
+        None when one of them never certainly ended."""
+        assert message.position is not None and message.send.completed_at is not None
+        latest = -math.inf
+        keys, ends = self._placed.get(message.partition, ([], []))
+        k = bisect.bisect_left(keys, tuple(message.position))
+        if k:
+            latest = ends[k - 1]
+        keys, ends = self._unplaced.get(message.partition, ([], []))
+        k = bisect.bisect_left(keys, message.send.completed_at)
+        if k:
+            latest = max(latest, ends[k - 1])
+        return None if latest == math.inf else latest
+
+
+def _running_max(rows: list[tuple[Any, float]]) -> tuple[list[Any], list[float]]:
+    """The keys of ``rows`` (sorted) and, at each, the greatest end so far."""
+    keys, ends, top = [], [], -math.inf
+    for key, end in rows:
+        top = max(top, end)
+        keys.append(key)
+        ends.append(top)
+    return keys, ends
 
 
 def lost_redeliveries(a: TxnAnalysis, out: Collector) -> None:
@@ -141,6 +203,8 @@ def lost_redeliveries(a: TxnAnalysis, out: Collector) -> None:
                     (sent, d, None, d.op.completed_at + timeout + bound, f"the ack timeout of {timeout} ms")
                 )
         for message, origin, request, due, how in handbacks:
+            if request is not None and a.acked_since(sub, message, request.invoked_at):
+                continue  # acknowledged since it was given back (a cumulative ack past it, say): owed nothing
             missed = _missed(a, sub, message, origin.op.completed_at or 0, due)
             if missed is None:
                 continue
@@ -210,6 +274,15 @@ def _missed(
     idle = _first_idle(a, sub, names, due)
     if idle is None:
         return None
+    if sub_type(a.subscribes.get(sub, [])) == "Key_Shared":
+        # A change of consumers once messages flow may hold a key's messages back until everything
+        # read before it is acknowledged (a recently joined consumer, see membership_changes), which
+        # may be never within any bound: not judged once there has been one.
+        partition, _ = split_subscription(parse_object(sub)[1])
+        first = min((m.send.invoked_at for m in a.messages.values() if m.partition == partition), default=0)
+        latest = max(op.invoked_at for op in idle.values())
+        if any(first < t <= latest for t in a.membership_changes(sub)):
+            return None
     again = [
         d
         for d in a.received.get(sub, {}).get(message.payload, [])

@@ -325,11 +325,16 @@ def trace_json(model: Model, violation: Violation, result: Result | None = None)
     every component's initial state, then per step its actor, the action in words and the states
     of the components it changed.  A liveness counterexample is a lasso whose loop starts at
     ``loop_from``; one that ends where no fair step is enabled loops on a last stuttering step."""
-    first = components(model, violation.trace[0].state)
+    # A component some states lack (a subscription's delayed tracker exists once it first holds a
+    # message) is named in ``initial`` all the same, null where it does not exist: the trace's
+    # shape names every component up front.
+    every = [components(model, step.state) for step in violation.trace]
+    names = list(dict.fromkeys(name for states in every for name in states))
+    first = {name: every[0].get(name) for name in names}
     steps: list[dict[str, Any]] = []
     previous = first
-    for step in violation.trace[1:]:
-        now = components(model, step.state)
+    for step, found in zip(violation.trace[1:], every[1:], strict=True):
+        now = {name: found.get(name) for name in names}
         changed = {name: _plain(state) for name, state in now.items() if previous.get(name) != state}
         steps.append(
             {"actor": _actor(model, step.label), "action": describe_label(model, step.label), "states": changed}

@@ -90,6 +90,21 @@ def test_tc32_commit_with_a_failed_operation_becomes_an_abort() -> None:
     assert r.effects == (cl.CompleteEnd(COMMIT, "TransactionHasOperationFailed"),)
 
 
+# Rules: TC-38
+def test_tc38_an_open_txn_is_not_refused_and_a_commit_without_a_failure_commits() -> None:
+    """What the client refuses, it refuses for a reason: an OPEN txn sends, acks and ends; a commit
+    whose operations all succeeded is sent as a commit and completes as one."""
+    txn = run(cl.Send("t"), cl.Ack(Subscription("t", "s")))
+    txn, _ = ok(txn, cl.OpCompleted())
+    txn, _ = ok(txn, cl.OpCompleted())
+    txn, r = ok(txn, cl.Commit())
+    assert r.effects == (cl.SendEndTxn(TXN, COMMIT),)
+    txn, r = ok(txn, cl.EndTxnResponse())
+    assert txn.state is S.COMMITTED and r.effects == (cl.CompleteEnd(COMMIT),)
+    for end in (cl.Commit(), cl.Abort()):
+        ok(fresh(), end)  # the first end of an OPEN txn is accepted
+
+
 # Rules: TC-32
 def test_tc32_completion_without_pending_operation_is_a_programming_error() -> None:
     with pytest.raises(ValueError):

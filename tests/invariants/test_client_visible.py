@@ -17,7 +17,7 @@ from invariants.client_visible import (
     TXN_END_BOUND_MS,
     check_client_visible,
 )
-from spec.history import BadHistory, OpType
+from spec.history import BadHistory, OpType, make_operation
 from spec.rules import RULES_DIR, parse_rules
 from tests.invariants.history_builder import PART, SUB, H
 
@@ -339,8 +339,10 @@ def test_the_delayed_workload_waits_in_long_receives_once_the_writers_stop() -> 
     """The main job's delayed workload records the long receives the late-visibility check judges
     at the end of their wait, and a clean run passes it."""
     result = run(main_job_spec("delayed", 2, 30))
-    waits = [op for op in result.operations if op.f == "receive" and op.value != "{}"]
-    assert waits and all(op.args == {"timeout_ms": LONG_RECEIVE_MS} for op in waits)
+    # (seed 2 is a ``bounds`` run: every receive also names its consumer)
+    receives = [{k: v for k, v in op.args.items() if k != "consumer"} for op in result.operations if op.f == "receive"]
+    waits = [args for args in receives if args]
+    assert waits and all(args == {"timeout_ms": LONG_RECEIVE_MS} for args in waits)
     outcome = check_client_visible(result.operations)
     assert outcome.ok and outcome.judged["late-visibility"] > 0
 
@@ -487,8 +489,10 @@ def test_unexpected_error_flags_an_exception_pulsar_does_not_define() -> None:
 
 
 def test_unexpected_error_passes_pulsar_errors_of_either_spelling() -> None:
-    for error in ("TransactionHasOperationFailed", "InvalidTxnStatus", "NotAllowed", "UnknownError", None):
+    for error in ("TransactionHasOperationFailed", "NotAllowed", "UnknownError", None):
         assert names(_failed("commit", "coordinator:0", error)) == {}, error
+    # a Pulsar error, so not unexpected; but the first commit of a txn still open is not refused (TC-38)
+    assert names(_failed("commit", "coordinator:0", "InvalidTxnStatus")) == {"refused-while-open": 1}
     # the official client's names, as ``txnmodel record`` writes them
     for error in ("InvalidTxnStatusError", "NotAllowedError", "ProducerQueueIsFull"):
         assert names(_failed("send", PART, error)) == {}, error
@@ -604,3 +608,69 @@ def test_verify_passes_the_coordinators_reloads_to_the_oracle() -> None:
     assert stretched, "the history no longer has an end that a coordinator reload delayed"
     rows = check_histories({"h": ops}, "test", VerifyOptions(counterexamples=False))
     assert {row.checker: row.verdict for row in rows}["delivery"] == "ok", [r.detail for r in rows]
+
+
+def test_a_cumulative_ack_on_a_shared_subscription_deletes_nothing() -> None:
+    """PA-10: the broker answers a cumulative ack on a Shared or Key_Shared subscription with
+    success and does nothing, so what it would have covered may come again."""
+    for sub_type, expected in (("Shared", {}), ("Key_Shared", {}), ("Exclusive", {"redelivered-after-ack": 1})):
+        h = H()
+        h.subscribe(sub_type=sub_type)
+        h.send("m0", (0, 0), 1)
+        h.send("m1", (0, 1), 1)
+        h.receive("m0", (0, 0), 5, 6)
+        h.receive("m1", (0, 1), 7, 8)
+        h.op("ack_cumulative", SUB, {"position": [0, 1], "txn": None}, None, 9, 11)
+        h.receive("m0", (0, 0), 20, 21)
+        assert names(h) == expected, sub_type
+
+
+# --- refused-while-open, aborted-commit (TC-38) -----------------------------------------------------
+
+
+def _open_txn(*ops: tuple[str, dict[str, object], object, int, int, str | None]) -> H:
+    """Txn (0,1) opened at 10 with a 1,000 ms timeout, then ``ops`` (f, value, result, at, done, error)."""
+    h = H()
+    h.new_txn((0, 1), 10, timeout=1_000, process=9)
+    for f, value, result, at, done, error in ops:
+        obj = PART if f == "send" else TC_OBJ if f in ("commit", "abort") else SUB
+        kind = OpType.OK if error is None else OpType.FAIL
+        made = make_operation(
+            "h", len(h.ops), 9, kind, f, obj, value, result, invoked_at=at, completed_at=done, error=error
+        )
+        h.ops.append(made)
+    return h
+
+
+TC_OBJ = "coordinator:0"
+SEND = {"message": "m", "txn": [0, 1]}
+
+
+def test_refused_while_open_flags_a_send_refused_while_the_txn_was_open() -> None:
+    refused = _open_txn(("send", SEND, None, 20, 21, "InvalidTxnStatus"))
+    assert names(refused) == {"refused-while-open": 1}
+    late = _open_txn(("send", SEND, None, 2_000, 2_001, "InvalidTxnStatus"))  # past the timeout
+    assert names(late) == {}
+    # Soak, multi seed 17: a send invoked while the txn was open, whose ADD_PARTITION the coordinator
+    # reached only after the txn's timeout (a late log append) and refused; judged by its answer
+    answered_late = _open_txn(("send", SEND, None, 20, 1_500, "InvalidTxnStatus"))
+    assert names(answered_late) == {}
+    assert names(_open_txn(("send", SEND, None, 20, 1_009, "InvalidTxnStatus"))) == {"refused-while-open": 1}
+    after_end = _open_txn(
+        ("commit", {"txn": [0, 1]}, None, 20, 30, None), ("send", SEND, None, 40, 41, "InvalidTxnStatus")
+    )
+    assert names(after_end) == {}  # refused once an end was invoked: TC-31
+
+
+def test_refused_while_open_flags_a_first_end_refused() -> None:
+    assert names(_open_txn(("commit", {"txn": [0, 1]}, None, 20, 21, "InvalidTxnStatus"))) == {"refused-while-open": 1}
+    # an END_TXN the coordinator answered after the txn's timeout could have aborted it
+    assert names(_open_txn(("commit", {"txn": [0, 1]}, None, 20, 1_010, "InvalidTxnStatus"))) == {}
+
+
+def test_aborted_commit_needs_a_failed_operation() -> None:
+    sent = ("send", SEND, {"position": [0, 0]}, 20, 22, None)
+    commit = ("commit", {"txn": [0, 1]}, None, 30, 40, "TransactionHasOperationFailed")
+    assert names(_open_txn(sent, commit)) == {"aborted-commit": 1}
+    failed = ("send", SEND, None, 20, 22, "TransactionConflict")
+    assert names(_open_txn(failed, commit)) == {}

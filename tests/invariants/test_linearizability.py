@@ -448,3 +448,31 @@ def test_without_cython_the_search_runs_on_the_stub(monkeypatch: pytest.MonkeyPa
             lin._wgl = saved
         results.append((found.verdict, found.steps, found.linearization, found.blocked))
     assert results[0] == results[1]
+
+
+class _Witnessed(CasRegister):
+    """A register whose recorder vouches for an order (``witness_order``): here, index order."""
+
+    def witness_order(self, ops: list[Operation]) -> list[int]:
+        return sorted(range(len(ops)), key=lambda i: ops[i].index)
+
+
+def test_a_witness_the_model_accepts_is_the_linearization() -> None:
+    # 24 writes at one instant and reads between them: the witness decides in one pass.
+    ops = [reg(i, i, "write", i, None, 5, 5) for i in range(24)] + [reg(24, 30, "read", None, 23, 5, 5)]
+    result = check_object(_Witnessed(), ops)
+    assert result.verdict is Verdict.OK and result.steps == len(ops)
+    assert list(result.linearization) == list(range(25))
+
+
+def test_a_witness_that_does_not_fit_leaves_the_verdict_to_the_search() -> None:
+    # index order breaks real time (op 1 returned before op 0 was called): the search finds 1, 0.
+    ops = [reg(0, 0, "write", 1, None, 5, 6), reg(1, 1, "write", 2, None, 0, 1), reg(2, 2, "read", None, 1, 7, 8)]
+    result = check_object(_Witnessed(), ops)
+    assert result.verdict is Verdict.OK and list(result.linearization) == [1, 0, 2]
+    # the model rejects the witness (the read sees the other write), and so does every order
+    bad = [reg(0, 0, "write", 1, None, 0, 1), reg(1, 1, "write", 2, None, 2, 3), reg(2, 2, "read", None, 1, 4, 5)]
+    assert check_object(_Witnessed(), bad).verdict is Verdict.ILLEGAL
+    # rejected in index order, accepted in another that real time allows
+    swapped = [reg(0, 0, "write", 1, None, 0, 5), reg(1, 1, "write", 2, None, 0, 5), reg(2, 2, "read", None, 1, 6, 7)]
+    assert check_object(_Witnessed(), swapped).verdict is Verdict.OK

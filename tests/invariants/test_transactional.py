@@ -728,6 +728,45 @@ def test_key_shared_orders_each_sticky_key_and_shared_orders_nothing() -> None:
     assert _names(across[1:]) == {"out-of-order-delivery"}
 
 
+def test_key_shared_order_is_not_judged_across_a_change_of_consumers() -> None:
+    """A consumer of the subscription that gave an operation up reconnects: the classic dispatcher
+    hands its messages to the key's new owner behind what that one already holds, so a message that
+    waited through such a change may come after later messages of its key."""
+    sends = [_keyed(1, "a", [1, 0]), _keyed(2, "b", [1, 1]), _keyed(3, "a", [1, 2])]
+    within = [_subscribed("Key_Shared"), *sends, _got(4, "m3", [1, 2], 10), _got(5, "m1", [1, 0], 12)]
+    gave_up = op(6, 1, "commit", TC, {"txn": T1}, at=8, done=9, kind=OpType.INFO)  # the consumer's process
+    assert _names([*within, gave_up]) == set()
+    late = op(6, 1, "commit", TC, {"txn": T1}, at=20, done=30, kind=OpType.INFO)  # after both: still judged
+    assert _names([*within, late]) == {"out-of-order-delivery"}
+
+
+def test_key_shared_loss_is_not_judged_while_a_consumer_keeps_a_message() -> None:
+    """A message a Key_Shared consumer received and never acknowledged holds the mark-delete
+    position back, and with it a consumer that joined after it was read: a later message of that
+    consumer's keys may never come."""
+    shared = {"initial_position": "Earliest", "sub_type": "Key_Shared"}
+    base = [
+        op(0, 1, "subscribe", SUB, shared, at=0),
+        op(1, 0, "send", PART, {"message": "a", "txn": None}, {"position": [1, 0]}, at=1),
+        op(2, 0, "send", PART, {"message": "b", "txn": None}, {"position": [1, 1]}, at=2),
+        op(3, 1, "receive", SUB, {}, {"message": "a", "position": [1, 0]}, at=5),
+        op(4, 1, "receive", SUB, {}, None, at=20),
+    ]
+    assert _names(base) == set()  # "a" kept unacknowledged: "b" may be held back for good
+    acked = [*base[:4], op(5, 1, "ack", SUB, {"position": [1, 0], "txn": None}, at=6), base[4]]
+    assert _names(acked) == {"lost-message"}  # "a" acknowledged: nothing holds "b" back
+    ignored = [*base[:4], op(5, 1, "ack_cumulative", SUB, {"position": [1, 0], "txn": None}, at=6), base[4]]
+    assert _names(ignored) == set()  # a cumulative ack on Key_Shared acknowledges nothing (PA-10)
+
+
+def test_key_shared_late_delivery_is_not_judged_after_a_change_of_consumers() -> None:
+    keyed = {**SHARED_C, "sub_type": "Key_Shared"}
+    ops = [op(0, 2, "subscribe", SUB, keyed, at=0), *_delayed()[1:]]
+    assert set(check_transactional(ops).counts) == {"late-delivery"}
+    joined = op(4, 3, "subscribe", SUB, {**keyed, "consumer": "c"}, at=8, done=9)  # after the send
+    assert "late-delivery" not in check_transactional(renumber([*ops, joined])).counts
+
+
 def test_key_shared_routes_a_batch_by_its_first_message_key() -> None:
     # Entry 1:0 is a batch keyed "a" (its index 0) holding a "b" message at index 1: the consumer of
     # "a" gets it, so it is ordered with the "a" messages, not with "b".
@@ -845,6 +884,34 @@ def test_late_delivery_needs_a_stated_bound_and_every_consumer_idle() -> None:
     assert "late-delivery" not in _names(exclusive)
 
 
+DELAYED_A = {"message": "a", "txn": None, "deliver_at_ms": 100, "deliver_within_ms": 50}
+
+
+DELAYED_A = {"message": "a", "txn": None, "deliver_at_ms": 100, "deliver_within_ms": 50}
+
+
+def test_a_delayed_message_behind_an_open_transaction_counts_from_its_end() -> None:
+    """TB-7: the dispatcher reads no further than an open transaction's first entry, so "a" (at 1:1,
+    behind the transaction's 1:0) is due only once that transaction certainly ended."""
+
+    def history(*ends: Operation) -> list[Operation]:
+        return [
+            op(0, 2, "subscribe", SUB, SHARED_C, at=0),
+            op(1, 4, "send", PART, {"message": "t", "txn": T1}, {"position": [1, 0]}, at=1, done=2),
+            op(2, 0, "send", PART, DELAYED_A, {"position": [1, 1]}, at=5),
+            op(3, 2, "receive", SUB, {"consumer": "c"}, None, at=200, done=210),
+            op(4, 2, "receive", SUB, {"consumer": "c"}, {"message": "a", "position": [1, 1]}, at=290, done=300),
+            *ends,
+        ]
+
+    commit = op(5, 4, "commit", TC, {"txn": T1}, at=180, done=260)
+    assert check_transactional(history(commit)).ok  # readable from 260: the idle receive at 200 is early
+    early = op(5, 4, "commit", TC, {"txn": T1}, at=20, done=40)
+    assert "late-delivery" in check_transactional(history(early)).counts  # ("t" is lost, too)
+    # a transaction the history never saw end holds "a" back for good: not judged
+    assert "late-delivery" not in check_transactional(history()).counts
+
+
 def test_a_non_strict_broker_may_deliver_one_tick_early() -> None:
     early = [
         op(
@@ -890,6 +957,44 @@ def test_lost_redelivery_after_a_negative_ack() -> None:
     )
     assert check_transactional([*_nacked(), back]).ok  # redelivered before the consumer went idle
     assert check_transactional(_nacked(bound=1000)).ok  # the idle receive came inside the bound
+
+
+def test_a_message_acknowledged_after_it_was_given_back_is_owed_nothing() -> None:
+    # an Exclusive consumer's cumulative ack past "a" deletes it: no redelivery is owed
+    excl = {**SHARED_C, "sub_type": "Exclusive"}
+    ops = [
+        op(o.index, o.process, "subscribe", SUB, excl, at=o.invoked_at) if o.f == "subscribe" else o for o in _nacked()
+    ]
+    cumulative = op(5, 2, "ack_cumulative", SUB, {"position": [1, 1], "txn": None, "consumer": "c"}, at=30)
+    assert set(check_transactional(ops).counts) == {"lost-redelivery"}
+    assert check_transactional([*ops, cumulative]).ok
+    # on a Shared subscription the broker ignores a cumulative ack (PA-10): still owed
+    assert set(check_transactional([*_nacked(), cumulative]).counts) == {"lost-redelivery"}
+
+
+def test_missing_redelivery_of_a_message_acknowledged_outside_the_transaction() -> None:
+    from invariants.transactional import REDELIVERY_BOUND_MS
+
+    late = op(6, 1, "receive", SUB, {}, None, at=11 + REDELIVERY_BOUND_MS)
+    plain = op(5, 1, "ack", SUB, {"position": [1, 0], "txn": None}, at=9)  # PA-11: the cursor wins
+    assert set(check_transactional(_acked_then_aborted(late)).counts) == {"missing-redelivery"}
+    assert check_transactional(_acked_then_aborted(plain, late)).ok
+
+
+def test_a_cumulative_transactional_ack_on_a_shared_subscription_deletes_nothing() -> None:
+    """PA-10: committed, it still acknowledged nothing, so "a" coming again is no duplicate."""
+    shared = {"initial_position": "Earliest", "sub_type": "Shared"}
+    ops = [
+        op(0, 0, "send", PART, {"message": "a", "txn": None}, {"position": [1, 0]}, at=0),
+        op(1, 1, "subscribe", SUB, shared, at=1),
+        op(2, 1, "receive", SUB, {}, {"message": "a", "position": [1, 0]}, at=4),
+        op(3, 1, "ack_cumulative", SUB, {"position": [1, 0], "txn": T2}, at=6),
+        op(4, 1, "commit", TC, {"txn": T2}, at=8, done=11),
+        op(5, 1, "receive", SUB, {}, {"message": "a", "position": [1, 0], "redelivery_count": 1}, at=20),
+    ]
+    assert "duplicate-after-commit" not in check_transactional(ops).counts
+    excl = [ops[0], op(1, 1, "subscribe", SUB, EXCL, at=1), *ops[2:]]
+    assert "duplicate-after-commit" in check_transactional(excl).counts
 
 
 def test_lost_redelivery_after_the_ack_timeout() -> None:

@@ -3,9 +3,12 @@ and the same bounds pass without it (docs/known_bugs.md, "Model checking")."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from tests.known_bugs.catalogue import MUTANTS
+from tests.known_bugs.catalogue import MUTANTS, applied
 from tests.known_bugs.check_probes import CHECK_PROBES, NOT_REACHED, check_detection
 
 
@@ -28,3 +31,23 @@ def test_the_two_the_bulk_checker_misses() -> None:
     assert ("liveness", "ends-everywhere") in {(k, n) for k, n, _ in end["violations"]}
     recovery = check_detection(by_name["recovery-keeps-snapshot-mrp"])
     assert (recovery["kind"], recovery["property"]) == ("safety", "buffer-recovers-live")
+
+
+def test_a_component_that_appears_mid_trace_is_written(tmp_path: Path) -> None:
+    """The non-strict cutoff's counterexample: the subscription's delayed tracker first exists
+    part-way through the trace.  ``txnmodel check`` writes it (the trace's ``initial`` names the
+    tracker, null until it exists), and the viewer's loader reads it back."""
+    from proofs.check.trace_format import Trace
+    from txnmodel.commands.check import check_models, write_counterexamples
+
+    mutant = {m.name: m for m in MUTANTS}["non-strict-cutoff"]
+    with applied(mutant):
+        (run,) = check_models(["delayed"], {"crash_partition": 0})
+    assert run.result.violations
+    (folder,) = write_counterexamples(run, tmp_path)
+    document = json.loads((Path(folder) / "trace.json").read_text(encoding="utf-8"))
+    trackers = [name for name in document["initial"] if name.startswith("tracker:")]
+    assert trackers and all(document["initial"][name] is None for name in trackers)
+    trace = Trace.from_json(document)
+    assert any(trace.steps[-1].states[name] is not None for name in trackers)
+    assert (Path(folder) / "trace.html").is_file() and (Path(folder) / "history.jsonl").is_file()

@@ -88,6 +88,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--partitions", type=positive_int, default=2, help="partitions of each topic")
     parser.add_argument("--faults", choices=("on", "off"), default="on")
     _add_variants(parser, engine)
+    _add_reach_variants(parser)
     _disk_arguments(parser)
     parser.add_argument(
         "--jobs", type=positive_int, default=1, metavar="N", help="run N histories at once (processes; default 1)"
@@ -192,6 +193,42 @@ def _add_variants(parser: argparse.ArgumentParser, engine: ModuleType) -> None:
     )
 
 
+def _add_reach_variants(parser: argparse.ArgumentParser) -> None:
+    """The variants that take the machines' branches the others leave (issue 32): liveness bounds, small
+    limits, every ack an application may send, and clients that do not wait for one operation."""
+    parser.add_argument(
+        "--bounds",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="the clients state liveness bounds: consumers are named in every operation, delayed sends outside a "
+        "transaction state deliver_within_ms, and readers give some messages back by negative ack stating "
+        "redeliver_within_ms (judged by late-delivery and lost-redelivery); mixed: seeds = 2 mod 4",
+    )
+    parser.add_argument(
+        "--limits",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="small size and count limits in broker.conf: segmented transaction-buffer snapshots in 64-byte "
+        "segments taken every other move of maxReadPosition, PIP-160 batches flushed at 2 records or 64 bytes, at "
+        "most 6 open transactions per coordinator (its runs go to <workload>-limits.parquet); mixed: seeds = 1 mod 6",
+    )
+    parser.add_argument(
+        "--acks",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="readers acknowledge in every way an application may: individually, cumulatively, twice, in a "
+        "transaction that commits or aborts, and against another transaction holding the message; mixed: seeds = "
+        "0 mod 3",
+    )
+    parser.add_argument(
+        "--pipelined",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="the ctp workload: a processor does not wait for one operation before the next (it sends from a second "
+        "session, acknowledges meanwhile and commits while the send is in flight); mixed: seeds = 0 mod 4",
+    )
+
+
 def _disk_arguments(parser: argparse.ArgumentParser) -> None:
     """File ledgers' disk: real or simulated, the journal's group commit, the simulated disk's size."""
     parser.add_argument(
@@ -248,6 +285,10 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         shared_delayed=args.shared_delayed,
         readers=args.readers,
         reread=args.reread,
+        bounds=args.bounds,
+        acks=args.acks,
+        limits=args.limits,
+        pipelined=args.pipelined,
         disk=args.disk,
         group_commit_ms=args.group_commit,
         disk_capacity=args.disk_capacity,
@@ -515,6 +556,10 @@ def reproduce_argv(run: Mapping[str, Any]) -> list[str] | None:
             "--shared-delayed", on_off(run.get("shared_delayed", False)),
             "--readers", on_off(run.get("readers", False)),
             "--reread", on_off(run.get("reread", False)),
+            "--bounds", on_off(run.get("bounds", False)),
+            "--acks", on_off(run.get("acks", False)),
+            "--limits", on_off(run.get("limits", False)),
+            "--pipelined", on_off(run.get("pipelined", False)),
             "--deadline", str(run["deadline_ms"]),
         ]  # fmt: skip
     except KeyError:

@@ -20,7 +20,8 @@ def _reread(seed: int) -> RunSpec:
 def test_reread_recovers_every_input_and_its_processors_read_it_again() -> None:
     spec = _reread(2)
     assert spec.broker_config().transaction_pending_ack_log_index_min_lag == REREAD_INDEX_LAG
-    assert file_stem(spec) == "ctp-reread" and file_stem(main_job_spec("ctp", 1, 30)) == "ctp"
+    assert file_stem(spec) == "ctp-reread" and file_stem(main_job_spec("ctp", 3, 30)) == "ctp"
+    assert file_stem(main_job_spec("ctp", 1, 30)) == "ctp-limits"  # limits: seeds = 1 mod 6
     # the main job: seeds = 2 mod 3, two of the mutation report's first five seeds
     assert [main_job_spec("ctp", seed).rereads for seed in range(1, 7)] == [False, True, False, False, True, False]
     result = run(spec)
