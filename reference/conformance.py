@@ -1,7 +1,7 @@
 """Run conformance vectors against the reference machines: the pure part.
 
 Each reference module that has vectors exports ``VECTORS``, a :class:`MachineVectors` naming its
-command classes and observers.  :func:`run_vector` is generic: it decodes each step's arguments
+command classes and observers.  :func:`reference.sessions.run_vector` is generic: it decodes each step's arguments
 through the command class's type hints (``spec.jsonvalues``), steps the pure machine and compares
 the JSON spelling of what happened with what the vector expects.  It takes an already parsed,
 schema-checked vector; reading and validating files is the command line's job
@@ -17,23 +17,26 @@ import json
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, get_type_hints
 
 from spec.config import Config
-from spec.errors import BadConfig, BadVector
 from spec.jsonvalues import JsonError, from_json, to_json
 from spec.machines import machine_info
 from spec.result import Err, Ok
 
 __all__ = [
+    "REFUSED",
     "MachineVectors",
+    "Mismatch",
     "RecoveryDiverged",
     "VectorResult",
+    "compare_expect",
+    "decode_args",
     "decoded_log_records",
     "describe_result",
+    "machine_vectors",
     "matches",
-    "run_vector",
+    "refusal",
 ]
 
 
@@ -158,6 +161,11 @@ def _machine_vectors(machine: str) -> MachineVectors | None:
     return vectors if isinstance(vectors, MachineVectors) else None
 
 
+def machine_vectors(machine: str) -> MachineVectors | None:
+    """The ``VECTORS`` adapter of ``machine``'s reference module, None when it has none."""
+    return _machine_vectors(machine)
+
+
 def describe_result(result: Ok[Any] | Err) -> dict[str, Any]:
     """The JSON spelling of a step's result that vectors compare against."""
     if isinstance(result, Ok):
@@ -186,7 +194,7 @@ def matches(expected: Any, actual: Any) -> bool:
     return bool(expected == actual)
 
 
-def _decode_args(fn: Callable[..., Any], args: Mapping[str, Any], where: str) -> dict[str, Any]:
+def decode_args(fn: Callable[..., Any], args: Mapping[str, Any], where: str) -> dict[str, Any]:
     hints = get_type_hints(fn)
     params = list(inspect.signature(fn).parameters.values())[1:]
     names = {p.name for p in params}
@@ -205,93 +213,15 @@ def _decode_args(fn: Callable[..., Any], args: Mapping[str, Any], where: str) ->
 # A machine raises only on a command or query outside its domain (a position no ledger can hold, a
 # count past what Pulsar's 64-bit fields store, an unknown error name): the vector asked for
 # something its schema cannot rule out, so these are the vector's fault, not a mismatch.
-_REFUSED = (ValueError, OverflowError, KeyError, struct.error)
+REFUSED = (ValueError, OverflowError, KeyError, struct.error)
 
 
-def _refusal(exc: Exception) -> str:
+def refusal(exc: Exception) -> str:
     return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
 
 
-def run_vector(path: Path, data: Mapping[str, Any], *, where: str | None = None) -> VectorResult:
-    """Run one (schema-valid) vector.  Input problems raise :class:`BadVector`."""
-    label = where or str(path)
-    machine = data["machine"]
-    steps: Sequence[Mapping[str, Any]] = data["steps"]
-    adapter = _machine_vectors(machine)
-    if adapter is None:
-        return VectorResult(
-            label,
-            data["id"],
-            machine,
-            len(steps),
-            False,
-            Mismatch(0, "-", "machine", f"reference.{machine_info(machine).module} with VECTORS", "not implemented"),
-        )
-    try:
-        config = Config().with_overrides(data.get("config", {}))
-    except BadConfig as exc:
-        raise BadVector(f"$.config: {exc}", where=label) from None
-    try:
-        state = adapter.initial(config, data.get("init", {}))
-    except (JsonError, ValueError, TypeError, KeyError) as exc:
-        raise BadVector(f"$.init: {exc}", where=label) from None
-    for index, step in enumerate(steps):
-        name = step["command"]
-        command_type = adapter.commands.get(name)
-        if command_type is None:
-            known = ", ".join(sorted(adapter.commands))
-            raise BadVector(f"$.steps[{index}].command: {machine} has no command {name!r}; known: {known}", where=label)
-        try:
-            command = from_json(step.get("args", {}), command_type, f"$.steps[{index}].args")
-        except JsonError as exc:
-            raise BadVector(str(exc), where=label) from None
-        try:
-            state, result = adapter.step(state, command)
-        except _REFUSED as exc:
-            raise BadVector(
-                f"$.steps[{index}].args: {name} refused by the reference: {_refusal(exc)}", where=label
-            ) from None
-        actual = describe_result(result)
-        expect = step.get("expect")
-        if expect is not None:
-            mismatch = _compare_expect(index, name, expect, actual)
-            if mismatch is not None:
-                return VectorResult(label, data["id"], machine, len(steps), False, mismatch)
-        for check_index, check in enumerate(step.get("check", [])):
-            observer = adapter.observers.get(check["observe"])
-            if observer is None:
-                known = ", ".join(sorted(adapter.observers))
-                raise BadVector(
-                    f"$.steps[{index}].check[{check_index}].observe: {machine} has no observer "
-                    f"{check['observe']!r}; known: {known}",
-                    where=label,
-                )
-            try:
-                kwargs = _decode_args(observer, check.get("args", {}), f"$.steps[{index}].check[{check_index}].args")
-            except JsonError as exc:
-                raise BadVector(str(exc), where=label) from None
-            try:
-                observed = to_json(observer(state, **kwargs))
-            except _REFUSED as exc:
-                raise BadVector(
-                    f"$.steps[{index}].check[{check_index}].args: {check['observe']} refused by the reference: "
-                    f"{_refusal(exc)}",
-                    where=label,
-                ) from None
-            if not matches(check["equals"], observed):
-                what = f"observe {check['observe']}({json.dumps(check.get('args', {}))})"
-                return VectorResult(
-                    label,
-                    data["id"],
-                    machine,
-                    len(steps),
-                    False,
-                    Mismatch(index, name, what, check["equals"], observed),
-                )
-    return VectorResult(label, data["id"], machine, len(steps), True)
-
-
-def _compare_expect(index: int, name: str, expect: Any, actual: dict[str, Any]) -> Mismatch | None:
+def compare_expect(index: int, name: str, expect: Any, actual: dict[str, Any]) -> Mismatch | None:
+    """A step's ``expect`` against the result it got (``describe_result``'s spelling)."""
     if expect == "ok":
         if "ok" in actual:
             return None
