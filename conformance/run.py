@@ -24,12 +24,12 @@ from conformance.differential import (
     explore,
     minimized,
 )
-from conformance.implementation import Channel, ImplementationFailed
+from conformance.implementation import Channel, ImplementationFailed, ProtocolBroken
 from conformance.strategies.base import Setup
 from conformance.vectors import VectorOutcome, run_vectors, vector_files
 from spec import conform as protocol
 
-__all__ = ["STARTUP_SECONDS", "Options", "Progress", "Report", "Silent", "conform"]
+__all__ = ["STARTUP_SECONDS", "Options", "Progress", "Report", "Silent", "conform", "load_vectors"]
 
 #: The handshake's time limit: a JVM or an interpreter loading its modules may take a while.
 STARTUP_SECONDS = 60.0
@@ -108,15 +108,28 @@ class Silent:
         pass
 
 
-def conform(options: Options, channel: Channel, progress: Progress | None = None) -> Report:
-    """Check the implementation on ``channel`` (closed at the end).  Bad vector files raise
-    :class:`spec.errors.BadVector`."""
+def load_vectors(options: Options) -> list[tuple[Path, dict[str, Any]]]:
+    """The machine's vector files, read and checked before anything is started (bad ones raise
+    :class:`spec.errors.BadVector`)."""
+    paths = options.vectors if options.vectors is not None else [str(DEFAULT_VECTORS / options.machine)]
+    return vector_files(options.machine, paths)
+
+
+def conform(
+    options: Options,
+    channel: Channel,
+    progress: Progress | None = None,
+    vectors: list[tuple[Path, dict[str, Any]]] | None = None,
+) -> Report:
+    """Check the implementation on ``channel`` (closed at the end); ``vectors`` as
+    :func:`load_vectors` reads them (read here when not given)."""
     progress = progress or Silent()
     report = Report(options.machine, options.implementation)
     try:
+        files = load_vectors(options) if vectors is None else vectors
         hello = _handshake(channel, options.machine)
         report.implementation = hello.implementation or options.implementation
-        _vectors_phase(options, channel, hello, report, progress)
+        _vectors_phase(files, channel, hello, report, progress)
         _property_phase(options, channel, hello, report, progress)
     except ImplementationFailed as exc:
         report.verdict, report.message = "implementation-failed", str(exc)
@@ -130,16 +143,16 @@ def _handshake(channel: Channel, machine: str) -> protocol.Hello:
     try:
         return protocol.check_hello(answer, machine)
     except protocol.ProtocolError as exc:
-        from conformance.implementation import ProtocolBroken
-
         raise ProtocolBroken(f"the answer to hello: {exc}") from None
 
 
 def _vectors_phase(
-    options: Options, channel: Channel, hello: protocol.Hello, report: Report, progress: Progress
+    files: list[tuple[Path, dict[str, Any]]],
+    channel: Channel,
+    hello: protocol.Hello,
+    report: Report,
+    progress: Progress,
 ) -> None:
-    paths = options.vectors if options.vectors is not None else [str(DEFAULT_VECTORS / options.machine)]
-    files = vector_files(options.machine, paths)
     try:
         report.vectors = run_vectors(channel, hello, files, progress.vectors(len(files)))
     finally:

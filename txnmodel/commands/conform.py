@@ -47,7 +47,7 @@ def cmd_conform(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace, argv: list[str]) -> int:
     from conformance.implementation import Subprocess
-    from conformance.run import Options, conform
+    from conformance.run import Options, conform, load_vectors
 
     options = Options(
         machine=args.machine,
@@ -59,17 +59,18 @@ def _check(args: argparse.Namespace, argv: list[str]) -> int:
         out=Path(args.out),
     )
     try:
+        vectors = load_vectors(options)
+    except InputError as exc:
+        print(f"txnmodel conform: invalid input: {one_line(str(exc))}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
         channel = Subprocess(argv, timeout=args.step_timeout)
     except OSError as exc:
         print(f"txnmodel conform: --impl: cannot start {argv[0]!r}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     with ExitStack() as stack:
         progress = stack.enter_context(_progress(enabled=not args.json and not args.no_progress))
-        try:
-            report = conform(options, channel, progress)
-        except InputError as exc:
-            print(f"txnmodel conform: invalid input: {one_line(str(exc))}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+        report = conform(options, channel, progress, vectors)
     if args.json:
         print_json(report.to_json())
     else:
