@@ -13,11 +13,12 @@ statement, constant).  For a seeded sample of ``--per-machine`` mutants of each 
   and the generated runs (traced once, unmutated, over the witness seeds' runs); a mutant that is
   never reached cannot change an answer on these inputs and is not judged further;
 * **changes an answer**: some step's answer (its result, effects, or an observation after it)
-  differs from the unmutated reference's, or a step raises or never returns.  The witnesses, each
-  independent of the judged run: the machine's vectors run on the mutated reference; a deeper
-  search in process (``--witness-seeds`` x ``--witness-examples`` generated runs of up to 50 steps,
-  the unmutated reference on one side, the mutated one on the other, both behind the protocol's JSON);
-  and the judged ``conform`` run itself (a difference it finds is a witness too);
+  differs from the unmutated reference's, or a step raises or never returns.  The witnesses: the
+  judged ``conform`` run itself (a difference it finds is one), and, for a mutant it did not kill,
+  the machine's vectors run on the mutated reference and a deeper search in process
+  (``--witness-seeds`` x ``--witness-examples`` generated runs of up to 50 steps, other seeds than
+  conform's, the unmutated reference on one side and the mutated one on the other, both behind the
+  protocol's JSON);
 * **killed**: ``txnmodel conform --machine M --impl "<the mutant served>"`` at its defaults (seed 0,
   100 generated runs, 30 steps at most, a 10 s step limit) exits 1.  Its counterexample's length
   (vector steps; a crash is two) is recorded for the kills whose property phase found one.
@@ -169,32 +170,44 @@ def _child_witness(spec: str, seeds: list[int], examples: int) -> None:
 
 
 def judge(mutant: Mutant, args: argparse.Namespace) -> dict[str, Any]:
+    """The judged ``conform`` run first; the witnesses only for a mutant it did not kill (a kill is
+    its own witness: conform saw an answer differ)."""
     row: dict[str, Any] = {"id": mutant.id, "describe": mutant.describe(), "operator": mutant.operator}
-    started = time.monotonic()
+    row.update(_conform_run(mutant, args))
+    row["witness"] = {"changes": True, "by": "conform", "detail": row["message"][:200]}
+    row["witness_seconds"] = 0.0
+    if not row["killed"]:
+        started = time.monotonic()
+        row["witness"] = _witness_run(mutant, args)
+        row["witness_seconds"] = round(time.monotonic() - started, 1)
+    row["changes"] = bool(row["witness"]["changes"])
+    return row
+
+
+def _witness_run(mutant: Mutant, args: argparse.Namespace) -> dict[str, Any]:
+    command = [
+        PYTHON,
+        __file__,
+        "--witness-of",
+        mutant.id,
+        "--witness-seeds",
+        args.witness_seeds,
+        "--witness-examples",
+        str(args.witness_examples),
+    ]
     try:
-        found = subprocess.run(
-            [
-                PYTHON,
-                __file__,
-                "--witness-of",
-                mutant.id,
-                "--witness-seeds",
-                args.witness_seeds,
-                "--witness-examples",
-                str(args.witness_examples),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=args.timeout,
-            cwd=ROOT,
-        )
-        row["witness"] = json.loads(found.stdout.strip().splitlines()[-1]) if found.returncode == 0 else None
-        if row["witness"] is None:
-            row["witness"] = {"changes": True, "by": "search raised", "detail": found.stderr.strip()[-200:]}
+        found = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
-        row["witness"] = {"changes": True, "by": "search never returned", "detail": f"over {args.timeout} s"}
-    row["witness_seconds"] = round(time.monotonic() - started, 1)
+        return {"changes": True, "by": "search never returned", "detail": f"over {args.timeout} s"}
+    if found.returncode != 0 or not found.stdout.strip():
+        return {"changes": True, "by": "search raised", "detail": found.stderr.strip()[-200:]}
+    result: dict[str, Any] = json.loads(found.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _conform_run(mutant: Mutant, args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
+    row: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="conform-power-") as out:
         command = [
             str(ROOT / ".venv" / "bin" / "txnmodel"),
@@ -222,7 +235,6 @@ def judge(mutant: Mutant, args: argparse.Namespace) -> dict[str, Any]:
     counterexample = report.get("counterexample") if report else None
     row["steps"] = counterexample["steps"] if counterexample else None
     row["message"] = (report or {}).get("message", "")[:300]
-    row["changes"] = bool(row["witness"]["changes"]) or row["killed"]
     return row
 
 

@@ -1,8 +1,9 @@
 """A client transaction object (TC-29 .. TC-36 of spec/rules/coordinator.md), written from the rules.
 
-It stands for "your implementation" in docs/conform.md: plain Python, no txnmodel import.  Each
-method returns ``(value, effects)`` or raises :class:`Refused` with an error name; effects are
-dicts spelled as the vectors spell them.
+It stands for "your implementation" in docs/conform.md: plain Python, no txnmodel import.  Its
+methods are named after the machine's commands and observers (docs/spec/conform-vocabulary.md), so
+the adapter calls them by name.  A command returns ``(value, effects)`` or raises :class:`Refused`
+with an error name; effects are dicts spelled as the vectors spell them.
 """
 
 
@@ -14,13 +15,13 @@ class Refused(Exception):
 
 class ClientTxn:
     def __init__(self, txn_id, timeout_ms):
-        self.txn_id, self.timeout_ms, self.state = txn_id, timeout_ms, "OPEN"
+        self.txn_id, self.timeout_ms, self._state = txn_id, timeout_ms, "OPEN"
         self.topics, self.subscriptions, self.pending, self.failed = set(), set(), 0, False
         self.end_action, self.end_sent, self.commit_became_abort = None, False, False
 
     def _only(self, *states):
-        if self.state not in states:
-            raise Refused("InvalidTxnStatus", f"expected {' or '.join(states)}, the txn is {self.state}")
+        if self._state not in states:
+            raise Refused("InvalidTxnStatus", f"expected {' or '.join(states)}, the txn is {self._state}")
 
     def send(self, topic):  # TC-30, TC-31: register a topic once
         self._only("OPEN")
@@ -45,35 +46,55 @@ class ClientTxn:
 
     def _maybe_end(self):
         if self.end_action is None or self.end_sent or self.pending:
-            return self.state, []
+            return self._state, []
         if self.end_action == "COMMIT" and self.failed:
-            self.state, self.end_action, self.commit_became_abort = "ABORTING", "ABORT", True
+            self._state, self.end_action, self.commit_became_abort = "ABORTING", "ABORT", True
         self.end_sent = True
-        return self.state, [{"@type": "SendEndTxn", "txn_id": self.txn_id, "action": self.end_action}]
+        return self._state, [{"@type": "SendEndTxn", "txn_id": self.txn_id, "action": self.end_action}]
 
-    def end(self, action):  # TC-32, TC-33, TC-35
+    def commit(self):
+        return self._end("COMMIT")
+
+    def abort(self):
+        return self._end("ABORT")
+
+    def _end(self, action):  # TC-32, TC-33, TC-35
         ending = "COMMITTING" if action == "COMMIT" else "ABORTING"
         self._only("OPEN", ending)
-        if self.state == ending and self.end_sent:  # a retry after a failed END_TXN sends it again
-            return self.state, [{"@type": "SendEndTxn", "txn_id": self.txn_id, "action": action}]
-        self.state, self.end_action = ending, action
+        if self._state == ending and self.end_sent:  # a retry after a failed END_TXN sends it again
+            return self._state, [{"@type": "SendEndTxn", "txn_id": self.txn_id, "action": action}]
+        self._state, self.end_action = ending, action
         return self._maybe_end()
 
     def end_txn_response(self, error=None):  # TC-34
-        if self.state not in ("COMMITTING", "ABORTING") or not self.end_sent:
-            raise Refused("InvalidTxnStatus", f"no END_TXN in flight, the txn is {self.state}")
+        if self._state not in ("COMMITTING", "ABORTING") or not self.end_sent:
+            raise Refused("InvalidTxnStatus", f"no END_TXN in flight, the txn is {self._state}")
         user = "COMMIT" if self.commit_became_abort else self.end_action
         if error is None:
-            self.state = "COMMITTED" if self.end_action == "COMMIT" else "ABORTED"
+            self._state = "COMMITTED" if self.end_action == "COMMIT" else "ABORTED"
             failure = "TransactionHasOperationFailed" if self.commit_became_abort else None
-            return self.state, [{"@type": "CompleteEnd", "action": user, "error": failure}]
+            return self._state, [{"@type": "CompleteEnd", "action": user, "error": failure}]
         if error == "CoordinatorNotFound":  # the TC client asks again
-            return self.state, [{"@type": "SendEndTxn", "txn_id": self.txn_id, "action": self.end_action}]
+            return self._state, [{"@type": "SendEndTxn", "txn_id": self.txn_id, "action": self.end_action}]
         if error in ("TransactionNotFound", "InvalidTxnStatus"):
-            self.state = "ERROR"
-        return self.state, [{"@type": "CompleteEnd", "action": user, "error": error}]
+            self._state = "ERROR"
+        return self._state, [{"@type": "CompleteEnd", "action": user, "error": error}]
 
     def timeout_fired(self):  # TC-36
-        if self.state == "OPEN":
-            self.state = "TIME_OUT"
-        return self.state, []
+        if self._state == "OPEN":
+            self._state = "TIME_OUT"
+        return self._state, []
+
+    # --- observers
+
+    def state(self):
+        return self._state
+
+    def pending_ops(self):
+        return self.pending
+
+    def produced_topics(self):
+        return sorted(self.topics)
+
+    def acked_subscriptions(self):
+        return [list(s) for s in sorted(self.subscriptions)]
