@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/conform_power.py [--per-machine 20] [--seed 0] [--machines coordinator,buffer]
         [--mutants coordinator:12,buffer:81] [--examples 100] [--witness-seeds 1,2,3] [--witness-examples 300]
         [--jobs 2] [--timeout 900] [--out out/bench/conform_power]
+    .venv/bin/python benchmarks/conform_power.py --known-bugs [--examples 100]
 
 The implementation under test is the reference itself, served by ``txnmodel conform
 --serve-reference`` (``conformance/serve.py``) in a child process with one mutant of
@@ -25,6 +26,10 @@ statement, constant).  For a seeded sample of ``--per-machine`` mutants of each 
 
 Writes ``OUT/report.json`` and ``OUT/report.md`` and prints the per-machine table, with the load
 average before and after.  Each mutant's work runs in child processes with a time limit.
+
+``--known-bugs`` instead serves each bug of the known-bug catalogue (``tests/known_bugs/catalogue.py``,
+``docs/known_bugs.md``: real Pulsar bugs re-created in the reference) and runs ``conform`` against
+it, writing ``OUT/known_bugs.json``.
 """
 
 from __future__ import annotations
@@ -205,7 +210,7 @@ def _witness_run(mutant: Mutant, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def _conform_run(mutant: Mutant, args: argparse.Namespace) -> dict[str, Any]:
+def _conform_run(mutant: Mutant, args: argparse.Namespace, impl: str | None = None) -> dict[str, Any]:
     started = time.monotonic()
     row: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="conform-power-") as out:
@@ -215,7 +220,7 @@ def _conform_run(mutant: Mutant, args: argparse.Namespace) -> dict[str, Any]:
             "--machine",
             mutant.machine,
             "--impl",
-            _serve_command(mutant.id, mutant.machine),
+            impl or _serve_command(mutant.id, mutant.machine),
             "--examples",
             str(args.examples),
             "--json",
@@ -236,6 +241,40 @@ def _conform_run(mutant: Mutant, args: argparse.Namespace) -> dict[str, Any]:
     row["steps"] = counterexample["steps"] if counterexample else None
     row["message"] = (report or {}).get("message", "")[:300]
     return row
+
+
+# --- the known-bug catalogue ------------------------------------------------------------------------
+
+_MACHINE_OF_MODULE = {
+    "reference.buffer": "buffer",
+    "reference.pending_ack": "pending_ack",
+    "reference.coordinator": "coordinator",
+    "reference.delayed_common": "delayed",
+}
+
+
+def known_bugs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``conform`` against each bug of ``tests/known_bugs/catalogue.py`` served in the reference."""
+    from tests.known_bugs.catalogue import MUTANTS
+
+    rows = []
+    for bug in MUTANTS:
+        module = bug.target.__module__ if isinstance(bug.target, type) else bug.target.__name__
+        machine = _MACHINE_OF_MODULE[module]
+        code = (
+            # Patched for the child's lifetime; ``applied(bug).__enter__()`` would not do, since the
+            # unreferenced context manager is collected at once and its ``finally`` restores the original.
+            "import sys; from tests.known_bugs.catalogue import MUTANTS; "
+            f"bug = next(m for m in MUTANTS if m.name == {bug.name!r}); "
+            "setattr(bug.target, bug.attribute, bug.make(bug.current())); "
+            f"from conformance.serve import serve; sys.exit(serve({machine!r}, sys.stdin.buffer, sys.stdout.buffer))"
+        )
+        mutant = Mutant(machine, module, -1, bug.attribute, 0, 0, "known bug", 0, bug.name, "")
+        row = {"bug": bug.name, "machine": machine, "where": bug.where}
+        row.update(_conform_run(mutant, args, f"{shlex.quote(PYTHON)} -c {shlex.quote(code)}"))
+        rows.append(row)
+        print(f"{bug.name} ({machine}): killed={row['killed']} steps={row['steps']} {row['message'][:160]}", flush=True)
+    return rows
 
 
 # --- the report -------------------------------------------------------------------------------------
@@ -277,8 +316,19 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=900, help="seconds for each child process")
     parser.add_argument("--out", default=str(ROOT / "out" / "bench" / "conform_power"))
+    parser.add_argument("--known-bugs", action="store_true", help="instead: conform against the known-bug catalogue")
     parser.add_argument("--witness-of", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.known_bugs:
+        rows = known_bugs(args)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "known_bugs.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+        killed = [r for r in rows if r["killed"]]
+        steps = sorted(r["steps"] for r in killed if r["steps"])
+        median = statistics.median(steps) if steps else "-"
+        print(f"{len(killed)} of {len(rows)} known bugs killed; counterexample steps {steps} (median {median})")
+        return 0
     seeds = [int(s) for s in args.witness_seeds.split(",")]
     if args.witness_of:
         _child_witness(args.witness_of, seeds, args.witness_examples)

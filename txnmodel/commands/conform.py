@@ -176,7 +176,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="PATH",
         help="vector files or folders to run first (default spec/vectors/<machine>); other machines' are ignored",
     )
-    conform.add_argument("--out", default=str(Path("out") / "conform"), help="where a counterexample goes")
+    conform.add_argument(
+        "--out", default=str(Path("out") / "conform"), help="where a counterexample goes (out/conform/<machine>/)"
+    )
     conform.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
     conform.add_argument("--no-progress", action="store_true", help="no progress on stderr (--json implies it)")
     conform.set_defaults(func=cmd_conform)
