@@ -8,7 +8,7 @@ tracker on seeds 2, 3, 6, 7, ...), on file ledgers with the journal's group comm
 (``--group-commit-ms``) and without the simulated disk's own EIO faults (a real disk has none to
 match), run three ways side by side:
 
-* ``sim``    -- the store on the simulated disk (:class:`engine.storage.disk.SimDisk`): broker
+* ``sim``    -- the store on the simulated disk (:class:`engine.simulated.disk.SimDisk`): broker
                 crashes are power cuts;
 * ``real``   -- the same store on the real disk, in a scratch folder under ``out/``;
 * ``memory`` -- the in-memory ledger, the floor (no store at all; its histories differ, as it

@@ -3,7 +3,7 @@
 Each vector file is read and checked as ``txnmodel vectors run`` reads it (bounded, schema-checked,
 then run on the reference, so a file the reference cannot run is bad input, exit 2).  Then its
 steps go to the implementation, and each answer and check is judged by the same partial-match rule
-(:func:`reference.conformance.compare_expect`, :func:`reference.conformance.matches`).  A vector
+(:func:`reference.conformance.expectation_mismatch`, :func:`reference.conformance.matches`).  A vector
 that needs a command, an observer or a crash the implementation said it lacks is skipped, with the
 reason.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.implementation import Channel
-from reference.conformance import Mismatch, compare_expect, matches
+from reference.conformance import Mismatch, expectation_mismatch, matches
 from reference.sessions import CRASH, RECOVER, run_vector
 from spec import conform
 from spec.errors import BadVector
@@ -117,7 +117,7 @@ def _run_step(channel: Channel, index: int, step: Mapping[str, Any]) -> Mismatch
     if answers[0].kind == "fail" or (expect is not None and name == CRASH and answers[0].kind != "ok"):
         return Mismatch(index, name, "result", expect if expect is not None else "ok", actual)
     if expect is not None:
-        mismatch = compare_expect(index, name, expect, actual)
+        mismatch = expectation_mismatch(index, name, expect, actual)
         if mismatch is not None:
             return mismatch
     for check, answer in zip(checks, answers[1:], strict=True):

@@ -625,7 +625,7 @@ def exactly_one_place(s: PlaceState) -> z3.BoolRef:
 
 
 def _drop_place_bit(s: PlaceState, p: int) -> PlaceState:
-    """``_drop_bit``: clear p's bit in the mutable bitmap, else in the covering bucket; a
+    """``drop_bit``: clear p's bit in the mutable bitmap, else in the covering bucket; a
     memory-mode bucket leaves with its last bit (DD-14, DD-15)."""
     mbit = list(s.mbit)
     mbit[p] = z3.BoolVal(False)

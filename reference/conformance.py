@@ -1,11 +1,15 @@
 """Run conformance vectors against the reference machines: the pure part.
 
 Each reference module that has vectors exports ``VECTORS``, a :class:`MachineVectors` naming its
-command classes and observers.  :func:`reference.sessions.run_vector` is generic: it decodes each step's arguments
-through the command class's type hints (``spec.jsonvalues``), steps the pure machine and compares
-the JSON spelling of what happened with what the vector expects.  It takes an already parsed,
-schema-checked vector; reading and validating files is the command line's job
-(``runners/vectors.py``), so nothing here does I/O.
+command classes and observers.  What running a vector needs and is the same for every machine
+lives here: decoding arguments through the command class's type hints (``spec.jsonvalues``), the
+JSON spelling of a step's result, the partial-match rule and a step's outcome.  The stepping loop
+is :func:`reference.sessions.iter_vector`, on a :class:`reference.sessions.Machine` that can also
+crash and recover; :func:`reference.sessions.run_vector` compares each step with what the vector
+expects and :func:`reference.sessions.replay_vector` returns everything each step did (what a
+transcript, :mod:`reference.transcripts`, shows).  It takes an already parsed, schema-checked
+vector; reading and validating files is the command line's job (``runners/vectors.py``), so
+nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -28,12 +32,14 @@ __all__ = [
     "REFUSED",
     "MachineVectors",
     "Mismatch",
+    "Observation",
     "RecoveryDiverged",
+    "StepOutcome",
     "VectorResult",
-    "compare_expect",
     "decode_args",
     "decoded_log_records",
     "describe_result",
+    "expectation_mismatch",
     "machine_vectors",
     "matches",
     "refusal",
@@ -220,8 +226,7 @@ def refusal(exc: Exception) -> str:
     return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
 
 
-def compare_expect(index: int, name: str, expect: Any, actual: dict[str, Any]) -> Mismatch | None:
-    """A step's ``expect`` against the result it got (``describe_result``'s spelling)."""
+def _compare_expect(index: int, name: str, expect: Any, actual: dict[str, Any]) -> Mismatch | None:
     if expect == "ok":
         if "ok" in actual:
             return None
@@ -237,3 +242,36 @@ def compare_expect(index: int, name: str, expect: Any, actual: dict[str, Any]) -
     if "effects" in expect and not matches(expect["effects"], actual["effects"]):
         return Mismatch(index, name, "effects", expect["effects"], actual["effects"])
     return None
+
+
+# -- What a step did, in full (run, replayed, transcribed) -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One observer check of a step and what the observer returned (JSON), whatever the vector
+    expected of it."""
+
+    observe: str
+    args: Mapping[str, Any]
+    observed: Any
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """Everything one step of a vector did: the command as the vector wrote it, the full result
+    (:func:`describe_result`'s spelling) and every observer check after it."""
+
+    index: int
+    command: str
+    args: Mapping[str, Any]
+    comment: str | None
+    result: Mapping[str, Any]
+    observations: tuple[Observation, ...]
+
+
+def expectation_mismatch(index: int, name: str, expect: Any, actual: Mapping[str, Any]) -> Mismatch | None:
+    """How a step's ``expect`` (``"ok"``, ``{"ok": ...}`` or ``{"error": ...}``, with optional
+    ``effects``) disagrees with a result spelled as :func:`describe_result` spells it, by the
+    vectors' partial-match rule; None when it holds."""
+    return _compare_expect(index, name, expect, dict(actual))

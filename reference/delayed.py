@@ -46,11 +46,11 @@ from reference.delayed_bucket import (
     segment_length,
     select_merge,
 )
-from reference.delayed_bucket import _boundary_owner as _boundary_owner
-from reference.delayed_bucket import _drop_bit as _drop_bit
-from reference.delayed_bucket import _load_next as _load_next
-from reference.delayed_bucket import _move_due as _move_due
-from reference.delayed_bucket import _pop_shared as _pop_shared
+from reference.delayed_bucket import boundary_owner as boundary_owner
+from reference.delayed_bucket import drop_bit as drop_bit
+from reference.delayed_bucket import load_next as load_next
+from reference.delayed_bucket import move_due as move_due
+from reference.delayed_bucket import pop_shared as pop_shared
 from reference.delayed_common import (
     ATTEMPTS,
     BUCKET_PROPERTY_PREFIX,
@@ -98,7 +98,7 @@ from spec.config import Config
 
 # Internals some tests drive one at a time, under the names they had when this module held both
 # trackers (the proofs' cross-checks step the bucket tracker's scheduling piece by piece; the
-# ``_boundary_owner`` .. ``_pop_shared`` imports above are those, too).
+# ``boundary_owner`` .. ``pop_shared`` imports above are those, too).
 _evolve, _union, _freeze, _EMPTY_BITMAPS = evolve, union, freeze, EMPTY_BITMAPS
 
 __all__ = [

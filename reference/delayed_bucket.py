@@ -99,13 +99,18 @@ __all__ = [
     "PendingCreate",
     "Step",
     "Storage",
+    "boundary_owner",
     "bucket_ranges",
     "contains_message",
     "cut_segments",
+    "drop_bit",
     "encode_metadata",
+    "load_next",
     "metadata_length",
     "metrics",
+    "move_due",
     "next_delivery_time",
+    "pop_shared",
     "recover",
     "segment_length",
     "select_merge",
@@ -549,7 +554,7 @@ def contains_message(state: BucketTracker, ledger_id: int, entry_id: int) -> boo
     return at is not None and bit_set(state.buckets[at].bitmaps, ledger_id, entry_id)
 
 
-def _drop_bit(state: BucketTracker, ledger: int, entry: int) -> tuple[BucketTracker, bool]:
+def drop_bit(state: BucketTracker, ledger: int, entry: int) -> tuple[BucketTracker, bool]:
     """Clear one tracked bit (mutable first, else the covering bucket); False when not tracked."""
     pops = _Popping(state)
     tracked = pops.drop(ledger, entry)
@@ -570,7 +575,7 @@ class _Popping:
     have been consumed, kept in the order :func:`insert_sorted` keeps; the dropped bits per place
     (-1 the mutable bucket, else a sealed bucket's index) and ledger.  :meth:`finish` makes the
     state that popping and dropping one at a time would have made.  Nothing here is a rule:
-    :func:`_get_scheduled` says which pops happen and :meth:`drop` is ``_drop_bit``'s rule.
+    :func:`_get_scheduled` says which pops happen and :meth:`drop` is ``drop_bit``'s rule.
     A memory-mode bucket that lost its last bit sets ``reshaped``: it leaves the range map, so
     the caller finishes and goes on from the new state.
     """
@@ -594,7 +599,7 @@ class _Popping:
         return self.heads[0] if self.heads else None
 
     def pop_head(self) -> None:
-        """Consume the queue's smallest index (``_pop_shared``)."""
+        """Consume the queue's smallest index (``pop_shared``)."""
         heads = self.heads
         assert heads is not None
         run = self.runs[0]
@@ -680,7 +685,7 @@ def _add(state: BucketTracker, cmd: AddMessage) -> tuple[BucketTracker, Ok[bool]
     if cmd.deliver_at < 0 or cmd.deliver_at <= cutoff:
         # Fixed order (#26230/#26251): the cutoff check comes first and forgets any bit, so a
         # message the dispatcher now delivers directly does not leak in the count.
-        state, dropped = _drop_bit(state, cmd.ledger_id, cmd.entry_id)
+        state, dropped = drop_bit(state, cmd.ledger_id, cmd.entry_id)
         if not dropped:
             return state, Ok(False)
         state, timer_effects = _update_timer(state, cmd.now_ms)
@@ -736,7 +741,7 @@ def next_delivery_time(state: BucketTracker) -> int:
     return min(ts, state.shared[0].head_ts()) if state.shared else ts
 
 
-def _move_due(state: BucketTracker, cutoff: int) -> BucketTracker:
+def move_due(state: BucketTracker, cutoff: int) -> BucketTracker:
     """DD-12: due mutable indexes move to the shared queue (their bits stay in the mutable bitmap)."""
     due, rest = split_due(state.mutable.runs, cutoff)
     if not due:
@@ -745,12 +750,12 @@ def _move_due(state: BucketTracker, cutoff: int) -> BucketTracker:
     return evolve(state, mutable=mutable, shared=insert_sorted(state.shared, run_of_keys(due)))
 
 
-def _pop_shared(state: BucketTracker) -> BucketTracker:
+def pop_shared(state: BucketTracker) -> BucketTracker:
     first = state.shared[0].advance()
     return evolve(state, shared=insert_sorted(state.shared[1:], first))
 
 
-def _load_next(state: BucketTracker, at: int) -> tuple[BucketTracker, bool, list[Effect]]:
+def load_next(state: BucketTracker, at: int) -> tuple[BucketTracker, bool, list[Effect]]:
     """DD-10/DD-19: the boundary of bucket ``at`` reached the head: load its next segment, or
     delete the bucket when there is none.  Returns (state, loaded-or-deleted, effects)."""
     b = state.buckets[at]
@@ -797,18 +802,18 @@ def _get_scheduled(state: BucketTracker, cmd: GetScheduledMessages) -> tuple[Buc
     out: set[tuple[int, int]] = set()
     n = cmd.max_messages
     effects: list[Effect] = []
-    pops = _Popping(_move_due(state, cutoff))
+    pops = _Popping(move_due(state, cutoff))
     while n > 0 and (head := pops.head()) is not None:
         state = pops.state  # what the gathered pops leave alone: buckets' ranges and boundaries
         ts, ledger, entry = unpack(head)
         below_mark = 0 <= ledger < state.mark_delete_ledger
         if ts > cutoff and not below_mark:
             break
-        at = _boundary_owner(state, head, ledger) if state.buckets else None
+        at = boundary_owner(state, head, ledger) if state.buckets else None
         if at is not None and state.buckets[at].pending_create:
             break  # DD-31: the next segment exists only once the snapshot is created
         if at is not None:
-            state, progressed, more = _load_next(pops.finish(), at)
+            state, progressed, more = load_next(pops.finish(), at)
             effects += more
             pops = _Popping(state)
             if not progressed:
@@ -827,7 +832,7 @@ def _get_scheduled(state: BucketTracker, cmd: GetScheduledMessages) -> tuple[Buc
     return state, Ok(positions, (*effects, *more))
 
 
-def _boundary_owner(state: BucketTracker, head: bytes, ledger: int | None = None) -> int | None:
+def boundary_owner(state: BucketTracker, head: bytes, ledger: int | None = None) -> int | None:
     """The sealed bucket whose loaded segment ends at ``head`` (of ``ledger``, when the caller has
     unpacked it already), if any."""
     if ledger is None:
@@ -849,7 +854,7 @@ def _update_timer(state: BucketTracker, now_ms: int) -> tuple[BucketTracker, lis
 
 def _timer_fired(state: BucketTracker, cmd: TimerFired) -> tuple[BucketTracker, Ok[bool]]:
     """DD-25: a live timer also moves the due mutable indexes to the shared queue (DD-12)."""
-    return timer_fired(state, cmd, lambda fired: _move_due(fired, fired.params.cutoff(cmd.now_ms)))
+    return timer_fired(state, cmd, lambda fired: move_due(fired, fired.params.cutoff(cmd.now_ms)))
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,8 +11,10 @@ a bad argument, a command the reference refuses as outside its domain, a step af
 :class:`Session` answers the requests of the conformance protocol (:mod:`spec.conform`) with a
 :class:`Machine`: ``txnmodel conform --serve-reference`` is this over standard input and output.
 
-:func:`run_vector` runs one vector on a :class:`Machine` (``txnmodel vectors run``, and the check
-``conform`` makes of a vector file before it sends it to an implementation).
+:func:`iter_vector` steps one vector on a :class:`Machine` and yields everything each step did, the
+one stepping loop behind :func:`run_vector` (``txnmodel vectors run``, and the check ``conform``
+makes of a vector file before it sends it to an implementation), which compares each step with the
+vector's expectations, and :func:`replay_vector` (what a transcript shows).
 
 Pure: no I/O.
 """
@@ -20,7 +22,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +30,12 @@ from reference.conformance import (
     REFUSED,
     MachineVectors,
     Mismatch,
+    Observation,
+    StepOutcome,
     VectorResult,
-    compare_expect,
     decode_args,
     describe_result,
+    expectation_mismatch,
     machine_vectors,
     matches,
     refusal,
@@ -44,7 +48,17 @@ from spec.jsonvalues import JsonError, from_json, to_json
 from spec.machines import machine_info
 from spec.result import Err, Ok
 
-__all__ = ["CRASH", "RECOVER", "Machine", "Refused", "Session", "command_name", "run_vector"]
+__all__ = [
+    "CRASH",
+    "RECOVER",
+    "Machine",
+    "Refused",
+    "Session",
+    "command_name",
+    "iter_vector",
+    "replay_vector",
+    "run_vector",
+]
 
 Result = Ok[Any] | Err
 
@@ -169,7 +183,9 @@ def command_name(adapter: MachineVectors, command: object) -> str:
 
 
 def run_vector(path: Path, data: Mapping[str, Any], *, where: str | None = None) -> VectorResult:
-    """Run one (schema-valid) vector.  Input problems raise :class:`BadVector`.
+    """Run one (schema-valid) vector: its steps as :func:`iter_vector` takes them, each compared with
+    the vector's expectations by the partial-match rule, stopping at the first mismatch.  Input
+    problems raise :class:`BadVector`.
 
     Besides the machine's commands a step may be ``crash`` (the process dies; only what the machine
     made durable is left) or ``recover`` (it loads again from that, :mod:`reference.restarts`)."""
@@ -185,44 +201,66 @@ def run_vector(path: Path, data: Mapping[str, Any], *, where: str | None = None)
             False,
             Mismatch(0, "-", "machine", f"reference.{machine_info(machine).module} with VECTORS", "not implemented"),
         )
-    try:
-        instance = Machine.start(machine, data.get("config", {}), data.get("init", {}))
-        for index, step in enumerate(steps):
-            mismatch = _run_step(instance, index, step)
-            if mismatch is not None:
-                return VectorResult(label, data["id"], machine, len(steps), False, mismatch)
-    except Refused as exc:
-        raise BadVector(str(exc), where=label) from None
+    for outcome in iter_vector(data, where=label):
+        step = steps[outcome.index]
+        expect = step.get("expect")
+        mismatch = (
+            None if expect is None else expectation_mismatch(outcome.index, outcome.command, expect, outcome.result)
+        )
+        for check, seen in zip(step.get("check", []), outcome.observations, strict=True):
+            if mismatch is None and not matches(check["equals"], seen.observed):
+                what = f"observe {check['observe']}({json.dumps(check.get('args', {}))})"
+                mismatch = Mismatch(outcome.index, outcome.command, what, check["equals"], seen.observed)
+        if mismatch is not None:
+            return VectorResult(label, data["id"], machine, len(steps), False, mismatch)
     return VectorResult(label, data["id"], machine, len(steps), True)
+
+
+def replay_vector(data: Mapping[str, Any], *, where: str) -> tuple[StepOutcome, ...]:
+    """Step a (schema-valid) vector's machine through every step and observe every check, without
+    comparing anything with the vector's expectations: what a transcript shows.  Input the
+    reference refuses raises :class:`BadVector`."""
+    return tuple(iter_vector(data, where=where))
+
+
+def iter_vector(data: Mapping[str, Any], *, where: str) -> Iterator[StepOutcome]:
+    """A vector's steps, one at a time, each with its full result and every observer check after it:
+    the one stepping loop that running a vector (:func:`run_vector`, which stops at the first
+    mismatch) and replaying it (:func:`replay_vector`) share."""
+    try:
+        instance = Machine.start(data["machine"], data.get("config", {}), data.get("init", {}))
+        for index, step in enumerate(data["steps"]):
+            yield _step_outcome(instance, index, step)
+    except Refused as exc:
+        raise BadVector(str(exc), where=where) from None
 
 
 #: The step names that are not commands of a machine: its crash and its recovery.
 CRASH, RECOVER = "crash", "recover"
 
 
-def _run_step(instance: Machine, index: int, step: Mapping[str, Any]) -> Mismatch | None:
-    """One step of a vector on ``instance``: its first mismatch, or None."""
+def _step_outcome(instance: Machine, index: int, step: Mapping[str, Any]) -> StepOutcome:
+    """One step of a vector on ``instance``, and every observer check after it."""
     name = step["command"]
+    args = step.get("args", {})
     where = f"$.steps[{index}]"
     result: Result
     if name == CRASH:
         instance.crash(where)
         result = Ok(None)
     elif name == RECOVER:
-        result = instance.recover(step.get("args", {}), where)
+        result = instance.recover(args, where)
     else:
-        result = instance.step(instance.command(name, step.get("args", {}), where), where)
-    expect = step.get("expect")
-    if expect is not None:
-        mismatch = compare_expect(index, name, expect, describe_result(result))
-        if mismatch is not None:
-            return mismatch
-    for check_index, check in enumerate(step.get("check", [])):
-        observed = instance.observe(check["observe"], check.get("args", {}), f"{where}.check[{check_index}]")
-        if not matches(check["equals"], observed):
-            what = f"observe {check['observe']}({json.dumps(check.get('args', {}))})"
-            return Mismatch(index, name, what, check["equals"], observed)
-    return None
+        result = instance.step(instance.command(name, args, where), where)
+    observations = tuple(
+        Observation(
+            check["observe"],
+            check.get("args", {}),
+            instance.observe(check["observe"], check.get("args", {}), f"{where}.check[{i}]"),
+        )
+        for i, check in enumerate(step.get("check", []))
+    )
+    return StepOutcome(index, name, args, step.get("comment"), describe_result(result), observations)
 
 
 class Session:

@@ -8,7 +8,9 @@
 
 The server (:class:`engine.serve.server.PulsarServer`) runs its loop on one background thread;
 leaving the block stops it, closes every connection and ledger, and, with ``history=DIR``, writes the
-machine-level history of the session to ``DIR/serve.parquet`` for ``txnmodel verify DIR``.
+machine-level history of the session to ``DIR/serve.parquet`` for ``txnmodel verify DIR``.  With
+``admin_port=`` (0: a free port) Pulsar's admin REST API is served too
+(:class:`engine.serve.admin.AdminServer`); :func:`start`'s handle names its URL (``admin_url``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.serve.admin import AdminServer
+from engine.serve.admin_routes import routes
 from engine.serve.faults import parse_faults
 from engine.serve.server import PulsarServer, ServerOptions
 from spec.config import Config
@@ -41,12 +45,22 @@ class ServeHandle:
     thread: threading.Thread
     history: Path | None = None
     errors: list[BaseException] = field(default_factory=list)
+    admin: AdminServer | None = None
 
     @property
     def url(self) -> str:
         return self.server.url
 
+    @property
+    def admin_url(self) -> str:
+        """The admin REST API's ``http://HOST:PORT`` (start with ``admin_port=``)."""
+        if self.admin is None:
+            raise RuntimeError("start the server with admin_port= for the admin API")
+        return self.admin.url
+
     def stop(self) -> None:
+        if self.admin is not None:
+            self.admin.stop()
         self.server.stop()
         self.thread.join(timeout=30)
         if self.thread.is_alive():
@@ -98,15 +112,16 @@ def write_history(server: PulsarServer, directory: Path, *, metadata: dict[str, 
     """Write the session's machine-level history as ``directory/<history id>.parquet`` (None: not
     recorded).  The id names the session's start (``serve-<Unix ms>``), so the sessions of a
     restarted server sit side by side in one folder."""
-    if server.recorder is None:
+    recorder = server.history.recorder
+    if recorder is None:
         return None
     from history_io.files import write_parquet
 
     if metadata is None:
         metadata = session_metadata(server)
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{server.recorder.history}.parquet"
-    write_parquet(path, {server.recorder.history: server.recorder.operations()}, metadata=metadata)
+    path = directory / f"{recorder.history}.parquet"
+    write_parquet(path, {recorder.history: recorder.operations()}, metadata=metadata)
     return path
 
 
@@ -123,8 +138,9 @@ def session_metadata(server: PulsarServer) -> dict[str, Any]:
         "fault_rates": dict(faults.rates) if faults is not None else {},
         "fault_schedule": [e.to_json() for e in faults.events] if faults is not None else [],
     }
-    assert server.recorder is not None
-    return {"version": 1, "config": config_overrides(server.config), "runs": {server.recorder.history: run}}
+    recorder = server.history.recorder
+    assert recorder is not None
+    return {"version": 1, "config": config_overrides(server.config), "runs": {recorder.history: run}}
 
 
 def start(
@@ -137,8 +153,10 @@ def start(
     seed: int = 0,
     history: str | Path | None = None,
     faults: str | dict[str, float] | None = None,
+    admin_port: int | None = None,
 ) -> ServeHandle:
-    """Start a server on a background thread; stop it with :meth:`ServeHandle.stop` then :func:`finish`."""
+    """Start a server on a background thread; stop it with :meth:`ServeHandle.stop` then :func:`finish`.
+    ``admin_port``: serve the admin REST API on it too (0: a free port; None: no admin API)."""
     options = ServerOptions(
         host=host,
         port=port,
@@ -153,6 +171,14 @@ def start(
     server = PulsarServer(options)
     server.start()
     handle = ServeHandle(server, threading.Thread(target=lambda: None), Path(history) if history else None)
+    if admin_port is not None:
+        # loopback only: it has no authentication
+        handle.admin = AdminServer(server, routes, "127.0.0.1", admin_port)
+        try:
+            handle.admin.start()
+        except OSError:
+            server.close()
+            raise
 
     def loop() -> None:
         try:

@@ -1,5 +1,5 @@
-"""The layers of :mod:`spec.layout`, checked on the source: no import crosses them upward, and no
-import circle anywhere in the product.
+"""The layers of :mod:`spec.layout`, checked on the source: no import crosses them upward, no import
+circle anywhere in the product, and no module uses another module's private (``_underscore``) names.
 
 Imports are read with ``ast`` (every one, lazy and ``TYPE_CHECKING`` ones included), so nothing is
 imported and nothing runs.  ``from package import name`` counts as importing ``package.name`` when
@@ -9,11 +9,12 @@ that is a module, else ``package`` (its ``__init__``).
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
+from invariants.graphs import strongly_connected_components
 from spec.layout import LAYERS, PACKAGES, layer_of, may_import
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +66,11 @@ def product_modules() -> dict[str, Path]:
 
 
 def import_graph(modules: Mapping[str, Path]) -> dict[str, set[str]]:
-    """Module -> the product modules it imports (a name resolved to its longest module prefix)."""
+    """Module -> the product modules it imports (a name resolved to its longest module prefix).
+
+    ``from package import submodule`` imports the submodule; the package's ``__init__`` runs first
+    whatever the spelling, as for every module of the package, so that alone is no edge to it.  A
+    module of another package is an edge to that package's ``__init__`` too (:func:`outer_packages`)."""
 
     def resolve(name: str) -> str | None:
         while name and name not in modules:
@@ -75,56 +80,33 @@ def import_graph(modules: Mapping[str, Path]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for module, path in modules.items():
         found = imported_modules(path.read_text(encoding="utf-8"), module, is_package=path.name == "__init__.py")
-        graph[module] = {t for _, name in found if (t := resolve(name)) is not None and t != module}
+        names = {name for _, name in found}
+        # a package named only as the source of submodules it is asked for: not imported for itself
+        sources = {n.rpartition(".")[0] for n in names if n in modules}
+        targets = {
+            t
+            for name in names
+            if (t := resolve(name)) is not None
+            and t != module
+            and not (name in sources and all(m.rpartition(".")[0] != name or m in modules for m in names))
+        }
+        graph[module] = targets | {p for t in targets for p in outer_packages(t, module, modules)}
     return graph
 
 
+def outer_packages(target: str, importer: str, modules: Mapping[str, Path]) -> set[str]:
+    """The packages whose ``__init__`` importing ``target`` runs first, outside the importer's own:
+    a module of another package is reached through that package's ``__init__``, and a circle
+    through it fails at import time as surely as one between modules."""
+    parts = target.split(".")
+    outer = {".".join(parts[:i]) for i in range(1, len(parts))}
+    return {p for p in outer if p in modules and not (importer == p or importer.startswith(p + "."))}
+
+
 def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan, iteratively)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(root: str) -> None:
-        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, edges = work[-1]
-            advanced = False
-            for nxt in edges:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = len(index)
-                    stack.append(nxt)
-                    on_stack.add(nxt)
-                    work.append((nxt, iter(sorted(graph[nxt]))))
-                    advanced = True
-                    break
-                if nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    found.append(sorted(component))
-
-    for module in sorted(graph):
-        if module not in index:
-            visit(module)
-    return found
+    """The import circles: strongly connected components of more than one module (the checkers'
+    own Tarjan, :func:`invariants.graphs.strongly_connected_components`)."""
+    return strongly_connected_components(graph)
 
 
 @pytest.mark.parametrize("package", PACKAGES)

@@ -3,7 +3,7 @@ checkers return (:mod:`invariants.explain`, :mod:`invariants.transactional`,
 :mod:`invariants.client_visible`).
 
 :func:`render_text` prints a linearizability counterexample; :func:`counterexample_html` makes its
-page of :mod:`views.viewer` (a time axis, one lane per process, the core and the blocked operation
+page of :mod:`views.linearizability` (a time axis, one lane per process, the core and the blocked operation
 called out, and a stepper through the longest partial linearizations with the model's state at
 each step), capped in size.  :func:`txn_html` does the same for a history's transactional
 anomalies; :func:`rendered` turns a checker's verdict row, explanation and all, into the row that
@@ -19,13 +19,16 @@ from invariants.explain import ANOMALY_RULES, Counterexample
 from invariants.transactional import TxnResult
 from invariants.verify import DeliveryExplanation, TxnExplanation, VerdictRow
 from spec.history import Operation
-from views.viewer import Caps, linearizability_page, transactional_page
+from views.linearizability import linearizability_page
+from views.page import Caps
+from views.transactional import transactional_page
 
 __all__ = [
     "MAX_HTML_BYTES",
     "MAX_HTML_OPS",
     "VERIFY_HTML_BYTES",
     "counterexample_html",
+    "counterexample_stem",
     "delivery_text",
     "render_text",
     "render_txn_text",
@@ -99,11 +102,13 @@ def render_txn_text(result: TxnResult, *, seed: int | None = None, reproduce: st
     cut = sum(result.counts.values()) - len(result.anomalies)
     if cut > 0:
         lines.append(f"  ... {cut} more not listed")
+    if result.notes:  # reported, never failing the history (invariants.queue)
+        lines.append("  informational: " + ", ".join(f"{name} x{n}" for name, n in sorted(result.notes.items())))
     return "\n".join(lines)
 
 
 def counterexample_html(cx: Counterexample, *, max_ops: int = MAX_HTML_OPS, max_bytes: int = MAX_HTML_BYTES) -> str:
-    """The interactive page of a counterexample (:func:`views.viewer.linearizability_page`)."""
+    """The interactive page of a counterexample (:func:`views.linearizability.linearizability_page`)."""
     return linearizability_page(
         history=cx.history,
         obj=cx.object,
@@ -134,17 +139,23 @@ def txn_html(
     reproduce: str | None = None,
 ) -> str:
     """A history's transactional anomalies as an interactive page
-    (:func:`views.viewer.transactional_page`)."""
+    (:func:`views.transactional.transactional_page`)."""
     return transactional_page(
         history=result.history,
         seed=seed,
         reproduce=reproduce,
         ops=ops,
-        anomalies=result.anomalies,
+        anomalies=(*result.anomalies, *result.informational),
         counts=result.counts,
         rules=ANOMALY_RULES,
         caps=Caps(max_ops=max_ops, max_bytes=max_bytes),
     )
+
+
+def counterexample_stem(row: VerdictRow) -> str:
+    """The name a verdict's counterexample goes by: its text and page files are ``<stem>.txt`` and
+    ``<stem>.html`` (:mod:`runners.verdicts`), the index links them and the report points at them."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{row.history}.{row.checker}")
 
 
 def delivery_text(explanation: DeliveryExplanation) -> str:

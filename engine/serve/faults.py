@@ -31,15 +31,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from engine.broker import BrokerFaults
-from engine.ledger_store import LedgerFaults
+from engine.broker import Broker, BrokerFaults
+from engine.ledger_store import LedgerFaults, LedgerStore
+from engine.scheduler import Simulation
+from engine.serve.connection import Connection, Network
 from engine.simulated.faults import FAULT_RATES as SIMULATOR_RATES
 from spec.pb import PulsarApi_pb2 as api
-
-if TYPE_CHECKING:
-    from engine.serve.server import PulsarServer, _Connection
 
 __all__ = ["FAULT_RATES", "FaultEvent", "ServeFaults", "awaited", "ledger_faults", "parse_faults"]
 
@@ -111,16 +110,23 @@ class FaultEvent:
 
 
 class ServeFaults:
-    """Draws every fault from the server's seeded random source and records what it injected."""
+    """Draws every fault from the server's seeded random source (its scheduler's) and records what
+    it injected.  It hits the broker and the ledger store directly, and the connections through the
+    server's :class:`~engine.serve.connection.Network`."""
 
-    def __init__(self, server: PulsarServer, rates: dict[str, float]) -> None:
-        self.server = server
+    def __init__(
+        self, rates: dict[str, float], *, sim: Simulation, broker: Broker, store: LedgerStore, network: Network
+    ) -> None:
+        self.sim = sim
+        self.broker = broker
+        self.store = store
+        self.network = network
         self.rates = rates
-        self.rng = server.sim.rng
+        self.rng = sim.rng
         self.events: list[FaultEvent] = []
         if rates.get("participant_timeout"):
-            server.broker.faults = BrokerFaults(participant_timeout=rates["participant_timeout"])
-        server.store.on_fault = lambda fault: self.injected(
+            broker.faults = BrokerFaults(participant_timeout=rates["participant_timeout"])
+        store.on_fault = lambda fault: self.injected(
             f"ledger-{fault.operation.op.value.replace('_', '-')}-failed", fault.operation.ledger
         )
         if any(rates.get(k) for k in ("broker_crash", "coordinator_crash", "topic_unload", "connection_drop")):
@@ -129,14 +135,14 @@ class ServeFaults:
     def heal(self) -> None:
         """Stop injecting (what was injected stays in :attr:`events`); a crashed broker restarts."""
         self.rates = dict.fromkeys(self.rates, 0.0)
-        self.server.store.set_faults(False)
-        self.server.broker.faults = BrokerFaults()
-        if not self.server.broker.up:
+        self.store.set_faults(False)
+        self.broker.faults = BrokerFaults()
+        if not self.broker.up:
             self._restart()
         self.injected("heal", "server")
 
     def injected(self, kind: str, target: str) -> None:
-        event = FaultEvent(self.server.sim.now, kind, target)
+        event = FaultEvent(self.sim.now, kind, target)
         self.events.append(event)
         log.info("fault %s on %s", kind, target)
 
@@ -146,28 +152,28 @@ class ServeFaults:
 
     # -- per frame --------------------------------------------------------------------------------
 
-    def drop_request(self, conn: _Connection, command: Any) -> bool:
+    def drop_request(self, conn: Connection, command: Any) -> bool:
         if not awaited(command) or not self._chance("drop_request"):
             return False
         self.injected(f"request-dropped-{T.Type.Name(command.type)}", conn.peer)
         return True
 
-    def drop_response(self, conn: _Connection, command: Any) -> bool:
+    def drop_response(self, conn: Connection, command: Any) -> bool:
         if command.type in _KEPT or not self._chance("drop_response"):
             return False
         self.injected(f"response-dropped-{T.Type.Name(command.type)}", conn.peer)
         return True
 
-    def maybe_stall(self, conn: _Connection) -> None:
+    def maybe_stall(self, conn: Connection) -> None:
         top = int(self.rates.get("max_extra_delay_ms", 0))
-        if top <= 0 or conn.stalled or self.rng.random() >= 0.1:
+        if top <= 0 or conn.holding or self.rng.random() >= 0.1:
             return
         delay = self.rng.randint(0, top)
         self.injected(f"output-held-{delay}ms", conn.peer)
-        conn.stalled = [b""]  # the marker: everything sent from now on waits behind it
-        self.server.sim.schedule(delay, conn.release)
+        conn.hold()
+        self.sim.schedule(delay, conn.release)
 
-    def txn_timeout(self, conn: _Connection, asked_ms: int) -> int:
+    def txn_timeout(self, conn: Connection, asked_ms: int) -> int:
         if not self._chance("short_txn_timeout"):
             return asked_ms
         timeout = self.rng.randint(50, 400)
@@ -177,7 +183,7 @@ class ServeFaults:
     # -- components -------------------------------------------------------------------------------
 
     def _schedule_component_fault(self) -> None:
-        self.server.sim.schedule(self.rng.randint(1000, 4000), self._component_fault)
+        self.sim.schedule(self.rng.randint(1000, 4000), self._component_fault)
 
     def _component_fault(self) -> None:
         roll = self.rng.random()
@@ -193,20 +199,20 @@ class ServeFaults:
         """Inject one component fault now: ``broker_crash``, ``coordinator_crash``, ``topic_unload``
         or ``connection_drop``.  False when there was nothing to hit (the broker or the coordinator
         already down, no loaded topic, no connection)."""
-        server, broker = self.server, self.server.broker
+        broker, sim = self.broker, self.sim
         if kind == "broker_crash":
             if not broker.up:
                 return False
             broker.crash()
-            server.disconnect_all()
+            self.network.close_all()
             self.injected("broker-crash", "broker")
-            server.sim.schedule(self.rng.randint(20, 300), self._restart)
+            sim.schedule(self.rng.randint(20, 300), self._restart)
         elif kind == "coordinator_crash":
             if not (broker.up and broker.coordinator.ready):
                 return False
             broker.coordinator.crash()
             self.injected("coordinator-crash", "coordinator")
-            server.sim.schedule(self.rng.randint(20, 300), self._reload_coordinator)
+            sim.schedule(self.rng.randint(20, 300), self._reload_coordinator)
         elif kind == "topic_unload":
             names = sorted(n for n, p in broker.partitions.items() if p.ready)
             if not (broker.up and names):
@@ -216,12 +222,12 @@ class ServeFaults:
             self.injected("topic-unload", name)
             broker.restart_later(broker.partitions[name])
         elif kind == "connection_drop":
-            connections = server.connections()
+            connections = self.network.connections()
             if not connections:
                 return False
             conn = connections[self.rng.randrange(len(connections))]
             self.injected("connection-dropped", conn.peer)
-            server.drop_connection(conn)
+            self.network.close(conn, None)
         else:
             raise ValueError(
                 f"{kind!r} is not a component fault (broker_crash, coordinator_crash, topic_unload, connection_drop)"
@@ -229,11 +235,11 @@ class ServeFaults:
         return True
 
     def _restart(self) -> None:
-        self.server.broker.restart()
+        self.broker.restart()
         self.injected("broker-restart", "broker")
 
     def _reload_coordinator(self) -> None:
-        broker = self.server.broker
+        broker = self.broker
         if broker.up and not broker.coordinator.ready:
             loaded = broker.coordinator.load()
             self.injected("coordinator-reload" if loaded else "coordinator-reload-failed", "coordinator")

@@ -33,24 +33,25 @@ durability argument and the recovery rules are in ``docs/engine/ledgers.md``; th
 Every file-system call goes through a :class:`~engine.storage.disk.FileSystem`
 (:class:`~engine.storage.disk.OsFileSystem` by default, or the simulated disk).
 
-The bytes are :mod:`engine.storage.file_format`'s and recovery is
-:mod:`engine.storage.file_recovery`'s; this module is the ledger itself, and re-exports the
-names its callers have always imported from it.
+The bytes are :mod:`engine.storage.file_format`'s, recovery is
+:mod:`engine.storage.file_recovery`'s, the ledger files and the descriptors they are read through
+are :mod:`engine.storage.ledger_files`'s, and the journal, its group commit and checkpoints are
+the store's (:mod:`engine.storage.journal_store`); this module is the ledger itself, and
+re-exports the names its callers have always imported from it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from engine.storage.disk import FileSystem, LedgerLocked, OsFileSystem, makedirs_durably
+from engine.storage.disk import FileSystem, LedgerLocked, OsFileSystem
 from engine.storage.file_format import (
     FRAME_HEADER,
     LEDGER_HEADER,
@@ -80,14 +81,14 @@ from engine.storage.file_format import (
     scan_ledger,
 )
 from engine.storage.file_recovery import (
-    FilePlan,
     RecoveryPlan,
+    RecoveryReport,
     apply_recovery,
     plan_recovery,
-    read_whole,
     write_metadata_file,
 )
 from engine.storage.journal import RecordKind, encode_entry_body
+from engine.storage.journal_store import MAX_JOURNAL_BYTES, MAX_JOURNAL_RECORDS, JournalStore
 from engine.storage.ledger import (
     Entry,
     InitialPosition,
@@ -96,14 +97,13 @@ from engine.storage.ledger import (
     LedgerWriteFailed,
     NoSuchEntry,
 )
+from engine.storage.ledger_directory import lock_directory, open_directory, private_store
+from engine.storage.ledger_files import LedgerFile, LedgerFiles, best_effort
 from engine.storage.memory_ledger import Cursor, check_cursor_name
 from reference.cursor import CursorState, initial_cursor_state
 from reference.ledger import consumed_ledgers, ledger_is_full
 from spec.config import Config
 from spec.types import LedgerInfo, Position
-
-if TYPE_CHECKING:
-    from engine.storage.file_store import FileStore
 
 __all__ = [
     "FRAME_HEADER",
@@ -144,10 +144,6 @@ __all__ = [
     "scan_ledger",
 ]
 
-# Past either bound (records or bytes in the current journal segment) the store checkpoints: every
-# ledger file written behind is synced, METADATA rewritten, and the journal starts a new segment.
-MAX_JOURNAL_RECORDS: Final = 4096
-MAX_JOURNAL_BYTES: Final = 4 << 20
 # Sealed ledgers are only read (dispatch catching up, recovery, inspection); keeping every one open would
 # cost a descriptor per ledger for the life of the handle, so only the most recently read stay open.
 MAX_OPEN_SEALED_FILES: Final = 8
@@ -155,55 +151,15 @@ MAX_OPEN_SEALED_FILES: Final = 8
 _NO_CURSORS: Mapping[str, CursorState] = MappingProxyType({})
 
 
-# ---------------------------------------------------------------------------------------------
-# The ledger.
-
-
-@dataclass
-class _OpenFile:
-    """A ledger file this handle reads (and, for the current ledger, writes)."""
-
-    ledger_id: int
-    path: str
-    fd: int | None  # None: a sealed ledger whose descriptor was given back; reopened to read
-    offsets: list[int] = field(default_factory=list)  # frame start of each written entry
-    lengths: list[int] = field(default_factory=list)  # payload length of each written entry
-    durable_entries: int = 0  # acknowledged: in the journal, synced (or, in a deferred store, written)
-    written_end: int = LEDGER_HEADER.size
-    payload_bytes: int = 0
-    failed: bool = False  # a write failed: no more appends, roll over
-    sealed: bool = False  # rolled over: closed at written_entries
-    full: bool = False  # full, but the eager roll-over failed: roll before the next append
-    dirty: bool = False  # written since the last checkpoint: synced by the next one
-    pending: list[tuple[int, int]] = field(default_factory=list)  # (journal ticket, entries) not yet durable
-
-    @property
-    def written_entries(self) -> int:
-        return len(self.offsets)
-
-    def end_of(self, entries: int) -> int:
-        return self.offsets[entries] if entries < len(self.offsets) else self.written_end
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveryReport:
-    """What opening the directory repaired (all of it is what a crash can leave behind)."""
-
-    created: bool = False
-    truncated: tuple[tuple[str, int, int], ...] = ()  # (file, new length, bytes removed)
-    removed: tuple[str, ...] = ()
-    closed_ledger: int | None = None
-    replayed: int = 0  # journal records applied on top of the last checkpoint
-
-
 class FileLedger:
     """A file-backed :class:`~engine.storage.ledger.ManagedLedger`; see the module docstring.
 
     ``directory`` is created if missing.  ``config`` supplies the roll-over limits.  ``store`` is
-    the :class:`~engine.storage.file_store.FileStore` whose journal it writes through (``key`` is
-    its directory's name in the store); without one the ledger keeps its own journal in its
-    directory.  ``group_commit`` lets concurrent writers share one journal sync (without it a
-    writer syncs while holding the lock).  ``max_journal_records`` / ``max_journal_bytes`` bound
+    the store whose journal it writes through (a :class:`~engine.storage.file_store.FileStore`;
+    ``key`` is its directory's name in the store); without one the ledger keeps its own journal
+    in its directory, in a private :class:`~engine.storage.journal_store.JournalStore`.
+    ``group_commit`` lets concurrent writers share one journal sync (without it a writer syncs
+    while holding the lock).  ``max_journal_records`` / ``max_journal_bytes`` bound
     a private journal's segment before a checkpoint (0: checkpoint after every change).  ``fs``
     replaces the OS calls.  Opening recovers the directory (:attr:`recovery` says what it
     repaired) and starts a new ledger; a second handle on an open directory raises
@@ -222,41 +178,32 @@ class FileLedger:
         max_open_sealed_files: int = MAX_OPEN_SEALED_FILES,
         max_journal_records: int = MAX_JOURNAL_RECORDS,
         max_journal_bytes: int = MAX_JOURNAL_BYTES,
-        store: FileStore | None = None,
+        store: JournalStore | None = None,
         key: str = ".",
     ) -> None:
         if max_open_sealed_files < 0:
             raise ValueError(f"max_open_sealed_files must be >= 0, got {max_open_sealed_files}")
-        # The file being read stays open during the read, so the bound is never below one.
-        self._max_open_sealed = max(1, max_open_sealed_files)
-        self._open_sealed: OrderedDict[int, None] = OrderedDict()  # least recently read first
         self._dir = os.path.abspath(os.fspath(directory))
         self._config = config or Config()
         self._group_commit = group_commit
         self._closed = False
-        self._files: dict[int, _OpenFile] = {}
         self.dirty = False  # journaled since the last checkpoint
         self._dir_dirty = False  # directory entries changed since the last checkpoint
         self._history: list[tuple[int, Metadata]] = []  # metadata versions not yet durable, by ticket
         self._lock_fd: int | None = None
         self._private = store is None
         if store is None:
-            from engine.storage.file_store import FileStore
-
-            if name is not None:
-                # Refused before the private store's recovery touches anything.
-                _check_name(fs or OsFileSystem(), self._dir, name)
-
-            store = FileStore(
+            store = private_store(
+                fs or OsFileSystem(),
                 self._dir,
                 self._config,
-                fs=fs or OsFileSystem(),
-                lock_store=False,
+                name,
                 max_journal_records=max_journal_records,
                 max_journal_bytes=max_journal_bytes,
             )
         self._store = store
         self._fs: FileSystem = store.fs
+        self._files = LedgerFiles(self._fs, max_open_sealed_files)
         self._key = key
         self._lock = store.lock
         try:
@@ -289,7 +236,7 @@ class FileLedger:
         return self._config
 
     @property
-    def store(self) -> FileStore:
+    def store(self) -> JournalStore:
         return self._store
 
     @property
@@ -300,93 +247,27 @@ class FileLedger:
             return self._meta
 
     @property
-    def _current(self) -> _OpenFile:
+    def _current(self) -> LedgerFile:
         return self._files[self._meta.ledgers[-1].ledger_id]
 
     # -- opening --------------------------------------------------------------------------------
 
     def _open(self, name: str | None, first_ledger_id: int) -> tuple[Metadata, RecoveryReport]:
-        """Check everything first, read-only; only then repair, so a :class:`LedgerCorrupted`
-        leaves the directory exactly as it was found."""
-        fs = self._fs
+        """Open the directory (:func:`~engine.storage.ledger_directory.open_directory`: created, or
+        checked and only then repaired); a recovered ledger's open ledger is closed and a new one
+        opened, as Pulsar's new owner does."""
         self._opening_ticket = -1
-        if not fs.exists(self._dir):
-            # The directory's own entry is synced by the creation (a directory without METADATA
-            # holds nothing that was acknowledged); its parents' entries now.
-            makedirs_durably(fs, os.path.dirname(self._dir))
-            fs.makedirs(self._dir)
-        self._lock_fd = fs.lock(self._path(LOCK_NAME))
-        earlier = self._store.take_rebuild_report(self._key)
-        # A ledger this store checkpointed itself (closed, or rebuilt at its recovery) is known
-        # exactly; anything else is checked from disk.
-        known = self._store.take_plan(self._key)
-        if known is not None and name is not None and known.meta is not None and known.meta.name != name:
-            known = None
-        plan = known if known is not None else plan_recovery(fs, self._dir, (), name=name)
-        if plan.meta is None:
-            meta = self._create(plan, name, first_ledger_id)
-            return meta, RecoveryReport(created=True, removed=tuple(plan.leftovers), replayed=earlier.replayed)
-        recovered, truncated = apply_recovery(fs, plan)
-        assert recovered is not None
-        meta = recovered
-        if self._store.first_open(self._key):
-            # Its directory and the directory's entry must be durable before any record of it is
-            # (a creation that failed after METADATA, before its syncs, left them unsynced).
-            fs.sync_dir(self._dir)
-            fs.sync_dir(os.path.dirname(self._dir))
-        for file_plan in plan.files.values():
-            opened = _OpenFile(file_plan.ledger_id, file_plan.path, None)
-            opened.offsets = [f.offset for f in file_plan.frames]
-            opened.lengths = [f.length for f in file_plan.frames]
-            opened.durable_entries = len(opened.offsets)
-            opened.written_end = file_plan.base_length
-            opened.payload_bytes = sum(opened.lengths)
-            self._files[file_plan.ledger_id] = opened
-        self._meta = meta
-        # Close the recovered open ledger and start a new one, as Pulsar's new owner does.
+        self._lock_fd = lock_directory(self._fs, self._dir)
+        opened = open_directory(self._fs, self._dir, self._store, self._key, self._files, name, first_ledger_id)
+        if opened.created:
+            return opened.meta, opened.report
+        meta = self._meta = opened.meta
         last = self._files[meta.ledgers[-1].ledger_id]
         closed = replace(meta.ledgers[-1], entries=last.written_entries, length=last.written_end)
         self._opening_ticket = self._open_new_ledger(replace(meta, ledgers=(*meta.ledgers[:-1], closed)))
         for record in self._meta.ledgers[:-1]:
-            self._seal_file(self._files[record.ledger_id])
-        report = RecoveryReport(
-            truncated=earlier.truncated + truncated,
-            removed=earlier.removed + tuple(plan.leftovers),
-            closed_ledger=closed.ledger_id,
-            replayed=earlier.replayed + plan.replayed,
-        )
-        return self._meta, report
-
-    def _create(self, plan: RecoveryPlan, name: str | None, first_ledger_id: int) -> Metadata:
-        """A new managed ledger, created durably (its creation is a checkpoint): leftovers gone,
-        the first ledger file synced, METADATA committed, the directory's own entry synced."""
-        fs = self._fs
-        # Everything queued before is made durable first, so the store's journal order stays the
-        # order of its changes: no power cut keeps this ledger and loses a change made before it.
-        self._store.flush()
-        apply_recovery(fs, plan)
-        path = self._path(ledger_file_name(first_ledger_id))
-        fd = fs.open(path, create=True, truncate=True)
-        self._files[first_ledger_id] = _OpenFile(first_ledger_id, path, fd)
-        fs.pwrite(fd, encode_ledger_header(first_ledger_id), 0)
-        fs.sync(fd)
-        # The file's name is durable before the METADATA naming it can be (a power cut may keep a
-        # later directory operation, the rename, and lose an earlier one).
-        fs.sync_dir(self._dir)
-        meta = Metadata(
-            name or os.path.basename(self._dir),
-            0,
-            first_ledger_id + 1,
-            (LedgerRecord(first_ledger_id),),
-            MappingProxyType({}),
-            MappingProxyType({}),
-            journal_lsn=self._store.journal.durable_lsn,
-            open_synced=(0, LEDGER_HEADER.size),
-        )
-        write_metadata_file(fs, self._dir, meta)
-        fs.sync_dir(os.path.dirname(self._dir))
-        self._store.first_open(self._key)
-        return meta
+            self._files.seal(self._files[record.ledger_id])
+        return self._meta, replace(opened.report, closed_ledger=closed.ledger_id)
 
     # -- journal records (callers hold the lock) ------------------------------------------------
 
@@ -426,37 +307,17 @@ class FileLedger:
     def _durable_upto(self, ticket: int) -> None:
         while self._history and self._history[0][0] <= ticket:
             _, self._durable_meta = self._history.pop(0)
-        for opened in self._files.values():
-            while opened.pending and opened.pending[0][0] <= ticket:
-                _, entries = opened.pending.pop(0)
-                opened.durable_entries = max(opened.durable_entries, entries)
+        for opened in self._files:
+            opened.durable_upto(ticket)
 
-    def _revert(self) -> None:
+    def revert_locked(self) -> None:
         """A journal batch failed: nothing of this handle that was not durable survives (the
         journal was cut back), so memory goes back to the durable state; a ledger that lost
         entries takes no append until it is rolled over (Pulsar's rule after a failed add)."""
         self._meta = self._durable_meta
         self._history.clear()
-        listed = {r.ledger_id for r in self._meta.ledgers}
-        for ledger_id in [lid for lid in self._files if lid not in listed]:
-            gone = self._files.pop(ledger_id)
-            self._open_sealed.pop(ledger_id, None)
-            if gone.fd is not None:
-                _best_effort(partial(self._fs.close, gone.fd))
-            _best_effort(partial(self._fs.unlink, gone.path))
+        if self._files.revert({r.ledger_id for r in self._meta.ledgers}):
             self._dir_dirty = True
-        for opened in self._files.values():
-            opened.pending.clear()
-            if opened.written_entries > opened.durable_entries:
-                end = opened.end_of(opened.durable_entries)
-                del opened.offsets[opened.durable_entries :]
-                del opened.lengths[opened.durable_entries :]
-                opened.written_end = end
-                opened.payload_bytes = sum(opened.lengths)
-                opened.failed = True
-                opened.dirty = True
-                if opened.fd is not None:
-                    _best_effort(partial(self._fs.truncate, opened.fd, end))
         current = self._current
         current.sealed = False
 
@@ -473,23 +334,17 @@ class FileLedger:
 
     # -- checkpoints (the store calls these with its lock held) --------------------------------
 
-    def _checkpoint_locked(self, lsn: int) -> None:
+    def checkpoint_locked(self, lsn: int) -> None:
         """Make the files self-sufficient up to journal lsn ``lsn``: sync every ledger file written
         since the last checkpoint, sync the directory, commit METADATA saying so."""
         fs = self._fs
-        for opened in self._files.values():
-            if opened.dirty:
-                fd = self._fd(opened)
-                if fs.size(fd) != opened.written_end:
-                    fs.truncate(fd, opened.written_end)  # a failed write's bytes after the last entry
-                fs.sync(fd)
+        self._files.sync_written()
         if self._dir_dirty:
             fs.sync_dir(self._dir)
         current = self._current
         meta = replace(self._meta, journal_lsn=lsn, open_synced=(current.written_entries, current.written_end))
         write_metadata_file(fs, self._dir, meta)
-        for opened in self._files.values():
-            opened.dirty = False
+        self._files.mark_checkpointed()
         self._meta = self._durable_meta = meta
         self._history.clear()
         self._dir_dirty = False
@@ -498,28 +353,15 @@ class FileLedger:
     def _open_new_ledger(self, meta: Metadata) -> int:
         """Create the next ledger's file (written behind) and journal ``meta`` with it as the open
         ledger; ``meta`` already records the previous ledger as closed.  Returns the ticket."""
-        fs = self._fs
         ledger_id = meta.next_ledger_id
-        path = self._path(ledger_file_name(ledger_id))
-        fd: int | None = None
-        try:
-            fd = fs.open(path, create=True, truncate=True)
-            fs.pwrite(fd, encode_ledger_header(ledger_id), 0)
-        except OSError as exc:
-            if fd is not None:
-                _best_effort(partial(fs.close, fd))
-            _best_effort(partial(fs.unlink, path))
-            raise LedgerWriteFailed(f"cannot create {path}: {exc}") from exc
-        self._files[ledger_id] = _OpenFile(ledger_id, path, fd, dirty=True)
+        self._files.create(ledger_id, self._path(ledger_file_name(ledger_id)))
         self._dir_dirty = True
         try:
             return self._record_meta(
                 replace(meta, next_ledger_id=ledger_id + 1, ledgers=(*meta.ledgers, LedgerRecord(ledger_id)))
             )
         except LedgerWriteFailed:
-            del self._files[ledger_id]
-            _best_effort(partial(fs.close, fd))
-            _best_effort(partial(fs.unlink, path))
+            self._files.uncreate(ledger_id)
             raise
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -535,28 +377,21 @@ class FileLedger:
             return
         self._store.close_ledger(self._key, self)
 
-    def _close_locked(self, lsn: int | None) -> RecoveryPlan | None:
+    def close_locked(self, lsn: int | None) -> RecoveryPlan | None:
         """The store's part of closing: checkpoint at ``lsn`` (None: it failed or was not wanted).
         Returns what a reopening needs to know of the files when they are exactly as checkpointed
         (the store keeps it, so the next handle need not scan them again)."""
         if self._closed:
             return None
         if lsn is not None and self.dirty:
-            self._checkpoint_locked(lsn)
+            self.checkpoint_locked(lsn)
         known = None if self.dirty or self._dir_dirty else self._as_plan()
         self._closed = True
         self._release_files()
         return known
 
     def _as_plan(self) -> RecoveryPlan:
-        files = {}
-        for record in self._meta.ledgers:
-            opened = self._files[record.ledger_id]
-            frames = [FrameInfo(i, o, n) for i, (o, n) in enumerate(zip(opened.offsets, opened.lengths, strict=True))]
-            extent = (opened.written_entries, opened.written_end)
-            files[record.ledger_id] = FilePlan(
-                record.ledger_id, opened.path, opened.written_end, extent, not record.is_open, frames
-            )
+        files = {record.ledger_id: self._files[record.ledger_id].as_plan(record) for record in self._meta.ledgers}
         return RecoveryPlan(self._dir, self._meta, files, [], False, 0, self._meta.journal_lsn)
 
     def crash(self) -> None:
@@ -567,19 +402,15 @@ class FileLedger:
             return
         self._store.crash_ledger(self._key, self)
 
-    def _crash_locked(self) -> None:
+    def crash_locked(self) -> None:
         self._closed = True
         self._release_files()
 
     def _release_files(self) -> None:
-        for opened in self._files.values():
-            if opened.fd is not None:
-                _best_effort(partial(self._fs.close, opened.fd))
-                opened.fd = None
-        self._open_sealed.clear()
+        self._files.release()
         lock_fd, self._lock_fd = self._lock_fd, None
         if lock_fd is not None:
-            _best_effort(lambda: self._fs.unlock(lock_fd))
+            best_effort(lambda: self._fs.unlock(lock_fd))
 
     def _check_open(self) -> None:
         if self._closed:
@@ -606,16 +437,12 @@ class FileLedger:
             entry_id = ledger.written_entries
             offset = ledger.written_end
             try:
-                self._fs.pwrite(self._fd(ledger), encode_frame(entry_id, payload), offset)
+                self._fs.pwrite(self._files.fd(ledger), encode_frame(entry_id, payload), offset)
             except OSError as exc:
                 ledger.failed = ledger.dirty = True
                 raise LedgerWriteFailed(f"write to {ledger.path} failed: {exc}") from exc
             ticket = self._record(RecordKind.ENTRY, encode_entry_body(ledger.ledger_id, entry_id, payload))
-            ledger.offsets.append(offset)
-            ledger.lengths.append(len(payload))
-            ledger.written_end = offset + FRAME_HEADER.size + len(payload)
-            ledger.payload_bytes += len(payload)
-            ledger.dirty = True
+            ledger.wrote(offset, len(payload))
             if self._store.deferred:
                 ledger.durable_entries = ledger.written_entries  # the store's barrier holds the answers
             else:
@@ -640,72 +467,15 @@ class FileLedger:
         """Close the current ledger at its last written entry and open the next one."""
         self._write_op(lambda: self._roll_locked(self._current))
 
-    def _roll_locked(self, old: _OpenFile) -> int:
+    def _roll_locked(self, old: LedgerFile) -> int:
         if self._closed or self._current is not old:
             return -1  # another thread rolled it (or closed the ledger)
         closed = LedgerRecord(old.ledger_id, old.written_entries, old.written_end)
         ticket = self._open_new_ledger(replace(self._meta, ledgers=(*self._meta.ledgers[:-1], closed)))
-        self._seal_file(old)
+        self._files.seal(old)
         return ticket
 
-    # -- descriptors of sealed ledgers ----------------------------------------------------------
-
-    def _seal_file(self, ledger: _OpenFile) -> None:
-        """``ledger`` takes no more appends: its descriptor joins the bounded set kept for reads."""
-        ledger.sealed = True
-        if ledger.fd is not None:
-            self._touch(ledger)
-
-    def _touch(self, ledger: _OpenFile) -> None:
-        self._open_sealed[ledger.ledger_id] = None
-        self._open_sealed.move_to_end(ledger.ledger_id)
-        while len(self._open_sealed) > self._max_open_sealed:
-            victim_id, _ = self._open_sealed.popitem(last=False)
-            victim = self._files.get(victim_id)
-            if victim is not None and victim.fd is not None:
-                fd, victim.fd = victim.fd, None
-                _best_effort(partial(self._fs.close, fd))
-
-    def _fd(self, ledger: _OpenFile) -> int:
-        """The descriptor to read ``ledger`` through, reopening a sealed ledger's file if it was closed."""
-        if ledger.fd is None:
-            try:
-                ledger.fd = self._fs.open(ledger.path)
-            except OSError as exc:
-                raise LedgerError(f"cannot reopen sealed ledger file {ledger.path}: {exc}") from exc
-        if ledger.sealed:
-            self._touch(ledger)
-        return ledger.fd
-
     # -- reads ----------------------------------------------------------------------------------
-
-    def _read_locked(self, ledger: _OpenFile, entry_id: int) -> bytes:
-        offset = ledger.offsets[entry_id]
-        length = ledger.lengths[entry_id]
-        try:
-            frame = self._fs.pread(self._fd(ledger), FRAME_HEADER.size + length, offset)
-        except OSError as exc:
-            raise LedgerError(f"read of {ledger.path} failed: {exc}") from exc
-        # Verify on every read: damage after open must never be returned as data, and the store's
-        # owner hears of it (corruption is not an ordinary ledger error).
-        corrupted = self._store.corrupted
-        if len(frame) != FRAME_HEADER.size + length:
-            raise corrupted(
-                LedgerCorrupted(f"entry {entry_id} is cut short", file=ledger.path, offset=offset + len(frame))
-            )
-        found_length, found_id, head_crc, payload_crc = FRAME_HEADER.unpack_from(frame)
-        if head_crc != crc32c(frame[:12]) or found_length != length or found_id != entry_id:
-            raise corrupted(
-                LedgerCorrupted(f"frame header of entry {entry_id} changed on disk", file=ledger.path, offset=offset)
-            )
-        payload = frame[FRAME_HEADER.size :]
-        if payload_crc != crc32c(payload):
-            raise corrupted(
-                LedgerCorrupted(
-                    f"payload CRC mismatch in entry {entry_id}", file=ledger.path, offset=offset + FRAME_HEADER.size
-                )
-            )
-        return payload
 
     def read(self, start: Position, max_entries: int) -> list[Entry]:
         """Up to ``max_entries`` durable entries at or after ``start``, crossing ledgers."""
@@ -713,17 +483,7 @@ class FileLedger:
             raise ValueError(f"max_entries must be >= 0, got {max_entries}")
         with self._lock:
             self._check_readable()
-            out: list[Entry] = []
-            for record in self._meta.ledgers:
-                if len(out) >= max_entries:
-                    break
-                if record.ledger_id < start.ledger_id:
-                    continue
-                ledger = self._files[record.ledger_id]
-                first = max(start.entry_id, 0) if record.ledger_id == start.ledger_id else 0
-                for entry_id in range(first, min(ledger.durable_entries, first + max_entries - len(out))):
-                    out.append(Entry(Position(record.ledger_id, entry_id), self._read_locked(ledger, entry_id)))
-            return out
+            return self._files.read_entries(self._meta.ledgers, start, max_entries, self._store.corrupted)
 
     def read_entry(self, position: Position) -> bytes:
         with self._lock:
@@ -731,7 +491,7 @@ class FileLedger:
             ledger = self._files.get(position.ledger_id)
             if ledger is None or not 0 <= position.entry_id < ledger.durable_entries:
                 raise NoSuchEntry(f"no entry at {position} in {self.name}")
-            return self._read_locked(ledger, position.entry_id)
+            return self._files.read(ledger, position.entry_id, self._store.corrupted)
 
     def _check_readable(self) -> None:
         if self._closed:
@@ -778,11 +538,7 @@ class FileLedger:
             )
             paths = []
             for ledger_id in doomed:
-                opened = self._files.pop(ledger_id)
-                self._open_sealed.pop(ledger_id, None)
-                if opened.fd is not None:
-                    _best_effort(partial(self._fs.close, opened.fd))
-                paths.append(opened.path)
+                paths.append(self._files.forget(ledger_id).path)
             self._dir_dirty = True
             self._store.after_durable(ticket, partial(_unlink_all, self._fs, paths))
             return ticket
@@ -872,21 +628,6 @@ class FileLedger:
         return f"FileLedger({self._dir!r}, ledgers={[r.ledger_id for r in self._meta.ledgers]})"
 
 
-def _check_name(fs: FileSystem, directory: str, name: str) -> None:
-    path = os.path.join(directory, METADATA_NAME)
-    if fs.exists(path):
-        found = decode_metadata(read_whole(fs, path), file=path).name
-        if found != name:
-            raise ValueError(f"{directory} holds managed ledger {found!r}, not {name!r}")
-
-
 def _unlink_all(fs: FileSystem, paths: Sequence[str]) -> None:
     for path in paths:
-        _best_effort(partial(fs.unlink, path))
-
-
-def _best_effort(action: Callable[[], object]) -> None:
-    # Clean-up after a failure, or of state recovery also repairs: a second error here must
-    # not hide the first, and leaves nothing recovery cannot handle.
-    with contextlib.suppress(OSError):
-        action()
+        best_effort(partial(fs.unlink, path))

@@ -120,6 +120,17 @@ class RecoveryPlan:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What opening the directory repaired (all of it is what a crash can leave behind)."""
+
+    created: bool = False
+    truncated: tuple[tuple[str, int, int], ...] = ()  # (file, new length, bytes removed)
+    removed: tuple[str, ...] = ()
+    closed_ledger: int | None = None
+    replayed: int = 0  # journal records applied on top of the last checkpoint
+
+
 def read_whole(fs: FileSystem, path: str) -> bytes:
     fd = fs.open(path)
     try:

@@ -18,33 +18,51 @@ gains ``(writer, in_flight, requests, positions, deferred, doomed)`` after the c
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from invariants import batched_log as batched_inv
 from invariants import composed
-from proofs.check.state import CAUX, CLOG, COORD
+from proofs.check.state import CAUX, CLOG, COORD, Successor, WorkingState
+from proofs.check.store import Store
 from reference import batched_log as bl
 from reference import coordinator as tc
+from spec.config import Config
 from spec.envelope import LogKind
 from spec.result import Err, Ok
 from spec.types import BatchedPosition, Position, bits_to_words
 
-if TYPE_CHECKING:
-    from proofs.check.model import Model
-    from proofs.check.state import _W, Successor
-
-__all__ = ["BatchedLog"]
+__all__ = ["BatchedLog", "CoordinatorPhases"]
 
 KIND = LogKind.TRANSACTION_LOG
 # caux slots after (epoch, runs, waiters, timers)
 WRITER, IN_FLIGHT, REQUESTS, POSITIONS, DEFERRED, DOOMED = 4, 5, 6, 7, 8, 9
 
 
+class CoordinatorPhases(Protocol):
+    """What waits for a coordinator step's records to be durable: the coordinator's side of it
+    (:class:`proofs.check.coordinator.Coordinator`)."""
+
+    def decide(self, w: WorkingState, effects: tuple[Any, ...]) -> None: ...
+
+    def start_run(self, w: WorkingState, effect: tc.EndTxnInTransactionBuffer) -> None: ...
+
+    def arm_resume(self, w: WorkingState, effect: tc.ScheduleResumeEndTxn) -> None: ...
+
+    def settle(self, w: WorkingState, seq: int, action: int, result: Any) -> None: ...
+
+
+Guard = Callable[[Callable[[], tuple[Any, Any]]], tuple[Any, Any]]
+
+
 class BatchedLog:
-    def __init__(self, model: Model) -> None:
-        self.model = model
-        self.store = model.store
-        self.config = model.config
+    """The coordinator's log through the batched writer: carrying out a step once its records are
+    durable, the writer's own actions, a crash and its recovery, and what the checker asks."""
+
+    def __init__(self, config: Config, store: Store, guard: Guard, phases: CoordinatorPhases) -> None:
+        self.store = store
+        self.config = config
+        self.guard = guard
+        self.phases = phases
         self.cfg = bl.writer_config(self.config, KIND)
 
     def initial_aux(self) -> tuple[Any, ...]:
@@ -58,13 +76,12 @@ class BatchedLog:
 
     def effects(
         self,
-        w: _W,
+        w: WorkingState,
         result: Any,
         *,
         reply: tuple[int, ...] | None,
         settle: tuple[int, int] | None,
     ) -> None:
-        model = self.model
         issued: list[int] = []
         for effect in result.effects:
             if isinstance(effect, tc.AppendRecord):
@@ -76,14 +93,14 @@ class BatchedLog:
             elif isinstance(effect, tc.ScheduleResumeEndTxn):
                 self._defer(w, issued, ("timer", self.store.put(effect)))
         if isinstance(result, Ok):
-            model._decide(w, result.effects)
+            self.phases.decide(w, result.effects)
         if reply is not None and not (isinstance(result, Err) and not result.error.answered):
             self._defer(w, issued, ("reply", reply))
         if settle is not None:
             self._defer(w, issued, ("settle", settle[0], settle[1], self.store.put(result)))
         self._release(w)
 
-    def _add(self, w: _W, record_id: int, record: tc.TxnLogRecord) -> list[int]:
+    def _add(self, w: WorkingState, record_id: int, record: tc.TxnLogRecord) -> list[int]:
         """``asyncAddData`` of one record; the request id it got (empty if refused)."""
         writer = self.store.get(w.caux[WRITER])
         request_id = writer.next_request_id
@@ -95,16 +112,16 @@ class BatchedLog:
         self._writer_effects(w, result)
         return [request_id]
 
-    def _writer_step(self, w: _W, command: Any, key: Any = None) -> Any:
+    def _writer_step(self, w: WorkingState, command: Any, key: Any = None) -> Any:
         d, result, broken = self.store.step(
-            "batched_log", bl.step, w.caux[WRITER], command, batched_inv.STEP_PROPERTIES, self.model._guard, key
+            "batched_log", bl.step, w.caux[WRITER], command, batched_inv.STEP_PROPERTIES, self.guard, key
         )
         w.caux[WRITER] = d
         if broken:
             w.broken.extend(f"batched_log/{b}" for b in broken)
         return result
 
-    def _writer_effects(self, w: _W, result: Any) -> None:
+    def _writer_effects(self, w: WorkingState, result: Any) -> None:
         if not result.effects:
             return
         logged, max_local = self.store.get(w.clog)
@@ -156,7 +173,7 @@ class BatchedLog:
 
         return int(self.store.memo(("max-local", position, data), decode))
 
-    def _completed(self, w: _W, request_id: int, position: BatchedPosition | Position) -> None:
+    def _completed(self, w: WorkingState, request_id: int, position: BatchedPosition | Position) -> None:
         requests = dict(w.caux[REQUESTS])
         rid = requests.pop(request_id)
         w.caux[REQUESTS] = tuple(sorted(requests.items()))
@@ -170,10 +187,10 @@ class BatchedLog:
             w.caux[DOOMED] = tuple(r for r in w.caux[DOOMED] if r != rid)
             self._delete(w, (rid,))
 
-    def _defer(self, w: _W, issued: list[int], item: tuple[Any, ...]) -> None:
+    def _defer(self, w: WorkingState, issued: list[int], item: tuple[Any, ...]) -> None:
         w.caux[DEFERRED] = (*w.caux[DEFERRED], (tuple(issued), item))
 
-    def _release(self, w: _W) -> None:
+    def _release(self, w: WorkingState) -> None:
         """Carry out, in order, every deferred item whose records are all durable."""
         caux = w.caux
         while caux[DEFERRED]:
@@ -185,21 +202,21 @@ class BatchedLog:
             caux[DEFERRED] = deferred[:ready] + deferred[ready + 1 :]
             self._carry(w, deferred[ready][1])
 
-    def _carry(self, w: _W, item: tuple[Any, ...]) -> None:
-        model = self.model
+    def _carry(self, w: WorkingState, item: tuple[Any, ...]) -> None:
+        phases = self.phases
         kind = item[0]
         if kind == "delete":
             self._delete(w, item[1])
         elif kind == "run":
-            model._start_run(w, self.store.get(item[1]))
+            phases.start_run(w, self.store.get(item[1]))
         elif kind == "timer":
-            model._arm_resume(w, self.store.get(item[1]))
+            phases.arm_resume(w, self.store.get(item[1]))
         elif kind == "reply":
             w.send(item[1])
         elif kind == "settle":
-            model._settle(w, item[1], item[2], self.store.get(item[3]))
+            phases.settle(w, item[1], item[2], self.store.get(item[3]))
 
-    def _delete(self, w: _W, record_ids: tuple[int, ...]) -> None:
+    def _delete(self, w: WorkingState, record_ids: tuple[int, ...]) -> None:
         """TC-9: delete records at batch-index level (BW-20); ids not yet positioned wait (the
         engine's ``_doomed``)."""
         positions = dict(w.caux[POSITIONS])
@@ -230,7 +247,7 @@ class BatchedLog:
         if writer.buffer and writer.timer_due_ms is not None:
             add(out, s, ("writer-timer",), ("wt",), self._fire_timer)
 
-    def _complete_write(self, w: _W) -> None:
+    def _complete_write(self, w: WorkingState) -> None:
         """The ledger acknowledges the oldest write (BW-15, BW-17)."""
         (write_id, ledger, entry), *rest = w.caux[IN_FLIGHT]
         w.caux[IN_FLIGHT] = tuple(rest)
@@ -238,7 +255,7 @@ class BatchedLog:
         self._writer_effects(w, result)
         self._release(w)
 
-    def _fire_timer(self, w: _W) -> None:
+    def _fire_timer(self, w: WorkingState) -> None:
         """The writer's delay timer flushes the buffer (BW-12)."""
         writer = self.store.get(w.caux[WRITER])
         result = self._writer_step(w, bl.TimerFired(writer.timer_due_ms))
@@ -246,7 +263,7 @@ class BatchedLog:
 
     # --- crash and recovery -------------------------------------------------------------------
 
-    def crash(self, w: _W) -> None:
+    def crash(self, w: WorkingState) -> None:
         """The broker loses the coordinator: the writer's buffer and in-flight completions are gone;
         the store replays the ledger through the cursor (BW-23..25, TC-21..24)."""
         coord, clog, writer, positions, effects = self.store.memo(("reload", w.clog), lambda: self._reload(w.clog))
@@ -257,7 +274,7 @@ class BatchedLog:
             if isinstance(effect, tc.DeleteRecords):
                 self._delete(w, effect.record_ids)
             elif isinstance(effect, tc.ScheduleResumeEndTxn):
-                self.model._arm_resume(w, effect)
+                self.phases.arm_resume(w, effect)
 
     def _reload(self, clog: int) -> tuple[int, int, int, tuple[Any, ...], tuple[Any, ...]]:
         """What a reload from the ledger ``clog`` yields (a pure function of it, so computed once):

@@ -22,34 +22,41 @@ from __future__ import annotations
 
 import gc
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from invariants import composed
+from proofs.check.liveness import Graph, fair_bad_component
 from proofs.check.model import Model, StepDiverged, Successor
 
 __all__ = [
     "Frontier",
     "Options",
+    "Parents",
     "Result",
     "TraceStep",
     "Violation",
     "Visited",
     "concrete_trace",
+    "empty_result",
     "explore",
+    "liveness_violations",
 ]
 
 
-class Visited(Protocol):
+class Parents(Protocol):
+    """Each seen state's parent on a shortest path from the initial state (its own, for that one)."""
+
+    def parent(self, fp: int) -> int | None: ...
+
+
+class Visited(Parents, Protocol):
     """The seen set with parent pointers, one BFS level at a time."""
 
     def add_level(self, fps: Sequence[int], parents: Sequence[int]) -> list[bool]:
         """Add fingerprints (with their parents); which of them were new."""
         ...
-
-    def parent(self, fp: int) -> int | None: ...
 
     def __len__(self) -> int: ...
 
@@ -189,154 +196,180 @@ def explore(model: Model, options: Options | None = None) -> Result:
             gc.enable()
 
 
-def _explore(model: Model, options: Options) -> Result:
-    started = time.perf_counter()
+def empty_result(model: str, bounds: Mapping[str, Any], options: Options) -> Result:
+    """The result of a run with ``options`` before it explores: the reductions that apply (none
+    where liveness is checked: it needs the whole graph)."""
     symmetry = options.symmetry and not options.liveness
     por = options.por and not options.liveness
     result = Result(
-        model.spec.name,
-        dict(model.spec.bounds),
-        reductions={"symmetry": symmetry, "por": por},
-        liveness_checked=options.liveness,
+        model, dict(bounds), reductions={"symmetry": symmetry, "por": por}, liveness_checked=options.liveness
     )
     if options.liveness and (options.symmetry or options.por):
         result.notes.append("liveness needs the whole graph: explored without symmetry and partial-order reduction")
-    canon = model.canonical if symmetry and len(model.symmetries) > 1 else _identity
-    visited = options.visited() if options.visited is not None else MemoryVisited()
-    init = canon(model.initial())
-    init_fp = hash(init)
-    visited.add_level([init_fp], [init_fp])
-    found: dict[str, Violation] = {}
-    graph = _Graph() if options.liveness else None
-    if graph is not None:
-        graph.node(init_fp)
+    return result
 
-    def record(kind: str, name: str, fp: int, extra: Successor | None = None, detail: str = "") -> None:
-        if name in found:
-            return
-        trace = concrete_trace(model, _path(visited, fp, init_fp), symmetry=symmetry, por=por)
-        if extra is not None:
-            trace.append(TraceStep(extra.label, extra.state))
-        found[name] = Violation(kind, name, trace, detail=detail)
 
-    for name in model.violations(init):
-        record("safety", name, init_fp)
-    new_frontier: Callable[[], Frontier] = options.frontier or MemoryFrontier
-    frontier = new_frontier()
-    frontier.append(init_fp, init)
-    depth = 0
-    transitions = 0
-    stop = bool(found) and options.stop_at_first
-    settle_every = options.settle_every
-    while len(frontier) and not stop:
-        candidates: dict[int, tuple[tuple[Any, ...], int, Successor]] = {}
-        following = new_frontier()
-        # The violations of the level's new states wait for the end of its expansion: a run that
-        # stops at a transition's violation in this level never settles it (so never sees them),
-        # whether it settles once or every ``settle_every`` fingerprints.
-        settled: dict[str, Violation] = {}
-
-        for fp, state in frontier:
-            try:
-                succs = model.successors(state, por=por)
-            except StepDiverged as exc:
-                record("divergence", "step-terminates", fp, detail=str(exc))
-                stop = options.stop_at_first
-                break
-            for succ in succs:
-                transitions += 1
-                nxt = canon(succ.state)
-                nfp = hash(nxt)
-                if succ.broken:
-                    for name in succ.broken:
-                        record("safety", name, fp, succ)
-                if graph is not None:
-                    graph.edge(fp, nfp, succ.family, nxt)
-                if nfp not in candidates:
-                    candidates[nfp] = (nxt, fp, succ)
-            if graph is not None:
-                graph.close(fp)
-            if found and options.stop_at_first:
-                stop = True
-                break
-            if settle_every is not None and len(candidates) >= settle_every:
-                _settle(model, visited, candidates, following, graph, found, settled, init_fp, symmetry, por)
-        frontier.discard()
-        if stop:
-            following.discard()
-            break
-        _settle(model, visited, candidates, following, graph, found, settled, init_fp, symmetry, por)
-        for name, violation in settled.items():
-            found.setdefault(name, violation)
-        frontier = following
-        depth += 1 if len(frontier) else 0
-        if options.progress is not None:
-            options.progress(depth, len(visited), len(frontier))
-        if found and options.stop_at_first:
-            break
-        if options.max_states is not None and len(visited) >= options.max_states:
-            result.complete = not len(frontier)
-            if len(frontier):
-                result.notes.append(f"stopped at --max-states {options.max_states}")
-            break
-    frontier.discard()
-    result.states = len(visited)
-    result.transitions = transitions
-    result.depth = depth
+def _explore(model: Model, options: Options) -> Result:
+    started = time.perf_counter()
+    result = empty_result(model.spec.name, model.spec.bounds, options)
+    search = _Search(model, options, result.reductions)
+    stop = search.run(result)
+    found = search.found
+    result.states = len(search.visited)
+    result.transitions = search.transitions
     if stop or (found and options.stop_at_first):
         result.complete = False
-    complete = result.complete
     # A run that stops at its first violation is incomplete; one that goes on (``stop_at_first``
     # off) explored the whole graph and reports the lassos too.
-    if graph is not None and complete and (not found or not options.stop_at_first):
+    if search.graph is not None and result.complete and (not found or not options.stop_at_first):
         properties = composed.LIVENESS + (composed.LIVENESS_STRICT if options.strict else ())
-        for violation in _liveness(model, graph, visited, init_fp, properties):
+        for violation in liveness_violations(model, search.graph, search.visited, search.init_fp, properties):
             found.setdefault(violation.name, violation)
     result.violations = sorted(found.values(), key=lambda v: (v.length, v.name))
     result.seconds = time.perf_counter() - started
     return result
 
 
-def _settle(
-    model: Model,
-    visited: Visited,
-    candidates: dict[int, tuple[tuple[Any, ...], int, Successor]],
-    following: Frontier,
-    graph: _Graph | None,
-    found: dict[str, Violation],
-    settled: dict[str, Violation],
-    init_fp: int,
-    symmetry: bool,
-    por: bool,
-) -> None:
-    """Add the candidates to the seen set; the new ones join the next level, and the violations of
-    the new states go to ``settled`` (shortest traces: the seen set has their parents)."""
-    fps = list(candidates)
-    new = visited.add_level(fps, [candidates[f][1] for f in fps])
-    for fp, is_new in zip(fps, new, strict=True):
-        if not is_new:
-            continue
-        state, _parent, succ = candidates[fp]
-        following.append(fp, state)
-        if graph is not None:
-            graph.node(fp)
-        # The parent was clean (or its violations are recorded with a shorter trace): check what the
-        # transition rewrote, on the concrete successor (the predicates are symmetric).
-        for name in model.violations(succ.state, succ.changed):
-            if name not in found and name not in settled:
-                trace = concrete_trace(model, _path(visited, fp, init_fp), symmetry=symmetry, por=por)
-                settled[name] = Violation("safety", name, trace)
-    candidates.clear()
+class _Search:
+    """One breadth-first exploration: the seen set, the violations found with their shortest
+    traces, the transitions counted and, for liveness, the reachable graph."""
+
+    def __init__(self, model: Model, options: Options, reductions: dict[str, bool]) -> None:
+        self.model = model
+        self.options = options
+        self.symmetry, self.por = reductions["symmetry"], reductions["por"]
+        self.canon = model.canonical if self.symmetry and len(model.symmetries) > 1 else _identity
+        self.visited = options.visited() if options.visited is not None else MemoryVisited()
+        self.new_frontier: Callable[[], Frontier] = options.frontier or MemoryFrontier
+        self.found: dict[str, Violation] = {}
+        self.graph = Graph() if options.liveness else None
+        self.init_fp = 0
+        self.transitions = 0
+
+    def record(self, kind: str, name: str, fp: int, extra: Successor | None = None, detail: str = "") -> None:
+        """The first violation of ``name``: the shortest trace to ``fp`` (and the step ``extra``)."""
+        if name in self.found:
+            return
+        path = _path(self.visited, fp, self.init_fp)
+        trace = concrete_trace(self.model, path, symmetry=self.symmetry, por=self.por)
+        if extra is not None:
+            trace.append(TraceStep(extra.label, extra.state))
+        self.found[name] = Violation(kind, name, trace, detail=detail)
+
+    def run(self, result: Result) -> bool:
+        """Explore level by level into ``result`` (its depth, whether complete); whether the run
+        stopped inside a level (at a violation, or a step that diverged)."""
+        model, options, visited, found = self.model, self.options, self.visited, self.found
+        init = self.canon(model.initial())
+        self.init_fp = init_fp = hash(init)
+        visited.add_level([init_fp], [init_fp])
+        if self.graph is not None:
+            self.graph.node(init_fp)
+        for name in model.violations(init):
+            self.record("safety", name, init_fp)
+        frontier = self.new_frontier()
+        frontier.append(init_fp, init)
+        stop = bool(found) and options.stop_at_first
+        while len(frontier) and not stop:
+            candidates: dict[int, tuple[tuple[Any, ...], int, Successor]] = {}
+            following = self.new_frontier()
+            # The violations of the level's new states wait for the end of its expansion: a run that
+            # stops at a transition's violation in this level never settles it (so never sees them),
+            # whether it settles once or every ``settle_every`` fingerprints.
+            settled: dict[str, Violation] = {}
+            stop = self.expand(frontier, candidates, following, settled)
+            frontier.discard()
+            if stop:
+                following.discard()
+                break
+            self.settle(candidates, following, settled)
+            for name, violation in settled.items():
+                found.setdefault(name, violation)
+            frontier = following
+            result.depth += 1 if len(frontier) else 0
+            if options.progress is not None:
+                options.progress(result.depth, len(visited), len(frontier))
+            if found and options.stop_at_first:
+                break
+            if options.max_states is not None and len(visited) >= options.max_states:
+                result.complete = not len(frontier)
+                if len(frontier):
+                    result.notes.append(f"stopped at --max-states {options.max_states}")
+                break
+        frontier.discard()
+        return stop
+
+    def expand(
+        self,
+        frontier: Frontier,
+        candidates: dict[int, tuple[tuple[Any, ...], int, Successor]],
+        following: Frontier,
+        settled: dict[str, Violation],
+    ) -> bool:
+        """Expand one level's states into ``candidates`` (one per fingerprint, the first found),
+        checking each transition's step properties; whether the run stops here."""
+        model, options, graph, canon = self.model, self.options, self.graph, self.canon
+        settle_every = options.settle_every
+        for fp, state in frontier:
+            try:
+                succs = model.successors(state, por=self.por)
+            except StepDiverged as exc:
+                self.record("divergence", "step-terminates", fp, detail=str(exc))
+                return options.stop_at_first
+            for succ in succs:
+                self.transitions += 1
+                nxt = canon(succ.state)
+                nfp = hash(nxt)
+                if succ.broken:
+                    for name in succ.broken:
+                        self.record("safety", name, fp, succ)
+                if graph is not None:
+                    graph.edge(fp, nfp, succ.family, nxt)
+                if nfp not in candidates:
+                    candidates[nfp] = (nxt, fp, succ)
+            if graph is not None:
+                graph.close(fp)
+            if self.found and options.stop_at_first:
+                return True
+            if settle_every is not None and len(candidates) >= settle_every:
+                self.settle(candidates, following, settled)
+        return False
+
+    def settle(
+        self,
+        candidates: dict[int, tuple[tuple[Any, ...], int, Successor]],
+        following: Frontier,
+        settled: dict[str, Violation],
+    ) -> None:
+        """Add the candidates to the seen set; the new ones join the next level, and the violations
+        of the new states go to ``settled`` (shortest traces: the seen set has their parents)."""
+        fps = list(candidates)
+        new = self.visited.add_level(fps, [candidates[f][1] for f in fps])
+        for fp, is_new in zip(fps, new, strict=True):
+            if not is_new:
+                continue
+            state, _parent, succ = candidates[fp]
+            following.append(fp, state)
+            if self.graph is not None:
+                self.graph.node(fp)
+            # The parent was clean (or its violations are recorded with a shorter trace): check what
+            # the transition rewrote, on the concrete successor (the predicates are symmetric).
+            for name in self.model.violations(succ.state, succ.changed):
+                if name not in self.found and name not in settled:
+                    path = _path(self.visited, fp, self.init_fp)
+                    trace = concrete_trace(self.model, path, symmetry=self.symmetry, por=self.por)
+                    settled[name] = Violation("safety", name, trace)
+        candidates.clear()
 
 
 def _identity(s: tuple[Any, ...]) -> tuple[Any, ...]:
     return s
 
 
-def _path(visited: Visited, fp: int, init_fp: int) -> list[int]:
+def _path(parents: Parents, fp: int, init_fp: int) -> list[int]:
     path = [fp]
     while fp != init_fp:
-        parent = visited.parent(fp)
+        parent = parents.parent(fp)
         if parent is None:
             raise AssertionError(f"state {fp:#x} has no parent")
         fp = parent
@@ -365,47 +398,11 @@ def concrete_trace(model: Model, fps: Sequence[int], *, symmetry: bool, por: boo
 # --- liveness -------------------------------------------------------------------------------
 
 
-class _Graph:
-    """The reachable graph for the liveness check: node ids, out-edges with their fairness family."""
-
-    def __init__(self) -> None:
-        self.index: dict[int, int] = {}
-        self.fps: list[int] = []
-        self.states: list[tuple[Any, ...] | None] = []
-        self.out: list[list[tuple[int, int]]] = []  # (target node fp, family id)
-        self.families: dict[Any, int] = {}
-        self.fair: list[bool] = []
-
-    def node(self, fp: int, state: tuple[Any, ...] | None = None) -> int:
-        i = self.index.get(fp)
-        if i is None:
-            i = self.index[fp] = len(self.fps)
-            self.fps.append(fp)
-            self.states.append(state)
-            self.out.append([])
-        elif state is not None and self.states[i] is None:
-            self.states[i] = state
-        return i
-
-    def family(self, family: Any) -> int:
-        f = self.families.get(family)
-        if f is None:
-            f = self.families[family] = len(self.fair)
-            self.fair.append(family is not None)
-        return f
-
-    def edge(self, src: int, dst: int, family: Any, dst_state: tuple[Any, ...]) -> None:
-        i = self.node(src)
-        self.node(dst, dst_state)
-        self.out[i].append((dst, self.family(family)))
-
-    def close(self, src: int) -> None:
-        pass
-
-
-def _liveness(
-    model: Model, graph: _Graph, visited: Visited, init_fp: int, properties: tuple[composed.Liveness, ...]
+def liveness_violations(
+    model: Model, graph: Graph, parents: Parents, init_fp: int, properties: tuple[composed.Liveness, ...]
 ) -> list[Violation]:
+    """Each property's shortest fair lasso in ``graph`` that never reaches its goal, as a concrete
+    trace (``parents``: the seen set's parent pointers, for the path to the lasso)."""
     out: list[Violation] = []
     n = len(graph.fps)
     goals: list[tuple[bool, ...]] = []
@@ -418,144 +415,13 @@ def _liveness(
         bad = [not g[k] for g in goals]
         if not any(bad):
             continue
-        found = _fair_bad_component(graph, bad)
+        found = fair_bad_component(graph, bad)
         if found is None:
             continue
         entry, cycle = found
-        prefix = _path(visited, graph.fps[entry], init_fp)
+        prefix = _path(parents, graph.fps[entry], init_fp)
         fps = prefix + [graph.fps[j] for j in cycle[1:]]
         trace = concrete_trace(model, fps, symmetry=False, por=False)
         detail = prop.doc.splitlines()[0] if prop.doc else ""
         out.append(Violation("liveness", prop.name, trace, cycle_start=len(prefix) - 1, detail=detail))
     return out
-
-
-def _fair_bad_component(graph: _Graph, bad: list[bool]) -> tuple[int, list[int]] | None:
-    """A fair strongly connected set of bad nodes, or a bad node without a fair step: its entry
-    node (the shallowest: nodes are numbered in BFS order) and a cycle through it that takes or
-    passes a disabled state for every fair family (``[entry]`` alone: stuttering)."""
-    index = graph.index
-    fair = graph.fair
-    best: tuple[int, list[int]] | None = None
-    for i in range(len(graph.fps)):
-        if bad[i] and not any(fair[f] for _t, f in graph.out[i]):
-            best = (i, [i])
-            break
-    for comp in _sccs(graph, bad):
-        members = set(comp)
-        inner = [(i, index[t], f) for i in comp for t, f in graph.out[i] if index[t] in members]
-        if not inner:
-            continue
-        taken = {f for _i, _j, f in inner}
-        enabled_everywhere: set[int] | None = None
-        for i in comp:
-            mine = {f for _t, f in graph.out[i] if fair[f]}
-            enabled_everywhere = mine if enabled_everywhere is None else enabled_everywhere & mine
-        if enabled_everywhere and not enabled_everywhere <= taken:
-            continue
-        entry = min(comp)
-        if best is not None and best[0] <= entry:
-            continue
-        best = (entry, _fair_cycle(graph, entry, members, inner))
-    return best
-
-
-def _fair_cycle(graph: _Graph, entry: int, members: set[int], inner: list[tuple[int, int, int]]) -> list[int]:
-    """A cycle from ``entry`` inside ``members`` that takes every fair family taken inside it and
-    visits, for every other fair family, a state where it is disabled."""
-    index = graph.index
-    fair = graph.fair
-    adjacency: dict[int, list[tuple[int, int]]] = {}
-    for i, j, f in inner:
-        adjacency.setdefault(i, []).append((j, f))
-    families = {f for _i, _j, f in inner if fair[f]}
-    enabled_somewhere: set[int] = set()
-    for i in members:
-        enabled_somewhere |= {f for _t, f in graph.out[i] if fair[f]}
-    targets: list[tuple[str, int]] = [("edge", f) for f in sorted(families)]
-    for f in sorted(enabled_somewhere - families):
-        targets.append(("off", f))
-    cycle = [entry]
-    here = entry
-    for kind, f in targets:
-        if kind == "edge":
-            goal = lambda i, j, fam, f=f: fam == f  # noqa: E731
-        else:
-            goal = lambda i, j, fam, f=f: f not in {g for _t, g in graph.out[j]}  # noqa: E731
-        here = _walk(adjacency, here, goal, cycle)
-    if here != entry or len(cycle) == 1:
-        _walk(adjacency, here, lambda i, j, fam: j == entry, cycle)
-    del index
-    return cycle
-
-
-def _walk(
-    adjacency: dict[int, list[tuple[int, int]]], start: int, goal: Callable[[int, int, int], bool], cycle: list[int]
-) -> int:
-    """BFS from ``start`` to the first edge satisfying ``goal``; append the path's nodes."""
-    parents: dict[int, int] = {start: start}
-    queue = deque([start])
-    while queue:
-        i = queue.popleft()
-        for j, f in adjacency.get(i, ()):
-            if goal(i, j, f):
-                path = [j]
-                k = i
-                while k != start:
-                    path.append(k)
-                    k = parents[k]
-                cycle.extend(reversed(path))
-                return j
-            if j not in parents:
-                parents[j] = i
-                queue.append(j)
-    return start
-
-
-def _sccs(graph: _Graph, bad: list[bool]) -> Iterable[list[int]]:
-    """Tarjan's strongly connected components of the subgraph of bad nodes (iterative)."""
-    index_of = graph.index
-    n = len(graph.fps)
-    order = [-1] * n
-    low = [0] * n
-    on_stack = [False] * n
-    stack: list[int] = []
-    counter = 0
-    for root in range(n):
-        if not bad[root] or order[root] != -1:
-            continue
-        work = [(root, 0)]
-        order[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack[root] = True
-        while work:
-            v, k = work[-1]
-            edges = graph.out[v]
-            if k < len(edges):
-                work[-1] = (v, k + 1)
-                w = index_of[edges[k][0]]
-                if not bad[w]:
-                    continue
-                if order[w] == -1:
-                    order[w] = low[w] = counter
-                    counter += 1
-                    stack.append(w)
-                    on_stack[w] = True
-                    work.append((w, 0))
-                elif on_stack[w]:
-                    low[v] = min(low[v], order[w])
-                continue
-            work.pop()
-            if work:
-                u = work[-1][0]
-                low[u] = min(low[u], low[v])
-            if low[v] == order[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on_stack[w] = False
-                    comp.append(w)
-                    if w == v:
-                        break
-                yield comp

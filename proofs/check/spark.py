@@ -47,8 +47,17 @@ from typing import Any
 
 import numpy as np
 
-from proofs.check.explore import Options, Result, TraceStep, Violation, concrete_trace
+from proofs.check.explore import (
+    Options,
+    Result,
+    TraceStep,
+    Violation,
+    concrete_trace,
+    empty_result,
+    liveness_violations,
+)
 from proofs.check.fpset import PartitionSeen, parent_in
+from proofs.check.liveness import Graph
 from proofs.check.model import Model
 from proofs.check.program import ModelSpec
 
@@ -88,78 +97,26 @@ def explore_spark(
     sc = session.sparkContext
     slots = int(sc.defaultParallelism)
     n_parts = partitions or max(2, 2 * slots)
-    run_id = uuid.uuid4().hex
     directory = Path(tempfile.mkdtemp(prefix="txnmodel-check-", dir=work_dir))
-    driver = Model(spec, step_timeout_s=options.step_timeout_s)
-    symmetry = options.symmetry and not options.liveness
-    por = options.por and not options.liveness
-    result = Result(
-        spec.name,
-        dict(spec.bounds),
-        reductions={"symmetry": symmetry, "por": por},
-        liveness_checked=options.liveness,
-    )
-    if options.liveness and (options.symmetry or options.por):
-        result.notes.append("liveness needs the whole graph: explored without symmetry and partial-order reduction")
+    result = empty_result(spec.name, spec.bounds, options)
     result.notes.append(f"Spark {getattr(sc, 'master', '?')}: {n_parts} partitions")
-    canon = driver.canonical if symmetry and len(driver.symmetries) > 1 else (lambda s: s)
-    init = canon(driver.initial())
-    init_fp = hash(init)
-    # Level 0 is the initial state, "written" for its partition by the driver.
-    _write_bucket(_level_dir(directory, 0) / "from-driver", init_fp % n_parts, [(init_fp, init, init_fp, ())])
-    found: dict[str, Violation] = {}
-    for name in driver.violations(init):
-        found.setdefault(name, Violation("safety", name, [TraceStep(("init",), driver.initial())]))
-    broadcasts: list[tuple[int, Any]] = []
-    pending_values = driver.store.take_new()
-    graph_edges: list[tuple[int, int, Any]] = []
-    graph_states: dict[int, tuple[Any, ...]] = {}
+    run = _Run(sc, spec, options, directory, n_parts, result.reductions)
+    found = run.found
     states = 0
     transitions = 0
     # What job k found expanding level k, reported with level k + 1 (as the single process does).
     ahead = _LevelReport()
-    tasks = sc.parallelize(range(n_parts), n_parts)
     level = 0
     try:
         while True:
-            if pending_values:
-                broadcasts.append((len(broadcasts), sc.broadcast(pending_values)))
-            job = partial(
-                _level_task,
-                run_id,
-                spec,
-                options.step_timeout_s,
-                list(broadcasts),
-                symmetry,
-                por,
-                options.liveness,
-                str(directory),
-                n_parts,
-                level,
-            )
-            report = _LevelReport()
-            for record in tasks.mapPartitionsWithIndex(job).collect():
-                report.take(record, graph_states, graph_edges)
-            shutil.rmtree(_level_dir(directory, level), ignore_errors=True)  # its successors are settled
-            pending_values = report.values
-            for d, value in pending_values:
-                driver.store.adopt(d, value)  # the driver renders traces and checks liveness
+            report = run.level(level)
             states += report.new_states
             if level == 0:
                 ahead = report
                 level = 1
                 continue
             transitions += ahead.transitions
-            # This level's transitions' step properties (job k - 1 expanded them), then its new
-            # states' invariants (job k settled them): the single process's order within a level.
-            for _k, name, parent, _nfp, label in sorted(ahead.violations, key=lambda r: (r[1], r[2])):
-                if name not in found:
-                    path = _path(directory, n_parts, parent, init_fp)
-                    found[name] = Violation("safety", name, _trace_to(driver, path, label, symmetry, por))
-            for _k, name, fp in sorted(report.state_violations, key=lambda r: (r[1], r[2])):
-                if name not in found:
-                    path = _path(directory, n_parts, fp, init_fp)
-                    found[name] = Violation("safety", name, concrete_trace(driver, path, symmetry=symmetry, por=por))
+            run.note_violations(ahead, report)
             ahead = report
             if options.progress is not None:
                 options.progress(level, states, report.new_states)
@@ -178,12 +135,79 @@ def explore_spark(
         result.transitions = transitions
         result.depth = level
         if options.liveness and not found and result.complete:
-            found.update(_liveness(driver, graph_states, graph_edges, directory, n_parts, init_fp, options))
+            found.update(
+                _liveness(run.driver, run.graph_states, run.graph_edges, directory, n_parts, run.init_fp, options)
+            )
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     result.violations = sorted(found.values(), key=lambda v: (v.length, v.name))
     result.seconds = time.perf_counter() - started
-    return result, driver
+    return result, run.driver
+
+
+class _Run:
+    """The driver's side of one run: the levels' Spark jobs, the values and graph they report, and
+    the violations found, with their traces rebuilt on the driver's model."""
+
+    def __init__(
+        self, sc: Any, spec: ModelSpec, options: Options, directory: Path, n_parts: int, reductions: dict[str, bool]
+    ) -> None:
+        self.sc, self.spec, self.options, self.directory, self.n_parts = sc, spec, options, directory, n_parts
+        self.run_id = uuid.uuid4().hex
+        self.driver = driver = Model(spec, step_timeout_s=options.step_timeout_s)
+        self.symmetry, self.por = reductions["symmetry"], reductions["por"]
+        canon = driver.canonical if self.symmetry and len(driver.symmetries) > 1 else (lambda s: s)
+        init = canon(driver.initial())
+        self.init_fp = init_fp = hash(init)
+        # Level 0 is the initial state, "written" for its partition by the driver.
+        _write_bucket(_level_dir(directory, 0) / "from-driver", init_fp % n_parts, [(init_fp, init, init_fp, ())])
+        self.found: dict[str, Violation] = {}
+        for name in driver.violations(init):
+            self.found.setdefault(name, Violation("safety", name, [TraceStep(("init",), driver.initial())]))
+        self.broadcasts: list[tuple[int, Any]] = []
+        self.pending_values = driver.store.take_new()
+        self.graph_edges: list[tuple[int, int, Any]] = []
+        self.graph_states: dict[int, tuple[Any, ...]] = {}
+        self.tasks = sc.parallelize(range(n_parts), n_parts)
+
+    def level(self, level: int) -> _LevelReport:
+        """Job ``level``: settle the level and expand its new states; what the tasks reported."""
+        if self.pending_values:
+            self.broadcasts.append((len(self.broadcasts), self.sc.broadcast(self.pending_values)))
+        job = partial(
+            _level_task,
+            self.run_id,
+            self.spec,
+            self.options.step_timeout_s,
+            list(self.broadcasts),
+            self.symmetry,
+            self.por,
+            self.options.liveness,
+            str(self.directory),
+            self.n_parts,
+            level,
+        )
+        report = _LevelReport()
+        for record in self.tasks.mapPartitionsWithIndex(job).collect():
+            report.take(record, self.graph_states, self.graph_edges)
+        shutil.rmtree(_level_dir(self.directory, level), ignore_errors=True)  # its successors are settled
+        self.pending_values = report.values
+        for d, value in self.pending_values:
+            self.driver.store.adopt(d, value)  # the driver renders traces and checks liveness
+        return report
+
+    def note_violations(self, ahead: _LevelReport, report: _LevelReport) -> None:
+        """This level's transitions' step properties (job k - 1 expanded them), then its new
+        states' invariants (job k settled them): the single process's order within a level."""
+        found, driver, symmetry, por = self.found, self.driver, self.symmetry, self.por
+        for _k, name, parent, _nfp, label in sorted(ahead.violations, key=lambda r: (r[1], r[2])):
+            if name not in found:
+                path = _path(self.directory, self.n_parts, parent, self.init_fp)
+                found[name] = Violation("safety", name, _trace_to(driver, path, label, symmetry, por))
+        for _k, name, fp in sorted(report.state_violations, key=lambda r: (r[1], r[2])):
+            if name not in found:
+                path = _path(self.directory, self.n_parts, fp, self.init_fp)
+                found[name] = Violation("safety", name, concrete_trace(driver, path, symmetry=symmetry, por=por))
 
 
 def _level_dir(directory: Path, level: int) -> Path:
@@ -354,9 +378,8 @@ def _liveness(
 ) -> dict[str, Violation]:
     """The liveness check of the local explorer, over the graph the executors reported."""
     from invariants import composed
-    from proofs.check import explore as local
 
-    graph = local._Graph()
+    graph = Graph()
     graph.node(init_fp, states[init_fp])
     for fp in sorted(states, key=lambda f: (f != init_fp,)):
         graph.node(fp, states[fp])
@@ -368,7 +391,7 @@ def _liveness(
             return parent_in(directory, partitions, fp)
 
     properties = composed.LIVENESS + (composed.LIVENESS_STRICT if options.strict else ())
-    found = local._liveness(driver, graph, _Parents(), init_fp, properties)  # type: ignore[arg-type]
+    found = liveness_violations(driver, graph, _Parents(), init_fp, properties)
     return {v.name: v for v in found}
 
 

@@ -1,16 +1,15 @@
-"""The composed state of the model checker: its layout, its messages, the transition record, and
-the helpers every part of the transition system shares (:mod:`proofs.check.model`)."""
+"""The composed state of the model checker: its layout, its messages, the state opened for one
+transition, the transition record, and the names and codes every part of the transition system
+shares (:mod:`proofs.check.model` and its parts)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
-from proofs.check.program import ModelSpec, Op
+from proofs.check.program import ModelSpec
 from reference import buffer as tb
-from reference import coordinator as tc
 from spec import errors as spec_errors
-from spec.result import Err, Ok
+from spec.result import Err
 from spec.types import (
     Position,
     Subscription,
@@ -41,11 +40,11 @@ def _error_names() -> tuple[str, ...]:
 
 
 ERRORS: Final = _error_names()
-_CODE: Final = {name: i for i, name in enumerate(ERRORS)}
+CODE: Final = {name: i for i, name in enumerate(ERRORS)}
 
 
-def _code(result: Any) -> int:
-    return _CODE[result.error.name] if isinstance(result, Err) else 0
+def error_code(result: Any) -> int:
+    return CODE[result.error.name] if isinstance(result, Err) else 0
 
 
 # --- messages -------------------------------------------------------------------------------
@@ -73,7 +72,7 @@ _MESSAGE_NAMES: Final = (
     "END_TXN_ON_SUBSCRIPTION",
     "END_TXN_ON_SUBSCRIPTION response",
 )
-_DUPLICABLE: Final = {
+DUPLICABLE: Final = {
     "add_partition": ADDP_REQ,
     "add_subscription": ADDS_REQ,
     "send": SEND_REQ,
@@ -81,9 +80,9 @@ _DUPLICABLE: Final = {
     "new_txn": NEW_REQ,
     "end_txn": END_REQ,
 }
-_CLIENT_BOUND: Final = frozenset({NEW_RESP, ADDP_RESP, ADDS_RESP, SEND_RESP, ACK_RESP, END_RESP})
-_FROM_CLIENT: Final = frozenset({NEW_REQ, ADDP_REQ, ADDS_REQ, SEND_REQ, ACK_REQ, END_REQ})
-_TIMEOUT_CODE: Final = _CODE["RequestTimeout"]
+CLIENT_BOUND: Final = frozenset({NEW_RESP, ADDP_RESP, ADDS_RESP, SEND_RESP, ACK_RESP, END_RESP})
+FROM_CLIENT: Final = frozenset({NEW_REQ, ADDP_REQ, ADDS_REQ, SEND_REQ, ACK_REQ, END_REQ})
+TIMEOUT_CODE: Final = CODE["RequestTimeout"]
 
 
 def message_name(kind: int) -> str:
@@ -95,6 +94,8 @@ def message_name(kind: int) -> str:
 # (coord, clog, caux, net, used, clock, decided, bad, *parts, *subs, *clients, *acks, *reopened, *ended)
 COORD, CLOG, CAUX, NET, USED, CLOCK, DECIDED, BAD = range(8)
 _BASE: Final = 8
+# What a coordinator step reads and writes: its state, its log, its auxiliary state, the decisions.
+COORDINATOR_SLOTS: Final = (COORD, CLOG, CAUX, DECIDED)
 
 
 class Layout:
@@ -154,9 +155,9 @@ IDLE, BEGUN, IN_TXN, DONE = 0, 1, 2, 3
 OP_NEW, OP_REG, OP_FLIGHT, OP_OK, OP_FAILED, OP_HELD = 0, 1, 2, 3, 4, 5
 END_NONE, END_COMMIT, END_ABORT = 0, 1, 2
 REG_ASKED, REG_OK, REG_FAILED = 1, 2, 3
-_SUB_TARGET: Final = 1000  # registration targets: partition p, or 1000 + subscription s
-_NO_POS: Final = (-1, -1)
-_PUBLISHED: Final = -2  # the txn field of a payload entry a plain producer published during the run
+SUB_TARGET: Final = 1000  # registration targets: partition p, or 1000 + subscription s
+NO_POS: Final = (-1, -1)
+PUBLISHED: Final = -2  # the txn field of a payload entry a plain producer published during the run
 
 # ghost decided codes = TxnStatus values (OPEN 0 .. ABORTED 4)
 
@@ -173,11 +174,11 @@ class Successor(NamedTuple):
     changed: tuple[int, ...] | None = None  # the slots it may have changed (None: any)
 
 
-def _pos(p: Position) -> tuple[int, int]:
+def pos_of(p: Position) -> tuple[int, int]:
     return (p.ledger_id, p.entry_id)
 
 
-class _W:
+class WorkingState:
     """A composed state opened for one transition (lists where it changes)."""
 
     __slots__ = (
@@ -243,124 +244,6 @@ class _W:
         self.bad = (*self.bad, (name, *detail))
 
 
-# --- helpers --------------------------------------------------------------------------------
-
-
-def _one(i: int) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
-    def get(s: tuple[Any, ...]) -> tuple[Any, ...]:
-        return (s[i],)
-
-    return get
-
-
-def _delta(
-    before: tuple[Any, ...], after: tuple[Any, ...], footprint: tuple[int, ...], broken: tuple[str, ...]
-) -> tuple[Any, ...]:
-    """What a transition did: the new values at its footprint, the messages it consumed and sent."""
-    gone = list(before[NET])
-    added = []
-    for m in after[NET]:
-        try:
-            gone.remove(m)
-        except ValueError:
-            added.append(m)
-    return (tuple(after[i] for i in footprint), tuple(gone), tuple(added), broken)
-
-
-def _apply(s: tuple[Any, ...], delta: tuple[Any, ...], footprint: tuple[int, ...]) -> tuple[Any, ...]:
-    values, gone, added, _broken = delta
-    out = list(s)
-    for i, value in zip(footprint, values, strict=True):
-        out[i] = value
-    if gone or added:
-        net = list(s[NET])
-        for m in gone:
-            net.remove(m)
-        net.extend(added)
-        net.sort()
-        out[NET] = tuple(net)
-    return tuple(out)
-
-
-def _done() -> tuple[Any, ...]:
+def client_done() -> tuple[Any, ...]:
+    """The slot of a client whose program is over."""
     return (DONE, 0, -1, 0, 0, (), (), (), END_NONE)
-
-
-def _target(op: Op) -> int:
-    return op.target if op.kind == "send" else _SUB_TARGET + op.target
-
-
-def _txn_seq(result: Any) -> int:
-    return result.value.least_sig_bits if isinstance(result, Ok) else -1
-
-
-def _retries(result: Any) -> bool:
-    return any(isinstance(e, tc.ScheduleResumeEndTxn) for e in result.effects)
-
-
-def _advance_clock(w: _W) -> None:
-    w.clock += 1
-
-
-def _duplicate(w: _W, m: tuple[int, ...]) -> None:
-    w.used[1] += 1
-    w.send(m)
-
-
-def _permute_message(
-    m: tuple[int, ...], pc: tuple[int, ...], pp: tuple[int, ...], ps: tuple[int, ...]
-) -> tuple[int, ...]:
-    kind = m[0]
-    if kind in (NEW_REQ, NEW_RESP, END_REQ, END_RESP, SEND_RESP, ACK_RESP):
-        return (kind, pc[m[1]], *m[2:])
-    if kind in (ADDP_REQ, ADDP_RESP):
-        return (kind, pc[m[1]], m[2], pp[m[3]], *m[4:])
-    if kind in (ADDS_REQ, ADDS_RESP):
-        return (kind, pc[m[1]], m[2], ps[m[3]], *m[4:])
-    if kind == SEND_REQ:
-        return (kind, pc[m[1]], m[2], pp[m[3]], *m[4:])
-    if kind == ACK_REQ:
-        return (kind, pc[m[1]], m[2], ps[m[3]], *m[4:])
-    if kind in (ENDP, ENDP_RESP):
-        return (*m[:6], pp[m[6]], *m[7:])
-    if kind in (ENDS, ENDS_RESP):
-        return (*m[:6], ps[m[6]], *m[7:])
-    raise AssertionError(f"unknown message {m}")
-
-
-def _rename(value: Any, kind: str, names: dict[str, str], subs: dict[Subscription, Subscription]) -> Any:
-    from dataclasses import replace
-
-    if kind == "coordinator":
-        txns = value.txns
-        for seq, meta in value.txns.items():
-            txns = txns.set(
-                seq,
-                replace(
-                    meta,
-                    produced_partitions=frozenset(names[p] for p in meta.produced_partitions),
-                    acked_subscriptions=frozenset(subs[x] for x in meta.acked_subscriptions),
-                ),
-            )
-        return replace(value, txns=txns)
-    if kind == "log":
-        records, rest = value[0], value[1:]
-        renamed = tuple(
-            (
-                rid,
-                replace(
-                    r,
-                    partitions=tuple(names[p] for p in r.partitions),
-                    subscriptions=tuple(subs[x] for x in r.subscriptions),
-                ),
-            )
-            for rid, r in records
-        )
-        return (renamed, *rest)
-    if kind == "client":
-        return replace(
-            value,
-            produced_topics=frozenset(names[p] for p in value.produced_topics),
-            acked_subscriptions=frozenset(subs[x] for x in value.acked_subscriptions),
-        )
-    raise AssertionError(kind)

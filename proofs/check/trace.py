@@ -387,24 +387,51 @@ def trace_history(model: Model, trace: Sequence[TraceStep], name: str = "check")
     """The client operations of a trace as a history: new_txn, add_partition, add_subscription,
     send, receive, ack, commit and abort, each its own process, logical time = step index.
     Operations still open at the end are ``invoke`` (outcome unknown)."""
-    layout = model.layout
-    ops: list[dict[str, Any]] = []
-    open_ops: dict[tuple[Any, ...], dict[str, Any]] = {}
-    deliveries: dict[tuple[int, tuple[int, int]], int] = {}
+    history = _History(model)
+    for s, sub in enumerate(model.spec.subscriptions):
+        history.atomic("subscribe", history.sub_obj(s), {"initial_position": "Earliest", "sub_type": sub.sub_type}, 0)
+    for at, step in enumerate(trace[1:], start=1):
+        before, after = trace[at - 1].state, step.state
+        label = step.label
+        kind = label[0]
+        if kind == "begin":
+            history.invoke(("new", label[1]), "new_txn", "coordinator:0", {"timeout_ms": model.spec.txn_timeout_ms}, at)
+        elif kind in ("issue", "end", "receive"):
+            history.client_step(label, before, after, at)
+        elif kind == "deliver":
+            _delivered(model, label[1], before, after, at, history.invoke, history.complete)
+        elif kind == "reader":
+            s = label[1]
+            handed_before = {h[0] for h in before[model.layout.sub(s)][5]}
+            new = [h for h in after[model.layout.sub(s)][5] if h[0] not in handed_before and h[1] == -1]
+            for pos, _c in new:
+                history.received(s, pos, "reader", after, at)
+                history.atomic("ack", history.sub_obj(s), {"position": list(pos), "txn": None}, at)
+    return [_operation(name, index, op) for index, op in enumerate(history.ops)]
 
-    def invoke(key: tuple[Any, ...], f: str, obj: str, value: Any, at: int) -> None:
+
+class _History:
+    """The operations of a trace as they are invoked and complete (in the order invoked)."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.ops: list[dict[str, Any]] = []
+        self.open_ops: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self.deliveries: dict[tuple[int, tuple[int, int]], int] = {}
+
+    def invoke(self, key: tuple[Any, ...], f: str, obj: str, value: Any, at: int) -> None:
         op = {"f": f, "object": obj, "value": value, "invoked_at": at, "type": None}
-        ops.append(op)
-        open_ops[key] = op
+        self.ops.append(op)
+        self.open_ops[key] = op
 
-    def complete(key: tuple[Any, ...], at: int, result: Any = None, error: str | None = None) -> None:
-        op = open_ops.pop(key, None)
+    def complete(self, key: tuple[Any, ...], at: int, result: Any = None, error: str | None = None) -> None:
+        op = self.open_ops.pop(key, None)
         if op is None:
             return
         op.update(type=OpType.FAIL if error else OpType.OK, completed_at=at, result=result, error=error)
 
-    def atomic(f: str, obj: str, value: Any, at: int, result: Any = None) -> None:
-        ops.append(
+    def atomic(self, f: str, obj: str, value: Any, at: int, result: Any = None) -> None:
+        self.ops.append(
             {
                 "f": f,
                 "object": obj,
@@ -416,78 +443,53 @@ def trace_history(model: Model, trace: Sequence[TraceStep], name: str = "check")
             }
         )
 
-    def sub_obj(s: int) -> str:
-        name = model.sub_names[s]
+    def sub_obj(self, s: int) -> str:
+        name = self.model.sub_names[s]
         return object_id("subscription", f"{name.topic}#{name.subscription}")
 
-    for s, sub in enumerate(model.spec.subscriptions):
-        atomic("subscribe", sub_obj(s), {"initial_position": "Earliest", "sub_type": sub.sub_type}, 0)
-    for at, step in enumerate(trace[1:], start=1):
-        before, after = trace[at - 1].state, step.state
-        label = step.label
-        kind = label[0]
-        if kind == "begin":
-            invoke(("new", label[1]), "new_txn", "coordinator:0", {"timeout_ms": model.spec.txn_timeout_ms}, at)
-        elif kind in ("issue", "end", "receive"):
-            c = label[1]
-            cl_after = after[layout.client(c)]
-            cl_before = before[layout.client(c)]
-            seq = cl_before[2]
-            txn = [0, seq]
-            if kind == "end":
-                invoke(("end", c, seq), label[2], "coordinator:0", {"txn": txn}, at)
-                if cl_after[2] != seq or cl_after[0] != IN_TXN:
-                    complete(("end", c, seq), at, error="InvalidTxnStatus")
-                continue
-            i = cl_before[4]
-            op = _script_op(model, c, cl_before[1], i)
-            if kind == "receive":
-                pos = cl_after[7][i]
-                s = label[2]
-                part = model.spec.subscriptions[s].partition
-                count = deliveries.get((s, pos), 0)
-                deliveries[(s, pos)] = count + 1
-                got = _payload_at(after, layout.part(part), pos, part)
-                atomic(
-                    "receive",
-                    sub_obj(s),
-                    {"consumer": f"client-{c}"},
-                    at,
-                    {"message": got, "position": list(pos), "redelivery_count": count},
-                )
-                continue
-            if op.kind == "send":
-                value: dict[str, Any] = {"message": _payload(c, seq, i, op.target), "txn": txn}
-                if op.deliver_at >= 0:
-                    value["deliver_at_ms"] = op.deliver_at
-                invoke(("op", c, seq, i), "send", object_id("partition", partition_name(op.target)), value, at)
-            else:
-                pos = cl_before[7][i]
-                f = "ack_cumulative" if op.cumulative else "ack"
-                invoke(("op", c, seq, i), f, sub_obj(op.target), {"position": list(pos), "txn": txn}, at)
-            if cl_after[6][i] == OP_FAILED:
-                complete(("op", c, seq, i), at, error="InvalidTxnStatus")
-        elif kind == "deliver":
-            m = label[1]
-            _delivered(model, m, before, after, at, invoke, complete)
-        elif kind == "reader":
-            s = label[1]
-            part = model.spec.subscriptions[s].partition
-            handed_before = {h[0] for h in before[layout.sub(s)][5]}
-            new = [h for h in after[layout.sub(s)][5] if h[0] not in handed_before and h[1] == -1]
-            for pos, _c in new:
-                count = deliveries.get((s, pos), 0)
-                deliveries[(s, pos)] = count + 1
-                got = _payload_at(after, layout.part(part), pos, part)
-                atomic(
-                    "receive",
-                    sub_obj(s),
-                    {"consumer": "reader"},
-                    at,
-                    {"message": got, "position": list(pos), "redelivery_count": count},
-                )
-                atomic("ack", sub_obj(s), {"position": list(pos), "txn": None}, at)
-    return [_operation(name, index, op) for index, op in enumerate(ops)]
+    def received(self, s: int, pos: tuple[int, int], consumer: str, after: tuple[Any, ...], at: int) -> None:
+        """A message handed out by subscription ``s``, with how often it was handed out before."""
+        part = self.model.spec.subscriptions[s].partition
+        count = self.deliveries.get((s, pos), 0)
+        self.deliveries[(s, pos)] = count + 1
+        got = _payload_at(after, self.model.layout.part(part), pos, part)
+        self.atomic(
+            "receive",
+            self.sub_obj(s),
+            {"consumer": consumer},
+            at,
+            {"message": got, "position": list(pos), "redelivery_count": count},
+        )
+
+    def client_step(self, label: tuple[Any, ...], before: tuple[Any, ...], after: tuple[Any, ...], at: int) -> None:
+        """A client's program step: an end, a receive, or a send or ack it issues."""
+        kind, c = label[0], label[1]
+        layout = self.model.layout
+        cl_after = after[layout.client(c)]
+        cl_before = before[layout.client(c)]
+        seq = cl_before[2]
+        txn = [0, seq]
+        if kind == "end":
+            self.invoke(("end", c, seq), label[2], "coordinator:0", {"txn": txn}, at)
+            if cl_after[2] != seq or cl_after[0] != IN_TXN:
+                self.complete(("end", c, seq), at, error="InvalidTxnStatus")
+            return
+        i = cl_before[4]
+        op = _script_op(self.model, c, cl_before[1], i)
+        if kind == "receive":
+            self.received(label[2], cl_after[7][i], f"client-{c}", after, at)
+            return
+        if op.kind == "send":
+            value: dict[str, Any] = {"message": _payload(c, seq, i, op.target), "txn": txn}
+            if op.deliver_at >= 0:
+                value["deliver_at_ms"] = op.deliver_at
+            self.invoke(("op", c, seq, i), "send", object_id("partition", partition_name(op.target)), value, at)
+        else:
+            pos = cl_before[7][i]
+            f = "ack_cumulative" if op.cumulative else "ack"
+            self.invoke(("op", c, seq, i), f, self.sub_obj(op.target), {"position": list(pos), "txn": txn}, at)
+        if cl_after[6][i] == OP_FAILED:
+            self.complete(("op", c, seq, i), at, error="InvalidTxnStatus")
 
 
 def _operation(name: str, index: int, op: dict[str, Any]) -> Operation:
@@ -671,6 +673,24 @@ def _component_of(model: Model, violation: Violation) -> tuple[str, int] | None:
     return None
 
 
+class _Recorder:
+    """The commands one machine instance receives along a replay, with their results, and whether
+    it was reloaded from what it made durable (which a vector cannot express)."""
+
+    def __init__(self, machine: str, index: int) -> None:
+        self.machine, self.index = machine, index
+        self.recorded: list[tuple[Any, Any]] = []
+        self.reloaded_from_disk = False
+
+    def stepped(self, machine: str, index: int, command: Any, result: Any) -> None:
+        if machine == self.machine and index == self.index:
+            self.recorded.append((command, result))
+
+    def reloaded(self, machine: str, index: int) -> None:
+        if machine == self.machine and index == self.index:
+            self.reloaded_from_disk = True
+
+
 def trace_vector(model: Model, violation: Violation) -> dict[str, Any] | None:
     """A conformance vector of the machine instance a safety violation is about: the commands it
     received along the trace, with their results (the counterexample at machine level).  ``None``
@@ -686,40 +706,10 @@ def trace_vector(model: Model, violation: Violation) -> dict[str, Any] | None:
     if target is None:
         return None
     machine, index = target
-    recorded: list[tuple[Any, Any]] = []
-    crashed = [False]
-
-    class Recording(Model):
-        def _coord_step(self, w: Any, command: Any) -> Any:
-            result = super()._coord_step(w, command)
-            if machine == "coordinator":
-                recorded.append((command, result))
-            return result
-
-        def _buf_step(self, w: Any, p: int, command: Any) -> Any:
-            result = super()._buf_step(w, p, command)
-            if machine == "buffer" and p == index:
-                recorded.append((command, result))
-            return result
-
-        def _pa_step(self, w: Any, s: int, command: Any) -> Any:
-            result = super()._pa_step(w, s, command)
-            if machine == "pending_ack" and s == index:
-                recorded.append((command, result))
-            return result
-
-        def _crash_coordinator(self, w: Any) -> None:
-            crashed[0] = crashed[0] or machine == "coordinator"
-            super()._crash_coordinator(w)
-
-        def _crash_partition(self, w: Any, p: int) -> None:
-            if machine == "pending_ack" and self.spec.subscriptions[index].partition == p:
-                crashed[0] = True
-            super()._crash_partition(w, p)
-
-    probe = Recording(model.spec)
-    replay(probe, [list(_listed(step.label)) for step in violation.trace])
-    if crashed[0] or not recorded:
+    recorder = _Recorder(machine, index)
+    replay(Model(model.spec, observer=recorder), [list(_listed(step.label)) for step in violation.trace])
+    recorded = recorder.recorded
+    if recorder.reloaded_from_disk or not recorded:
         return None
     adapter = {"coordinator": tc.VECTORS, "buffer": tb.VECTORS, "pending_ack": pa.VECTORS}[machine]
     names = {cls: name for name, cls in adapter.commands.items()}

@@ -1,6 +1,6 @@
 """A bucket tracker's get_scheduled_messages gathers its pops (``_Popping``) and makes them to the
 state at once; this checks that against popping one index at a time with the tracker's own
-one-at-a-time helpers (``_pop_shared``, ``_drop_bit``), storage faults included: the same state
+one-at-a-time helpers (``pop_shared``, ``drop_bit``), storage faults included: the same state
 (hash and all) and the same messages, whatever the faults made of the buckets (memory-mode
 buckets that leave when their last bit does, failed loads, lost snapshots)."""
 
@@ -20,22 +20,22 @@ def _one_at_a_time(
 ) -> tuple[d.BucketTracker, set[tuple[int, int]]]:
     """DD-10, DD-12, DD-15, DD-16, DD-22 as the reference states them, one pop per turn."""
     cutoff = state.params.cutoff(command.now_ms)
-    state, n, out = d._move_due(state, cutoff), command.max_messages, set()
+    state, n, out = d.move_due(state, cutoff), command.max_messages, set()
     while n > 0 and state.shared:
         head = state.shared[0].head()
         ts, ledger, entry = d.unpack(head)
         below_mark = 0 <= ledger < state.mark_delete_ledger
         if ts > cutoff and not below_mark:
             break
-        at = d._boundary_owner(state, head)
+        at = d.boundary_owner(state, head)
         if at is not None and state.buckets[at].pending_create:
             break
         if at is not None:
-            state, progressed, _ = d._load_next(state, at)  # a failed load's state is kept (DD-16)
+            state, progressed, _ = d.load_next(state, at)  # a failed load's state is kept (DD-16)
             if not progressed:
                 break
             continue
-        state, tracked = d._drop_bit(d._pop_shared(state), ledger, entry)
+        state, tracked = d.drop_bit(d.pop_shared(state), ledger, entry)
         if below_mark or not tracked:
             continue
         out.add((ledger, entry))

@@ -408,7 +408,7 @@ def test_place_add_agrees_with_step(
 def _pop_turns(state: d.BucketTracker, command: d.GetScheduledMessages) -> tuple[list[Any], d.BucketTracker]:
     """``get_scheduled_messages`` turn by turn, through the reference's own helpers."""
     cutoff = state.params.cutoff(command.now_ms)
-    after = d._move_due(state, cutoff)
+    after = d.move_due(state, cutoff)
     turns: list[Any] = [("move_due", 0, state, after)]
     state, n = after, command.max_messages
     while n > 0 and state.shared:
@@ -417,18 +417,18 @@ def _pop_turns(state: d.BucketTracker, command: d.GetScheduledMessages) -> tuple
         below_mark = 0 <= ledger < state.mark_delete_ledger
         if ts > cutoff and not below_mark:
             break
-        at = d._boundary_owner(state, head)
+        at = d.boundary_owner(state, head)
         if at is not None and state.buckets[at].pending_create:
             break
         if at is not None:
-            after, progressed, _ = d._load_next(state, at)
+            after, progressed, _ = d.load_next(state, at)
             if not progressed:
                 break
             kind = "load" if len(after.buckets) == len(state.buckets) else "delete"
             turns.append((kind, state.buckets[at].start_ledger_id, state, after))
             state = after
             continue
-        after, tracked_here = d._drop_bit(d._pop_shared(state), ledger, entry)
+        after, tracked_here = d.drop_bit(d.pop_shared(state), ledger, entry)
         turns.append(("pop", PLACE_POSITIONS.index((ledger, entry)), state, after))
         state = after
         if below_mark or not tracked_here:

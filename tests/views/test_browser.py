@@ -25,7 +25,7 @@ from proofs.check.trace_format import Trace
 from spec.history import Operation, OpType, is_machine_operation, make_operation, object_id, parse_object
 from txnmodel.cli import main
 from views.report import counterexample_html, txn_html
-from views.viewer import trace_page
+from views.trace import trace_page
 
 R = object_id("register", "x")
 

@@ -199,7 +199,7 @@ def test_state_rows_of_a_reference_machine_are_readable() -> None:
 
 
 def test_encoded_states_rebuild_every_step() -> None:
-    from views.viewer import encode_states
+    from views.page import encode_states
 
     states = [
         (("a", "1"), ("c", "3")),

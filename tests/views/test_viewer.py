@@ -13,8 +13,11 @@ from invariants.explain import ANOMALY_RULES
 from invariants.transactional import ANOMALIES, check_transactional
 from proofs.check.trace_format import BadTrace, Trace
 from spec.history import Operation, OpType, make_operation, object_id
+from views.index import index_page
+from views.page import Caps
 from views.report import txn_html
-from views.viewer import Caps, index_page, trace_page, txn_op_words
+from views.trace import trace_page
+from views.transactional import txn_op_words
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -157,8 +157,7 @@ def check_models(
     """Run the named models (bounds apply to every model that has them); raise BadBound on bad input.
     ``reporter`` (a :class:`views.progress.Reporter`): a progress phase per model, its distinct
     states counted at every breadth-first level."""
-    from proofs.check.explore import MemoryVisited, Options, explore
-    from proofs.check.model import Model
+    from proofs.check.explore import Options
     from proofs.check.models import MODELS, BadBound, build
 
     on_level = level
@@ -205,37 +204,9 @@ def check_models(
         )
         with phases:
             if master is None:
-                model = Model(spec, step_timeout_s=step_timeout_s)
-                ran_out = ""
-                try:
-                    result = _explore_watched(explore, model, options)
-                except MemoryError as exc:
-                    ran_out = f"{type(exc).__name__}: {exc}" if str(exc) else "MemoryError"
-                except OSError as exc:
-                    if exc.errno != errno.ENOMEM:
-                        raise
-                    ran_out = f"a memory map was refused ({exc.strerror})"
-                finally:
-                    states = len(spilled[0]) if spilled else reached[1]
-                    for seen in spilled:
-                        if not isinstance(seen, MemoryVisited):
-                            seen.close()
-                    spilled.clear()
-                    if spill_dir is not None:
-                        shutil.rmtree(spill_dir, ignore_errors=True)
-                # Raised out of the except clause, so the failed exploration's frames (and all they
-                # held) are released before the report is built.
-                if ran_out:
-                    depth, _states, level_states = reached
-                    raise CheckOutOfMemory(
-                        name,
-                        states=states,
-                        depth=depth,
-                        frontier=level_states,
-                        spill=spill,
-                        liveness=liveness,
-                        detail=ran_out,
-                    )
+                result, model = _explore_here(
+                    name, spec, options, step_timeout_s, spilled, spill_dir, reached, spill=spill, liveness=liveness
+                )
             else:
                 from proofs.check.spark import explore_spark
                 from runners.spark import spark_session
@@ -243,6 +214,58 @@ def check_models(
                 result, model = explore_spark(spec, options, spark_session(master, "txnmodel-check"))
         runs.append(ModelRun(name, result, model, quirks))
     return runs
+
+
+def _explore_here(
+    name: str,
+    spec: Any,
+    options: Any,
+    step_timeout_s: float | None,
+    spilled: list[Any],
+    spill_dir: str | None,
+    reached: list[int],
+    *,
+    spill: int | None,
+    liveness: bool,
+) -> tuple[Any, Any]:
+    """Explore ``spec`` in this process: the result and the model.  The seen sets made are closed and
+    the spill directory removed, however it ends; a run that runs out of memory (``reached``: its
+    last level's depth, states and frontier) raises :class:`CheckOutOfMemory`."""
+    from proofs.check.explore import MemoryVisited, explore
+    from proofs.check.model import Model
+
+    model = Model(spec, step_timeout_s=step_timeout_s)
+    ran_out = ""
+    try:
+        result = _explore_watched(explore, model, options)
+    except MemoryError as exc:
+        ran_out = f"{type(exc).__name__}: {exc}" if str(exc) else "MemoryError"
+    except OSError as exc:
+        if exc.errno != errno.ENOMEM:
+            raise
+        ran_out = f"a memory map was refused ({exc.strerror})"
+    finally:
+        states = len(spilled[0]) if spilled else reached[1]
+        for seen in spilled:
+            if not isinstance(seen, MemoryVisited):
+                seen.close()
+        spilled.clear()
+        if spill_dir is not None:
+            shutil.rmtree(spill_dir, ignore_errors=True)
+    # Raised out of the except clause, so the failed exploration's frames (and all they held) are
+    # released before the report is built.
+    if ran_out:
+        depth, _states, level_states = reached
+        raise CheckOutOfMemory(
+            name,
+            states=states,
+            depth=depth,
+            frontier=level_states,
+            spill=spill,
+            liveness=liveness,
+            detail=ran_out,
+        )
+    return result, model
 
 
 def _seen_sets(spill: int | None, *, liveness: bool, master: str | None) -> tuple[Any, Any, list[Any], str | None]:
@@ -318,7 +341,7 @@ def write_counterexamples(run: ModelRun, out: Path) -> list[str]:
     from history_io.files import write_jsonl
     from proofs.check.trace import render_text, trace_history, trace_json, trace_test, trace_vector
     from proofs.check.trace_format import Trace
-    from views.viewer import trace_page
+    from views.trace import trace_page
 
     written = []
     for violation in run.result.violations:

@@ -124,7 +124,8 @@ def report(request: VerifyRequest, rows: Sequence[VerdictRow], elapsed: float) -
     """The end of a verification whose rows are in (each part already written under
     ``request.out``): the index and every counterexample's page, then the report on standard output
     (text, or JSON with ``request.json``); returns the exit code with the rows."""
-    from runners.verdicts import applicability_lines, history_results, print_report, summarize, write_index
+    from runners.verdicts import write_index
+    from views.summary import applicability_lines, history_results, print_report, summarize
 
     out = Path(request.out)
     written = write_index(out, rows)
@@ -219,6 +220,7 @@ def request_from_args(args: argparse.Namespace) -> VerifyRequest:
             seconds=args.seconds,
             counterexamples=not args.no_counterexamples,
             memory_mb=args.memory,
+            ww_deps=args.ww_deps,
         ),
         out=args.out,
         master=args.master,
@@ -246,7 +248,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         choices=["parquet", "jsonl", "jepsen", "edn"],
         default="parquet",
         help="history format (default parquet; jepsen: Jepsen etcd logs; edn: Jepsen's history.edn, register, "
-        "cas-register, set and queue workloads)",
+        "cas-register, set, queue and Kafka workloads)",
+    )
+    parser.add_argument(
+        "--ww-deps",
+        action="store_true",
+        help="Kafka-workload histories: infer write-write dependencies from offsets, as Jepsen's :ww-deps (G0 is "
+        "then looked for, and G1c becomes informational)",
     )
     parser.add_argument(
         "--model",

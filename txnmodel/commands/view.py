@@ -17,7 +17,7 @@ MAX_TRACE_DEPTH = 64
 
 def cmd_view(args: argparse.Namespace) -> int:
     from proofs.check.trace_format import Trace
-    from views.viewer import trace_page
+    from views.trace import trace_page
 
     source = Path(args.trace)
     try:

@@ -3,8 +3,8 @@
 A workload runs on a real directory through a recording file system, which logs every mutating
 call (open/create, write, truncate, sync, directory sync, rename, unlink) in one timeline with
 the workload's own invocations and completions.  The calls are then replayed into a
-:class:`~engine.storage.disk.SimDisk`, and before each of them the disk's
-:meth:`~engine.storage.disk.SimDisk.crash_images` say what a power cut there could leave --
+:class:`~engine.simulated.disk.SimDisk`, and before each of them the disk's
+:meth:`~engine.simulated.disk.SimDisk.crash_images` say what a power cut there could leave --
 the same model the simulator's power cuts sample: unsynced writes lost, torn at sector
 granularity or reordered, a size that persisted past its data (zeros), directory entries only as
 last synced, all of them, or each unsynced one alone.
@@ -34,7 +34,8 @@ from typing import Any
 
 import pytest
 
-from engine.storage.disk import FileSystem, SimDisk
+from engine.simulated.disk import SimDisk
+from engine.storage.disk import FileSystem
 from engine.storage.file_ledger import (
     LEDGER_HEADER,
     METADATA_NAME,

@@ -2,7 +2,7 @@
 
 The crash test runs a workload over three managed ledgers of one store on the simulated disk and
 keeps a copy of the disk before every mutating call.  Every crash image of every copy (the disk
-model of ``engine.storage.disk``) is recovered by a fresh store, and the state of every ledger
+model of ``engine.simulated.disk``) is recovered by a fresh store, and the state of every ledger
 must be what memory models of them hold after a *prefix* of the workload: at least everything
 acknowledged, at most everything issued -- and the same prefix for every ledger, because one
 journal orders every change of the store.  In the sync mode an operation is acknowledged when it
@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from engine.scheduler import Simulation
-from engine.storage.disk import OsFileSystem, SimDisk
+from engine.simulated.disk import SimDisk
+from engine.storage.disk import OsFileSystem
 from engine.storage.file_ledger import FileLedger, LedgerCorrupted
 from engine.storage.file_store import AdaptiveCommit, FileStore
 from engine.storage.ledger import InitialPosition, LedgerWriteFailed

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from engine.simulated.disk import SimDisk
 from engine.simulated.faults import FaultyLedger, Op
-from engine.storage.disk import SimDisk
 from engine.storage.file_ledger import FileLedger, OsFileSystem
 from engine.storage.file_store import FileStore
 from engine.storage.ledger import (

@@ -1,0 +1,553 @@
+"""The one analysis of a history that every transactional anomaly check reads
+(:mod:`invariants.transactional`): the operations' shapes checked once (a typed
+:class:`~spec.history.BadHistory` naming the row and column), each transaction's commits, aborts
+and fate, each message with the id its send returned, each delivery, empty receive, subscribe and
+transactional ack per subscription, and what the subscribes say of a subscription (its type, where
+it starts).  It infers and never judges; the checks judge.  The words (message ids, ``WHOLE``,
+fates) are those of :mod:`invariants.transactional`'s docstring.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from spec.history import BadHistory, Operation, OpType, parse_object, split_subscription
+
+__all__ = [
+    "WHOLE",
+    "Ack",
+    "Delivery",
+    "Fracture",
+    "Message",
+    "MessageId",
+    "SubscriptionView",
+    "Txn",
+    "TxnAnalysis",
+    "TxnFate",
+    "consumer_of",
+    "covers",
+    "delays",
+    "end_or_never",
+    "exclusive",
+    "latest_start",
+    "message_id",
+    "read_field",
+    "sub_type",
+]
+
+
+class TxnFate(enum.Enum):
+    COMMITTED = "committed"  # a commit returned ok
+    ABORTED = "aborted"  # an abort returned ok, or every end attempt failed
+    UNKNOWN = "unknown"  # a commit is indeterminate: it may have committed
+    OPEN = "open"  # nobody tried to end it
+
+
+# A message id: (ledger, entry, batch index), the index WHOLE for a message that is not in a batch
+# or, in an ack, for the whole entry.
+MessageId = tuple[int, int, int]
+WHOLE = -1
+
+
+@dataclass
+class Message:
+    send: Operation
+    payload: str
+    partition: str
+    txn: tuple[int, int] | None
+    position: MessageId | None
+    deliver_at: int | None
+    key: str | None = None
+    # How early a correct broker may deliver it (``deliver_early_ms``: a non-strict broker's tick).
+    early_ms: int = 0
+    # The bound within which it must reach a consumer that keeps receiving (``deliver_within_ms``).
+    within_ms: int | None = None
+    # The client may have written it more than once (``deduplicated: false``: it resends what it
+    # has no receipt for after a reconnect, and nothing says the broker deduplicates).
+    repeatable: bool = False
+
+
+@dataclass
+class Delivery:
+    op: Operation
+    subscription: str  # object id
+    partition: str
+    payload: str
+    position: MessageId | None
+    redelivery: int
+    consumer: str | None = None  # the receive's ``consumer`` (one consumer may span processes)
+
+
+def read_field(op: Operation, data: Any, key: str, column: str, kinds: tuple[type, ...], required: bool = True) -> Any:
+    if not isinstance(data, dict):
+        raise BadHistory(
+            f"history {op.history!r} op {op.index} ({op.f}): expected an object, got {data!r}",
+            row=op.index,
+            column=column,
+        )
+    value = data.get(key)
+    if value is None:
+        if required:
+            raise BadHistory(
+                f"history {op.history!r} op {op.index} ({op.f}): needs {key!r}", row=op.index, column=column
+            )
+        return None
+    if not isinstance(value, kinds) or isinstance(value, bool):
+        raise BadHistory(
+            f"history {op.history!r} op {op.index} ({op.f}): {key!r} has the wrong type: {value!r}",
+            row=op.index,
+            column=column,
+        )
+    return value
+
+
+def _pair(op: Operation, value: Any, key: str, column: str) -> tuple[int, int]:
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(x, int) for x in value)):
+        raise BadHistory(
+            f"history {op.history!r} op {op.index} ({op.f}): {key!r} must be [a, b] integers, got {value!r}",
+            row=op.index,
+            column=column,
+        )
+    return (value[0], value[1])
+
+
+def message_id(op: Operation, data: Any, column: str, required: bool) -> MessageId | None:
+    """``position`` plus the optional ``batch_index`` of a send result, receive result or ack value."""
+    raw = read_field(op, data, "position", column, (list,), required=required)
+    if raw is None:
+        return None
+    ledger, entry = _pair(op, raw, "position", column)
+    index = read_field(op, data, "batch_index", column, (int,), required=False)
+    if index is not None and index < 0:
+        raise BadHistory(
+            f"history {op.history!r} op {op.index} ({op.f}): 'batch_index' must be >= 0, got {index}",
+            row=op.index,
+            column=column,
+        )
+    return (ledger, entry, WHOLE if index is None else index)
+
+
+def covers(acked: MessageId, cumulative: bool, got: MessageId) -> bool:
+    """Whether an ack of ``acked`` (cumulative or not) acknowledges the message at ``got``.  An index
+    on one side only means a whole entry on the other (the broker acks a plain entry whole)."""
+    if got[:2] == acked[:2]:
+        if WHOLE in (acked[2], got[2]):
+            return True
+        return got[2] <= acked[2] if cumulative else got[2] == acked[2]
+    return cumulative and got[:2] < acked[:2]
+
+
+def _txn_of(op: Operation, data: Any, column: str = "value") -> tuple[int, int] | None:
+    raw = read_field(op, data, "txn", column, (list,), required=False)
+    return None if raw is None else _pair(op, raw, "txn", column)
+
+
+def _flag(op: Operation, data: Any, key: str) -> bool | None:
+    """An optional boolean of a value (None when absent)."""
+    flag = data.get(key) if isinstance(data, dict) else None
+    if flag is not None and not isinstance(flag, bool):
+        raise BadHistory(
+            f"history {op.history!r} op {op.index} ({op.f}): {key!r} must be true or false, got {flag!r}",
+            row=op.index,
+            column="value",
+        )
+    return flag
+
+
+def consumer_of(op: Operation) -> str | None:
+    """The ``consumer`` an operation names in its value (None: not named)."""
+    name: str | None = read_field(
+        op, op.args if op.args is not None else {}, "consumer", "value", (str,), required=False
+    )
+    return name
+
+
+Txn = tuple[int, int]
+_Entry = tuple[str, tuple[int, int]]  # (partition, (ledger, entry)): the messages of one entry
+
+
+@dataclass(frozen=True)
+class Ack:
+    """An ``ack`` or ``ack_cumulative`` that returned ok inside a transaction."""
+
+    op: Operation
+    subscription: str  # object id
+    txn: Txn
+    position: MessageId
+    cumulative: bool
+
+
+@dataclass(frozen=True)
+class SubscriptionView:
+    """What one subscription received, how far it read, and the receive that proves it drained."""
+
+    subscription: str  # object id
+    partition: str
+    received: dict[str, list[Delivery]]  # payload -> its deliveries here
+    frontier: MessageId | None  # the furthest position delivered here
+    drain: Operation | None  # a receive that found nothing after every send and commit (see _final_drain)
+
+
+@dataclass(frozen=True)
+class Fracture:
+    """A committed transaction seen here only in part: ``seen`` was received (first by ``first``),
+    and the subscription read past ``missing`` without receiving it."""
+
+    txn: Txn
+    view: SubscriptionView
+    size: int  # the transaction's messages on the partition
+    seen: Message
+    first: Delivery
+    missing: Message
+
+
+@dataclass
+class TxnAnalysis:
+    """What the clients of one history observed, built once and read by every anomaly check.
+
+    :meth:`build` checks the shape of every transactional operation (a typed
+    :class:`~spec.history.BadHistory` naming the row and column) and infers, without judging:
+    each transaction's commits, aborts and fate; each message (unique payload), the id its send
+    returned and the messages sharing each entry; each delivery, empty receive, receive of unknown
+    outcome, subscribe and transactional ack per subscription.  The anomaly checks (in
+    :mod:`invariants.transactional`) only read it (a few derived views are computed once, on
+    first use)."""
+
+    history: str
+    ops: int
+    commits: dict[Txn, list[Operation]]
+    aborts: dict[Txn, list[Operation]]
+    fates: dict[Txn, TxnFate]
+    messages: dict[str, Message]  # payload -> message
+    by_entry: dict[_Entry, list[Message]]  # the sends of each entry that do not clash
+    position_clashes: list[tuple[Message, Message]]  # (a send, a later send at the same id)
+    deliveries: list[Delivery]
+    drains: dict[str, list[Operation]]  # subscription -> receives that found nothing
+    unknown_receives: dict[str, list[Operation]]  # subscription -> receives whose outcome is unknown
+    subscribes: dict[str, list[Operation]]
+    acks: list[Ack]
+    # Every ack (any outcome, in a transaction or not) and every negative ack, per subscription.
+    all_acks: dict[str, list[Operation]] = field(default_factory=lambda: defaultdict(list))
+    negative_acks: dict[str, list[Operation]] = field(default_factory=lambda: defaultdict(list))
+    seeks: dict[str, list[Operation]] = field(default_factory=lambda: defaultdict(list))  # PA-22, PA-23
+
+    @classmethod
+    def build(cls, ops: Sequence[Operation]) -> TxnAnalysis:
+        history = ops[0].history if ops else ""
+        commits, aborts = _ends(ops, history)
+        messages, by_entry, clashes = _sends(ops, history)
+        analysis = cls(
+            history,
+            len(ops),
+            commits,
+            aborts,
+            _fates(commits, aborts),
+            messages,
+            by_entry,
+            clashes,
+            [],
+            defaultdict(list),
+            defaultdict(list),
+            defaultdict(list),
+            [],
+        )
+        analysis._read_subscription_ops(ops)
+        return analysis
+
+    def _read_subscription_ops(self, ops: Sequence[Operation]) -> None:
+        for op in ops:
+            if op.f not in ("receive", "ack", "ack_cumulative", "subscribe", "negative_ack", "seek"):
+                continue
+            kind, name = parse_object(op.object)
+            if kind != "subscription":
+                raise BadHistory(
+                    f"history {self.history!r} op {op.index}: {op.f} touches a subscription, not {op.object!r}",
+                    row=op.index,
+                    column="object",
+                )
+            try:
+                partition, _ = split_subscription(name)
+            except ValueError as exc:
+                raise BadHistory(str(exc), row=op.index, column="object") from None
+            if op.f == "subscribe":
+                self.subscribes[op.object].append(op)
+            elif op.f == "negative_ack":
+                self.negative_acks[op.object].append(op)
+            elif op.f == "seek":
+                if op.type is not OpType.FAIL:
+                    self.seeks[op.object].append(op)
+            elif op.f == "receive" and op.type is not OpType.OK and op.type is not OpType.FAIL:
+                self.unknown_receives[op.object].append(op)
+            elif op.f == "receive" and op.type is OpType.OK:
+                got = op.returned
+                if got is None:
+                    # A consumer that knew it was disconnected found nothing because nothing could
+                    # reach it: that proves nothing about the subscription (not a drain, not idle).
+                    if _flag(op, op.args, "connected") is not False:
+                        self.drains[op.object].append(op)
+                    continue
+                self.deliveries.append(
+                    Delivery(
+                        op,
+                        op.object,
+                        partition,
+                        read_field(op, got, "message", "result", (str,)),
+                        message_id(op, got, "result", required=False),
+                        read_field(op, got, "redelivery_count", "result", (int,), required=False) or 0,
+                        consumer_of(op),
+                    )
+                )
+            elif op.f in ("ack", "ack_cumulative"):
+                self.all_acks[op.object].append(op)
+                if op.type is not OpType.OK:
+                    continue
+                txn = _txn_of(op, op.args)
+                if txn is not None:
+                    acked = message_id(op, op.args, "value", required=True)
+                    assert acked is not None
+                    self.acks.append(Ack(op, op.object, txn, acked, op.f == "ack_cumulative"))
+
+    def fate(self, txn: Txn) -> TxnFate:
+        return self.fates.get(txn, TxnFate.OPEN)
+
+    def first_commit_call(self, txn: Txn) -> int | None:
+        calls = [o.invoked_at for o in self.commits.get(txn, ())]
+        return min(calls) if calls else None
+
+    def dispatchable_from(self, message: Message) -> int:
+        """The earliest time a correct broker may dispatch ``message``: its send was invoked, and for a
+        transaction's message the first commit of the transaction was invoked (``premature-read``)."""
+        start = self.first_commit_call(message.txn) if message.txn is not None else None
+        return message.send.invoked_at if start is None else max(start, message.send.invoked_at)
+
+    def commit_done(self, txn: Txn) -> Operation | None:
+        done = [o for o in self.commits.get(txn, ()) if o.type is OpType.OK]
+        return min(done, key=lambda o: o.completed_at or 0) if done else None
+
+    def acked_messages(self, partition: str, acked: MessageId) -> list[Message]:
+        """The messages an ack names exactly (a cumulative ack's own message, not those before it)."""
+        return [
+            m
+            for m in self.by_entry.get((partition, acked[:2]), ())
+            if m.position is not None and covers(acked, False, m.position)
+        ]
+
+    def delivered(self) -> Iterator[tuple[Delivery, Message]]:
+        """Each delivery of a message some send of its partition produced, with that message."""
+        for d in self.deliveries:
+            message = self.messages.get(d.payload)
+            if message is not None and message.partition == d.partition:
+                yield d, message
+
+    @functools.cached_property
+    def received(self) -> dict[str, dict[str, list[Delivery]]]:
+        """subscription -> payload -> its deliveries there."""
+        out: dict[str, dict[str, list[Delivery]]] = defaultdict(lambda: defaultdict(list))
+        for d in self.deliveries:
+            out[d.subscription][d.payload].append(d)
+        return out
+
+    @functools.cached_property
+    def committed_by_partition(self) -> dict[str, list[Message]]:
+        """partition -> the messages whose send returned ok and that are plain or of a committed txn."""
+        out: dict[str, list[Message]] = defaultdict(list)
+        for message in self.messages.values():
+            if message.send.type is OpType.OK and (message.txn is None or self.fate(message.txn) is TxnFate.COMMITTED):
+                out[message.partition].append(message)
+        return out
+
+    @functools.cached_property
+    def views(self) -> list[SubscriptionView]:
+        """Every subscription that received or found nothing, in name order."""
+        views = []
+        for sub in sorted(set(self.received) | set(self.drains)):
+            partition, _ = split_subscription(parse_object(sub)[1])
+            mine = self.received.get(sub, {})
+            frontier = max((d.position for got in mine.values() for d in got if d.position is not None), default=None)
+            committed = self.committed_by_partition.get(partition, [])
+            drain = _final_drain(self.drains.get(sub, []), committed, self.commits)
+            views.append(SubscriptionView(sub, partition, mine, frontier, drain))
+        return views
+
+    def non_durable(self, sub: str) -> bool:
+        """A Reader's subscription (a ``subscribe`` says ``durable: false``, PA-24): it holds back no
+        ledger deletion, and it starts wherever its start message says, so what it did not receive
+        may be gone or before its start: neither loss nor a fracture is judged on it."""
+        return any(_flag(op, op.args, "durable") is False for op in self.subscribes.get(sub, ()))
+
+    @functools.cached_property
+    def fractures(self) -> list[Fracture]:
+        """Every committed transaction a subscription saw in part and read past (``fractured-read``)."""
+        found = []
+        for view in self.views:
+            if self.non_durable(view.subscription):
+                continue
+            by_txn: dict[Txn, list[Message]] = defaultdict(list)
+            for message in self.committed_by_partition.get(view.partition, []):
+                if message.txn is not None:
+                    by_txn[message.txn].append(message)
+            for txn, group in sorted(by_txn.items()):
+                seen = [m for m in group if m.payload in view.received]
+                if not seen or len(seen) == len(group):
+                    continue
+                for missing in (m for m in group if m.payload not in view.received):
+                    if _read_past(view, missing):
+                        first = view.received[seen[0].payload][0]
+                        found.append(Fracture(txn, view, len(group), seen[0], first, missing))
+        return found
+
+
+# --- what the subscribes say of a subscription, and when an operation stopped mattering ---------
+
+
+def sub_type(subscribes: Sequence[Operation]) -> str | None:
+    """The subscription's type as its subscribes asked for it: Exclusive (Failover too: one active
+    consumer, no delays), Shared, Key_Shared, "mixed", or None when no subscribe was recorded."""
+    kinds = {
+        "Exclusive" if kind in ("Exclusive", "Failover") else str(kind)
+        for kind in (op.args.get("sub_type") if isinstance(op.args, dict) else None for op in subscribes)
+    }
+    if not kinds:
+        return None
+    return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+def delays(subscribes: Sequence[Operation]) -> bool:
+    """Whether the broker holds delayed messages back on the subscription (Shared and Key_Shared only)."""
+    return sub_type(subscribes) in (None, "Shared", "Key_Shared")
+
+
+def exclusive(subscribes: Sequence[Operation]) -> bool:
+    """Every subscribe on the subscription asked for Exclusive (one consumer at a time)."""
+    return bool(subscribes) and all(
+        isinstance(op.args, dict) and op.args.get("sub_type") == "Exclusive" for op in subscribes
+    )
+
+
+def latest_start(subscribes: Sequence[Operation]) -> int | None:
+    """When a ``subscribe`` with ``initial_position`` Latest completed (None: Earliest or unrecorded)."""
+    latest = [op for op in subscribes if isinstance(op.args, dict) and op.args.get("initial_position") == "Latest"]
+    if not latest:
+        return None
+    return max(op.completed_at if op.completed_at is not None else op.invoked_at for op in latest)
+
+
+def end_or_never(op: Operation) -> float:
+    """When an operation of unknown outcome stopped being able to take effect: its completion (the
+    client gave up), or never for one still open."""
+    return float("inf") if op.completed_at is None else op.completed_at
+
+
+def _ends(ops: Sequence[Operation], history: str) -> tuple[dict[Txn, list[Operation]], dict[Txn, list[Operation]]]:
+    """Each transaction's commit and abort operations."""
+    commits: dict[Txn, list[Operation]] = defaultdict(list)
+    aborts: dict[Txn, list[Operation]] = defaultdict(list)
+    for op in ops:
+        if op.f in ("commit", "abort"):
+            txn = _txn_of(op, op.args)
+            if txn is None:
+                raise BadHistory(f"history {history!r} op {op.index}: {op.f} needs 'txn'", row=op.index, column="value")
+            (commits if op.f == "commit" else aborts)[txn].append(op)
+    return commits, aborts
+
+
+def _fates(commits: dict[Txn, list[Operation]], aborts: dict[Txn, list[Operation]]) -> dict[Txn, TxnFate]:
+    """Committed if a commit returned ok; else aborted if an abort returned ok; else unknown if a
+    commit is indeterminate; else aborted (every end attempt completed without committing)."""
+    fates: dict[Txn, TxnFate] = {}
+    for txn in set(commits) | set(aborts):
+        if any(o.type is OpType.OK for o in commits[txn]):
+            fates[txn] = TxnFate.COMMITTED
+        elif any(o.type is OpType.OK for o in aborts[txn]):
+            fates[txn] = TxnFate.ABORTED
+        elif any(o.type.indeterminate for o in commits[txn]):
+            fates[txn] = TxnFate.UNKNOWN
+        elif commits[txn] or aborts[txn]:
+            fates[txn] = TxnFate.ABORTED
+    return fates
+
+
+def _sends(
+    ops: Sequence[Operation], history: str
+) -> tuple[dict[str, Message], dict[_Entry, list[Message]], list[tuple[Message, Message]]]:
+    """Every send as a message (payloads must be unique), the messages of each entry, and the sends
+    that clash with an earlier one at the same id (an entry holds one message, or a batch of them at
+    distinct indexes; a clashing send is not added to its entry)."""
+    messages: dict[str, Message] = {}
+    by_entry: dict[_Entry, list[Message]] = defaultdict(list)
+    clashes: list[tuple[Message, Message]] = []
+    for op in ops:
+        if op.f != "send":
+            continue
+        _, partition = parse_object(op.object)
+        args = op.args
+        payload = read_field(op, args, "message", "value", (str,))
+        if payload in messages:
+            raise BadHistory(
+                f"history {history!r} op {op.index}: message {payload!r} was already sent by op "
+                f"{messages[payload].send.index}; payloads must be unique",
+                row=op.index,
+                column="value",
+            )
+        position = None
+        if op.type is OpType.OK and op.returned is not None:
+            position = message_id(op, op.returned, "result", required=True)
+        message = Message(
+            op,
+            payload,
+            partition,
+            _txn_of(op, args),
+            position,
+            read_field(op, args, "deliver_at_ms", "value", (int,), required=False),
+            read_field(op, args, "partition_key", "value", (str,), required=False),
+            read_field(op, args, "deliver_early_ms", "value", (int,), required=False) or 0,
+            read_field(op, args, "deliver_within_ms", "value", (int,), required=False),
+            _flag(op, args, "deduplicated") is False,
+        )
+        messages[payload] = message
+        if position is None:
+            continue
+        sharing = by_entry[(partition, position[:2])]
+        clash = next(
+            (
+                m
+                for m in sharing
+                if m.position is not None and (m.position[2] == position[2] or WHOLE in (m.position[2], position[2]))
+            ),
+            None,
+        )
+        if clash is not None:
+            clashes.append((clash, message))
+        else:
+            sharing.append(message)
+    return messages, by_entry, clashes
+
+
+def _read_past(view: SubscriptionView, missing: Message) -> bool:
+    """The subscription went past ``missing``: it drained, or was delivered a later position; a
+    delayed message counts only once due before the drain."""
+    drain = view.drain
+    passed = drain is not None or (
+        view.frontier is not None and missing.position is not None and view.frontier > missing.position
+    )
+    return passed and (missing.deliver_at is None or drain is None or missing.deliver_at <= drain.invoked_at)
+
+
+def _final_drain(
+    drains: Sequence[Operation], committed: Sequence[Message], commits: dict[tuple[int, int], list[Operation]]
+) -> Operation | None:
+    """A receive that found nothing, invoked after every ok send and every ok commit of the partition completed."""
+    horizon = 0
+    for message in committed:
+        horizon = max(horizon, message.send.completed_at or 0)
+        if message.txn is not None:
+            for commit in commits.get(message.txn, ()):
+                if commit.type is OpType.OK:
+                    horizon = max(horizon, commit.completed_at or 0)
+    after = [op for op in drains if op.invoked_at > horizon]
+    return min(after, key=lambda o: o.invoked_at) if after else None
