@@ -277,6 +277,21 @@ def known_bugs(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def _known_bugs_main(args: argparse.Namespace) -> int:
+    load_before = os.getloadavg()
+    rows = known_bugs(args)
+    load_after = os.getloadavg()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "known_bugs.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    killed = [r for r in rows if r["killed"]]
+    steps = sorted(r["steps"] for r in killed if r["steps"])
+    median = statistics.median(steps) if steps else "-"
+    print(f"{len(killed)} of {len(rows)} known bugs killed; counterexample steps {steps} (median {median})")
+    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
+    return 0
+
+
 # --- the report -------------------------------------------------------------------------------------
 
 
@@ -320,15 +335,7 @@ def main() -> int:
     parser.add_argument("--witness-of", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.known_bugs:
-        rows = known_bugs(args)
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "known_bugs.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
-        killed = [r for r in rows if r["killed"]]
-        steps = sorted(r["steps"] for r in killed if r["steps"])
-        median = statistics.median(steps) if steps else "-"
-        print(f"{len(killed)} of {len(rows)} known bugs killed; counterexample steps {steps} (median {median})")
-        return 0
+        return _known_bugs_main(args)
     seeds = [int(s) for s in args.witness_seeds.split(",")]
     if args.witness_of:
         _child_witness(args.witness_of, seeds, args.witness_examples)
@@ -351,7 +358,7 @@ def main() -> int:
     for machine in machines:
         reach = reached_functions(machine, seeds[:1], args.witness_examples)
         for mutant in (c for c in chosen if c.machine == machine):
-            row = {"id": mutant.id, "describe": mutant.describe(), "operator": mutant.operator}
+            row: dict[str, Any] = {"id": mutant.id, "describe": mutant.describe(), "operator": mutant.operator}
             row["reached"] = (mutant.module, mutant.function) in reach
             if row["reached"]:
                 todo.append(mutant)

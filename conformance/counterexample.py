@@ -6,7 +6,7 @@ step where the implementation differs, a check of each observation it got wrong:
 passes it, the implementation fails it, and once the implementation is fixed it is a regression
 vector (``docs/conform.md``).  A crash is two vector steps, ``crash`` then ``recover``.
 
-The page is a model-checking trace page (:func:`views.viewer.trace_page`) with two components, the
+The page is a model-checking trace page (:func:`views.trace.trace_page`) with two components, the
 reference and the implementation: after each step, each side's answer and observations, so the
 step where they part is one click away.  Its data is also written as a ``txnmodel-trace`` JSON
 document.  Pure: documents in, documents out.
@@ -94,7 +94,7 @@ class _Step:
 
 @dataclass(frozen=True)
 class ConformTrace:
-    """What :func:`views.viewer.trace_page` reads of a trace (the ``txnmodel-trace`` shape)."""
+    """What :func:`views.trace.trace_page` reads of a trace (the ``txnmodel-trace`` shape)."""
 
     model: str
     property_name: str

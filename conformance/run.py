@@ -219,7 +219,7 @@ def _write(
     shrunk: bool,
 ) -> None:
     """The counterexample's vector, trace and page under ``out/<machine>/``."""
-    from views.viewer import trace_page
+    from views.trace import trace_page
 
     folder = options.out / options.machine
     folder.mkdir(parents=True, exist_ok=True)

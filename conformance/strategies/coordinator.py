@@ -87,7 +87,12 @@ class CoordinatorDriver(Driver):
         return Setup(config_overrides(max_active, auth), {"coordinator_id": coordinator_id})
 
     def pick(self, data: st.DataObject, state: tc.CoordinatorState) -> TxnID:
-        """A txn to name: one issued, one of another coordinator, or one never issued."""
+        """A txn to name: one issued, one of another coordinator, or one never issued.  Three times
+        in four it is one issued, as a client's requests mostly are: drawn evenly among all the
+        names, a run with one txn named it a third of the time, and a txn rarely lived long enough
+        to take two partitions; it shrinks towards the even draw."""
+        if self.issued and data.draw(st.integers(0, 3), label="an issued txn") > 0:
+            return data.draw(st.sampled_from(self.issued), label="txn")
         return data.draw(st.sampled_from(self.known(state)), label="txn")
 
     def known(self, state: tc.CoordinatorState) -> list[TxnID]:

@@ -21,7 +21,7 @@ from conformance.implementation import Channel, ImplementationHung, InProcess
 from conformance.strategies import MACHINES
 from reference.sessions import Session, run_vector
 from spec import conform
-from views.viewer import trace_page
+from views.trace import trace_page
 
 
 def channel_of(handle: Any, machine: str) -> tuple[Channel, conform.Hello]:
