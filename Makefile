@@ -33,7 +33,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy spec reference invariants proofs engine history_io views txnclient runners recording devtools txnmodel
+	$(BIN)/mypy spec reference invariants proofs engine history_io views txnclient runners recording devtools conformance txnmodel
 
 # The docs' diagrams are drawn by Graphviz at build time (scripts/mkdocs_diagrams.py); installed when missing.
 graphviz:

@@ -1,14 +1,15 @@
 """Run conformance vectors against the reference machines: the pure part.
 
 Each reference module that has vectors exports ``VECTORS``, a :class:`MachineVectors` naming its
-command classes and observers.  :func:`run_vector` is generic: it decodes each step's arguments
-through the command class's type hints (``spec.jsonvalues``), steps the pure machine and compares
-the JSON spelling of what happened with what the vector expects.  It takes an already parsed,
-schema-checked vector; reading and validating files is the command line's job
-(``runners/vectors.py``), so nothing here does I/O.
-
-:func:`replay_vector` steps a vector's machine through every step without comparing, and returns
-everything each step did: what a transcript (:mod:`reference.transcripts`) shows.
+command classes and observers.  What running a vector needs and is the same for every machine
+lives here: decoding arguments through the command class's type hints (``spec.jsonvalues``), the
+JSON spelling of a step's result, the partial-match rule and a step's outcome.  The stepping loop
+is :func:`reference.sessions.iter_vector`, on a :class:`reference.sessions.Machine` that can also
+crash and recover; :func:`reference.sessions.run_vector` compares each step with what the vector
+expects and :func:`reference.sessions.replay_vector` returns everything each step did (what a
+transcript, :mod:`reference.transcripts`, shows).  It takes an already parsed, schema-checked
+vector; reading and validating files is the command line's job (``runners/vectors.py``), so
+nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -18,29 +19,30 @@ import importlib
 import inspect
 import json
 import struct
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, get_type_hints
 
 from spec.config import Config
-from spec.errors import BadConfig, BadVector
 from spec.jsonvalues import JsonError, from_json, to_json
 from spec.machines import machine_info
 from spec.result import Err, Ok
 
 __all__ = [
+    "REFUSED",
     "MachineVectors",
+    "Mismatch",
     "Observation",
     "RecoveryDiverged",
     "StepOutcome",
     "VectorResult",
+    "decode_args",
     "decoded_log_records",
     "describe_result",
     "expectation_mismatch",
+    "machine_vectors",
     "matches",
-    "replay_vector",
-    "run_vector",
+    "refusal",
 ]
 
 
@@ -165,6 +167,11 @@ def _machine_vectors(machine: str) -> MachineVectors | None:
     return vectors if isinstance(vectors, MachineVectors) else None
 
 
+def machine_vectors(machine: str) -> MachineVectors | None:
+    """The ``VECTORS`` adapter of ``machine``'s reference module, None when it has none."""
+    return _machine_vectors(machine)
+
+
 def describe_result(result: Ok[Any] | Err) -> dict[str, Any]:
     """The JSON spelling of a step's result that vectors compare against."""
     if isinstance(result, Ok):
@@ -193,7 +200,7 @@ def matches(expected: Any, actual: Any) -> bool:
     return bool(expected == actual)
 
 
-def _decode_args(fn: Callable[..., Any], args: Mapping[str, Any], where: str) -> dict[str, Any]:
+def decode_args(fn: Callable[..., Any], args: Mapping[str, Any], where: str) -> dict[str, Any]:
     hints = get_type_hints(fn)
     params = list(inspect.signature(fn).parameters.values())[1:]
     names = {p.name for p in params}
@@ -212,42 +219,11 @@ def _decode_args(fn: Callable[..., Any], args: Mapping[str, Any], where: str) ->
 # A machine raises only on a command or query outside its domain (a position no ledger can hold, a
 # count past what Pulsar's 64-bit fields store, an unknown error name): the vector asked for
 # something its schema cannot rule out, so these are the vector's fault, not a mismatch.
-_REFUSED = (ValueError, OverflowError, KeyError, struct.error)
+REFUSED = (ValueError, OverflowError, KeyError, struct.error)
 
 
-def _refusal(exc: Exception) -> str:
+def refusal(exc: Exception) -> str:
     return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-
-
-def run_vector(path: Path, data: Mapping[str, Any], *, where: str | None = None) -> VectorResult:
-    """Run one (schema-valid) vector: its steps as :func:`iter_vector` takes them, each compared with
-    the vector's expectations by the partial-match rule, stopping at the first mismatch.  Input
-    problems raise :class:`BadVector`."""
-    label = where or str(path)
-    machine = data["machine"]
-    steps: Sequence[Mapping[str, Any]] = data["steps"]
-    if _machine_vectors(machine) is None:
-        return VectorResult(
-            label,
-            data["id"],
-            machine,
-            len(steps),
-            False,
-            Mismatch(0, "-", "machine", f"reference.{machine_info(machine).module} with VECTORS", "not implemented"),
-        )
-    for outcome in iter_vector(data, where=label):
-        step = steps[outcome.index]
-        expect = step.get("expect")
-        mismatch = (
-            None if expect is None else _compare_expect(outcome.index, outcome.command, expect, dict(outcome.result))
-        )
-        for check, seen in zip(step.get("check", []), outcome.observations, strict=True):
-            if mismatch is None and not matches(check["equals"], seen.observed):
-                what = f"observe {check['observe']}({json.dumps(check.get('args', {}))})"
-                mismatch = Mismatch(outcome.index, outcome.command, what, check["equals"], seen.observed)
-        if mismatch is not None:
-            return VectorResult(label, data["id"], machine, len(steps), False, mismatch)
-    return VectorResult(label, data["id"], machine, len(steps), True)
 
 
 def _compare_expect(index: int, name: str, expect: Any, actual: dict[str, Any]) -> Mismatch | None:
@@ -268,7 +244,7 @@ def _compare_expect(index: int, name: str, expect: Any, actual: dict[str, Any]) 
     return None
 
 
-# -- Replaying a vector in full (transcripts) ---------------------------------------------------
+# -- What a step did, in full (run, replayed, transcribed) -------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -292,73 +268,6 @@ class StepOutcome:
     comment: str | None
     result: Mapping[str, Any]
     observations: tuple[Observation, ...]
-
-
-def replay_vector(data: Mapping[str, Any], *, where: str) -> tuple[StepOutcome, ...]:
-    """Step a (schema-valid) vector's machine through every step and observe every check, without
-    comparing anything with the vector's expectations: what a transcript shows.  Input the
-    reference refuses raises :class:`BadVector`."""
-    return tuple(iter_vector(data, where=where))
-
-
-def iter_vector(data: Mapping[str, Any], *, where: str) -> Iterator[StepOutcome]:
-    """A vector's steps, one at a time, each with its full result and every observer check after it:
-    the one stepping loop that running a vector (:func:`run_vector`, which stops at the first
-    mismatch) and replaying it (:func:`replay_vector`) share."""
-    machine = data["machine"]
-    adapter = _machine_vectors(machine)
-    if adapter is None:
-        raise BadVector(f"$.machine: reference.{machine_info(machine).module} has no VECTORS", where=where)
-    try:
-        config = Config().with_overrides(data.get("config", {}))
-    except BadConfig as exc:
-        raise BadVector(f"$.config: {exc}", where=where) from None
-    try:
-        state = adapter.initial(config, data.get("init", {}))
-    except (JsonError, ValueError, TypeError, KeyError) as exc:
-        raise BadVector(f"$.init: {exc}", where=where) from None
-    for index, step in enumerate(data["steps"]):
-        name = step["command"]
-        command_type = adapter.commands.get(name)
-        if command_type is None:
-            known = ", ".join(sorted(adapter.commands))
-            raise BadVector(f"$.steps[{index}].command: {machine} has no command {name!r}; known: {known}", where=where)
-        try:
-            command = from_json(step.get("args", {}), command_type, f"$.steps[{index}].args")
-        except JsonError as exc:
-            raise BadVector(str(exc), where=where) from None
-        try:
-            state, result = adapter.step(state, command)
-        except _REFUSED as exc:
-            raise BadVector(
-                f"$.steps[{index}].args: {name} refused by the reference: {_refusal(exc)}", where=where
-            ) from None
-        observations = tuple(
-            _observe(adapter, state, check, f"$.steps[{index}].check[{i}]", where)
-            for i, check in enumerate(step.get("check", []))
-        )
-        yield StepOutcome(index, name, step.get("args", {}), step.get("comment"), describe_result(result), observations)
-
-
-def _observe(adapter: MachineVectors, state: Any, check: Mapping[str, Any], place: str, where: str) -> Observation:
-    observer = adapter.observers.get(check["observe"])
-    if observer is None:
-        known = ", ".join(sorted(adapter.observers))
-        raise BadVector(
-            f"{place}.observe: {adapter.name} has no observer {check['observe']!r}; known: {known}", where=where
-        )
-    args = check.get("args", {})
-    try:
-        kwargs = _decode_args(observer, args, f"{place}.args")
-    except JsonError as exc:
-        raise BadVector(str(exc), where=where) from None
-    try:
-        observed = to_json(observer(state, **kwargs))
-    except _REFUSED as exc:
-        raise BadVector(
-            f"{place}.args: {check['observe']} refused by the reference: {_refusal(exc)}", where=where
-        ) from None
-    return Observation(check["observe"], args, observed)
 
 
 def expectation_mismatch(index: int, name: str, expect: Any, actual: Mapping[str, Any]) -> Mismatch | None:

@@ -43,7 +43,7 @@ one a line when one of them must be broken too).  Whitespace between a value's t
 nothing to the reader, so each spelling reads back as exactly the JSON it spells.
 
 Everything here is pure: :func:`render_transcript` turns a vector and its replay
-(:func:`reference.conformance.replay_vector`) into text, :func:`read_transcript` reads text back,
+(:func:`reference.sessions.replay_vector`) into text, :func:`read_transcript` reads text back,
 and :func:`disagreements` says where a read transcript and its vector disagree.  Files are the
 runner's (``runners/transcripts.py``).
 """

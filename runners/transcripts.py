@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from history_io.inputs import decode_utf8, describe_os_error, read_input_bytes
-from reference.conformance import replay_vector
+from reference.sessions import replay_vector
 from reference.transcripts import TranscriptError, read_transcript, render_transcript
 from runners.vectors import collect_vector_files, load_vector
 from spec.errors import BadVector, InputError

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from history_io.inputs import decode_utf8, file_kind, read_input_bytes, text_place
-from reference.conformance import VectorResult, run_vector
+from reference.conformance import VectorResult
+from reference.sessions import run_vector
 from spec.errors import BadVector, InputError
 from spec.json_limits import first_excess
 

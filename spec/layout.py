@@ -5,7 +5,8 @@ machine behaves; ``invariants``: what must hold of a state and of a history; ``p
 for every state, or every interleaving within a bound).  The shell beside it runs the machines
 (``engine``), reads and writes histories (``history_io``), renders what people read (``views``), runs
 work over processes and clusters (``runners``), talks to brokers (``txnclient``, ``recording``), helps
-develop txnmodel itself (``devtools``), and is reached from the command line (``txnmodel``).
+develop txnmodel itself (``devtools``), checks other implementations of the machines against the
+reference (``conformance``), and is reached from the command line (``txnmodel``).
 
 A layer may import itself and the layers it names, nothing else, lazily or under ``TYPE_CHECKING``
 either; ``tests/test_layering.py`` reads every import and fails on one that crosses upward.  The
@@ -69,8 +70,9 @@ LAYERS: Mapping[str, frozenset[str]] = MappingProxyType(
         "runners": frozenset({*_CORE, "engine", "history_io", "views"}),
         "recording": frozenset({"spec", "history_io", "views", "txnclient"}),
         "devtools": frozenset({*_CORE, "engine", "history_io", "views", "runners"}),
+        "conformance": frozenset({*_CORE, "history_io", "views", "runners"}),
         "txnmodel": frozenset(
-            {*_CORE, "engine", "history_io", "views", "txnclient", "runners", "recording", "devtools"}
+            {*_CORE, "engine", "history_io", "views", "txnclient", "runners", "recording", "devtools", "conformance"}
         ),
     }
 )

@@ -14,18 +14,20 @@ all invariants and step properties, and end to end:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from conformance.strategies import batched_log as bs
+from conformance.strategies.batched_log import LedgerModel
 from invariants.base import violated, violated_steps
 from invariants.batched_log import INVARIANTS, STEP_PROPERTIES
 from reference import batched_log as bl
 from spec.config import Config
 from spec.envelope import LogKind
 from spec.result import Ok
-from spec.types import BatchedPosition, Position, words_to_bits
+from spec.types import BatchedPosition, Position
 
 
 @dataclass
@@ -36,69 +38,16 @@ class Outcome:
     callbacks: int = 0
 
 
-@dataclass
-class LedgerModel:
-    """The managed ledger and one cursor, as plainly as possible."""
-
-    ledger_id: int = 1
-    entries: list[tuple[Position, bytes]] = field(default_factory=list)
-    next_entry: int = 0
-    ack_bits: dict[Position, int] = field(default_factory=dict)
-    deleted: set[Position] = field(default_factory=set)
-
-    def append(self, data: bytes) -> Position:
-        position = Position(self.ledger_id, self.next_entry)
-        self.next_entry += 1
-        self.entries.append((position, data))
-        return position
-
-    def roll(self) -> None:
-        self.ledger_id += 1
-        self.next_entry = 0
-
-    def apply(self, delete: bl.CursorDelete) -> None:
-        for item in delete.entries:
-            if item.ack_set is None:
-                self.deleted.add(item.position)
-                continue
-            bits = self.ack_bits.get(item.position, words_to_bits(item.ack_set)) & words_to_bits(item.ack_set)
-            if bits == 0:
-                self.deleted.add(item.position)
-            self.ack_bits[item.position] = bits
-
-    def logged(self) -> list[bl.LoggedEntry]:
-        out = []
-        for position, data in self.entries:
-            bits = self.ack_bits.get(position)
-            words = None
-            if bits is not None:
-                count = max(1, (bits.bit_length() + 63) // 64)
-                words = tuple((bits >> (64 * i)) & 0xFFFF_FFFF_FFFF_FFFF for i in range(count))
-            out.append(bl.LoggedEntry(position, data, words, position in self.deleted))
-        return out
-
-
-RECORD_SIZES = st.sampled_from([4, 6, 7, 10, 16, 25, 40])
-
-
 class BatchedLogMachine(RuleBasedStateMachine):
     @initialize(
-        kind=st.sampled_from(list(LogKind)),
-        enabled=st.booleans(),
-        max_records=st.integers(1, 5),
-        max_size=st.integers(8, 48),
-        max_delay=st.integers(1, 4),
+        kind=bs.KINDS,
+        enabled=bs.ENABLED,
+        max_records=bs.MAX_RECORDS,
+        max_size=bs.MAX_SIZE,
+        max_delay=bs.MAX_DELAY,
     )
     def setup(self, kind: LogKind, enabled: bool, max_records: int, max_size: int, max_delay: int) -> None:
-        prefix = "transactionLog" if kind is LogKind.TRANSACTION_LOG else "transactionPendingAck"
-        self.config = Config().with_overrides(
-            {
-                f"{prefix}BatchedWriteEnabled": enabled,
-                f"{prefix}BatchedWriteMaxRecords": max_records,
-                f"{prefix}BatchedWriteMaxSize": max_size,
-                f"{prefix}BatchedWriteMaxDelayInMillis": max_delay,
-            }
-        )
+        self.config = Config().with_overrides(bs.config_overrides(kind, enabled, max_records, max_size, max_delay))
         self.kind = kind
         self.now = 0
         self.state = bl.initial(self.config, kind, 0)
@@ -139,7 +88,7 @@ class BatchedLogMachine(RuleBasedStateMachine):
         elif isinstance(effect, bl.CursorDelete):
             self.ledger.apply(effect)
 
-    @rule(size=RECORD_SIZES, advance=st.integers(0, 2))
+    @rule(size=bs.RECORD_SIZES, advance=bs.ADVANCES)
     def add(self, size: int, advance: int) -> None:
         self.now += advance
         data = bl.sample_record(size, self.seq % 128, self.kind)
@@ -154,14 +103,14 @@ class BatchedLogMachine(RuleBasedStateMachine):
             assert result.error.name == "ManagedLedgerFenced"
             assert self.state.status is not bl.WriterStatus.OPEN
 
-    @rule(junk=st.sampled_from([b"", b"\x0e\x01\x00\x01", b"\xff\xff", b"\x10\x01"]))
+    @rule(junk=bs.JUNK)
     def add_unserializable(self, junk: bytes) -> None:
         result = self._step(bl.AsyncAddData(junk, self.now))
         assert not result.ok
         assert result.error.name in ("ManagedLedgerIntercept", "ManagedLedgerFenced")
 
     @precondition(lambda self: self.state.timer_due_ms is not None)
-    @rule(late=st.integers(0, 2))
+    @rule(late=bs.LATENESS)
     def tick(self, late: int) -> None:
         due = self.state.timer_due_ms
         assert due is not None
@@ -176,7 +125,7 @@ class BatchedLogMachine(RuleBasedStateMachine):
         assert self._step(bl.AddEntryComplete(write.write_id, position)).ok
 
     @precondition(lambda self: bool(self.state.in_flight))
-    @rule(error=st.sampled_from(["PersistenceError", "ManagedLedgerAlreadyClosed", "ManagedLedgerFenced"]))
+    @rule(error=bs.LEDGER_ERRORS)
     def ledger_fails(self, error: str) -> None:
         write = self.state.in_flight[0]
         self.write_data.pop(write.write_id)
@@ -194,7 +143,7 @@ class BatchedLogMachine(RuleBasedStateMachine):
         assert self._step(bl.FinishClose()).ok
         assert self.state.status is bl.WriterStatus.CLOSED
 
-    @rule(enabled=st.booleans())
+    @rule(enabled=bs.ENABLED)
     def switch(self, enabled: bool) -> None:
         result = self._step(bl.SetBatchedWrite(enabled, self.now))
         assert result.ok == (self.state.status is bl.WriterStatus.OPEN)

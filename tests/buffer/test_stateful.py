@@ -11,6 +11,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from conformance.strategies import buffer as bs
 from invariants.base import violated, violated_steps
 from invariants.buffer import INVARIANTS, STEP_PROPERTIES
 from reference import buffer as tb
@@ -18,19 +19,10 @@ from spec.config import Config
 from spec.result import Effect, Err
 from spec.types import Position, TxnID
 
-TXNS = st.builds(TxnID, st.integers(0, 1), st.integers(0, 4))
-LWMS = st.integers(-1, 4)
-# A 60-character topic name makes the segment capacity small with a legal segment size (TB-22).
-LONG_TOPIC = "persistent://public/default/" + "t" * 32
-CONFIGS = st.sampled_from(
-    [
-        Config(),
-        Config().with_overrides({"transactionBufferSnapshotMaxTransactionCount": 2}),
-        Config().with_overrides(
-            {"transactionBufferSegmentedSnapshotEnabled": True, "transactionBufferSnapshotSegmentSize": 74}
-        ),
-    ]
-)
+TXNS = bs.TXNS
+LWMS = bs.LWMS
+LONG_TOPIC = bs.LONG_TOPIC
+CONFIGS = bs.CONFIG_OVERRIDES.map(Config().with_overrides)
 
 _SNAPSHOT_EFFECTS = (
     tb.WriteSnapshot,
@@ -97,7 +89,7 @@ class BufferMachine(RuleBasedStateMachine):
     state: tb.BufferState
     records: list[Effect]
 
-    @initialize(config=CONFIGS, long_topic=st.booleans())
+    @initialize(config=CONFIGS, long_topic=bs.LONG_TOPICS)
     def start(self, config: Config, long_topic: bool) -> None:
         topic = LONG_TOPIC if long_topic else tb.DEFAULT_TOPIC
         self.state = tb.initial(config, topic=topic)
@@ -144,7 +136,7 @@ class BufferMachine(RuleBasedStateMachine):
 
     # --- commands --------------------------------------------------------------------------
 
-    @rule(txn=TXNS, settle=st.sampled_from([True, True, False]))
+    @rule(txn=TXNS, settle=bs.SETTLES)
     def append_buffer_to_txn(self, txn: TxnID, settle: bool) -> None:
         """``settle`` completes a first snapshot the append started, so runs reach Ready quickly."""
         self._do(tb.AppendBufferToTxn(txn))
@@ -219,7 +211,7 @@ class BufferMachine(RuleBasedStateMachine):
         self.state = folded
         self._check_state()
 
-    @rule(recover=st.sampled_from([True, True, False]))
+    @rule(recover=bs.RECOVERS)
     def crash(self, recover: bool) -> None:
         """Crash or reload at any moment: parked appends and memory are lost; with ``recover`` the
         recovery runs at once, otherwise start_recovery / complete_recovery drive it later (and
@@ -230,7 +222,7 @@ class BufferMachine(RuleBasedStateMachine):
             self._do(tb.CompleteRecovery())
 
     @precondition(lambda self: self.state.status is not tb.BufferStatus.CLOSED_AND_CLEARED)
-    @rule(clear=st.sampled_from([False, False, False, True]))
+    @rule(clear=bs.CLEARS)
     def unload(self, clear: bool) -> None:
         """Close (and maybe delete the topic's snapshots), then load the topic again."""
         self._do(tb.CloseTransactionBuffer())

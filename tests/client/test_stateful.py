@@ -11,23 +11,21 @@ and step properties hold (TC-29 .. TC-36), and end to end:
 
 from __future__ import annotations
 
-from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from conformance.strategies import client as cs
 from invariants.base import violated, violated_steps
 from invariants.client import INVARIANTS, STEP_PROPERTIES
 from reference import client as cl
 from spec.config import Config
 from spec.result import Ok
-from spec.types import ClientTxnState, Subscription, TxnAction, TxnID
-
-RESPONSES = (None, None, "TransactionNotFound", "InvalidTxnStatus", "CoordinatorNotFound", "RequestTimeout")
+from spec.types import ClientTxnState, Subscription, TxnAction
 
 
 class ClientMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.txn = cl.initial(Config(), TxnID(1, 3), 5000)
+        self.txn = cl.initial(Config(), cs.TXN_ID, cs.TIMEOUT_MS)
         self.any_failed = False
         self.completions: list[cl.CompleteEnd] = []
 
@@ -44,16 +42,16 @@ class ClientMachine(RuleBasedStateMachine):
             self.any_failed = True
         self.txn = after
 
-    @rule(topic=st.sampled_from(("t0", "t1")))
+    @rule(topic=cs.TOPICS)
     def send(self, topic: str) -> None:
         self.apply(cl.Send(topic))
 
-    @rule(sub=st.sampled_from((Subscription("t0", "s"), Subscription("t1", "s"))))
+    @rule(sub=cs.SUBSCRIPTIONS)
     def ack(self, sub: Subscription) -> None:
         self.apply(cl.Ack(sub))
 
     @precondition(lambda self: self.txn.pending_ops > 0)
-    @rule(failed=st.booleans())
+    @rule(failed=cs.FAILED)
     def op_completed(self, failed: bool) -> None:
         self.apply(cl.OpCompleted(failed))
 
@@ -65,7 +63,7 @@ class ClientMachine(RuleBasedStateMachine):
     def abort(self) -> None:
         self.apply(cl.Abort())
 
-    @rule(error=st.sampled_from(RESPONSES))
+    @rule(error=cs.RESPONSES)
     def end_txn_response(self, error: str | None) -> None:
         self.apply(cl.EndTxnResponse(error))
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from conformance.strategies import coordinator as cs
 from invariants.base import violated, violated_steps
 from invariants.coordinator import INVARIANTS, STEP_PROPERTIES
 from reference import coordinator as tc
@@ -24,10 +25,10 @@ from spec.config import Config
 from spec.result import Err, Ok
 from spec.types import Subscription, TxnAction, TxnID, TxnStatus
 
-OWNERS = (None, "alice", "bob")
-PARTITIONS = ("p0", "p1", "p2")
-SUBSCRIPTIONS = (Subscription("t0", "s"), Subscription("t1", "s"), Subscription("t0", "x"))
-PARTICIPANT_ERRORS = ((), (), ("ServiceUnitNotReady",), ("PersistenceError", "RequestTimeout"), ("NotAllowed",))
+OWNERS = cs.OWNERS
+PARTITIONS = cs.PARTITIONS
+SUBSCRIPTIONS = cs.SUBSCRIPTIONS
+PARTICIPANT_ERRORS = cs.PARTICIPANT_ERRORS
 
 
 class CoordinatorMachine(RuleBasedStateMachine):
@@ -42,18 +43,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.scheduled: list[tc.ScheduleResumeEndTxn] = []
         self.sent_lwm = -(1 << 62)
 
-    @initialize(
-        coordinator_id=st.integers(0, 3),
-        max_active=st.sampled_from((0, 0, 2, 3)),
-        auth=st.booleans(),
-    )
+    @initialize(coordinator_id=cs.COORDINATOR_IDS, max_active=cs.MAX_ACTIVE, auth=cs.AUTH)
     def setup(self, coordinator_id: int, max_active: int, auth: bool) -> None:
-        config = Config(
-            max_active_transactions_per_coordinator=max_active,
-            authentication_enabled=auth,
-            authorization_enabled=auth,
-            super_user_roles=("admin",),
-        )
+        config = Config().with_overrides(cs.config_overrides(max_active, auth))
         self.state = tc.initial(config, coordinator_id)
 
     # --- the runner --------------------------------------------------------------------------
@@ -93,11 +85,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     # --- client operations -------------------------------------------------------------------
 
-    @rule(
-        timeout=st.sampled_from((0, 50, 100, 1_000, 60_000)),
-        owner=st.sampled_from((*OWNERS, "")),
-        advance=st.integers(0, 500),
-    )
+    @rule(timeout=cs.TIMEOUTS, owner=cs.NEW_TXN_OWNERS, advance=cs.ADVANCES)
     def new_txn(self, timeout: int, owner: str | None, advance: int) -> None:
         self.now += advance
         result = self.apply(tc.NewTxn(timeout, self.now, owner))
@@ -107,38 +95,26 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert all(txn > old for old in self.issued), "TC-3/TC-23: ids are fresh and increasing"
             self.issued.append(txn)
 
-    @rule(
-        data=st.data(),
-        names=st.lists(st.sampled_from(PARTITIONS), min_size=1, max_size=3),
-        caller=st.sampled_from((*OWNERS, "admin")),
-    )
+    @rule(data=st.data(), names=cs.PARTITION_LISTS, caller=cs.CALLERS)
     def add_partition_to_txn(self, data: st.DataObject, names: list[str], caller: str | None) -> None:
         self.apply(tc.AddPartitionToTxn(self.pick(data), tuple(names), self.now, caller))
 
-    @rule(
-        data=st.data(),
-        subs=st.lists(st.sampled_from(SUBSCRIPTIONS), min_size=1, max_size=3),
-        caller=st.sampled_from((*OWNERS, "admin")),
-    )
+    @rule(data=st.data(), subs=cs.SUBSCRIPTION_LISTS, caller=cs.CALLERS)
     def add_subscription_to_txn(self, data: st.DataObject, subs: list[Subscription], caller: str | None) -> None:
         self.apply(tc.AddSubscriptionToTxn(self.pick(data), tuple(subs), self.now, caller))
 
-    @rule(data=st.data(), new=st.sampled_from(TxnStatus), expected=st.sampled_from(TxnStatus))
+    @rule(data=st.data(), new=cs.STATUSES, expected=cs.STATUSES)
     def update_txn_status(self, data: st.DataObject, new: TxnStatus, expected: TxnStatus) -> None:
         self.apply(tc.UpdateTxnStatus(self.pick(data), new, expected, self.now))
 
-    @rule(
-        data=st.data(),
-        action=st.sampled_from((TxnAction.COMMIT, TxnAction.ABORT, TxnAction.ABORT, 2)),
-        caller=st.sampled_from((*OWNERS, "admin")),
-    )
+    @rule(data=st.data(), action=cs.ACTIONS, caller=cs.CALLERS)
     def end_txn(self, data: st.DataObject, action: TxnAction | int, caller: str | None) -> None:
         self.apply(tc.EndTxn(self.pick(data), action, self.now, caller))
 
     # --- the runner's follow-ups -------------------------------------------------------------
 
     @precondition(lambda self: bool(self.runs))
-    @rule(data=st.data(), errors=st.sampled_from(PARTICIPANT_ERRORS))
+    @rule(data=st.data(), errors=cs.ANSWERS)
     def participants_answer(self, data: st.DataObject, errors: tuple[str, ...]) -> None:
         run = self.runs.pop(data.draw(st.integers(0, len(self.runs) - 1)))
         if not run.partitions and not run.subscriptions:
@@ -152,7 +128,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.now += due.delay_ms
         self.apply(tc.ResumeEndTxn(due.txn_id, due.action, self.now, due.is_timeout))
 
-    @rule(advance=st.sampled_from((1, 100, 1_000, 70_000)))
+    @rule(advance=cs.TICKS)
     def tick(self, advance: int) -> None:
         self.now += advance
         self.apply(tc.Tick(self.now))

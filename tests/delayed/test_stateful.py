@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import hypothesis.strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from conformance.strategies import delayed as ds
 from invariants.base import violated, violated_steps
 from invariants.delayed import INVARIANTS, STEP_PROPERTIES, deliver_at_of
 from reference import delayed as d
@@ -71,13 +71,13 @@ class DifferentialDelayed(RuleBasedStateMachine):
         self.diverged = False
 
     @initialize(
-        tick=st.sampled_from([1, 5]),
-        strict=st.booleans(),
-        min_index=st.sampled_from([1, 2, 3, 5]),
-        step_seconds=st.sampled_from([0, 1]),
-        max_indexes=st.sampled_from([-1, 1, 2, 3]),
-        max_buckets=st.sampled_from([-1, 2, 3]),
-        async_create=st.booleans(),
+        tick=ds.TICKS,
+        strict=ds.STRICT,
+        min_index=ds.MIN_INDEX,
+        step_seconds=ds.STEP_SECONDS,
+        max_indexes=ds.MAX_INDEXES,
+        max_buckets=ds.MAX_BUCKETS,
+        async_create=ds.ASYNC_CREATE,
     )
     def setup(
         self,
@@ -90,14 +90,7 @@ class DifferentialDelayed(RuleBasedStateMachine):
         async_create: bool,
     ) -> None:
         config = Config().with_overrides(
-            {
-                "delayedDeliveryTickTimeMillis": tick,
-                "isDelayedDeliveryDeliverAtTimeStrict": strict,
-                "delayedDeliveryMinIndexCountPerBucket": min_index,
-                "delayedDeliveryMaxTimeStepPerBucketSnapshotSegmentSeconds": step_seconds,
-                "delayedDeliveryMaxIndexesPerBucketSnapshotSegment": max_indexes,
-                "delayedDeliveryMaxNumBuckets": max_buckets,
-            }
+            ds.config_overrides(tick, strict, min_index, step_seconds, max_indexes, max_buckets)
         )
         self.bucket = Subscription(d.initial(config, tracker="bucket", async_create=async_create))
         self.memory = Subscription(d.initial(config, tracker="in_memory"))
@@ -117,7 +110,7 @@ class DifferentialDelayed(RuleBasedStateMachine):
         else:
             assert set(self.bucket.received) <= set(self.published)
 
-    @rule(delay=st.integers(-5, 60), new_ledger=st.booleans())
+    @rule(delay=ds.DELAYS, new_ledger=ds.NEW_LEDGER)
     def publish(self, delay: int, new_ledger: bool) -> None:
         """DD-1, DD-2, DD-6, DD-7, DD-8: a new message, its deliver-at fixed for ever."""
         if new_ledger:
@@ -133,11 +126,11 @@ class DifferentialDelayed(RuleBasedStateMachine):
         self.diverged |= self._failures_consumed(failures)
         self._compare(got_bucket, got_memory)
 
-    @rule(ms=st.integers(0, 25))
+    @rule(ms=ds.ADVANCE_MS)
     def advance(self, ms: int) -> None:
         self.now += ms
 
-    @rule(max_messages=st.sampled_from([1, 2, 3, 1000]))
+    @rule(max_messages=ds.MAX_MESSAGES)
     def get_scheduled_messages(self, max_messages: int) -> None:
         """DD-10, DD-12, DD-13, DD-15: same selection order, same limits."""
         failures = self._failures()
@@ -198,7 +191,7 @@ class DifferentialDelayed(RuleBasedStateMachine):
                     if ts > cutoff:
                         assert recovered.get((ledger, entry)) == ts, (ledger, entry)
 
-    @rule(operation=st.sampled_from(["create", "load", "delete", "metadata"]), count=st.integers(1, 4))
+    @rule(operation=ds.STORAGE_OPERATIONS, count=ds.FAILURE_COUNTS)
     def inject_storage_failure(self, operation: str, count: int) -> None:
         """DD-14, DD-16, DD-17, DD-21, DD-27."""
         self.bucket.step(d.InjectStorageFailure(operation, count))
@@ -240,7 +233,7 @@ class DifferentialDelayed(RuleBasedStateMachine):
         return isinstance(tracker, d.BucketTracker) and bool(tracker.pending_creates)
 
     @precondition(lambda self: hasattr(self, "bucket"))
-    @rule(succeeded=st.booleans())
+    @rule(succeeded=ds.SUCCEEDED)
     def complete_bucket_snapshot(self, succeeded: bool) -> None:
         """DD-31: the oldest snapshot creation in flight finishes."""
         tracker = self.bucket.tracker
@@ -301,28 +294,20 @@ class BucketOnly(RuleBasedStateMachine):
         self.entry = 0
 
     @initialize(
-        min_index=st.sampled_from([1, 2, 4]),
-        max_buckets=st.sampled_from([-1, 2]),
-        max_indexes=st.sampled_from([-1, 1, 2]),
-        async_create=st.booleans(),
+        min_index=ds.BUCKET_ONLY_MIN_INDEX,
+        max_buckets=ds.BUCKET_ONLY_MAX_BUCKETS,
+        max_indexes=ds.BUCKET_ONLY_MAX_INDEXES,
+        async_create=ds.ASYNC_CREATE,
     )
     def setup(self, min_index: int, max_buckets: int, max_indexes: int, async_create: bool) -> None:
         self.sub = Subscription(
             d.initial(
-                Config().with_overrides(
-                    {
-                        "delayedDeliveryTickTimeMillis": 1,
-                        "delayedDeliveryMinIndexCountPerBucket": min_index,
-                        "delayedDeliveryMaxNumBuckets": max_buckets,
-                        "delayedDeliveryMaxIndexesPerBucketSnapshotSegment": max_indexes,
-                        "delayedDeliveryMaxTimeStepPerBucketSnapshotSegmentSeconds": 0,
-                    }
-                ),
+                Config().with_overrides(ds.bucket_only_overrides(min_index, max_buckets, max_indexes)),
                 async_create=async_create,
             )
         )
 
-    @rule(delay=st.integers(-3, 40), new_ledger=st.booleans(), old_ledger=st.integers(0, 3))
+    @rule(delay=ds.BUCKET_ONLY_DELAYS, new_ledger=ds.NEW_LEDGER, old_ledger=ds.OLD_LEDGERS)
     def add_message(self, delay: int, new_ledger: bool, old_ledger: int) -> None:
         if new_ledger:
             self.ledger += 1
@@ -331,12 +316,12 @@ class BucketOnly(RuleBasedStateMachine):
         ledger = max(1, self.ledger - old_ledger) if old_ledger == 3 else self.ledger
         self.sub.publish((ledger, self.entry), self.now + delay, self.now)
 
-    @rule(ms=st.integers(0, 15), max_messages=st.sampled_from([1, 3, 100]))
+    @rule(ms=ds.BUCKET_ONLY_ADVANCE_MS, max_messages=ds.BUCKET_ONLY_MAX_MESSAGES)
     def get_scheduled_messages(self, ms: int, max_messages: int) -> None:
         self.now += ms
         self.sub.deliver(max_messages, self.now)
 
-    @rule(ledger=st.integers(0, 6))
+    @rule(ledger=ds.BUCKET_ONLY_MARK_DELETE)
     def mark_delete(self, ledger: int) -> None:
         self.sub.step(d.MarkDelete(ledger))
 
@@ -348,11 +333,11 @@ class BucketOnly(RuleBasedStateMachine):
     def clear(self) -> None:
         self.sub.step(d.Clear())
 
-    @rule(operation=st.sampled_from(["create", "load", "delete", "metadata"]), count=st.integers(1, 4))
+    @rule(operation=ds.STORAGE_OPERATIONS, count=ds.FAILURE_COUNTS)
     def inject_storage_failure(self, operation: str, count: int) -> None:
         self.sub.step(d.InjectStorageFailure(operation, count))
 
-    @rule(pick=st.integers(0, 5), succeeded=st.booleans())
+    @rule(pick=ds.PICKS, succeeded=ds.SUCCEEDED)
     def complete_bucket_snapshot(self, pick: int, succeeded: bool) -> None:
         tracker = self.sub.tracker
         assert isinstance(tracker, d.BucketTracker)
@@ -362,7 +347,7 @@ class BucketOnly(RuleBasedStateMachine):
         else:
             assert not self.sub.step(d.CompleteBucketSnapshot(99, succeeded)).ok
 
-    @rule(pick=st.integers(0, 5))
+    @rule(pick=ds.PICKS)
     def lose_bucket_snapshot(self, pick: int) -> None:
         tracker = self.sub.tracker
         assert isinstance(tracker, d.BucketTracker)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from conformance.strategies import pending_ack as pst
 from invariants.base import violated, violated_steps
 from invariants.pending_ack import INVARIANTS, STEP_PROPERTIES
 from reference.pending_ack import (
@@ -29,14 +29,13 @@ from reference.pending_ack import (
 )
 from spec.config import Config
 from spec.result import Effect
-from tests.pending_ack import strategies as pst
 
 
 class PendingAckMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         # A small minLag so the log index fills and the log is trimmed within a short run (PA-16).
-        self.config = Config().with_overrides({"transactionPendingAckLogIndexMinLag": 2})
+        self.config = Config().with_overrides(pst.CONFIG)
         self.state: PendingAckState = initial(self.config)
         self.log: list[Effect] = []
 
@@ -53,7 +52,7 @@ class PendingAckMachine(RuleBasedStateMachine):
     def txn_or_normal_command(self, command: Any) -> None:
         self._do(command)
 
-    @rule(command=st.one_of(pst.individual_acks, pst.commits, pst.aborts))
+    @rule(command=pst.TXN_COMMANDS)
     def txn_command(self, command: Any) -> None:
         # Weighted towards txn traffic, which is what grows the pending state.
         self._do(command)
@@ -68,7 +67,7 @@ class PendingAckMachine(RuleBasedStateMachine):
     def init_complete(self) -> None:
         self._do(PendingAckInitComplete())
 
-    @rule(retryable=st.booleans())
+    @rule(retryable=pst.RETRYABLE)
     def init_failed(self, retryable: bool) -> None:
         self._do(PendingAckInitFailed(retryable))
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference.conformance import replay_vector
+from reference.sessions import replay_vector
 from reference.transcripts import (
     Transcript,
     TranscriptError,

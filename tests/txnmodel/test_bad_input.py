@@ -534,6 +534,58 @@ CASES: tuple[Case, ...] = (
     Case("serve", "--seed past int64", ("serve", "--seed", str(2**63)), 2, ("--seed",)),
     Case("serve", "--set without =", ("serve", "--port", "0", "--set", "oops"), 2, ("KEY=VALUE",)),
     Case("serve", "--ledger file without --data", ("serve", "--port", "0", "--ledger", "file"), 2, ("--data",)),
+    # conform: its vector files are read as vectors run reads them; the implementation's own output
+    # is judged, not refused (exit 1, tests/conform/test_cli.py)
+    Case(
+        "conform", "--impl not there", ("conform", "--machine", "client", "--impl", "{tmp}/nope"), 2, ("cannot start",)
+    ),
+    Case(
+        "conform",
+        "--step-timeout 0",
+        ("conform", "--machine", "client", "--impl", "x", "--step-timeout", "0"),
+        2,
+        ("--step-timeout",),
+    ),
+    Case(
+        "conform",
+        "--seed past int64",
+        ("conform", "--machine", "client", "--impl", "x", "--seed", str(2**63)),
+        2,
+        ("--seed",),
+    ),
+    Case(
+        "conform",
+        "--vectors not JSON",
+        (
+            "conform",
+            "--machine",
+            "client",
+            "--impl",
+            "x",
+            "--vectors",
+            "{tmp}/v.json",
+        ),
+        2,
+        ("not json", "line 1"),
+        _write("v.json", "{x"),
+    ),
+    Case(
+        "conform",
+        "--vectors a FIFO",
+        (
+            "conform",
+            "--machine",
+            "client",
+            "--impl",
+            "x",
+            "--vectors",
+            "{tmp}/fifo",
+        ),
+        2,
+        ("fifo",),
+        _fifo,
+        timeout=60,
+    ),
     Case(
         "serve",
         "broker.conf is a FIFO",

@@ -5,6 +5,32 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from txnmodel.commands import check, config, inspect, prove, record, run, serve, simulate, vectors, verify, view
+from txnmodel.commands import (
+    check,
+    config,
+    conform,
+    inspect,
+    prove,
+    record,
+    run,
+    serve,
+    simulate,
+    vectors,
+    verify,
+    view,
+)
 
-COMMANDS: tuple[ModuleType, ...] = (run, vectors, prove, check, inspect, config, simulate, verify, serve, record, view)
+COMMANDS: tuple[ModuleType, ...] = (
+    run,
+    vectors,
+    conform,
+    prove,
+    check,
+    inspect,
+    config,
+    simulate,
+    verify,
+    serve,
+    record,
+    view,
+)
