@@ -53,7 +53,7 @@ class Producers:
                 raise RequestError(ServerError.ProducerBusy, f"producer id {cmd.producer_id} is in use")
             producer = known  # a retried PRODUCER: the same answer
         else:
-            part = self.topics.partition_for(cmd.topic, create=True)
+            part = self.topics.partition_for(topic_name(cmd.topic).full, create=True)
             if not self.broker.up or not part.ready:
                 raise RequestError(ServerError.ServiceNotReady, f"topic {part.name} is not loaded")
             name = cmd.producer_name if cmd.HasField("producer_name") else f"txnmodel-{next(self._names)}"

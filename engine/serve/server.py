@@ -41,7 +41,7 @@ from engine.ledger_store import LedgerStore
 from engine.recorder import RequestContext
 from engine.scheduler import Simulation
 from engine.serve.acks import Acks
-from engine.serve.connection import Connection, Network
+from engine.serve.connection import Connection, Limits, Network
 from engine.serve.consumers import Consumers
 from engine.serve.faults import ServeFaults, ledger_faults
 from engine.serve.history import ServeHistory
@@ -53,7 +53,7 @@ from engine.serve.transactions import Transactions
 from engine.serve.wire import MAX_PROTOCOL_VERSION, SERVER_VERSION, ProtocolViolation, RequestError, request_id_of
 from spec.config import Config
 from spec.errors import ServerError
-from spec.frame import Frame
+from spec.frame import Frame, encode_command
 from spec.pb import PulsarApi_pb2 as api
 
 __all__ = ["SERVER_VERSION", "TC_ASSIGN_TOPIC", "PulsarServer", "ServerOptions", "WallClock"]
@@ -119,7 +119,7 @@ class PulsarServer:
         self.broker = Broker(self.sim, self.store, self.config, topics=partitioned, observer=self.history.observer)
         self.topics = TopicRegistry(self.broker, self.config, registry, known)
         self.topics.load()
-        self.network = Network(self.config.max_message_size, self._handle)
+        self.network = Network(self.config.max_message_size, self._handle, limits=Limits.of(self.config))
         self.faults: ServeFaults | None = None
         if options.faults is not None:
             self.faults = ServeFaults(
@@ -130,6 +130,7 @@ class PulsarServer:
         self.producers = Producers(self.broker, self.topics, self.schemas, self.network, self.replies)
         self.consumers = Consumers(self.broker, self.topics, self.network, self.replies)
         self.network.on_close.append(self.consumers.drop_all)
+        self.network.on_writable.append(self.consumers.writable)
         self.broker.unload_listeners.append(self.close_handles)
         self._handlers: dict[int, Handler] = {
             T.PING: self._ping,
@@ -141,7 +142,12 @@ class PulsarServer:
             **Acks(self.broker, self.consumers, self.replies).handlers(),
             **Transactions(self.broker, self.config, self.replies, self.faults).handlers(),
         }
+        # A broker component that raises in one of its own events (a ledger write completing, a
+        # timer) crashes and reloads from what is durable, as in the simulation, instead of ending
+        # the server for every client.
+        self.sim.on_error = self._contain
         self._stopping = False
+        self._next_keep_alive = 0.0
         self.address: tuple[str, int] | None = None
         self.on_tick: list[Callable[[], None]] = []  # run once per loop turn (calls from other threads)
 
@@ -179,6 +185,7 @@ class PulsarServer:
             wait = 0.0
         self.network.poll(wait)
         self._advance()
+        self._keep_alive()
         for hook in self.on_tick:
             hook()
 
@@ -196,6 +203,38 @@ class PulsarServer:
         while (due := self.sim.next_due()) is not None and due <= self.sim.now:
             self.sim.run_one()
         self.consumers.pump_woken()
+
+    def _keep_alive(self) -> None:
+        """Pulsar's keep-alive, every ``keepAliveIntervalSeconds`` of each connection: one that has
+        not sent CONNECT is closed; one that sent no frame since the last PING is closed (unless
+        its input is paused while it still reads what waits for it); the others get a PING."""
+        now = time.monotonic()
+        if now < self._next_keep_alive:
+            return
+        interval = self.config.keep_alive_interval_seconds
+        self._next_keep_alive = now + min(1.0, interval / 4)
+        for conn in self.network.connections():
+            checks = int((now - conn.opened) // interval)
+            if checks <= conn.keep_alive_checks:
+                continue
+            conn.keep_alive_checks = checks
+            if not conn.connected:
+                self.network.close(conn, f"no CONNECT within keepAliveIntervalSeconds ({interval} s)")
+                continue
+            ping = conn.keep_alive
+            still_reading = ping is not None and self.network.reading_paused(conn) and conn.bytes_out > ping[1]
+            if ping is not None and conn.frames_in == ping[0] and not still_reading:
+                self.network.close(conn, f"no answer to a PING within keepAliveIntervalSeconds ({interval} s)")
+                continue
+            if conn.protocol_version >= 1:
+                conn.keep_alive = (conn.frames_in, conn.bytes_out)
+                conn.send(encode_command(T(type=T.PING, ping=api.CommandPing())))
+
+    def _contain(self, exc: Exception) -> bool:
+        contained = self.broker.contain(exc)
+        if contained:
+            log.error("%s; it reloads from what is durable", self.broker.failures[-1].describe())
+        return contained
 
     def close_handles(self, partition: str) -> None:
         """A partition's memory went while the broker stays up (an unload, a reload after a failed
@@ -234,6 +273,14 @@ class PulsarServer:
                 return
             self.replies.error(conn, kind, cmd, exc.code, exc.message)
             self.history.answered(context, False)
+        except ProtocolViolation:
+            raise
+        except Exception:
+            # A bug this frame reached: the request gets an error where the protocol has one, and
+            # the network closes this connection only, logging the failure once with the peer.
+            if request_id_of(cmd) is not None and not conn.closed:
+                self.replies.error(conn, kind, cmd, ServerError.UnknownError, "internal error: see the broker's log")
+            raise
         finally:
             self.history.end()
 
