@@ -15,6 +15,7 @@ def _identity(*_args: Any, **_kwargs: Any) -> Callable[[Any], Any]:
 
 
 locals = _identity
+exceptval = _identity
 boundscheck = _identity
 wraparound = _identity
 
@@ -24,3 +25,4 @@ def cfunc(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 inline = cfunc
+cclass = final = cfunc

@@ -170,84 +170,6 @@ def _optional_line(
 
 
 @cython.cfunc
-@cython.boundscheck(False)
-@cython.wraparound(False)
-@cython.locals(call=cython.Py_ssize_t, ret=cython.Py_ssize_t)
-def _take(
-    nxt: list[int], prv: list[int], rnx: list[int], rpv: list[int], i: cython.Py_ssize_t, read: cython.bint
-) -> None:
-    """Take op i out of the lists: its call (a read has none there) and return from the time line,
-    its return from the returns line."""
-    call = 2 * i + 1
-    ret = call + 1
-    if not read:
-        nxt[prv[call]] = nxt[call]
-        prv[nxt[call]] = prv[call]
-    nxt[prv[ret]] = nxt[ret]
-    prv[nxt[ret]] = prv[ret]
-    rnx[rpv[i]] = rnx[i]
-    rpv[rnx[i]] = rpv[i]
-
-
-@cython.cfunc
-@cython.boundscheck(False)
-@cython.wraparound(False)
-@cython.locals(call=cython.Py_ssize_t, ret=cython.Py_ssize_t)
-def _give_back(
-    nxt: list[int], prv: list[int], rnx: list[int], rpv: list[int], i: cython.Py_ssize_t, read: cython.bint
-) -> None:
-    """Put op i back where :func:`_take` took it from, in the reverse order."""
-    call = 2 * i + 1
-    ret = call + 1
-    rnx[rpv[i]] = i
-    rpv[rnx[i]] = i
-    nxt[prv[ret]] = ret
-    prv[nxt[ret]] = ret
-    if not read:
-        nxt[prv[call]] = call
-        prv[nxt[call]] = call
-
-
-@cython.cfunc
-@cython.boundscheck(False)
-@cython.wraparound(False)
-def _unlink(onx: list[int], opv: list[int], i: cython.Py_ssize_t) -> None:
-    onx[opv[i]] = onx[i]
-    opv[onx[i]] = opv[i]
-
-
-@cython.cfunc
-@cython.boundscheck(False)
-@cython.wraparound(False)
-def _relink(onx: list[int], opv: list[int], i: cython.Py_ssize_t) -> None:
-    onx[opv[i]] = i
-    opv[onx[i]] = i
-
-
-@cython.cfunc
-@cython.inline
-def _new(
-    seen: set[tuple[int, Any]],
-    antichains: dict[tuple[int, Any], list[int]],
-    has_optional: cython.bint,
-    after: Any,
-    state: Any,
-    reqmask: Any,
-    optmask: Any,
-) -> cython.bint:
-    """Whether the search has not been at this configuration (``after`` linearized, the model in
-    ``state``), and remember it: exactly (in ``seen``) when the part has no optional op, up to
-    dominance (:func:`_fresh`) when it has some."""
-    if has_optional:
-        return _fresh(antichains, (after & reqmask, state), after & optmask)
-    key = (after, state)
-    if key in seen:
-        return False
-    seen.add(key)
-    return True
-
-
-@cython.cfunc
 @cython.inline
 @cython.locals(i=cython.Py_ssize_t)
 def _read_to_place(
@@ -293,40 +215,268 @@ def _optional_to_try(
     return -1
 
 
+@cython.final
+@cython.cclass
+class _Search:
+    """One part's search under way: what it reads (the ops, the read index), what it relinks (the
+    three lines), the configurations it has been at, and where it is (the ops placed, on ``stack``
+    with the state before each and how it was placed; the state and set they reach; the entry of
+    the time line it is at).  Each step of :func:`search` is one method, a C call when compiled."""
+
+    step: Callable[[Any, Any, Any], tuple[bool, Any]]
+    inputs: list[Any]
+    outputs: list[Any]
+    calls: list[Any]
+    returns: list[Any]
+    optional: list[bool]
+    reads: list[bool]
+    bits: list[Any]
+    by_state: dict[Any, list[int]]
+    anytime: list[int]
+    earlier_twin: list[int]
+    n: cython.Py_ssize_t
+    nxt: list[int]  # the time line
+    prv: list[int]
+    rnx: list[int]  # the returns line
+    rpv: list[int]
+    onx: list[int]  # the optional ops' line
+    opv: list[int]
+    has_optional: cython.bint
+    reqmask: Any
+    optmask: Any
+    seen: set[tuple[int, Any]]  # without optional ops: (linearized, state)
+    antichains: dict[tuple[int, Any], list[int]]  # with them: (required linearized, state) -> optional sets
+    state: Any
+    linearized: Any
+    remaining: cython.Py_ssize_t
+    steps: cython.Py_ssize_t
+    stack: list[tuple[int, Any, int]]
+    entry: cython.Py_ssize_t
+    scan: cython.bint  # at a new configuration: first a read the state satisfies
+    cursor: cython.Py_ssize_t  # >= 0: the next optional op to try at the return at ``entry``
+    best: list[int]
+    best_state: Any
+    blocked: cython.Py_ssize_t
+
+    def __init__(
+        self,
+        init: Any,
+        step: Callable[[Any, Any, Any], tuple[bool, Any]],
+        op_inputs: Sequence[Any],
+        op_outputs: Sequence[Any],
+        call_times: Sequence[float],
+        return_times: Sequence[float],
+        optional_ops: Sequence[bool],
+        witnesses: Sequence[Any],
+        not_read: Any,
+        any_state: Any,
+    ) -> None:
+        self.step = step
+        self.inputs, self.outputs = list(op_inputs), list(op_outputs)
+        self.calls, self.returns = list(call_times), list(return_times)
+        self.optional, self.reads = list(optional_ops), [witness is not not_read for witness in witnesses]
+        self.n = len(self.inputs)
+        self.bits = _bits(self.n)
+        required = [k for k, maybe in enumerate(self.optional) if not maybe]
+        self.nxt, self.prv = _time_line(required, self.reads, self.calls, self.returns, self.n)
+        self.rnx, self.rpv = _returns_line(required, self.returns, self.n)
+        self.by_state, self.anytime = _read_index(required, self.reads, list(witnesses), self.calls, any_state)
+        self.onx, self.opv, self.earlier_twin, self.optmask = _optional_line(
+            self.optional, self.reads, self.inputs, self.outputs, self.calls, self.bits
+        )
+        self.has_optional = self.optmask != 0
+        self.reqmask = _all(self.n) & ~self.optmask
+        self.seen = set()
+        self.antichains = {}
+        self.state = init
+        self.linearized = 0
+        self.remaining = len(required)
+        self.steps = 0
+        self.stack = []
+        self.entry = self.nxt[0]
+        self.scan = True
+        self.cursor = -1
+        self.best = []  # the longest linearizable prefix found, the state after it, the op it blocks
+        self.best_state = init
+        self.blocked = -1
+
+    @cython.cfunc
+    @cython.exceptval(-1, check=True)
+    @cython.locals(i=cython.Py_ssize_t)
+    def place_read(self) -> cython.bint:
+        """At a new configuration: place at once a read called by now (by the first return to come)
+        that the state satisfies, or else go to the head of the time line.  False: the read leads
+        where the search has been already, and so does this configuration (backtrack)."""
+        self.scan = False
+        i = _read_to_place(
+            self.by_state.get(self.state),
+            self.anytime,
+            self.linearized,
+            self.bits,
+            self.calls,
+            self.returns[self.rnx[self.n]],
+        )
+        if i < 0:
+            self.entry = self.nxt[0]
+            return True
+        _confirm_read(self.step, self.state, self.inputs[i], self.outputs[i])
+        after = self.linearized | self.bits[i]
+        if not self.new(after, self.state):
+            return False
+        self.stack.append((i, self.state, FORCED))  # placed here and nowhere later
+        self.linearized = after
+        self.remaining -= 1
+        self.take(i, True)
+        self.scan = True
+        return True
+
+    @cython.cfunc
+    @cython.locals(i=cython.Py_ssize_t, accepted=cython.bint)
+    def try_call(self) -> None:
+        """At a call: linearize its op next if the model accepts it there and that is a new
+        configuration; else go on along the time line."""
+        i = self.entry >> 1
+        accepted, after_state = self.step(self.state, self.inputs[i], self.outputs[i])
+        if accepted:
+            after = self.linearized | self.bits[i]
+            if self.new(after, after_state):
+                self.stack.append((i, self.state, PLACED))
+                self.state, self.linearized = after_state, after
+                self.remaining -= 1
+                self.take(i, False)
+                self.scan = True
+                return
+        self.entry = self.nxt[self.entry]
+
+    @cython.cfunc
+    @cython.exceptval(-1, check=True)
+    @cython.locals(i=cython.Py_ssize_t, accepted=cython.bint)
+    def pass_return(self) -> cython.bint:
+        """At a return, whose op had to be linearized by now: get past it with an optional op called
+        by then (the next one not tried here yet), or else note the longest prefix so far and the op
+        that could not be placed.  False: no way past (backtrack)."""
+        if self.has_optional:
+            limit = self.returns[(self.entry - 1) >> 1]
+            i = _optional_to_try(
+                self.onx,
+                self.onx[self.n] if self.cursor < 0 else self.cursor,
+                self.n + 1,
+                self.calls,
+                limit,
+                self.earlier_twin,
+                self.linearized,
+                self.bits,
+            )
+            while i >= 0:
+                self.steps += 1
+                accepted, after_state = self.step(self.state, self.inputs[i], self.outputs[i])
+                if accepted and self.new(self.linearized | self.bits[i], after_state):
+                    break
+                i = _optional_to_try(
+                    self.onx, self.onx[i], self.n + 1, self.calls, limit, self.earlier_twin, self.linearized, self.bits
+                )
+            self.cursor = -1
+            if i >= 0:
+                self.stack.append((i, self.state, self.entry))
+                self.state, self.linearized = after_state, self.linearized | self.bits[i]
+                self.unlink(i)
+                self.scan = True
+                return True
+        if len(self.stack) > len(self.best) or self.blocked < 0:
+            self.best = [frame[0] for frame in self.stack]
+            self.best_state = self.state
+            self.blocked = (self.entry - 1) >> 1
+        return False
+
+    @cython.cfunc
+    @cython.exceptval(-1, check=True)
+    @cython.locals(i=cython.Py_ssize_t, how=cython.Py_ssize_t)
+    def backtrack(self) -> cython.bint:
+        """Undo the ops placed last (reads placed at once too) until one leaves something to try:
+        an optional op, the next optional op at the return it was tried at; a required op, the
+        entries after its call.  False: nothing is left to undo."""
+        while self.stack:
+            i, self.state, how = self.stack.pop()
+            self.linearized ^= self.bits[i]
+            if self.optional[i]:
+                self.relink(i)
+                self.entry = how
+                self.cursor = self.onx[i]
+                return True
+            self.remaining += 1
+            self.give_back(i, self.reads[i])
+            if how != FORCED:
+                self.entry = self.nxt[2 * i + 1]
+                return True
+        return False
+
+    @cython.cfunc
+    @cython.exceptval(-1, check=True)
+    def new(self, after: Any, state: Any) -> cython.bint:
+        """Whether the search has not been at this configuration (``after`` linearized, the model in
+        ``state``), and remember it: exactly (in ``seen``) when the part has no optional op, up to
+        dominance (:func:`_fresh`) when it has some."""
+        if self.has_optional:
+            return _fresh(self.antichains, (after & self.reqmask, state), after & self.optmask)
+        key = (after, state)
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+    @cython.cfunc
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    @cython.locals(call=cython.Py_ssize_t, ret=cython.Py_ssize_t)
+    def take(self, i: cython.Py_ssize_t, read: cython.bint) -> None:
+        """Take op i out of the lists: its call (a read has none there) and return from the time line,
+        its return from the returns line."""
+        call = 2 * i + 1
+        ret = call + 1
+        if not read:
+            self.nxt[self.prv[call]] = self.nxt[call]
+            self.prv[self.nxt[call]] = self.prv[call]
+        self.nxt[self.prv[ret]] = self.nxt[ret]
+        self.prv[self.nxt[ret]] = self.prv[ret]
+        self.rnx[self.rpv[i]] = self.rnx[i]
+        self.rpv[self.rnx[i]] = self.rpv[i]
+
+    @cython.cfunc
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    @cython.locals(call=cython.Py_ssize_t, ret=cython.Py_ssize_t)
+    def give_back(self, i: cython.Py_ssize_t, read: cython.bint) -> None:
+        """Put op i back where :meth:`take` took it from, in the reverse order."""
+        call = 2 * i + 1
+        ret = call + 1
+        self.rnx[self.rpv[i]] = i
+        self.rpv[self.rnx[i]] = i
+        self.nxt[self.prv[ret]] = ret
+        self.prv[self.nxt[ret]] = ret
+        if not read:
+            self.nxt[self.prv[call]] = call
+            self.prv[self.nxt[call]] = call
+
+    @cython.cfunc
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def unlink(self, i: cython.Py_ssize_t) -> None:
+        """Take optional op i out of its line while it is placed."""
+        self.onx[self.opv[i]] = self.onx[i]
+        self.opv[self.onx[i]] = self.opv[i]
+
+    @cython.cfunc
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def relink(self, i: cython.Py_ssize_t) -> None:
+        """Put optional op i back where :meth:`unlink` took it from."""
+        self.onx[self.opv[i]] = i
+        self.opv[self.onx[i]] = i
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
-@cython.locals(
-    n=cython.Py_ssize_t,
-    head=cython.Py_ssize_t,
-    tail=cython.Py_ssize_t,
-    entry=cython.Py_ssize_t,
-    i=cython.Py_ssize_t,
-    cursor=cython.Py_ssize_t,
-    scan=cython.bint,
-    how=cython.Py_ssize_t,
-    remaining=cython.Py_ssize_t,
-    steps=cython.Py_ssize_t,
-    budget=cython.Py_ssize_t,
-    slice_mask=cython.Py_ssize_t,
-    blocked=cython.Py_ssize_t,
-    has_optional=cython.bint,
-    accepted=cython.bint,
-    nxt=list,
-    prv=list,
-    onx=list,
-    opv=list,
-    rnx=list,
-    rpv=list,
-    reads=list,
-    optional=list,
-    earlier_twin=list,
-    stack=list,
-    bits=list,
-    inputs=list,
-    outputs=list,
-    calls=list,
-    returns=list,
-)
+@cython.locals(s=_Search, budget=cython.Py_ssize_t, slice_mask=cython.Py_ssize_t)
 def search(
     init: Any,
     step: Callable[[Any, Any, Any], tuple[bool, Any]],
@@ -341,107 +491,28 @@ def search(
     budget: int,
 ) -> Generator[None, None, tuple[int, int, list[int], int, Any]]:
     """Search one part (see the module docstring); a generator that yields every :data:`SLICE`
-    steps and returns ``(verdict, steps, order, blocked, state)``."""
-    inputs, outputs, calls, returns = list(op_inputs), list(op_outputs), list(call_times), list(return_times)
-    optional, reads = list(optional_ops), [witness is not not_read for witness in witnesses]
-    n = len(inputs)
-    bits = _bits(len(inputs))
-    required = [k for k, maybe in enumerate(optional) if not maybe]
-    nxt, prv = _time_line(required, reads, calls, returns, n)
-    rnx, rpv = _returns_line(required, returns, n)
-    by_state, anytime = _read_index(required, reads, list(witnesses), calls, any_state)
-    head, tail = n, n + 1
-    onx, opv, earlier_twin, optmask = _optional_line(optional, reads, inputs, outputs, calls, bits)
-    has_optional = optmask != 0
-    reqmask = _all(len(inputs)) & ~optmask
-    seen: set[tuple[int, Any]] = set()  # without optional ops: (linearized, state)
-    antichains: dict[tuple[int, Any], list[int]] = {}  # with them: (required linearized, state) -> optional sets
-
-    state: Any = init
-    linearized = 0
-    remaining = len(required)
-    steps = 0
+    steps and returns ``(verdict, steps, order, blocked, state)``.  Each step looks at where the
+    search is: at a new configuration, a read the state satisfies is placed at once; at a call, its
+    op is tried next; at a return, an optional op may get the search past it.  A configuration with
+    no way forward is backtracked."""
+    s = _Search(
+        init, step, op_inputs, op_outputs, call_times, return_times, optional_ops, witnesses, not_read, any_state
+    )
     slice_mask = SLICE - 1
-    stack = []  # (op, state before it, how it was placed)
-    entry = nxt[0]
-    scan = True  # at a new configuration: first a read the state satisfies
-    cursor = -1  # >= 0: the next optional op to try at the return at ``entry``
-    best: list[int] = []
-    best_state: Any = init
-    blocked = -1
-    while remaining:
-        steps += 1
-        if steps > budget:
-            return UNKNOWN_VERDICT, steps, best, -1, best_state
-        if not steps & slice_mask:
+    while s.remaining:
+        s.steps += 1
+        if s.steps > budget:
+            return UNKNOWN_VERDICT, s.steps, s.best, -1, s.best_state
+        if not s.steps & slice_mask:
             yield
-        if scan:  # a read called by now (by the first return to come) that the state satisfies?
-            scan = False
-            i = _read_to_place(by_state.get(state), anytime, linearized, bits, calls, returns[rnx[n]])
-            if i < 0:
-                entry = nxt[0]
+        if s.scan:
+            if s.place_read():
                 continue
-            _confirm_read(step, state, inputs[i], outputs[i])
-            after = linearized | bits[i]
-            if _new(seen, antichains, has_optional, after, state, reqmask, optmask):
-                stack.append((i, state, FORCED))  # placed here and nowhere later
-                linearized = after
-                remaining -= 1
-                _take(nxt, prv, rnx, rpv, i, True)
-                scan = True
-                continue
-            # it leads where the search has been already: so does this configuration (backtrack)
-        elif entry & 1:  # a call: try to linearize it next
-            i = entry >> 1
-            accepted, after_state = step(state, inputs[i], outputs[i])
-            if accepted:
-                after = linearized | bits[i]
-                if _new(seen, antichains, has_optional, after, after_state, reqmask, optmask):
-                    stack.append((i, state, PLACED))
-                    state, linearized = after_state, after
-                    remaining -= 1
-                    _take(nxt, prv, rnx, rpv, i, False)
-                    scan = True
-                    continue
-            entry = nxt[entry]
+        elif s.entry & 1:
+            s.try_call()
             continue
-        else:  # a return: its op had to be linearized by now
-            if has_optional:  # unless an optional op called by then gets the search past it
-                limit = returns[(entry - 1) >> 1]
-                i = _optional_to_try(
-                    onx, onx[head] if cursor < 0 else cursor, tail, calls, limit, earlier_twin, linearized, bits
-                )
-                while i >= 0:
-                    steps += 1
-                    accepted, after_state = step(state, inputs[i], outputs[i])
-                    if accepted and _new(seen, antichains, True, linearized | bits[i], after_state, reqmask, optmask):
-                        break
-                    i = _optional_to_try(onx, onx[i], tail, calls, limit, earlier_twin, linearized, bits)
-                cursor = -1
-                if i >= 0:
-                    stack.append((i, state, entry))
-                    state, linearized = after_state, linearized | bits[i]
-                    _unlink(onx, opv, i)
-                    scan = True
-                    continue
-            if len(stack) > len(best) or blocked < 0:
-                best = [frame[0] for frame in stack]
-                best_state = state
-                blocked = (entry - 1) >> 1
-        # This configuration has no way forward: backtrack (past reads placed at once too).
-        while True:
-            if not stack:
-                return ILLEGAL, steps, best, blocked, best_state
-            i, state, how = stack.pop()
-            linearized ^= bits[i]
-            if optional[i]:  # back at the return it was tried at: the next optional op
-                _relink(onx, opv, i)
-                entry = how
-                cursor = onx[i]
-                break
-            remaining += 1
-            _give_back(nxt, prv, rnx, rpv, i, reads[i])
-            if how != FORCED:
-                entry = nxt[2 * i + 1]
-                break
-    return OK, steps, [frame[0] for frame in stack], -1, state
+        elif s.pass_return():
+            continue
+        if not s.backtrack():
+            return ILLEGAL, s.steps, s.best, s.blocked, s.best_state
+    return OK, s.steps, [frame[0] for frame in s.stack], -1, s.state

@@ -8,7 +8,8 @@ look at, in words.  A check that applies can still leave some cases unjudged (a 
 outcome blinds the loss check for what it may have taken, for instance): each check's docstring
 says what it gives the benefit of the doubt.
 
-The checks fall in two groups:
+The checks fall in two groups (each row of :data:`invariants.transactional.checks.TAXONOMY` names
+its group, :data:`GROUPS` here too):
 
 * **delivery** checks hold of any Pulsar-protocol broker, with or without transactions: garbage,
   positions, loss, order, delayed delivery (early and late), redelivery after a negative ack or
@@ -23,34 +24,15 @@ This module is pure: it reads the analysis :class:`~invariants.transactional.Txn
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from invariants.transactional import CHECKS, TxnAnalysis, TxnFate, _delays, _sub_type
+from invariants.transactional.analysis import TxnAnalysis, TxnFate, delays, sub_type
+from invariants.transactional.checks import CHECKS, GROUPS
 from spec.history import Operation
 
 __all__ = ["GROUPS", "Applicability", "applicability", "describe"]
-
-GROUPS: Mapping[str, str] = {
-    "garbage-read": "delivery",
-    "inconsistent-position": "delivery",
-    "lost-message": "delivery",
-    "realtime-order": "delivery",
-    "out-of-order-delivery": "delivery",
-    "early-delivery": "delivery",
-    "late-delivery": "delivery",
-    "lost-redelivery": "delivery",
-    "commit-and-abort": "transactional",
-    "aborted-read": "transactional",
-    "uncommitted-read": "transactional",
-    "premature-read": "transactional",
-    "fractured-read": "transactional",
-    "duplicate-after-commit": "transactional",
-    "missing-redelivery": "transactional",
-    "cyclic-information-flow": "transactional",
-}
-assert set(GROUPS) == set(CHECKS), set(GROUPS) ^ set(CHECKS)
 
 
 @dataclass(frozen=True)
@@ -116,7 +98,7 @@ def _delivery_statements(a: TxnAnalysis) -> dict[str, Statement]:
 
     def order() -> tuple[bool, str]:
         placed = {d.subscription for d in a.deliveries if d.position is not None}
-        ordered = [sub for sub in placed if _sub_type(a.subscribes.get(sub, [])) not in ("Shared", "mixed")]
+        ordered = [sub for sub in placed if sub_type(a.subscribes.get(sub, [])) not in ("Shared", "mixed")]
         if not ordered:
             return False, "no delivery with a position on a subscription that dispatches in order"
         return True, f"{_plural(len(ordered), 'ordered subscription')}"
@@ -126,7 +108,7 @@ def _delivery_statements(a: TxnAnalysis) -> dict[str, Statement]:
         if not delayed:
             return False, "no delayed message"
         held = [
-            d for d, m in a.delivered() if m.deliver_at is not None and _delays(a.subscribes.get(d.subscription, []))
+            d for d, m in a.delivered() if m.deliver_at is not None and delays(a.subscribes.get(d.subscription, []))
         ]
         if not held:
             return False, f"{_plural(len(delayed), 'delayed message')}, none received where delays are held back"
@@ -209,7 +191,7 @@ def _txn_statements(a: TxnAnalysis) -> dict[str, Statement]:
             for k in a.acks
             if a.fate(k.txn) is TxnFate.ABORTED
             and not k.cumulative
-            and _sub_type(a.subscribes.get(k.subscription, [])) == "Exclusive"
+            and sub_type(a.subscribes.get(k.subscription, [])) == "Exclusive"
         ]
         if not aborted:
             return (

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import platform
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -81,7 +82,7 @@ def _probe(url: str, timeout_s: float, txn: bool) -> str:
     from txnclient.client import WireClient, WireError, WireTimeout
 
     try:
-        client = WireClient(url, timeout_s=timeout_s)
+        client = WireClient(url, operation_timeout_seconds=timeout_s)
     except (OSError, WireError, WireTimeout) as exc:
         raise RecordError(f"cannot connect: {exc}", where=url) from None
     version = client.server_version or "unknown"
@@ -91,8 +92,8 @@ def _probe(url: str, timeout_s: float, txn: bool) -> str:
     deadline = time.monotonic() + 4 * timeout_s
     while txn:
         try:
-            with WireClient(url, timeout_s=timeout_s) as probe:
-                probe._tc_connect()
+            with WireClient(url, operation_timeout_seconds=timeout_s) as probe:
+                probe.tc_connect()
             break
         except (OSError, WireError, WireTimeout) as exc:
             busy = not isinstance(exc, WireError) or exc.code == ServerError.ServiceNotReady
@@ -117,7 +118,9 @@ def _delete_topics(admin_url: str, topics: list[str]) -> tuple[int, list[str]]:
             with urllib.request.urlopen(request, timeout=10):
                 deleted += 1
         except (urllib.error.URLError, OSError) as exc:
-            problems.append(f"{topic}: {exc}")
+            reason = exc.read().decode("utf-8", "replace")[:200] if isinstance(exc, urllib.error.HTTPError) else ""
+            problems.append(f"{topic}: {exc}{': ' + reason if reason else ''}")
+            print(f"txnmodel record: DELETE {url} failed: {problems[-1]}", file=sys.stderr)  # not only stored
     return deleted, problems
 
 

@@ -65,7 +65,10 @@ def product_modules() -> dict[str, Path]:
 
 
 def import_graph(modules: Mapping[str, Path]) -> dict[str, set[str]]:
-    """Module -> the product modules it imports (a name resolved to its longest module prefix)."""
+    """Module -> the product modules it imports (a name resolved to its longest module prefix).
+
+    ``from package import submodule`` imports the submodule; the package's ``__init__`` runs first
+    whatever the spelling, as for every module of the package, so that alone is no edge to it."""
 
     def resolve(name: str) -> str | None:
         while name and name not in modules:
@@ -75,7 +78,16 @@ def import_graph(modules: Mapping[str, Path]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for module, path in modules.items():
         found = imported_modules(path.read_text(encoding="utf-8"), module, is_package=path.name == "__init__.py")
-        graph[module] = {t for _, name in found if (t := resolve(name)) is not None and t != module}
+        names = {name for _, name in found}
+        # a package named only as the source of submodules it is asked for: not imported for itself
+        sources = {n.rpartition(".")[0] for n in names if n in modules}
+        graph[module] = {
+            t
+            for name in names
+            if (t := resolve(name)) is not None
+            and t != module
+            and not (name in sources and all(m.rpartition(".")[0] != name or m in modules for m in names))
+        }
     return graph
 
 

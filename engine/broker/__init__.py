@@ -15,10 +15,13 @@ One module per responsibility:
 * :mod:`.partition` -- :class:`Partition`, one topic partition: its managed ledger and
   :mod:`reference.buffer`.  The buffer assigns every entry's position; the engine writes the entry
   and checks the ledger agrees.  Consumed ledgers go when the buffer agrees (TB-23).
-* :mod:`.subscription` -- :class:`SubscriptionService`: a durable cursor on the partition,
-  :mod:`reference.pending_ack` with its pending-ack log, the dispatcher (batch entries handed out
-  per index), and for Shared and Key_Shared subscriptions the delayed-delivery service
-  (:mod:`engine.delayed.service` over :mod:`reference.delayed`).
+* :mod:`.subscription` -- :class:`SubscriptionService`: a durable cursor on the partition and
+  :mod:`reference.pending_ack` (the pending-ack handle), with its parts beside it:
+  :mod:`.pending_ack_log` (the pending-ack log), :mod:`.dispatcher` (the consumers and what is
+  handed to them, batch entries per index; :mod:`.redelivery`, the redelivery counts),
+  :mod:`.delayed_delivery` (for Shared and Key_Shared subscriptions, the delayed-delivery service,
+  :mod:`engine.delayed.service` over :mod:`reference.delayed`), :mod:`.acks` (the pending ack's view
+  of the cursor and the cursor writes it asks for) and :mod:`.seek` (where a seek restarts).
 * :mod:`.key_shared` -- Key_Shared routing: Murmur3, hash ranges, the selector.
 * :mod:`.snapshot_topics` -- snapshot records as keyed Avro messages on the namespace's system
   topics, read back on load.
@@ -43,6 +46,7 @@ from __future__ import annotations
 from engine.broker.broker import Broker, BrokerFaults, TransactionBufferClient, partition_name
 from engine.broker.component import BrokerError, ComponentFailure, read_all
 from engine.broker.coordinator import MAX_LOCAL_TXN_ID, CoordinatorService, Participants
+from engine.broker.dispatcher import ConsumerSlot, Delivered, Handout
 from engine.broker.entries import (
     MARKER_ABORT,
     MARKER_COMMIT,
@@ -68,7 +72,7 @@ from engine.broker.snapshot_topics import (
     snapshot_messages,
     snapshot_records,
 )
-from engine.broker.subscription import ConsumerSlot, Delivered, Handout, SubscriptionService
+from engine.broker.subscription import SubscriptionService
 
 __all__ = [
     "INDEXES_TOPIC",

@@ -1,56 +1,51 @@
-"""A subscription of a partition: its cursor, :mod:`reference.pending_ack` with its pending-ack
-log, the dispatcher, and for Shared and Key_Shared subscriptions the delayed-delivery service.
+"""A subscription of a partition: its cursor and :mod:`reference.pending_ack` (the pending-ack
+handle), and the parts the handle's steps drive, each in a module of its own:
 
-The dispatcher reads forward from its read position.  What may be read is the buffer's decision
-(:func:`reference.buffer.dispatch`), whether a message is still deliverable is the pending ack's
-(:func:`reference.pending_ack.message_state`), whether a delayed message waits is the tracker's
-(:mod:`engine.delayed.service` over :mod:`reference.delayed`).  Exclusive and Failover
-subscriptions have one active consumer (the lowest id); Shared ones round-robin; Key_Shared ones
-route by key (:mod:`.key_shared`), batch entries handed out per index.
+* :mod:`.pending_ack_log` -- the pending-ack log: appends, trims, the read-back at load;
+* :mod:`.dispatcher` -- the consumers and what is handed to them (with :mod:`.redelivery`, the
+  redelivery counts);
+* :mod:`.delayed_delivery` -- for Shared and Key_Shared subscriptions, the delayed-delivery tracker
+  (:mod:`engine.delayed.service` over :mod:`reference.delayed`) or the partition's shared index;
+* :mod:`.acks` -- the pending ack's view of the cursor and the cursor writes its effects ask for;
+* :mod:`.seek` -- where a seek restarts the subscription.
+
+This module is the handle's lifecycle (load, crash, delete), its steps and their effects, and
+what a consumer asks of the subscription: subscribe, receive, acknowledge, redeliver, seek.  A
+dispatch reads what the buffer lets it read (:func:`reference.buffer.dispatch`), acknowledges
+the markers and aborted messages it skips, lets the delayed part keep what is not due, and hands
+the rest to the dispatcher, which asks the pending ack (:func:`reference.pending_ack.message_state`)
+what of each entry is still to be delivered.
 """
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol, cast
 
-import immutables
-
+from engine.broker.acks import acked_position, cursor_view, write_cumulative_ack, write_individual_ack
 from engine.broker.component import BrokerError, BrokerHost, Component, after, all_of, error_of, fail
+from engine.broker.delayed_delivery import DelayedDelivery
+from engine.broker.dispatcher import ConsumerSlot, Delivered, Dispatcher
 from engine.broker.entries import StoredMessage
-from engine.broker.key_shared import STICKY_KEY_HASH_RANGE, hand_over_top_range, select, split_range, sticky_key_hash
+from engine.broker.pending_ack_log import PendingAckLog
+from engine.broker.seek import publish_time_position, reset_command
 from engine.delayed.service import DelayedDeliveryService
 from engine.delayed.shared import TopicDelayedIndex
 from engine.scheduler import Future
 from engine.storage.ledger import InitialPosition, LedgerError, ManagedCursor, ManagedLedger
 from engine.storage.memory_ledger import non_durable_cursor
-from engine.storage.record_log import LogWriteFailed, RecordLog, RecordPosition
+from engine.storage.record_log import LogWriteFailed, RecordLog
 from reference import batched_log as bl
 from reference import buffer as tb
 from reference import delayed as dl
 from reference import pending_ack as pa
-from reference.cursor import reset_read_position
-from spec.envelope import LogKind
 from spec.errors import NotAllowed, ServiceUnitNotReady
 from spec.history import object_id, state_digest
-from spec.pb import TransactionPendingAck_pb2 as pa_pb
 from spec.result import Effect, Err, Ok
-from spec.types import (
-    EARLIEST,
-    AckType,
-    LedgerInfo,
-    MessageState,
-    Position,
-    TxnAction,
-    TxnID,
-    previous_position,
-    words_to_bits,
-)
+from spec.types import AckType, LedgerInfo, MessageState, Position, TxnAction, TxnID
 
-__all__ = ["ConsumerSlot", "Delivered", "Handout", "SubscriptionService", "Topic", "reader_start"]
+__all__ = ["SubscriptionService", "Topic", "reader_start"]
 
 # What the pending ack's steps return (its values are the machine's: outcomes, Queued, Ignored).
 PendingAckResult = Ok[object] | Err
@@ -82,74 +77,6 @@ class Topic(Protocol):
     def shared_delayed_index(self) -> TopicDelayedIndex: ...
 
     def reload(self) -> None: ...
-
-
-@dataclass
-class Delivered:
-    """A message handed to a consumer."""
-
-    position: Position
-    payload: bytes
-    txn_id: TxnID | None
-    deliver_at: int | None
-    redelivery_count: int
-    batch_index: int | None = None  # the message's index in a batch entry
-    batch_size: int = 1
-    partition_key: str | None = None
-
-
-@dataclass
-class Handout:
-    """One dispatch of an entry to a consumer: its messages (a batch's indexes) share one redelivery count."""
-
-    position: Position
-    redelivery_count: int | None = None  # taken when the first of its messages is received
-
-
-@dataclass
-class ConsumerSlot:
-    consumer_id: int
-    queue: collections.deque[tuple[Handout, int | None]] = field(default_factory=collections.deque)  # (entry, index)
-    unacked: set[Position] = field(default_factory=set)  # entries handed out, as Pulsar's pendingAcks
-    waiting: list[Future[Delivered | None]] = field(default_factory=list)
-    hash_range_end: int = STICKY_KEY_HASH_RANGE  # Key_Shared: this consumer serves hashes up to here
-    joined_after: Position | None = None  # Key_Shared: recently joined, held to entries up to here
-    # How many queued messages each position has: an ack of a position that is not queued here
-    # (the usual case with a real client's prefetched backlog) costs nothing instead of a queue walk.
-    queued: collections.Counter[Position] = field(default_factory=collections.Counter)
-
-    def push(self, handout: Handout, index: int | None) -> None:
-        self.queue.append((handout, index))
-        self.queued[handout.position] += 1
-
-    def pop(self) -> tuple[Handout, int | None]:
-        handout, index = self.queue.popleft()
-        self._forget(handout.position)
-        return handout, index
-
-    def clear(self) -> None:
-        self.queue.clear()
-        self.queued.clear()
-
-    def _forget(self, position: Position) -> None:
-        self.queued[position] -= 1
-        if not self.queued[position]:
-            del self.queued[position]
-
-    def drop(self, keep: Callable[[Position, int | None], bool]) -> None:
-        """Forget queued messages ``keep`` rejects."""
-        kept: collections.deque[tuple[Handout, int | None]] = collections.deque()
-        for handout, index in self.queue:
-            if keep(handout.position, index):
-                kept.append((handout, index))
-            else:
-                self._forget(handout.position)
-        self.queue = kept
-
-    def drop_position(self, position: Position, keep: Callable[[Position, int | None], bool]) -> None:
-        """:meth:`drop` when only messages of ``position`` can be rejected."""
-        if position in self.queued:
-            self.drop(keep)
 
 
 def reader_start(
@@ -200,21 +127,15 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         self._kept = False  # a non-durable subscription outlives its consumers' leaving once (a seek)
         self.sub_type = _SUB_TYPES[sub_type]
         self.initial_position = initial_position
-        self.delayed: DelayedDeliveryService | None = None
         self.cursor: ManagedCursor | None = None
-        self.log: RecordLog | None = None
-        self.consumers: dict[int, ConsumerSlot] = {}
-        self.read_after: Position = EARLIEST
-        # The buffer state and read position of the last dispatch that consulted the buffer.
-        self._dispatched: tuple[tb.BufferState | None, Position] = (None, EARLIEST)
-        self.replay: set[Position] = set()
-        self.redeliveries: dict[Position, int] = {}
-        self._positions: dict[int, RecordPosition] = {}
-        self._trimmed = -1
-        self._queued: list[Future[None]] = []
-        self._rr = 0
-        self._writing = 0  # pending-ack records being written
-        self._settled: list[Callable[[], None]] = []  # what waits for them (a seek)
+        self.pending_log = PendingAckLog(
+            host, f"{partition.name}-{name}__transaction_pending_ack", owner=self, failed=self.reload
+        )
+        self.dispatcher = Dispatcher(self.sim, partition, self.sub_type, self.deliverable)
+        self.delays = DelayedDelivery(
+            host, partition, name, self.sub_type, durable=self.durable, read_more=self.dispatch, failed=self.reload
+        )
+        self._queued: list[Future[None]] = []  # requests the handle queued until its store is ready
 
     @property
     def obj(self) -> str:
@@ -227,24 +148,44 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         return pa.step(state, command)
 
     @property
-    def delayed_enabled(self) -> bool:
-        return self.config.delayed_delivery_enabled and self.sub_type in (pa.SubType.Shared, pa.SubType.Key_Shared)
+    def log_name(self) -> str:
+        return self.pending_log.name
+
+    @property
+    def log(self) -> RecordLog | None:
+        """The pending-ack log's writer (None until a txn acked here, PA-17)."""
+        return self.pending_log.log
+
+    @property
+    def consumers(self) -> dict[int, ConsumerSlot]:
+        return self.dispatcher.consumers
+
+    @property
+    def delayed(self) -> DelayedDeliveryService | None:
+        """The delayed-delivery tracker, once it was made."""
+        return self.delays.service
 
     @property
     def tracker(self) -> dl.Tracker | None:
         """The delayed-delivery tracker's state (None when delayed delivery does not apply)."""
-        return self.delayed.state if self.delayed is not None else None
+        return self.delays.tracker
+
+    def delayed_service(self) -> DelayedDeliveryService:
+        """The subscription's tracker, made (and recovered) now if it does not exist yet."""
+        assert self.cursor is not None
+        return self.delays.tracker_for(self.cursor)
+
+    def _mark_delete(self) -> Position | None:
+        return None if self.cursor is None else self.cursor.mark_delete_position
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     def load(self) -> bool:
         """Open the cursor and replay the pending-ack log over it (PA-17 .. PA-20)."""
         self._new_epoch()
-        self._writing, self._settled = 0, []
+        self.pending_log.reset()
         ledger = self.partition.ledger
         assert ledger is not None
-        self._positions = {}
-        self._trimmed = -1
         try:
             if self._start is not None:
                 # PA-24: in memory only, never one of the ledger's cursors; a reload starts it afresh
@@ -252,14 +193,14 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
                 self.cursor = non_durable_cursor(ledger, self.name, self._start)
             else:
                 self.cursor = ledger.open_cursor(self.name, self.initial_position)
-            view = self._cursor_view(self.cursor)
+            view = cursor_view(self.cursor, self.partition.messages)
             recovery: dict[str, object] = {"sub_type": self.sub_type, "cursor": view}
-            if self._start is not None or not self.host.store.exists(self.log_name):
+            if self._start is not None or not self.pending_log.exists():
                 # PA-17: no txn ever acked here, so no pending-ack log: the handle starts lazily.
-                self.log = None
+                self.pending_log.start_lazily()
                 self.state = pa.initial(self.config, sub_type=self.sub_type, cursor=view)
             else:
-                records, durable = self._open_log()
+                records, durable = self.pending_log.open()
                 self.state = pa.recover(
                     self.config, records, cursor=view, sub_type=self.sub_type, next_record_id=len(records)
                 )
@@ -269,99 +210,48 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
                     log=bl.durable_entries(durable),
                     recovered=state_digest(self.state),
                 )
-                assert self.log is not None
-                self.log.ledger.delete_consumed_ledgers()  # retention of the pending-ack log (PA-16)
+                self.pending_log.delete_consumed_ledgers()  # retention of the pending-ack log (PA-16)
         except (LedgerError, LogWriteFailed):
             self.state = None
             return False
         self._observe_recovery(recovery)
-        if self.delayed is not None:
-            self.delayed.close()
         # Pulsar's dispatcher makes its tracker when the first delayed message arrives (dispatch
-        # below).  A cursor whose properties name buckets has a tracker to recover now (DD-24: from
-        # its snapshot ledgers and those properties).
-        self.delayed = None
-        if self.delayed_enabled and any(key.startswith(dl.BUCKET_PROPERTY_PREFIX) for key in self.cursor.properties):
-            self.delayed = self._open_delayed()
-        self.read_after = self.cursor.mark_delete_position
-        self._dispatched = (None, EARLIEST)
-        self.replay = set()
+        # below); one whose buckets the cursor's properties name is recovered now.
+        self.delays.load(self.cursor)
+        self.dispatcher.rewind(self.cursor.mark_delete_position)
         self._queued = []
-        for slot in self.consumers.values():
-            slot.clear()
-            slot.unacked.clear()
         return True
-
-    @property
-    def shares_delayed_index(self) -> bool:
-        """Whether this subscription's delayed messages wait in its partition's shared index (the
-        broker's ``shared_delayed_index`` option, DD-30) instead of a tracker of its own."""
-        return self.host.shared_delayed_index and self.delayed_enabled and self.durable
-
-    def delayed_service(self) -> DelayedDeliveryService:
-        """The subscription's tracker, made (and recovered) now if it does not exist yet."""
-        if self.delayed is None:
-            self.delayed = self._open_delayed()
-        return self.delayed
-
-    def _open_delayed(self) -> DelayedDeliveryService:
-        assert self.cursor is not None
-        return DelayedDeliveryService.load(
-            self.sim,
-            self.host.store,
-            self.config,
-            self.cursor,
-            partition=self.partition.name,
-            subscription=self.name,
-            read_more=self.dispatch,
-            failed=self.reload,
-            observer=lambda: self.host.observer,
-            async_create=self.host.delayed_async_create,
-        )
-
-    @property
-    def log_name(self) -> str:
-        return f"{self.partition.name}-{self.name}__transaction_pending_ack"
-
-    def _open_log(self) -> tuple[list[tuple[int, pa.PendingAckRecord]], tuple[bl.LoggedEntry, ...]]:
-        """Open (create) the pending-ack log and read its live records, numbered in log order, and
-        the durable entries they were decoded from."""
-        log = RecordLog(
-            self.sim,
-            self.host.store.open(self.log_name, closes_on_write_failure=True),
-            LogKind.PENDING_ACK,
-            self.config,
-            batching=self.host.batching,
-            metrics=self.host.writer_metrics.get(LogKind.PENDING_ACK),
-            owner=self,
-        )
-        records = []
-        self._positions = {}
-        durable, replayed = log.read_back()
-        for rid, (position, message) in enumerate(replayed):
-            assert isinstance(message, pa_pb.PendingAckMetadataEntry)
-            records.append((rid, pa.PendingAckRecord.from_pb(message)))
-            self._positions[rid] = position
-        self.log = log
-        return records, durable
 
     def crash(self) -> None:
         self._new_epoch()
-        self._writing, self._settled = 0, []
-        if self.log is not None:
-            self.log.crash()
+        self.pending_log.crash()
         self.state = None
-        self.log = None
-        if self.delayed is not None:
-            self.delayed.close()
-        self.consumers = {}
+        self.delays.close()
+        self.dispatcher.crash()  # Pulsar's InMemoryRedeliveryTracker does not survive the broker
         self._queued = []
-        self.redeliveries = {}  # Pulsar's InMemoryRedeliveryTracker does not survive the broker
         self._observe_crash()  # the tracker's own close (above) ends its ops
 
     def reload(self) -> None:
         """The pending-ack handle's memory ran ahead of its log: the whole topic reloads."""
         self.partition.reload()
+
+    def delete(self) -> None:
+        """Unsubscribe: the subscription and everything it owns go for good: its delayed messages'
+        snapshots (:meth:`.DelayedDelivery.unsubscribe`), the cursor (it no longer holds back ledger
+        deletion), and the pending-ack log, so a new subscription of the same name starts clean.
+        Waiting receives get nothing; requests still queued at the handle never hear back."""
+        assert self.cursor is not None
+        ledger = self.partition.ledger
+        assert ledger is not None
+        self.dispatcher.end_receives()
+        if not self.durable:
+            self.crash()  # PA-24: nothing of a reader's subscription is durable
+            return
+        self.delays.unsubscribe(self.cursor)
+        self.pending_log.close()  # the pending-ack log's writer closes before the log goes (BW-18)
+        self.crash()
+        ledger.delete_cursor(self.name)
+        self.host.store.delete(self.log_name)
 
     # -- stepping ---------------------------------------------------------------------------------
 
@@ -375,9 +265,9 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         for effect in effects:
             match effect:
                 case pa.AppendPendingAckRecord():
-                    writes.append(self._append(effect))
+                    writes.append(self.pending_log.append(effect.record_id, effect.record))
                 case pa.TrimPendingAckLog():
-                    after(all_of(list(writes)), partial(self._trim, effect.record_id))
+                    after(all_of(list(writes)), partial(self.pending_log.trim, effect.record_id))
                 case pa.CursorIndividualAck() | pa.CursorCumulativeAck() | pa.RedeliverUnacknowledgedMessages():
                     # Pulsar touches the cursor (or redelivers) only once the pending-ack record is logged.
                     after(all_of(list(writes)), partial(self._cursor_effect, effect, self._epoch))
@@ -401,74 +291,34 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         assert self.cursor is not None
         match effect:
             case pa.CursorIndividualAck():
-                whole = [a.position for a in effect.positions if a.ack_set is None]
-                sets = {a.position: a.ack_set for a in effect.positions if a.ack_set is not None}
-                if whole:
-                    self.cursor.delete(whole)
-                if sets:
-                    self.cursor.delete(list(sets), sets)
-                self._acked(a.position for a in effect.positions)
+                write_individual_ack(self.cursor, effect)
+                self._acked(self.dispatcher.acked((a.position for a in effect.positions), self._mark_delete()))
                 self._mark_delete_moved()
             case pa.CursorCumulativeAck():
-                acked = effect.position
-                if acked.ack_set is None or not any(acked.ack_set):
-                    self.cursor.mark_delete(acked.position)
-                else:
-                    # Up to a batch index (PIP-54): up to the entry before, and that entry's ack set.
-                    assert self.partition.ledger is not None
-                    before = previous_position(acked.position, self.partition.ledger.ledgers())
-                    if before > self.cursor.mark_delete_position:
-                        self.cursor.mark_delete(before)
-                    self.cursor.delete([acked.position], {acked.position: acked.ack_set})
-                self._acked_upto(acked.position)
+                write_cumulative_ack(self.cursor, effect, self.partition.ledger)
+                self._acked(self.dispatcher.acked_upto(effect.position.position, self._mark_delete()))
                 self._mark_delete_moved()
             case pa.RedeliverUnacknowledgedMessages():
-                self.replay.update(effect.positions)
-                for slot in self.consumers.values():
-                    slot.unacked.difference_update(effect.positions)
+                self.dispatcher.return_unacked(effect.positions)
                 self.dispatch()
 
-    def _append(self, effect: pa.AppendPendingAckRecord) -> Future[None]:
-        assert self.log is not None
-        done: Future[None] = Future()
-        rid, epoch = effect.record_id, self._epoch
-        self._writing += 1
+    def _acked(self, released: bool) -> None:
+        if released:
+            epoch = self._epoch
+            # What was held for it is dispatched after the ack that released it completes.
+            self.sim.schedule(0, lambda: self.dispatch() if self._current(epoch) else None)
 
-        def complete(f: Future[RecordPosition]) -> None:
-            if not self._current(epoch):
-                return
-            self._writing -= 1
-            if f.error is not None:
-                done.set_exception(f.error)
-                self.reload()
-                return
-            self._positions[rid] = f.result()
-            if rid <= self._trimmed:
-                self._trim(self._trimmed)
-            done.set_result(None)  # the cursor changes waiting for the record run now
-            if not self._writing:
-                settled, self._settled = self._settled, []
-                for action in settled:
-                    action()
-
-        self.log.add(effect.record.to_pb().SerializeToString()).add_done_callback(complete)
-        return done
-
-    def _trim(self, record_id: int) -> None:
-        """PA-16: the pending-ack log is deleted up to ``record_id``."""
-        assert self.log is not None
-        self._trimmed = max(self._trimmed, record_id)
-        doomed = sorted(r for r in self._positions if r <= self._trimmed)
-        try:
-            self.log.delete([self._positions.pop(r) for r in doomed])
-        except LedgerError:
-            self.reload()  # the log's cursor could not be written: reload, as after any failed write
+    def _mark_delete_moved(self) -> None:
+        """The cursor's mark-delete position may have moved: the delayed tracker's trim input (DD-22)."""
+        if self.cursor is not None:
+            self.delays.mark_delete_moved(self.cursor.mark_delete_position)
+        self.partition.schedule_trim()  # and topic retention's
 
     def _init_done(self, epoch: int) -> Callable[[], None]:
         def done() -> None:
             try:
-                if self.log is None:
-                    self._open_log()  # a brand-new log: nothing to replay
+                if self.pending_log.log is None:
+                    self.pending_log.open()  # a brand-new log: nothing to replay
             except (LedgerError, LogWriteFailed):
                 self._step(pa.PendingAckInitFailed(retryable=True))
                 return
@@ -506,49 +356,12 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
 
     def add_consumer(self, consumer_id: int) -> None:
         self._kept = False
-        if consumer_id not in self.consumers:
-            slot = ConsumerSlot(consumer_id)
-            if self.sub_type is pa.SubType.Key_Shared:
-                slot.hash_range_end = split_range(self.consumers.values())
-                # Pulsar's recently-joined rule (the classic Key_Shared dispatcher): while entries
-                # read before it joined are unacknowledged, a new consumer may get only those, so a
-                # key it takes over does not overtake messages of that key still held elsewhere.
-                if self.consumers and self.cursor is not None and self.read_after > self.cursor.mark_delete_position:
-                    slot.joined_after = self.read_after
-            self.consumers[consumer_id] = slot
+        self.dispatcher.add_consumer(consumer_id, self._mark_delete())
         self.dispatch()
 
-    def delete(self) -> None:
-        """Unsubscribe: the subscription and everything it owns go for good.  The bucket tracker's
-        ``Clear`` deletes every snapshot (DD-23, DL6); without a live tracker the cursor's bucket
-        properties name what to delete (CP4).  The cursor goes (it no longer holds back ledger
-        deletion), and so does the pending-ack log, so a new subscription of the same name starts
-        clean.  Waiting receives get nothing; requests still queued at the handle never hear back."""
-        assert self.cursor is not None
-        ledger = self.partition.ledger
-        assert ledger is not None
-        for waiter in [w for slot in self.consumers.values() for w in slot.waiting]:
-            waiter.set_result(None)
-        if not self.durable:
-            self.crash()  # PA-24: nothing of a reader's subscription is durable
-            return
-        if self.shares_delayed_index and self.partition.delayed_index is not None:
-            self.partition.delayed_index.unsubscribe(self.name)
-        if self.delayed is not None:
-            self.delayed.clear()
-        else:
-            DelayedDeliveryService.clean_residual(
-                self.host.store, self.cursor, partition=self.partition.name, subscription=self.name
-            )
-        if self.log is not None:
-            self.log.close()  # the pending-ack log's writer closes before the log goes (BW-18)
-        self.crash()
-        ledger.delete_cursor(self.name)
-        self.host.store.delete(self.log_name)
-
     def remove_consumer(self, consumer_id: int) -> None:
-        slot = self.consumers.pop(consumer_id, None)
-        if slot is not None and not self.durable and not self.consumers and not self._kept:
+        slot = self.dispatcher.consumers.pop(consumer_id, None)
+        if slot is not None and not self.durable and not self.dispatcher.consumers and not self._kept:
             # PA-24: a reader's subscription goes with its last consumer.
             for waiter in slot.waiting:
                 waiter.set_result(None)
@@ -557,68 +370,19 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
                 del self.partition.subscriptions[self.name]
             return
         if slot is not None:
-            if self.sub_type is pa.SubType.Key_Shared:
-                hand_over_top_range(slot, self.consumers.values())
-            self.replay.update(slot.unacked)
-            for waiter in slot.waiting:
-                waiter.set_result(None)
+            self.dispatcher.hand_over(slot)
             self.dispatch()
 
-    def _active(self) -> list[ConsumerSlot]:
-        slots = sorted(self.consumers.values(), key=lambda s: s.consumer_id)
-        if self.sub_type in (pa.SubType.Exclusive, pa.SubType.Failover):
-            return slots[:1]
-        return slots
-
-    def _message_state(self, position: Position) -> MessageState:
-        assert self.state is not None
-        return pa.message_state(self.state, position)
-
-    def _cursor_view(self, cursor: ManagedCursor) -> pa.CursorView:
-        """The durable cursor as the pending ack reads it, batch entries' ack sets included (PA-2)."""
-        deleted = frozenset(cursor.individually_deleted())
-        in_part: dict[Position, pa.AckBits] = {}
-        for position, message in self.partition.messages.items():
-            if message.batch is None or position <= cursor.mark_delete_position or position in deleted:
-                continue
-            words = cursor.batch_ack_set(position)
-            acked = 0 if words is None else ((1 << message.batch_size) - 1) & ~words_to_bits(words)
-            if acked:
-                in_part[position] = pa.AckBits(message.batch_size, acked)
-        return pa.CursorView(cursor.mark_delete_position, deleted, immutables.Map(in_part))
-
-    def _deliverable(self, position: Position) -> list[int | None]:
+    def deliverable(self, position: Position) -> list[int | None]:
         """The messages of an entry still PENDING: ``[None]`` for a single message, else the batch
         indexes neither acknowledged nor held by a txn (the sent ack set of 5.9, #19581)."""
         assert self.state is not None
         message = self.partition.messages.get(position)
         if message is None or message.batch is None:
-            return [None] if self._message_state(position) is MessageState.PENDING else []
+            return [None] if pa.message_state(self.state, position) is MessageState.PENDING else []
         return [
             i for i in range(message.batch_size) if pa.message_state(self.state, position, i) is MessageState.PENDING
         ]
-
-    def _route(self, position: Position, active: Sequence[ConsumerSlot]) -> ConsumerSlot | None:
-        """The consumer an entry goes to, or None while Key_Shared holds it back."""
-        if self.sub_type is not pa.SubType.Key_Shared:
-            slot = active[self._rr % len(active)]
-            self._rr += 1
-            return slot
-        chosen = select(active, sticky_key_hash(self.partition.messages[position].partition_key))
-        if chosen.joined_after is not None and position > chosen.joined_after:
-            return None
-        return chosen
-
-    def _release_joined(self) -> bool:
-        """A recently joined consumer is released once everything read before it joined is
-        acknowledged; True if one was."""
-        released = False
-        if self.cursor is not None:
-            for slot in self.consumers.values():
-                if slot.joined_after is not None and self.cursor.mark_delete_position >= slot.joined_after:
-                    slot.joined_after = None
-                    released = True
-        return released
 
     def dispatch(self) -> None:
         """Hand every readable message to a consumer (TB-15 .. TB-17; the pending-ack filter of 5.9).
@@ -630,155 +394,39 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         buffer = self.partition.state
         if self.state is None or buffer is None:
             return
-        active = self._active()
+        active = self.dispatcher.active()
         if not active:
             return
-        if buffer is self._dispatched[0] and self.read_after == self._dispatched[1]:
-            # The buffer has not stepped and nothing was read since the last call, which read every
-            # entry up to the readable limit: the buffer's answer would be empty.
-            read = tb.Dispatch((), ())
-        else:
-            read = tb.dispatch(buffer, self.read_after)
+        read = self.dispatcher.read(buffer)
         if read.auto_acked:
             self._step(pa.NormalAck(AckType.INDIVIDUAL, tuple(pa.AckedPosition(p) for p in read.auto_acked)))
             if self.state is None:
                 return  # the cursor could not be written: the topic is reloading
-        seen = [*read.delivered, *read.auto_acked]
-        if seen:
-            self.read_after = max(self.read_after, *seen)
-        self._dispatched = (buffer, self.read_after)
+        self.dispatcher.advance(buffer, [*read.delivered, *read.auto_acked])
         fresh = []
-        shared = self.partition.shared_delayed_index() if self.shares_delayed_index else None
+        shared = self.delays.shared_index()
         for position in read.delivered:
-            message = self.partition.messages[position]
-            if message.deliver_at is not None and self.delayed_enabled:
-                if shared is not None:
-                    if shared.add_message(self.name, position, message.deliver_at):
-                        continue
-                    fresh.append(position)
-                    continue
-                waits = self.delayed_service().add_message(position, message.deliver_at)
+            deliver_at = self.partition.messages[position].deliver_at
+            if deliver_at is not None and self.delays.enabled:
+                assert self.cursor is not None
+                waits = self.delays.add_message(position, deliver_at, shared, self.cursor)
                 if self.state is None:
                     return  # the tracker's storage failed: the topic is reloading
                 if waits:
                     continue
             fresh.append(position)
-        if shared is not None:
-            self.replay.update(shared.scheduled_messages(self.name))
-        elif self.delayed is not None:
-            self.replay.update(self.delayed.scheduled_messages())
-            if self.state is None:
-                return
-        outgoing = sorted(self.replay) + fresh
-        self.replay = set()
-        self._release_joined()
-        for position in outgoing:
-            indexes = self._deliverable(position)
-            if not indexes:
-                continue  # acked, or pending in a txn: filtered (5.9)
-            if any(position in s.unacked for s in self.consumers.values()):
-                continue
-            slot = self._route(position, active)
-            if slot is None:
-                self.replay.add(position)  # held for a recently joined consumer
-                continue
-            slot.unacked.add(position)
-            handout = Handout(position)
-            for i in indexes:
-                slot.push(handout, i)
-        for slot in active:
-            self._serve(slot)
-
-    def _mark_delete_moved(self) -> None:
-        """The cursor's mark-delete position may have moved: the delayed tracker's trim input (DD-22)."""
-        if self.delayed is not None and self.cursor is not None:
-            self.delayed.mark_delete_moved(self.cursor.mark_delete_position)
-        self.partition.schedule_trim()  # and topic retention's
-
-    def _serve(self, slot: ConsumerSlot) -> None:
-        while slot.waiting and slot.queue:
-            handout, index = slot.pop()
-            waiter = slot.waiting.pop(0)
-            waiter.set_result(self._delivered(handout, index))
-
-    def _delivered(self, handout: Handout, index: int | None) -> Delivered:
-        position = handout.position
-        message = self.partition.messages[position]
-        if handout.redelivery_count is None:
-            handout.redelivery_count = self.redeliveries.get(position, 0)
-            self.redeliveries[position] = handout.redelivery_count + 1
-        if message.batch is None or index is None:
-            return Delivered(
-                position,
-                message.payload,
-                message.entry.txn_id,
-                message.deliver_at,
-                handout.redelivery_count,
-                partition_key=message.partition_key,
-            )
-        single = message.batch[index]
-        return Delivered(
-            position,
-            single.payload,
-            message.entry.txn_id,
-            message.deliver_at,
-            handout.redelivery_count,
-            batch_index=index,
-            batch_size=message.batch_size,
-            partition_key=single.partition_key,
-        )
+        self.dispatcher.replay.update(self.delays.scheduled_messages(shared))
+        if self.state is None:
+            return
+        self.dispatcher.hand_out(fresh, active, self._mark_delete())
 
     def receive(self, consumer_id: int, wait_ms: int) -> Future[Delivered | None]:
         """The next message for the consumer, or None if none arrives within ``wait_ms``."""
-        slot = self.consumers.get(consumer_id)
+        slot = self.dispatcher.consumers.get(consumer_id)
         if slot is None or self.state is None:
             return Future()
         self.dispatch()
-        if slot.queue:
-            return Future.completed(self._delivered(*slot.pop()))
-        waiter: Future[Delivered | None] = Future()
-        slot.waiting.append(waiter)
-
-        def expire() -> None:
-            if waiter in slot.waiting:
-                slot.waiting.remove(waiter)
-                waiter.set_result(None)
-
-        self.sim.schedule(wait_ms, expire)
-        return waiter
-
-    def _acked(self, positions: Iterable[Position]) -> None:
-        for position in positions:
-            live = self._deliverable(position)
-
-            def keep(p: Position, i: int | None, position: Position = position, live: list[int | None] = live) -> bool:
-                return p != position or i in live
-
-            for slot in self.consumers.values():
-                # 5.9: a batch entry stays with its consumer until no index of it is left PENDING.
-                if not live:
-                    slot.unacked.discard(position)
-                slot.drop_position(position, keep)
-        if self._release_joined():
-            epoch = self._epoch
-            # What was held for it is dispatched after the ack that released it completes.
-            self.sim.schedule(0, lambda: self.dispatch() if self._current(epoch) else None)
-
-    def _acked_upto(self, position: Position) -> None:
-        for slot in self.consumers.values():
-            slot.unacked = {p for p in slot.unacked if p >= position}
-            slot.drop(lambda p, _: p >= position)
-        # A cumulative ack of a batch index leaves the rest of that entry (PIP-54).
-        self._acked([position])
-
-    def _acked_position(self, position: Position, batch_index: int | None, cumulative: bool) -> pa.AckedPosition:
-        """The message id of an ack on the wire: a batch index is an ack set over the entry (PIP-54,
-        ``acknowledgmentAtBatchIndexLevelEnabled``); a cumulative one covers indexes 0..i."""
-        message = self.partition.messages.get(position)
-        if batch_index is None or message is None or message.batch is None:
-            return pa.AckedPosition(position)
-        indexes = range(batch_index + 1) if cumulative else (batch_index,)
-        return pa.AckedPosition.of_indexes(position, message.batch_size, indexes)
+        return self.dispatcher.receive(slot, wait_ms)
 
     def acknowledge(
         self,
@@ -793,7 +441,7 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
             return Future()
         if txn_id is not None and not self.durable:
             return fail(NotAllowed(f"transactional acks on the non-durable subscription {self.name} (PA-24)"))
-        acked = (self._acked_position(position, batch_index, cumulative),)
+        acked = (acked_position(self.partition.messages, position, batch_index, cumulative),)
         command: pa.Command
         if txn_id is None:
             command = pa.NormalAck(AckType.CUMULATIVE if cumulative else AckType.INDIVIDUAL, acked)
@@ -809,26 +457,17 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
             self._queued.append(waiter)
             return waiter
         if txn_id is not None and not isinstance(result.value, pa.Ignored):
-            # 5.9: a txn-acked message leaves the consumer's unacked set at once.
-            slot = self.consumers.get(consumer_id)
-            if slot is not None:
-                if cumulative:
-                    slot.unacked = {p for p in slot.unacked if p >= position}
-                if not self._deliverable(position):
-                    slot.unacked.discard(position)
+            self.dispatcher.txn_acked(consumer_id, position, cumulative)
         self._answer(waiter, result, written)
         self.dispatch()
         return waiter
 
     def redeliver(self, consumer_id: int, positions: Sequence[Position] | None) -> Future[None]:
         """redeliverUnacknowledgedMessages / negative acks: the consumer's unacked go back to the dispatcher."""
-        slot = self.consumers.get(consumer_id)
+        slot = self.dispatcher.consumers.get(consumer_id)
         if slot is None or self.state is None:
             return Future()
-        chosen = set(slot.unacked) if positions is None else set(positions) & slot.unacked
-        slot.unacked -= chosen
-        slot.drop(lambda p, _: p not in chosen)
-        self.replay |= chosen
+        self.dispatcher.redeliver(slot, positions)
         self.dispatch()
         return Future.completed(None)
 
@@ -869,8 +508,7 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         def run() -> None:
             if not self._live(epoch):
                 return  # crashed meanwhile: never answered, the client's timeout ends it
-            if self._writing:
-                self._settled.append(run)
+            if self.pending_log.defer(run):
                 return
             try:
                 self._reset(read_position, ack_set)
@@ -888,47 +526,26 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         ledger = self.partition.ledger
         if self.state is None or ledger is None:
             return Future()
-        earlier = [p for p, m in self.partition.messages.items() if m.publish_time < timestamp]
-        if not earlier:
-            infos = ledger.ledgers()
-            first = next((Position(i.ledger_id, 0) for i in infos if i.entries > 0), ledger.last_confirmed().next())
-            return self.seek(first)
-        newest = max(earlier)
-        return self.seek(Position(newest.ledger_id, newest.entry_id + 1))
+        return self.seek(publish_time_position(ledger, self.partition.messages, timestamp))
 
     def _reset(self, read_position: Position, ack_set: tuple[int, ...] | None) -> None:
         """PA-22: step the machine, then make the cursor and the dispatcher follow."""
         ledger, cursor = self.partition.ledger, self.cursor
         assert ledger is not None and cursor is not None
-        infos, last = ledger.ledgers(), ledger.last_confirmed()
-        start = reset_read_position(read_position, infos, last)
-        mark_delete = last if start is None else previous_position(start, infos)
-        read: pa.AckedPosition | None = None
-        stored = None if start is None else self.partition.messages.get(start)
-        if start == read_position and ack_set is not None and stored is not None and stored.batch is not None:
-            read = pa.AckedPosition(read_position, ack_set, stored.batch_size)
-        result = self._advance(pa.ResetCursor(mark_delete, read))
+        command = reset_command(read_position, ack_set, ledger, self.partition.messages)
+        result = self._advance(command)
         if isinstance(result, Err):
             raise BrokerError(result.error)
-        # What was acknowledged before the seek starts its redelivery count afresh (Pulsar's
-        # redelivery tracker forgets a position when it is acked); what was held keeps counting.
-        self.redeliveries = {p: n for p, n in self.redeliveries.items() if not cursor.is_deleted(p)}
+        self.dispatcher.redeliveries.forget_acknowledged(cursor.is_deleted)
         for effect in result.effects:
-            if isinstance(effect, pa.TrimPendingAckLog) and self.log is not None:
-                self._trim(effect.record_id)
+            if isinstance(effect, pa.TrimPendingAckLog) and self.pending_log.log is not None:
+                self.pending_log.trim(effect.record_id)
         try:
-            cursor.reset(read_position, None if read is None else ack_set)
+            cursor.reset(read_position, None if command.read_position is None else ack_set)
         except LedgerError as exc:
             self.reload()  # the machine reset but the durable cursor did not: load it again
             raise BrokerError(exc.domain_error()) from None
-        if self.delayed is not None:
-            self.delayed.clear()  # DD-23: the tracker was derived from the backlog the seek replaced
-        self.read_after = cursor.mark_delete_position
-        self._dispatched = (None, EARLIEST)
-        self.replay = set()
-        for slot in self.consumers.values():
-            slot.clear()
-            slot.unacked.clear()
-            slot.joined_after = None
+        self.delays.clear()  # DD-23: the tracker was derived from the backlog the seek replaced
+        self.dispatcher.rewind(cursor.mark_delete_position, forget_joined=True)
         self._kept = not self.durable
         self._mark_delete_moved()

@@ -20,8 +20,8 @@ from invariants.transactional import (
     ANOMALIES,
     CHECKS,
     REDELIVERY_BOUND_MS,
+    Collector,
     TxnAnalysis,
-    _Collector,
     check_transactional,
     find,
 )
@@ -199,7 +199,7 @@ def test_the_analysis_is_built_once_and_only_read() -> None:
     analysis = TxnAnalysis.build(ops)
     before = (dict(analysis.fates), list(analysis.deliveries), len(analysis.messages))
     for check in CHECKS.values():
-        check(analysis, _Collector(analysis.history, 20))
+        check(analysis, Collector(analysis.history, 20, ANOMALIES))
     assert (dict(analysis.fates), list(analysis.deliveries), len(analysis.messages)) == before
     assert analysis.fate((0, 1)).value == "committed" and analysis.fate((9, 9)).value == "open"
 

@@ -591,7 +591,7 @@ def test_verify_passes_the_coordinators_reloads_to_the_oracle() -> None:
     # The main job's ctp seed 53 (coordinator mix, file ledger on the simulated disk): a timed-out
     # txn's end was lost to three coordinator crashes in a row (see docs/checkers.md).
     from engine.simulation.workloads import MAIN_JOB
-    from invariants.client_visible import _View
+    from invariants.client_visible import View
     from invariants.verify import VerifyOptions, check_histories
 
     options = dataclasses.replace(
@@ -599,7 +599,7 @@ def test_verify_passes_the_coordinators_reloads_to_the_oracle() -> None:
     )
     (spec,) = options.specs("ctp", "")
     ops = run(spec).operations
-    view = _View(ops)
+    view = View(ops)
     stretched = [txn for txn in view.new_txn if (got := view.ended_by(txn)) and "reloaded" in got[1]]
     assert stretched, "the history no longer has an end that a coordinator reload delayed"
     rows = check_histories({"h": ops}, "test", VerifyOptions(counterexamples=False))

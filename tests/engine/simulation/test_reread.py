@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 
 from devtools.mutation import Mutant, applied, enumerate_mutants
-from engine.simulation.workloads import REREAD_INDEX_LAG, RunSpec, file_stem, main_job_spec, run
+from engine.simulation.runspec import REREAD_INDEX_LAG
+from engine.simulation.workloads import RunSpec, file_stem, main_job_spec, run
 from invariants.client_visible import check_client_visible
 from invariants.transactional import check_transactional
 

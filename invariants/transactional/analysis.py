@@ -2,8 +2,9 @@
 (:mod:`invariants.transactional`): the operations' shapes checked once (a typed
 :class:`~spec.history.BadHistory` naming the row and column), each transaction's commits, aborts
 and fate, each message with the id its send returned, each delivery, empty receive, subscribe and
-transactional ack per subscription.  It infers and never judges; the checks judge.  The words
-(message ids, ``WHOLE``, fates) are those of :mod:`invariants.transactional`'s docstring.
+transactional ack per subscription, and what the subscribes say of a subscription (its type, where
+it starts).  It infers and never judges; the checks judge.  The words (message ids, ``WHOLE``,
+fates) are those of :mod:`invariants.transactional`'s docstring.
 """
 
 from __future__ import annotations
@@ -17,6 +18,28 @@ from typing import Any
 
 from spec.history import BadHistory, Operation, OpType, parse_object, split_subscription
 
+__all__ = [
+    "WHOLE",
+    "Ack",
+    "Delivery",
+    "Fracture",
+    "Message",
+    "MessageId",
+    "SubscriptionView",
+    "Txn",
+    "TxnAnalysis",
+    "TxnFate",
+    "consumer_of",
+    "covers",
+    "delays",
+    "end_or_never",
+    "exclusive",
+    "latest_start",
+    "message_id",
+    "read_field",
+    "sub_type",
+]
+
 
 class TxnFate(enum.Enum):
     COMMITTED = "committed"  # a commit returned ok
@@ -27,17 +50,17 @@ class TxnFate(enum.Enum):
 
 # A message id: (ledger, entry, batch index), the index WHOLE for a message that is not in a batch
 # or, in an ack, for the whole entry.
-_Id = tuple[int, int, int]
+MessageId = tuple[int, int, int]
 WHOLE = -1
 
 
 @dataclass
-class _Message:
+class Message:
     send: Operation
     payload: str
     partition: str
     txn: tuple[int, int] | None
-    position: _Id | None
+    position: MessageId | None
     deliver_at: int | None
     key: str | None = None
     # How early a correct broker may deliver it (``deliver_early_ms``: a non-strict broker's tick).
@@ -50,17 +73,17 @@ class _Message:
 
 
 @dataclass
-class _Delivery:
+class Delivery:
     op: Operation
     subscription: str  # object id
     partition: str
     payload: str
-    position: _Id | None
+    position: MessageId | None
     redelivery: int
     consumer: str | None = None  # the receive's ``consumer`` (one consumer may span processes)
 
 
-def _field(op: Operation, data: Any, key: str, column: str, kinds: tuple[type, ...], required: bool = True) -> Any:
+def read_field(op: Operation, data: Any, key: str, column: str, kinds: tuple[type, ...], required: bool = True) -> Any:
     if not isinstance(data, dict):
         raise BadHistory(
             f"history {op.history!r} op {op.index} ({op.f}): expected an object, got {data!r}",
@@ -93,13 +116,13 @@ def _pair(op: Operation, value: Any, key: str, column: str) -> tuple[int, int]:
     return (value[0], value[1])
 
 
-def _message_id(op: Operation, data: Any, column: str, required: bool) -> _Id | None:
+def message_id(op: Operation, data: Any, column: str, required: bool) -> MessageId | None:
     """``position`` plus the optional ``batch_index`` of a send result, receive result or ack value."""
-    raw = _field(op, data, "position", column, (list,), required=required)
+    raw = read_field(op, data, "position", column, (list,), required=required)
     if raw is None:
         return None
     ledger, entry = _pair(op, raw, "position", column)
-    index = _field(op, data, "batch_index", column, (int,), required=False)
+    index = read_field(op, data, "batch_index", column, (int,), required=False)
     if index is not None and index < 0:
         raise BadHistory(
             f"history {op.history!r} op {op.index} ({op.f}): 'batch_index' must be >= 0, got {index}",
@@ -109,7 +132,7 @@ def _message_id(op: Operation, data: Any, column: str, required: bool) -> _Id | 
     return (ledger, entry, WHOLE if index is None else index)
 
 
-def _covers(acked: _Id, cumulative: bool, got: _Id) -> bool:
+def covers(acked: MessageId, cumulative: bool, got: MessageId) -> bool:
     """Whether an ack of ``acked`` (cumulative or not) acknowledges the message at ``got``.  An index
     on one side only means a whole entry on the other (the broker acks a plain entry whole)."""
     if got[:2] == acked[:2]:
@@ -120,7 +143,7 @@ def _covers(acked: _Id, cumulative: bool, got: _Id) -> bool:
 
 
 def _txn_of(op: Operation, data: Any, column: str = "value") -> tuple[int, int] | None:
-    raw = _field(op, data, "txn", column, (list,), required=False)
+    raw = read_field(op, data, "txn", column, (list,), required=False)
     return None if raw is None else _pair(op, raw, "txn", column)
 
 
@@ -136,9 +159,11 @@ def _flag(op: Operation, data: Any, key: str) -> bool | None:
     return flag
 
 
-def _consumer_of(op: Operation) -> str | None:
+def consumer_of(op: Operation) -> str | None:
     """The ``consumer`` an operation names in its value (None: not named)."""
-    name: str | None = _field(op, op.args if op.args is not None else {}, "consumer", "value", (str,), required=False)
+    name: str | None = read_field(
+        op, op.args if op.args is not None else {}, "consumer", "value", (str,), required=False
+    )
     return name
 
 
@@ -147,38 +172,38 @@ _Entry = tuple[str, tuple[int, int]]  # (partition, (ledger, entry)): the messag
 
 
 @dataclass(frozen=True)
-class _Ack:
+class Ack:
     """An ``ack`` or ``ack_cumulative`` that returned ok inside a transaction."""
 
     op: Operation
     subscription: str  # object id
     txn: Txn
-    position: _Id
+    position: MessageId
     cumulative: bool
 
 
 @dataclass(frozen=True)
-class _SubscriptionView:
+class SubscriptionView:
     """What one subscription received, how far it read, and the receive that proves it drained."""
 
     subscription: str  # object id
     partition: str
-    received: dict[str, list[_Delivery]]  # payload -> its deliveries here
-    frontier: _Id | None  # the furthest position delivered here
+    received: dict[str, list[Delivery]]  # payload -> its deliveries here
+    frontier: MessageId | None  # the furthest position delivered here
     drain: Operation | None  # a receive that found nothing after every send and commit (see _final_drain)
 
 
 @dataclass(frozen=True)
-class _Fracture:
+class Fracture:
     """A committed transaction seen here only in part: ``seen`` was received (first by ``first``),
     and the subscription read past ``missing`` without receiving it."""
 
     txn: Txn
-    view: _SubscriptionView
+    view: SubscriptionView
     size: int  # the transaction's messages on the partition
-    seen: _Message
-    first: _Delivery
-    missing: _Message
+    seen: Message
+    first: Delivery
+    missing: Message
 
 
 @dataclass
@@ -198,14 +223,14 @@ class TxnAnalysis:
     commits: dict[Txn, list[Operation]]
     aborts: dict[Txn, list[Operation]]
     fates: dict[Txn, TxnFate]
-    messages: dict[str, _Message]  # payload -> message
-    by_entry: dict[_Entry, list[_Message]]  # the sends of each entry that do not clash
-    position_clashes: list[tuple[_Message, _Message]]  # (a send, a later send at the same id)
-    deliveries: list[_Delivery]
+    messages: dict[str, Message]  # payload -> message
+    by_entry: dict[_Entry, list[Message]]  # the sends of each entry that do not clash
+    position_clashes: list[tuple[Message, Message]]  # (a send, a later send at the same id)
+    deliveries: list[Delivery]
     drains: dict[str, list[Operation]]  # subscription -> receives that found nothing
     unknown_receives: dict[str, list[Operation]]  # subscription -> receives whose outcome is unknown
     subscribes: dict[str, list[Operation]]
-    acks: list[_Ack]
+    acks: list[Ack]
     # Every ack (any outcome, in a transaction or not) and every negative ack, per subscription.
     all_acks: dict[str, list[Operation]] = field(default_factory=lambda: defaultdict(list))
     negative_acks: dict[str, list[Operation]] = field(default_factory=lambda: defaultdict(list))
@@ -267,14 +292,14 @@ class TxnAnalysis:
                         self.drains[op.object].append(op)
                     continue
                 self.deliveries.append(
-                    _Delivery(
+                    Delivery(
                         op,
                         op.object,
                         partition,
-                        _field(op, got, "message", "result", (str,)),
-                        _message_id(op, got, "result", required=False),
-                        _field(op, got, "redelivery_count", "result", (int,), required=False) or 0,
-                        _consumer_of(op),
+                        read_field(op, got, "message", "result", (str,)),
+                        message_id(op, got, "result", required=False),
+                        read_field(op, got, "redelivery_count", "result", (int,), required=False) or 0,
+                        consumer_of(op),
                     )
                 )
             elif op.f in ("ack", "ack_cumulative"):
@@ -283,9 +308,9 @@ class TxnAnalysis:
                     continue
                 txn = _txn_of(op, op.args)
                 if txn is not None:
-                    acked = _message_id(op, op.args, "value", required=True)
+                    acked = message_id(op, op.args, "value", required=True)
                     assert acked is not None
-                    self.acks.append(_Ack(op, op.object, txn, acked, op.f == "ack_cumulative"))
+                    self.acks.append(Ack(op, op.object, txn, acked, op.f == "ack_cumulative"))
 
     def fate(self, txn: Txn) -> TxnFate:
         return self.fates.get(txn, TxnFate.OPEN)
@@ -294,19 +319,25 @@ class TxnAnalysis:
         calls = [o.invoked_at for o in self.commits.get(txn, ())]
         return min(calls) if calls else None
 
+    def dispatchable_from(self, message: Message) -> int:
+        """The earliest time a correct broker may dispatch ``message``: its send was invoked, and for a
+        transaction's message the first commit of the transaction was invoked (``premature-read``)."""
+        start = self.first_commit_call(message.txn) if message.txn is not None else None
+        return message.send.invoked_at if start is None else max(start, message.send.invoked_at)
+
     def commit_done(self, txn: Txn) -> Operation | None:
         done = [o for o in self.commits.get(txn, ()) if o.type is OpType.OK]
         return min(done, key=lambda o: o.completed_at or 0) if done else None
 
-    def acked_messages(self, partition: str, acked: _Id) -> list[_Message]:
+    def acked_messages(self, partition: str, acked: MessageId) -> list[Message]:
         """The messages an ack names exactly (a cumulative ack's own message, not those before it)."""
         return [
             m
             for m in self.by_entry.get((partition, acked[:2]), ())
-            if m.position is not None and _covers(acked, False, m.position)
+            if m.position is not None and covers(acked, False, m.position)
         ]
 
-    def delivered(self) -> Iterator[tuple[_Delivery, _Message]]:
+    def delivered(self) -> Iterator[tuple[Delivery, Message]]:
         """Each delivery of a message some send of its partition produced, with that message."""
         for d in self.deliveries:
             message = self.messages.get(d.payload)
@@ -314,24 +345,24 @@ class TxnAnalysis:
                 yield d, message
 
     @functools.cached_property
-    def received(self) -> dict[str, dict[str, list[_Delivery]]]:
+    def received(self) -> dict[str, dict[str, list[Delivery]]]:
         """subscription -> payload -> its deliveries there."""
-        out: dict[str, dict[str, list[_Delivery]]] = defaultdict(lambda: defaultdict(list))
+        out: dict[str, dict[str, list[Delivery]]] = defaultdict(lambda: defaultdict(list))
         for d in self.deliveries:
             out[d.subscription][d.payload].append(d)
         return out
 
     @functools.cached_property
-    def committed_by_partition(self) -> dict[str, list[_Message]]:
+    def committed_by_partition(self) -> dict[str, list[Message]]:
         """partition -> the messages whose send returned ok and that are plain or of a committed txn."""
-        out: dict[str, list[_Message]] = defaultdict(list)
+        out: dict[str, list[Message]] = defaultdict(list)
         for message in self.messages.values():
             if message.send.type is OpType.OK and (message.txn is None or self.fate(message.txn) is TxnFate.COMMITTED):
                 out[message.partition].append(message)
         return out
 
     @functools.cached_property
-    def views(self) -> list[_SubscriptionView]:
+    def views(self) -> list[SubscriptionView]:
         """Every subscription that received or found nothing, in name order."""
         views = []
         for sub in sorted(set(self.received) | set(self.drains)):
@@ -340,7 +371,7 @@ class TxnAnalysis:
             frontier = max((d.position for got in mine.values() for d in got if d.position is not None), default=None)
             committed = self.committed_by_partition.get(partition, [])
             drain = _final_drain(self.drains.get(sub, []), committed, self.commits)
-            views.append(_SubscriptionView(sub, partition, mine, frontier, drain))
+            views.append(SubscriptionView(sub, partition, mine, frontier, drain))
         return views
 
     def non_durable(self, sub: str) -> bool:
@@ -350,13 +381,13 @@ class TxnAnalysis:
         return any(_flag(op, op.args, "durable") is False for op in self.subscribes.get(sub, ()))
 
     @functools.cached_property
-    def fractures(self) -> list[_Fracture]:
+    def fractures(self) -> list[Fracture]:
         """Every committed transaction a subscription saw in part and read past (``fractured-read``)."""
         found = []
         for view in self.views:
             if self.non_durable(view.subscription):
                 continue
-            by_txn: dict[Txn, list[_Message]] = defaultdict(list)
+            by_txn: dict[Txn, list[Message]] = defaultdict(list)
             for message in self.committed_by_partition.get(view.partition, []):
                 if message.txn is not None:
                     by_txn[message.txn].append(message)
@@ -367,8 +398,49 @@ class TxnAnalysis:
                 for missing in (m for m in group if m.payload not in view.received):
                     if _read_past(view, missing):
                         first = view.received[seen[0].payload][0]
-                        found.append(_Fracture(txn, view, len(group), seen[0], first, missing))
+                        found.append(Fracture(txn, view, len(group), seen[0], first, missing))
         return found
+
+
+# --- what the subscribes say of a subscription, and when an operation stopped mattering ---------
+
+
+def sub_type(subscribes: Sequence[Operation]) -> str | None:
+    """The subscription's type as its subscribes asked for it: Exclusive (Failover too: one active
+    consumer, no delays), Shared, Key_Shared, "mixed", or None when no subscribe was recorded."""
+    kinds = {
+        "Exclusive" if kind in ("Exclusive", "Failover") else str(kind)
+        for kind in (op.args.get("sub_type") if isinstance(op.args, dict) else None for op in subscribes)
+    }
+    if not kinds:
+        return None
+    return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+def delays(subscribes: Sequence[Operation]) -> bool:
+    """Whether the broker holds delayed messages back on the subscription (Shared and Key_Shared only)."""
+    return sub_type(subscribes) in (None, "Shared", "Key_Shared")
+
+
+def exclusive(subscribes: Sequence[Operation]) -> bool:
+    """Every subscribe on the subscription asked for Exclusive (one consumer at a time)."""
+    return bool(subscribes) and all(
+        isinstance(op.args, dict) and op.args.get("sub_type") == "Exclusive" for op in subscribes
+    )
+
+
+def latest_start(subscribes: Sequence[Operation]) -> int | None:
+    """When a ``subscribe`` with ``initial_position`` Latest completed (None: Earliest or unrecorded)."""
+    latest = [op for op in subscribes if isinstance(op.args, dict) and op.args.get("initial_position") == "Latest"]
+    if not latest:
+        return None
+    return max(op.completed_at if op.completed_at is not None else op.invoked_at for op in latest)
+
+
+def end_or_never(op: Operation) -> float:
+    """When an operation of unknown outcome stopped being able to take effect: its completion (the
+    client gave up), or never for one still open."""
+    return float("inf") if op.completed_at is None else op.completed_at
 
 
 def _ends(ops: Sequence[Operation], history: str) -> tuple[dict[Txn, list[Operation]], dict[Txn, list[Operation]]]:
@@ -402,19 +474,19 @@ def _fates(commits: dict[Txn, list[Operation]], aborts: dict[Txn, list[Operation
 
 def _sends(
     ops: Sequence[Operation], history: str
-) -> tuple[dict[str, _Message], dict[_Entry, list[_Message]], list[tuple[_Message, _Message]]]:
+) -> tuple[dict[str, Message], dict[_Entry, list[Message]], list[tuple[Message, Message]]]:
     """Every send as a message (payloads must be unique), the messages of each entry, and the sends
     that clash with an earlier one at the same id (an entry holds one message, or a batch of them at
     distinct indexes; a clashing send is not added to its entry)."""
-    messages: dict[str, _Message] = {}
-    by_entry: dict[_Entry, list[_Message]] = defaultdict(list)
-    clashes: list[tuple[_Message, _Message]] = []
+    messages: dict[str, Message] = {}
+    by_entry: dict[_Entry, list[Message]] = defaultdict(list)
+    clashes: list[tuple[Message, Message]] = []
     for op in ops:
         if op.f != "send":
             continue
         _, partition = parse_object(op.object)
         args = op.args
-        payload = _field(op, args, "message", "value", (str,))
+        payload = read_field(op, args, "message", "value", (str,))
         if payload in messages:
             raise BadHistory(
                 f"history {history!r} op {op.index}: message {payload!r} was already sent by op "
@@ -424,17 +496,17 @@ def _sends(
             )
         position = None
         if op.type is OpType.OK and op.returned is not None:
-            position = _message_id(op, op.returned, "result", required=True)
-        message = _Message(
+            position = message_id(op, op.returned, "result", required=True)
+        message = Message(
             op,
             payload,
             partition,
             _txn_of(op, args),
             position,
-            _field(op, args, "deliver_at_ms", "value", (int,), required=False),
-            _field(op, args, "partition_key", "value", (str,), required=False),
-            _field(op, args, "deliver_early_ms", "value", (int,), required=False) or 0,
-            _field(op, args, "deliver_within_ms", "value", (int,), required=False),
+            read_field(op, args, "deliver_at_ms", "value", (int,), required=False),
+            read_field(op, args, "partition_key", "value", (str,), required=False),
+            read_field(op, args, "deliver_early_ms", "value", (int,), required=False) or 0,
+            read_field(op, args, "deliver_within_ms", "value", (int,), required=False),
             _flag(op, args, "deduplicated") is False,
         )
         messages[payload] = message
@@ -456,7 +528,7 @@ def _sends(
     return messages, by_entry, clashes
 
 
-def _read_past(view: _SubscriptionView, missing: _Message) -> bool:
+def _read_past(view: SubscriptionView, missing: Message) -> bool:
     """The subscription went past ``missing``: it drained, or was delivered a later position; a
     delayed message counts only once due before the drain."""
     drain = view.drain
@@ -467,7 +539,7 @@ def _read_past(view: _SubscriptionView, missing: _Message) -> bool:
 
 
 def _final_drain(
-    drains: Sequence[Operation], committed: Sequence[_Message], commits: dict[tuple[int, int], list[Operation]]
+    drains: Sequence[Operation], committed: Sequence[Message], commits: dict[tuple[int, int], list[Operation]]
 ) -> Operation | None:
     """A receive that found nothing, invoked after every ok send and every ok commit of the partition completed."""
     horizon = 0

@@ -1,0 +1,442 @@
+"""Everything the delivery oracle's checks read, built once from the client operations of one
+history (:class:`View`): the transactions' starts, timeouts and ends, each message with the id its
+send returned, the deliveries, empty receives, subscribes and acks per subscription, and the
+coordinator's own record of what disturbed an end.  Its methods say when a transaction was
+certainly open, certainly ended or certainly aborted (the times of :mod:`invariants.client_visible`'s
+docstring).  The parsing helpers check a value's shape once, with a typed
+:class:`~spec.history.BadHistory` naming the row and column.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from invariants.client_visible.bounds import TXN_END_BOUND_MS
+from spec.history import BadHistory, Operation, OpType, is_machine_operation, parse_object, split_subscription
+
+__all__ = [
+    "FINAL_END_ERRORS",
+    "INF",
+    "WHOLE",
+    "Ack",
+    "Delivery",
+    "Message",
+    "MessageId",
+    "Txn",
+    "View",
+    "bad",
+    "covers",
+    "fmt_id",
+    "fmt_txn",
+    "message_id",
+    "object_of",
+    "txn_of",
+]
+
+Txn = tuple[int, int]
+# (ledger, entry, batch index); index -1 for a message that is not in a batch, or a whole-entry ack
+MessageId = tuple[int, int, int]
+WHOLE = -1
+INF = float("inf")
+# END_TXN answers after which the client completes the user's commit or abort (TC-34); it retries
+# only CoordinatorNotFound.
+FINAL_END_ERRORS = frozenset({"TransactionNotFound", "InvalidTxnStatus"})
+
+
+@dataclass
+class Message:
+    send: Operation
+    payload: str
+    partition: str
+    txn: Txn | None
+    id: MessageId | None  # None unless the send returned ok
+    deliver_at: int | None
+    # The client may have written it more than once (``deduplicated: false``: a recorder of a real
+    # client says so, whose producer resends what it has no receipt for after a reconnect): each
+    # delivery is then judged at the id it came with, a copy the ack never named being another.
+    repeatable: bool = False
+
+
+@dataclass
+class Delivery:
+    op: Operation
+    sub: str
+    payload: str
+    id: MessageId | None = None  # the id the receive reported
+
+    def of(self, message: Message, ack: Ack) -> bool:
+        """Whether this delivery is of the copy ``ack`` acknowledged (any, unless the message may
+        have been written twice)."""
+        return not message.repeatable or self.id is None or covers(ack.id, ack.cumulative, self.id)
+
+
+@dataclass
+class Ack:
+    op: Operation
+    sub: str
+    id: MessageId
+    txn: Txn | None
+    cumulative: bool
+
+
+def bad(op: Operation, what: str, column: str = "value") -> BadHistory:
+    return BadHistory(f"history {op.history!r} op {op.index} ({op.f}): {what}", row=op.index, column=column)
+
+
+def _pair(op: Operation, value: Any, what: str, column: str) -> tuple[int, int]:
+    if not (isinstance(value, list) and len(value) == 2 and all(type(x) is int for x in value)):
+        raise bad(op, f"{what!r} must be [a, b] integers, got {value!r}", column)
+    return (value[0], value[1])
+
+
+def object_of(op: Operation, column: str = "value") -> dict[str, Any]:
+    data = op.args if column == "value" else op.returned
+    if not isinstance(data, dict):
+        raise bad(op, f"expected a JSON object, got {data!r}", column)
+    return data
+
+
+def message_id(op: Operation, data: dict[str, Any], column: str) -> MessageId:
+    ledger, entry = _pair(op, data.get("position"), "position", column)
+    index = data.get("batch_index")
+    if index is not None and (type(index) is not int or index < 0):
+        raise bad(op, f"'batch_index' must be an integer >= 0, got {index!r}", column)
+    return (ledger, entry, WHOLE if index is None else index)
+
+
+def txn_of(op: Operation, data: dict[str, Any]) -> Txn | None:
+    raw = data.get("txn")
+    return None if raw is None else _pair(op, raw, "txn", "value")
+
+
+def covers(acked: MessageId, cumulative: bool, got: MessageId) -> bool:
+    """Whether an ack of ``acked`` acknowledges the message ``got`` (PA-2: an ack without a batch
+    index is a whole-entry ack; a cumulative ack at (p, i) covers every entry before p and the
+    indexes 0..i of p)."""
+    if got[:2] == acked[:2]:
+        if WHOLE in (acked[2], got[2]):
+            return True
+        return got[2] <= acked[2] if cumulative else got[2] == acked[2]
+    return cumulative and got[:2] < acked[:2]
+
+
+def fmt_id(mid: MessageId | None) -> str:
+    if mid is None:
+        return "?"
+    return f"{mid[0]}:{mid[1]}" if mid[2] == WHOLE else f"{mid[0]}:{mid[1]}#{mid[2]}"
+
+
+def fmt_txn(txn: Txn | None) -> str:
+    return "no txn" if txn is None else f"txn ({txn[0]},{txn[1]})"
+
+
+class View:
+    """Everything the checks need, read once from the client operations of one history."""
+
+    def __init__(self, ops: Sequence[Operation]) -> None:
+        self.history = ops[0].history if ops else ""
+        client = [op for op in ops if not is_machine_operation(op)]
+        self.client = client
+        self.new_txn: dict[Txn, Operation] = {}
+        self.timeout: dict[Txn, int] = {}
+        self.ends: dict[Txn, list[Operation]] = defaultdict(list)
+        self.messages: dict[str, Message] = {}
+        self.sends_by_partition: dict[str, list[Message]] = defaultdict(list)
+        self.deliveries: dict[str, list[Delivery]] = defaultdict(list)
+        self.empty: dict[str, list[Operation]] = defaultdict(list)  # receives that found nothing
+        self.unknown_receives: dict[str, list[Operation]] = defaultdict(list)
+        self.receivers: dict[str, set[int]] = defaultdict(set)
+        self.subscribes: dict[str, list[Operation]] = defaultdict(list)
+        self.acks: list[Ack] = []
+        # Transactional acks of unknown outcome (they may have taken effect), and the questions
+        # that change nothing: ``get_last_message_id`` and the admin ``check_position_in_pending_ack``.
+        self.unsure_acks: list[Operation] = []
+        self.queries: list[Operation] = []
+        # The coordinator's own record of what disturbed an end (machine rows; none in a real
+        # broker's trace): its reloads, with the txns still unfinished in the log they replayed,
+        # and phase-2 failures, per txn.
+        self.recoveries: dict[str, list[tuple[int, frozenset[Txn]]]] = defaultdict(list)
+        self.end_failures: dict[Txn, list[int]] = defaultdict(list)
+        # The coordinator's END_TXN steps whose answer reached the client (see unanswered-end).
+        self.answered_ends: list[tuple[Txn, Operation]] = []
+        for op in ops:
+            if is_machine_operation(op) and op.object.startswith("coordinator:"):
+                self._coordinator_row(op)
+        for op in client:
+            if op.f == "new_txn" and op.type is OpType.OK:
+                got = object_of(op, "result")
+                txn = _pair(op, got.get("txn"), "txn", "result")
+                self.new_txn[txn] = op
+                timeout = object_of(op).get("timeout_ms")
+                if type(timeout) is int:
+                    self.timeout[txn] = timeout
+            elif op.f in ("commit", "abort"):
+                ended = txn_of(op, object_of(op))
+                if ended is None:
+                    raise bad(op, f"{op.f} needs 'txn'")
+                self.ends[ended].append(op)
+            elif op.f == "send":
+                self._send(op)
+            elif op.f in ("receive", "ack", "ack_cumulative", "subscribe"):
+                self._subscription_op(op)
+                if op.f == "ack" and op.type.indeterminate:
+                    self.unsure_acks.append(op)
+            elif op.f in ("get_last_message_id", "check_position_in_pending_ack", "seek"):
+                self.queries.append(op)
+        for sub in self.deliveries:
+            self.deliveries[sub].sort(key=lambda d: (d.op.invoked_at, d.op.index))
+
+    def _send(self, op: Operation) -> None:
+        _, partition = parse_object(op.object)
+        args = object_of(op)
+        payload = args.get("message")
+        if not isinstance(payload, str):
+            raise bad(op, f"'message' must be a string, got {payload!r}")
+        if payload in self.messages:
+            raise bad(op, f"message {payload!r} was already sent by op {self.messages[payload].send.index}")
+        mid = (
+            message_id(op, object_of(op, "result"), "result")
+            if op.type is OpType.OK and op.returned is not None
+            else None
+        )
+        at = args.get("deliver_at_ms")
+        message = Message(
+            op,
+            payload,
+            partition,
+            txn_of(op, args),
+            mid,
+            at if type(at) is int else None,
+            args.get("deduplicated") is False,
+        )
+        self.messages[payload] = message
+        self.sends_by_partition[partition].append(message)
+
+    def _coordinator_row(self, op: Operation) -> None:
+        """Note a coordinator reload (``recover``) with the txns its replayed log leaves unfinished
+        (TC-21, TC-22: a txn whose COMMITTED/ABORTED record is replayed is gone), and a phase 3
+        that a participant failed (``end_txn_in_transaction_buffer_result`` with errors)."""
+        args = op.args
+        if op.f == "recover" and op.type is OpType.OK and args.get("machine") == "coordinator":
+            records = args.get("records")
+            live: set[Txn] = set()
+            finished: set[Txn] = set()
+            for item in records if isinstance(records, list) else ():
+                record = item[1] if isinstance(item, list) and len(item) == 2 else None
+                if not isinstance(record, dict):
+                    raise bad(op, f"a replayed record is [record id, record], got {item!r}")
+                txn = _pair(op, record.get("txn_id"), "txn_id", "value")
+                live.add(txn)
+                if record.get("new_status") in ("COMMITTED", "ABORTED"):
+                    finished.add(txn)
+            self.recoveries[op.object].append((op.invoked_at, frozenset(live - finished)))
+        elif op.f == "end_txn_in_transaction_buffer_result" and args.get("errors"):
+            self.end_failures[_pair(op, args.get("txn_id"), "txn_id", "value")].append(op.invoked_at)
+        elif (
+            op.f == "end_txn"
+            and op.completed_at is not None
+            and op.completed_at > op.invoked_at
+            and (op.type is OpType.OK or (op.type is OpType.FAIL and op.error in FINAL_END_ERRORS))
+        ):
+            # A step inside a request's window (an atomic one, invoked when completed, was no answer):
+            # ok, the client got success (an accepted step answered with an error is ``info``); fail
+            # with a final error, the coordinator answered that error at once (TC-9, TC-11).
+            self.answered_ends.append((_pair(op, args.get("txn_id"), "txn_id", "value"), op))
+
+    def _subscription_op(self, op: Operation) -> None:
+        kind, name = parse_object(op.object)
+        if kind != "subscription":
+            raise bad(op, f"{op.f} touches a subscription, not {op.object!r}", "object")
+        try:
+            split_subscription(name)
+        except ValueError as exc:
+            raise BadHistory(str(exc), row=op.index, column="object") from None
+        sub = op.object
+        if op.f == "subscribe":
+            self.subscribes[sub].append(op)
+        elif op.f == "receive":
+            self.receivers[sub].add(op.process)
+            if op.type.indeterminate:
+                self.unknown_receives[sub].append(op)
+            elif op.type is OpType.OK:
+                got = op.returned
+                if got is None:
+                    self.empty[sub].append(op)
+                else:
+                    payload = got.get("message") if isinstance(got, dict) else None
+                    if not isinstance(payload, str):
+                        raise bad(op, f"a receive returns a 'message' string, got {got!r}", "result")
+                    reported = message_id(op, got, "result") if got.get("position") is not None else None
+                    self.deliveries[sub].append(Delivery(op, sub, payload, reported))
+        elif op.type is OpType.OK:
+            args = object_of(op)
+            self.acks.append(Ack(op, sub, message_id(op, args, "value"), txn_of(op, args), op.f == "ack_cumulative"))
+
+    # -- transaction times -----------------------------------------------------------------------
+
+    def open_until(self, txn: Txn) -> float:
+        """Until when ``txn`` was certainly open (see :mod:`invariants.client_visible`); -inf when unknown."""
+        start = self.new_txn.get(txn)
+        timeout = self.timeout.get(txn)
+        if start is None or timeout is None:
+            return -INF
+        until: float = start.invoked_at + timeout
+        for end in self.ends.get(txn, ()):
+            until = min(until, end.invoked_at)
+        return until
+
+    def ended_at(self, txn: Txn) -> int | None:
+        """When ``txn`` certainly ended everywhere: the first ok commit or abort completed."""
+        done = [
+            op.completed_at for op in self.ends.get(txn, ()) if op.type is OpType.OK and op.completed_at is not None
+        ]
+        return min(done) if done else None
+
+    def committed_at(self, txn: Txn) -> int | None:
+        done = [
+            op.completed_at
+            for op in self.ends.get(txn, ())
+            if op.f == "commit" and op.type is OpType.OK and op.completed_at is not None
+        ]
+        return min(done) if done else None
+
+    def deadline(self, txn: Txn) -> int | None:
+        """The latest its coordinator may start timing ``txn`` out: it stamps the start when it
+        handles NEW_TXN, before the answer reaches the client (TC-5, TC-18)."""
+        start = self.new_txn.get(txn)
+        timeout = self.timeout.get(txn)
+        if start is None or timeout is None or start.completed_at is None:
+            return None
+        return start.completed_at + timeout
+
+    def aborted_by(self, txn: Txn) -> tuple[float, str] | None:
+        """When ``txn`` certainly was aborted, with the reason: an abort returned ok, or no end of it
+        took effect (none invoked, or all failed: a ``fail`` did nothing) and its coordinator must
+        have timed it out (TC-18) by its deadline plus TXN_END_BOUND_MS."""
+        ends = [op for op in self.ends.get(txn, []) if op.type is not OpType.FAIL]
+        done = [op for op in ends if op.f == "abort" and op.type is OpType.OK and op.completed_at is not None]
+        if done and not any(op.f == "commit" for op in ends):
+            first = min(done, key=lambda o: o.completed_at or 0)
+            return float(first.completed_at or 0), f"abort op {first.index} returned ok at {first.completed_at}"
+        if ends:
+            return None
+        deadline = self.deadline(txn)
+        if deadline is None:
+            return None
+        by = deadline + TXN_END_BOUND_MS
+        return float(by), (
+            f"no end of it took effect, and its coordinator times it out by {deadline} (new_txn op "
+            f"{self.new_txn[txn].index} done plus its timeout) + {TXN_END_BOUND_MS} ms = {by}"
+        )
+
+    def ended_by(self, txn: Txn) -> tuple[float, str] | None:
+        """When ``txn`` certainly ended, committed or aborted: a commit or abort returned ok; else
+        TXN_END_BOUND_MS after the later of its deadline and the last end invoked that may have
+        taken effect.  An end that reached the coordinator is re-driven until it completes (TC-16,
+        TC-24); one that was lost leaves the txn OPEN until its coordinator times it out (TC-18)."""
+        done = self.ended_at(txn)
+        if done is not None:
+            return float(done), f"ended by {done}"
+        deadline = self.deadline(txn)
+        if deadline is None:
+            return None
+        calls = [op.invoked_at for op in self.ends.get(txn, []) if op.type is not OpType.FAIL]
+        by = max([deadline, *calls]) + TXN_END_BOUND_MS
+        later, disturbed = self.disturbed(txn, by)
+        why = f"its deadline {deadline} or its last end, plus {TXN_END_BOUND_MS} ms"
+        if later > by:
+            why += f", = {by}; then {disturbed}"
+        return float(later), f"ends by {later} ({why})"
+
+    def disturbed(self, txn: Txn, by: int) -> tuple[int, str]:
+        """``by`` moved past every disturbance of ``txn``'s end that the history records, and what
+        moved it.  TXN_END_BOUND_MS covers one undisturbed run of the end: the timeout tracker's
+        tick (TC-18), the log write, phase 2 answered or timed out by the coordinator's
+        transaction-buffer client (``transactionBufferClientOperationTimeoutInMills``, 3000 ms) and
+        one re-run a second later (TC-16).  A run can be disturbed without limit, and each
+        disturbance starts it afresh:
+
+        * a phase 3 failed by a participant (TC-16) is re-run END_TXN_RETRY_INTERVAL_MS later;
+        * a coordinator crash loses the end in flight (TC-25) and its reload re-drives a
+          COMMITTING/ABORTING txn at once (TC-24), an expired OPEN one on its first tick (TC-18).
+
+        A reload counts when the log it replayed still holds ``txn`` unfinished and the crash before
+        it may have come before ``by``: the history records the reload, not the crash, so the crash
+        is only known to follow the coordinator's reload before."""
+        events: list[tuple[int, float, str]] = []
+        since = -INF
+        for at, live in sorted(self.recoveries.get(f"coordinator:{txn[0]}", ()), key=lambda r: r[0]):
+            if txn in live:
+                events.append((at, since, f"its coordinator reloaded at {at} with it unfinished (TC-24, TC-25)"))
+            since = at
+        for at in self.end_failures.get(txn, ()):
+            events.append((at, at, f"a participant failed its end at {at} (TC-16)"))
+        why: list[str] = []
+        for at, since, what in sorted(events):
+            if since < by < at + TXN_END_BOUND_MS:
+                by = at + TXN_END_BOUND_MS
+                why.append(what)
+        return by, f"{'; '.join(why)}; plus {TXN_END_BOUND_MS} ms"
+
+    # -- subscriptions ---------------------------------------------------------------------------
+
+    def judged(self, sub: str) -> bool:
+        """Judged for liveness: Exclusive (one consumer at a time), or one receiving process throughout;
+        never where a ``subscribe`` says ``liveness: false`` (a recorder of a real broker states that
+        no bound holds, as while faults are injected: a real client reconnects with a backoff of its
+        own, and a simulated bound means nothing there)."""
+        if any(
+            isinstance(op.args, dict) and (op.args.get("liveness") is False or op.args.get("durable") is False)
+            for op in self.subscribes.get(sub, ())
+        ):
+            return False  # no bound stated, or a Reader's subscription: it holds back no ledger deletion
+        if self.exclusive(sub):
+            return True
+        return len(self.receivers.get(sub, ())) == 1 and all(
+            op.type is OpType.OK for op in self.subscribes.get(sub, ())
+        )
+
+    def blind(self, sub: str, t: float, dispatchable_from: float) -> Operation | None:
+        """A receive or subscribe of unknown outcome on ``sub``, invoked before ``t``, that may have
+        taken a message dispatchable from ``dispatchable_from``: it had not ended by then.  A message
+        it took stays with its consumer, and an empty receive elsewhere proves nothing about it."""
+        for op in self.unknown_receives.get(sub, ()):
+            if op.invoked_at < t and (op.completed_at is None or op.completed_at >= dispatchable_from):
+                return op
+        for op in self.subscribes.get(sub, ()):
+            if (
+                op.type.indeterminate
+                and op.invoked_at < t
+                and (op.completed_at is None or op.completed_at >= dispatchable_from)
+            ):
+                return op
+        return None
+
+    def dispatchable_from(self, message: Message) -> float:
+        """The earliest a correct broker may dispatch ``message``: sent, and its txn's commit invoked."""
+        start: float = message.send.invoked_at
+        if message.txn is not None:
+            calls = [op.invoked_at for op in self.ends.get(message.txn, ()) if op.f == "commit"]
+            start = max(start, min(calls, default=INF))
+        return start
+
+    def exclusive(self, sub: str) -> bool:
+        """Every subscribe on ``sub`` asked for Exclusive."""
+        kinds = {op.args.get("sub_type") for op in self.subscribes.get(sub, ()) if isinstance(op.args, dict)}
+        return kinds == {"Exclusive"}
+
+    def delays(self, sub: str) -> bool:
+        """Whether the broker holds delayed messages back on ``sub``: Shared and Key_Shared only."""
+        kinds = {op.args.get("sub_type") for op in self.subscribes.get(sub, ()) if isinstance(op.args, dict)}
+        return not kinds or bool(kinds & {"Shared", "Key_Shared"})
+
+    def latest_from(self, sub: str) -> int | None:
+        latest = [
+            op.completed_at or op.invoked_at
+            for op in self.subscribes.get(sub, ())
+            if isinstance(op.args, dict) and op.args.get("initial_position") == "Latest"
+        ]
+        return max(latest) if latest else None

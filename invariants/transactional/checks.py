@@ -1,0 +1,178 @@
+"""Every anomaly the transactional checker knows, in one table, and the runner that applies them.
+
+:data:`TAXONOMY` is the one place an anomaly is declared: its name, the Adya class it is the
+Pulsar analogue of (where there is one), its group (``delivery``: holds of any Pulsar-protocol
+broker; ``transactional``: needs transactions, see :mod:`invariants.applicability`), its check
+(one function in the module of its family) and what was observed, in words.  The rows are in the
+order :func:`check_transactional` runs the checks and reports what they find.  A new anomaly is a
+function in its family's module (:mod:`~invariants.transactional.isolation`,
+:mod:`~invariants.transactional.order`, :mod:`~invariants.transactional.delivery`,
+:mod:`~invariants.transactional.timing`, or a new one) and a row here; ``invariants.applicability``
+states when it has something to judge, and ``invariants.explain`` which rules it breaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from invariants.transactional import delivery, isolation, order, timing
+from invariants.transactional.analysis import TxnAnalysis
+from invariants.transactional.anomaly import Anomaly, Check, Collector, TxnResult
+from spec.history import Operation
+
+__all__ = ["ANOMALIES", "CHECKS", "GROUPS", "TAXONOMY", "AnomalyKind", "check_transactional", "find"]
+
+
+@dataclass(frozen=True)
+class AnomalyKind:
+    """One row of the taxonomy."""
+
+    name: str
+    adya: str | None
+    group: str  # "delivery" or "transactional"
+    check: Check
+    observed: str  # what the history showed, in words
+
+
+TAXONOMY: tuple[AnomalyKind, ...] = (
+    AnomalyKind(
+        "commit-and-abort",
+        None,
+        "transactional",
+        isolation.commit_and_abort,
+        "one transaction both committed and aborted",
+    ),
+    AnomalyKind(
+        "inconsistent-position",
+        "G0",
+        "delivery",
+        order.inconsistent_positions,
+        "a message was delivered at a position other than the one its send returned, or two messages share a position",
+    ),
+    AnomalyKind("garbage-read", None, "delivery", order.garbage_reads, "a receive returned a message nobody sent"),
+    AnomalyKind(
+        "early-delivery",
+        None,
+        "delivery",
+        timing.early_deliveries,
+        "a delayed message was delivered before its deliver-at time (less the ``deliver_early_ms`` a non-strict "
+        "broker may take)",
+    ),
+    AnomalyKind(
+        "aborted-read",
+        "G1a",
+        "transactional",
+        isolation.aborted_reads,
+        "a message of an aborted transaction was delivered",
+    ),
+    AnomalyKind(
+        "uncommitted-read",
+        "G1a",
+        "transactional",
+        isolation.uncommitted_reads,
+        "a message of a transaction that never committed was delivered",
+    ),
+    AnomalyKind(
+        "premature-read",
+        "G1b",
+        "transactional",
+        isolation.premature_reads,
+        "a message was delivered before its transaction's commit began (Pulsar: a dispatch beyond maxReadPosition)",
+    ),
+    AnomalyKind(
+        "fractured-read",
+        None,
+        "transactional",
+        isolation.fractured_reads,
+        "a subscription read past a committed transaction's messages on a partition but saw only some of them "
+        "(atomic visibility)",
+    ),
+    AnomalyKind(
+        "lost-message",
+        None,
+        "delivery",
+        delivery.lost_messages,
+        "a committed message never reached a subscription that read the partition to its end",
+    ),
+    AnomalyKind(
+        "duplicate-after-commit",
+        None,
+        "transactional",
+        delivery.duplicates_after_commit,
+        "a message acked inside a committed transaction was delivered again to the same subscription after the "
+        "commit completed",
+    ),
+    AnomalyKind(
+        "missing-redelivery",
+        None,
+        "transactional",
+        delivery.missing_redeliveries,
+        "a message acked individually inside a transaction that aborted was not delivered again on its Exclusive "
+        "subscription before the consumer went past it (liveness under a bound)",
+    ),
+    AnomalyKind(
+        "cyclic-information-flow",
+        "G1c",
+        "transactional",
+        isolation.cyclic_information_flow,
+        "committed transactions each consumed (received and acked in the transaction) a message another one "
+        "produced, in a cycle",
+    ),
+    AnomalyKind(
+        "realtime-order",
+        None,
+        "delivery",
+        order.realtime_order,
+        "a send that completed before another began got a later position",
+    ),
+    AnomalyKind(
+        "out-of-order-delivery",
+        None,
+        "delivery",
+        order.out_of_order_deliveries,
+        "a consumer got first deliveries of a partition out of order",
+    ),
+    AnomalyKind(
+        "late-delivery",
+        None,
+        "delivery",
+        timing.late_deliveries,
+        "a delayed message did not reach the consumers within the bound its send states (``deliver_within_ms``) "
+        "after its time",
+    ),
+    AnomalyKind(
+        "lost-redelivery",
+        None,
+        "delivery",
+        timing.lost_redeliveries,
+        "a message given back (negative ack, ack timeout) was not delivered again within the bound the history states",
+    ),
+)
+
+# The taxonomy by name: each anomaly's Adya class, its check (in run order) and its group.
+ANOMALIES: Mapping[str, str | None] = MappingProxyType({kind.name: kind.adya for kind in TAXONOMY})
+CHECKS: Mapping[str, Check] = MappingProxyType({kind.name: kind.check for kind in TAXONOMY})
+GROUPS: Mapping[str, str] = MappingProxyType({kind.name: kind.group for kind in TAXONOMY})
+assert len(ANOMALIES) == len(TAXONOMY), "an anomaly is declared twice"
+assert set(GROUPS.values()) <= {"delivery", "transactional"}, GROUPS
+
+
+def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult:
+    """Every check of the taxonomy over one history: the analysis built once, then each anomaly's
+    check in :data:`TAXONOMY` order; ``cap`` anomalies of each kind are kept in full (all are counted)."""
+    analysis = TxnAnalysis.build(ops)
+    out = Collector(analysis.history, cap, ANOMALIES)
+    for kind in TAXONOMY:
+        kind.check(analysis, out)
+    txns = len(set(analysis.commits) | set(analysis.aborts))
+    return TxnResult(analysis.history, tuple(out.found), dict(out.counts), txns, len(analysis.messages), len(ops))
+
+
+def find(name: str, ops: Sequence[Operation], *, cap: int = 20) -> list[Anomaly]:
+    """The anomalies of one kind alone (for tests and tools): the analysis, then that check only."""
+    analysis = TxnAnalysis.build(ops)
+    out = Collector(analysis.history, cap, ANOMALIES)
+    CHECKS[name](analysis, out)
+    return out.found
