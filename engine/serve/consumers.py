@@ -233,7 +233,9 @@ class Consumers:
         if limit <= 0 or sub.sub_type.name not in ("Shared", "Key_Shared"):
             return True
         slot = sub.consumers.get(consumer.engine_id)
-        unacked = 0 if slot is None else len(slot.unacked)
+        # The dispatcher counts an entry unacknowledged from the moment it queues it for this
+        # consumer; what counts here is what went out to it (Pulsar's pending acks of a consumer).
+        unacked = 0 if slot is None else len(slot.unacked) - len(slot.queued) - len(consumer.held)
         if consumer.blocked:
             consumer.blocked = unacked > limit // 2
         elif unacked >= limit:

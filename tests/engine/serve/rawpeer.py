@@ -35,8 +35,13 @@ def message_bytes(payload: bytes = b"body", **metadata: object) -> bytes:
 class RawPeer:
     """One TCP connection to the server; :meth:`read` returns the next command, None when closed."""
 
-    def __init__(self, url: str, *, connect: bool = True, timeout_s: float = 5.0) -> None:
-        self.sock = socket.create_connection(address(url), timeout=timeout_s)
+    def __init__(self, url: str, *, connect: bool = True, timeout_s: float = 5.0, receive_buffer: int = 0) -> None:
+        """``receive_buffer``: the socket's SO_RCVBUF, set before it connects (0: the system's)."""
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if receive_buffer:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        self.sock.settimeout(timeout_s)
+        self.sock.connect(address(url))
         self.timeout_s = timeout_s
         self.buffer = b""
         self.closed = False
