@@ -292,15 +292,27 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         match effect:
             case pa.CursorIndividualAck():
                 write_individual_ack(self.cursor, effect)
+                self._follow_cursor()
                 self._acked(self.dispatcher.acked((a.position for a in effect.positions), self._mark_delete()))
                 self._mark_delete_moved()
             case pa.CursorCumulativeAck():
                 write_cumulative_ack(self.cursor, effect, self.partition.ledger)
+                self._follow_cursor()
                 self._acked(self.dispatcher.acked_upto(effect.position.position, self._mark_delete()))
                 self._mark_delete_moved()
             case pa.RedeliverUnacknowledgedMessages():
                 self.dispatcher.return_unacked(effect.positions)
                 self.dispatch()
+
+    def _follow_cursor(self) -> None:
+        """PA-25: the durable cursor folded its deletes past where the pending ack's view can (a
+        ledger boundary, which the view does not know): the view follows it, so that it holds no
+        more than the cursor does, however many ledgers the subscription has read through."""
+        if self.state is None or self.cursor is None:
+            return
+        durable = self.cursor.mark_delete_position
+        if durable > self.state.cursor.mark_delete_position:
+            self._step(pa.FollowCursor(durable))
 
     def _acked(self, released: bool) -> None:
         if released:
