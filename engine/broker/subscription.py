@@ -23,7 +23,13 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Protocol, cast
 
-from engine.broker.acks import acked_position, cursor_view, write_cumulative_ack, write_individual_ack
+from engine.broker.acks import (
+    acked_position,
+    cursor_view,
+    names_no_entry,
+    write_cumulative_ack,
+    write_individual_ack,
+)
 from engine.broker.component import BrokerError, BrokerHost, Component, after, all_of, error_of, fail
 from engine.broker.delayed_delivery import DelayedDelivery
 from engine.broker.dispatcher import ConsumerSlot, Delivered, Dispatcher
@@ -390,7 +396,9 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         indexes neither acknowledged nor held by a txn (the sent ack set of 5.9, #19581)."""
         assert self.state is not None
         message = self.partition.messages.get(position)
-        if message is None or message.batch is None:
+        if message is None:
+            return []  # the partition holds no such entry: nothing to deliver (it was never written)
+        if message.batch is None:
             return [None] if pa.message_state(self.state, position) is MessageState.PENDING else []
         return [
             i for i in range(message.batch_size) if pa.message_state(self.state, position, i) is MessageState.PENDING
@@ -453,6 +461,12 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
             return Future()
         if txn_id is not None and not self.durable:
             return fail(NotAllowed(f"transactional acks on the non-durable subscription {self.name} (PA-24)"))
+        ledger = self.partition.ledger
+        if self.cursor is not None and ledger is not None and names_no_entry(position, cumulative, self.cursor, ledger):
+            # Refused before the pending ack takes it, as the cursor would refuse it: a txn holding
+            # it would have it redelivered on abort (a message the partition does not hold), and a
+            # normal ack's cursor write would fail and reload the topic.
+            return fail(NotAllowed(f"message id {position} names no entry of {self.partition.name}"))
         acked = (acked_position(self.partition.messages, position, batch_index, cumulative),)
         command: pa.Command
         if txn_id is None:

@@ -8,7 +8,7 @@ consumers reconnect; GET_LAST_MESSAGE_ID reads the buffer's last dispatchable po
 
 from __future__ import annotations
 
-from engine.broker import Broker, SubscriptionService
+from engine.broker import Broker
 from engine.recorder import RequestContext
 from engine.scheduler import Future
 from engine.serve.connection import Connection
@@ -16,41 +16,15 @@ from engine.serve.consumers import Consumers
 from engine.serve.replies import Handler, Replies
 from engine.serve.wire import RequestError, all_settled, message_id, position_of, set_bits, wire_error
 from reference import buffer as tb
-from reference.ledger import entry_exists
 from spec.errors import ServerError
 from spec.frame import Frame
 from spec.pb import PulsarApi_pb2 as api
 from spec.result import Ok
 from spec.types import Position, TxnID
 
-__all__ = ["Acks", "never_written"]
+__all__ = ["Acks"]
 
 T = api.BaseCommand
-
-
-def never_written(sub: SubscriptionService, positions: list[Position], cumulative: bool) -> Position | None:
-    """The first of ``positions`` that the subscription's cursor would refuse to delete, as a
-    managed cursor refuses a position beyond the last confirmed entry or past the end of its
-    ledger: such an ack fails alone (the cursor's failure, once the pending ack had taken it,
-    would reload the whole topic).  At or below the mark-delete position any ack is a no-op."""
-    ledger, cursor = sub.partition.ledger, sub.cursor
-    if ledger is None or cursor is None:
-        return None
-    ledgers, last, mark = ledger.ledgers(), ledger.last_confirmed(), cursor.mark_delete_position
-    for position in positions:
-        if position <= mark:
-            continue
-        if position > last:
-            return position
-        live = next((info for info in ledgers if info.ledger_id == position.ledger_id), None)
-        if cumulative:
-            # A mark-delete may name the place before a live ledger's first entry, or a position
-            # of a ledger that is gone; never one past the end of a live ledger.
-            if live is not None and position.entry_id >= live.entries:
-                return position
-        elif not entry_exists(position, ledgers):
-            return position
-    return None
 
 
 class Acks:
@@ -81,9 +55,6 @@ class Acks:
             # -1 names the place before a ledger's first entry, never a message: a transaction
             # acknowledges messages (its pending-ack record holds only real positions).
             raise RequestError(ServerError.NotAllowedError, "a transaction acknowledges messages; an id of -1 is none")
-        unwritten = None if sub is None else never_written(sub, positions, cumulative)
-        if unwritten is not None:
-            raise RequestError(ServerError.NotAllowedError, f"message id {unwritten} names no entry of the topic")
         for mid, position in zip(cmd.message_id, positions, strict=True):
             if sub is None:
                 futures.append(Future())
