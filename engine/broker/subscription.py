@@ -46,7 +46,7 @@ from reference import batched_log as bl
 from reference import buffer as tb
 from reference import delayed as dl
 from reference import pending_ack as pa
-from spec.errors import NotAllowed, ServiceUnitNotReady
+from spec.errors import NotAllowed, PersistenceError, ServiceUnitNotReady
 from spec.history import object_id, state_digest
 from spec.result import Effect, Err, Ok
 from spec.types import AckType, LedgerInfo, MessageState, Position, TxnAction, TxnID
@@ -461,6 +461,11 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
             return Future()
         if txn_id is not None and not self.durable:
             return fail(NotAllowed(f"transactional acks on the non-durable subscription {self.name} (PA-24)"))
+        no_room = self.host.store.no_room
+        if no_room is not None:
+            # An ack writes (the cursor, or the pending-ack log): refused while the disk is full,
+            # before the pending ack takes it (the message stays unacknowledged, to be redelivered).
+            return fail(PersistenceError(f"subscription {self.name} takes no ack now: {no_room}"))
         ledger = self.partition.ledger
         if self.cursor is not None and ledger is not None and names_no_entry(position, cumulative, self.cursor, ledger):
             # Refused before the pending ack takes it, as the cursor would refuse it: a txn holding

@@ -51,8 +51,10 @@ from engine.serve.schemas import Schemas
 from engine.serve.topics import TC_ASSIGN_TOPIC, TOPICS_FILE, Lookup, TopicRegistry, read_topics
 from engine.serve.transactions import Transactions
 from engine.serve.wire import MAX_PROTOCOL_VERSION, SERVER_VERSION, ProtocolViolation, RequestError, request_id_of
+from engine.storage.disk import FileSystem
+from engine.storage.ledger import LedgerError
 from spec.config import Config
-from spec.errors import ServerError
+from spec.errors import InputError, ServerError
 from spec.frame import Frame, encode_command
 from spec.pb import PulsarApi_pb2 as api
 
@@ -85,6 +87,39 @@ class ServerOptions:
     record_history: bool = False
     history_id: str = "serve"
     faults: dict[str, float] | None = None  # fault rates (engine.serve.faults.FAULT_RATES); None: off
+    disk: FileSystem | None = None  # a file ledger's file system (None: the real one; tests: the simulated disk)
+
+
+# Bytes kept free in a file ledger's data folder: below it, sends and acks are refused until there
+# is room again (a bookie turns read-only the same way, at its disk usage threshold), so that a
+# checkpoint and the writes already let through still fit.
+ROOM_RESERVE = 1024 * 1024
+
+
+def open_store(options: ServerOptions, data: Path | None, sim: Simulation) -> LedgerStore:
+    """The server's ledger store.  A file store is recovered now, so that an unusable data folder
+    (not a folder, its ``ledgers`` a plain file, unreadable or damaged) is refused at startup with
+    one line (:class:`InputError`) instead of answering ServiceNotReady forever."""
+    if options.ledger == "file":
+        if data is None:
+            raise ValueError("a file ledger needs a data folder (--data)")
+        data.mkdir(parents=True, exist_ok=True)
+    store = LedgerStore(
+        options.ledger,
+        options.config,
+        directory=(data / "ledgers") if data is not None else None,
+        rng=sim.rng,
+        faults=ledger_faults(options.faults),
+        disk=options.disk,
+        room_reserve=ROOM_RESERVE if options.ledger == "file" else 0,
+        full_disk_fatal=False,
+    )
+    if options.ledger == "file":
+        try:
+            store.file_store()
+        except (LedgerError, OSError) as exc:
+            raise InputError(f"unusable data folder: {exc}", where=str(data)) from None
+    return store
 
 
 class PulsarServer:
@@ -97,18 +132,9 @@ class PulsarServer:
         self.sim = Simulation(options.seed)
         self.sim.now = self.clock.now_ms()
         data = Path(options.data_dir) if options.data_dir else None
-        if options.ledger == "file":
-            if data is None:
-                raise ValueError("a file ledger needs a data folder (--data)")
-            data.mkdir(parents=True, exist_ok=True)
         self.data_dir = data
-        self.store = LedgerStore(
-            options.ledger,
-            self.config,
-            directory=(data / "ledgers") if data is not None else None,
-            rng=self.sim.rng,
-            faults=ledger_faults(options.faults),
-        )
+        self.store = open_store(options, data, self.sim)
+        self._no_room: str | None = None
         self.history = ServeHistory(
             options.history_id, options.seed, self.config, lambda: self.sim.now, record=options.record_history
         )
@@ -186,6 +212,7 @@ class PulsarServer:
         self.network.poll(wait)
         self._advance()
         self._keep_alive()
+        self._check_room()
         for hook in self.on_tick:
             hook()
 
@@ -203,6 +230,20 @@ class PulsarServer:
         while (due := self.sim.next_due()) is not None and due <= self.sim.now:
             self.sim.run_one()
         self.consumers.pump_woken()
+
+    def _check_room(self) -> None:
+        """A file store's room to write (:meth:`LedgerStore.check_room`, a statvfs), every turn of
+        the loop: its changes are logged, once each way."""
+        reason = self.store.check_room() if self.store.kind == "file" else self.store.no_room
+        if reason is not None and self._no_room is None:
+            log.warning(
+                "no room to write (%s): sends and acks get PersistenceError and new producers "
+                "ProducerBlockedQuotaExceededException until there is room again; stored messages are still read",
+                reason,
+            )
+        elif reason is None and self._no_room is not None:
+            log.warning("room to write again in %s: sends and acks resume", self.data_dir)
+        self._no_room = reason
 
     def _keep_alive(self) -> None:
         """Pulsar's keep-alive, every ``keepAliveIntervalSeconds`` of each connection: one that has
@@ -264,7 +305,21 @@ class PulsarServer:
             return
         context = self.history.begin(self.sim.now)
         try:
+            if kind == T.PRODUCER and self.store.no_room is not None:
+                # Pulsar's error for a producer that may not write now (a backlog quota's
+                # producer_exception): a client fails its pending sends at once on it, where a
+                # SEND_ERROR would have it reconnect and resend until its send timeout.
+                raise RequestError(
+                    ServerError.ProducerBlockedQuotaExceededException, f"no room to write: {self.store.no_room}"
+                )
             handler(conn, frame, context)
+        except OSError as exc:
+            # The data folder refused a write outside the ledgers (the topic registry on a full,
+            # read-only or unwritable file system): the request fails, the connection stays.
+            log.warning("%s from %s failed: %s", T.Type.Name(kind), conn.peer, exc)
+            if request_id_of(cmd) is not None and not conn.closed:
+                self.replies.error(conn, kind, cmd, ServerError.PersistenceError, f"cannot write: {exc}")
+                self.history.answered(context, False)
         except RequestError as exc:
             if request_id_of(cmd) is None:
                 # Nothing to answer (an ACK or FLOW for a consumer that is gone, say): as a broker
