@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from invariants.transactional.analysis import TxnAnalysis, TxnFate, delays, sub_type
+from invariants.analysis import TxnAnalysis, TxnFate, delays, sub_type
 from invariants.transactional.checks import CHECKS, GROUPS
 from spec.history import Operation
 

@@ -111,6 +111,7 @@ class VerifyOptions:
     seconds: float | None = 60.0
     counterexamples: bool = True
     memory_mb: int | None = 1024
+    ww_deps: bool = False  # a Kafka-workload history: infer write-write dependencies (Jepsen's :ww-deps)
 
 
 @dataclass(frozen=True)
@@ -334,12 +335,16 @@ def _transactional_row(
     reproduce: str | None,
 ) -> VerdictRow:
     from invariants.applicability import applicability
+    from invariants.queue import is_kafka_history
     from invariants.transactional import check_transactional
 
     started = time.perf_counter()
-    txn = check_transactional(client_ops)
-    # Which checks had anything to judge: an absent check must never read as a pass.
-    applies = {found.check: found.to_json() for found in applicability(client_ops)}
+    txn = check_transactional(client_ops, ww_deps=options.ww_deps)
+    # Which checks had anything to judge: an absent check must never read as a pass.  A Kafka-workload
+    # history is judged by Jepsen's taxonomy alone (invariants.queue).
+    native = [] if is_kafka_history(client_ops) else applicability(client_ops)
+    applies = {found.check: found.to_json() for found in native}
+    applies.update((found.check, found.to_json()) for found in txn.statements)
     return VerdictRow(
         name,
         "transactional",
@@ -351,7 +356,15 @@ def _transactional_row(
         0,
         time.perf_counter() - started,
         None,
-        json.dumps({"counts": txn.counts, "anomalies": [a.to_json() for a in txn.anomalies], "applicability": applies}),
+        json.dumps(
+            {
+                "counts": txn.counts,
+                "anomalies": [a.to_json() for a in txn.anomalies],
+                # reported, never failing the history (invariants.queue)
+                "informational": {"counts": txn.notes, "anomalies": [a.to_json() for a in txn.informational]},
+                "applicability": applies,
+            }
+        ),
         seed=seed,
         reproduce=reproduce,
         explanation=None
@@ -409,15 +422,20 @@ def check_history(
     seed = next((op.seed for op in ops if op.seed is not None), None)
     rows: list[VerdictRow] = []
     try:
-        plan = plan_models(options.model, ops)
+        from invariants.queue import is_kafka_history
+
+        # A Kafka-workload history holds client operations only, and no object a model checks
+        kafka = is_kafka_history(ops)
+        plan = [] if kafka and options.model == "auto" else plan_models(options.model, ops)
         if plan:
             rows.append(_linearizability_row(name, ops, plan, file, options, seed, reproduce))
         # The transactional checks read what clients saw, not the machines' steps.
-        client_ops = [op for op in ops if not is_machine_operation(op)]
+        client_ops = ops if kafka else [op for op in ops if not is_machine_operation(op)]
         transactional = any(op.f in TXN_VOCABULARY for op in client_ops)
         if transactional:
             rows.append(_transactional_row(name, client_ops, file, options, seed, reproduce))
-            rows.append(_delivery_row(name, ops, client_ops, file, seed, reproduce))
+            if not kafka:  # the delivery oracle states Pulsar's rules
+                rows.append(_delivery_row(name, ops, client_ops, file, seed, reproduce))
         if not plan and not transactional:
             detail = "no checker applies: no --model for these objects and no transactional operations"
             rows.append(_bad_input(name, file, options.model, detail))

@@ -52,6 +52,7 @@ class RecordResult:
     operations: int
     unknown: int
     metadata: dict[str, Any] = field(default_factory=dict)
+    edn: Path | None = None  # the history in the shape of Jepsen's Kafka workload (--format edn)
 
 
 def _client_versions() -> dict[str, str]:
@@ -149,9 +150,10 @@ def _cleanup(run: Run, options: RecordOptions) -> dict[str, Any]:
     return out
 
 
-def record(options: RecordOptions) -> RecordResult:
+def record(options: RecordOptions, *, edn: bool = False) -> RecordResult:
     """Run one workload against ``options.url`` and write its history; bad options or a broker that
-    cannot be used raise :class:`RecordError` before anything is recorded."""
+    cannot be used raise :class:`RecordError` before anything is recorded.  ``edn``: also write it
+    in the shape of Jepsen's Kafka workload (:mod:`history_io.kafka_write`), for Jepsen's tools."""
     from history_io.files import write_jsonl, write_parquet
     from views.progress import Reporter
 
@@ -234,4 +236,10 @@ def record(options: RecordOptions) -> RecordResult:
         if options.jsonl:
             jsonl = out / f"{history}.jsonl"
             write_jsonl(jsonl, {history: ops}, metadata=metadata)
-    return RecordResult(history, path, jsonl, len(ops), unknown, json.loads(json.dumps(metadata)))
+        kafka = None
+        if edn:
+            from history_io.kafka_write import write_kafka_edn
+
+            kafka = out / f"{history}.edn"
+            kafka.write_text(write_kafka_edn(ops), encoding="utf-8")
+    return RecordResult(history, path, jsonl, len(ops), unknown, json.loads(json.dumps(metadata)), kafka)

@@ -102,6 +102,8 @@ def render_txn_text(result: TxnResult, *, seed: int | None = None, reproduce: st
     cut = sum(result.counts.values()) - len(result.anomalies)
     if cut > 0:
         lines.append(f"  ... {cut} more not listed")
+    if result.notes:  # reported, never failing the history (invariants.queue)
+        lines.append("  informational: " + ", ".join(f"{name} x{n}" for name, n in sorted(result.notes.items())))
     return "\n".join(lines)
 
 
@@ -143,7 +145,7 @@ def txn_html(
         seed=seed,
         reproduce=reproduce,
         ops=ops,
-        anomalies=result.anomalies,
+        anomalies=(*result.anomalies, *result.informational),
         counts=result.counts,
         rules=ANOMALY_RULES,
         caps=Caps(max_ops=max_ops, max_bytes=max_bytes),

@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from invariants.transactional.analysis import WHOLE, TxnAnalysis
+from invariants.analysis import WHOLE, TxnAnalysis
+from invariants.queue.taxonomy import Statement
 from spec.history import Operation
 
 __all__ = ["Anomaly", "Check", "Collector", "TxnResult", "fmt_pos", "fmt_txn"]
@@ -24,6 +25,7 @@ class Anomaly:
     # The dependency cycle, for the anomalies that are one (G1c): (from, to, why) per edge, in order.
     cycle: tuple[tuple[str, str, str], ...] = ()
     adya: str | None = None  # the Adya class it is the Pulsar analogue of, where there is one
+    informational: bool = False  # reported, but the history does not fail for it (invariants.queue)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -34,11 +36,14 @@ class Anomaly:
         }
         if self.cycle:
             out["cycle"] = [list(edge) for edge in self.cycle]
+        if self.informational:
+            out["informational"] = True
         return out
 
     def __str__(self) -> str:
         tag = f" ({self.adya})" if self.adya else ""
-        return f"{self.name}{tag} ops {list(self.ops)}: {self.explanation}"
+        note = " [informational]" if self.informational else ""
+        return f"{self.name}{tag}{note} ops {list(self.ops)}: {self.explanation}"
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,10 @@ class TxnResult:
     txns: int = 0
     messages: int = 0
     ops: int = 0
+    # The informational anomalies (invariants.queue): reported, never failing the history; their counts.
+    informational: tuple[Anomaly, ...] = ()
+    notes: dict[str, int] = field(default_factory=dict)
+    statements: tuple[Statement, ...] = ()  # what each check of invariants.queue had to judge
 
     @property
     def ok(self) -> bool:

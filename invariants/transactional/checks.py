@@ -17,8 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from invariants.analysis import TxnAnalysis
+from invariants.queue import KafkaOptions, check_kafka, check_pulsar, is_kafka_history
+from invariants.queue.taxonomy import QUEUE_ANOMALIES
 from invariants.transactional import delivery, isolation, order, timing
-from invariants.transactional.analysis import TxnAnalysis
 from invariants.transactional.anomaly import Anomaly, Check, Collector, TxnResult
 from spec.history import Operation
 
@@ -152,22 +154,47 @@ TAXONOMY: tuple[AnomalyKind, ...] = (
 )
 
 # The taxonomy by name: each anomaly's Adya class, its check (in run order) and its group.
-ANOMALIES: Mapping[str, str | None] = MappingProxyType({kind.name: kind.adya for kind in TAXONOMY})
+# Jepsen's Kafka-workload taxonomy (invariants.queue) is registered beside it: on Pulsar histories its
+# meaningful anomalies run after these checks, and a Kafka-workload history is judged by it alone.
+ANOMALIES: Mapping[str, str | None] = MappingProxyType(
+    {**{kind.name: kind.adya for kind in TAXONOMY}, **QUEUE_ANOMALIES}
+)
 CHECKS: Mapping[str, Check] = MappingProxyType({kind.name: kind.check for kind in TAXONOMY})
 GROUPS: Mapping[str, str] = MappingProxyType({kind.name: kind.group for kind in TAXONOMY})
-assert len(ANOMALIES) == len(TAXONOMY), "an anomaly is declared twice"
+assert len(ANOMALIES) == len(TAXONOMY) + len(QUEUE_ANOMALIES), "an anomaly is declared twice"
 assert set(GROUPS.values()) <= {"delivery", "transactional"}, GROUPS
 
 
-def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult:
+def check_transactional(ops: Sequence[Operation], *, cap: int = 20, ww_deps: bool = False) -> TxnResult:
     """Every check of the taxonomy over one history: the analysis built once, then each anomaly's
-    check in :data:`TAXONOMY` order; ``cap`` anomalies of each kind are kept in full (all are counted)."""
-    analysis = TxnAnalysis.build(ops)
-    out = Collector(analysis.history, cap, ANOMALIES)
-    for kind in TAXONOMY:
-        kind.check(analysis, out)
-    txns = len(set(analysis.commits) | set(analysis.aborts))
-    return TxnResult(analysis.history, tuple(out.found), dict(out.counts), txns, len(analysis.messages), len(ops))
+    check in :data:`TAXONOMY` order, then Jepsen's taxonomy where it means something for Pulsar
+    (:func:`invariants.queue.check_pulsar`); a Kafka-workload history is judged by Jepsen's taxonomy
+    alone (:func:`invariants.queue.check_kafka`, ``ww_deps`` as Jepsen's ``:ww-deps``).  ``cap``
+    anomalies of each kind are kept in full (all are counted)."""
+    history = ops[0].history if ops else ""
+    if is_kafka_history(ops):
+        queue = check_kafka(ops, cap=cap, options=KafkaOptions(ww_deps=ww_deps))
+        found: list[Anomaly] = []
+        counts: dict[str, int] = {}
+        txns, messages = queue.transactions, queue.messages
+    else:
+        analysis = TxnAnalysis.build(ops)
+        out = Collector(analysis.history, cap, ANOMALIES)
+        for kind in TAXONOMY:
+            kind.check(analysis, out)
+        queue = check_pulsar(analysis, ops, cap=cap)
+        found, counts = list(out.found), dict(out.counts)
+        txns, messages = len(set(analysis.commits) | set(analysis.aborts)), len(analysis.messages)
+    queued = [
+        Anomaly(f.name, history, f.ops, f.explanation, f.cycle, ANOMALIES[f.name], f.informational)
+        for f in queue.findings.found
+    ]
+    found += [a for a in queued if not a.informational]
+    counts.update(queue.findings.counts)
+    notes = tuple(a for a in queued if a.informational)
+    return TxnResult(
+        history, tuple(found), counts, txns, messages, len(ops), notes, dict(queue.findings.notes), queue.statements
+    )
 
 
 def find(name: str, ops: Sequence[Operation], *, cap: int = 20) -> list[Anomaly]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from invariants.transactional.analysis import (
+from invariants.analysis import (
     Ack,
     Delivery,
     Message,

@@ -8,7 +8,7 @@ import bisect
 import dataclasses
 from collections import defaultdict
 
-from invariants.transactional.analysis import WHOLE, Delivery, Message, TxnAnalysis, end_or_never, sub_type
+from invariants.analysis import WHOLE, Delivery, Message, TxnAnalysis, end_or_never, sub_type
 from invariants.transactional.anomaly import Collector, fmt_pos
 
 __all__ = ["garbage_reads", "inconsistent_positions", "out_of_order_deliveries", "realtime_order"]
