@@ -6,7 +6,7 @@ clients saw as a history (``docs/spec/history.md``) for ``txnmodel verify``.
     from recording import RecordOptions, record
 
     result = record(RecordOptions(url="pulsar://127.0.0.1:6650", workload="produce-consume", out="out/rec"))
-    result.path   # out/rec/<history>.parquet, run metadata inside
+    result.path   # out/rec/produce-consume/<UTC timestamp>/<history>.parquet, run metadata inside
 
 The recorder knows nothing of the engine: it needs a ``pulsar://`` URL, the official
 ``pulsar-client`` package, and for the transactional workloads a broker with transactions enabled
@@ -14,8 +14,16 @@ The recorder knows nothing of the engine: it needs a ``pulsar://`` URL, the offi
 
 * :mod:`recording.log` — the history log, one monotonic clock, processes;
 * :mod:`recording.clients` — each client call as one operation, outcomes never guessed;
-* :mod:`recording.runtime` — options, stated bounds, the budget, the final drain;
-* :mod:`recording.workloads` — the named workloads.
+* :mod:`recording.runtime` — options, stated bounds, the budget, the final drain, stopping;
+* :mod:`recording.workloads` — the named workloads and the checks each names;
+* :mod:`recording.store` — the run's folder, the ``latest`` links, the reproduce command;
+* :mod:`recording.progress` — progress lines while it runs.
+
+A run stopped before its end (Ctrl-C or SIGTERM, which the command turns into
+:class:`KeyboardInterrupt`, or a broker that refuses connections for ``broker_gone_s``) still
+writes what it recorded: the writers stop, the consumers stop without a final drain, calls still in
+flight after a grace period are recorded as unknown outcomes, and the run metadata says where and
+why it stopped (``RecordResult.stopped``).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 import json
 import platform
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -31,11 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from recording.log import HistoryLog
-from recording.runtime import Budget, RecordOptions, Run
-from recording.workloads import NEEDS_TXN, WORKLOADS, WorkloadResult
+from recording.progress import RecordProgress
+from recording.runtime import Budget, RecordOptions, Run, RunStopped
+from recording.store import link_latest, options_json, parse_url, reproduce_command, run_folder
+from recording.workloads import CHECKS, NEEDS_TXN, WORKLOADS, WorkloadResult
 from spec.errors import InputError
 
-__all__ = ["WORKLOADS", "RecordError", "RecordOptions", "RecordResult", "record"]
+__all__ = ["CHECKS", "WORKLOADS", "RecordError", "RecordOptions", "RecordResult", "record"]
 
 
 class RecordError(InputError):
@@ -53,6 +64,9 @@ class RecordResult:
     unknown: int
     metadata: dict[str, Any] = field(default_factory=dict)
     edn: Path | None = None  # the history in the shape of Jepsen's Kafka workload (--format edn)
+    # Why the run stopped before its end (None: it ran to its end), and whether the broker went away.
+    stopped: str | None = None
+    broker_gone: bool = False
 
 
 def _client_versions() -> dict[str, str]:
@@ -76,9 +90,9 @@ def _client_versions() -> dict[str, str]:
 
 def _probe(url: str, timeout_s: float, txn: bool) -> str:
     """The broker's version from its CONNECTED answer; with ``txn``, that it has a transaction
-    coordinator (a broker without one refuses TC_CLIENT_CONNECT)."""
-    import time
-
+    coordinator: it answers TC_CLIENT_CONNECT.  A broker that refuses it, or does not answer it
+    twice within the operation timeout, fails the run before anything is recorded; one that says
+    ServiceNotReady (a coordinator still loading) is asked again for a while."""
     from spec.errors import ServerError
     from txnclient.client import WireClient, WireError, WireTimeout
 
@@ -88,24 +102,38 @@ def _probe(url: str, timeout_s: float, txn: bool) -> str:
         raise RecordError(f"cannot connect: {exc}", where=url) from None
     version = client.server_version or "unknown"
     client.close()
-    # A coordinator that is loading (or a broker restarting) answers late or ServiceNotReady: asked
-    # again for a while; a broker without transactions refuses at once.
+    if not txn:
+        return version
+    # Advice that holds for Apache Pulsar only, given only to a broker that says it is one.
+    pulsar = (
+        " (Apache Pulsar: transactionCoordinatorEnabled=true in broker.conf)" if "pulsar" in version.lower() else ""
+    )
     deadline = time.monotonic() + 4 * timeout_s
-    while txn:
+    unanswered = 0
+    while True:
         try:
             with WireClient(url, operation_timeout_seconds=timeout_s) as probe:
                 probe.tc_connect()
-            break
-        except (OSError, WireError, WireTimeout) as exc:
-            busy = not isinstance(exc, WireError) or exc.code == ServerError.ServiceNotReady
+            return version
+        except WireTimeout:
+            unanswered += 1
+            if unanswered >= 2:
+                raise RecordError(
+                    f"the broker ({version}) did not answer TC_CLIENT_CONNECT, the transaction coordinator's "
+                    f"handshake, within {timeout_s:g} s, twice: the ctp and multi workloads need transactions"
+                    f"{pulsar}; the others run without them (--no-txn)",
+                    where=url,
+                ) from None
+        except (OSError, WireError) as exc:
+            busy = isinstance(exc, WireError) and exc.code == ServerError.ServiceNotReady
             if not busy or time.monotonic() >= deadline:
                 raise RecordError(
-                    f"the broker refused transactions ({exc}); use a workload without them, or enable "
-                    "transactionCoordinatorEnabled",
+                    f"the broker ({version}) refused TC_CLIENT_CONNECT, the transaction coordinator's handshake "
+                    f"({exc}): the ctp and multi workloads need transactions{pulsar}; the others run without "
+                    "them (--no-txn)",
                     where=url,
                 ) from None
             time.sleep(0.2)
-    return version
 
 
 def _delete_topics(admin_url: str, topics: list[str]) -> tuple[int, list[str]]:
@@ -150,46 +178,139 @@ def _cleanup(run: Run, options: RecordOptions) -> dict[str, Any]:
     return out
 
 
-def record(options: RecordOptions, *, edn: bool = False) -> RecordResult:
-    """Run one workload against ``options.url`` and write its history; bad options or a broker that
-    cannot be used raise :class:`RecordError` before anything is recorded.  ``edn``: also write it
-    in the shape of Jepsen's Kafka workload (:mod:`history_io.kafka_write`), for Jepsen's tools."""
-    from history_io.files import write_jsonl, write_parquet
-    from views.progress import Reporter
-
+def _check_options(options: RecordOptions) -> tuple[str, int]:
+    """Bad options as :class:`RecordError`, before any broker is asked anything; the broker's host and port."""
     if options.workload not in WORKLOADS:
         raise RecordError(f"unknown workload {options.workload!r}; workloads are {', '.join(WORKLOADS)}")
     if options.workload in NEEDS_TXN and not options.txn:
         raise RecordError(f"workload {options.workload!r} needs transactions; --no-txn leaves only the others")
-    if not options.url.startswith("pulsar://"):
-        raise RecordError(f"expected a pulsar://HOST:PORT URL, got {options.url!r}")
+    try:
+        host, port = parse_url(options.url)
+    except InputError as exc:
+        raise RecordError(str(exc)) from None
     if options.workload == "ack-timeout" and options.ack_timeout_ms < 10_000:
         raise RecordError("the official client refuses an ack timeout under 10000 ms")
     try:
         import pulsar  # noqa: F401
     except ImportError:
         raise RecordError("the official client is not installed: pip install 'txnmodel[record]'") from None
-    server_version = _probe(options.url, float(options.operation_timeout_s), options.workload in NEEDS_TXN)
+    return host, port
 
-    reporter = Reporter(enabled=options.progress)
-    history = f"{options.workload}-seed{options.seed}"
-    log = HistoryLog(history, options.seed)
-    run = Run(options, log)
-    history = f"{options.workload}-seed{options.seed}-{run.run_id}"
-    log.history = history
-    started_ms = log.clock.now_ms()
+
+def _notes_before(run: Run) -> None:
+    """What the options leave a named check unable to catch, said before the run (and kept)."""
+    options = run.options
+    if options.workload == "delayed" and options.longest_delay_ms <= run.bounds.deliver_early():
+        run.notes.append(
+            f"early-delivery cannot fire: the longest delay ({options.longest_delay_ms} ms) is within the "
+            f"{run.bounds.deliver_early()} ms a non-strict broker may deliver early (--max-delay-ms above it, or "
+            "--broker-strict-delay)"
+        )
+    if not options.liveness and options.workload in ("nack", "ack-timeout", "delayed"):
+        run.notes.append("--liveness off: late-delivery and lost-redelivery have no bound to judge")
+
+
+def _withdraw_liveness(run: Run) -> None:
+    """The liveness bounds hold for a fault-free run; one that was disturbed (a consumer
+    disconnected: a broker crash, a topic unload, a dropped connection) states none, as with
+    ``--liveness off``: late-delivery and lost-redelivery then say they had nothing to judge."""
+    if not run.options.liveness or run.disturbance is None:
+        return
+
+    def change(f: str, value: dict[str, Any]) -> None:
+        if f == "negative_ack":
+            value.pop("redeliver_within_ms", None)
+        elif f == "send":
+            value.pop("deliver_within_ms", None)
+        elif f == "subscribe":
+            value.pop("redeliver_within_ms", None)
+            value["liveness"] = False
+
+    run.log.restate(change)
+    run.notes.append(f"liveness bounds withdrawn: the run was not fault-free ({run.disturbance})")
+
+
+def _wind_down(run: Run, progress: RecordProgress) -> list[str]:
+    """A stopped run: let the calls in flight finish for a while (a second Ctrl-C cuts it short);
+    the threads still busy after it, whose operations stay open (unknown outcomes)."""
+    grace = run.options.operation_timeout_s + 1.0
+    with progress.phase(f"stopping: waiting up to {grace:g} s for the calls in flight", counts=False):
+        try:
+            return run.wind_down(grace)
+        except KeyboardInterrupt:
+            return ["(not waited for: interrupted again)"]
+
+
+def _run_workload(run: Run, budget: Budget, progress: RecordProgress) -> tuple[WorkloadResult | None, dict[str, Any]]:
+    """The workload, its final drain and the cleanup; a stop (Ctrl-C, SIGTERM, a broker gone) ends
+    them early and the run winds down instead (the history so far is kept)."""
+    options = run.options
+    result: WorkloadResult | None = None
+    run.phase = "writers"
     try:
-        with reporter.phase(f"record {options.workload}", total=options.budget_ops, unit="units") as phase:
-            budget = Budget(options.budget_ops, options.seconds, on_take=lambda: phase.advance())
-            result: WorkloadResult = WORKLOADS[options.workload](run, budget)
+        with progress.phase(f"record {options.workload}", left=_time_left(run, budget), note=_note(run, budget)):
+            try:
+                result = WORKLOADS[options.workload](run, budget)
+            except KeyboardInterrupt as exc:
+                run.stop(str(exc) or "interrupted (Ctrl-C)")
+            except RunStopped:
+                pass
+        if not run.stopping.is_set():
+            run.phase = "cleanup"
+            try:
+                with progress.phase("cleanup", counts=False):
+                    return result, _cleanup(run, options)
+            except KeyboardInterrupt as exc:
+                run.stop(str(exc) or "interrupted (Ctrl-C)")
+        busy = _wind_down(run, progress)
+        cleanup: dict[str, Any] = {"skipped": "the run was stopped: its subscriptions and topics are left"}
+        if busy:
+            cleanup["busy_threads"] = busy
+        return result, cleanup
     finally:
-        cleanup = _cleanup(run, options)
+        run.finished.set()
         run.close_clients()
-    if run.errors:
-        raise run.errors[0]
-    ops = log.operations()
-    unknown = sum(op.type.indeterminate for op in ops)
-    metadata = {
+
+
+def _time_left(run: Run, budget: Budget) -> Any:
+    def left(elapsed: float) -> float | None:
+        if run.phase != "writers":
+            return None
+        return budget.left_s(elapsed)
+
+    return left
+
+
+def _note(run: Run, budget: Budget) -> Any:
+    def note() -> str:
+        draining = [d for d in run.drains if d.draining.is_set() and not d.done.is_set()]
+        if draining:
+            quiet, of = map(sum, zip(*(d.idle_count() for d in draining), strict=True))
+            return f"final drain: {quiet} of {of} consumers found nothing"
+        total = f"/{budget.total}" if budget.total is not None else ""
+        return f"writers: {budget.taken}{total} units"
+
+    return note
+
+
+def _metadata(
+    run: Run,
+    history: str,
+    server_version: str,
+    result: WorkloadResult | None,
+    cleanup: dict[str, Any],
+    started_ms: int,
+    unknown: int,
+    count: int,
+) -> dict[str, Any]:
+    options = run.options
+    subscriptions = sorted(
+        {c.subscription for c in run.consumers} | {s.consumer_spec[1] for s in run.sessions if s.consumer_spec}
+    )
+    stopped = None
+    if run.stop_reason is not None:
+        stopped = {"reason": run.stop_reason, "at_unix_ms": run.stopped_at_ms, "phase": run.phase}
+    return {
         "version": 1,
         "config": {},
         "runs": {
@@ -198,48 +319,87 @@ def record(options: RecordOptions, *, edn: bool = False) -> RecordResult:
                 "seed": options.seed,
                 "fault_schedule": [],
                 "recorded_by": "txnmodel record",
+                "command": reproduce_command(options),
+                "checks": list(CHECKS[options.workload]),
+                "complete": stopped is None,
+                "stopped": stopped,
                 "url": options.url,
                 "server_version": server_version,
                 "client_versions": _client_versions(),
                 "clients": options.clients,
                 "transactions": options.workload in NEEDS_TXN,
                 "started_unix_ms": started_ms,
-                "ended_unix_ms": log.clock.now_ms(),
-                "topics": result.topics,
-                "subscriptions": result.subscriptions,
-                "bounds": run.bounds.to_json(),
-                "options": {
-                    "ops": options.budget_ops,
-                    "seconds": options.seconds,
-                    "operation_timeout_s": options.operation_timeout_s,
-                    "send_timeout_ms": options.send_timeout_ms,
-                    "max_delay_ms": options.max_delay_ms,
-                    "nack_delay_ms": options.nack_delay_ms,
-                    "ack_timeout_ms": options.ack_timeout_ms,
-                    "txn_timeout_ms": options.txn_timeout_ms,
-                    "quiet_ms": options.quiet,
-                },
-                "operations": len(ops),
+                "ended_unix_ms": run.log.clock.now_ms(),
+                "topics": result.topics if result is not None else list(run.topics),
+                "subscriptions": result.subscriptions if result is not None else subscriptions,
+                "bounds": {**run.bounds.to_json(), "withdrawn": run.disturbance if options.liveness else None},
+                "options": options_json(options),
+                "operations": count,
                 "unknown_outcomes": unknown,
-                "drain_timed_out": result.drain_timed_out,
-                "details": result.details,
+                "drain_timed_out": result.drain_timed_out if result is not None else None,
+                "details": result.details if result is not None else {},
                 "cleanup": cleanup,
                 "notes": run.notes,
             }
         },
     }
-    out = Path(options.out)
-    with reporter.phase("record: write", unit=""):
-        path = out / f"{history}.parquet"
+
+
+def record(options: RecordOptions, *, edn: bool = False) -> RecordResult:
+    """Run one workload against ``options.url`` and write its history into a fresh run folder under
+    ``options.out`` (:mod:`recording.store`); bad options or a broker that cannot be used raise
+    :class:`RecordError` before anything is recorded.  A run stopped early (Ctrl-C, a broker gone)
+    writes what it recorded and says so in ``RecordResult.stopped``.  ``edn``: also write it in the
+    shape of Jepsen's Kafka workload (:mod:`history_io.kafka_write`), for Jepsen's tools."""
+    from history_io.files import write_jsonl, write_parquet
+
+    host, port = _check_options(options)
+    server_version = _probe(options.url, float(options.operation_timeout_s), options.workload in NEEDS_TXN)
+    log = HistoryLog(f"{options.workload}-seed{options.seed}", options.seed)
+    run = Run(options, log)
+    history = f"{options.workload}-seed{options.seed}-{run.run_id}"
+    log.history = history
+    started_ms = log.clock.now_ms()
+    store = Path(options.out)
+    folder = run_folder(store, options.workload, started_ms, overwrite=options.overwrite)
+    progress = RecordProgress(log, lambda: run.stop_reason, enabled=options.progress)
+    _notes_before(run)
+    for note in run.notes:
+        progress.say(f"note: {note}")
+    budget = Budget(options.budget_ops, options.seconds)
+    run.budget = budget
+    run.watch_broker(host, port)
+    result, cleanup = _run_workload(run, budget, progress)
+    if run.errors:
+        raise run.errors[0]
+    run.phase = "write"
+    _withdraw_liveness(run)
+    with progress.phase("write", counts=False):
+        ops = log.operations(cut_short=run.stop_reason is not None)
+        unknown = sum(op.type.indeterminate for op in ops)
+        metadata = _metadata(run, history, server_version, result, cleanup, started_ms, unknown, len(ops))
+        path = folder / f"{history}.parquet"
         write_parquet(path, {history: ops}, metadata=metadata)
         jsonl = None
         if options.jsonl:
-            jsonl = out / f"{history}.jsonl"
+            jsonl = folder / f"{history}.jsonl"
             write_jsonl(jsonl, {history: ops}, metadata=metadata)
         kafka = None
         if edn:
             from history_io.kafka_write import write_kafka_edn
 
-            kafka = out / f"{history}.edn"
+            kafka = folder / f"{history}.edn"
             kafka.write_text(write_kafka_edn(ops), encoding="utf-8")
-    return RecordResult(history, path, jsonl, len(ops), unknown, json.loads(json.dumps(metadata)), kafka)
+    for problem in link_latest(store, folder):
+        run.notes.append(f"latest link: {problem}")
+    return RecordResult(
+        history,
+        path,
+        jsonl,
+        len(ops),
+        unknown,
+        json.loads(json.dumps(metadata)),
+        edn=kafka,
+        stopped=run.stop_reason,
+        broker_gone=run.broker_gone,
+    )

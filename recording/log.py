@@ -26,7 +26,10 @@ from typing import Any
 
 from spec.history import Operation, OpType, make_operation
 
-__all__ = ["HistoryLog", "MonotonicClock", "OpenOperation", "Outcome", "Process"]
+__all__ = ["STOPPED", "HistoryLog", "MonotonicClock", "OpenOperation", "Outcome", "Process"]
+
+# The error of an operation still in flight when a stopped run wrote its history.
+STOPPED = "RecordingStopped"
 
 
 class MonotonicClock:
@@ -94,6 +97,15 @@ class HistoryLog:
             row.outcome = outcome
             row.completed_at = now
 
+    def restate(self, change: Callable[[str, dict[str, Any]], None]) -> None:
+        """Let ``change`` amend what the recorder itself stated in each operation's value (a bound
+        it can no longer stand behind), given the operation's ``f``; what the client saw is never
+        touched."""
+        with self._lock:
+            for row in self._rows:
+                if isinstance(row.value, dict):
+                    change(row.f, row.value)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._rows)
@@ -103,13 +115,20 @@ class HistoryLog:
         with self._lock:
             return sum(predicate(r.f, None if r.outcome is None else r.outcome.type) for r in self._rows)
 
-    def operations(self) -> list[Operation]:
-        """The history so far; an operation still open is an ``invoke`` (the history ended first)."""
-        with self._lock:
-            rows = list(self._rows)
+    def operations(self, *, cut_short: bool = False) -> list[Operation]:
+        """The history so far; an operation still open is an ``invoke`` (the history ended first),
+        or with ``cut_short`` (the run was stopped) an unknown outcome (``info``, error
+        ``RecordingStopped``) completed now: the call was made and nobody learnt how it ended."""
+        with self._lock:  # a thread still running may complete an operation meanwhile: one snapshot
+            rows = [(row, row.outcome, row.completed_at) for row in self._rows]
+        now = self.clock.now_ms()
         ops = []
-        for row in rows:
-            outcome = row.outcome or Outcome(OpType.INVOKE)
+        for row, ended, completed_at in rows:
+            outcome = ended or Outcome(
+                OpType.INFO if cut_short else OpType.INVOKE, error=STOPPED if cut_short else None
+            )
+            if ended is None and cut_short:
+                completed_at = max(now, row.invoked_at)
             ops.append(
                 make_operation(
                     self.history,
@@ -121,7 +140,7 @@ class HistoryLog:
                     row.value,
                     outcome.result,
                     invoked_at=row.invoked_at,
-                    completed_at=None if outcome.type is OpType.INVOKE else row.completed_at,
+                    completed_at=None if outcome.type is OpType.INVOKE else completed_at,
                     error=outcome.error,
                     seed=self.seed,
                 )

@@ -13,6 +13,7 @@ consumer's empty receive together says something about a subscription.
 from __future__ import annotations
 
 import random
+import socket
 import threading
 import time
 import uuid
@@ -22,7 +23,17 @@ from typing import Any
 
 from recording.log import HistoryLog
 
-__all__ = ["ACK_TIMEOUT_TICK_MS", "Bounds", "Budget", "Drain", "RecordOptions", "Run"]
+__all__ = [
+    "ACK_TIMEOUT_TICK_MS",
+    "NACK_SPACING",
+    "Bounds",
+    "Budget",
+    "Drain",
+    "RecordOptions",
+    "Run",
+    "RunStopped",
+    "nack_timer_ms",
+]
 
 # The official (C++) client checks its unacknowledged messages once per tick (its default,
 # ConsumerConfiguration's tickDurationInMs), so a message comes back between the ack timeout and
@@ -30,6 +41,20 @@ __all__ = ["ACK_TIMEOUT_TICK_MS", "Bounds", "Budget", "Drain", "RecordOptions", 
 ACK_TIMEOUT_TICK_MS = 1_000
 # The official (C++) client refuses an ack timeout under 10 s.
 MIN_ACK_TIMEOUT_MS = 10_000
+# The official (C++) client re-arms its one negative-ack timer at every negative ack (since 3.3.0:
+# NegativeAcksTracker::add calls scheduleTimer, which sets the timer to fire a third of the delay
+# from now), so a consumer that negatively acknowledges more often than that never has its timer
+# fire, and asks for none of its redeliveries until it pauses.  Measured against txnmodel serve
+# (pulsar-client 3.13.0, delay 300 ms): a nack every 20 or 50 ms for 3 s, first redelivery at
+# 3.1 s; every 150 or 250 ms, at 0.47 and 0.52 s.  A nack consumer therefore spaces its negative
+# acks by this many timer intervals, and then its timer fires within two intervals after a nack is
+# due (one re-arm at most before it fires): the bound it states is delay + 2 intervals + slack.
+NACK_SPACING = 2
+
+
+def nack_timer_ms(delay_ms: int) -> int:
+    """The interval of the official client's negative-ack timer: a third of the delay (at least 100 ms)."""
+    return max(delay_ms, 100) // 3
 
 
 @dataclass(frozen=True)
@@ -55,13 +80,15 @@ class RecordOptions:
     slack_ms: int = 500
     liveness: bool = True
     quiet_ms: int | None = None  # None: 600 ms, or 5 s with liveness off (faults: clients reconnect slowly)
-    max_delay_ms: int = 400
+    max_delay_ms: int | None = None  # None: three broker ticks (longest_delay_ms)
     nack_delay_ms: int = 300
     ack_timeout_ms: int = MIN_ACK_TIMEOUT_MS
     txn_timeout_ms: int = 10_000
     max_drain_s: float = 60.0
     admin_url: str | None = None
     progress: bool = True
+    broker_gone_s: float = 10.0  # a broker that refuses connections this long ends the run early
+    overwrite: bool = False  # replace a run folder of the same name
     # Python API only: called once the writers are done, before the final drain (a test heals its
     # faults there, as a Jepsen test stops its nemesis before the final reads).
     before_drain: Callable[[], None] | None = field(default=None, compare=False)
@@ -74,6 +101,13 @@ class RecordOptions:
         if self.quiet_ms is not None:
             return self.quiet_ms
         return 600 if self.liveness else 5_000
+
+    @property
+    def longest_delay_ms(self) -> int:
+        """The delayed workload's longest delay: three broker ticks unless given.  A non-strict broker
+        may deliver a tick early, so only a delay past a tick can be caught early: with three ticks,
+        two thirds of the delayed messages can."""
+        return self.max_delay_ms if self.max_delay_ms is not None else 3 * self.broker_tick_ms
 
     @property
     def budget_ops(self) -> int | None:
@@ -91,13 +125,17 @@ class Bounds:
       takes it within one receive timeout (``receive_timeout_ms``); ``slack_ms`` covers the network,
       a busy machine and the clocks (the recorder reads one clock; a broker's that runs ahead of it
       delivers that much early, one that runs behind that much late).
-    * A negative ack: the official client redelivers once the negative-ack delay has passed, on a
-      timer that runs every third of that delay, then as above.
+    * A negative ack: the official client asks for the redelivery once the negative-ack delay has
+      passed, on a timer that runs every third of that delay and that every negative ack re-arms
+      (the nack workload spaces its negative acks by :data:`NACK_SPACING` intervals, so the timer
+      fires within two intervals after a nack is due), then as above.
     * An ack timeout: the client redelivers between the timeout and one of its ticks later
       (:data:`ACK_TIMEOUT_TICK_MS`), then as above.
 
     With ``liveness`` off (faults injected, a cluster being disturbed) no bound is stated and the
-    two liveness checks have nothing to judge: they say so in the verdict.
+    two liveness checks have nothing to judge: they say so in the verdict.  A run with liveness on
+    that sees a consumer disconnected withdraws its bounds when the history is written
+    (:meth:`Run.disturbed`).
     """
 
     tick_ms: int
@@ -113,7 +151,7 @@ class Bounds:
         return 0 if self.strict else self.tick_ms
 
     def nack_within(self, delay_ms: int) -> int | None:
-        return delay_ms + delay_ms // 3 + self.receive_ms + self.slack_ms if self.liveness else None
+        return delay_ms + 2 * nack_timer_ms(delay_ms) + self.receive_ms + self.slack_ms if self.liveness else None
 
     def ack_timeout_within(self) -> int | None:
         return ACK_TIMEOUT_TICK_MS + self.receive_ms + self.slack_ms if self.liveness else None
@@ -135,10 +173,20 @@ class Budget:
 
     def __init__(self, ops: int | None, seconds: float | None, on_take: Callable[[], None] = lambda: None) -> None:
         self._left = ops
+        self.total = ops
+        self.taken = 0
         self._deadline = None if seconds is None else time.monotonic() + seconds
         self._lock = threading.Lock()
         self._on_take = on_take
         self.stopped = threading.Event()
+
+    def left_s(self, elapsed: float) -> float | None:
+        """About how long the writers still run: to the deadline, or at the rate so far."""
+        if self._deadline is not None:
+            return max(0.0, self._deadline - time.monotonic())
+        if self.total is None or not self.taken:
+            return None
+        return elapsed / self.taken * max(0, self.total - self.taken)
 
     def take(self) -> bool:
         """One more unit of work, if the budget allows."""
@@ -153,8 +201,13 @@ class Budget:
                     self.stopped.set()
                     return False
                 self._left -= 1
+            self.taken += 1
         self._on_take()
         return True
+
+
+class RunStopped(Exception):
+    """The run was stopped (Ctrl-C, SIGTERM, a broker gone) while setting up or winding down."""
 
 
 class Drain:
@@ -169,6 +222,7 @@ class Drain:
         self.draining = threading.Event()
         self.done = threading.Event()
         self.timed_out = False
+        self.cancelled = threading.Event()  # the run stopped: no drain, the consumers stop now
         self._started_ms: int | None = None
 
     def saw(self, name: str, *, message: bool, connected: bool, invoked_ms: int) -> None:
@@ -191,6 +245,11 @@ class Drain:
                 self._busy[name] = max(self._busy[name], now)
         self.draining.set()
 
+    def idle_count(self) -> tuple[int, int]:
+        """How many consumers found nothing on their last receive, of how many."""
+        with self._lock:
+            return sum(self._idle.values()), len(self._idle)
+
     def quiet(self) -> bool:
         now = self._now()
         with self._lock:
@@ -200,13 +259,18 @@ class Drain:
         """Start the drain and return once every consumer is quiet (or ``max_s`` passed)."""
         self.start()
         deadline = time.monotonic() + max_s
-        while True:
+        while not self.cancelled.is_set():
             if self._now() >= not_before_ms and self.quiet():
                 break
             if time.monotonic() >= deadline:
                 self.timed_out = True
                 break
             time.sleep(0.02)
+        self.done.set()
+
+    def cancel(self) -> None:
+        """The run stopped: end the drain (and with it the consumers' loops) now."""
+        self.cancelled.set()
         self.done.set()
 
 
@@ -234,6 +298,94 @@ class Run:
         )
         self._payloads = 0
         self._lock = threading.Lock()
+        self.drains: list[Drain] = []
+        self.budget: Budget | None = None
+        self.stopping = threading.Event()
+        self.finished = threading.Event()  # the run is over (stopped or not): the watchdog leaves
+        self.broker_gone = False
+        self.disturbance: str | None = None  # the first sign that the run was not fault-free
+        self.stop_reason: str | None = None
+        self.stopped_at_ms: int | None = None
+        self.phase = "setup"  # setup, writers, drain, cleanup, write: where a stop found the run
+
+    def drain(self, names: list[str], quiet_ms: int) -> Drain:
+        """A final drain of ``names``, cancelled if the run stops."""
+        drain = Drain(names, quiet_ms, self.log.clock.now_ms)
+        with self._lock:
+            self.drains.append(drain)
+            stopped = self.stopping.is_set()
+        if stopped:
+            drain.cancel()
+        return drain
+
+    def stop(self, reason: str) -> None:
+        """Stop the run (any thread, once; the first reason is kept): the writers take no more work,
+        every drain ends now, the setup's retries give up (:meth:`check`)."""
+        with self._lock:
+            if self.stop_reason is None:
+                self.stop_reason = reason
+                self.stopped_at_ms = self.log.clock.now_ms()
+            drains = list(self.drains)
+        self.stopping.set()
+        if self.budget is not None:
+            self.budget.stopped.set()
+        for drain in drains:
+            drain.cancel()
+
+    def at(self, unix_ms: int) -> str:
+        """A time of the run as the reports say it: ``+1.2 s`` from its start."""
+        return f"+{(unix_ms - self.log.clock.unix_ms_at_start()) / 1000:.1f} s"
+
+    def disturbed(self, what: str) -> None:
+        """A sign that the run is not fault-free (a consumer disconnected): the liveness bounds the
+        recorder stated hold for a fault-free run only, and are withdrawn when the history is written."""
+        with self._lock:
+            if self.disturbance is None:
+                self.disturbance = what
+
+    def check(self) -> None:
+        """Raise :class:`RunStopped` once the run was stopped (the setup's retry loops call it)."""
+        if self.stopping.is_set():
+            raise RunStopped(self.stop_reason or "stopped")
+
+    def pause(self, seconds: float) -> None:
+        """Sleep between retries; :class:`RunStopped` at once if the run stops meanwhile."""
+        self.check()
+        if self.stopping.wait(seconds):
+            self.check()
+
+    def watch_broker(self, host: str, port: int) -> threading.Thread:
+        """Stop the run once the broker has been unreachable for ``broker_gone_s`` seconds (it died:
+        nothing more can be recorded, and what was is kept).  Unreachable: every consumer of the
+        run is disconnected (or none is attached yet) and a TCP connection to it is refused, so a
+        run whose consumers are connected never opens a connection of its own."""
+
+        def reachable() -> bool:
+            if any(consumer.connected() for consumer in list(self.consumers)):
+                return True
+            try:
+                with socket.create_connection((host, port), timeout=1.0):
+                    return True
+            except OSError:
+                return False
+
+        def watch() -> None:
+            since: float | None = None
+            while not self.stopping.wait(0.5) and not self.finished.is_set():
+                if reachable():
+                    since = None
+                    continue
+                now = time.monotonic()
+                since = now if since is None else since
+                if now - since >= self.options.broker_gone_s:
+                    gone_ms = self.log.clock.now_ms() - int((now - since) * 1000)
+                    self.broker_gone = True
+                    self.stop(f"the broker at {self.options.url} has been unreachable since {self.at(gone_ms)}")
+                    return
+
+        thread = threading.Thread(target=watch, name="record-watchdog", daemon=True)
+        thread.start()
+        return thread
 
     def topic(self, name: str) -> str:
         full = f"persistent://{self.options.namespace}/{self.prefix}-{name}"
@@ -265,6 +417,8 @@ class Run:
         def body() -> None:
             try:
                 target(*args)
+            except RunStopped:
+                return  # the run stopped while this thread was setting something up
             except BaseException as exc:  # surfaced by the run: a recorder bug is never silent
                 with self._lock:
                     self.errors.append(exc)
@@ -280,6 +434,14 @@ class Run:
             thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 self.notes.append(f"thread {thread.name} did not finish within {timeout_s:.0f} s")
+
+    def wind_down(self, timeout_s: float) -> list[str]:
+        """After a stop: wait up to ``timeout_s`` for every thread of the run to finish its call in
+        flight; the names of those still busy (their operations stay open: unknown outcomes)."""
+        deadline = time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return [thread.name for thread in self._threads if thread.is_alive()]
 
     def close_clients(self) -> None:
         for session in self.sessions:

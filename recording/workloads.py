@@ -9,28 +9,43 @@ produce-consume     writers send keyed messages (some through a batching produce
                     Failover cumulatively now and then.  Loss, positions, order, Key_Shared
                     per-key order.
 nack                a Shared (2 consumers) and an Exclusive subscription negatively           no
-                    acknowledge about a third of first deliveries and acknowledge the rest.
-                    Loss and redelivery after a negative ack within the stated bound.
+                    acknowledge about a third of first deliveries (at most one per
+                    consumer every two timer intervals, 200 ms: ``NACK_SPACING``) and
+                    acknowledge the rest.  Loss and redelivery after a negative ack
+                    within the stated bound.
 ack-timeout         a Shared subscription (2 consumers, ack timeout 10 s) leaves about a      no
                     quarter of first deliveries unacknowledged.  Redelivery after the ack
                     timeout within the stated bound (the run lasts at least 12 s).
 delayed             writers send plain messages and messages delayed by ``deliver_after``    no
-                    and by ``deliver_at`` (up to ``max_delay_ms``); Shared, Key_Shared and
+                    and by ``deliver_at`` (up to three broker ticks); Shared, Key_Shared and
                     Exclusive subscriptions read them.  Never early, and within the stated
                     bound after due.
 ctp                 consume-transform-produce: a plain writer fills an input topic; each      yes
                     transformer (wire client) takes messages from a Shared subscription,
                     sends a transformed message per input to an output topic and acks the
-                    input inside one transaction, then commits (85%) or aborts; after
-                    every fourth transaction it restarts (reconnects).  Readers (official
-                    client) read the outputs committed.
+                    input inside one transaction, then commits (85%) or aborts, and asks
+                    to abort one committed transaction in ten again; after every fourth
+                    transaction it restarts (reconnects).  Readers (official client)
+                    read the outputs committed.
 multi               atomic multi-partition produce: writers send one message to each output  yes
-                    topic inside a transaction and commit (80%) or abort, beside a plain
-                    writer; non-transactional readers read every topic concurrently.
+                    topic inside a transaction and commit (80%) or abort (and ask to abort
+                    one committed transaction in ten again), beside a plain writer;
+                    non-transactional readers read every topic concurrently.
 ==================  ========================================================================  ==========
 
 Every workload's topics are fresh (the run's unique prefix); every subscription starts at
 Earliest and is attached before anything is sent, so every message must reach it.
+
+**The checks a workload names** (:data:`CHECKS`, also in each history's run metadata) are the
+checks of ``txnmodel verify`` it is built to exercise, and every one of them can fire at the
+workload's default options: ``tests/recording/test_teeth.py`` records ``txnmodel serve`` with a
+quirk that breaks each check (``engine/serve/quirks.py``) at the defaults and sees exactly that
+anomaly flagged.  That is why the delayed workload's longest delay defaults to three broker ticks
+(a non-strict broker may deliver a tick early, so shorter delays could never be caught early), why
+ctp and multi now and then ask to abort a transaction they committed (a correct broker refuses;
+one that accepts both ends is caught by commit-and-abort), and why a nack consumer spaces its
+negative acks (below).  The checks that hold of every history (garbage-read,
+inconsistent-position, ...) are named where a workload exercises them on purpose.
 """
 
 from __future__ import annotations
@@ -43,9 +58,9 @@ from typing import Any
 
 from recording.clients import OfficialConsumer, OfficialProducer, WireSession
 from recording.log import Process
-from recording.runtime import Budget, Drain, Run
+from recording.runtime import NACK_SPACING, Budget, Drain, Run, nack_timer_ms
 
-__all__ = ["NEEDS_TXN", "WORKLOADS", "WorkloadResult"]
+__all__ = ["CHECKS", "NEEDS_TXN", "WORKLOADS", "WorkloadResult"]
 
 
 @dataclass
@@ -81,6 +96,8 @@ def _consumer_loop(
         invoked, before = run.log.clock.now_ms(), consumer.connected()
         message = consumer.receive(process, timeout)
         connected = before and consumer.connected()
+        if not connected and not run.stopping.is_set():
+            run.disturbed(f"consumer {consumer.name} was disconnected at {run.at(invoked)}")
         drain.saw(consumer.name, message=message is not None, connected=connected, invoked_ms=invoked)
         if message is not None:
             on_message(process, consumer, message)
@@ -108,6 +125,7 @@ def _attach(
                 process = Process(run.log)
                 consumer = None
                 for _ in range(20):
+                    run.check()
                     consumer = OfficialConsumer.subscribe(
                         process,
                         client,
@@ -120,7 +138,7 @@ def _attach(
                     )
                     if consumer is not None:
                         break
-                    time.sleep(0.2)
+                    run.pause(0.2)
                 if consumer is None:
                     raise RuntimeError(f"could not subscribe {name} to {topic} ({sub.name})")
                 run.consumers.append(consumer)
@@ -134,7 +152,7 @@ def _start_consumers(
     on_message: Callable[[Process, OfficialConsumer, Any], None],
     quiet_ms: int,
 ) -> tuple[Drain, list[threading.Thread]]:
-    drain = Drain([c.name for c, _ in attached], quiet_ms, run.log.clock.now_ms)
+    drain = run.drain([c.name for c, _ in attached], quiet_ms)
     threads = [
         run.thread(_consumer_loop, run, consumer, process, drain, on_message, name=consumer.name)
         for consumer, process in attached
@@ -146,6 +164,7 @@ def _finish(
     run: Run, drain: Drain, consumers: list[threading.Thread], not_before_ms: int = 0, extra_s: float = 0.0
 ) -> bool:
     """Heal hook, final drain, consumers joined; whether the drain timed out."""
+    run.phase = "drain"
     if run.options.before_drain is not None:
         run.options.before_drain()
     drain.wait(not_before_ms, run.options.max_drain_s + extra_s)
@@ -172,11 +191,12 @@ def _create_producer(run: Run, client: Any, topic: str, **options: Any) -> Any:
     """A producer, retried while the broker does not answer (a lost answer, a broker restarting)."""
     last: Exception | None = None
     for _ in range(20):
+        run.check()
         try:
             return client.create_producer(topic, send_timeout_millis=run.options.send_timeout_ms, **options)
         except Exception as exc:  # the official client's errors: retried, the last one raised
             last = exc
-            time.sleep(0.2)
+            run.pause(0.2)
     raise RuntimeError(f"could not create a producer on {topic}: {last}")
 
 
@@ -272,17 +292,24 @@ def nack(run: Run, budget: Budget) -> WorkloadResult:
     subs = [_Sub("shared", "Shared", 2), _Sub("exclusive", "Exclusive", 1)]
     attached = _attach(run, topics, subs, options={"negative_ack_redelivery_delay_ms": delay})
     rngs: dict[str, Any] = {}
+    last_nack: dict[str, int] = {}
+    spacing = NACK_SPACING * nack_timer_ms(delay)
     nacked = [0]
 
     def on_message(process: Process, consumer: OfficialConsumer, message: Any) -> None:
         rng = rngs.setdefault(consumer.name, run.rng(consumer.name))
-        if message.redelivery_count() == 0 and rng.random() < 0.33:
+        now = run.log.clock.now_ms()
+        spaced = now - last_nack.get(consumer.name, -spacing) >= spacing
+        if message.redelivery_count() == 0 and rng.random() < 0.33 and spaced:
             nacked[0] += 1
             consumer.negative_acknowledge(process, message, within_ms=within)
+            last_nack[consumer.name] = run.log.clock.now_ms()
         else:
             consumer.acknowledge(process, message)
 
-    quiet = max(run.options.quiet, delay + delay // 3 + run.options.slack_ms)
+    # Quiet for longer than the stated bound: a negative ack made just before the drain started
+    # must still have an empty receive after its redelivery was due.
+    quiet = max(run.options.quiet, (within or delay) + 2 * run.options.receive_timeout_ms)
     drain, consumers = _start_consumers(run, attached, on_message, quiet)
     run.join(_plain_writers(run, budget, topics))
     timed_out = _finish(run, drain, consumers)
@@ -327,9 +354,11 @@ def delayed(run: Run, budget: Budget) -> WorkloadResult:
     latest = [0]
     clock = run.log.clock
 
+    longest = run.options.longest_delay_ms
+
     def choose(rng: Any, n: int) -> dict[str, Any]:
         kind = rng.random()
-        delay = rng.randrange(run.options.max_delay_ms + 1)
+        delay = rng.randrange(longest + 1)
         args: dict[str, Any] = {"key": f"k{rng.randrange(8)}"}
         if kind < 0.4:
             return args
@@ -346,6 +375,14 @@ def delayed(run: Run, budget: Budget) -> WorkloadResult:
     not_before = latest[0] + run.options.broker_tick_ms + run.options.slack_ms
     timed_out = _finish(run, drain, consumers, not_before_ms=not_before)
     return WorkloadResult(topics, [s.name for s in subs], drain_timed_out=timed_out)
+
+
+def _end_again(session: WireSession, process: Process, txn: Any, rng: Any, *, committed: bool) -> None:
+    """Now and then, ask to abort a transaction that committed: a transaction ends once (TC-6), so a
+    correct broker refuses (the abort fails and changes nothing); one that accepts is caught by
+    commit-and-abort.  A refused second end leaves nothing open, so the drain need not wait for it."""
+    if committed and rng.random() < END_AGAIN:
+        session.end(process, txn, commit=False)
 
 
 def _reader_subs() -> list[_Sub]:
@@ -366,12 +403,13 @@ def ctp(run: Run, budget: Budget) -> WorkloadResult:
     for session, name in zip(sessions, names, strict=True):
         process = Process(run.log)
         for _ in range(20):
+            run.check()
             if session.subscribe(process, source, "ctp", "Shared", name, liveness=run.options.liveness):
                 break
-            time.sleep(0.2)
+            run.pause(0.2)
         else:
             raise RuntimeError(f"could not subscribe {name} to {source}")
-    transform_drain = Drain(names, run.options.quiet, run.log.clock.now_ms)
+    transform_drain = run.drain(names, run.options.quiet)
     counts = {"committed": 0, "aborted": 0, "unknown": 0, "restarts": 0}
     lock = threading.Lock()
     txns = _Txns(run.options.txn_timeout_ms, 2_000 + run.options.slack_ms)
@@ -417,6 +455,7 @@ def ctp(run: Run, budget: Budget) -> WorkloadResult:
             commit = alive and rng.random() < 0.85
             ended = session.end(process, txn, commit=commit)
             txns.ended(started, ended)
+            _end_again(session, process, txn, rng, committed=commit and ended)
             with lock:
                 key = "unknown" if not ended and commit else ("committed" if commit and ended else "aborted")
                 counts[key] += 1
@@ -432,6 +471,7 @@ def ctp(run: Run, budget: Budget) -> WorkloadResult:
     while budget.take():
         input_producer.send(writer_process, run.payload("in", n))
         n += 1
+    run.phase = "drain"
     if run.options.before_drain is not None:
         run.options.before_drain()
     transform_drain.wait(0, run.options.max_drain_s)
@@ -476,6 +516,7 @@ def multi(run: Run, budget: Budget) -> WorkloadResult:
             commit = alive and rng.random() < 0.8
             ended = session.end(process, txn, commit=commit)
             txns.ended(started, ended)
+            _end_again(session, process, txn, rng, committed=commit and ended)
             with lock:
                 key = "unknown" if not ended and commit else ("committed" if commit and ended else "aborted")
                 counts[key] += 1
@@ -509,6 +550,32 @@ WORKLOADS: dict[str, Callable[[Run, Budget], WorkloadResult]] = {
     "multi": multi,
 }
 NEEDS_TXN = frozenset({"ctp", "multi"})
+# The checks each workload names: built to exercise, and each can fire at the workload's defaults
+# (see the module docstring; tests/recording/test_teeth.py breaks each one).
+CHECKS: dict[str, tuple[str, ...]] = {
+    "produce-consume": (
+        "garbage-read",
+        "inconsistent-position",
+        "lost-message",
+        "realtime-order",
+        "out-of-order-delivery",
+    ),
+    "nack": ("lost-message", "lost-redelivery"),
+    "ack-timeout": ("lost-message", "lost-redelivery"),
+    "delayed": ("early-delivery", "late-delivery", "lost-message", "out-of-order-delivery"),
+    "ctp": (
+        "aborted-read",
+        "premature-read",
+        "fractured-read",
+        "duplicate-after-commit",
+        "lost-message",
+        "commit-and-abort",
+    ),
+    "multi": ("aborted-read", "premature-read", "fractured-read", "lost-message", "commit-and-abort"),
+}
+assert set(CHECKS) == set(WORKLOADS)
+# How often ctp and multi ask to abort a transaction that committed (_end_again).
+END_AGAIN = 0.1
 # A ctp transformer closes its connection and subscribes again after this many transactions, as a
 # restarted service would: the broker redelivers what its consumer held and had not acknowledged.
 RESTART_EVERY = 4

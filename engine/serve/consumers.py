@@ -315,4 +315,6 @@ class Consumers:
             consumer.permits -= first.batch_size
         else:
             consumer.permits -= 1
-        conn.send(encode_frame(T(type=T.MESSAGE, message=command), stored))
+        faults = self.replies.faults
+        if faults is None or not faults.dispatch(conn, consumer, sub, group, command, stored):
+            conn.send(encode_frame(T(type=T.MESSAGE, message=command), stored))

@@ -23,8 +23,12 @@ history's metadata), the faults of :data:`engine.simulated.faults.FAULT_RATES`:
 ``duplicate_request`` is accepted and ignored: TCP does not duplicate, and a client that retries
 on its own is the only source of duplicates on a socket.
 
-A spec is ``on`` (these rates), ``off``, or comma-separated ``KIND=RATE`` items, after ``on`` to
-override some rates or alone to inject only those kinds.
+Besides these faults, which a correct broker survives, the **quirks** of :mod:`engine.serve.quirks`
+make the server break one promise each (hide a message, deliver a delayed one at once, ignore a
+redelivery request, ...), so that a check of ``txnmodel verify`` has something to catch.
+
+A spec is ``on`` (the fault rates, no quirk), ``off``, or comma-separated ``KIND=RATE`` items (a
+fault or a quirk), after ``on`` to override some rates or alone to inject only those kinds.
 """
 
 from __future__ import annotations
@@ -33,14 +37,16 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from engine.broker import Broker, BrokerFaults
+from engine.broker import Broker, BrokerFaults, Delivered, SubscriptionService
 from engine.ledger_store import LedgerFaults, LedgerStore
 from engine.scheduler import Simulation
-from engine.serve.connection import Connection, Network
+from engine.serve.connection import Connection, Consumer, Network
+from engine.serve.quirks import MILLISECOND_QUIRKS, QUIRKS, Quirks
 from engine.simulated.faults import FAULT_RATES as SIMULATOR_RATES
+from spec.frame import Frame
 from spec.pb import PulsarApi_pb2 as api
 
-__all__ = ["FAULT_RATES", "FaultEvent", "ServeFaults", "awaited", "ledger_faults", "parse_faults"]
+__all__ = ["FAULT_RATES", "QUIRKS", "FaultEvent", "ServeFaults", "awaited", "ledger_faults", "parse_faults"]
 
 log = logging.getLogger("runners.serve.faults")
 
@@ -67,7 +73,8 @@ def awaited(command: Any) -> bool:
 
 
 def parse_faults(spec: str) -> dict[str, float] | None:
-    """``on`` / ``off`` / ``on,KIND=RATE,...`` / ``KIND=RATE,...``; a bad kind or rate is a ValueError."""
+    """``on`` / ``off`` / ``on,KIND=RATE,...`` / ``KIND=RATE,...`` (a fault of :data:`FAULT_RATES`
+    or a quirk of :data:`~engine.serve.quirks.QUIRKS`); a bad kind or rate is a ValueError."""
     items = [item.strip() for item in spec.split(",") if item.strip()]
     if items == ["off"]:
         return None
@@ -81,14 +88,19 @@ def parse_faults(spec: str) -> dict[str, float] | None:
         rates = dict.fromkeys(FAULT_RATES, 0.0)
     for item in items:
         kind, sep, value = item.partition("=")
-        if not sep or kind not in FAULT_RATES:
-            raise ValueError(f"fault {item!r}: kinds are {', '.join(sorted(FAULT_RATES))}")
+        if not sep or (kind not in FAULT_RATES and kind not in QUIRKS):
+            raise ValueError(
+                f"fault {item!r}: kinds are {', '.join(sorted(FAULT_RATES))}; quirks are {', '.join(sorted(QUIRKS))}"
+            )
         try:
             rate = float(value)
         except ValueError:
             raise ValueError(f"fault {item!r}: {value!r} is not a number") from None
-        if rate < 0 or (kind != "max_extra_delay_ms" and rate > 1):
-            raise ValueError(f"fault {item!r}: a rate is in [0, 1] (max_extra_delay_ms: milliseconds >= 0)")
+        milliseconds = kind == "max_extra_delay_ms" or kind in MILLISECOND_QUIRKS
+        if rate < 0 or (not milliseconds and rate > 1):
+            raise ValueError(
+                f"fault {item!r}: a rate is in [0, 1] (max_extra_delay_ms, deliver_late_ms: milliseconds >= 0)"
+            )
         rates[kind] = rate
     return rates
 
@@ -131,6 +143,8 @@ class ServeFaults:
         )
         if any(rates.get(k) for k in ("broker_crash", "coordinator_crash", "topic_unload", "connection_drop")):
             self._schedule_component_fault()
+        # The broker's quirks stay on through a heal: they are what it is, not a passing disturbance.
+        self.quirks = Quirks(rates, sim=sim, injected=self.injected)
 
     def heal(self) -> None:
         """Stop injecting (what was injected stays in :attr:`events`); a crashed broker restarts."""
@@ -152,16 +166,37 @@ class ServeFaults:
 
     # -- per frame --------------------------------------------------------------------------------
 
-    def drop_request(self, conn: Connection, command: Any) -> bool:
+    def drop_request(self, conn: Connection, command: Any, frame: Frame | None = None) -> bool:
+        """Whether a request goes no further: dropped (a fault), or taken by a quirk (dropped or
+        answered; a quirk may also rewrite it in place and let it through)."""
+        if self.quirks.inbound(conn, command, frame):
+            return True
         if not awaited(command) or not self._chance("drop_request"):
             return False
         self.injected(f"request-dropped-{T.Type.Name(command.type)}", conn.peer)
         return True
 
     def drop_response(self, conn: Connection, command: Any) -> bool:
+        """Whether a response is dropped (a quirk may rewrite it in place first)."""
+        self.quirks.response(conn, command)
         if command.type in _KEPT or not self._chance("drop_response"):
             return False
         self.injected(f"response-dropped-{T.Type.Name(command.type)}", conn.peer)
+        return True
+
+    def dispatch(
+        self,
+        conn: Connection,
+        consumer: Consumer,
+        sub: SubscriptionService,
+        group: list[Delivered],
+        command: Any,
+        stored: bytes,
+    ) -> bool:
+        """Whether the quirks took a MESSAGE (sent, held or hidden it); else the caller sends it."""
+        if not self.quirks.active:
+            return False
+        self.quirks.dispatch(conn, consumer, sub, group, command, stored)
         return True
 
     def maybe_stall(self, conn: Connection) -> None:

@@ -297,7 +297,7 @@ class PulsarServer:
             return
         if not conn.connected:
             raise ProtocolViolation(f"{T.Type.Name(kind)} before CONNECT")
-        if self.faults is not None and self.faults.drop_request(conn, cmd):
+        if self.faults is not None and self.faults.drop_request(conn, cmd, frame):
             return
         handler = self._handlers.get(kind)
         if handler is None:

@@ -47,7 +47,13 @@ class Nemesis:
 
 
 def record_with_faults(
-    workload: str, seed: int, *, seconds: float = 3.0, ledger: str = "memory", data: Any = None
+    workload: str,
+    seed: int,
+    *,
+    seconds: float = 3.0,
+    ledger: str = "memory",
+    data: Any = None,
+    liveness: bool = False,
 ) -> tuple[Checked, list[str]]:
     """Record ``workload`` for ``seconds`` under faults; the verdicts and the faults the nemesis injected."""
     handle = start(config=CONFIG, seed=seed, faults=FAULTS, ledger=ledger, data=data)
@@ -60,7 +66,7 @@ def record_with_faults(
             ops=None,
             seconds=seconds,
             seed=seed,
-            liveness=False,  # no liveness bound holds while a broker crashes
+            liveness=liveness,  # no liveness bound holds while a broker crashes
             txn_timeout_ms=3_000,
             before_drain=nemesis.heal,  # faults stop before the final drain, as a nemesis before final reads
             max_drain_s=60.0,

@@ -23,7 +23,7 @@ def test_record_writes_the_kafka_workload_too(workload: str, capsys: pytest.Capt
     with serve(config=CONFIG) as url:
         assert main([*args, "--url", url, "--operation-timeout", "3"]) == 0
     assert "Jepsen's Kafka workload, EDN" in capsys.readouterr().out
-    (edn,) = Path(out).glob("*.edn")
+    (edn,) = Path(out).rglob("*.edn")  # in the run folder OUT/<workload>/<timestamp>/
     ((_, ops),) = read_parquet(edn.with_suffix(".parquet")).items()
     back = parse_edn(edn.read_text(), history="k")
     sent = sorted(o.args["message"].strip('"') for o in ops if o.f == "send")

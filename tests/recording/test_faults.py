@@ -29,3 +29,17 @@ def test_no_false_alarm_across_unknown_outcomes(workload: str, seed: int) -> Non
     # no liveness bound was stated: the two liveness checks say they had nothing to judge
     assert not checked.applies("late-delivery") and not checked.applies("lost-redelivery")
     assert checked.applies("lost-message")
+
+
+@pytest.mark.parametrize("workload", ["nack", "delayed"])
+def test_liveness_bounds_are_withdrawn_from_a_disturbed_run(workload: str) -> None:
+    """Recorded with liveness on (the default) while the broker crashes: the recorder saw its
+    consumers disconnected, so it states no liveness bound, and a late redelivery after a crash is
+    not a false alarm."""
+    checked, injected = record_with_faults(workload, 0, liveness=True)
+    assert injected
+    assert set(verdicts(checked.rows).values()) == {"ok"}, checked.anomalies
+    run = checked.result.metadata["runs"][checked.result.history]
+    assert run["bounds"]["withdrawn"] and "disconnected" in run["bounds"]["withdrawn"]
+    assert any(note.startswith("liveness bounds withdrawn") for note in run["notes"])
+    assert not checked.applies("late-delivery") and not checked.applies("lost-redelivery")

@@ -132,7 +132,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="inject faults, seeded by --seed and logged: 'on' (the simulator's kinds and rates), 'off', or "
         "KIND=RATE items (after 'on' to override): broker_crash, coordinator_crash, topic_unload, connection_drop, "
         "drop_request, drop_response, max_extra_delay_ms, ledger_append, ledger_read, short_txn_timeout, "
-        "participant_timeout",
+        "participant_timeout; and quirks, a broker that breaks one promise (docs/serve.md, Quirks): phantom_message, "
+        "misplace_receipt, swap_positions, reorder_dispatch, hide_message, ignore_delay, deliver_late_ms, "
+        "ignore_redelivery, commit_aborts, expose_open_txns, hide_txn_message, lose_txn_acks, end_twice",
     )
     serve.add_argument("--verbose", action="store_true", help="log more than warnings")
     serve.set_defaults(func=cmd_serve)
