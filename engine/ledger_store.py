@@ -19,6 +19,7 @@ the next open recovers the store from its journal.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -81,6 +82,8 @@ class LedgerStore:
         adaptive: AdaptiveCommit | None = None,
         max_journal_records: int = MAX_JOURNAL_RECORDS,
         max_journal_bytes: int = MAX_JOURNAL_BYTES,
+        room_reserve: int = 0,
+        full_disk_fatal: bool = True,
     ) -> None:
         if kind not in ("memory", "file"):
             raise ValueError(f"ledger kind must be memory or file, not {kind!r}")
@@ -120,6 +123,13 @@ class LedgerStore:
         # disk), and who is told of it: its owner must stop, not retry as after a disk fault.
         self.fatal: BaseException | None = None
         self.on_fatal: Callable[[BaseException], None] | None = None
+        # A full disk, for an owner that serves on (``full_disk_fatal`` False): why writes are
+        # refused now (None: they are not).  A write that failed for want of room sets it, and so
+        # does :meth:`check_room` when less than ``room_reserve`` bytes are free; it clears once
+        # there is room again.
+        self.room_reserve = room_reserve
+        self.full_disk_fatal = full_disk_fatal
+        self.no_room: str | None = None
 
     @property
     def deferred(self) -> bool:
@@ -169,10 +179,50 @@ class LedgerStore:
             self.on_failure(error)
 
     def _note_fatal(self, error: BaseException) -> None:
+        full = _no_room(error)
+        if full is not None and not self.full_disk_fatal:
+            self.no_room = f"a write failed for want of room: {full}"
+            return
         if self.fatal is None and storage_lost(error) is not None:
             self.fatal = error
             if self.on_fatal is not None:
                 self.on_fatal(error)
+
+    def check_room(self) -> str | None:
+        """Whether a file store has room to write: why writes are refused now, None while they are
+        not.  Less than ``room_reserve`` bytes free refuses them (a checkpoint and the writes let
+        through before still fit); once refused, they resume when the reserve is free again and a
+        probe file can be written and synced (a quota the free space does not show)."""
+        if self.kind != "file" or self.directory is None:
+            return None
+        directory = os.fspath(self.directory)
+        free_bytes = getattr(self.disk, "free_bytes", None)
+        try:
+            free = free_bytes(directory) if callable(free_bytes) else None
+        except OSError:
+            free = None
+        if free is not None and free < self.room_reserve:
+            self.no_room = f"{free} bytes free in {directory}, fewer than the {self.room_reserve} kept free"
+        elif self.no_room is not None and self._probe(directory):
+            self.no_room = None
+        return self.no_room
+
+    def _probe(self, directory: str) -> bool:
+        """Whether a small file can be written and synced in ``directory`` (and is removed after)."""
+        path = os.path.join(directory, ".room-probe")
+        try:
+            fd = self.disk.open(path, create=True, truncate=True)
+            try:
+                self.disk.pwrite(fd, bytes(_PROBE_BYTES), 0)
+                self.disk.sync(fd)
+            finally:
+                self.disk.close(fd)
+            self.disk.unlink(path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                self.disk.unlink(path)
+            return False
+        return True
 
     def barrier(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once everything written so far is durable (at once unless deferred)."""
@@ -311,6 +361,21 @@ class LedgerStore:
 
 # A full disk, a quota or a file-size limit: the store cannot go on, whatever is retried.
 _FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+_PROBE_BYTES = 4096
+
+
+def _no_room(error: BaseException) -> OSError | None:
+    """The OSError of a full disk (ENOSPC, EDQUOT, EFBIG) ``error`` is or was raised from, if any."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _FULL:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def storage_lost(error: BaseException) -> str | None:

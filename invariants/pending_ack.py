@@ -17,6 +17,7 @@ from reference.pending_ack import (
     AckBits,
     CommitTxn,
     CursorView,
+    FollowCursor,
     HandleState,
     IndividualAck,
     PendingAckState,
@@ -393,6 +394,33 @@ def reset_cursor_resets_exactly(before: PendingAckState, command: Any, result: A
     return ResetSubscriptionCursor(command.mark_delete_position, read) in result.effects
 
 
+def view_follows_the_cursor(before: PendingAckState, command: Any, result: Any, after: PendingAckState) -> bool:
+    """PA-25: following the durable cursor moves the view's mark-delete position to the larger of the
+    two and nothing else on the cursor but what now lies at or below it; the pending maps lose only
+    what lies at or below it; nothing is logged and no cursor effect is emitted."""
+    if not isinstance(command, FollowCursor):
+        return True
+    if not isinstance(result, Ok) or result.effects:
+        return False
+    md = max(before.cursor.mark_delete_position, command.mark_delete_position)
+    cursor = after.cursor
+    if cursor.mark_delete_position < md:
+        return False
+    if md == before.cursor.mark_delete_position:
+        return after == before
+    # Past ``md`` the view may fold only the run of deletes that follows it (within its ledger).
+    beyond = cursor.mark_delete_position
+    if not all(p <= beyond or p in cursor.individually_deleted for p in before.cursor.individually_deleted):
+        return False
+    if any(p <= beyond for p in cursor.individually_deleted) or any(p <= beyond for p in cursor.batch_deleted):
+        return False
+    kept = {p: b for p, b in before.individual_ack_positions.items() if p > beyond}
+    if dict(after.individual_ack_positions.items()) != kept:
+        return False
+    slot = before.cumulative_ack
+    return after.cumulative_ack == (slot if slot is not None and slot.position > beyond else None)
+
+
 STEP_PROPERTIES: tuple[StepProperty[PendingAckState], ...] = (
     StepProperty("deleted_is_absorbing", ("PA-3",), deleted_is_absorbing),
     StepProperty("commit_deletes_exactly_its_acks", ("PA-12",), commit_deletes_exactly_its_acks),
@@ -400,4 +428,5 @@ STEP_PROPERTIES: tuple[StepProperty[PendingAckState], ...] = (
     StepProperty("failed_ack_changes_nothing", ("PA-4", "PA-7"), failed_ack_changes_nothing),
     StepProperty("accepted_ack_is_held", ("PA-8",), accepted_ack_is_held),
     StepProperty("reset_cursor_resets_exactly", ("PA-22",), reset_cursor_resets_exactly),
+    StepProperty("view_follows_the_cursor", ("PA-25",), view_follows_the_cursor),
 )

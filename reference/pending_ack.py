@@ -53,6 +53,7 @@ __all__ = [
     "CursorCumulativeAck",
     "CursorIndividualAck",
     "CursorView",
+    "FollowCursor",
     "HandleState",
     "Ignored",
     "IndividualAck",
@@ -474,10 +475,20 @@ class ResetCursor:
     read_position: AckedPosition | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class FollowCursor:
+    """The subscription's durable cursor moved its mark-delete position to
+    ``mark_delete_position``, past where the view folds its deletes (a ledger boundary, which the
+    view does not know): the view follows it (PA-25)."""
+
+    mark_delete_position: Position
+
+
 TxnCommand = IndividualAck | CumulativeAck | CommitTxn | AbortTxn
 Command = (
     TxnCommand
     | NormalAck
+    | FollowCursor
     | ResetCursor
     | PendingAckInitComplete
     | PendingAckInitFailed
@@ -1212,6 +1223,18 @@ def _normal_ack(state: PendingAckState, cmd: NormalAck) -> Step:
     return _strip_deleted(evolve(state, cursor=cursor), touched, mark_delete_moved=cumulative), Ok(None, (effect,))
 
 
+def _follow_cursor(state: PendingAckState, cmd: FollowCursor) -> Step:
+    """PA-25: the view takes the durable cursor's mark-delete position when it is past its own
+    (the cursor folded contiguous deletes across a ledger boundary); what lies at or below it leaves
+    the view's deletes and the pending maps (PA-11).  Nothing is logged and no cursor effect is
+    emitted: the cursor moved already.  A position at or below the view's changes nothing (PA-3)."""
+    cursor = state.cursor
+    if cmd.mark_delete_position <= cursor.mark_delete_position:
+        return state, Ok(None)
+    moved = _normalize_cursor(CursorView(cmd.mark_delete_position, cursor.individually_deleted, cursor.batch_deleted))
+    return _strip_deleted(evolve(state, cursor=moved), (), mark_delete_moved=True), Ok(None)
+
+
 def _ignored_cumulative(state: PendingAckState, positions: Sequence[AckedPosition]) -> Ignored | None:
     """The Consumer layer drops cumulative acks on Shared/Key_Shared subscriptions and cumulative
     acks with other than one message id, answering success (PA-10)."""
@@ -1232,12 +1255,14 @@ def _run_txn_command(state: PendingAckState, cmd: TxnCommand) -> Step:
 
 
 def step(state: PendingAckState, command: Command) -> Step:
-    """Apply one command (PA-1 .. PA-18, PA-22)."""
+    """Apply one command (PA-1 .. PA-18, PA-22, PA-25)."""
     match command:
         case IndividualAck() | CommitTxn() | AbortTxn():
             return _txn_command(state, command)
         case NormalAck():
             return _normal_ack(state, command)
+        case FollowCursor():
+            return _follow_cursor(state, command)
         case CumulativeAck() if ignored := _ignored_cumulative(state, command.positions):
             return state, Ok(ignored)
         case CumulativeAck():
@@ -1596,6 +1621,7 @@ VECTORS = MachineVectors(
         "close": ClosePendingAckHandle,
         "reload_subscription": ReloadSubscription,
         "reset_cursor": ResetCursor,
+        "follow_cursor": FollowCursor,
     },
     observers={
         "message_state": _obs_message_state,
@@ -1604,6 +1630,7 @@ VECTORS = MachineVectors(
         "cumulative_ack": _obs_cumulative,
         "handle_state": lambda s: s.handle_state,
         "mark_delete_position": lambda s: s.cursor.mark_delete_position,
+        "individually_deleted": lambda s: s.cursor.individually_deleted,
         "cursor_deleted_indexes": _obs_batch_deleted,
         "low_water_marks": lambda s: s.low_water_marks,
         "log_index": _obs_log_index,

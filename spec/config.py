@@ -163,6 +163,53 @@ class Config:
     default_num_partitions: int = _key(
         "defaultNumPartitions", 1, _min(1), "Partitions of an auto-created partitioned topic."
     )
+    # --- connections and dispatch (what ``txnmodel serve`` needs to bound each peer) ------------
+    keep_alive_interval_seconds: int = _key(
+        "keepAliveIntervalSeconds",
+        30,
+        _min(1),
+        "A connection that has not sent CONNECT by this is closed; after it, the broker sends a PING every "
+        "interval and closes a connection that sent nothing (and read nothing) since the last one.",
+    )
+    broker_max_connections: int = _key(
+        "brokerMaxConnections",
+        0,
+        _min(0),
+        "New connections past this are closed at once. 0: no limit but the process's open-file limit "
+        "(serve keeps a quarter of it for its ledgers).",
+    )
+    broker_max_connections_per_ip: int = _key(
+        "brokerMaxConnectionsPerIp", 0, _min(0), "New connections from one address past this are closed; 0: no limit."
+    )
+    max_unacked_messages_per_consumer: int = _key(
+        "maxUnackedMessagesPerConsumer",
+        50000,
+        _min(0),
+        "A Shared or Key_Shared consumer holding this many unacknowledged messages gets no more until it is "
+        "down to half; 0: no limit.",
+    )
+    pulsar_channel_write_buffer_high_water_mark: int = _key(
+        "pulsarChannelWriteBufferHighWaterMark",
+        64 * 1024,
+        _min(1),
+        "Bytes. A connection with this much output waiting is not writable: its consumers get no more "
+        "messages until its output is down to the low water mark.",
+    )
+    pulsar_channel_write_buffer_low_water_mark: int = _key(
+        "pulsarChannelWriteBufferLowWaterMark", 32 * 1024, _min(0), "Bytes; see the high water mark."
+    )
+    pulsar_channel_pause_receiving_requests_if_unwritable: bool = _key(
+        "pulsarChannelPauseReceivingRequestsIfUnwritable",
+        False,
+        doc="While a connection is not writable, its requests are not read either.",
+    )
+    txnmodel_connection_max_pending_output_bytes: int = _key(
+        "txnmodelConnectionMaxPendingOutputBytes",
+        4 * 1024 * 1024,
+        _min(1),
+        "Not a Pulsar key. A connection whose peer does not read, with more than this waiting to go out, is "
+        "closed (a single larger frame, a big message, still goes out whole).",
+    )
     authentication_enabled: bool = _key("authenticationEnabled", False)
     authorization_enabled: bool = _key("authorizationEnabled", False)
     super_user_roles: tuple[str, ...] = _key("superUserRoles", ())
@@ -192,6 +239,9 @@ class Config:
             check = f.metadata["check"]
             if check is not None and (problem := check(value)) is not None:
                 raise BadConfig(key, problem)
+        high = self.pulsar_channel_write_buffer_high_water_mark
+        if self.pulsar_channel_write_buffer_low_water_mark > high:
+            raise BadConfig("pulsarChannelWriteBufferLowWaterMark", f"must be <= the high water mark ({high})")
 
     # -- broker.conf addressing --------------------------------------------------------------
 

@@ -16,9 +16,10 @@ import immutables
 from engine.broker.entries import StoredMessage
 from engine.storage.ledger import ManagedCursor, ManagedLedger
 from reference import pending_ack as pa
+from reference.ledger import entry_exists
 from spec.types import Position, previous_position, words_to_bits
 
-__all__ = ["acked_position", "cursor_view", "write_cumulative_ack", "write_individual_ack"]
+__all__ = ["acked_position", "cursor_view", "names_no_entry", "write_cumulative_ack", "write_individual_ack"]
 
 
 def acked_position(
@@ -31,6 +32,24 @@ def acked_position(
         return pa.AckedPosition(position)
     indexes = range(batch_index + 1) if cumulative else (batch_index,)
     return pa.AckedPosition.of_indexes(position, message.batch_size, indexes)
+
+
+def names_no_entry(position: Position, cumulative: bool, cursor: ManagedCursor, ledger: ManagedLedger) -> bool:
+    """Whether the cursor would refuse an ack of ``position`` (:mod:`reference.cursor`): one above its
+    mark-delete position that is beyond the last confirmed entry or past the end of its ledger (a
+    position never written, or lost with a write that was never durable); an individual ack also
+    names a live entry.  At or below the mark-delete position an ack is a no-op, never refused."""
+    if position <= cursor.mark_delete_position:
+        return False
+    if position > ledger.last_confirmed():
+        return True
+    ledgers = ledger.ledgers()
+    if not cumulative:
+        return not entry_exists(position, ledgers)
+    # A mark-delete may name the place before a live ledger's first entry, or a position of a
+    # ledger that is gone; never one past the end of a live ledger.
+    live = next((info for info in ledgers if info.ledger_id == position.ledger_id), None)
+    return live is not None and position.entry_id >= live.entries
 
 
 def cursor_view(cursor: ManagedCursor, messages: Mapping[Position, StoredMessage]) -> pa.CursorView:

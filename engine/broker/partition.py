@@ -33,7 +33,7 @@ from engine.scheduler import Future
 from engine.storage.ledger import LedgerError, ManagedLedger
 from reference import buffer as tb
 from reference.ledger import consumed_ledgers
-from spec.errors import ServiceUnitNotReady
+from spec.errors import PersistenceError, ServiceUnitNotReady
 from spec.history import object_id
 from spec.pb import PulsarApi_pb2 as api_pb
 from spec.result import Effect, Err, Ok
@@ -324,6 +324,11 @@ class Partition(Component[tb.BufferState, tb.Command, BufferResult]):
         body = MessageBody(payload, deliver_at, partition_key, None if batch is None else tuple(batch), sent)
         if self.state is None:
             return Future()
+        no_room = self.host.store.no_room
+        if no_room is not None:
+            # A full disk refuses the write before the buffer places it: the topic stays loaded and
+            # its consumers read on, instead of a failed append reloading it.
+            return fail(PersistenceError(f"{self.name} takes no message now: {no_room}"))
         command: tb.Command = tb.PublishMessage() if txn_id is None else tb.AppendBufferToTxn(txn_id)
         if isinstance(command, tb.AppendBufferToTxn) and self.state.status is not tb.BufferStatus.READY:
             # It may be parked (TB-4); remember the payload so the flush can write it.

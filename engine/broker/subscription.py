@@ -23,7 +23,13 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Protocol, cast
 
-from engine.broker.acks import acked_position, cursor_view, write_cumulative_ack, write_individual_ack
+from engine.broker.acks import (
+    acked_position,
+    cursor_view,
+    names_no_entry,
+    write_cumulative_ack,
+    write_individual_ack,
+)
 from engine.broker.component import BrokerError, BrokerHost, Component, after, all_of, error_of, fail
 from engine.broker.delayed_delivery import DelayedDelivery
 from engine.broker.dispatcher import ConsumerSlot, Delivered, Dispatcher
@@ -40,7 +46,7 @@ from reference import batched_log as bl
 from reference import buffer as tb
 from reference import delayed as dl
 from reference import pending_ack as pa
-from spec.errors import NotAllowed, ServiceUnitNotReady
+from spec.errors import NotAllowed, PersistenceError, ServiceUnitNotReady
 from spec.history import object_id, state_digest
 from spec.result import Effect, Err, Ok
 from spec.types import AckType, LedgerInfo, MessageState, Position, TxnAction, TxnID
@@ -292,15 +298,27 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         match effect:
             case pa.CursorIndividualAck():
                 write_individual_ack(self.cursor, effect)
+                self._follow_cursor()
                 self._acked(self.dispatcher.acked((a.position for a in effect.positions), self._mark_delete()))
                 self._mark_delete_moved()
             case pa.CursorCumulativeAck():
                 write_cumulative_ack(self.cursor, effect, self.partition.ledger)
+                self._follow_cursor()
                 self._acked(self.dispatcher.acked_upto(effect.position.position, self._mark_delete()))
                 self._mark_delete_moved()
             case pa.RedeliverUnacknowledgedMessages():
                 self.dispatcher.return_unacked(effect.positions)
                 self.dispatch()
+
+    def _follow_cursor(self) -> None:
+        """PA-25: the durable cursor folded its deletes past where the pending ack's view can (a
+        ledger boundary, which the view does not know): the view follows it, so that it holds no
+        more than the cursor does, however many ledgers the subscription has read through."""
+        if self.state is None or self.cursor is None:
+            return
+        durable = self.cursor.mark_delete_position
+        if durable > self.state.cursor.mark_delete_position:
+            self._step(pa.FollowCursor(durable))
 
     def _acked(self, released: bool) -> None:
         if released:
@@ -378,7 +396,9 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         indexes neither acknowledged nor held by a txn (the sent ack set of 5.9, #19581)."""
         assert self.state is not None
         message = self.partition.messages.get(position)
-        if message is None or message.batch is None:
+        if message is None:
+            return []  # the partition holds no such entry: nothing to deliver (it was never written)
+        if message.batch is None:
             return [None] if pa.message_state(self.state, position) is MessageState.PENDING else []
         return [
             i for i in range(message.batch_size) if pa.message_state(self.state, position, i) is MessageState.PENDING
@@ -441,6 +461,17 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
             return Future()
         if txn_id is not None and not self.durable:
             return fail(NotAllowed(f"transactional acks on the non-durable subscription {self.name} (PA-24)"))
+        no_room = self.host.store.no_room
+        if no_room is not None:
+            # An ack writes (the cursor, or the pending-ack log): refused while the disk is full,
+            # before the pending ack takes it (the message stays unacknowledged, to be redelivered).
+            return fail(PersistenceError(f"subscription {self.name} takes no ack now: {no_room}"))
+        ledger = self.partition.ledger
+        if self.cursor is not None and ledger is not None and names_no_entry(position, cumulative, self.cursor, ledger):
+            # Refused before the pending ack takes it, as the cursor would refuse it: a txn holding
+            # it would have it redelivered on abort (a message the partition does not hold), and a
+            # normal ack's cursor write would fail and reload the topic.
+            return fail(NotAllowed(f"message id {position} names no entry of {self.partition.name}"))
         acked = (acked_position(self.partition.messages, position, batch_index, cumulative),)
         command: pa.Command
         if txn_id is None:

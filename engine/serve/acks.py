@@ -50,8 +50,12 @@ class Acks:
         txn = TxnID(cmd.txnid_most_bits, cmd.txnid_least_bits) if cmd.HasField("txnid_most_bits") else None
         cumulative = cmd.ack_type == api.CommandAck.Cumulative
         futures: list[Future[None]] = []
-        for mid in cmd.message_id:
-            position = position_of(mid)
+        positions = [position_of(mid) for mid in cmd.message_id]
+        if txn is not None and any(p.ledger_id < 0 or p.entry_id < 0 for p in positions):
+            # -1 names the place before a ledger's first entry, never a message: a transaction
+            # acknowledges messages (its pending-ack record holds only real positions).
+            raise RequestError(ServerError.NotAllowedError, "a transaction acknowledges messages; an id of -1 is none")
+        for mid, position in zip(cmd.message_id, positions, strict=True):
             if sub is None:
                 futures.append(Future())
                 continue
@@ -74,6 +78,7 @@ class Acks:
         everything = all_settled(futures)
 
         def answered(_: Future[None]) -> None:
+            self.consumers.unblock(consumer.partition, consumer.subscription)
             error = next((f.error for f in futures if f.error is not None), None)
             if cmd.HasField("request_id") and not conn.closed:
                 response = api.CommandAckResponse(
@@ -88,7 +93,7 @@ class Acks:
                 self.replies.send(conn, T(type=T.ACK_RESPONSE, ackResponse=response))
             self.replies.done(conn, context, error is None)
 
-        everything.add_done_callback(answered)
+        self.replies.when_done(conn, everything, "answering ACK", answered)
 
     def redeliver(self, conn: Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.redeliverUnacknowledgedMessages
@@ -151,4 +156,4 @@ class Acks:
                 self.replies.error(conn, T.SEEK, frame.command, code, text)
             self.replies.done(conn, context, f.error is None)
 
-        future.add_done_callback(answered)
+        self.replies.when_done(conn, future, "answering SEEK", answered)

@@ -46,6 +46,7 @@ class Consumers:
         self._engine_ids = itertools.count(1)
         self._by_engine_id: dict[int, tuple[Connection, Consumer]] = {}
         self._woken: set[int] = set()  # engine ids of consumers to pump
+        self._blocked: set[int] = set()  # engine ids of consumers blocked on their unacknowledged messages
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -59,9 +60,13 @@ class Consumers:
 
     def subscribe(self, conn: Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.subscribe
+        topic = topic_name(cmd.topic).full
+        if not cmd.subscription.strip():
+            # Pulsar's NamingException, which its broker answers as ProducerBusy.
+            raise RequestError(ServerError.ProducerBusy, "Empty subscription name")
         if cmd.consumer_id in conn.consumers:
             existing = conn.consumers[cmd.consumer_id]
-            if existing.partition == topic_name(cmd.topic).full and existing.subscription == cmd.subscription:
+            if existing.partition == topic and existing.subscription == cmd.subscription:
                 self.replies.send(conn, T(type=T.SUCCESS, success=api.CommandSuccess(request_id=cmd.request_id)))
                 self.replies.done(conn, context, True)
                 return
@@ -69,7 +74,7 @@ class Consumers:
         if cmd.HasField("keySharedMeta") and cmd.keySharedMeta.keySharedMode != api.AUTO_SPLIT:
             raise RequestError(ServerError.NotAllowedError, "Key_Shared STICKY mode is not supported (AUTO_SPLIT is)")
         sub_type = api.CommandSubscribe.SubType.Name(cmd.subType)
-        part = self.topics.partition_for(cmd.topic, create=cmd.force_topic_creation)
+        part = self.topics.partition_for(topic, create=cmd.force_topic_creation)
         if not self.broker.up or not part.ready:
             # As for PRODUCER: the client retries after a fresh lookup, instead of timing out.
             raise RequestError(ServerError.ServiceNotReady, f"topic {part.name} is not loaded")
@@ -102,7 +107,7 @@ class Consumers:
                 self.replies.send(conn, T(type=T.SUCCESS, success=api.CommandSuccess(request_id=cmd.request_id)))
             self.replies.done(conn, context, f.error is None)
 
-        future.add_done_callback(answered)
+        self.replies.when_done(conn, future, "answering SUBSCRIBE", answered)
 
     def close_consumer(self, conn: Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.close_consumer
@@ -128,7 +133,7 @@ class Consumers:
                 self.replies.error(conn, T.UNSUBSCRIBE, frame.command, code, text)
             self.replies.done(conn, context, f.error is None)
 
-        future.add_done_callback(answered)
+        self.replies.when_done(conn, future, "answering UNSUBSCRIBE", answered)
 
     def find(self, conn: Connection, consumer_id: int) -> Consumer:
         """The connection's consumer ``consumer_id``; ConsumerNotFound if it has none."""
@@ -195,15 +200,58 @@ class Consumers:
             woken, self._woken = self._woken, set()
             for key in woken:
                 found = self._by_engine_id.get(key)
-                if found is not None:
-                    self._pump(*found)
+                if found is None:
+                    continue
+                conn, consumer = found
+                try:
+                    self._pump(conn, consumer)
+                except Exception as exc:  # this connection only: every other consumer is pumped on
+                    self.network.crashed(conn, f"dispatching to consumer {consumer.consumer_id}", exc)
+
+    def writable(self, conn: Connection) -> None:
+        """The connection's output is down to its low water mark: its consumers are pumped again."""
+        for consumer in conn.consumers.values():
+            self._woken.add(consumer.engine_id)
+
+    def unblock(self, partition: str, subscription: str) -> None:
+        """Acks or redeliveries lowered what the subscription's consumers hold: those blocked on
+        ``maxUnackedMessagesPerConsumer`` are pumped again (each checks its own count)."""
+        for engine_id in list(self._blocked):
+            found = self._by_engine_id.get(engine_id)
+            if found is None:
+                self._blocked.discard(engine_id)
+            elif (found[1].partition, found[1].subscription) == (partition, subscription):
+                self._woken.add(engine_id)
+
+    def _may_dispatch(self, conn: Connection, consumer: Consumer, sub: SubscriptionService) -> bool:
+        """Whether the consumer can take more now: its connection is writable, and a Shared or
+        Key_Shared consumer holds fewer than ``maxUnackedMessagesPerConsumer`` unacknowledged
+        messages (once blocked, until it is down to half, as Pulsar's consumer)."""
+        if not conn.writable:
+            return False  # woken by writable() when the output drains
+        limit = self.broker.config.max_unacked_messages_per_consumer
+        if limit <= 0 or sub.sub_type.name not in ("Shared", "Key_Shared"):
+            return True
+        slot = sub.consumers.get(consumer.engine_id)
+        # The dispatcher counts an entry unacknowledged from the moment it queues it for this
+        # consumer; what counts here is what went out to it (Pulsar's pending acks of a consumer).
+        unacked = 0 if slot is None else len(slot.unacked) - len(slot.queued) - len(consumer.held)
+        if consumer.blocked:
+            consumer.blocked = unacked > limit // 2
+        elif unacked >= limit:
+            consumer.blocked = True
+        if consumer.blocked:
+            self._blocked.add(consumer.engine_id)
+        else:
+            self._blocked.discard(consumer.engine_id)
+        return not consumer.blocked
 
     def _pump(self, conn: Connection, consumer: Consumer) -> None:
         """Spend the consumer's permits on the engine's receive; a batch entry's messages that the
         dispatcher handed out together travel as one MESSAGE (its ``ack_set`` says which)."""
         while consumer.permits > 0 and not consumer.closed and not conn.closed:
             sub = self.service(consumer)
-            if sub is None:
+            if sub is None or not self._may_dispatch(conn, consumer, sub):
                 return
             if consumer.held:
                 first = consumer.held.popleft()

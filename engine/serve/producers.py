@@ -77,7 +77,7 @@ class Producers:
                     f"{SERVER_VERSION} does not take encrypted messages: its dispatcher reads a batch's messages "
                     "(keys, batch indexes), which an encrypted batch hides",
                 )
-            part = self.topics.partition_for(cmd.topic, create=True)
+            part = self.topics.partition_for(topic_name(cmd.topic).full, create=True)
             if not self.broker.up or not part.ready:
                 raise RequestError(ServerError.ServiceNotReady, f"topic {part.name} is not loaded")
             name = cmd.producer_name if cmd.HasField("producer_name") else f"txnmodel-{next(self._names)}"

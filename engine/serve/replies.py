@@ -8,9 +8,10 @@ steps complete only when its answer really left for the client.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from engine.recorder import RequestContext
+from engine.scheduler import Future
 from engine.serve.connection import Connection
 from engine.serve.faults import ServeFaults
 from engine.serve.history import ServeHistory
@@ -21,6 +22,7 @@ __all__ = ["Handler", "Replies"]
 
 # A command handler: the connection, the frame, and the request's window in the history (if recorded).
 Handler = Callable[[Connection, Frame, "RequestContext | None"], None]
+V = TypeVar("V")
 
 
 class Replies:
@@ -43,6 +45,11 @@ class Replies:
     def error(self, conn: Connection, kind: int, cmd: Any, code: int, message: str) -> None:
         """Answer the failed request ``cmd`` (of type ``kind``) with ``code`` and ``message``."""
         self.send(conn, error_response(kind, cmd, code, message))
+
+    def when_done(self, conn: Connection, future: Future[V], what: str, answer: Callable[[Future[V]], None]) -> None:
+        """Run ``answer`` when ``future`` completes; a failure in it closes ``conn`` only
+        (:meth:`~engine.serve.connection.Network.guarded`), never the broker event completing it."""
+        future.add_done_callback(conn.network.guarded(conn, what, answer))
 
     def done(self, conn: Connection, context: RequestContext | None, success: bool) -> None:
         """The answer to a request left for the client: its machine steps complete (a dropped

@@ -45,7 +45,11 @@ class Schemas:
     def get_schema(self, conn: Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.getSchema
         versions = self.versions.get(topic_name(cmd.topic).base, [])
-        number = int.from_bytes(cmd.schema_version, "big") if cmd.HasField("schema_version") else len(versions) - 1
+        number = len(versions) - 1
+        if cmd.HasField("schema_version"):
+            if len(cmd.schema_version) != 8:  # a Java long, as every version this broker hands out
+                raise RequestError(ServerError.NotAllowedError, "a schema version is 8 bytes (a long)")
+            number = int.from_bytes(cmd.schema_version, "big")
         if not 0 <= number < len(versions):
             raise RequestError(ServerError.TopicNotFound, f"no schema of {cmd.topic} at version {number}")
         self.replies.send(

@@ -41,7 +41,7 @@ from engine.ledger_store import LedgerStore
 from engine.recorder import RequestContext
 from engine.scheduler import Simulation
 from engine.serve.acks import Acks
-from engine.serve.connection import Connection, Network
+from engine.serve.connection import Connection, Limits, Network
 from engine.serve.consumers import Consumers
 from engine.serve.faults import ServeFaults, ledger_faults
 from engine.serve.history import ServeHistory
@@ -51,9 +51,11 @@ from engine.serve.schemas import Schemas
 from engine.serve.topics import TC_ASSIGN_TOPIC, TOPICS_FILE, Lookup, TopicRegistry, read_topics
 from engine.serve.transactions import Transactions
 from engine.serve.wire import MAX_PROTOCOL_VERSION, SERVER_VERSION, ProtocolViolation, RequestError, request_id_of
+from engine.storage.disk import FileSystem
+from engine.storage.ledger import LedgerError
 from spec.config import Config
-from spec.errors import ServerError
-from spec.frame import Frame
+from spec.errors import InputError, ServerError
+from spec.frame import Frame, encode_command
 from spec.pb import PulsarApi_pb2 as api
 
 __all__ = ["SERVER_VERSION", "TC_ASSIGN_TOPIC", "PulsarServer", "ServerOptions", "WallClock"]
@@ -85,6 +87,39 @@ class ServerOptions:
     record_history: bool = False
     history_id: str = "serve"
     faults: dict[str, float] | None = None  # fault rates (engine.serve.faults.FAULT_RATES); None: off
+    disk: FileSystem | None = None  # a file ledger's file system (None: the real one; tests: the simulated disk)
+
+
+# Bytes kept free in a file ledger's data folder: below it, sends and acks are refused until there
+# is room again (a bookie turns read-only the same way, at its disk usage threshold), so that a
+# checkpoint and the writes already let through still fit.
+ROOM_RESERVE = 1024 * 1024
+
+
+def open_store(options: ServerOptions, data: Path | None, sim: Simulation) -> LedgerStore:
+    """The server's ledger store.  A file store is recovered now, so that an unusable data folder
+    (not a folder, its ``ledgers`` a plain file, unreadable or damaged) is refused at startup with
+    one line (:class:`InputError`) instead of answering ServiceNotReady forever."""
+    if options.ledger == "file":
+        if data is None:
+            raise ValueError("a file ledger needs a data folder (--data)")
+        data.mkdir(parents=True, exist_ok=True)
+    store = LedgerStore(
+        options.ledger,
+        options.config,
+        directory=(data / "ledgers") if data is not None else None,
+        rng=sim.rng,
+        faults=ledger_faults(options.faults),
+        disk=options.disk,
+        room_reserve=ROOM_RESERVE if options.ledger == "file" else 0,
+        full_disk_fatal=False,
+    )
+    if options.ledger == "file":
+        try:
+            store.file_store()
+        except (LedgerError, OSError) as exc:
+            raise InputError(f"unusable data folder: {exc}", where=str(data)) from None
+    return store
 
 
 class PulsarServer:
@@ -97,18 +132,9 @@ class PulsarServer:
         self.sim = Simulation(options.seed)
         self.sim.now = self.clock.now_ms()
         data = Path(options.data_dir) if options.data_dir else None
-        if options.ledger == "file":
-            if data is None:
-                raise ValueError("a file ledger needs a data folder (--data)")
-            data.mkdir(parents=True, exist_ok=True)
         self.data_dir = data
-        self.store = LedgerStore(
-            options.ledger,
-            self.config,
-            directory=(data / "ledgers") if data is not None else None,
-            rng=self.sim.rng,
-            faults=ledger_faults(options.faults),
-        )
+        self.store = open_store(options, data, self.sim)
+        self._no_room: str | None = None
         self.history = ServeHistory(
             options.history_id, options.seed, self.config, lambda: self.sim.now, record=options.record_history
         )
@@ -119,7 +145,7 @@ class PulsarServer:
         self.broker = Broker(self.sim, self.store, self.config, topics=partitioned, observer=self.history.observer)
         self.topics = TopicRegistry(self.broker, self.config, registry, known)
         self.topics.load()
-        self.network = Network(self.config.max_message_size, self._handle)
+        self.network = Network(self.config.max_message_size, self._handle, limits=Limits.of(self.config))
         self.faults: ServeFaults | None = None
         if options.faults is not None:
             self.faults = ServeFaults(
@@ -130,6 +156,7 @@ class PulsarServer:
         self.producers = Producers(self.broker, self.topics, self.schemas, self.network, self.replies)
         self.consumers = Consumers(self.broker, self.topics, self.network, self.replies)
         self.network.on_close.append(self.consumers.drop_all)
+        self.network.on_writable.append(self.consumers.writable)
         self.broker.unload_listeners.append(self.close_handles)
         self._handlers: dict[int, Handler] = {
             T.PING: self._ping,
@@ -141,7 +168,12 @@ class PulsarServer:
             **Acks(self.broker, self.consumers, self.replies).handlers(),
             **Transactions(self.broker, self.config, self.replies, self.faults).handlers(),
         }
+        # A broker component that raises in one of its own events (a ledger write completing, a
+        # timer) crashes and reloads from what is durable, as in the simulation, instead of ending
+        # the server for every client.
+        self.sim.on_error = self._contain
         self._stopping = False
+        self._next_keep_alive = 0.0
         self.address: tuple[str, int] | None = None
         self.on_tick: list[Callable[[], None]] = []  # run once per loop turn (calls from other threads)
 
@@ -179,6 +211,8 @@ class PulsarServer:
             wait = 0.0
         self.network.poll(wait)
         self._advance()
+        self._keep_alive()
+        self._check_room()
         for hook in self.on_tick:
             hook()
 
@@ -196,6 +230,52 @@ class PulsarServer:
         while (due := self.sim.next_due()) is not None and due <= self.sim.now:
             self.sim.run_one()
         self.consumers.pump_woken()
+
+    def _check_room(self) -> None:
+        """A file store's room to write (:meth:`LedgerStore.check_room`, a statvfs), every turn of
+        the loop: its changes are logged, once each way."""
+        reason = self.store.check_room() if self.store.kind == "file" else self.store.no_room
+        if reason is not None and self._no_room is None:
+            log.warning(
+                "no room to write (%s): sends and acks get PersistenceError and new producers "
+                "ProducerBlockedQuotaExceededException until there is room again; stored messages are still read",
+                reason,
+            )
+        elif reason is None and self._no_room is not None:
+            log.warning("room to write again in %s: sends and acks resume", self.data_dir)
+        self._no_room = reason
+
+    def _keep_alive(self) -> None:
+        """Pulsar's keep-alive, every ``keepAliveIntervalSeconds`` of each connection: one that has
+        not sent CONNECT is closed; one that sent no frame since the last PING is closed (unless
+        its input is paused while it still reads what waits for it); the others get a PING."""
+        now = time.monotonic()
+        if now < self._next_keep_alive:
+            return
+        interval = self.config.keep_alive_interval_seconds
+        self._next_keep_alive = now + min(1.0, interval / 4)
+        for conn in self.network.connections():
+            checks = int((now - conn.opened) // interval)
+            if checks <= conn.keep_alive_checks:
+                continue
+            conn.keep_alive_checks = checks
+            if not conn.connected:
+                self.network.close(conn, f"no CONNECT within keepAliveIntervalSeconds ({interval} s)")
+                continue
+            ping = conn.keep_alive
+            still_reading = ping is not None and self.network.reading_paused(conn) and conn.bytes_out > ping[1]
+            if ping is not None and conn.frames_in == ping[0] and not still_reading:
+                self.network.close(conn, f"no answer to a PING within keepAliveIntervalSeconds ({interval} s)")
+                continue
+            if conn.protocol_version >= 1:
+                conn.keep_alive = (conn.frames_in, conn.bytes_out)
+                conn.send(encode_command(T(type=T.PING, ping=api.CommandPing())))
+
+    def _contain(self, exc: Exception) -> bool:
+        contained = self.broker.contain(exc)
+        if contained:
+            log.error("%s; it reloads from what is durable", self.broker.failures[-1].describe())
+        return contained
 
     def close_handles(self, partition: str) -> None:
         """A partition's memory went while the broker stays up (an unload, a reload after a failed
@@ -225,7 +305,21 @@ class PulsarServer:
             return
         context = self.history.begin(self.sim.now)
         try:
+            if kind == T.PRODUCER and self.store.no_room is not None:
+                # Pulsar's error for a producer that may not write now (a backlog quota's
+                # producer_exception): a client fails its pending sends at once on it, where a
+                # SEND_ERROR would have it reconnect and resend until its send timeout.
+                raise RequestError(
+                    ServerError.ProducerBlockedQuotaExceededException, f"no room to write: {self.store.no_room}"
+                )
             handler(conn, frame, context)
+        except OSError as exc:
+            # The data folder refused a write outside the ledgers (the topic registry on a full,
+            # read-only or unwritable file system): the request fails, the connection stays.
+            log.warning("%s from %s failed: %s", T.Type.Name(kind), conn.peer, exc)
+            if request_id_of(cmd) is not None and not conn.closed:
+                self.replies.error(conn, kind, cmd, ServerError.PersistenceError, f"cannot write: {exc}")
+                self.history.answered(context, False)
         except RequestError as exc:
             if request_id_of(cmd) is None:
                 # Nothing to answer (an ACK or FLOW for a consumer that is gone, say): as a broker
@@ -234,6 +328,14 @@ class PulsarServer:
                 return
             self.replies.error(conn, kind, cmd, exc.code, exc.message)
             self.history.answered(context, False)
+        except ProtocolViolation:
+            raise
+        except Exception:
+            # A bug this frame reached: the request gets an error where the protocol has one, and
+            # the network closes this connection only, logging the failure once with the peer.
+            if request_id_of(cmd) is not None and not conn.closed:
+                self.replies.error(conn, kind, cmd, ServerError.UnknownError, "internal error: see the broker's log")
+            raise
         finally:
             self.history.end()
 

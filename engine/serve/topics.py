@@ -95,7 +95,11 @@ class TopicRegistry:
         if name.full in self.topics:
             raise InvalidTopicName(topic, "already exists")
         self.topics[name.full] = partitions
-        self._write()
+        try:
+            self._write()
+        except OSError:
+            del self.topics[name.full]  # not recorded (a full or read-only disk): not created
+            raise
         if partitions == 0:
             self._add_partition(name.full)
         else:

@@ -15,7 +15,7 @@ from typing import Any
 from engine.broker import Broker, CoordinatorService
 from engine.recorder import RequestContext
 from engine.scheduler import Future
-from engine.serve.connection import Connection
+from engine.serve.connection import Connection, command_name
 from engine.serve.faults import ServeFaults
 from engine.serve.replies import Handler, Replies
 from engine.serve.wire import COMMAND_FIELD, TXN_RESPONSES, RequestError, first_error, topic_name, wire_error
@@ -97,7 +97,7 @@ class Transactions:
                 self.replies.send(conn, T(type=T.Type.ValueType(response_type), **{field_name: body}))
             self.replies.done(conn, context, f.error is None)
 
-        future.add_done_callback(answered)
+        self.replies.when_done(conn, future, f"answering {command_name(kind)}", answered)
 
     def new_txn(self, conn: Connection, frame: Frame, context: RequestContext | None) -> None:
         cmd = frame.command.newTxn

@@ -72,8 +72,14 @@ def java_long(value: int) -> int:
 
 
 def position_of(mid: Any) -> Position:
-    """The position a ``MessageIdData`` names."""
-    return Position(java_long(mid.ledgerId), java_long(mid.entryId))
+    """The position a ``MessageIdData`` names; an id below -1 (as a Java long) names none, and
+    the request is refused (NotAllowedError)."""
+    ledger_id, entry_id = java_long(mid.ledgerId), java_long(mid.entryId)
+    if ledger_id < -1 or entry_id < -1:
+        raise RequestError(
+            ServerError.NotAllowedError, f"message id {ledger_id}:{entry_id} names no position (an id is -1 or more)"
+        )
+    return Position(ledger_id, entry_id)
 
 
 def message_id(position: Position, *, batch_index: int | None = None, batch_size: int | None = None) -> Any:

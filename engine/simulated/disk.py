@@ -105,6 +105,11 @@ class SimDisk:
         self.dir_syncs = 0
         self.injected: list[tuple[str, str, int]] = []  # (call, path, errno) of every injected fault
 
+    def free_bytes(self, path: str) -> int | None:
+        """The bytes still free under the capacity (None: no capacity, never full)."""
+        capacity = self.faults.capacity
+        return None if capacity is None else max(0, capacity - self._used)
+
     # -- paths ------------------------------------------------------------------------------------
 
     @staticmethod

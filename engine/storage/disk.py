@@ -101,6 +101,11 @@ class OsFileSystem:
     def truncate(self, fd: int, length: int) -> None:
         os.ftruncate(fd, length)
 
+    def free_bytes(self, path: str) -> int:
+        """The bytes an unprivileged writer may still put on ``path``'s file system."""
+        stat = os.statvfs(path)
+        return stat.f_bavail * stat.f_frsize
+
     def sync(self, fd: int) -> None:
         # fdatasync persists the data and the file size (what a later read needs) without the
         # timestamps; that is all an append needs.
