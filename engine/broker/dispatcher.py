@@ -258,20 +258,10 @@ class Dispatcher:
         return released
 
     def _serve(self, slot: ConsumerSlot) -> None:
-        while slot.waiting and (queued := self._next_held(slot)) is not None:
-            waiter = slot.waiting.pop(0)
-            waiter.set_result(self._delivered(*queued))
-
-    def _next_held(self, slot: ConsumerSlot) -> tuple[Handout, int | None] | None:
-        """The consumer's next queued message whose entry the partition still holds.  A reader's
-        cursor holds back no ledger deletion (PA-24): what it had queued of a ledger retention
-        deleted since is gone, as a non-durable cursor skips a deleted ledger."""
-        while slot.queue:
+        while slot.waiting and slot.queue:
             handout, index = slot.pop()
-            if handout.position in self.entries.messages:
-                return handout, index
-            slot.unacked.discard(handout.position)
-        return None
+            waiter = slot.waiting.pop(0)
+            waiter.set_result(self._delivered(handout, index))
 
     def _delivered(self, handout: Handout, index: int | None) -> Delivered:
         position = handout.position
@@ -302,9 +292,8 @@ class Dispatcher:
     def receive(self, slot: ConsumerSlot, wait_ms: int) -> Future[Delivered | None]:
         """The consumer's next queued message, or the first to be queued within ``wait_ms`` (None
         if none is)."""
-        queued = self._next_held(slot)
-        if queued is not None:
-            return Future.completed(self._delivered(*queued))
+        if slot.queue:
+            return Future.completed(self._delivered(*slot.pop()))
         waiter: Future[Delivered | None] = Future()
         slot.waiting.append(waiter)
 
