@@ -533,11 +533,16 @@ def _ends(ops: Sequence[Operation], history: str) -> tuple[dict[Txn, list[Operat
     return commits, aborts
 
 
+_ACKS = frozenset({"ack", "ack_cumulative"})
+
+
 def _gave_up(ops: Sequence[Operation]) -> dict[int, list[int]]:
-    """Per process, when it gave each operation of unknown outcome up (still open: when it began)."""
+    """Per process, when it gave each operation of unknown outcome up (still open: when it began).
+    An ack sent without a receipt (``receipt: false``: the official client groups acks and never
+    waits) is unknown by the protocol, not given up: the client neither timed out nor reconnected."""
     out: dict[int, list[int]] = defaultdict(list)
     for op in ops:
-        if op.type.indeterminate:
+        if op.type.indeterminate and not (op.f in _ACKS and _flag(op, op.args, "receipt") is False):
             out[op.process].append(op.completed_at if op.completed_at is not None else op.invoked_at)
     return dict(out)
 

@@ -738,6 +738,12 @@ def test_key_shared_order_is_not_judged_across_a_change_of_consumers() -> None:
     assert _names([*within, gave_up]) == set()
     late = op(6, 1, "commit", TC, {"txn": T1}, at=20, done=30, kind=OpType.INFO)  # after both: still judged
     assert _names([*within, late]) == {"out-of-order-delivery"}
+    # An ack sent without a receipt (the official client's) ends info by the protocol: the consumer
+    # neither timed out nor reconnected, so its order is still judged.
+    unreceipted = op(6, 1, "ack", SUB, {"position": [1, 2], "txn": None, "receipt": False}, at=11, kind=OpType.INFO)
+    assert _names([*within, unreceipted]) == {"out-of-order-delivery"}
+    given_up = op(6, 1, "ack", SUB, {"position": [1, 2], "txn": None}, at=11, kind=OpType.INFO)
+    assert _names([*within, given_up]) == set()
 
 
 def test_key_shared_loss_is_not_judged_while_a_consumer_keeps_a_message() -> None:
