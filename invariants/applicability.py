@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from invariants.transactional.analysis import TxnAnalysis, TxnFate, delays, sub_type
+from invariants.transactional.analysis import TxnAnalysis, TxnFate
 from invariants.transactional.checks import CHECKS, GROUPS
 from spec.history import Operation
 
@@ -98,7 +98,7 @@ def _delivery_statements(a: TxnAnalysis) -> dict[str, Statement]:
 
     def order() -> tuple[bool, str]:
         placed = {d.subscription for d in a.deliveries if d.position is not None}
-        ordered = [sub for sub in placed if sub_type(a.subscribes.get(sub, [])) not in ("Shared", "mixed")]
+        ordered = [sub for sub in placed if a.kind(sub) not in ("Shared", "mixed")]
         if not ordered:
             return False, "no delivery with a position on a subscription that dispatches in order"
         return True, f"{_plural(len(ordered), 'ordered subscription')}"
@@ -107,9 +107,7 @@ def _delivery_statements(a: TxnAnalysis) -> dict[str, Statement]:
         delayed = [m for m in a.messages.values() if m.deliver_at is not None]
         if not delayed:
             return False, "no delayed message"
-        held = [
-            d for d, m in a.delivered() if m.deliver_at is not None and delays(a.subscribes.get(d.subscription, []))
-        ]
+        held = [d for d, m in a.delivered() if m.deliver_at is not None and a.holds_delays(d.subscription)]
         if not held:
             return False, f"{_plural(len(delayed), 'delayed message')}, none received where delays are held back"
         return True, f"{_plural(len(held), 'delivery')} of delayed messages on Shared or Key_Shared subscriptions"
@@ -153,6 +151,7 @@ def _delivery_statements(a: TxnAnalysis) -> dict[str, Statement]:
 def _txn_statements(a: TxnAnalysis) -> dict[str, Statement]:
     txns = set(a.commits) | set(a.aborts)
     txn_messages = _txn_messages(a)
+    read = _delivered_partitions(a)
     no_txn = (False, "no transaction in the history")
 
     def commit_abort() -> tuple[bool, str]:
@@ -163,7 +162,7 @@ def _txn_statements(a: TxnAnalysis) -> dict[str, Statement]:
             if not txn_messages:
                 return False, "no transactional send"
             mine = [m for m in txn_messages if a.fate(m.txn) in fates]
-            seen = [m for m in mine if m.partition in _delivered_partitions(a)]
+            seen = [m for m in mine if m.partition in read]
             if not seen:
                 return False, f"no message of a {words} transaction on a partition anyone read"
             return True, f"{_plural(len(seen), 'message')} of {words} transactions on partitions that were read"
@@ -174,7 +173,7 @@ def _txn_statements(a: TxnAnalysis) -> dict[str, Statement]:
         groups = Counter(
             (m.txn, m.partition) for m in txn_messages if a.fate(m.txn) is TxnFate.COMMITTED and m.position is not None
         )
-        multi = [key for key, n in groups.items() if n > 1 and key[1] in _delivered_partitions(a)]
+        multi = [key for key, n in groups.items() if n > 1 and key[1] in read]
         if not multi:
             return False, "no committed transaction with two messages on a partition that was read"
         return True, f"{_plural(len(multi), 'committed transaction')} with several messages on a read partition"
@@ -189,9 +188,7 @@ def _txn_statements(a: TxnAnalysis) -> dict[str, Statement]:
         aborted = [
             k
             for k in a.acks
-            if a.fate(k.txn) is TxnFate.ABORTED
-            and not k.cumulative
-            and sub_type(a.subscribes.get(k.subscription, [])) == "Exclusive"
+            if a.fate(k.txn) is TxnFate.ABORTED and not k.cumulative and a.kind(k.subscription) == "Exclusive"
         ]
         if not aborted:
             return (

@@ -9,10 +9,12 @@ docstring).  The parsing helpers check a value's shape once, with a typed
 
 from __future__ import annotations
 
+import bisect
+import functools
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from invariants.client_visible.bounds import TXN_END_BOUND_MS
 from spec.history import BadHistory, Operation, OpType, is_machine_operation, parse_object, split_subscription
@@ -133,10 +135,26 @@ def fmt_txn(txn: Txn | None) -> str:
     return "no txn" if txn is None else f"txn ({txn[0]},{txn[1]})"
 
 
+_K = TypeVar("_K")
+_R = TypeVar("_R")
+
+
+def _once(method: Callable[[View, _K], _R]) -> Callable[[View, _K], _R]:
+    """A method of one argument computed once per argument for a view (a view never changes)."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def once(view: View, arg: _K) -> _R:
+        return view.once(name, arg, lambda: method(view, arg))
+
+    return once
+
+
 class View:
     """Everything the checks need, read once from the client operations of one history."""
 
     def __init__(self, ops: Sequence[Operation]) -> None:
+        self._memo: dict[tuple[str, Any], Any] = {}  # what :func:`_once` methods computed
         self.history = ops[0].history if ops else ""
         client = [op for op in ops if not is_machine_operation(op)]
         self.client = client
@@ -188,6 +206,57 @@ class View:
                 self.queries.append(op)
         for sub in self.deliveries:
             self.deliveries[sub].sort(key=lambda d: (d.op.invoked_at, d.op.index))
+        self._index()
+
+    def _index(self) -> None:
+        """The lookups the checks make, built once: each message by its entry, each delivery by
+        subscription and payload, each subscription's partition; and room for what is computed of a
+        transaction or a subscription on first use."""
+        self.by_entry: dict[tuple[str, tuple[int, int]], list[Message]] = defaultdict(list)
+        for partition, sent in self.sends_by_partition.items():
+            for message in sent:
+                if message.id is not None:
+                    self.by_entry[(partition, message.id[:2])].append(message)
+        self.received: dict[str, dict[str, list[Delivery]]] = {}
+        for sub, got in self.deliveries.items():
+            mine: dict[str, list[Delivery]] = defaultdict(list)
+            for d in got:
+                mine[d.payload].append(d)
+            self.received[sub] = mine
+        self.acks_by_sub: dict[str, list[Ack]] = defaultdict(list)
+        for ack in self.acks:
+            self.acks_by_sub[ack.sub].append(ack)
+        self._partitions: dict[str, str] = {}
+
+    def once(self, name: str, key: Any, build: Callable[[], _R]) -> _R:
+        """What ``build`` computes, computed once per ``(name, key)`` for this view (a view never
+        changes once built)."""
+        memo = (name, key)
+        if memo not in self._memo:
+            self._memo[memo] = build()
+        found: _R = self._memo[memo]
+        return found
+
+    def partition_of(self, sub: str) -> str:
+        """The topic partition of a subscription's object id."""
+        found = self._partitions.get(sub)
+        if found is None:
+            found = self._partitions[sub] = split_subscription(parse_object(sub)[1])[0]
+        return found
+
+    def delivered(self, sub: str, payload: str) -> list[Delivery]:
+        """The deliveries of ``payload`` on ``sub``, by invocation."""
+        return self.received.get(sub, {}).get(payload, [])
+
+    def covered(self, ack: Ack) -> list[Message]:
+        """The messages of the ack's partition that an individual ack acknowledges, in send order
+        (a cumulative ack covers a prefix of the partition: the checks that judge one index it)."""
+        assert not ack.cumulative
+        return [
+            m
+            for m in self.by_entry.get((self.partition_of(ack.sub), ack.id[:2]), ())
+            if m.id is not None and covers(ack.id, False, m.id)
+        ]
 
     def _send(self, op: Operation) -> None:
         _, partition = parse_object(op.object)
@@ -277,6 +346,7 @@ class View:
 
     # -- transaction times -----------------------------------------------------------------------
 
+    @_once
     def open_until(self, txn: Txn) -> float:
         """Until when ``txn`` was certainly open (see :mod:`invariants.client_visible`); -inf when unknown."""
         start = self.new_txn.get(txn)
@@ -288,6 +358,7 @@ class View:
             until = min(until, end.invoked_at)
         return until
 
+    @_once
     def ended_at(self, txn: Txn) -> int | None:
         """When ``txn`` certainly ended everywhere: the first ok commit or abort completed."""
         done = [
@@ -295,6 +366,7 @@ class View:
         ]
         return min(done) if done else None
 
+    @_once
     def committed_at(self, txn: Txn) -> int | None:
         done = [
             op.completed_at
@@ -303,6 +375,7 @@ class View:
         ]
         return min(done) if done else None
 
+    @_once
     def deadline(self, txn: Txn) -> int | None:
         """The latest its coordinator may start timing ``txn`` out: it stamps the start when it
         handles NEW_TXN, before the answer reaches the client (TC-5, TC-18)."""
@@ -312,6 +385,7 @@ class View:
             return None
         return start.completed_at + timeout
 
+    @_once
     def aborted_by(self, txn: Txn) -> tuple[float, str] | None:
         """When ``txn`` certainly was aborted, with the reason: an abort returned ok, or no end of it
         took effect (none invoked, or all failed: a ``fail`` did nothing) and its coordinator must
@@ -332,6 +406,7 @@ class View:
             f"{self.new_txn[txn].index} done plus its timeout) + {TXN_END_BOUND_MS} ms = {by}"
         )
 
+    @_once
     def ended_by(self, txn: Txn) -> tuple[float, str] | None:
         """When ``txn`` certainly ended, committed or aborted: a commit or abort returned ok; else
         TXN_END_BOUND_MS after the later of its deadline and the last end invoked that may have
@@ -383,6 +458,7 @@ class View:
 
     # -- subscriptions ---------------------------------------------------------------------------
 
+    @_once
     def judged(self, sub: str) -> bool:
         """Judged for liveness: Exclusive (one consumer at a time), or one receiving process throughout;
         never where a ``subscribe`` says ``liveness: false`` (a recorder of a real broker states that
@@ -403,17 +479,23 @@ class View:
         """A receive or subscribe of unknown outcome on ``sub``, invoked before ``t``, that may have
         taken a message dispatchable from ``dispatchable_from``: it had not ended by then.  A message
         it took stays with its consumer, and an empty receive elsewhere proves nothing about it."""
-        for op in self.unknown_receives.get(sub, ()):
-            if op.invoked_at < t and (op.completed_at is None or op.completed_at >= dispatchable_from):
-                return op
-        for op in self.subscribes.get(sub, ()):
-            if (
-                op.type.indeterminate
-                and op.invoked_at < t
-                and (op.completed_at is None or op.completed_at >= dispatchable_from)
-            ):
-                return op
-        return None
+        calls, latest = self._unknown(sub)
+        k = bisect.bisect_left(calls, t)
+        if k == 0 or latest[k - 1][0] < dispatchable_from:
+            return None
+        return latest[k - 1][1]
+
+    @_once
+    def _unknown(self, sub: str) -> tuple[list[int], list[tuple[float, Operation]]]:
+        """The receives and subscribes of unknown outcome on ``sub`` by invocation, with the one that
+        ended last (never, for one still open) among each prefix: what :meth:`blind` asks."""
+        attached = [op for op in self.subscribes.get(sub, ()) if op.type.indeterminate]
+        unknown = sorted([*self.unknown_receives.get(sub, ()), *attached], key=lambda op: op.invoked_at)
+        latest: list[tuple[float, Operation]] = []
+        for op in unknown:
+            end = INF if op.completed_at is None else float(op.completed_at)
+            latest.append((end, op) if not latest or end > latest[-1][0] else latest[-1])
+        return [op.invoked_at for op in unknown], latest
 
     def dispatchable_from(self, message: Message) -> float:
         """The earliest a correct broker may dispatch ``message``: sent, and its txn's commit invoked."""
@@ -423,11 +505,13 @@ class View:
             start = max(start, min(calls, default=INF))
         return start
 
+    @_once
     def exclusive(self, sub: str) -> bool:
         """Every subscribe on ``sub`` asked for Exclusive."""
         kinds = {op.args.get("sub_type") for op in self.subscribes.get(sub, ()) if isinstance(op.args, dict)}
         return kinds == {"Exclusive"}
 
+    @_once
     def delays(self, sub: str) -> bool:
         """Whether the broker holds delayed messages back on ``sub``: Shared and Key_Shared only."""
         kinds = {op.args.get("sub_type") for op in self.subscribes.get(sub, ()) if isinstance(op.args, dict)}

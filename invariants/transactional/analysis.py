@@ -362,6 +362,22 @@ class TxnAnalysis:
         return out
 
     @functools.cached_property
+    def horizons(self) -> dict[str, int]:
+        """partition -> when the last of its ok sends and of the ok commits of their transactions
+        completed: a receive invoked later that finds nothing has drained the partition."""
+        out: dict[str, int] = {}
+        for partition, committed in self.committed_by_partition.items():
+            horizon = 0
+            for message in committed:
+                horizon = max(horizon, message.send.completed_at or 0)
+                if message.txn is not None:
+                    for commit in self.commits.get(message.txn, ()):
+                        if commit.type is OpType.OK:
+                            horizon = max(horizon, commit.completed_at or 0)
+            out[partition] = horizon
+        return out
+
+    @functools.cached_property
     def views(self) -> list[SubscriptionView]:
         """Every subscription that received or found nothing, in name order."""
         views = []
@@ -369,8 +385,7 @@ class TxnAnalysis:
             partition, _ = split_subscription(parse_object(sub)[1])
             mine = self.received.get(sub, {})
             frontier = max((d.position for got in mine.values() for d in got if d.position is not None), default=None)
-            committed = self.committed_by_partition.get(partition, [])
-            drain = _final_drain(self.drains.get(sub, []), committed, self.commits)
+            drain = _final_drain(self.drains.get(sub, []), self.horizons.get(partition, 0))
             views.append(SubscriptionView(sub, partition, mine, frontier, drain))
         return views
 
@@ -381,17 +396,33 @@ class TxnAnalysis:
         return any(_flag(op, op.args, "durable") is False for op in self.subscribes.get(sub, ()))
 
     @functools.cached_property
+    def committed_groups(self) -> dict[tuple[str, Txn], list[Message]]:
+        """(partition, txn) -> the messages of a committed transaction on that partition, in send order."""
+        out: dict[tuple[str, Txn], list[Message]] = defaultdict(list)
+        for partition, committed in self.committed_by_partition.items():
+            for message in committed:
+                if message.txn is not None:
+                    out[(partition, message.txn)].append(message)
+        return out
+
+    @functools.cached_property
     def fractures(self) -> list[Fracture]:
-        """Every committed transaction a subscription saw in part and read past (``fractured-read``)."""
+        """Every committed transaction a subscription saw in part and read past (``fractured-read``).
+        Only the transactions a subscription received a message of are looked at."""
         found = []
+        groups = self.committed_groups
         for view in self.views:
             if self.non_durable(view.subscription):
                 continue
-            by_txn: dict[Txn, list[Message]] = defaultdict(list)
-            for message in self.committed_by_partition.get(view.partition, []):
-                if message.txn is not None:
-                    by_txn[message.txn].append(message)
-            for txn, group in sorted(by_txn.items()):
+            touched = {
+                m.txn
+                for payload in view.received
+                if (m := self.messages.get(payload)) is not None
+                and m.txn is not None
+                and (view.partition, m.txn) in groups
+            }
+            for txn in sorted(touched):
+                group = groups[(view.partition, txn)]
                 seen = [m for m in group if m.payload in view.received]
                 if not seen or len(seen) == len(group):
                     continue
@@ -400,6 +431,26 @@ class TxnAnalysis:
                         first = view.received[seen[0].payload][0]
                         found.append(Fracture(txn, view, len(group), seen[0], first, missing))
         return found
+
+    # --- each subscription's type, and who consumed from it, once per subscription --------------
+
+    @functools.cached_property
+    def kinds(self) -> dict[str, str | None]:
+        """subscription -> its type as its subscribes asked for it (:func:`sub_type`)."""
+        return {sub: sub_type(ops) for sub, ops in self.subscribes.items()}
+
+    def kind(self, sub: str) -> str | None:
+        """The subscription's type (:func:`sub_type`; None when no subscribe was recorded)."""
+        return self.kinds.get(sub)
+
+    def holds_delays(self, sub: str) -> bool:
+        """Whether the broker holds delayed messages back on ``sub`` (:func:`delays`)."""
+        return self.kinds.get(sub) in (None, "Shared", "Key_Shared")
+
+    @functools.cached_property
+    def exclusive_subscriptions(self) -> frozenset[str]:
+        """The subscriptions every subscribe of which asked for Exclusive (:func:`exclusive`)."""
+        return frozenset(sub for sub, ops in self.subscribes.items() if exclusive(ops))
 
 
 # --- what the subscribes say of a subscription, and when an operation stopped mattering ---------
@@ -480,6 +531,7 @@ def _sends(
     distinct indexes; a clashing send is not added to its entry)."""
     messages: dict[str, Message] = {}
     by_entry: dict[_Entry, list[Message]] = defaultdict(list)
+    slots: dict[tuple[_Entry, int], Message] = {}  # (entry, batch index) -> the message there
     clashes: list[tuple[Message, Message]] = []
     for op in ops:
         if op.f != "send":
@@ -512,19 +564,19 @@ def _sends(
         messages[payload] = message
         if position is None:
             continue
-        sharing = by_entry[(partition, position[:2])]
-        clash = next(
-            (
-                m
-                for m in sharing
-                if m.position is not None and (m.position[2] == position[2] or WHOLE in (m.position[2], position[2]))
-            ),
-            None,
-        )
+        entry = (partition, position[:2])
+        sharing = by_entry[entry]
+        # An entry holds one whole message or a batch at distinct indexes, so the first message it
+        # clashes with is the entry's whole message, or the one at the same index.
+        if sharing and (position[2] == WHOLE or sharing[0].position == (*position[:2], WHOLE)):
+            clash: Message | None = sharing[0]
+        else:
+            clash = slots.get((entry, position[2]))
         if clash is not None:
             clashes.append((clash, message))
         else:
             sharing.append(message)
+            slots[(entry, position[2])] = message
     return messages, by_entry, clashes
 
 
@@ -538,16 +590,8 @@ def _read_past(view: SubscriptionView, missing: Message) -> bool:
     return passed and (missing.deliver_at is None or drain is None or missing.deliver_at <= drain.invoked_at)
 
 
-def _final_drain(
-    drains: Sequence[Operation], committed: Sequence[Message], commits: dict[tuple[int, int], list[Operation]]
-) -> Operation | None:
-    """A receive that found nothing, invoked after every ok send and every ok commit of the partition completed."""
-    horizon = 0
-    for message in committed:
-        horizon = max(horizon, message.send.completed_at or 0)
-        if message.txn is not None:
-            for commit in commits.get(message.txn, ()):
-                if commit.type is OpType.OK:
-                    horizon = max(horizon, commit.completed_at or 0)
+def _final_drain(drains: Sequence[Operation], horizon: int) -> Operation | None:
+    """The first receive that found nothing invoked after ``horizon``: after every ok send and every
+    ok commit of the partition completed (:attr:`TxnAnalysis.horizons`)."""
     after = [op for op in drains if op.invoked_at > horizon]
     return min(after, key=lambda o: o.invoked_at) if after else None

@@ -4,6 +4,7 @@ One function per anomaly, each reading the analysis (:mod:`invariants.transactio
 
 from __future__ import annotations
 
+import collections
 import itertools
 from collections import defaultdict
 from typing import Any
@@ -199,10 +200,10 @@ def _cycles(edges: dict[tuple[int, int], dict[tuple[int, int], Any]]) -> list[li
         members = set(component)
         start = component[0]
         parent: dict[tuple[int, int], tuple[int, int]] = {}
-        queue = [start]
+        queue = collections.deque([start])
         found = None
         while queue and found is None:
-            node = queue.pop(0)
+            node = queue.popleft()
             for child in sorted(edges.get(node, {})):
                 if child not in members:
                     continue

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 from collections import defaultdict
+from collections.abc import Sequence
 
-from invariants.transactional.analysis import WHOLE, Delivery, Message, TxnAnalysis, end_or_never, sub_type
+from invariants.transactional.analysis import WHOLE, Delivery, Message, TxnAnalysis, end_or_never
 from invariants.transactional.anomaly import Collector, fmt_pos
+from spec.history import Operation
 
 __all__ = ["garbage_reads", "inconsistent_positions", "out_of_order_deliveries", "realtime_order"]
 
@@ -106,16 +109,17 @@ def out_of_order_deliveries(a: TxnAnalysis, out: Collector) -> None:
     while a seek was on its way is not judged.
     """
     ordered: list[tuple[Delivery, str | None]] = []
+    heads: dict[tuple[str, tuple[int, int]], Message | None] = {}  # each batch entry's first message
     for d in a.deliveries:
         sent = a.messages.get(d.payload)
         if sent is None:
             continue
-        sub_kind = sub_type(a.subscribes.get(d.subscription, []))
+        sub_kind = a.kind(d.subscription)
         if sub_kind in ("Shared", "mixed") or (sent.deliver_at is not None and sub_kind != "Exclusive"):
             continue
         sticky = None
         if sub_kind == "Key_Shared":
-            sticky = _sticky_key(sent, a.by_entry)
+            sticky = _sticky_key(sent, a.by_entry, heads)
             if sticky is None:
                 continue
         # Order by the id the send returned (a delivery elsewhere is an inconsistent-position), unless
@@ -125,6 +129,7 @@ def out_of_order_deliveries(a: TxnAnalysis, out: Collector) -> None:
     last: dict[tuple[str, int | str, str | None, int], Delivery] = {}
     seen: set[tuple[str, str]] = set()
     blind_from = {sub: min(op.invoked_at for op in ops) for sub, ops in a.unknown_receives.items() if ops}
+    seeks = {sub: _Seeks(ops) for sub, ops in a.seeks.items() if ops}
     for d, sticky in sorted(ordered, key=lambda pair: (pair[0].op.invoked_at, pair[0].op.index)):
         first_time = (d.subscription, d.payload) not in seen
         seen.add((d.subscription, d.payload))
@@ -132,10 +137,12 @@ def out_of_order_deliveries(a: TxnAnalysis, out: Collector) -> None:
             continue
         if d.subscription in blind_from and d.op.invoked_at > blind_from[d.subscription]:
             continue
-        seeks = a.seeks.get(d.subscription, ())
-        if any(s.invoked_at <= end_or_never(d.op) and d.op.invoked_at <= end_or_never(s) for s in seeks):
-            continue
-        epoch = sum(1 for s in seeks if end_or_never(s) < d.op.invoked_at)
+        epoch = 0
+        restarts = seeks.get(d.subscription)
+        if restarts is not None:
+            if restarts.overlaps(d.op.invoked_at, end_or_never(d.op)):
+                continue
+            epoch = restarts.before(d.op.invoked_at)
         # One consumer: its name when the history gives one (a consumer outlives a process that
         # ended 'info'), else its process; and the seeks before (each restarts the order).
         key = (d.subscription, d.op.process if d.consumer is None else d.consumer, sticky, epoch)
@@ -152,19 +159,45 @@ def out_of_order_deliveries(a: TxnAnalysis, out: Collector) -> None:
         last[key] = d
 
 
-def _sticky_key(message: Message, by_entry: dict[tuple[str, tuple[int, int]], list[Message]]) -> str | None:
+class _Seeks:
+    """The seeks of one subscription, for the two questions order asks of them in O(log n): did one
+    run while a receive did, and how many had ended before it began."""
+
+    def __init__(self, seeks: Sequence[Operation]) -> None:
+        by_start = sorted(seeks, key=lambda s: s.invoked_at)
+        self.starts = [s.invoked_at for s in by_start]
+        self.latest_end: list[float] = list(itertools.accumulate((end_or_never(s) for s in by_start), max))
+        self.ends = sorted(end_or_never(s) for s in seeks)
+
+    def overlaps(self, start: int, end: float) -> bool:
+        """Some seek was invoked by ``end`` and had not ended before ``start``."""
+        k = bisect.bisect_right(self.starts, end)
+        return k > 0 and self.latest_end[k - 1] >= start
+
+    def before(self, start: int) -> int:
+        """How many seeks had ended before ``start``."""
+        return bisect.bisect_left(self.ends, start)
+
+
+def _sticky_key(
+    message: Message,
+    by_entry: dict[tuple[str, tuple[int, int]], list[Message]],
+    heads: dict[tuple[str, tuple[int, int]], Message | None],
+) -> str | None:
     """The key Key_Shared routes ``message`` by: its own, or for a batch message the key of the
-    batch's first message; None when that message is unknown.  Pulsar's NONE_KEY stands for no key."""
+    batch's first message; None when that message is unknown.  Pulsar's NONE_KEY stands for no key.
+    ``heads`` remembers each entry's first message once found."""
     if message.position is None:
         return None
     head = message
     if message.position[2] not in (WHOLE, 0):
-        found = [
-            m
-            for m in by_entry.get((message.partition, message.position[:2]), ())
-            if m.position is not None and m.position[2] == 0
-        ]
-        if not found:
+        entry = (message.partition, message.position[:2])
+        if entry not in heads:
+            heads[entry] = next(
+                (m for m in by_entry.get(entry, ()) if m.position is not None and m.position[2] == 0), None
+            )
+        first = heads[entry]
+        if first is None:
             return None
-        head = found[0]
+        head = first
     return "NONE_KEY" if head.key is None else head.key
