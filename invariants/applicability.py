@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from invariants.transactional.analysis import TxnAnalysis, TxnFate
-from invariants.transactional.checks import CHECKS, GROUPS
+from invariants.transactional.anomaly import TxnResult
+from invariants.transactional.checks import CHECKS, GROUPS, check_transactional
 from spec.history import Operation
 
-__all__ = ["GROUPS", "Applicability", "applicability", "describe"]
+__all__ = ["GROUPS", "Applicability", "applicability", "applicability_of", "describe"]
 
 
 @dataclass(frozen=True)
@@ -107,9 +108,20 @@ def _delivery_statements(a: TxnAnalysis) -> dict[str, Statement]:
         delayed = [m for m in a.messages.values() if m.deliver_at is not None]
         if not delayed:
             return False, "no delayed message"
-        held = [d for d, m in a.delivered() if m.deliver_at is not None and a.holds_delays(d.subscription)]
+        held = [(d, m) for d, m in a.delivered() if m.deliver_at is not None and a.holds_delays(d.subscription)]
         if not held:
             return False, f"{_plural(len(delayed), 'delayed message')}, none received where delays are held back"
+        # A delivery can be seen early only if its time, less the earliness a non-strict broker may
+        # take, comes after its send was invoked (a receive cannot return a message before that).
+        seen = [d for d, m in held if m.deliver_at is not None and m.deliver_at - m.early_ms > m.send.invoked_at]
+        if not seen:
+            longest = max((m.deliver_at or 0) - m.send.invoked_at for _, m in held)
+            allowed = max(m.early_ms for _, m in held)
+            return False, (
+                f"cannot judge: every delay (at most {longest} ms) is within the allowed earliness "
+                f"({allowed} ms, deliver_early_ms): no delivery of the {_plural(len(held), 'delivery')} could be early "
+                f"enough to be seen"
+            )
         return True, f"{_plural(len(held), 'delivery')} of delayed messages on Shared or Key_Shared subscriptions"
 
     def late() -> tuple[bool, str]:
@@ -220,6 +232,14 @@ def applicability(ops: Sequence[Operation]) -> list[Applicability]:
     to these client operations and what it had to look at (raises what ``TxnAnalysis.build`` raises
     on a malformed history)."""
     analysis = TxnAnalysis.build(ops)
+    return applicability_of(analysis, check_transactional(ops, analysis=analysis))
+
+
+def applicability_of(analysis: TxnAnalysis, result: TxnResult | None = None) -> list[Applicability]:
+    """:func:`applicability` of a history already analysed, and checked when ``result`` is given: a
+    check that counts the cases it judged (``result.judged``, the liveness and timing checks) and
+    judged none cannot judge the history, whatever it holds, and says why (its most frequent
+    reasons, ``result.unjudged``)."""
     statements = _statements(analysis)
     transactions = bool(analysis.commits or analysis.aborts or analysis.acks or _txn_messages(analysis))
     out = []
@@ -228,8 +248,19 @@ def applicability(ops: Sequence[Operation]) -> list[Applicability]:
             out.append(Applicability(name, GROUPS[name], False, "no transaction in the history"))
             continue
         applies, evidence = statements[name]()
+        if applies and result is not None and name in result.unjudged and not result.judged.get(name):
+            applies, evidence = False, f"cannot judge: {_reasons(result.unjudged[name])} ({evidence})"
         out.append(Applicability(name, GROUPS[name], applies, evidence))
     return out
+
+
+def _reasons(why: dict[str, int]) -> str:
+    """The reasons a check could not judge its cases, the most frequent first, each with its count
+    when there are several."""
+    ranked = sorted(why.items(), key=lambda kv: (-kv[1], kv[0]))
+    if len(ranked) == 1:
+        return ranked[0][0]
+    return "; ".join(f"{reason} (x{n})" for reason, n in ranked[:3]) + ("; ..." if len(ranked) > 3 else "")
 
 
 def describe(found: Sequence[Applicability], ops: Sequence[Operation]) -> str:

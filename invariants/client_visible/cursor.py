@@ -28,6 +28,7 @@ from invariants.client_visible.view import (
 )
 from invariants.client_visible.violation import Collector
 from invariants.ordered import MaxTree
+from invariants.words import seconds
 from spec.history import Operation, OpType
 
 __all__ = [
@@ -58,13 +59,15 @@ def held_back(view: View, out: Collector) -> None:
                 # strictly after: intervals are closed, so a receive invoked the instant the ack
                 # completed may have come first (millisecond clocks make such ties common)
                 if d.op.invoked_at > ack.op.completed_at and d.op.completed_at < until:
+                    w = view.words
                     out.add(
                         "held-back-delivery",
                         [message.send, ack.op, d.op],
-                        f"{ack.sub}: {fmt_txn(ack.txn)} acked {message.payload!r} at {fmt_id(message.id)} (op "
-                        f"{ack.op.index}, done at {ack.op.completed_at}) and was certainly still open until "
-                        f"{until:g}; yet receive op {d.op.index} (invoked at {d.op.invoked_at}, done at "
-                        f"{d.op.completed_at}) delivered it again: a PENDING_ACK message is not dispatched",
+                        f"{fmt_txn(ack.txn)} acked {message.payload!r} at {fmt_id(message.id)} (op {ack.op.index}, "
+                        f"done at {w.at(ack.op.completed_at)}) and was certainly still open until {w.at(until)}; yet "
+                        f"receive op {d.op.index} (invoked at {w.at(d.op.invoked_at)}, done at {w.end(d.op)}) "
+                        f"delivered it again: a PENDING_ACK message is not dispatched",
+                        where=w.name(ack.sub),
                     )
 
 
@@ -79,10 +82,16 @@ def redelivered_after_ack(view: View, out: Collector) -> None:
     for ack in view.acks:
         if ack.txn is None:
             effective = ack.op.completed_at
-            how = f"acked it{' cumulatively' if ack.cumulative else ''} (op {ack.op.index}, done at {effective})"
+            how = (
+                f"acked it{' cumulatively' if ack.cumulative else ''} (op {ack.op.index}, done at "
+                f"{view.words.end(ack.op)})"
+            )
         elif not ack.cumulative:
             effective = view.committed_at(ack.txn)
-            how = f"acked it in {fmt_txn(ack.txn)} (op {ack.op.index}), which committed by {effective}"
+            how = (
+                f"acked it in {fmt_txn(ack.txn)} (op {ack.op.index}), which committed by "
+                f"{'?' if effective is None else view.words.at(effective)}"
+            )
         else:
             continue  # a cumulative txn ack may be ignored (PA-10)
         if effective is None:
@@ -103,8 +112,9 @@ def redelivered_after_ack(view: View, out: Collector) -> None:
             out.add(
                 "redelivered-after-ack",
                 [message.send, ack.op, d.op],
-                f"{ack.sub} {how}; receive op {d.op.index}, invoked later at {d.op.invoked_at}, "
+                f"the subscription {how}; receive op {d.op.index}, invoked later at {view.words.at(d.op.invoked_at)}, "
                 f"delivered {message.payload!r} at {fmt_id(message.id)} again",
+                where=view.words.name(ack.sub),
             )
 
 
@@ -183,12 +193,20 @@ def missing_abort_redelivery(view: View, out: Collector) -> None:
             out.judged["missing-abort-redelivery"] += 1
             if again < at or view.blind(ack.sub, at, ack.op.invoked_at) is not None:
                 continue
+            came = (
+                "it never came again"
+                if again == INF
+                else f"it came again only at {view.words.at(again)}, {seconds(again - by)} after the abort"
+            )
             out.add(
                 "missing-abort-redelivery",
                 [message.send, ack.op, op],
-                f"{ack.sub}: {fmt_txn(ack.txn)} acked {message.payload!r} at {fmt_id(message.id)} (op "
-                f"{ack.op.index}) and was aborted ({how}); receive op {op.index}, invoked at {at}, "
-                f"{what}, and the message had not been delivered again",
+                f"{fmt_txn(ack.txn)} acked {message.payload!r} at {fmt_id(message.id)} (op {ack.op.index}) and was "
+                f"aborted ({how}); receive op {op.index}, invoked at {view.words.at(at)}, {what}, and the message had "
+                f"not been delivered again: {came}, bound {seconds(REDELIVERY_BOUND_MS)}",
+                where=view.words.name(ack.sub),
+                late_ms=None if again == INF else max(0, int(again - by) - REDELIVERY_BOUND_MS),
+                bound_ms=REDELIVERY_BOUND_MS,
             )
 
 
@@ -260,7 +278,7 @@ class _GoneBy:
             return d.op.invoked_at, d.op, f"returned {d.payload!r}, sent after that (op {m.send.index})"
         if empty is None:
             return None
-        return empty.invoked_at, empty, f"found nothing (invoked at least {REDELIVERY_BOUND_MS} ms later)"
+        return empty.invoked_at, empty, f"found nothing (invoked {seconds(empty.invoked_at - by)} after the abort)"
 
 
 def pending_ack_without_ack(view: View, out: Collector) -> None:
@@ -293,8 +311,9 @@ def pending_ack_without_ack(view: View, out: Collector) -> None:
         out.add(
             "pending-ack-without-ack",
             [op],
-            f"check_position_in_pending_ack op {op.index} on {op.object} answered PendingAck for {fmt_id(asked)}, "
-            f"but no transactional ack of it was invoked on that subscription before the answer at {done}",
+            f"check_position_in_pending_ack op {op.index} answered PendingAck for {fmt_id(asked)}, but no "
+            f"transactional ack of it was invoked on that subscription before the answer at {view.words.at(done)}",
+            where=view.words.name(op.object),
         )
 
 
@@ -325,10 +344,12 @@ def delivered_before_seek_time(view: View, out: Collector) -> None:
             message = view.messages.get(first.payload)
             if message is None or message.send.completed_at is None or message.send.completed_at >= at:
                 continue
+            w = view.words
             out.add(
                 "delivered-before-seek-time",
                 [seek, first.op, message.send],
-                f"seek op {seek.index} on {sub} to publish time {at} returned at {seek.completed_at}; the first "
-                f"delivery after it, receive op {first.op.index}, was {message.payload!r}, whose send (op "
-                f"{message.send.index}) had completed at {message.send.completed_at}, before that time",
+                f"seek op {seek.index} to publish time {w.at(at)} returned at {w.end(seek)}; the first delivery after "
+                f"it, receive op {first.op.index}, was {message.payload!r}, whose send (op {message.send.index}) had "
+                f"completed at {w.end(message.send)}, {seconds(at - message.send.completed_at)} before that time",
+                where=w.name(sub),
             )

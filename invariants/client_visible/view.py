@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from invariants.client_visible.bounds import TXN_END_BOUND_MS
+from invariants.words import Words, seconds
 from spec.history import BadHistory, Operation, OpType, is_machine_operation, parse_object, split_subscription
 
 __all__ = [
@@ -157,6 +158,7 @@ class View:
         self._memo: dict[tuple[str, Any], Any] = {}  # what :func:`_once` methods computed
         self.history = ops[0].history if ops else ""
         client = [op for op in ops if not is_machine_operation(op)]
+        self.words = Words(client)
         self.client = client
         self.new_txn: dict[Txn, Operation] = {}
         self.timeout: dict[Txn, int] = {}
@@ -394,7 +396,7 @@ class View:
         done = [op for op in ends if op.f == "abort" and op.type is OpType.OK and op.completed_at is not None]
         if done and not any(op.f == "commit" for op in ends):
             first = min(done, key=lambda o: o.completed_at or 0)
-            return float(first.completed_at or 0), f"abort op {first.index} returned ok at {first.completed_at}"
+            return float(first.completed_at or 0), f"abort op {first.index} returned ok at {self.words.end(first)}"
         if ends:
             return None
         deadline = self.deadline(txn)
@@ -402,8 +404,8 @@ class View:
             return None
         by = deadline + TXN_END_BOUND_MS
         return float(by), (
-            f"no end of it took effect, and its coordinator times it out by {deadline} (new_txn op "
-            f"{self.new_txn[txn].index} done plus its timeout) + {TXN_END_BOUND_MS} ms = {by}"
+            f"no end of it took effect, and its coordinator times it out by {self.words.at(deadline)} (new_txn op "
+            f"{self.new_txn[txn].index} done plus its timeout) + {seconds(TXN_END_BOUND_MS)} = {self.words.at(by)}"
         )
 
     @_once
@@ -414,17 +416,17 @@ class View:
         TC-24); one that was lost leaves the txn OPEN until its coordinator times it out (TC-18)."""
         done = self.ended_at(txn)
         if done is not None:
-            return float(done), f"ended by {done}"
+            return float(done), f"ended by {self.words.at(done)}"
         deadline = self.deadline(txn)
         if deadline is None:
             return None
         calls = [op.invoked_at for op in self.ends.get(txn, []) if op.type is not OpType.FAIL]
         by = max([deadline, *calls]) + TXN_END_BOUND_MS
         later, disturbed = self.disturbed(txn, by)
-        why = f"its deadline {deadline} or its last end, plus {TXN_END_BOUND_MS} ms"
+        why = f"its deadline {self.words.at(deadline)} or its last end, plus {seconds(TXN_END_BOUND_MS)}"
         if later > by:
-            why += f", = {by}; then {disturbed}"
-        return float(later), f"ends by {later} ({why})"
+            why += f", = {self.words.at(by)}; then {disturbed}"
+        return float(later), f"ends by {self.words.at(later)} ({why})"
 
     def disturbed(self, txn: Txn, by: int) -> tuple[int, str]:
         """``by`` moved past every disturbance of ``txn``'s end that the history records, and what
@@ -445,16 +447,18 @@ class View:
         since = -INF
         for at, live in sorted(self.recoveries.get(f"coordinator:{txn[0]}", ()), key=lambda r: r[0]):
             if txn in live:
-                events.append((at, since, f"its coordinator reloaded at {at} with it unfinished (TC-24, TC-25)"))
+                events.append(
+                    (at, since, f"its coordinator reloaded at {self.words.at(at)} with it unfinished (TC-24, TC-25)")
+                )
             since = at
         for at in self.end_failures.get(txn, ()):
-            events.append((at, at, f"a participant failed its end at {at} (TC-16)"))
+            events.append((at, at, f"a participant failed its end at {self.words.at(at)} (TC-16)"))
         why: list[str] = []
         for at, since, what in sorted(events):
             if since < by < at + TXN_END_BOUND_MS:
                 by = at + TXN_END_BOUND_MS
                 why.append(what)
-        return by, f"{'; '.join(why)}; plus {TXN_END_BOUND_MS} ms"
+        return by, f"{'; '.join(why)}; plus {seconds(TXN_END_BOUND_MS)}"
 
     # -- subscriptions ---------------------------------------------------------------------------
 

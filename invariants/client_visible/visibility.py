@@ -13,6 +13,7 @@ from invariants.client_visible.bounds import LAG_BOUND_MS
 from invariants.client_visible.view import INF, Message, Txn, View, fmt_id, fmt_txn, message_id, object_of
 from invariants.client_visible.violation import Collector
 from invariants.ordered import MaxTree, PrefixBest
+from invariants.words import seconds
 from spec.history import Operation, OpType, parse_object, split_subscription
 
 __all__ = ["early_visibility", "late_visibility", "undispatchable_last_id"]
@@ -58,13 +59,15 @@ def early_visibility(view: View, out: Collector) -> None:
                 if found is None:
                     continue
                 entry, txn, head = holders[found]
+                w = view.words
                 out.add(
                     "early-visibility",
                     [head.send, d.op],
-                    f"{sub}: receive op {d.op.index} delivered {d.payload!r} at {fmt_id(message.id)} by "
-                    f"{d.op.completed_at}, while {fmt_txn(txn)}, whose entry {entry[0]}:{entry[1]} comes "
-                    f"before it (send op {head.send.index}), was certainly still open (until "
-                    f"{view.open_until(txn):g}): maxReadPosition stays before an ongoing txn's first entry",
+                    f"receive op {d.op.index} delivered {d.payload!r} at {fmt_id(message.id)} by "
+                    f"{w.at(d.op.completed_at)}, while {fmt_txn(txn)}, whose entry {entry[0]}:{entry[1]} comes before "
+                    f"it (send op {head.send.index}), was certainly still open (until {w.at(view.open_until(txn))}): "
+                    f"maxReadPosition stays before an ongoing txn's first entry",
+                    where=w.name(sub),
                 )
 
 
@@ -108,13 +111,20 @@ def late_visibility(view: View, out: Collector) -> None:
             out.judged["late-visibility"] += 1
             if delivered_at.get(message.payload, INF) < t:
                 continue
-            waited = "" if t == empty.invoked_at else f" and waiting until at least {t}"
+            w = view.words
+            waited = "" if t == empty.invoked_at else f" and waiting until at least {w.at(t)}"
+            came = delivered_at.get(message.payload)
             out.add(
                 "late-visibility",
                 [message.send, empty],
-                f"{sub}: {message.payload!r} at {fmt_id(message.id)} was readable by {at:g} ({why}); "
-                f"receive op {empty.index}, invoked at {empty.invoked_at}{waited}, {t - at:g} ms later "
-                f"(bound {LAG_BOUND_MS}), found nothing, and {sub} had not received it",
+                f"{message.payload!r} at {fmt_id(message.id)} was readable by {w.at(at)} ({why}); receive op "
+                f"{empty.index}, invoked at {w.at(empty.invoked_at)}{waited}, {seconds(t - at)} later, found nothing, "
+                f"and the subscription had not received it: "
+                + (f"first received at {w.at(came)}" if came is not None else "never received")
+                + f", bound {seconds(LAG_BOUND_MS)}",
+                where=w.name(sub),
+                late_ms=None if came is None else max(0, int(came - at) - LAG_BOUND_MS),
+                bound_ms=LAG_BOUND_MS,
             )
 
 
@@ -162,7 +172,7 @@ class _Readable:
         message = self.sent[k]
         if message.deliver_at is not None and self.view.delays(sub) and message.deliver_at > at:
             at = message.deliver_at
-            why += f", due at {message.deliver_at}"
+            why += f", due at {self.view.words.at(message.deliver_at)}"
         return at, why
 
     def _readable(self, k: int) -> tuple[float, str] | None:
@@ -170,13 +180,13 @@ class _Readable:
         if message.send.completed_at is None:
             return None
         at = float(message.send.completed_at)
-        why = f"sent by op {message.send.index} (done at {message.send.completed_at})"
+        why = f"sent by op {message.send.index} (done at {self.view.words.end(message.send)})"
         if message.txn is not None:
             done = self.view.committed_at(message.txn)
             if done is None:
                 return None
             at = max(at, done)
-            why += f", {fmt_txn(message.txn)} committed by {done}"
+            why += f", {fmt_txn(message.txn)} committed by {self.view.words.at(done)}"
         if self.unended.best(k, exclude=message.txn, inclusive=False) is not None:
             return None  # a txn with an entry before it may never have ended
         latest = self.ends.best(k, exclude=message.txn, inclusive=False)
@@ -213,16 +223,16 @@ def undispatchable_last_id(view: View, out: Collector) -> None:
                 continue
             aborted = view.aborted_by(message.txn)
             if view.dispatchable_from(message) > op.completed_at:
-                why = f"no commit of {fmt_txn(message.txn)} was invoked before the answer at {op.completed_at}"
+                why = f"no commit of {fmt_txn(message.txn)} was invoked before the answer at {view.words.end(op)}"
             elif aborted is not None and aborted[0] <= op.invoked_at:
-                why = f"{fmt_txn(message.txn)} had certainly aborted by {aborted[0]:g} ({aborted[1]})"
+                why = f"{fmt_txn(message.txn)} had certainly aborted by {view.words.at(aborted[0])} ({aborted[1]})"
             else:
                 continue
             out.add(
                 "undispatchable-last-id",
                 [op, message.send],
-                f"get_last_message_id op {op.index} on {op.object} answered {fmt_id(got)}, the entry of "
-                f"{message.payload!r} (send op {message.send.index}), but {why}: the last message id is "
-                f"the last dispatchable position",
+                f"get_last_message_id op {op.index} answered {fmt_id(got)}, the entry of {message.payload!r} (send op "
+                f"{message.send.index}), but {why}: the last message id is the last dispatchable position",
+                where=view.words.name(op.object),
             )
             break

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from invariants.words import Words
 from spec.history import BadHistory, Operation, OpType, parse_object, split_subscription
 
 __all__ = [
@@ -235,6 +236,8 @@ class TxnAnalysis:
     all_acks: dict[str, list[Operation]] = field(default_factory=lambda: defaultdict(list))
     negative_acks: dict[str, list[Operation]] = field(default_factory=lambda: defaultdict(list))
     seeks: dict[str, list[Operation]] = field(default_factory=lambda: defaultdict(list))  # PA-22, PA-23
+    # How the explanations write this history's times and names.
+    words: Words = field(default_factory=lambda: Words(()))
 
     @classmethod
     def build(cls, ops: Sequence[Operation]) -> TxnAnalysis:
@@ -256,6 +259,7 @@ class TxnAnalysis:
             defaultdict(list),
             [],
         )
+        analysis.words = Words(ops)
         analysis._read_subscription_ops(ops)
         return analysis
 

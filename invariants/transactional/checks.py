@@ -13,7 +13,8 @@ states when it has something to judge, and ``invariants.explain`` which rules it
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -22,18 +23,30 @@ from invariants.transactional.analysis import TxnAnalysis
 from invariants.transactional.anomaly import Anomaly, Check, Collector, TxnResult
 from spec.history import Operation
 
-__all__ = ["ANOMALIES", "CHECKS", "GROUPS", "TAXONOMY", "AnomalyKind", "check_transactional", "find"]
+__all__ = [
+    "ANOMALIES",
+    "CHECKS",
+    "GROUPS",
+    "LIVENESS",
+    "TAXONOMY",
+    "AnomalyKind",
+    "check_transactional",
+    "find",
+    "of_group",
+]
 
 
 @dataclass(frozen=True)
 class AnomalyKind:
-    """One row of the taxonomy."""
+    """One row of the taxonomy.  ``liveness``: a bound missed (something did not happen in time),
+    reported as its own verdict, ``late``, apart from the safety anomalies (``illegal``)."""
 
     name: str
     adya: str | None
     group: str  # "delivery" or "transactional"
     check: Check
     observed: str  # what the history showed, in words
+    liveness: bool = False
 
 
 TAXONOMY: tuple[AnomalyKind, ...] = (
@@ -111,6 +124,7 @@ TAXONOMY: tuple[AnomalyKind, ...] = (
         delivery.missing_redeliveries,
         "a message acked individually inside a transaction that aborted was not delivered again on its Exclusive "
         "subscription before the consumer went past it (liveness under a bound)",
+        liveness=True,
     ),
     AnomalyKind(
         "cyclic-information-flow",
@@ -141,6 +155,7 @@ TAXONOMY: tuple[AnomalyKind, ...] = (
         timing.late_deliveries,
         "a delayed message did not reach the consumers within the bound its send states (``deliver_within_ms``) "
         "after its time",
+        liveness=True,
     ),
     AnomalyKind(
         "lost-redelivery",
@@ -148,26 +163,60 @@ TAXONOMY: tuple[AnomalyKind, ...] = (
         "delivery",
         timing.lost_redeliveries,
         "a message given back (negative ack, ack timeout) was not delivered again within the bound the history states",
+        liveness=True,
     ),
 )
 
-# The taxonomy by name: each anomaly's Adya class, its check (in run order) and its group.
+# The taxonomy by name: each anomaly's Adya class, its check (in run order) and its group; the liveness ones.
 ANOMALIES: Mapping[str, str | None] = MappingProxyType({kind.name: kind.adya for kind in TAXONOMY})
 CHECKS: Mapping[str, Check] = MappingProxyType({kind.name: kind.check for kind in TAXONOMY})
 GROUPS: Mapping[str, str] = MappingProxyType({kind.name: kind.group for kind in TAXONOMY})
+LIVENESS: frozenset[str] = frozenset(kind.name for kind in TAXONOMY if kind.liveness)
 assert len(ANOMALIES) == len(TAXONOMY), "an anomaly is declared twice"
 assert set(GROUPS.values()) <= {"delivery", "transactional"}, GROUPS
 
 
-def check_transactional(ops: Sequence[Operation], *, cap: int = 20) -> TxnResult:
-    """Every check of the taxonomy over one history: the analysis built once, then each anomaly's
-    check in :data:`TAXONOMY` order; ``cap`` anomalies of each kind are kept in full (all are counted)."""
-    analysis = TxnAnalysis.build(ops)
+def check_transactional(
+    ops: Sequence[Operation],
+    *,
+    cap: int = 20,
+    analysis: TxnAnalysis | None = None,
+    on_check: Callable[[str], None] | None = None,
+) -> TxnResult:
+    """Every check of the taxonomy over one history: the analysis built once (or the one given, of
+    these operations), then each anomaly's check in :data:`TAXONOMY` order; ``cap`` anomalies of each
+    kind are kept in full (all are counted).  ``on_check`` is told each check's name once it ran."""
+    analysis = TxnAnalysis.build(ops) if analysis is None else analysis
     out = Collector(analysis.history, cap, ANOMALIES)
     for kind in TAXONOMY:
         kind.check(analysis, out)
+        if on_check is not None:
+            on_check(kind.name)
     txns = len(set(analysis.commits) | set(analysis.aborts))
-    return TxnResult(analysis.history, tuple(out.found), dict(out.counts), txns, len(analysis.messages), len(ops))
+    return TxnResult(
+        analysis.history,
+        tuple(out.found),
+        dict(out.counts),
+        txns,
+        len(analysis.messages),
+        len(ops),
+        dict(out.judged),
+        {name: dict(why) for name, why in out.unjudged.items()},
+        analysis.words.legend(),
+    )
+
+
+def of_group(result: TxnResult, group: str) -> TxnResult:
+    """The part of a result whose anomalies belong to ``group`` (:data:`GROUPS`): what the verdict
+    row of that group reports."""
+    mine = {name for name, owner in GROUPS.items() if owner == group}
+    return dataclasses.replace(
+        result,
+        anomalies=tuple(a for a in result.anomalies if a.name in mine),
+        counts={name: n for name, n in result.counts.items() if name in mine},
+        judged={name: n for name, n in result.judged.items() if name in mine},
+        unjudged={name: why for name, why in result.unjudged.items() if name in mine},
+    )
 
 
 def find(name: str, ops: Sequence[Operation], *, cap: int = 20) -> list[Anomaly]:

@@ -24,6 +24,7 @@ from invariants.transactional.analysis import (
     latest_start,
 )
 from invariants.transactional.anomaly import Collector, fmt_pos, fmt_txn
+from invariants.words import seconds
 from spec.history import Operation, OpType, parse_object, split_subscription
 
 __all__ = ["REDELIVERY_BOUND_MS", "duplicates_after_commit", "lost_messages", "missing_redeliveries"]
@@ -72,10 +73,10 @@ def lost_messages(a: TxnAnalysis, out: Collector) -> None:
             out.add(
                 "lost-message",
                 [message.send, drain],
-                f"send op {message.send.index} put {message.payload!r} on {view.partition} at "
-                f"{fmt_pos(message.position)}{why}; receive op {drain.index} on {view.subscription} found "
-                f"nothing more after every send and commit had completed, and {view.subscription} never "
-                f"received it",
+                f"send op {message.send.index} put {message.payload!r} at {fmt_pos(message.position)}{why}; receive "
+                f"op {drain.index} found nothing more at {a.words.at(drain.invoked_at)}, after every send and commit "
+                f"had completed, and the subscription never received it",
+                where=a.words.name(view.subscription),
             )
 
 
@@ -99,10 +100,11 @@ def duplicates_after_commit(a: TxnAnalysis, out: Collector) -> None:
             out.add(
                 "duplicate-after-commit",
                 [ack.op, done, d.op],
-                f"{ack.subscription} acked {fmt_pos(ack.position)}"
-                f"{' cumulatively' if ack.cumulative else ''} in {fmt_txn(ack.txn)} (op {ack.op.index}), "
-                f"which committed (op {done.index}, done at {done.completed_at}); receive op {d.op.index}, "
-                f"invoked later at {d.op.invoked_at}, delivered {d.payload!r} at {fmt_pos(got_id)} again",
+                f"acked {fmt_pos(ack.position)}{' cumulatively' if ack.cumulative else ''} in "
+                f"{fmt_txn(ack.txn)} (op {ack.op.index}), which committed (op {done.index}, done at "
+                f"{a.words.at(done.completed_at)}); receive op {d.op.index}, invoked later at "
+                f"{a.words.at(d.op.invoked_at)}, delivered {d.payload!r} at {fmt_pos(got_id)} again",
+                where=a.words.name(ack.subscription),
             )
 
 
@@ -170,7 +172,11 @@ def missing_redeliveries(a: TxnAnalysis, out: Collector) -> None:
         if index is None:
             index = indexes[ack.subscription] = _Redelivery(a, ack.subscription)
         for message in a.acked_messages(partition, ack.position):
-            if message.deliver_at is None and not index.deleted_by_another_txn(ack, message):
+            if message.deliver_at is not None:
+                out.cannot_judge("missing-redelivery", "a delayed message is not redelivered ahead of others")
+            elif index.deleted_by_another_txn(ack, message):
+                out.cannot_judge("missing-redelivery", "another transaction's ack may have deleted it on the cursor")
+            else:
                 _missing_redelivery(a, ack, abort, message, index, out)
 
 
@@ -284,32 +290,48 @@ def _missing_redelivery(
     empty = index.first_drain[bisect.bisect_left(index.drain_calls, aborted_at + REDELIVERY_BOUND_MS)]
     overtaken = index.first_overtaking[bisect.bisect_right(index.send_calls, aborted_at)]
     if empty is None and overtaken is None:
+        out.cannot_judge(
+            "missing-redelivery",
+            "nothing shows the consumer went past it (no empty receive the bound after the abort, no message sent "
+            "after it received)",
+        )
         return
+    w = a.words
     if overtaken is None or (empty is not None and empty[:2] < overtaken[:2]):
         assert empty is not None
         seen_at, witness = empty[0], empty[2]
         why = (
-            f"receive op {witness.index}, invoked at {witness.invoked_at} (at least "
-            f"{REDELIVERY_BOUND_MS} ms after the abort completed), found nothing"
+            f"receive op {witness.index}, invoked at {w.at(witness.invoked_at)} ("
+            f"{seconds(witness.invoked_at - aborted_at)} after the abort completed), found nothing"
         )
     else:
         seen_at, d = overtaken[0], overtaken[2]
         witness = d.op
         later = a.messages[d.payload]
         why = (
-            f"receive op {witness.index} returned {d.payload!r}, whose send (op "
-            f"{later.send.index}) was invoked at {later.send.invoked_at}, after the abort "
-            f"completed"
+            f"receive op {witness.index} returned {d.payload!r}, whose send (op {later.send.index}) was invoked at "
+            f"{w.at(later.send.invoked_at)}, after the abort completed"
         )
     if back is not None and back <= seen_at:
+        out.judge("missing-redelivery")  # received again in time
         return
     if index.blind(seen_at, ack_done):
-        return  # a receive of unknown outcome may have taken the redelivered message
+        out.cannot_judge("missing-redelivery", "a receive of unknown outcome may have taken the redelivered message")
+        return
+    out.judge("missing-redelivery")
+    came = (
+        f"; it came again at {w.at(back)}, {seconds(back - aborted_at)} after the abort"
+        if back is not None
+        else "; it never came again"
+    )
     out.add(
         "missing-redelivery",
         [message.send, ack.op, abort, witness],
-        f"{sub} (Exclusive) acked {message.payload!r} at {fmt_pos(position)} in {fmt_txn(ack.txn)} (op "
-        f"{ack.op.index}), which aborted (op {abort.index}, done at {aborted_at}); an abort redelivers "
-        f"what the transaction acked, ahead of anything dispatched later, yet {why} before "
-        f"{message.payload!r} was received again",
+        f"acked {message.payload!r} at {fmt_pos(position)} in {fmt_txn(ack.txn)} (op {ack.op.index}), which "
+        f"aborted (op {abort.index}, done at {w.at(aborted_at)}); an abort redelivers what the transaction acked, "
+        f"ahead of anything dispatched later, yet {why} before {message.payload!r} was received again{came} "
+        f"(bound {seconds(REDELIVERY_BOUND_MS)})",
+        where=w.name(sub),
+        late_ms=None if back is None else max(0, back - aborted_at - REDELIVERY_BOUND_MS),
+        bound_ms=REDELIVERY_BOUND_MS,
     )

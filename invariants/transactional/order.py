@@ -24,12 +24,17 @@ def garbage_reads(a: TxnAnalysis, out: Collector) -> None:
     for d in a.deliveries:
         found = a.messages.get(d.payload)
         if found is None or found.partition != d.partition:
-            where = "" if found is None else f" (it was sent to {found.partition}, not {d.partition})"
+            where = (
+                ""
+                if found is None
+                else f" (it was sent to {a.words.name(found.partition)}, not {a.words.name(d.partition)})"
+            )
             out.add(
                 "garbage-read",
                 [d.op],
-                f"receive op {d.op.index} on {d.subscription} returned {d.payload!r}, which no send of "
-                f"this partition produced{where}",
+                f"receive op {d.op.index} returned {d.payload!r} at {a.words.end(d.op)}, "
+                f"which no send of this partition produced{where}",
+                where=a.words.name(d.subscription),
             )
 
 
@@ -44,8 +49,9 @@ def inconsistent_positions(a: TxnAnalysis, out: Collector) -> None:
             "inconsistent-position",
             [clash.send, message.send],
             f"sends op {clash.send.index} ({clash.payload!r}) and op {message.send.index} ({message.payload!r}) "
-            f"both returned position {fmt_pos(clash.position)} and {fmt_pos(message.position)} on "
-            f"{message.partition}; a position holds one message, or one batch at distinct indexes",
+            f"both returned position {fmt_pos(clash.position)} and {fmt_pos(message.position)}; a position holds "
+            f"one message, or one batch at distinct indexes",
+            where=a.words.name(message.partition),
         )
     for d, message in a.delivered():
         if message.repeatable:
@@ -56,6 +62,7 @@ def inconsistent_positions(a: TxnAnalysis, out: Collector) -> None:
                 [message.send, d.op],
                 f"send op {message.send.index} put {d.payload!r} at {fmt_pos(message.position)}, but receive "
                 f"op {d.op.index} delivered it at {fmt_pos(d.position)}",
+                where=a.words.name(d.subscription),
             )
 
 
@@ -84,10 +91,11 @@ def realtime_order(a: TxnAnalysis, out: Collector) -> None:
                 out.add(
                     "realtime-order",
                     [earlier.send, later.send],
-                    f"on {partition}, send op {earlier.send.index} ({earlier.payload!r}) completed at "
-                    f"{earlier.send.completed_at} before send op {later.send.index} ({later.payload!r}) was "
-                    f"invoked at {later.send.invoked_at}, yet got the later position "
-                    f"{fmt_pos(earlier.position)} > {fmt_pos(later.position)}",
+                    f"send op {earlier.send.index} ({earlier.payload!r}) completed at "
+                    f"{a.words.at(earlier.send.completed_at or 0)} before send op {later.send.index} "
+                    f"({later.payload!r}) was invoked at {a.words.at(later.send.invoked_at)}, yet got the later "
+                    f"position {fmt_pos(earlier.position)} > {fmt_pos(later.position)}",
+                    where=a.words.name(partition),
                 )
 
 
@@ -151,10 +159,11 @@ def out_of_order_deliveries(a: TxnAnalysis, out: Collector) -> None:
             out.add(
                 "out-of-order-delivery",
                 [before.op, d.op],
-                f"consumer (process {d.op.process}) of {d.subscription} got {before.payload!r} at "
+                f"consumer {d.consumer or f'(process {d.op.process})'} got {before.payload!r} at "
                 f"{fmt_pos(before.position)} (op {before.op.index}) and then, as a first delivery, "
                 f"{d.payload!r} at {fmt_pos(d.position)} (op {d.op.index}); a partition is dispatched in order"
                 f"{'' if sticky is None else f' (per sticky key: both have key {sticky!r})'}",
+                where=a.words.name(d.subscription),
             )
         last[key] = d
 

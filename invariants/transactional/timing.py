@@ -20,6 +20,7 @@ from invariants.transactional.analysis import (
     read_field,
 )
 from invariants.transactional.anomaly import Collector
+from invariants.words import Words, seconds
 from spec.history import Operation, OpType, parse_object, split_subscription
 
 __all__ = ["early_deliveries", "late_deliveries", "lost_redeliveries"]
@@ -37,13 +38,17 @@ def early_deliveries(a: TxnAnalysis, out: Collector) -> None:
             and d.op.completed_at < message.deliver_at - message.early_ms
             and a.holds_delays(d.subscription)
         ):
-            allowed = f" (a non-strict broker may deliver {message.early_ms} ms early)" if message.early_ms else ""
+            early = message.deliver_at - d.op.completed_at
+            allowed = f", {seconds(message.early_ms)} allowed to a non-strict broker" if message.early_ms else ""
             out.add(
                 "early-delivery",
                 [message.send, d.op],
-                f"send op {message.send.index} asked to deliver {d.payload!r} at {message.deliver_at}; receive "
-                f"op {d.op.index} had it by {d.op.completed_at}, {message.deliver_at - d.op.completed_at} early"
+                f"send op {message.send.index} asked to deliver {d.payload!r} at {a.words.at(message.deliver_at)}; "
+                f"receive op {d.op.index} had it by {a.words.at(d.op.completed_at)}: {seconds(early)} early"
                 f"{allowed}",
+                where=a.words.name(d.subscription),
+                early_ms=early,
+                bound_ms=message.early_ms,
             )
 
 
@@ -75,25 +80,38 @@ def late_deliveries(a: TxnAnalysis, out: Collector) -> None:
             continue
         due = message.deliver_at + message.within_ms
         for sub in by_partition.get(message.partition, []):
-            if not a.holds_delays(sub) or attached.get(sub, float("inf")) > message.send.invoked_at:
+            if not a.holds_delays(sub):
+                continue  # not delayed there: not this check's case (order judges it)
+            if attached.get(sub, float("inf")) > message.send.invoked_at:
+                out.cannot_judge("late-delivery", "a consumer of the subscription attached after the message was sent")
                 continue
             if sub not in consumers:
                 consumers[sub] = _Consumers(a, sub)
+            why_not = consumers[sub].why_not(due)
+            if why_not is not None:
+                out.cannot_judge("late-delivery", why_not)
+                continue
+            out.judge("late-delivery")
             missed = consumers[sub].missed(message, message.send.invoked_at - 1, due)
             if missed is None:
                 continue
             idle, late = missed
-            when = (
-                f"; it came only later (receive op {late[0].op.index} at {late[0].op.completed_at})"
-                if late
-                else "; it never came"
+            w = a.words
+            first = min(late, key=lambda d: d.op.completed_at or 0) if late else None
+            came = (
+                f"delivered {seconds((first.op.completed_at or 0) - message.deliver_at)} after its time (receive op "
+                f"{first.op.index} at {w.end(first.op)}), bound {seconds(message.within_ms)}"
+                if first is not None
+                else f"never delivered, bound {seconds(message.within_ms)}"
             )
             out.add(
                 "late-delivery",
-                [message.send, *idle.values(), *(d.op for d in late[:1])],
-                f"send op {message.send.index} asked to deliver {message.payload!r} at {message.deliver_at}, "
-                f"within {message.within_ms} ms (by {due}); every consumer of {sub} found nothing after that: "
-                f"{_idle_text(idle)}{when}",
+                [message.send, *idle.values(), *([first.op] if first is not None else [])],
+                f"send op {message.send.index} asked to deliver {message.payload!r} at {w.at(message.deliver_at)}; "
+                f"every consumer found nothing after it was due by {w.at(due)}: {_idle_text(w, idle)}; {came}",
+                where=w.name(sub),
+                late_ms=None if first is None else (first.op.completed_at or 0) - due,
+                bound_ms=message.within_ms,
             )
 
 
@@ -117,36 +135,46 @@ def lost_redeliveries(a: TxnAnalysis, out: Collector) -> None:
     (:class:`_Consumers`), with the bound counted from the negative ack's completion, or from the
     receive's completion plus the ack timeout."""
     for sub in sorted(set(a.negative_acks) | set(a.subscribes)):
-        handbacks = _negative_acks(a, sub) + _ack_timeouts(a, sub)
+        handbacks = _negative_acks(a, sub, out) + _ack_timeouts(a, sub)
         if not handbacks:
             continue
         consumers = _Consumers(a, sub)
+        w = a.words
         for message, origin, request, due, how in handbacks:
+            why_not = consumers.why_not(due)
+            if why_not is not None:
+                out.cannot_judge("lost-redelivery", why_not)
+                continue
+            out.judge("lost-redelivery")
             missed = consumers.missed(message, origin.op.completed_at or 0, due)
             if missed is None:
                 continue
             idle, late = missed
-            when = (
-                f"; it came only later (receive op {late[0].op.index} at {late[0].op.completed_at})"
-                if late
-                else "; it never came again"
+            # counted from the negative ack's completion, or from the receive's (the ack timeout)
+            since = (request.completed_at if request is not None else origin.op.completed_at) or 0
+            bound = due - since
+            first = min(late, key=lambda d: d.op.completed_at or 0) if late else None
+            after = "the negative ack" if request is not None else "the receive"
+            came = (
+                f"redelivered {seconds((first.op.completed_at or 0) - since)} after {after} (receive op "
+                f"{first.op.index} at {w.end(first.op)}), bound {seconds(bound)}"
+                if first is not None
+                else f"never redelivered, bound {seconds(bound)} after {after}"
             )
             out.add(
                 "lost-redelivery",
-                [
-                    message.send,
-                    origin.op,
-                    *([request] if request is not None else []),
-                    *idle.values(),
-                    *(d.op for d in late[:1]),
-                ],
+                [message.send, origin.op, *([request] if request is not None else []), *idle.values()]
+                + ([first.op] if first is not None else []),
                 f"{origin.consumer} received {message.payload!r} (receive op {origin.op.index}) and gave it back by "
-                f"{how}, so it was due again on {sub} by {due}; every consumer of {sub} found nothing after that: "
-                f"{_idle_text(idle)}{when}",
+                f"{how} at {w.end(request if request is not None else origin.op)}; every consumer found nothing after "
+                f"it was due again by {w.at(due)}: {_idle_text(w, idle)}; {came}",
+                where=w.name(sub),
+                late_ms=None if first is None else (first.op.completed_at or 0) - due,
+                bound_ms=bound,
             )
 
 
-def _negative_acks(a: TxnAnalysis, sub: str) -> list[_Handback]:
+def _negative_acks(a: TxnAnalysis, sub: str, out: Collector) -> list[_Handback]:
     """What the negative acks on ``sub`` that state a bound gave back: each message they name, with
     the last delivery of it to that consumer before the negative ack."""
     partition, _ = split_subscription(parse_object(sub)[1])
@@ -167,6 +195,8 @@ def _negative_acks(a: TxnAnalysis, sub: str) -> list[_Handback]:
             if origins:
                 origin = max(origins, key=lambda d: d.op.completed_at or 0)
                 handbacks.append((message, origin, nack, nack.completed_at + within, f"negative ack op {nack.index}"))
+            else:
+                out.cannot_judge("lost-redelivery", "a negative ack of a message its consumer had not received")
     return handbacks
 
 
@@ -223,6 +253,19 @@ class _Consumers:
                 calls, ops = self.idle.setdefault(name, ([], []))
                 calls.append(op.invoked_at)
                 ops.append(op)
+
+    def why_not(self, due: int) -> str | None:
+        """Why nothing can prove a message due by ``due`` late on this subscription (None: it can be
+        judged): the history does not account for every consumer, or some consumer never found
+        nothing, while connected, at or after ``due``."""
+        if self.names is None:
+            return (
+                "the history does not account for every consumer of the subscription (a subscribe or receive of "
+                "unknown outcome, or a consumer without a name)"
+            )
+        if self.first_idle(due) is None:
+            return "no consumer found nothing after it was due: every consumer kept receiving, or stopped asking"
+        return None
 
     def first_idle(self, after: int) -> dict[str, Operation] | None:
         """Each consumer's first receive that found nothing while connected, invoked at or after
@@ -281,9 +324,10 @@ def _consumers(a: TxnAnalysis, sub: str) -> set[str] | None:
     return {name for name in names if name is not None}
 
 
-def _idle_text(idle: dict[str, Operation]) -> str:
+def _idle_text(words: Words, idle: dict[str, Operation]) -> str:
     return ", ".join(
-        f"{name} (receive op {op.index} at {op.invoked_at})" for name, op in sorted(idle.items(), key=lambda kv: kv[0])
+        f"{name} (receive op {op.index} at {words.at(op.invoked_at)})"
+        for name, op in sorted(idle.items(), key=lambda kv: kv[0])
     )
 
 

@@ -245,7 +245,10 @@ def test_early_delivery_of_a_delayed_message() -> None:
     ]
     result = check_transactional(ops)
     assert set(result.counts) == {"early-delivery"}
-    assert "40 early" in result.anomalies[0].explanation
+    early = result.anomalies[0]
+    assert "0.040 s early" in early.explanation and (early.early_ms, early.bound_ms) == (40, 0)
+    # times are written relative to the history's start, the subscription by its short name
+    assert "deliver 'a' at +0.100 s" in early.explanation and early.where == "partition-0#sub"
     on_time = [ops[0], dataclasses.replace(ops[1], invoked_at=95, completed_at=100)]
     assert check_transactional(on_time).ok
 
@@ -814,7 +817,10 @@ def test_late_delivery_names_the_send_and_the_idle_receive() -> None:
     assert set(result.counts) == {"late-delivery"}
     anomaly = result.anomalies[0]
     assert anomaly.ops == (1, 2, 3)
-    assert "within 50 ms (by 150)" in anomaly.explanation and "receive op 2" in anomaly.explanation
+    assert "due by +0.150 s" in anomaly.explanation and "receive op 2" in anomaly.explanation
+    # how late, against which bound, as words and as numbers
+    assert "delivered 0.200 s after its time (receive op 3 at +0.300 s), bound 0.050 s" in anomaly.explanation
+    assert (anomaly.late_ms, anomaly.bound_ms) == (150, 50)
 
 
 def test_a_consumer_waiting_when_the_message_came_received_it_in_time() -> None:
@@ -857,7 +863,8 @@ def test_a_non_strict_broker_may_deliver_one_tick_early() -> None:
     assert check_transactional(early).ok
     too_early = [dataclasses.replace(early[1], invoked_at=20, completed_at=45)]
     result = check_transactional([early[0], *too_early])
-    assert set(result.counts) == {"early-delivery"} and "50 ms early" in result.anomalies[0].explanation
+    assert set(result.counts) == {"early-delivery"}
+    assert "0.055 s early, 0.050 s allowed to a non-strict broker" in result.anomalies[0].explanation
 
 
 def _nacked(bound: int = 100) -> list[Operation]:

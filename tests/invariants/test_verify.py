@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from invariants.models import random_register_history
-from invariants.transactional import CHECKS
+from invariants.transactional import CHECKS, GROUPS
 from invariants.verify import (
     MACHINE_KINDS,
     ModelPlan,
@@ -38,10 +38,12 @@ def test_one_ranking_from_ok_to_bad_input() -> None:
         "ok",
         "skipped",
         "unknown",
+        "late",
         "illegal",
         "error",
         "bad-input",
     ]
+    assert worst(["late", "unknown"]) is Outcome.LATE and worst(["late", "illegal"]) is Outcome.ILLEGAL
     assert worst([]) is Outcome.OK
     assert worst(["ok", "unknown", "skipped"]) is Outcome.UNKNOWN
     assert worst(["illegal", "unknown"]) is Outcome.ILLEGAL
@@ -75,12 +77,15 @@ def test_check_history_gives_one_row_per_checker() -> None:
     ]
     transactional = json.loads(rows[0].detail)
     assert transactional["counts"] == {} and transactional["anomalies"] == []
-    # and beside the verdict, which checks had anything to judge (invariants.applicability)
-    assert set(transactional["applicability"]) == set(CHECKS)
+    # and beside each verdict, which of its checks had anything to judge (invariants.applicability):
+    # each row states the checks of its group of the taxonomy
     delivery = json.loads(rows[1].detail)
+    assert set(transactional["applicability"]) | set(delivery["applicability"]) == set(CHECKS)
+    assert {GROUPS[name] for name in transactional["applicability"]} == {"transactional"}
     assert (
         delivery["counts"] == {}
         and delivery["violations"] == []
+        and delivery["anomalies"] == []
         and sum(delivery["judged"].values()) == rows[1].objects
     )
 
