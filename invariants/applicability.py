@@ -237,7 +237,7 @@ def applicability(ops: Sequence[Operation]) -> list[Applicability]:
 
 def applicability_of(analysis: TxnAnalysis, result: TxnResult | None = None) -> list[Applicability]:
     """:func:`applicability` of a history already analysed, and checked when ``result`` is given: a
-    check that counts the cases it judged (``result.judged``, the liveness and timing checks) and
+    check that counts the cases it judged (``result.judged``: loss, and the liveness checks) and
     judged none cannot judge the history, whatever it holds, and says why (its most frequent
     reasons, ``result.unjudged``)."""
     statements = _statements(analysis)
@@ -248,8 +248,9 @@ def applicability_of(analysis: TxnAnalysis, result: TxnResult | None = None) -> 
             out.append(Applicability(name, GROUPS[name], False, "no transaction in the history"))
             continue
         applies, evidence = statements[name]()
-        if applies and result is not None and name in result.unjudged and not result.judged.get(name):
-            applies, evidence = False, f"cannot judge: {_reasons(result.unjudged[name])} ({evidence})"
+        if applies and result is not None and name in result.judged and not result.judged[name]:
+            why = _reasons(result.unjudged[name]) if name in result.unjudged else "no case to judge"
+            applies, evidence = False, f"cannot judge: {why} ({evidence})"
         out.append(Applicability(name, GROUPS[name], applies, evidence))
     return out
 

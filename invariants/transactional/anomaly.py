@@ -111,6 +111,11 @@ class Collector:
                 )
             )
 
+    def counts_cases(self, name: str) -> None:
+        """``name`` counts the cases it judges: if it judges none, it cannot judge the history
+        (:func:`invariants.applicability.applicability_of`), whatever the history holds."""
+        self.judged[name] += 0
+
     def judge(self, name: str) -> None:
         """One case ``name`` judged (whatever it found)."""
         self.judged[name] += 1

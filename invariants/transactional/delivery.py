@@ -52,23 +52,34 @@ def lost_messages(a: TxnAnalysis, out: Collector) -> None:
     message not yet due at the drain is not judged, and a message of a fractured read is reported
     as that, not again as lost.  A Reader's non-durable subscription is not judged: it holds back no
     ledger deletion (PA-24)."""
+    out.counts_cases("lost-message")
     fractured = {m.send.index for f in a.fractures for m in (f.seen, f.missing)}
     for view in a.views:
         drain = view.drain
         subscribes = a.subscribes.get(view.subscription, [])
-        if drain is None or any(op.type is OpType.INFO for op in subscribes) or a.non_durable(view.subscription):
+        if drain is None:
+            continue
+        if any(op.type is OpType.INFO for op in subscribes):
+            out.cannot_judge("lost-message", "a subscribe of unknown outcome (a consumer the history never saw)")
+            continue
+        if a.non_durable(view.subscription):
+            out.cannot_judge("lost-message", "a Reader's subscription (durable: false) holds back no deletion")
             continue
         blind_until = max((end_or_never(op) for op in a.unknown_receives.get(view.subscription, ())), default=None)
         latest = latest_start(subscribes)
         for message in a.committed_by_partition.get(view.partition, []):
-            if (
-                message.payload in view.received
-                or (blind_until is not None and a.dispatchable_from(message) <= blind_until)
-                or (message.deliver_at is not None and message.deliver_at > drain.invoked_at)
-                or (latest is not None and message.send.invoked_at < latest)
-                or (message.txn is not None and message.send.index in fractured)
-            ):
+            if latest is not None and message.send.invoked_at < latest:
+                continue  # not owed: sent before a Latest subscription attached
+            if message.payload in view.received or (message.txn is not None and message.send.index in fractured):
+                out.judge("lost-message")
                 continue
+            if blind_until is not None and a.dispatchable_from(message) <= blind_until:
+                out.cannot_judge("lost-message", "a receive of unknown outcome may have taken it")
+                continue
+            if message.deliver_at is not None and message.deliver_at > drain.invoked_at:
+                out.cannot_judge("lost-message", "a delayed message not yet due when the subscription was drained")
+                continue
+            out.judge("lost-message")
             why = "" if message.txn is None else f" in {fmt_txn(message.txn)}, committed"
             out.add(
                 "lost-message",
@@ -159,6 +170,7 @@ def missing_redeliveries(a: TxnAnalysis, out: Collector) -> None:
     Exclusive subscription before the consumer went past it.  An abort returns the transaction's
     individual acks to pending and redelivers them, a cumulative ack is just cleared (PA-13); see
     :mod:`invariants.transactional`'s docstring for the bound and what is not judged."""
+    out.counts_cases("missing-redelivery")
     indexes: dict[str, _Redelivery] = {}
     for ack in a.acks:
         if ack.cumulative or ack.subscription not in a.exclusive_subscriptions:

@@ -64,6 +64,7 @@ def late_deliveries(a: TxnAnalysis, out: Collector) -> None:
     receive loop and a margin; see ``docs/verify-your-broker.md``).  Judged only where the history
     accounts for every consumer of the subscription (:class:`_Consumers`), each attached before the
     message was sent, and only for a send that returned ok outside a transaction."""
+    out.counts_cases("late-delivery")
     by_partition: dict[str, list[str]] = defaultdict(list)
     for sub in sorted(a.subscribes):
         by_partition[split_subscription(parse_object(sub)[1])[0]].append(sub)
@@ -134,6 +135,7 @@ def lost_redeliveries(a: TxnAnalysis, out: Collector) -> None:
     Judged only where the history accounts for every consumer of the subscription
     (:class:`_Consumers`), with the bound counted from the negative ack's completion, or from the
     receive's completion plus the ack timeout."""
+    out.counts_cases("lost-redelivery")
     for sub in sorted(set(a.negative_acks) | set(a.subscribes)):
         handbacks = _negative_acks(a, sub, out) + _ack_timeouts(a, sub)
         if not handbacks:

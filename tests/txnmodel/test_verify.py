@@ -316,3 +316,26 @@ def test_one_spark_session_per_process(spark: Any) -> None:
 
     assert spark_session("local[2]") is spark
     assert spark_session("local[2]") is spark_session("local[2]")
+
+
+def test_progress_moves_inside_one_history(tmp_path: Path) -> None:
+    """One long history is never one step from 0% to 100%: the count moves as its rows are read and
+    as each of its checks runs, the check running named (issue 28, item 4)."""
+    from runners.file_checks import operations_in
+    from views.progress import Phase
+
+    ops = [dataclasses.replace(op, history="long") for op in generate(5, txns_each=60)]
+    write_parquet(tmp_path / "long.parquet", ops)
+    files = [str(tmp_path / "long.parquet")]
+    seen: list[tuple[int, str]] = []
+    phase = Phase("verify", None, "operations", 0.0)
+    phase._changed = lambda p: seen.append((p.done, p.note))
+    phase.set_total(operations_in(files, "parquet"))
+    rows = check_files_local(files, "parquet", VerifyOptions(), progress=phase)
+    assert {r.verdict for r in rows} == {"ok"}
+    assert phase.total == len(ops) and phase.done == len(ops)
+    counts = [done for done, _ in seen]
+    assert counts == sorted(counts) and len({c for c in counts if 0 < c < len(ops)}) > 10
+    notes = {note for _, note in seen}
+    assert any(note.startswith("reading") for note in notes)
+    assert "long: lost-message" in notes and "long: late-visibility" in notes
