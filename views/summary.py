@@ -8,6 +8,7 @@ this module only renders what they hold.
 from __future__ import annotations
 
 import json
+import textwrap
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -176,7 +177,8 @@ def applicability_lines(rows: Iterable[VerdictRow]) -> list[str]:
     if not judged:
         return []
     lines = [f"checks that had something to judge (of {len(judged)} histories with client operations):"]
-    lines.append("  " + ", ".join(f"{check} {applied[check]}" for check in order))
+    counted = ", ".join(f"{check} {applied[check]}" for check in order)
+    lines += textwrap.wrap(counted, width=100, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False)
     absent = [check for check in order if not applied[check]]
     if absent:
         lines.append("  nothing to judge in any history (not a pass):")
