@@ -48,7 +48,7 @@ docs: $(STAMP) graphviz
 pytest: build chromium
 	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(BIN)/python -m pytest -n 2 -q $(PYTEST_ARGS)
 
-# The viewer's browser tests drive Debian's Chromium (tests/viewer); installed when missing.
+# The viewer's browser tests drive Debian's Chromium (tests/views); installed when missing.
 # TXNMODEL_CHROMIUM names another binary.  Without one the browser tests fail, they never skip.
 CHROMIUM ?= $(or $(TXNMODEL_CHROMIUM),/usr/bin/chromium)
 chromium:

@@ -37,15 +37,27 @@ told apart by the ``:f`` values the history uses:
   *lost* a ``lost-message`` once an empty dequeue or a drain came after every enqueue completed;
   a duplicate dequeue is allowed (at-least-once), as total-queue allows it.
 
+* **kafka** (``:send``, ``:poll``, ``:txn``, ``:assign``, ``:subscribe``, ``:crash``,
+  ``:debug-topic-partitions``): Jepsen's ``jepsen.tests.kafka`` workload, mapped onto the contract by
+  :mod:`history_io.kafka` (a key is a partition, an offset a position, each operation a transaction).
+
 Elements and enqueued values must be unique (each delivery names its send), and are spelled as EDN
-text (``17``, ``:a``, ``"x"``).  Other workloads (Elle's ``:txn`` list-append, Kafka's
-``:send``/``:poll``, ...) are refused, naming the first line that uses them.
+text (``17``, ``:a``, ``"x"``).  Other workloads (Elle's list-append ``:txn`` of ``:append``/``:r``
+micro-operations, ...) are refused, naming the first line that uses them.
+
+Most forms of a large history are plain (numbers, keywords, vectors and maps, no strings): those are
+read by :func:`_fast_op`, which turns the form into JSON text with a few regular-expression passes and
+hands it to the ``json`` module, an order of magnitude faster than ``edn-format``'s grammar; any
+other form, and any form the fast path finds anything odd in, goes to ``edn-format``, whose answer
+(or error) it then is.
 """
 
 from __future__ import annotations
 
 import datetime
 import fractions
+import itertools
+import json
 import os
 import re
 import uuid
@@ -54,6 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from history_io.edn_values import EdnOp, to_edn
 from spec.history import BadHistory, Event, Operation, OpType, make_operation, object_id, pair_events
 
 __all__ = [
@@ -85,19 +98,6 @@ _SCALAR = re.compile(r"[^\s,\[\](){}\";]*")
 class _Form:
     text: str
     line: int  # 1-based line where it starts
-
-
-@dataclass(frozen=True)
-class EdnOp:
-    """One Jepsen operation as read (values converted to JSON-able Python)."""
-
-    line: int
-    type: OpType
-    process: int | None  # None: the nemesis
-    f: str
-    value: Any
-    time: int | None
-    error: str | None
 
 
 def _bad(message: str, where: str, line: int | None = None) -> BadHistory:
@@ -144,10 +144,45 @@ def _forms(text: str, where: str) -> Iterator[_Form]:
             pos = max(scalar.end(), pos + 1)
             yield _Form(text[start:pos], start_line)
             continue
+        whole = _whole_line(text, pos)
+        if whole > pos:  # the common case: one plain map on its line, found without walking it
+            pos = whole
+            yield _Form(text[start:pos], start_line)
+            continue
         pos, line = _close(text, pos, line, start_line, where)
         if pos - start > MAX_FORM_BYTES:
             raise _bad(f"one form is longer than {MAX_FORM_BYTES} bytes", where, start_line)
         yield _Form(text[start:pos], start_line)
+
+
+_NOT_PLAIN = re.compile(r'["\\;#]')
+_NOT_BRACKET = re.compile(r"[^\[\](){}]+")
+_RECORD_START = "#jepsen.history.Op{"
+
+
+def _whole_line(text: str, pos: int) -> int:
+    """Where the form starting at ``pos`` ends, when it is a map (or a ``#jepsen.history.Op`` record)
+    that fills the rest of its line, holds no string, comment, tag or character, and nests within
+    the limits; else ``pos`` (:func:`_close` then walks it)."""
+    body = pos + len(_RECORD_START) - 1 if text.startswith(_RECORD_START, pos) else pos
+    if text[body] != "{":
+        return pos
+    nl = text.find("\n", pos)
+    stop = len(text) if nl < 0 else nl
+    while stop > body and text[stop - 1] in " \t\r,":
+        stop -= 1
+    if stop - pos > MAX_FORM_BYTES or text[stop - 1] != "}" or _NOT_PLAIN.search(text, body, stop):
+        return pos
+    # the braces at both ends close each other: what lies between is balanced on its own
+    inner = _NOT_BRACKET.sub("", text[body + 1 : stop - 1])
+    for _ in range(MAX_DEPTH - 1):
+        if not inner:
+            return stop
+        shorter = inner.replace("[]", "").replace("{}", "").replace("()", "")
+        if shorter == inner:
+            return pos
+        inner = shorter
+    return pos
 
 
 def _skip_space(text: str, i: int, line: int) -> tuple[int, int]:
@@ -278,23 +313,6 @@ def _plain(value: Any, where: str, line: int) -> Any:
     raise _bad(f"a value this reader does not know: {type(value).__name__}", where, line)
 
 
-def to_edn(value: Any) -> str:
-    """A JSON-able value spelled as EDN text (the payload of a set element or a queued value)."""
-    if value is None:
-        return "nil"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, list):
-        return "[" + " ".join(to_edn(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} {to_edn(v)}" for k, v in value.items()) + "}"
-    raise TypeError(f"not a JSON value: {value!r}")
-
-
 def _keyword(data: Mapping[Any, Any], name: str) -> Any:
     from edn_format import Keyword
 
@@ -309,6 +327,9 @@ def _op(form: _Form, where: str) -> EdnOp:
     from edn_format import Keyword
 
     text = _strip_record_tag(form, where)
+    fast = _fast_op(text, form.line)
+    if fast is not None:
+        return fast
     try:
         data = _parser().parse(text)
     except Exception as exc:  # edn-format raises EDNDecodeError, ValueError, NotImplementedError...
@@ -346,6 +367,9 @@ def _op(form: _Form, where: str) -> EdnOp:
         raise _bad(f":time must be an integer (nanoseconds), got {_show(time)}", where, form.line)
     value = _keyword(data, "value")
     error = _keyword(data, "error")
+    index = _keyword(data, "index")
+    found = {name: _keyword(data, name) for name in _EXTRAS}
+    extras = {name: _plain(raw, where, form.line) for name, raw in found.items() if raw is not _MISSING}
     return EdnOp(
         form.line,
         _TYPES[kind.name],
@@ -354,7 +378,92 @@ def _op(form: _Form, where: str) -> EdnOp:
         None if value is _MISSING else _plain(value, where, form.line),
         time_ns,
         None if error is _MISSING or error is None else _error_text(_plain(error, where, form.line)),
+        index if isinstance(index, int) and not isinstance(index, bool) else None,
+        extras,
     )
+
+
+# The keys beyond Jepsen's own that a workload reads (see EdnOp.extras).
+_EXTRAS = ("rebalance-log", "seek-to-beginning?")
+
+# The fast path (see the module docstring).  A form qualifies when it is made of brackets, braces,
+# keywords, integers, decimals and nil/true/false only: no string, character, tag, set, list,
+# symbol or comment, so every JSON string the translation produces was a keyword (marked by its
+# leading ':'), and a map becomes a JSON array whose first element is the marker "{".
+_KEYWORD = r":[A-Za-z*+!_?<>=.-][\w*+!_?<>=.:#-]*"  # no "/": edn-format reads a namespace its own way
+_NUMBER = r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?"
+# One way only to match each character (no nested repetition), so a form that is not plain fails
+# in linear time.
+_PLAIN_FORM = re.compile(rf"(?:[\s,\[\]{{}}]|(?:{_KEYWORD}|{_NUMBER}|nil|true|false)(?=[\s,\[\]{{}}]|\Z))*\Z")
+_SEPARATORS = re.compile(r"[\s,]+")
+_KEYWORDS = re.compile(_KEYWORD)
+_NIL = re.compile(r"(?<=[ \[])nil(?=[ \]])")
+
+
+def _fast_op(text: str, line: int) -> EdnOp | None:
+    """The operation a plain form states, or None when the form is not plain or anything in it is
+    not what an operation holds (the slow path then reads it and says what is wrong)."""
+    if not text.startswith("{") or not _PLAIN_FORM.match(text):
+        return None
+    json_text = _SEPARATORS.sub(" ", text).strip().replace("{", '["{" ').replace("}", "]")
+    json_text = _NIL.sub("null", _KEYWORDS.sub(lambda m: '"' + m.group() + '"', json_text))
+    json_text = json_text.replace(" ", ",").replace("[,", "[").replace(",]", "]")
+    try:
+        data = json.loads(json_text)
+    except ValueError:
+        return None
+    fields = _fast_map(data)
+    if fields is None:
+        return None
+    kind, process, f, time = fields.get(":type"), fields.get(":process"), fields.get(":f"), fields.get(":time")
+    if not isinstance(kind, str) or kind[1:] not in _TYPES or not isinstance(f, str):
+        return None
+    if process == ":nemesis":
+        process_id = None
+    elif isinstance(process, int) and not isinstance(process, bool):
+        process_id = process
+    else:
+        return None
+    if time is not None and (not isinstance(time, int) or isinstance(time, bool)):
+        return None
+    index = fields.get(":index")
+    error = fields.get(":error")
+    value = fields.get(":value", _MISSING)
+    return EdnOp(
+        line,
+        _TYPES[kind[1:]],
+        process_id,
+        f[1:],
+        None if value is _MISSING else _fast_plain(value),
+        time,
+        None if error is None else _error_text(_fast_plain(error)),
+        index if isinstance(index, int) and not isinstance(index, bool) else None,
+        {name: _fast_plain(fields[":" + name]) for name in _EXTRAS if ":" + name in fields},
+    )
+
+
+def _fast_map(data: Any) -> dict[str, Any] | None:
+    """A translated map as {":keyword": translated value}; None unless ``data`` is a map whose keys
+    are distinct keywords."""
+    if not isinstance(data, list) or not data or data[0] != "{" or len(data) % 2 != 1:
+        return None
+    keys = data[1::2]
+    if not all(isinstance(key, str) for key in keys) or len(set(keys)) != len(keys):
+        return None
+    return dict(zip(keys, data[2::2], strict=True))
+
+
+def _fast_plain(value: Any) -> Any:
+    """A translated value as :func:`_plain` spells the same EDN: keywords by their names, maps with
+    keys as EDN text."""
+    if type(value) is list:
+        if value and value[0] == "{":
+            items = value[1:]
+            return {to_edn(_fast_plain(items[i])): _fast_plain(items[i + 1]) for i in range(0, len(items) - 1, 2)}
+        return [_fast_plain(v) for v in value]
+    if type(value) is str:
+        return value[1:]
+    return value
 
 
 def _error_text(error: Any) -> str:
@@ -370,6 +479,7 @@ def _show(value: Any) -> str:
 _REGISTER = frozenset({"read", "write", "cas"})
 _SET = frozenset({"add", "read"})
 _QUEUE = frozenset({"enqueue", "dequeue", "drain"})
+_KAFKA = frozenset({"send", "poll", "txn", "assign", "subscribe", "crash", "debug-topic-partitions"})
 
 
 def _workload(ops: Sequence[EdnOp], where: str) -> str:
@@ -380,16 +490,16 @@ def _workload(ops: Sequence[EdnOp], where: str) -> str:
         return "set"
     if fs <= _QUEUE:
         return "queue"
-    known = _REGISTER | _SET | _QUEUE
+    known = _REGISTER | _SET | _QUEUE | _KAFKA
     odd = next((op for op in ops if op.f not in known), None)
     if odd is not None:
         raise _bad(
             f":f :{odd.f} is not a workload this reader knows (register and cas-register: read, write, cas; "
-            "set: add, read; queue: enqueue, dequeue, drain)",
+            "set: add, read; queue: enqueue, dequeue, drain; kafka: send, poll, txn, assign, subscribe, crash)",
             where,
             odd.line,
         )
-    family = _SET if "add" in fs else _QUEUE if fs & _QUEUE else _REGISTER
+    family = _KAFKA if fs & _KAFKA else _SET if "add" in fs else _QUEUE if fs & _QUEUE else _REGISTER
     mixed = next(op for op in ops if op.f not in family)
     raise _bad(
         f"one history mixes workloads: :f :{mixed.f} beside {', '.join(sorted(fs - {mixed.f}))}", where, mixed.line
@@ -419,19 +529,33 @@ def history_id(path: str | Path) -> str:
     return file.stem
 
 
-def parse_edn(text: str, *, history: str, where: str | None = None) -> list[Operation]:
-    """The operations of one Jepsen history (see the module docstring)."""
-    place = where or history
-    ops: list[EdnOp] = []
-    for form in _forms(text, place):
-        op = _op(form, place)
+def _client_ops(text: str, where: str) -> Iterator[EdnOp]:
+    """The operations of the file in order, the nemesis's left out, at most :data:`MAX_OPS`."""
+    count = 0
+    for form in _forms(text, where):
+        op = _op(form, where)
         if op.process is None:
             continue  # the nemesis: faults, not client operations
-        ops.append(op)
-        if len(ops) > MAX_OPS:
-            raise _bad(f"more than {MAX_OPS} operations", place, form.line)
-    if not ops:
+        count += 1
+        if count > MAX_OPS:
+            raise _bad(f"more than {MAX_OPS} operations", where, form.line)
+        yield op
+
+
+def parse_edn(text: str, *, history: str, where: str | None = None) -> list[Operation]:
+    """The operations of one Jepsen history (see the module docstring).  A history whose first
+    operation is the Kafka workload's is handed to :mod:`history_io.kafka` as it is read (it holds
+    only the operations still open), any other is read whole first."""
+    place = where or history
+    stream = _client_ops(text, place)
+    first = next(stream, None)
+    if first is None:
         return []
+    if first.f in _KAFKA:
+        from history_io.kafka import kafka_operations
+
+        return kafka_operations(itertools.chain([first], stream), history, place)
+    ops = [first, *stream]
     timed = [op.time is not None for op in ops]
     if any(timed) and not all(timed):
         missing = ops[timed.index(False)]

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from invariants.transactional.analysis import TxnAnalysis, TxnFate
+from invariants.analysis import TxnAnalysis, TxnFate
 from invariants.transactional.anomaly import TxnResult
 from invariants.transactional.checks import CHECKS, GROUPS, check_transactional
 from spec.history import Operation

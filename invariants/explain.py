@@ -27,6 +27,7 @@ from typing import Any
 
 from invariants.linearizability import UNKNOWN, Model, ObjectResult, Verdict, check_object
 from invariants.models import NO_EFFECT
+from invariants.queue.taxonomy import QUEUE_RULES
 from invariants.readable import Row, rows
 from invariants.transactional import ANOMALIES
 from spec.history import Operation, OpType
@@ -86,6 +87,7 @@ ANOMALY_RULES: dict[str, tuple[tuple[str, ...], str]] = {
         ("TB-15", "TB-16"),
         "a transaction reads only committed data, so whoever it consumed from committed first: no cycle (Adya G1c)",
     ),
+    **QUEUE_RULES,  # Jepsen's Kafka-workload taxonomy (invariants.queue)
 }
 assert set(ANOMALY_RULES) == set(ANOMALIES), set(ANOMALY_RULES) ^ set(ANOMALIES)
 

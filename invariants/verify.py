@@ -121,6 +121,7 @@ class VerifyOptions:
     seconds: float | None = 60.0
     counterexamples: bool = True
     memory_mb: int | None = 1024
+    ww_deps: bool = False  # a Kafka-workload history: infer write-write dependencies (Jepsen's :ww-deps)
 
 
 @dataclass(frozen=True)
@@ -356,16 +357,20 @@ def _client_rows(
     had something to judge (:mod:`invariants.applicability`); each anomaly goes to the row of its
     group in the taxonomy: ``transactional`` (isolation: needs transactions) or ``delivery`` (what any
     Pulsar-protocol broker owes a consumer), where the delivery oracle's violations
-    (:mod:`invariants.client_visible`) join it.  The delivery checks read the coordinator's machine
-    rows too, as the record of the faults that disturbed a transaction's end (TC-16, TC-24, TC-25)."""
+    (:mod:`invariants.client_visible`) and Jepsen's anomalies that mean something for Pulsar
+    (:mod:`invariants.queue`) join it.  The delivery checks read the coordinator's machine rows too,
+    as the record of the faults that disturbed a transaction's end (TC-16, TC-24, TC-25).  A
+    Kafka-workload history is judged by Jepsen's taxonomy alone, in one ``transactional`` row."""
     from invariants.applicability import applicability_of
-    from invariants.client_visible import LIVENESS as ORACLE_LIVENESS
     from invariants.client_visible import TABLE as ORACLE_TABLE
-    from invariants.client_visible import check_client_visible
+    from invariants.queue import is_kafka_history
     from invariants.transactional import LIVENESS, TAXONOMY, TxnAnalysis, check_transactional, of_group
 
     told = progress if progress is not None else _silent
-    steps = 2 + len(TAXONOMY) + len(ORACLE_TABLE)  # the analysis, each check, the oracle's view
+    if is_kafka_history(client_ops):
+        return [_kafka_row(name, client_ops, file, options, seed, reproduce, told)]
+    # the analysis, each check, Jepsen's taxonomy, the oracle's view
+    steps = 3 + len(TAXONOMY) + len(ORACLE_TABLE)
     done = [0]
 
     def checked(what: str) -> None:
@@ -376,11 +381,13 @@ def _client_rows(
     told(0.0, "reading what the clients saw")
     analysis = TxnAnalysis.build(client_ops)
     checked("transactional checks")
-    found = check_transactional(client_ops, analysis=analysis, on_check=checked)
+    found = check_transactional(client_ops, analysis=analysis, on_check=checked, ww_deps=options.ww_deps)
     applies = applicability_of(analysis, found)
     elle_seconds = time.perf_counter() - started
     txn, delivery = of_group(found, "transactional"), of_group(found, "delivery")
     statements = {group: {a.check: a.to_json() for a in applies if a.group == group} for group in GROUPS_ORDER}
+    # what each of Jepsen's checks had to judge, beside the row that reports its anomalies
+    statements["delivery"].update((jepsen.check, jepsen.to_json()) for jepsen in delivery.statements)
     txn_row = VerdictRow(
         name,
         "transactional",
@@ -405,11 +412,33 @@ def _client_rows(
         if txn.ok
         else TxnExplanation(txn, tuple(client_ops), seed, reproduce, page=options.counterexamples),
     )
+    delivery_row = _delivery_row(name, ops, client_ops, file, options, seed, reproduce, delivery, statements, checked)
+    return [txn_row, delivery_row]
+
+
+def _delivery_row(
+    name: str,
+    ops: Sequence[Operation],
+    client_ops: Sequence[Operation],
+    file: str,
+    options: VerifyOptions,
+    seed: int | None,
+    reproduce: str | None,
+    delivery: TxnResult,
+    statements: Mapping[str, Mapping[str, Any]],
+    checked: Callable[[str], None],
+) -> VerdictRow:
+    """The ``delivery`` row: the delivery group's anomalies (``delivery``, with Jepsen's on a Pulsar
+    history) and the delivery oracle's violations, judged here, with their ``statements``."""
+    from invariants.client_visible import LIVENESS as ORACLE_LIVENESS
+    from invariants.client_visible import check_client_visible
+    from invariants.transactional import LIVENESS
+
     started = time.perf_counter()
     oracle = check_client_visible(ops, on_check=checked)
     counts = {**delivery.counts, **oracle.counts}
     judged = any(oracle.judged.values()) or any(s["applies"] for s in statements["delivery"].values())
-    delivery_row = VerdictRow(
+    return VerdictRow(
         name,
         "delivery",
         _outcome(counts, LIVENESS | ORACLE_LIVENESS, judged).value,
@@ -426,6 +455,11 @@ def _client_rows(
                 "judged": oracle.judged,
                 "violations": [v.to_json() for v in oracle.violations],
                 "anomalies": [a.to_json() for a in delivery.anomalies],
+                # reported, never failing the history (invariants.queue)
+                "informational": {
+                    "counts": delivery.notes,
+                    "anomalies": [a.to_json() for a in delivery.informational],
+                },
                 "applicability": statements["delivery"],
             }
         ),
@@ -435,10 +469,56 @@ def _client_rows(
         if not counts
         else DeliveryExplanation(name, oracle, seed, reproduce, delivery, tuple(client_ops), options.counterexamples),
     )
-    return [txn_row, delivery_row]
 
 
 GROUPS_ORDER = ("delivery", "transactional")
+
+
+def _kafka_row(
+    name: str,
+    client_ops: Sequence[Operation],
+    file: str,
+    options: VerifyOptions,
+    seed: int | None,
+    reproduce: str | None,
+    told: Progress,
+) -> VerdictRow:
+    """The one row of a Kafka-workload history: Jepsen's taxonomy with Jepsen's meaning
+    (:mod:`invariants.queue`), what each of its checks had to judge, and the informational
+    anomalies apart (they never fail the history)."""
+    from invariants.transactional import LIVENESS, check_transactional
+
+    started = time.perf_counter()
+    told(0.0, "Jepsen's Kafka-workload checks")
+    txn = check_transactional(client_ops, ww_deps=options.ww_deps)
+    told(1.0, "Jepsen's Kafka-workload checks done")
+    applies = {found.check: found.to_json() for found in txn.statements}
+    return VerdictRow(
+        name,
+        "transactional",
+        _outcome(txn.counts, LIVENESS, any(s["applies"] for s in applies.values())).value,
+        file,
+        "elle",
+        txn.txns,
+        len(client_ops),
+        0,
+        time.perf_counter() - started,
+        None,
+        json.dumps(
+            {
+                "counts": txn.counts,
+                "anomalies": [a.to_json() for a in txn.anomalies],
+                # reported, never failing the history (invariants.queue)
+                "informational": {"counts": txn.notes, "anomalies": [a.to_json() for a in txn.informational]},
+                "applicability": applies,
+            }
+        ),
+        seed=seed,
+        reproduce=reproduce,
+        explanation=None
+        if txn.ok
+        else TxnExplanation(txn, tuple(client_ops), seed, reproduce, page=options.counterexamples),
+    )
 
 
 def _outcome(counts: Mapping[str, int], liveness: frozenset[str], judged: bool) -> Outcome:
@@ -475,9 +555,13 @@ def check_history(
     rows: list[VerdictRow] = []
     told = progress if progress is not None else _silent
     try:
-        plan = plan_models(options.model, ops)
+        from invariants.queue import is_kafka_history
+
+        # A Kafka-workload history holds client operations only, and no object a model checks
+        kafka = is_kafka_history(ops)
+        plan = [] if kafka and options.model == "auto" else plan_models(options.model, ops)
         # The transactional checks read what clients saw, not the machines' steps.
-        client_ops = [op for op in ops if not is_machine_operation(op)]
+        client_ops = ops if kafka else [op for op in ops if not is_machine_operation(op)]
         transactional = any(op.f in TXN_VOCABULARY for op in client_ops)
         # each checker's share of the work, by the operations it reads
         share = len(ops) - len(client_ops) if plan and transactional else len(ops) if plan else 0

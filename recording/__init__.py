@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import platform
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -51,6 +52,7 @@ class RecordResult:
     operations: int
     unknown: int
     metadata: dict[str, Any] = field(default_factory=dict)
+    edn: Path | None = None  # the history in the shape of Jepsen's Kafka workload (--format edn)
 
 
 def _client_versions() -> dict[str, str]:
@@ -81,7 +83,7 @@ def _probe(url: str, timeout_s: float, txn: bool) -> str:
     from txnclient.client import WireClient, WireError, WireTimeout
 
     try:
-        client = WireClient(url, timeout_s=timeout_s)
+        client = WireClient(url, operation_timeout_seconds=timeout_s)
     except (OSError, WireError, WireTimeout) as exc:
         raise RecordError(f"cannot connect: {exc}", where=url) from None
     version = client.server_version or "unknown"
@@ -91,8 +93,8 @@ def _probe(url: str, timeout_s: float, txn: bool) -> str:
     deadline = time.monotonic() + 4 * timeout_s
     while txn:
         try:
-            with WireClient(url, timeout_s=timeout_s) as probe:
-                probe._tc_connect()
+            with WireClient(url, operation_timeout_seconds=timeout_s) as probe:
+                probe.tc_connect()
             break
         except (OSError, WireError, WireTimeout) as exc:
             busy = not isinstance(exc, WireError) or exc.code == ServerError.ServiceNotReady
@@ -117,7 +119,9 @@ def _delete_topics(admin_url: str, topics: list[str]) -> tuple[int, list[str]]:
             with urllib.request.urlopen(request, timeout=10):
                 deleted += 1
         except (urllib.error.URLError, OSError) as exc:
-            problems.append(f"{topic}: {exc}")
+            reason = exc.read().decode("utf-8", "replace")[:200] if isinstance(exc, urllib.error.HTTPError) else ""
+            problems.append(f"{topic}: {exc}{': ' + reason if reason else ''}")
+            print(f"txnmodel record: DELETE {url} failed: {problems[-1]}", file=sys.stderr)  # not only stored
     return deleted, problems
 
 
@@ -146,9 +150,10 @@ def _cleanup(run: Run, options: RecordOptions) -> dict[str, Any]:
     return out
 
 
-def record(options: RecordOptions) -> RecordResult:
+def record(options: RecordOptions, *, edn: bool = False) -> RecordResult:
     """Run one workload against ``options.url`` and write its history; bad options or a broker that
-    cannot be used raise :class:`RecordError` before anything is recorded."""
+    cannot be used raise :class:`RecordError` before anything is recorded.  ``edn``: also write it
+    in the shape of Jepsen's Kafka workload (:mod:`history_io.kafka_write`), for Jepsen's tools."""
     from history_io.files import write_jsonl, write_parquet
     from views.progress import Reporter
 
@@ -231,4 +236,10 @@ def record(options: RecordOptions) -> RecordResult:
         if options.jsonl:
             jsonl = out / f"{history}.jsonl"
             write_jsonl(jsonl, {history: ops}, metadata=metadata)
-    return RecordResult(history, path, jsonl, len(ops), unknown, json.loads(json.dumps(metadata)))
+        kafka = None
+        if edn:
+            from history_io.kafka_write import write_kafka_edn
+
+            kafka = out / f"{history}.edn"
+            kafka.write_text(write_kafka_edn(ops), encoding="utf-8")
+    return RecordResult(history, path, jsonl, len(ops), unknown, json.loads(json.dumps(metadata)), kafka)

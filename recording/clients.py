@@ -350,7 +350,7 @@ class WireSession:
 
         if self.client is None:
             try:
-                self.client = WireClient(self.url, timeout_s=self.timeout_s)
+                self.client = WireClient(self.url, operation_timeout_seconds=self.timeout_s)
             except Exception as exc:  # refused, unreachable, or a bad handshake
                 raise NotConnected(f"{type(exc).__name__}: {exc}") from None
             self.producers = {}
@@ -383,7 +383,7 @@ class WireSession:
             value["liveness"] = False
         with process.op("subscribe", subscription_object(topic, subscription), value, self._outcome) as op:
             client = self._connect()
-            self.consumer = client.subscribe(topic, subscription, sub_type=sub_type)
+            self.consumer = client.subscribe(topic, subscription, consumer_type=sub_type, initial_position="Earliest")
             op.ok()
             return True
         return False
@@ -427,8 +427,8 @@ class WireSession:
             if producer is None:
                 producer = client.create_producer(topic)
                 self.producers[topic] = producer
-            ledger, entry = producer.send(payload.encode(), txn=txn)
-            op.ok({"position": [ledger, entry]})
+            sent = producer.send(payload.encode(), txn=txn)
+            op.ok({"position": [sent.ledger_id(), sent.entry_id()]})
             return True
         return False
 
@@ -439,7 +439,7 @@ class WireSession:
         topic, subscription, _, name = self.consumer_spec
         value: dict[str, Any] = {"consumer": name}
         with process.op("receive", subscription_object(topic, subscription), value, self._outcome) as op:
-            message = self.consumer.receive(timeout_s)
+            message = self.consumer.receive(timeout_millis=int(timeout_s * 1000))
             if message is None:
                 if getattr(self.client, "closed_by_broker", False):
                     value["connected"] = False
@@ -450,11 +450,11 @@ class WireSession:
                 return None
             result: dict[str, Any] = {
                 "message": _payload(message.payload),
-                "position": [message.ledger_id, message.entry_id],
-                "redelivery_count": message.redelivery_count,
+                "position": [message.message_id().ledger_id(), message.message_id().entry_id()],
+                "redelivery_count": message.redelivery_count(),
             }
-            if message.batch_index is not None:
-                result["batch_index"] = message.batch_index
+            if message.message_id().batch_index() >= 0:
+                result["batch_index"] = message.message_id().batch_index()
             op.ok(result)
             return message
         return None
@@ -477,7 +477,8 @@ class WireSession:
             if key not in txn.subscriptions:
                 return False
         consumer = self.consumer
-        value = {"position": [message.ledger_id, message.entry_id], "txn": tj, "consumer": name}
+        position = [message.message_id().ledger_id(), message.message_id().entry_id()]
+        value = {"position": position, "txn": tj, "consumer": name}
         with process.op("ack", subscription_object(topic, subscription), value, self._outcome) as op:
             consumer.acknowledge(message, txn=txn)
             op.ok()

@@ -8,7 +8,9 @@
 
 The server (:class:`engine.serve.server.PulsarServer`) runs its loop on one background thread;
 leaving the block stops it, closes every connection and ledger, and, with ``history=DIR``, writes the
-machine-level history of the session to ``DIR/serve.parquet`` for ``txnmodel verify DIR``.
+machine-level history of the session to ``DIR/serve.parquet`` for ``txnmodel verify DIR``.  With
+``admin_port=`` (0: a free port) Pulsar's admin REST API is served too
+(:class:`engine.serve.admin.AdminServer`); :func:`start`'s handle names its URL (``admin_url``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.serve.admin import AdminServer
+from engine.serve.admin_routes import routes
 from engine.serve.faults import parse_faults
 from engine.serve.server import PulsarServer, ServerOptions
 from spec.config import Config
@@ -41,12 +45,22 @@ class ServeHandle:
     thread: threading.Thread
     history: Path | None = None
     errors: list[BaseException] = field(default_factory=list)
+    admin: AdminServer | None = None
 
     @property
     def url(self) -> str:
         return self.server.url
 
+    @property
+    def admin_url(self) -> str:
+        """The admin REST API's ``http://HOST:PORT`` (start with ``admin_port=``)."""
+        if self.admin is None:
+            raise RuntimeError("start the server with admin_port= for the admin API")
+        return self.admin.url
+
     def stop(self) -> None:
+        if self.admin is not None:
+            self.admin.stop()
         self.server.stop()
         self.thread.join(timeout=30)
         if self.thread.is_alive():
@@ -139,8 +153,10 @@ def start(
     seed: int = 0,
     history: str | Path | None = None,
     faults: str | dict[str, float] | None = None,
+    admin_port: int | None = None,
 ) -> ServeHandle:
-    """Start a server on a background thread; stop it with :meth:`ServeHandle.stop` then :func:`finish`."""
+    """Start a server on a background thread; stop it with :meth:`ServeHandle.stop` then :func:`finish`.
+    ``admin_port``: serve the admin REST API on it too (0: a free port; None: no admin API)."""
     options = ServerOptions(
         host=host,
         port=port,
@@ -155,6 +171,14 @@ def start(
     server = PulsarServer(options)
     server.start()
     handle = ServeHandle(server, threading.Thread(target=lambda: None), Path(history) if history else None)
+    if admin_port is not None:
+        # loopback only: it has no authentication
+        handle.admin = AdminServer(server, routes, "127.0.0.1", admin_port)
+        try:
+            handle.admin.start()
+        except OSError:
+            server.close()
+            raise
 
     def loop() -> None:
         try:

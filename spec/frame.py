@@ -12,7 +12,9 @@ size, metadata and payload).  ``message`` is what a producer sends, what a topic
 what a consumer receives: one codec for all three (:func:`encode_message`, :func:`decode_message`).
 A batch's payload is, per message, ``[4 size][SingleMessageMetadata][payload]``
 (:func:`encode_batch`, :func:`decode_batch`), present exactly when the metadata has the
-``num_messages_in_batch`` field.
+``num_messages_in_batch`` field.  A payload may be compressed as a whole (``compression``,
+``uncompressed_size``: :mod:`spec.compression`); :func:`message_payload` undoes it and
+:func:`decode_message_batch` reads a batch through it.
 
 Everything here is pure: :func:`parse_frame` reads one frame from the front of a buffer and says
 how many bytes it used, or that more bytes are needed; the caller owns the buffer.  Bad bytes are
@@ -31,6 +33,7 @@ from typing import Final, TypeVar
 import google_crc32c
 from google.protobuf.message import DecodeError
 
+from spec.compression import decompress
 from spec.errors import BadRecord, ChecksumMismatch, FrameTooLarge, TruncatedInput
 from spec.pb import PulsarApi_pb2 as api
 from spec.wire import check_message
@@ -47,11 +50,13 @@ __all__ = [
     "crc32c",
     "decode_batch",
     "decode_message",
+    "decode_message_batch",
     "encode_batch",
     "encode_command",
     "encode_frame",
     "encode_message",
     "max_frame_size",
+    "message_payload",
     "parse_frame",
 ]
 
@@ -255,6 +260,20 @@ def decode_batch(payload: bytes, count: int, *, base: int = 0) -> tuple[BatchMes
     if pos != len(payload):
         raise BadRecord(f"{len(payload) - pos} bytes after the {count} messages of a batch", offset=base + pos)
     return tuple(out)
+
+
+def message_payload(message: Message, *, base: int = 0) -> bytes:
+    """``message``'s payload uncompressed (its metadata's ``compression`` undone; as it is when
+    NONE).  Raises :class:`~spec.compression.CorruptPayload` (offset ``base``: where the payload
+    starts) when it does not decompress to its ``uncompressed_size``."""
+    meta = message.metadata
+    return decompress(meta.compression, message.payload, meta.uncompressed_size, base=base)
+
+
+def decode_message_batch(message: Message, *, base: int = 0) -> tuple[BatchMessage, ...]:
+    """The messages of a batch ``message``, its payload decompressed first (:func:`message_payload`)."""
+    count = message.metadata.num_messages_in_batch
+    return decode_batch(message_payload(message, base=base), count, base=base)
 
 
 _M = TypeVar("_M", api.BaseCommand, api.MessageMetadata, api.SingleMessageMetadata)

@@ -29,7 +29,10 @@ The metadata fields used:
 * ``null_value``: a tombstone (the key's value is deleted; compaction drops the key), no payload;
 * ``num_messages_in_batch``: a batch entry, whose payload is, per message,
   ``[4-byte size][SingleMessageMetadata][payload]`` with ``payload_size``, ``sequence_id`` (the
-  index in the batch) and ``partition_key``.
+  index in the batch) and ``partition_key``;
+* ``compression`` and ``uncompressed_size``: the payload (a batch's as a whole) as a producer
+  compressed it (:mod:`spec.compression`).  An entry is stored as the producer sent it; decoding
+  undoes the compression, so a :class:`TopicEntry`'s payload and batch are always uncompressed.
 
 :class:`TopicEntry` is the decoded form; :func:`encode_topic_entry` and :func:`decode_topic_entry`
 are inverses on every entry this module writes.  :func:`decode_frame` splits an entry at its
@@ -47,6 +50,7 @@ from typing import Final
 
 from google.protobuf.message import DecodeError
 
+from spec.compression import CorruptPayload, decompress
 from spec.errors import BadTopicEntry
 from spec.frame import MAGIC_CRC32C, crc32c
 from spec.pb import PulsarApi_pb2 as api_pb
@@ -106,12 +110,14 @@ class TopicEntry:
 @dataclass(frozen=True, slots=True)
 class Frame:
     """An entry split at its metadata: the metadata as a :class:`TopicEntry` whose ``payload`` is
-    the stored payload as is (a batch's still encoded, ``batch`` None), the batch's message count
-    (``num_messages_in_batch``, None for a single message) and the payload's byte offset."""
+    the stored payload uncompressed (a batch's still encoded, ``batch`` None), the batch's message
+    count (``num_messages_in_batch``, None for a single message), the stored payload's byte offset,
+    and whether it was compressed (then offsets inside the payload are the uncompressed bytes')."""
 
     entry: TopicEntry
     num_messages_in_batch: int | None
     payload_offset: int
+    compressed: bool = False
 
 
 def message_metadata(entry: TopicEntry) -> api_pb.MessageMetadata:
@@ -199,7 +205,15 @@ def decode_frame(data: bytes, *, where: str | None = None) -> Frame:
             where=where,
         )
     count = meta.num_messages_in_batch if meta.HasField("num_messages_in_batch") else None
-    return Frame(entry_from_metadata(meta, data[start + size :]), count, start + size)
+    offset = start + size
+    payload = data[offset:]
+    compressed = meta.compression != api_pb.NONE
+    if compressed:
+        try:
+            payload = decompress(meta.compression, payload, meta.uncompressed_size, base=offset, where=where)
+        except CorruptPayload as exc:
+            raise BadTopicEntry(exc.reason, offset=offset, where=where) from None
+    return Frame(entry_from_metadata(meta, payload), count, offset, compressed)
 
 
 class UnsupportedTopicEntryFormat(BadTopicEntry):
@@ -231,9 +245,8 @@ def decode_topic_entry(data: bytes, *, where: str | None = None) -> TopicEntry:
     frame = decode_frame(data, where=where)
     if frame.num_messages_in_batch is None:
         return frame.entry
-    batch = decode_batch_payload(
-        frame.entry.payload, frame.num_messages_in_batch, where=where, base=frame.payload_offset
-    )
+    base = 0 if frame.compressed else frame.payload_offset
+    batch = decode_batch_payload(frame.entry.payload, frame.num_messages_in_batch, where=where, base=base)
     return replace(frame.entry, payload=b"", batch=batch)
 
 

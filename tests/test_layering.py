@@ -9,11 +9,12 @@ that is a module, else ``package`` (its ``__init__``).
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
+from invariants.graphs import strongly_connected_components
 from spec.layout import LAYERS, PACKAGES, layer_of, may_import
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +69,8 @@ def import_graph(modules: Mapping[str, Path]) -> dict[str, set[str]]:
     """Module -> the product modules it imports (a name resolved to its longest module prefix).
 
     ``from package import submodule`` imports the submodule; the package's ``__init__`` runs first
-    whatever the spelling, as for every module of the package, so that alone is no edge to it."""
+    whatever the spelling, as for every module of the package, so that alone is no edge to it.  A
+    module of another package is an edge to that package's ``__init__`` too (:func:`outer_packages`)."""
 
     def resolve(name: str) -> str | None:
         while name and name not in modules:
@@ -81,118 +83,30 @@ def import_graph(modules: Mapping[str, Path]) -> dict[str, set[str]]:
         names = {name for _, name in found}
         # a package named only as the source of submodules it is asked for: not imported for itself
         sources = {n.rpartition(".")[0] for n in names if n in modules}
-        graph[module] = {
+        targets = {
             t
             for name in names
             if (t := resolve(name)) is not None
             and t != module
             and not (name in sources and all(m.rpartition(".")[0] != name or m in modules for m in names))
         }
+        graph[module] = targets | {p for t in targets for p in outer_packages(t, module, modules)}
     return graph
 
 
+def outer_packages(target: str, importer: str, modules: Mapping[str, Path]) -> set[str]:
+    """The packages whose ``__init__`` importing ``target`` runs first, outside the importer's own:
+    a module of another package is reached through that package's ``__init__``, and a circle
+    through it fails at import time as surely as one between modules."""
+    parts = target.split(".")
+    outer = {".".join(parts[:i]) for i in range(1, len(parts))}
+    return {p for p in outer if p in modules and not (importer == p or importer.startswith(p + "."))}
+
+
 def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan, iteratively)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(root: str) -> None:
-        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, edges = work[-1]
-            advanced = False
-            for nxt in edges:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = len(index)
-                    stack.append(nxt)
-                    on_stack.add(nxt)
-                    work.append((nxt, iter(sorted(graph[nxt]))))
-                    advanced = True
-                    break
-                if nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    found.append(sorted(component))
-
-    for module in sorted(graph):
-        if module not in index:
-            visit(module)
-    return found
-
-
-def private_uses(source: str, module: str, modules: frozenset[str], *, is_package: bool = False) -> list[str]:
-    """Where ``source`` (module ``module``) names another module's private names: ``from m import _x``
-    or ``alias._x`` on a module imported whole.  A private module of its own package
-    (``from invariants import _wgl``) is the package's to use."""
-    found: list[str] = []
-    aliases: dict[str, str] = {}
-    package = module if is_package else module.rpartition(".")[0]
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for alias in node.names:
-                full = f"{node.module}.{alias.name}"
-                if full in modules:
-                    aliases[alias.asname or alias.name] = full
-                    if alias.name.startswith("_") and node.module != package:
-                        found.append(f"{module}:{node.lineno} imports the private module {full}")
-                elif alias.name.startswith("_") and not alias.name.startswith("__") and node.module != module:
-                    found.append(f"{module}:{node.lineno} imports {node.module}.{alias.name}")
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name in modules and alias.asname:
-                    aliases[alias.asname] = alias.name
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Attribute)
-            and node.attr.startswith("_")
-            and not node.attr.startswith("__")
-            and isinstance(node.value, ast.Name)
-            and aliases.get(node.value.id, module) != module
-        ):
-            found.append(f"{module}:{node.lineno} uses {aliases[node.value.id]}.{node.attr}")
-    return found
-
-
-def test_no_module_uses_another_modules_private_names() -> None:
-    modules = product_modules()
-    names = frozenset(modules)
-    found = [
-        problem
-        for module, path in modules.items()
-        for problem in private_uses(
-            path.read_text(encoding="utf-8"), module, names, is_package=path.name == "__init__.py"
-        )
-    ]
-    assert not found, "\n".join(found)
-
-
-def test_a_private_use_is_caught() -> None:
-    names = frozenset({"a.b", "a.c", "a._d", "e.f"})
-    assert private_uses("from a.c import _x\n", "a.b", names) == ["a.b:1 imports a.c._x"]
-    assert private_uses("from a import c as k\nk._y()\n", "a.b", names) == ["a.b:2 uses a.c._y"]
-    assert private_uses("from a import _d\n", "a.b", names) == []  # its own package's private module
-    assert private_uses("from a import _d\n", "e.f", names) == ["e.f:1 imports the private module a._d"]
-    assert private_uses("from a.c import x\nclass K:\n    def m(self):\n        self._z()\n", "a.b", names) == []
+    """The import circles: strongly connected components of more than one module (the checkers'
+    own Tarjan, :func:`invariants.graphs.strongly_connected_components`)."""
+    return strongly_connected_components(graph)
 
 
 @pytest.mark.parametrize("package", PACKAGES)

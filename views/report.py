@@ -108,7 +108,16 @@ def render_txn_text(
     if result.legend:
         lines.append(result.legend)
     lines += anomaly_lines(result.anomalies, result.counts, LIVENESS)
+    lines += informational_lines(result)
     return "\n".join(lines)
+
+
+def informational_lines(result: TxnResult | None) -> list[str]:
+    """Jepsen's informational anomalies (:mod:`invariants.queue`): counted and shown, never failing
+    the history."""
+    if result is None or not result.notes:
+        return []
+    return ["  informational: " + ", ".join(f"{name} x{n}" for name, n in sorted(result.notes.items()))]
 
 
 def _headline(history: str, title: str, counts: Mapping[str, int], liveness: Collection[str]) -> str:
@@ -180,7 +189,7 @@ def txn_html(
         seed=seed,
         reproduce=reproduce,
         ops=ops,
-        anomalies=result.anomalies,
+        anomalies=(*result.anomalies, *result.informational),
         counts=result.counts,
         rules=ANOMALY_RULES,
         caps=Caps(max_ops=max_ops, max_bytes=max_bytes),
@@ -194,6 +203,7 @@ def delivery_html(
     (:func:`views.transactional.transactional_page`, each with the rule it breaks)."""
     elle = explanation.anomalies
     oracle = explanation.result
+    informational = elle.informational if elle is not None else ()
     rules: dict[str, tuple[Sequence[str], str]] = dict(ANOMALY_RULES)
     rules.update({row.name: (row.rules, row.observed) for row in ORACLE_TABLE})
     return transactional_page(
@@ -201,7 +211,7 @@ def delivery_html(
         seed=explanation.seed,
         reproduce=explanation.reproduce,
         ops=explanation.ops,
-        anomalies=[*(elle.anomalies if elle is not None else ()), *oracle.violations],
+        anomalies=[*(elle.anomalies if elle is not None else ()), *oracle.violations, *informational],
         counts={**(elle.counts if elle is not None else {}), **oracle.counts},
         rules=rules,
         caps=Caps(max_ops=max_ops, max_bytes=max_bytes),
@@ -243,6 +253,7 @@ def delivery_text(explanation: DeliveryExplanation) -> str:
         lines.append(legend)
     found: list[Any] = [*(elle.anomalies if elle is not None else ()), *oracle.violations]
     lines += anomaly_lines(found, counts, liveness)
+    lines += informational_lines(elle)
     return "\n".join(lines)
 
 

@@ -2,8 +2,16 @@
 
 A SEND becomes the partition's ``publish`` (the buffer decides where the entry goes, or refuses
 it); the server checks only what Pulsar checks on the wire before a managed ledger sees the
-message (its checksum, chunking, compression).  Receipts go back per producer in the order the
-sends came, as a managed ledger's callbacks do: a receipt waits for every send before it.
+message (its checksum, chunking).  Receipts go back per producer in the order the sends came, as a
+managed ledger's callbacks do: a receipt waits for every send before it.
+
+A compressed message (``MessageMetadata.compression``: LZ4, ZLIB, ZSTD, SNAPPY) is stored and
+delivered as the producer sent it, as Pulsar's broker does; the engine reads the payload through
+the codec (:func:`spec.frame.message_payload`) because its dispatcher hands a batch out message
+by message (keys, batch indexes).  A payload that does not decompress to its ``uncompressed_size``
+is refused with ``ChecksumError``: the one SEND_ERROR after which Pulsar's clients fail that send
+instead of reconnecting and resending it forever.  An encrypted producer is refused at PRODUCER:
+the engine cannot read an encrypted batch's messages.
 """
 
 from __future__ import annotations
@@ -18,9 +26,19 @@ from engine.serve.connection import Connection, Network, Producer
 from engine.serve.replies import Handler, Replies
 from engine.serve.schemas import Schemas
 from engine.serve.topics import TopicRegistry
-from engine.serve.wire import UINT64, ProtocolViolation, RequestError, failed, message_id, topic_name, wire_error
+from engine.serve.wire import (
+    SERVER_VERSION,
+    UINT64,
+    ProtocolViolation,
+    RequestError,
+    failed,
+    message_id,
+    topic_name,
+    wire_error,
+)
+from spec.compression import CorruptPayload
 from spec.errors import InputError, ServerError
-from spec.frame import Frame, decode_batch, encode_command
+from spec.frame import Frame, decode_message_batch, encode_command, message_payload
 from spec.pb import PulsarApi_pb2 as api
 from spec.types import Position, TxnID
 
@@ -53,6 +71,12 @@ class Producers:
                 raise RequestError(ServerError.ProducerBusy, f"producer id {cmd.producer_id} is in use")
             producer = known  # a retried PRODUCER: the same answer
         else:
+            if cmd.encrypted:
+                raise RequestError(
+                    ServerError.NotAllowedError,
+                    f"{SERVER_VERSION} does not take encrypted messages: its dispatcher reads a batch's messages "
+                    "(keys, batch indexes), which an encrypted batch hides",
+                )
             part = self.topics.partition_for(cmd.topic, create=True)
             if not self.broker.up or not part.ready:
                 raise RequestError(ServerError.ServiceNotReady, f"topic {part.name} is not loaded")
@@ -83,8 +107,6 @@ class Producers:
             future = failed(ServerError.ChecksumError, "Checksum failed on the broker")
         elif cmd.is_chunk or message.metadata.HasField("num_chunks_from_msg"):
             future = failed(ServerError.NotAllowedError, "chunked messages are not supported")
-        elif message.metadata.compression != api.NONE:
-            future = failed(ServerError.NotAllowedError, "compressed messages are not supported yet")
         else:
             future = self._publish(producer, cmd, message)
         producer.receipts.append((cmd.sequence_id, cmd.highest_sequence_id, future, context))
@@ -101,10 +123,11 @@ class Producers:
         deliver_at = meta.deliver_at_time if meta.HasField("deliver_at_time") else None
         key = meta.partition_key if meta.HasField("partition_key") else None
         batch = None
-        payload = message.payload
         if meta.HasField("num_messages_in_batch"):
             try:
-                singles = decode_batch(payload, meta.num_messages_in_batch)
+                singles = decode_message_batch(message)
+            except CorruptPayload as exc:
+                return failed(ServerError.ChecksumError, f"the batch's payload is corrupt: {exc}")
             except InputError as exc:
                 return failed(ServerError.UnknownError, f"malformed batch: {exc}")
             batch = [
@@ -112,6 +135,11 @@ class Producers:
                 for s in singles
             ]
             payload = b""
+        else:
+            try:
+                payload = message_payload(message)
+            except CorruptPayload as exc:
+                return failed(ServerError.ChecksumError, f"the message's payload is corrupt: {exc}")
         return part.publish(payload, txn, deliver_at, partition_key=key, batch=batch, sent=(meta, message.payload))
 
     def _receipts(self, conn: Connection, producer: Producer) -> None:

@@ -103,6 +103,12 @@ class TopicRegistry:
             for i in range(partitions):
                 self._add_partition(name.partition_name(i))
 
+    def forget_topic(self, name: str) -> None:
+        """A deleted topic leaves the registry (its partitions are deleted already)."""
+        if self.topics.pop(name, None) is not None:
+            self._write()
+        self.broker.topics.pop(name, None)
+
     def partitions_of(self, name: TopicName) -> int | None:
         """The partition count of a known topic (0: non-partitioned), None if unknown."""
         if name.full == TC_ASSIGN_TOPIC:

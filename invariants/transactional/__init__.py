@@ -15,7 +15,7 @@ that both committed and aborted), the partition as a log (:mod:`~invariants.tran
 garbage, positions, real-time and dispatch order), what reaches a subscription and what an ack takes
 away (:mod:`~invariants.transactional.delivery`: loss, duplicates after commit, redelivery after
 abort) and when delayed or given-back messages arrive (:mod:`~invariants.transactional.timing`).
-Each reads the one analysis (:mod:`~invariants.transactional.analysis`) and adds to a
+Each reads the one analysis (:mod:`~invariants.analysis`) and adds to a
 :class:`~invariants.transactional.anomaly.Collector`.
 
 Soundness comes first: every rule only fires on evidence that cannot be explained by a correct
@@ -53,7 +53,7 @@ delays.
 
 from __future__ import annotations
 
-from invariants.transactional.analysis import TxnAnalysis, TxnFate
+from invariants.analysis import TxnAnalysis, TxnFate
 from invariants.transactional.anomaly import Anomaly, Collector, TxnResult
 from invariants.transactional.checks import (
     ANOMALIES,

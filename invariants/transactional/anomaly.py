@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from invariants.transactional.analysis import WHOLE, TxnAnalysis
+from invariants.analysis import WHOLE, TxnAnalysis
+from invariants.queue.taxonomy import Statement
 from spec.history import Operation
 
 __all__ = ["Anomaly", "Check", "Collector", "TxnResult", "fmt_pos", "fmt_txn"]
@@ -30,6 +31,7 @@ class Anomaly:
     late_ms: int | None = None
     early_ms: int | None = None
     bound_ms: int | None = None
+    informational: bool = False  # reported, but the history does not fail for it (invariants.queue)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -48,11 +50,14 @@ class Anomaly:
             out["early_ms"] = self.early_ms
         if self.bound_ms is not None:
             out["bound_ms"] = self.bound_ms
+        if self.informational:
+            out["informational"] = True
         return out
 
     def __str__(self) -> str:
         tag = f" ({self.adya})" if self.adya else ""
-        return f"{self.name}{tag} ops {list(self.ops)}: {self.explanation}"
+        note = " [informational]" if self.informational else ""
+        return f"{self.name}{tag}{note} ops {list(self.ops)}: {self.explanation}"
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,10 @@ class TxnResult:
     judged: dict[str, int] = field(default_factory=dict)
     unjudged: dict[str, dict[str, int]] = field(default_factory=dict)
     legend: str = ""  # what the explanations' times and names leave out (:meth:`invariants.words.Words.legend`)
+    # The informational anomalies (invariants.queue): reported, never failing the history; their counts.
+    informational: tuple[Anomaly, ...] = ()
+    notes: dict[str, int] = field(default_factory=dict)
+    statements: tuple[Statement, ...] = ()  # what each check of invariants.queue had to judge
 
     @property
     def ok(self) -> bool:

@@ -9,8 +9,7 @@ import itertools
 from collections import defaultdict
 from typing import Any
 
-from invariants.ordered import MaxTree
-from invariants.transactional.analysis import (
+from invariants.analysis import (
     WHOLE,
     Ack,
     Delivery,
@@ -23,6 +22,7 @@ from invariants.transactional.analysis import (
     end_or_never,
     latest_start,
 )
+from invariants.ordered import MaxTree
 from invariants.transactional.anomaly import Collector, fmt_pos, fmt_txn
 from invariants.words import seconds
 from spec.history import Operation, OpType, parse_object, split_subscription
@@ -121,7 +121,7 @@ def duplicates_after_commit(a: TxnAnalysis, out: Collector) -> None:
 
 def _cumulative_key(acked: MessageId) -> tuple[float, ...]:
     """The largest id a cumulative ack of ``acked`` covers: every id up to it in tuple order is covered
-    (:func:`~invariants.transactional.analysis.covers`; a whole-entry ack covers the entry's indexes)."""
+    (:func:`~invariants.analysis.covers`; a whole-entry ack covers the entry's indexes)."""
     return (acked[0], acked[1], float("inf") if acked[2] == WHOLE else acked[2])
 
 

@@ -1,6 +1,6 @@
 """What a transaction's readers may see, and how a transaction ends: the Adya anomalies (G1a, G1b,
 G1c), Elle's fractured read (atomic visibility), and a transaction that both committed and aborted.
-One function per anomaly, each reading the analysis (:mod:`invariants.transactional.analysis`)."""
+One function per anomaly, each reading the analysis (:mod:`invariants.analysis`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import itertools
 from collections import defaultdict
 from typing import Any
 
-from invariants.transactional.analysis import Message, Txn, TxnAnalysis, TxnFate
+from invariants.analysis import Message, Txn, TxnAnalysis, TxnFate
 from invariants.transactional.anomaly import Collector, fmt_pos, fmt_txn
 from invariants.words import seconds
 from spec.history import Operation, OpType, parse_object, split_subscription

@@ -10,7 +10,7 @@ import itertools
 from collections import defaultdict
 from collections.abc import Sequence
 
-from invariants.transactional.analysis import WHOLE, Delivery, Message, TxnAnalysis, end_or_never
+from invariants.analysis import WHOLE, Delivery, Message, TxnAnalysis, end_or_never
 from invariants.transactional.anomaly import Collector, fmt_pos
 from spec.history import Operation
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 
-from invariants.transactional.analysis import (
+from invariants.analysis import (
     WHOLE,
     Delivery,
     Message,

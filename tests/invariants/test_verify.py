@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from invariants.models import random_register_history
+from invariants.queue.taxonomy import PULSAR_CHECKS
 from invariants.transactional import CHECKS, GROUPS
 from invariants.verify import (
     MACHINE_KINDS,
@@ -78,10 +79,12 @@ def test_check_history_gives_one_row_per_checker() -> None:
     transactional = json.loads(rows[0].detail)
     assert transactional["counts"] == {} and transactional["anomalies"] == []
     # and beside each verdict, which of its checks had anything to judge (invariants.applicability):
-    # each row states the checks of its group of the taxonomy
+    # each row states the checks of its group of the taxonomy; the delivery row also each anomaly of
+    # Jepsen's Kafka taxonomy judged on Pulsar histories (invariants.queue)
     delivery = json.loads(rows[1].detail)
-    assert set(transactional["applicability"]) | set(delivery["applicability"]) == set(CHECKS)
+    assert set(transactional["applicability"]) | set(delivery["applicability"]) == set(CHECKS) | set(PULSAR_CHECKS)
     assert {GROUPS[name] for name in transactional["applicability"]} == {"transactional"}
+    assert set(PULSAR_CHECKS) <= set(delivery["applicability"])
     assert (
         delivery["counts"] == {}
         and delivery["violations"] == []

@@ -1,5 +1,5 @@
 """The final drain ends only on empty receives invoked after it started: those are what the history
-needs to prove a subscription was read to its end (``invariants.transactional.analysis._final_drain``)."""
+needs to prove a subscription was read to its end (``invariants.analysis._final_drain``)."""
 
 from __future__ import annotations
 

@@ -339,3 +339,25 @@ def test_progress_moves_inside_one_history(tmp_path: Path) -> None:
     notes = {note for _, note in seen}
     assert any(note.startswith("reading") for note in notes)
     assert "long: lost-message" in notes and "long: late-visibility" in notes
+
+
+def test_a_kafka_workload_history_on_spark_as_in_this_process(spark: Any, tmp_path: Path) -> None:
+    """Jepsen's Kafka workload (issue 29) reads and is judged the same on Spark's executors: a clean
+    history and one whose send failed yet was polled (G1a)."""
+    clean = (
+        "{:type :invoke, :f :send, :value [[:send 0 1] [:send 1 2]], :time 0, :process 0}\n"
+        "{:type :ok, :f :send, :value [[:send 0 [0 1]] [:send 1 [0 2]]], :time 1, :process 0}\n"
+        "{:type :invoke, :f :poll, :value [[:poll]], :time 2, :process 1}\n"
+        "{:type :ok, :f :poll, :value [[:poll {0 [[0 1]], 1 [[0 2]]}]], :time 3, :process 1}\n"
+    )
+    files = []
+    for name, text in {"clean": clean, "g1a": clean.replace(":type :ok, :f :send", ":type :fail, :f :send")}.items():
+        path = tmp_path / name / "history.edn"
+        path.parent.mkdir()
+        path.write_text(text)
+        files.append(str(path))
+    on_spark = check_files_spark(files, "edn", VerifyOptions(), spark=spark, progress=False)
+    local = check_files_local(files, "edn", VerifyOptions())
+    assert _key(on_spark) == _key(local)
+    assert sorted(r.verdict for r in local) == ["illegal", "ok"]
+    assert {r.checker for r in local} == {"transactional"}

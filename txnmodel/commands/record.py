@@ -43,13 +43,15 @@ def cmd_record(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     )
     try:
-        result = record(options)
+        result = record(options, edn=args.format == "edn")
     except InputError as exc:
         print(f"txnmodel record: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(f"history: {result.path}")
     if result.jsonl is not None:
         print(f"history (JSON Lines): {result.jsonl}")
+    if result.edn is not None:
+        print(f"history (Jepsen's Kafka workload, EDN): {result.edn}")
     run = result.metadata["runs"][result.history]
     print(
         f"{result.operations} operations, {result.unknown} of unknown outcome; "
@@ -91,6 +93,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--seed", type=seed_int, default=0, help="seed of the workload's choices (default 0)")
     parser.add_argument("--no-txn", action="store_true", help="the broker has no transactions: refuse ctp and multi")
     parser.add_argument("--jsonl", action="store_true", help="also write the history as JSON Lines")
+    parser.add_argument(
+        "--format",
+        choices=("parquet", "edn"),
+        default="parquet",
+        help="edn: also write <history>.edn in the shape of Jepsen's Kafka workload, for Jepsen's own tools "
+        "(the Parquet file is always written; default parquet)",
+    )
     parser.add_argument("--partitions", type=positive_int, help="topics a workload spreads over (default 1 or 2)")
     parser.add_argument("--namespace", default="public/default", help="tenant/namespace of the run's topics")
     parser.add_argument("--operation-timeout", type=positive_int, default=5, help="client operation timeout, s")

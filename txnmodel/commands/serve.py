@@ -14,8 +14,17 @@ from history_io.inputs import read_input_bytes
 from spec.errors import InputError
 from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, one_line, port_int, seed_int
 
+ADMIN_DEFAULT_PORT = 8080  # Pulsar's webServicePort
+
+
+def admin_port(text: str) -> int | None:
+    """An argparse type: a port for the admin API, 0 for a free one, ``off`` for none."""
+    return None if text == "off" else port_int(text)
+
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from engine.serve.admin import AdminServer
+    from engine.serve.admin_routes import routes
     from engine.serve.faults import parse_faults
     from engine.serve.server import PulsarServer, ServerOptions
     from runners.serve import history_id, write_history
@@ -54,6 +63,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (InputError, OSError, ValueError) as exc:
         print(f"txnmodel serve: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    admin: AdminServer | None = None
+    port = ADMIN_DEFAULT_PORT if args.admin_port is None else args.admin_port
+    if port is not None:
+        # loopback only, whatever --host says: no authentication
+        admin = AdminServer(server, routes, "127.0.0.1", port)
+        try:
+            url = f"{url} {admin.start()}"
+        except OSError as exc:
+            admin = None
+            if args.admin_port is not None:  # asked for: a port that cannot be had is bad usage
+                server.close()
+                print(f"txnmodel serve: --admin-port {port}: {one_line(str(exc))}", file=sys.stderr)
+                return EXIT_BAD_INPUT
+            print(
+                f"txnmodel serve: the admin API is not served: port {port} cannot be had ({one_line(str(exc))}); "
+                "--admin-port N (0: a free one) serves it elsewhere",
+                file=sys.stderr,
+            )
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         server.stop()
@@ -64,6 +91,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         server.run()
     finally:
+        if admin is not None:
+            admin.stop()
         server.close()
         if args.history is not None:
             path = write_history(server, Path(args.history))
@@ -76,12 +105,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "serve",
         help="serve Pulsar's binary protocol: the reference broker for real clients",
         description="Run the engine's broker (every decision from the reference machines) behind Pulsar's binary "
-        "protocol on a TCP socket, on the wall clock. Prints the service URL (pulsar://HOST:PORT), serves until "
+        "protocol on a TCP socket, on the wall clock, and Pulsar's admin REST API on --admin-port. Prints the "
+        "service URL (pulsar://HOST:PORT) and the admin URL (http://HOST:PORT) on one line, serves until "
         "SIGINT or SIGTERM, then closes every connection and ledger and, with --history, writes the machine-level "
         "history for `txnmodel verify`. Exit 0 after a clean shutdown, 2 on bad options or configuration.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: loopback only)")
     serve.add_argument("--port", type=port_int, default=6650, help="port to bind; 0 picks a free one (default 6650)")
+    serve.add_argument(
+        "--admin-port",
+        type=admin_port,
+        default=None,
+        help="port of the admin REST API (/admin/v2, /admin/v3) on 127.0.0.1 only; 0 picks a free one, 'off' "
+        "serves none "
+        "(default 8080, Pulsar's, when it is free; else the API is not served and a line says why)",
+    )
     serve.add_argument("--ledger", choices=("memory", "file"), default="memory", help="where topics live")
     serve.add_argument("--data", help="folder of the file ledgers and the topic registry (--ledger file)")
     serve.add_argument("--broker-conf", help="a broker.conf file (keys the model does not use are ignored)")

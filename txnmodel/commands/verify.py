@@ -255,6 +255,7 @@ def request_from_args(args: argparse.Namespace) -> VerifyRequest:
             seconds=args.seconds,
             counterexamples=not args.no_counterexamples,
             memory_mb=args.memory,
+            ww_deps=args.ww_deps,
         ),
         out=args.out,
         master=args.master,
@@ -284,7 +285,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         choices=["parquet", "jsonl", "jepsen", "edn"],
         default="parquet",
         help="history format (default parquet; jepsen: Jepsen etcd logs; edn: Jepsen's history.edn, register, "
-        "cas-register, set and queue workloads)",
+        "cas-register, set, queue and Kafka workloads)",
+    )
+    parser.add_argument(
+        "--ww-deps",
+        action="store_true",
+        help="Kafka-workload histories: infer write-write dependencies from offsets, as Jepsen's :ww-deps (G0 is "
+        "then looked for, and G1c becomes informational)",
     )
     parser.add_argument(
         "--model",

@@ -26,6 +26,8 @@ def test_serve_prints_its_url_and_stops_cleanly_on_sigterm() -> None:
             "serve",
             "--port",
             "0",
+            "--admin-port",
+            "0",
             "--ledger",
             "file",
             "--data",
@@ -40,8 +42,8 @@ def test_serve_prints_its_url_and_stops_cleanly_on_sigterm() -> None:
     )
     try:
         assert process.stdout is not None
-        url = process.stdout.readline().strip()
-        assert url.startswith("pulsar://127.0.0.1:")
+        url, admin = process.stdout.readline().split()
+        assert url.startswith("pulsar://127.0.0.1:") and admin.startswith("http://127.0.0.1:")
         client = new_client(url)
         topic = unique()
         client.create_producer(topic).send(b"kept")

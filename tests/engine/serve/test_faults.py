@@ -105,7 +105,7 @@ def test_nothing_acknowledged_is_lost_under_faults() -> None:
 def test_a_coordinator_crash_leaves_requests_unanswered_then_recovers() -> None:
     handle = start(config=CONFIG, faults={})
     try:
-        with WireClient(handle.url, timeout_s=1.0) as wire:
+        with WireClient(handle.url, operation_timeout_seconds=1.0) as wire:
             txn = wire.new_transaction()
             handle.call(lambda server: server.broker.coordinator.crash())
             with pytest.raises(WireTimeout):
@@ -129,24 +129,27 @@ def test_a_command_nothing_answers_is_never_dropped() -> None:
     handle = start(config=CONFIG, faults={})
     topic = f"persistent://public/default/{unique()}"
     try:
-        with WireClient(handle.url) as wire, WireClient(handle.url, timeout_s=1.0) as other:
-            ledger_id, entry_id = wire.create_producer(topic).send(b"m0")
-            consumer = wire.subscribe(topic, "sub", permits=0)
+        with WireClient(handle.url) as wire, WireClient(handle.url, operation_timeout_seconds=1.0) as other:
+            sent = wire.create_producer(topic).send(b"m0")
+            consumer = wire.subscribe(
+                topic, "sub", consumer_type="Shared", initial_position="Earliest", receiver_queue_size=0
+            )
             handle.call(lambda server: server.faults.rates.update(drop_request=1.0))
             consumer.flow(1)
-            first = consumer.receive(timeout_s=30)
+            first = consumer.receive(timeout_millis=30_000)
             assert first is not None and first.payload == b"m0"
-            consumer.redeliver_unacknowledged()
-            again = consumer.receive(timeout_s=30)
-            assert again is not None and again.payload == b"m0" and again.redelivery_count == 1
+            consumer.redeliver_unacknowledged_messages()
+            again = consumer.receive(timeout_millis=30_000)
+            assert again is not None and again.payload == b"m0" and again.redelivery_count() == 1
             consumer.acknowledge(again, receipt=False)
             wire.ping()  # every frame before it was handled
             sub = handle.call(lambda server: server.broker.partitions[topic].subscriptions["sub"])
-            assert handle.call(lambda _: sub.cursor.mark_delete_position) == Position(ledger_id, entry_id)
+            assert handle.call(lambda _: sub.cursor.mark_delete_position) == Position(sent.ledger_id(), sent.entry_id())
             with pytest.raises(WireTimeout):  # a request the client awaits is still dropped
                 other.create_producer(topic)
         dropped = {event["kind"] for event in handle.fault_events()}
-        assert dropped == {"request-dropped-PRODUCER"}
+        # The client asks for the topic's partitions first, as Pulsar's clients do: that request goes.
+        assert dropped == {"request-dropped-PARTITIONED_METADATA"}
     finally:
         handle.stop()
         finish(handle)

@@ -245,8 +245,8 @@ def test_a_seek_is_refused_while_a_transaction_holds_a_pending_ack(client: pulsa
     topic = unique("pending")
     ids = _publish(client, topic, 4)
     with WireClient(served) as wire:
-        holder = wire.subscribe(_full(topic), "sub", sub_type="Shared")
-        messages = [holder.receive(2.0) for _ in range(4)]
+        holder = wire.subscribe(_full(topic), "sub", consumer_type="Shared", initial_position="Earliest")
+        messages = [holder.receive(timeout_millis=2000) for _ in range(4)]
         assert all(m is not None for m in messages)
         txn = wire.new_transaction(timeout_ms=30_000)
         first = messages[0]

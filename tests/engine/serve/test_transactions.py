@@ -97,8 +97,8 @@ def test_acknowledging_in_a_transaction(url: str) -> None:
     for i in range(4):
         producer.send(f"m{i}".encode())
     with WireClient(url) as wire:
-        consumer = wire.subscribe(_full(topic), "sub", sub_type="Shared")
-        messages = [consumer.receive(2.0) for _ in range(4)]
+        consumer = wire.subscribe(_full(topic), "sub", consumer_type="Shared", initial_position="Earliest")
+        messages = [consumer.receive(timeout_millis=2000) for _ in range(4)]
         assert all(m is not None for m in messages)
         keep = wire.new_transaction()
         for m in messages[:2]:

@@ -1,0 +1,141 @@
+"""Jepsen's Kafka-workload anomalies on Pulsar histories (``invariants.queue.pulsar``): each planted
+and found where Pulsar's guarantees make it conclusive, and each explanation a correct broker may
+have (another subscription type, an ack, a seek, an unknown outcome, an aborted transaction) leaves
+the history alone."""
+
+from __future__ import annotations
+
+from invariants.transactional import TxnResult, check_transactional
+from spec.history import OpType
+from tests.invariants.history_builder import SUB, H
+
+T1 = (0, 1)
+
+
+def _three(h: H, *, sub_type: str = "Exclusive") -> None:
+    """A subscriber, then a, b and c at 1:0..1:2."""
+    h.subscribe(at=0, sub_type=sub_type)
+    for i, message in enumerate("abc"):
+        h.send(message, (1, i), at=10 + 10 * i)
+
+
+def _run(h: H) -> TxnResult:
+    return check_transactional(h.ops)
+
+
+def test_poll_skip_an_exclusive_consumer_jumps_over_a_committed_message() -> None:
+    h = H()
+    _three(h)
+    h.receive("a", (1, 0), at=50, done=51)
+    h.receive("c", (1, 2), at=52, done=53)
+    result = _run(h)
+    (skip,) = [a for a in result.anomalies if a.name == "poll-skip"]
+    assert "skipping 'b'" in skip.explanation and not result.ok
+    assert "lost-write" in result.counts  # and b, before c, never arrived
+    h.receive("b", (1, 1), at=54, done=55)  # arriving later heals the loss, not the skip
+    assert set(_run(h).counts) == {"poll-skip", "out-of-order-delivery"}
+
+
+def test_no_skip_in_order() -> None:
+    h = H()
+    _three(h)
+    for i, message in enumerate("abc"):
+        h.receive(message, (1, i), at=50 + 2 * i, done=51 + 2 * i)
+    result = _run(h)
+    assert result.ok and not {"poll-skip", "lost-write"} & set(result.notes)
+
+
+def test_a_shared_subscription_is_not_judged() -> None:
+    h = H()
+    _three(h, sub_type="Shared")
+    h.receive("a", (1, 0), at=50, done=51)
+    h.receive("c", (1, 2), at=52, done=53)
+    assert not {"poll-skip", "lost-write"} & set(_run(h).counts)
+
+
+def test_an_aborted_transactions_message_may_be_passed() -> None:
+    h = H()
+    h.subscribe(at=0)
+    h.send("a", (1, 0), at=10)
+    h.new_txn(T1, at=12)
+    h.send("t", (1, 1), at=14, txn=T1)
+    h.end("abort", T1, at=16, done=18)
+    h.send("c", (1, 2), at=20)
+    h.receive("a", (1, 0), at=50, done=51)
+    h.receive("c", (1, 2), at=52, done=53)
+    assert _run(h).ok
+    committed = H()
+    committed.ops = [op for op in h.ops if op.f != "abort"]
+    committed.end("commit", T1, at=16, done=18)
+    assert {"poll-skip", "lost-write"} <= set(_run(committed).counts)
+
+
+def test_an_ack_or_a_seek_or_an_unknown_receive_explains_the_gap() -> None:
+    def base() -> H:
+        h = H()
+        _three(h)
+        h.receive("a", (1, 0), at=50, done=51)
+        return h
+
+    acked = base()
+    acked.ack((1, 1), at=52)  # b acknowledged without being received: nothing owed any more
+    acked.receive("c", (1, 2), at=54, done=55)
+    assert not {"poll-skip", "lost-write"} & set(_run(acked).counts)
+    sought = base()
+    sought.op("seek", SUB, {"publish_time": 25}, None, 52, 53, process=9)
+    sought.receive("c", (1, 2), at=54, done=55)
+    assert not {"poll-skip", "lost-write"} & set(_run(sought).counts)
+    blind = base()
+    blind.op("receive", SUB, {}, None, 52, None, process=8, kind=OpType.INFO)  # may have taken b
+    blind.receive("c", (1, 2), at=54, done=55)
+    assert not {"poll-skip", "lost-write"} & set(_run(blind).counts)
+
+
+def test_lost_write_before_the_first_delivery() -> None:
+    h = H()
+    _three(h)
+    h.receive("b", (1, 1), at=50, done=51)  # a, at 1:0, never came
+    h.receive("c", (1, 2), at=52, done=53)
+    result = _run(h)
+    (lost,) = [a for a in result.anomalies if a.name == "lost-write"]
+    assert "'a'" in lost.explanation and "poll-skip" not in result.counts  # no earlier delivery to skip from
+
+
+def test_duplicate_a_message_delivered_at_two_positions() -> None:
+    h = H(distinct_processes=True)
+    h.subscribe(at=0, sub_type="Shared")
+    h.send("a", (1, 0), at=10, kind=OpType.INFO)  # its position never returned
+    h.receive("a", (1, 0), at=50, done=51)
+    h.receive("a", (1, 3), at=52, done=53)
+    result = _run(h)
+    assert "duplicate" in result.counts and not result.ok
+    # with the position returned, a delivery elsewhere is an inconsistent-position, not again a duplicate
+    known = H(distinct_processes=True)
+    known.subscribe(at=0, sub_type="Shared")
+    known.send("a", (1, 0), at=10)
+    known.receive("a", (1, 0), at=50, done=51)
+    known.receive("a", (1, 3), at=52, done=53)
+    counts = _run(known).counts
+    assert "inconsistent-position" in counts and "duplicate" not in counts
+
+
+def test_unseen_and_realtime_lag_inform_only() -> None:
+    h = H()
+    _three(h)
+    h.receive("a", (1, 0), at=100, done=101)  # b and c sent by 32, never received
+    result = _run(h)
+    assert result.ok and {"unseen", "realtime-lag"} <= set(result.notes)
+    (unseen,) = [a for a in result.informational if a.name == "unseen"]
+    assert "2 message(s)" in unseen.explanation
+    (lag,) = [a for a in result.informational if a.name == "realtime-lag"]
+    assert "worst realtime lag 88 ms" in lag.explanation  # a was there from 12; the receive began at 100
+
+
+def test_the_pulsar_statements_say_what_had_something_to_judge() -> None:
+    h = H()
+    _three(h, sub_type="Shared")
+    h.receive("a", (1, 0), at=50, done=51)
+    statements = {s.check: s for s in _run(h).statements}
+    assert set(statements) == {"poll-skip", "lost-write", "duplicate", "unseen", "realtime-lag"}
+    assert not statements["poll-skip"].applies and "Exclusive" in statements["poll-skip"].evidence
+    assert statements["realtime-lag"].applies and "informational" in statements["realtime-lag"].evidence
