@@ -163,6 +163,10 @@ def record(options: RecordOptions, *, edn: bool = False) -> RecordResult:
         raise RecordError(f"workload {options.workload!r} needs transactions; --no-txn leaves only the others")
     if not options.url.startswith("pulsar://"):
         raise RecordError(f"expected a pulsar://HOST:PORT URL, got {options.url!r}")
+    try:  # the official client would take a port past 65535 modulo 65536: another broker's, silently
+        _ = urllib.parse.urlsplit(options.url).port  # reading it checks its range
+    except ValueError:
+        raise RecordError(f"{options.url}: the port must be 0 to 65535 (pulsar://HOST:PORT)") from None
     if options.workload == "ack-timeout" and options.ack_timeout_ms < 10_000:
         raise RecordError("the official client refuses an ack timeout under 10000 ms")
     try:

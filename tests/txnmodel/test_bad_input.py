@@ -502,6 +502,13 @@ CASES: tuple[Case, ...] = (
     ),
     Case(
         "record",
+        "--url port past 65535",
+        ("record", "--url", "pulsar://127.0.0.1:99999", "--workload", "nack", "--out", "{tmp}/o", "--ops", "2"),
+        2,
+        ("pulsar://127.0.0.1:99999", "port must be 0 to 65535"),
+    ),
+    Case(
+        "record",
         "--out is a file",
         ("record", "--url", "pulsar://127.0.0.1:1", "--workload", "nack", "--out", "{tmp}/f"),
         2,
