@@ -26,11 +26,11 @@ import contextlib
 import itertools
 import json
 import os
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from history_io.inputs import open_input
+from history_io.inputs import open_input, printable
 from spec.config import Config
 from spec.errors import BadConfig
 from spec.history import (
@@ -55,6 +55,7 @@ __all__ = [
     "history_table",
     "iter_histories",
     "parquet_history_names",
+    "parquet_rows",
     "read_file",
     "read_jsonl",
     "read_metadata",
@@ -94,23 +95,27 @@ def arrow_schema() -> Any:
 
 
 def history_files(path: str | Path, fmt: str) -> list[Path]:
-    """The files a ``verify PATH`` names: PATH itself, or every file of the format under it, sorted."""
+    """The files a ``verify PATH`` names: PATH itself, or every file of the format under it, sorted.
+
+    Anything named like a history file that is not a folder is listed, whatever it is (a regular
+    file, a FIFO, a device, a link that loops or leads nowhere), so that its reader refuses it by
+    name (:func:`history_io.inputs.open_input`) rather than it being skipped unseen."""
     if fmt not in FORMATS:
-        raise BadHistory(f"unknown format {fmt!r}; formats are {', '.join(FORMATS)}", where=str(path))
+        raise BadHistory(f"unknown format {fmt!r}; formats are {', '.join(FORMATS)}", where=printable(path))
     root = Path(path)
-    if root.exists() and not root.is_dir():
-        return [root]  # a regular file, or something its reader refuses by name (a FIFO, a device)
+    if os.path.lexists(root) and not root.is_dir():
+        return [root]  # a regular file, or something its reader refuses by name (a FIFO, a link loop)
     if not root.is_dir():
-        raise BadHistory("no such file or directory", where=str(root))
+        raise BadHistory("no such file or folder", where=printable(root))
     files = sorted(
         p
         for p in root.rglob("*")
-        if p.is_file()
-        and p.name.endswith(_SUFFIXES[fmt])
+        if p.name.endswith(_SUFFIXES[fmt])
+        and not p.is_dir()
         and not any(part.startswith((".", "_")) for part in p.relative_to(root).parts)
     )
     if not files:
-        raise BadHistory(f"no {fmt} files (*{', *'.join(_SUFFIXES[fmt])}) under this folder", where=str(root))
+        raise BadHistory(f"no {fmt} files (*{', *'.join(_SUFFIXES[fmt])}) under this folder", where=printable(root))
     return files
 
 
@@ -128,6 +133,16 @@ def group_histories(ops: Iterable[Operation], *, where: str | None = None) -> di
 def read_parquet(path: str | Path, histories: Collection[str] | None = None) -> dict[str, list[Operation]]:
     """Read one Parquet history file (any number of histories; with ``histories``, only those)."""
     return dict(iter_parquet_histories(path, histories))
+
+
+def parquet_rows(path: str | Path) -> int:
+    """How many rows a Parquet file holds, from its footer alone (0 for a file that is not one: its
+    reader says why)."""
+    try:
+        with _ParquetInput(path) as source:
+            return sum(source.rows)
+    except BadHistory:
+        return 0
 
 
 def parquet_history_names(path: str | Path) -> list[str]:
@@ -149,7 +164,7 @@ class _ParquetInput:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        self.where = str(path)
+        self.where = printable(path)
         self._handle = open_input(path)
         try:
             self._file = pq.ParquetFile(self._handle, page_checksum_verification=True)
@@ -162,6 +177,7 @@ class _ParquetInput:
             self._handle.close()
             raise
         self.groups = meta.num_row_groups
+        self.rows = [meta.row_group(group).num_rows for group in range(self.groups)]
         self.starts: list[int] = []
         row = 0
         for group in range(self.groups):
@@ -218,6 +234,13 @@ def _check_parquet_schema(schema: Any, where: str) -> set[str]:
     import pyarrow as pa
 
     names = set(schema.names)
+    twice = sorted(name for name in names if schema.names.count(name) > 1)
+    if twice:
+        raise BadHistory(
+            f"column(s) {', '.join(twice)} appear more than once; expected each column once",
+            where=where,
+            column=twice[0],
+        )
     missing = [name for name, _, nullable in PARQUET_COLUMNS if name not in names and not nullable]
     if missing:
         raise BadHistory(f"missing column(s) {', '.join(missing)}", where=where, column=missing[0])
@@ -277,10 +300,11 @@ def _operations(table: Any, rows: Sequence[int], where: str) -> list[Operation]:
 
 
 def iter_parquet_histories(
-    path: str | Path, histories: Collection[str] | None = None
+    path: str | Path, histories: Collection[str] | None = None, rows_read: Callable[[int], None] | None = None
 ) -> Iterator[tuple[str, list[Operation]]]:
     """The histories of a Parquet file, one at a time, each sorted by index and validated; with
-    ``histories``, only those (filtered in Arrow before any row becomes Python).
+    ``histories``, only those (filtered in Arrow before any row becomes Python).  ``rows_read`` is
+    told how many rows each row group held once it was read (progress inside a large file).
 
     A first pass reads only the ``history`` column to learn in which row group each history ends;
     the second reads one row group at a time, sorts it by history in Arrow, turns one history's rows
@@ -306,6 +330,8 @@ def iter_parquet_histories(
             if wanted is not None:
                 mask = pc.is_in(history, value_set=wanted)
                 table, rows = table.filter(mask), rows.filter(mask)
+            if rows_read is not None:
+                rows_read(table.num_rows)
             if table.num_rows == 0:
                 continue
             order = pc.sort_indices(table.column("history"))  # stable: file order within a history
@@ -360,7 +386,7 @@ def read_jsonl(path: str | Path) -> dict[str, list[Operation]]:
 def _jsonl_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(row, JSON object) for each non-blank line, bounded and decoded; damage names the row and
     its byte offset."""
-    where = str(path)
+    where = printable(path)
     with open_input(path) as handle:
         offset = 0
         row = -1
@@ -406,7 +432,7 @@ def _jsonl_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
 def iter_jsonl(path: str | Path) -> Iterator[Operation]:
     """The lines of a JSON Lines file as operations, in file order."""
     for row, record in _jsonl_records(path):
-        yield Operation.from_row(record, where=str(path), row_number=row)
+        yield Operation.from_row(record, where=printable(path), row_number=row)
 
 
 def iter_jsonl_histories(path: str | Path) -> Iterator[tuple[str, list[Operation]]]:
@@ -417,19 +443,23 @@ def iter_jsonl_histories(path: str | Path) -> Iterator[tuple[str, list[Operation
         ends[record.get("history")] = row
     pending: dict[str, list[Operation]] = {}
     for row, record in _jsonl_records(path):
-        op = Operation.from_row(record, where=str(path), row_number=row)
+        op = Operation.from_row(record, where=printable(path), row_number=row)
         pending.setdefault(op.history, []).append(op)
         if ends.get(op.history) == row:
-            yield op.history, _finished(pending.pop(op.history), str(path))
+            yield op.history, _finished(pending.pop(op.history), printable(path))
 
 
 def iter_histories(
-    path: str | Path, fmt: str, histories: Collection[str] | None = None
+    path: str | Path,
+    fmt: str,
+    histories: Collection[str] | None = None,
+    rows_read: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[str, list[Operation]]]:
     """The histories of one file of any supported format, one at a time (``histories``: only those,
-    Parquet only); each sorted by index and validated."""
+    Parquet only); each sorted by index and validated.  ``rows_read``: see
+    :func:`iter_parquet_histories` (Parquet only)."""
     if fmt == "parquet":
-        yield from iter_parquet_histories(path, histories)
+        yield from iter_parquet_histories(path, histories, rows_read)
         return
     if histories is not None:
         raise ValueError("reading a subset of histories is for Parquet files")
@@ -445,7 +475,7 @@ def iter_histories(
         # One Jepsen history may hold several independent keys: they are read together.
         yield from read_edn(path).items()
     else:
-        raise BadHistory(f"unknown format {fmt!r}; formats are {', '.join(FORMATS)}", where=str(path))
+        raise BadHistory(f"unknown format {fmt!r}; formats are {', '.join(FORMATS)}", where=printable(path))
 
 
 def read_file(path: str | Path, fmt: str, histories: Collection[str] | None = None) -> dict[str, list[Operation]]:
@@ -563,7 +593,7 @@ def read_metadata(path: str | Path) -> dict[str, Any] | None:
     (:func:`run_config`).  A run's other keys are the simulator's (``ledger``, ``batching``,
     ``fault_rates``, ``ops``, ``cut_at_deadline``, ``fault_counts``, ...) and are passed through.
     """
-    where = str(path)
+    where = printable(path)
     name = Path(path).name
     if name.endswith(".parquet"):
         import pyarrow as pa

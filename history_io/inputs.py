@@ -19,19 +19,27 @@ __all__ = [
     "describe_os_error",
     "file_kind",
     "open_input",
+    "printable",
     "read_input_bytes",
     "read_json_input",
     "text_place",
 ]
 
 
+def printable(path: str | os.PathLike[str]) -> str:
+    """A path as text that can be printed and written anywhere: a file name that is not UTF-8 (its
+    bytes kept by Python as surrogates) with each such byte as ``\\xNN``, so it names the file in a
+    message or a verdict without failing to encode."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def describe_os_error(exc: OSError) -> str:
     """``path: what the system said`` (both paths of a rename), without Python's ``[Errno n]``."""
     what = exc.strerror or type(exc).__name__
     if exc.filename is not None and exc.filename2 is not None:
-        return f"{exc.filename} -> {exc.filename2}: {what}"
+        return f"{printable(exc.filename)} -> {printable(exc.filename2)}: {what}"
     if exc.filename is not None:
-        return f"{exc.filename}: {what}"
+        return f"{printable(exc.filename)}: {what}"
     return str(exc) or what
 
 
@@ -42,13 +50,17 @@ def read_input_bytes(path: Path, *, limit: int, limit_name: str) -> bytes:
     Opened without blocking and checked on the open descriptor, so a FIFO is refused instead of
     waiting for a writer, and a device such as /dev/zero instead of being read without end.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    where = printable(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise InputError(f"cannot read: {_why(exc)}", where=where) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise InputError(f"not a regular file ({file_kind(info.st_mode)}); expected a file", where=str(path))
+            raise InputError(f"not a regular file ({file_kind(info.st_mode)}); expected a file", where=where)
         if info.st_size > limit:
-            raise InputError(f"{info.st_size:,} bytes, over the limit of {limit:,} ({limit_name})", where=str(path))
+            raise InputError(f"{info.st_size:,} bytes, over the limit of {limit:,} ({limit_name})", where=where)
         handle = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
@@ -56,7 +68,7 @@ def read_input_bytes(path: Path, *, limit: int, limit_name: str) -> bytes:
     with handle:
         data = handle.read(limit + 1)
     if len(data) > limit:  # it grew while being read
-        raise InputError(f"more than {limit:,} bytes, over the limit ({limit_name})", where=str(path))
+        raise InputError(f"more than {limit:,} bytes, over the limit ({limit_name})", where=where)
     return data
 
 
@@ -66,7 +78,7 @@ def read_json_input(path: Path, *, limit: int, limit_name: str, max_depth: int, 
     file, the line and byte offset, and the limit."""
     from spec.json_limits import first_excess
 
-    where = str(path)
+    where = printable(path)
     text = decode_utf8(read_input_bytes(path, limit=limit, limit_name=limit_name), where)
     excess = first_excess(text, max_depth=max_depth, max_digits=max_digits)
     if excess is not None:
@@ -82,6 +94,18 @@ def text_place(text: str, index: int) -> str:
     line = text.count("\n", 0, index) + 1
     column = index - (text.rfind("\n", 0, index) + 1) + 1
     return f"line {line} column {column} (byte offset {len(text[:index].encode('utf-8'))})"
+
+
+def _why(exc: OSError) -> str:
+    """What the system said of a path it could not open, a symbolic link loop named as such (the
+    system's words for it, "too many levels of symbolic links", are no help)."""
+    import errno
+
+    if exc.errno == errno.ELOOP:
+        return "a symbolic link loop (a link that leads back to itself); expected a file"
+    if exc.errno == errno.ENOENT and exc.filename is not None and os.path.islink(exc.filename):
+        return f"a symbolic link to {printable(os.readlink(exc.filename))}, which does not exist"
+    return exc.strerror or type(exc).__name__
 
 
 def file_kind(mode: int) -> str:
@@ -115,11 +139,11 @@ def open_input(path: str | Path) -> IO[bytes]:
 
     Opened without blocking and checked on the descriptor: a FIFO is refused instead of waiting for
     a writer, a device such as /dev/zero instead of being read without end."""
-    where = str(path)
+    where = printable(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise BadHistory(f"cannot read: {exc.strerror}", where=where) from None
+        raise BadHistory(f"cannot read: {_why(exc)}", where=where) from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

@@ -9,13 +9,16 @@ fates) are those of :mod:`invariants.transactional`'s docstring.
 
 from __future__ import annotations
 
+import bisect
 import enum
 import functools
+import math
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from invariants.words import Words
 from spec.history import BadHistory, Operation, OpType, parse_object, split_subscription
 
 __all__ = [
@@ -237,6 +240,8 @@ class TxnAnalysis:
     seeks: dict[str, list[Operation]] = field(default_factory=lambda: defaultdict(list))  # PA-22, PA-23
     # process -> when each of its operations of unknown outcome was given up (its connection went)
     gave_up: dict[int, list[int]] = field(default_factory=dict)
+    # How the explanations write this history's times and names.
+    words: Words = field(default_factory=lambda: Words(()))
 
     @classmethod
     def build(cls, ops: Sequence[Operation]) -> TxnAnalysis:
@@ -258,6 +263,7 @@ class TxnAnalysis:
             defaultdict(list),
             [],
         )
+        analysis.words = Words(ops)
         analysis._read_subscription_ops(ops)
         analysis.gave_up = _gave_up(ops)
         # PA-10: a cumulative ack on a Shared or Key_Shared subscription is answered ok and does nothing.
@@ -383,22 +389,18 @@ class TxnAnalysis:
         cumulative ack (a cumulative one where the broker honours it, PA-10), with or without a
         transaction (``outside_txn``: without only), that returned ok or whose outcome is unknown
         (it may have taken effect).  Such an ack deleted the message, or a transaction holds it
-        (PA-1): it is owed no redelivery."""
+        (PA-1): it is owed no redelivery.  O(log n) per question once the subscription's acks are
+        indexed (:class:`AckIndex`)."""
         if message.position is None:
             return True  # which id an ack would name is unknown: owed nothing the history can judge
-        ignored = ignores_cumulative(self.subscribes.get(sub, []))
-        for op in self.all_acks.get(sub, []):
-            if op.invoked_at < after or op.type is OpType.FAIL:
-                continue
-            if outside_txn and _txn_of(op, op.args) is not None:
-                continue
-            cumulative = op.f == "ack_cumulative"
-            if cumulative and ignored:
-                continue
-            acked = message_id(op, op.args, "value", required=False)
-            if acked is None or covers(acked, cumulative, message.position):
-                return True
-        return False
+        index = self._ack_indexes.get((sub, outside_txn))
+        if index is None:
+            index = self._ack_indexes[(sub, outside_txn)] = AckIndex(self, sub, outside_txn=outside_txn)
+        return index.covers_since(message.position, after)
+
+    @functools.cached_property
+    def _ack_indexes(self) -> dict[tuple[str, bool], AckIndex]:
+        return {}
 
     def acked_messages(self, partition: str, acked: MessageId) -> list[Message]:
         """The messages an ack names exactly (a cumulative ack's own message, not those before it)."""
@@ -433,6 +435,22 @@ class TxnAnalysis:
         return out
 
     @functools.cached_property
+    def horizons(self) -> dict[str, int]:
+        """partition -> when the last of its ok sends and of the ok commits of their transactions
+        completed: a receive invoked later that finds nothing has drained the partition."""
+        out: dict[str, int] = {}
+        for partition, committed in self.committed_by_partition.items():
+            horizon = 0
+            for message in committed:
+                horizon = max(horizon, message.send.completed_at or 0)
+                if message.txn is not None:
+                    for commit in self.commits.get(message.txn, ()):
+                        if commit.type is OpType.OK:
+                            horizon = max(horizon, commit.completed_at or 0)
+            out[partition] = horizon
+        return out
+
+    @functools.cached_property
     def views(self) -> list[SubscriptionView]:
         """Every subscription that received or found nothing, in name order."""
         views = []
@@ -440,8 +458,7 @@ class TxnAnalysis:
             partition, _ = split_subscription(parse_object(sub)[1])
             mine = self.received.get(sub, {})
             frontier = max((d.position for got in mine.values() for d in got if d.position is not None), default=None)
-            committed = self.committed_by_partition.get(partition, [])
-            drain = _final_drain(self.drains.get(sub, []), committed, self.commits)
+            drain = _final_drain(self.drains.get(sub, []), self.horizons.get(partition, 0))
             views.append(SubscriptionView(sub, partition, mine, frontier, drain))
         return views
 
@@ -452,17 +469,33 @@ class TxnAnalysis:
         return any(_flag(op, op.args, "durable") is False for op in self.subscribes.get(sub, ()))
 
     @functools.cached_property
+    def committed_groups(self) -> dict[tuple[str, Txn], list[Message]]:
+        """(partition, txn) -> the messages of a committed transaction on that partition, in send order."""
+        out: dict[tuple[str, Txn], list[Message]] = defaultdict(list)
+        for partition, committed in self.committed_by_partition.items():
+            for message in committed:
+                if message.txn is not None:
+                    out[(partition, message.txn)].append(message)
+        return out
+
+    @functools.cached_property
     def fractures(self) -> list[Fracture]:
-        """Every committed transaction a subscription saw in part and read past (``fractured-read``)."""
+        """Every committed transaction a subscription saw in part and read past (``fractured-read``).
+        Only the transactions a subscription received a message of are looked at."""
         found = []
+        groups = self.committed_groups
         for view in self.views:
             if self.non_durable(view.subscription):
                 continue
-            by_txn: dict[Txn, list[Message]] = defaultdict(list)
-            for message in self.committed_by_partition.get(view.partition, []):
-                if message.txn is not None:
-                    by_txn[message.txn].append(message)
-            for txn, group in sorted(by_txn.items()):
+            touched = {
+                m.txn
+                for payload in view.received
+                if (m := self.messages.get(payload)) is not None
+                and m.txn is not None
+                and (view.partition, m.txn) in groups
+            }
+            for txn in sorted(touched):
+                group = groups[(view.partition, txn)]
                 seen = [m for m in group if m.payload in view.received]
                 if not seen or len(seen) == len(group):
                     continue
@@ -472,8 +505,71 @@ class TxnAnalysis:
                         found.append(Fracture(txn, view, len(group), seen[0], first, missing))
         return found
 
+    # --- each subscription's type, and who consumed from it, once per subscription --------------
+
+    @functools.cached_property
+    def kinds(self) -> dict[str, str | None]:
+        """subscription -> its type as its subscribes asked for it (:func:`sub_type`)."""
+        return {sub: sub_type(ops) for sub, ops in self.subscribes.items()}
+
+    def kind(self, sub: str) -> str | None:
+        """The subscription's type (:func:`sub_type`; None when no subscribe was recorded)."""
+        return self.kinds.get(sub)
+
+    def holds_delays(self, sub: str) -> bool:
+        """Whether the broker holds delayed messages back on ``sub`` (:func:`delays`)."""
+        return self.kinds.get(sub) in (None, "Shared", "Key_Shared")
+
+    @functools.cached_property
+    def exclusive_subscriptions(self) -> frozenset[str]:
+        """The subscriptions every subscribe of which asked for Exclusive (:func:`exclusive`)."""
+        return frozenset(sub for sub, ops in self.subscribes.items() if exclusive(ops))
+
 
 # --- what the subscribes say of a subscription, and when an operation stopped mattering ---------
+
+
+class AckIndex:
+    """The acks of one subscription that may have taken effect (ok or unknown outcome; cumulative
+    ones only where the broker honours them, PA-10), indexed for "does an ack invoked at or after t
+    cover this id": individual acks by entry, the furthest cumulative ack from each invocation on,
+    and the last ack whose id the history does not give."""
+
+    def __init__(self, a: TxnAnalysis, sub: str, *, outside_txn: bool) -> None:
+        ignored = ignores_cumulative(a.subscribes.get(sub, []))
+        self.individual: dict[tuple[int, int], list[tuple[int, MessageId]]] = defaultdict(list)
+        cumulative: list[tuple[int, tuple[float, ...]]] = []
+        self.unnamed_until: int | None = None  # the last invocation of an ack that names no id
+        for op in a.all_acks.get(sub, []):
+            if op.type is OpType.FAIL or (outside_txn and _txn_of(op, op.args) is not None):
+                continue
+            is_cumulative = op.f == "ack_cumulative"
+            if is_cumulative and ignored:
+                continue
+            acked = message_id(op, op.args, "value", required=False)
+            if acked is None:
+                self.unnamed_until = max(self.unnamed_until or op.invoked_at, op.invoked_at)
+            elif is_cumulative:
+                cumulative.append((op.invoked_at, (acked[0], acked[1], math.inf if acked[2] == WHOLE else acked[2])))
+            else:
+                self.individual[acked[:2]].append((op.invoked_at, acked))
+        cumulative.sort(key=lambda pair: pair[0])
+        self.cumulative_calls = [at for at, _ in cumulative]
+        # the furthest id a cumulative ack invoked at or after each one covers
+        self.furthest_from: list[tuple[float, ...]] = []
+        furthest: tuple[float, ...] = (-math.inf,)
+        for _, key in reversed(cumulative):
+            furthest = max(furthest, key)
+            self.furthest_from.append(furthest)
+        self.furthest_from.reverse()
+
+    def covers_since(self, got: MessageId, after: float) -> bool:
+        if self.unnamed_until is not None and self.unnamed_until >= after:
+            return True
+        first = bisect.bisect_left(self.cumulative_calls, after)
+        if first < len(self.furthest_from) and self.furthest_from[first] >= got:
+            return True
+        return any(at >= after and covers(acked, False, got) for at, acked in self.individual.get(got[:2], ()))
 
 
 def sub_type(subscribes: Sequence[Operation]) -> str | None:
@@ -571,6 +667,7 @@ def _sends(
     distinct indexes; a clashing send is not added to its entry)."""
     messages: dict[str, Message] = {}
     by_entry: dict[_Entry, list[Message]] = defaultdict(list)
+    slots: dict[tuple[_Entry, int], Message] = {}  # (entry, batch index) -> the message there
     clashes: list[tuple[Message, Message]] = []
     for op in ops:
         if op.f != "send":
@@ -603,19 +700,19 @@ def _sends(
         messages[payload] = message
         if position is None:
             continue
-        sharing = by_entry[(partition, position[:2])]
-        clash = next(
-            (
-                m
-                for m in sharing
-                if m.position is not None and (m.position[2] == position[2] or WHOLE in (m.position[2], position[2]))
-            ),
-            None,
-        )
+        entry = (partition, position[:2])
+        sharing = by_entry[entry]
+        # An entry holds one whole message or a batch at distinct indexes, so the first message it
+        # clashes with is the entry's whole message, or the one at the same index.
+        if sharing and (position[2] == WHOLE or sharing[0].position == (*position[:2], WHOLE)):
+            clash: Message | None = sharing[0]
+        else:
+            clash = slots.get((entry, position[2]))
         if clash is not None:
             clashes.append((clash, message))
         else:
             sharing.append(message)
+            slots[(entry, position[2])] = message
     return messages, by_entry, clashes
 
 
@@ -629,16 +726,8 @@ def _read_past(view: SubscriptionView, missing: Message) -> bool:
     return passed and (missing.deliver_at is None or drain is None or missing.deliver_at <= drain.invoked_at)
 
 
-def _final_drain(
-    drains: Sequence[Operation], committed: Sequence[Message], commits: dict[tuple[int, int], list[Operation]]
-) -> Operation | None:
-    """A receive that found nothing, invoked after every ok send and every ok commit of the partition completed."""
-    horizon = 0
-    for message in committed:
-        horizon = max(horizon, message.send.completed_at or 0)
-        if message.txn is not None:
-            for commit in commits.get(message.txn, ()):
-                if commit.type is OpType.OK:
-                    horizon = max(horizon, commit.completed_at or 0)
+def _final_drain(drains: Sequence[Operation], horizon: int) -> Operation | None:
+    """The first receive that found nothing invoked after ``horizon``: after every ok send and every
+    ok commit of the partition completed (:attr:`TxnAnalysis.horizons`)."""
     after = [op for op in drains if op.invoked_at > horizon]
     return min(after, key=lambda o: o.invoked_at) if after else None

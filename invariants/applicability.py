@@ -28,11 +28,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from invariants.analysis import TxnAnalysis, TxnFate, delays, sub_type
-from invariants.transactional.checks import CHECKS, GROUPS
+from invariants.analysis import TxnAnalysis, TxnFate
+from invariants.transactional.anomaly import TxnResult
+from invariants.transactional.checks import CHECKS, GROUPS, check_transactional
 from spec.history import Operation
 
-__all__ = ["GROUPS", "Applicability", "applicability", "describe"]
+__all__ = ["GROUPS", "Applicability", "applicability", "applicability_of", "describe"]
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def _delivery_statements(a: TxnAnalysis) -> dict[str, Statement]:
 
     def order() -> tuple[bool, str]:
         placed = {d.subscription for d in a.deliveries if d.position is not None}
-        ordered = [sub for sub in placed if sub_type(a.subscribes.get(sub, [])) not in ("Shared", "mixed")]
+        ordered = [sub for sub in placed if a.kind(sub) not in ("Shared", "mixed")]
         if not ordered:
             return False, "no delivery with a position on a subscription that dispatches in order"
         return True, f"{_plural(len(ordered), 'ordered subscription')}"
@@ -107,11 +108,20 @@ def _delivery_statements(a: TxnAnalysis) -> dict[str, Statement]:
         delayed = [m for m in a.messages.values() if m.deliver_at is not None]
         if not delayed:
             return False, "no delayed message"
-        held = [
-            d for d, m in a.delivered() if m.deliver_at is not None and delays(a.subscribes.get(d.subscription, []))
-        ]
+        held = [(d, m) for d, m in a.delivered() if m.deliver_at is not None and a.holds_delays(d.subscription)]
         if not held:
             return False, f"{_plural(len(delayed), 'delayed message')}, none received where delays are held back"
+        # A delivery can be seen early only if its time, less the earliness a non-strict broker may
+        # take, comes after its send was invoked (a receive cannot return a message before that).
+        seen = [d for d, m in held if m.deliver_at is not None and m.deliver_at - m.early_ms > m.send.invoked_at]
+        if not seen:
+            longest = max((m.deliver_at or 0) - m.send.invoked_at for _, m in held)
+            allowed = max(m.early_ms for _, m in held)
+            return False, (
+                f"cannot judge: every delay (at most {longest} ms) is within the allowed earliness "
+                f"({allowed} ms, deliver_early_ms): no delivery of the {_plural(len(held), 'delivery')} could be early "
+                f"enough to be seen"
+            )
         return True, f"{_plural(len(held), 'delivery')} of delayed messages on Shared or Key_Shared subscriptions"
 
     def late() -> tuple[bool, str]:
@@ -153,6 +163,7 @@ def _delivery_statements(a: TxnAnalysis) -> dict[str, Statement]:
 def _txn_statements(a: TxnAnalysis) -> dict[str, Statement]:
     txns = set(a.commits) | set(a.aborts)
     txn_messages = _txn_messages(a)
+    read = _delivered_partitions(a)
     no_txn = (False, "no transaction in the history")
 
     def commit_abort() -> tuple[bool, str]:
@@ -163,7 +174,7 @@ def _txn_statements(a: TxnAnalysis) -> dict[str, Statement]:
             if not txn_messages:
                 return False, "no transactional send"
             mine = [m for m in txn_messages if a.fate(m.txn) in fates]
-            seen = [m for m in mine if m.partition in _delivered_partitions(a)]
+            seen = [m for m in mine if m.partition in read]
             if not seen:
                 return False, f"no message of a {words} transaction on a partition anyone read"
             return True, f"{_plural(len(seen), 'message')} of {words} transactions on partitions that were read"
@@ -174,7 +185,7 @@ def _txn_statements(a: TxnAnalysis) -> dict[str, Statement]:
         groups = Counter(
             (m.txn, m.partition) for m in txn_messages if a.fate(m.txn) is TxnFate.COMMITTED and m.position is not None
         )
-        multi = [key for key, n in groups.items() if n > 1 and key[1] in _delivered_partitions(a)]
+        multi = [key for key, n in groups.items() if n > 1 and key[1] in read]
         if not multi:
             return False, "no committed transaction with two messages on a partition that was read"
         return True, f"{_plural(len(multi), 'committed transaction')} with several messages on a read partition"
@@ -189,9 +200,7 @@ def _txn_statements(a: TxnAnalysis) -> dict[str, Statement]:
         aborted = [
             k
             for k in a.acks
-            if a.fate(k.txn) is TxnFate.ABORTED
-            and not k.cumulative
-            and sub_type(a.subscribes.get(k.subscription, [])) == "Exclusive"
+            if a.fate(k.txn) is TxnFate.ABORTED and not k.cumulative and a.kind(k.subscription) == "Exclusive"
         ]
         if not aborted:
             return (
@@ -223,6 +232,14 @@ def applicability(ops: Sequence[Operation]) -> list[Applicability]:
     to these client operations and what it had to look at (raises what ``TxnAnalysis.build`` raises
     on a malformed history)."""
     analysis = TxnAnalysis.build(ops)
+    return applicability_of(analysis, check_transactional(ops, analysis=analysis))
+
+
+def applicability_of(analysis: TxnAnalysis, result: TxnResult | None = None) -> list[Applicability]:
+    """:func:`applicability` of a history already analysed, and checked when ``result`` is given: a
+    check that counts the cases it judged (``result.judged``: loss, and the liveness checks) and
+    judged none cannot judge the history, whatever it holds, and says why (its most frequent
+    reasons, ``result.unjudged``)."""
     statements = _statements(analysis)
     transactions = bool(analysis.commits or analysis.aborts or analysis.acks or _txn_messages(analysis))
     out = []
@@ -231,8 +248,20 @@ def applicability(ops: Sequence[Operation]) -> list[Applicability]:
             out.append(Applicability(name, GROUPS[name], False, "no transaction in the history"))
             continue
         applies, evidence = statements[name]()
+        if applies and result is not None and name in result.judged and not result.judged[name]:
+            why = _reasons(result.unjudged[name]) if name in result.unjudged else "no case to judge"
+            applies, evidence = False, f"cannot judge: {why} ({evidence})"
         out.append(Applicability(name, GROUPS[name], applies, evidence))
     return out
+
+
+def _reasons(why: dict[str, int]) -> str:
+    """The reasons a check could not judge its cases, the most frequent first, each with its count
+    when there are several."""
+    ranked = sorted(why.items(), key=lambda kv: (-kv[1], kv[0]))
+    if len(ranked) == 1:
+        return ranked[0][0]
+    return "; ".join(f"{reason} (x{n})" for reason, n in ranked[:3]) + ("; ..." if len(ranked) > 3 else "")
 
 
 def describe(found: Sequence[Applicability], ops: Sequence[Operation]) -> str:

@@ -13,11 +13,17 @@ For each history:
    used as is;
 2. **linearizability** of each planned model's objects (:func:`check_linearizability`), the worst
    verdict over them, the first illegal object explained and shrunk to a counterexample;
-3. the **transactional** checks (:mod:`invariants.transactional`) when the history speaks the
-   transactional vocabulary, on the client operations only;
-4. with them, the **delivery** checks (:mod:`invariants.client_visible`): what a consumer may and
-   must receive, stated from the rules pages without the reference machines, so a slip the
-   reference and its per-object models share is still seen.
+3. the Elle-style anomalies (:mod:`invariants.transactional`) when the history speaks the
+   transactional vocabulary, on the client operations only: the ``transactional`` row reports
+   those of the taxonomy's ``transactional`` group (isolation), the ``delivery`` row those of its
+   ``delivery`` group (loss, garbage, positions, order, timing), each with which of its checks had
+   something to judge (:mod:`invariants.applicability`);
+4. with them, in the ``delivery`` row, the delivery oracle (:mod:`invariants.client_visible`):
+   what a consumer may and must receive, stated from the rules pages without the reference
+   machines, so a slip the reference and its per-object models share is still seen.
+
+A row's verdict is ``illegal`` for a safety anomaly, ``late`` for a liveness miss only, ``ok``, or
+``skipped`` when none of its checks had anything to judge.
 
 A history that no checker applies to is bad input; a model or machine that raises is an ``error``
 verdict with its traceback, never a pass.  Verdicts are ranked once, in :class:`Outcome`.
@@ -29,7 +35,7 @@ import enum
 import json
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -77,13 +83,17 @@ class Outcome(enum.StrEnum):
     """A verdict, from best to worst: the one ranking every summary uses (:func:`worst`).
 
     ``skipped`` is an object the search did not reach because another object of its history was
-    already illegal; ``error`` is a model or machine that raised (a programming error);
-    ``bad-input`` a file or row that breaks the history contract, which makes every other verdict
-    of it meaningless."""
+    already illegal, or a checker none of whose checks had anything to judge in the history (no
+    transaction, say): not a pass; ``late`` a liveness miss (something the history shows came later
+    than a bound allows, the bound and the lateness stated), apart from ``illegal``, a safety
+    violation; ``error`` is a model or machine that raised (a programming error); ``bad-input`` a
+    file or row that breaks the history contract, which makes every other verdict of it
+    meaningless."""
 
     OK = "ok"
     SKIPPED = "skipped"
     UNKNOWN = "unknown"
+    LATE = "late"
     ILLEGAL = "illegal"
     ERROR = "error"
     BAD_INPUT = "bad-input"
@@ -128,12 +138,17 @@ class TxnExplanation:
 
 @dataclass(frozen=True)
 class DeliveryExplanation:
-    """Why a history's delivery check failed: the oracle's result."""
+    """Why a history's delivery check failed: the oracle's result, and the Elle-style anomalies of the
+    ``delivery`` group (:func:`invariants.transactional.of_group`) with the client operations they
+    name, for the page (``page``: one is wanted)."""
 
     history: str
     result: OracleResult
     seed: int | None
     reproduce: str | None
+    anomalies: TxnResult | None = None
+    ops: tuple[Operation, ...] = ()
+    page: bool = False
 
 
 @dataclass(frozen=True)
@@ -326,29 +341,162 @@ def _linearizability_row(
     )
 
 
-def _transactional_row(
+def _client_rows(
+    name: str,
+    ops: Sequence[Operation],
+    client_ops: Sequence[Operation],
+    file: str,
+    options: VerifyOptions,
+    seed: int | None,
+    reproduce: str | None,
+    progress: Progress | None = None,
+) -> list[VerdictRow]:
+    """The ``transactional`` and ``delivery`` rows of a history with client operations.
+
+    One analysis feeds the Elle-style anomalies (:mod:`invariants.transactional`) and which of them
+    had something to judge (:mod:`invariants.applicability`); each anomaly goes to the row of its
+    group in the taxonomy: ``transactional`` (isolation: needs transactions) or ``delivery`` (what any
+    Pulsar-protocol broker owes a consumer), where the delivery oracle's violations
+    (:mod:`invariants.client_visible`) and Jepsen's anomalies that mean something for Pulsar
+    (:mod:`invariants.queue`) join it.  The delivery checks read the coordinator's machine rows too,
+    as the record of the faults that disturbed a transaction's end (TC-16, TC-24, TC-25).  A
+    Kafka-workload history is judged by Jepsen's taxonomy alone, in one ``transactional`` row."""
+    from invariants.applicability import applicability_of
+    from invariants.client_visible import TABLE as ORACLE_TABLE
+    from invariants.queue import is_kafka_history
+    from invariants.transactional import LIVENESS, TAXONOMY, TxnAnalysis, check_transactional, of_group
+
+    told = progress if progress is not None else _silent
+    if is_kafka_history(client_ops):
+        return [_kafka_row(name, client_ops, file, options, seed, reproduce, told)]
+    # the analysis, each check, Jepsen's taxonomy, the oracle's view
+    steps = 3 + len(TAXONOMY) + len(ORACLE_TABLE)
+    done = [0]
+
+    def checked(what: str) -> None:
+        done[0] += 1
+        told(done[0] / steps, what)
+
+    started = time.perf_counter()
+    told(0.0, "reading what the clients saw")
+    analysis = TxnAnalysis.build(client_ops)
+    checked("transactional checks")
+    found = check_transactional(client_ops, analysis=analysis, on_check=checked, ww_deps=options.ww_deps)
+    applies = applicability_of(analysis, found)
+    elle_seconds = time.perf_counter() - started
+    txn, delivery = of_group(found, "transactional"), of_group(found, "delivery")
+    statements = {group: {a.check: a.to_json() for a in applies if a.group == group} for group in GROUPS_ORDER}
+    # what each of Jepsen's checks had to judge, beside the row that reports its anomalies
+    statements["delivery"].update((jepsen.check, jepsen.to_json()) for jepsen in delivery.statements)
+    txn_row = VerdictRow(
+        name,
+        "transactional",
+        _outcome(txn.counts, LIVENESS, any(s["applies"] for s in statements["transactional"].values())).value,
+        file,
+        "elle",
+        txn.txns,
+        len(client_ops),
+        0,
+        elle_seconds,
+        None,
+        json.dumps(
+            {
+                "counts": txn.counts,
+                "anomalies": [a.to_json() for a in txn.anomalies],
+                "applicability": statements["transactional"],
+            }
+        ),
+        seed=seed,
+        reproduce=reproduce,
+        explanation=None
+        if txn.ok
+        else TxnExplanation(txn, tuple(client_ops), seed, reproduce, page=options.counterexamples),
+    )
+    delivery_row = _delivery_row(name, ops, client_ops, file, options, seed, reproduce, delivery, statements, checked)
+    return [txn_row, delivery_row]
+
+
+def _delivery_row(
+    name: str,
+    ops: Sequence[Operation],
+    client_ops: Sequence[Operation],
+    file: str,
+    options: VerifyOptions,
+    seed: int | None,
+    reproduce: str | None,
+    delivery: TxnResult,
+    statements: Mapping[str, Mapping[str, Any]],
+    checked: Callable[[str], None],
+) -> VerdictRow:
+    """The ``delivery`` row: the delivery group's anomalies (``delivery``, with Jepsen's on a Pulsar
+    history) and the delivery oracle's violations, judged here, with their ``statements``."""
+    from invariants.client_visible import LIVENESS as ORACLE_LIVENESS
+    from invariants.client_visible import check_client_visible
+    from invariants.transactional import LIVENESS
+
+    started = time.perf_counter()
+    oracle = check_client_visible(ops, on_check=checked)
+    counts = {**delivery.counts, **oracle.counts}
+    judged = any(oracle.judged.values()) or any(s["applies"] for s in statements["delivery"].values())
+    return VerdictRow(
+        name,
+        "delivery",
+        _outcome(counts, LIVENESS | ORACLE_LIVENESS, judged).value,
+        file,
+        "client-visible",
+        sum(oracle.judged.values()),
+        len(client_ops),
+        0,
+        time.perf_counter() - started,
+        None,
+        json.dumps(
+            {
+                "counts": counts,
+                "judged": oracle.judged,
+                "violations": [v.to_json() for v in oracle.violations],
+                "anomalies": [a.to_json() for a in delivery.anomalies],
+                # reported, never failing the history (invariants.queue)
+                "informational": {
+                    "counts": delivery.notes,
+                    "anomalies": [a.to_json() for a in delivery.informational],
+                },
+                "applicability": statements["delivery"],
+            }
+        ),
+        seed=seed,
+        reproduce=reproduce,
+        explanation=None
+        if not counts
+        else DeliveryExplanation(name, oracle, seed, reproduce, delivery, tuple(client_ops), options.counterexamples),
+    )
+
+
+GROUPS_ORDER = ("delivery", "transactional")
+
+
+def _kafka_row(
     name: str,
     client_ops: Sequence[Operation],
     file: str,
     options: VerifyOptions,
     seed: int | None,
     reproduce: str | None,
+    told: Progress,
 ) -> VerdictRow:
-    from invariants.applicability import applicability
-    from invariants.queue import is_kafka_history
-    from invariants.transactional import check_transactional
+    """The one row of a Kafka-workload history: Jepsen's taxonomy with Jepsen's meaning
+    (:mod:`invariants.queue`), what each of its checks had to judge, and the informational
+    anomalies apart (they never fail the history)."""
+    from invariants.transactional import LIVENESS, check_transactional
 
     started = time.perf_counter()
+    told(0.0, "Jepsen's Kafka-workload checks")
     txn = check_transactional(client_ops, ww_deps=options.ww_deps)
-    # Which checks had anything to judge: an absent check must never read as a pass.  A Kafka-workload
-    # history is judged by Jepsen's taxonomy alone (invariants.queue).
-    native = [] if is_kafka_history(client_ops) else applicability(client_ops)
-    applies = {found.check: found.to_json() for found in native}
-    applies.update((found.check, found.to_json()) for found in txn.statements)
+    told(1.0, "Jepsen's Kafka-workload checks done")
+    applies = {found.check: found.to_json() for found in txn.statements}
     return VerdictRow(
         name,
         "transactional",
-        (Outcome.OK if txn.ok else Outcome.ILLEGAL).value,
+        _outcome(txn.counts, LIVENESS, any(s["applies"] for s in applies.values())).value,
         file,
         "elle",
         txn.txns,
@@ -373,69 +521,68 @@ def _transactional_row(
     )
 
 
-def _delivery_row(
-    name: str,
-    ops: Sequence[Operation],
-    client_ops: Sequence[Operation],
-    file: str,
-    seed: int | None,
-    reproduce: str | None,
-) -> VerdictRow:
-    """The delivery checks judge the client operations; the coordinator's machine rows go along
-    as the record of the faults that disturbed a transaction's end (TC-16, TC-24, TC-25)."""
-    from invariants.client_visible import check_client_visible
-
-    started = time.perf_counter()
-    found = check_client_visible(ops)
-    return VerdictRow(
-        name,
-        "delivery",
-        (Outcome.OK if found.ok else Outcome.ILLEGAL).value,
-        file,
-        "client-visible",
-        sum(found.judged.values()),
-        len(client_ops),
-        0,
-        time.perf_counter() - started,
-        None,
-        json.dumps(
-            {"counts": found.counts, "judged": found.judged, "violations": [v.to_json() for v in found.violations]}
-        ),
-        seed=seed,
-        reproduce=reproduce,
-        explanation=None if found.ok else DeliveryExplanation(name, found, seed, reproduce),
-    )
+def _outcome(counts: Mapping[str, int], liveness: frozenset[str], judged: bool) -> Outcome:
+    """A client row's verdict from its counts per check: ``illegal`` for any safety anomaly, else
+    ``late`` for a liveness miss (a bound the history states or the checker states, missed), else
+    ``ok``; ``skipped`` when none of its checks had anything to judge (not a pass)."""
+    if any(name not in liveness for name in counts):
+        return Outcome.ILLEGAL
+    if counts:
+        return Outcome.LATE
+    return Outcome.OK if judged else Outcome.SKIPPED
 
 
 def check_history(
-    name: str, ops: Sequence[Operation], file: str, options: VerifyOptions, reproduce: str | None = None
+    name: str,
+    ops: Sequence[Operation],
+    file: str,
+    options: VerifyOptions,
+    reproduce: str | None = None,
+    progress: Progress | None = None,
 ) -> list[VerdictRow]:
     """Every checker that applies to one history: a ``linearizability`` row when a model applies, a
     ``transactional`` and a ``delivery`` row when clients sent, received, acked or ended
     transactions; an ``input`` row
     (``bad-input``) when nothing applies or the history breaks the contract, a ``crash`` row
     (``error``) when a model or machine raised.  ``reproduce`` (the command that reruns the history,
-    when its file recorded the run) goes into the rows and their counterexamples."""
+    when its file recorded the run) goes into the rows and their counterexamples.  ``progress`` is
+    told, as the checks go, the share of this history's checking done so far (0 to 1) and what runs:
+    a long history is never silent until its end."""
     from spec.errors import InputError
     from spec.history import is_machine_operation
 
     seed = next((op.seed for op in ops if op.seed is not None), None)
     rows: list[VerdictRow] = []
+    told = progress if progress is not None else _silent
     try:
         from invariants.queue import is_kafka_history
 
         # A Kafka-workload history holds client operations only, and no object a model checks
         kafka = is_kafka_history(ops)
         plan = [] if kafka and options.model == "auto" else plan_models(options.model, ops)
-        if plan:
-            rows.append(_linearizability_row(name, ops, plan, file, options, seed, reproduce))
         # The transactional checks read what clients saw, not the machines' steps.
         client_ops = ops if kafka else [op for op in ops if not is_machine_operation(op)]
         transactional = any(op.f in TXN_VOCABULARY for op in client_ops)
+        # each checker's share of the work, by the operations it reads
+        share = len(ops) - len(client_ops) if plan and transactional else len(ops) if plan else 0
+        lin = share / max(1, share + (len(client_ops) if transactional else 0))
+        if plan:
+            told(0.0, "linearizability")
+            rows.append(_linearizability_row(name, ops, plan, file, options, seed, reproduce))
+            told(lin, "linearizability done")
         if transactional:
-            rows.append(_transactional_row(name, client_ops, file, options, seed, reproduce))
-            if not kafka:  # the delivery oracle states Pulsar's rules
-                rows.append(_delivery_row(name, ops, client_ops, file, seed, reproduce))
+            rows.extend(
+                _client_rows(
+                    name,
+                    ops,
+                    client_ops,
+                    file,
+                    options,
+                    seed,
+                    reproduce,
+                    lambda f, what: told(lin + (1 - lin) * f, what),
+                )
+            )
         if not plan and not transactional:
             detail = "no checker applies: no --model for these objects and no transactional operations"
             rows.append(_bad_input(name, file, options.model, detail))
@@ -448,7 +595,16 @@ def check_history(
 
         detail = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
         rows.append(VerdictRow(name, "crash", Outcome.ERROR.value, file, options.model, seed=seed, detail=detail))
+    told(1.0, "done")
     return rows
+
+
+# How far the checking of one history is (0 to 1) and what runs now: see check_history.
+Progress = Callable[[float, str], None]
+
+
+def _silent(done: float, what: str) -> None:
+    """No one is told."""
 
 
 def _bad_input(name: str, file: str, model: str, detail: str, seed: int | None = None) -> VerdictRow:

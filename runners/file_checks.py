@@ -13,11 +13,22 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from history_io.inputs import printable
 from invariants.verify import Outcome, VerdictRow, VerifyOptions, check_grouped, check_history
 from spec.history import Operation
 from views.report import rendered
 
-__all__ = ["GroupedRows", "Reproduce", "Unit", "check_file", "check_files_local", "check_units", "read_groups"]
+__all__ = [
+    "GroupedRows",
+    "Reproduce",
+    "Tally",
+    "Unit",
+    "check_file",
+    "check_files_local",
+    "check_units",
+    "operations_in",
+    "read_groups",
+]
 
 # Stage 1 of --group-by-history: (history, [(file, its rows)]), or (None, a bad-input row).
 GroupedRows = tuple[str | None, Any]
@@ -28,7 +39,38 @@ Reproduce = Callable[[str, Mapping[str, Any]], "str | None"]
 
 
 def _bad_file(path: str, options: VerifyOptions, detail: str) -> VerdictRow:
-    return VerdictRow(Path(path).name, "input", Outcome.BAD_INPUT.value, path, options.model, detail=detail)
+    shown = printable(path)
+    return VerdictRow(Path(shown).name, "input", Outcome.BAD_INPUT.value, shown, options.model, detail=detail)
+
+
+NOTHING_TO_CHECK = "holds no operations: nothing to check"
+
+
+def _nothing_to_check(path: str, options: VerifyOptions, history: str | None = None) -> VerdictRow:
+    """The verdict on a file, or a history, without a single operation: ``skipped``, never a pass
+    (a recording cut short before its first operation, or an empty export)."""
+    shown = printable(path)
+    name = Path(shown).name if history is None else history
+    what = "the file" if history is None else f"history {history!r}"
+    return VerdictRow(
+        name, "input", Outcome.SKIPPED.value, shown, options.model, detail=f"{shown}: {what} {NOTHING_TO_CHECK}"
+    )
+
+
+class Tally:
+    """Progress in operations across files, for a phase counted in operations: each operation counts
+    a share when its row is read (:data:`READ_SHARE`) and the rest as its history's checks go, so a
+    long file or history moves the count while it is read and checked."""
+
+    READ_SHARE = 0.3
+
+    def __init__(self, phase: Any) -> None:
+        self.phase = phase
+        self.done = 0.0
+
+    def add(self, amount: float, note: str | None = None) -> None:
+        self.done += amount
+        self.phase.update(done=round(self.done), note=note)
 
 
 def check_file(
@@ -37,6 +79,7 @@ def check_file(
     options: VerifyOptions,
     only: Sequence[str] | None = None,
     reproduce: Reproduce | None = None,
+    tally: Tally | None = None,
 ) -> list[VerdictRow]:
     """Read one file and check every history in it (or those named in ``only``, Parquet only), one
     history at a time: each is checked as soon as it has been read and dropped before the next, so
@@ -47,14 +90,52 @@ def check_file(
 
     rows: list[VerdictRow] = []
     commands, incomplete = _run_notes(path, reproduce)
+    shown = printable(path)
+    read = 0
+    counted = tally is not None and fmt == "parquet"  # its rows were counted in the phase's total
+    rows_read = (
+        None
+        if not counted or tally is None
+        else (lambda n: tally.add(n * Tally.READ_SHARE, f"reading {Path(shown).name}"))
+    )
     try:
-        for name, ops in iter_histories(path, fmt, only):
-            rows.extend(rendered(check_history(name, ops, path, options, reproduce=commands.get(name))))
+        for name, ops in iter_histories(path, fmt, only, rows_read):
+            read += 1
+            if not ops:
+                rows.append(_nothing_to_check(path, options, name))
+                continue
+            progress = None if not counted else _history_progress(tally, name, len(ops))
+            rows.extend(rendered(check_history(name, ops, shown, options, commands.get(name), progress)))
             if name in incomplete:
-                rows.append(_incomplete_row(name, path, options, incomplete[name], commands.get(name)))
+                rows.append(_incomplete_row(name, shown, options, incomplete[name], commands.get(name)))
     except InputError as exc:
         rows.append(_bad_file(path, options, str(exc)))
+    if not read and not rows and only is None:
+        rows.append(_nothing_to_check(path, options))
     return rows
+
+
+def operations_in(files: Sequence[str], fmt: str) -> int | None:
+    """How many operations Parquet files hold, from their footers (None for another format, whose
+    progress is counted in files)."""
+    if fmt != "parquet":
+        return None
+    from history_io.files import parquet_rows
+
+    return sum(parquet_rows(path) for path in files)
+
+
+def _history_progress(tally: Tally | None, name: str, ops: int) -> Callable[[float, str], None]:
+    """What :func:`invariants.verify.check_history` tells of one history, as operations of the tally."""
+    share = ops * (1 - Tally.READ_SHARE)
+    told = [0.0]
+
+    def progress(done: float, what: str) -> None:
+        if tally is not None and done > told[0]:
+            tally.add(share * (done - told[0]), f"{name}: {what}")
+            told[0] = done
+
+    return progress
 
 
 def _incomplete_row(history: str, path: str, options: VerifyOptions, why: str, reproduce: str | None) -> VerdictRow:
@@ -101,10 +182,11 @@ def check_units(
     out: str | None = None,
     part: str = "00000",
     reproduce: Reproduce | None = None,
+    tally: Tally | None = None,
 ) -> list[VerdictRow]:
     """Check some files (or some histories of them); with ``out``, write the verdicts there as part
     ``part`` (:func:`runners.verdicts.write_part`) and return them without their HTML pages."""
-    rows = [row for path, names in units for row in check_file(path, fmt, options, names, reproduce)]
+    rows = [row for path, names in units for row in check_file(path, fmt, options, names, reproduce, tally)]
     if out is None:
         return rows
     from runners.verdicts import write_part
@@ -124,7 +206,7 @@ def read_groups(path: str, fmt: str, options: VerifyOptions, reproduce: Reproduc
 
     try:
         if fmt in ("jepsen", "edn"):
-            return [(name, [(path, ops)]) for name, ops in read_file(path, fmt).items()]
+            return [(name, [(printable(path), ops)]) for name, ops in read_file(path, fmt).items()]
         groups: dict[str, list[Operation]] = {}
         for op in iter_parquet(path) if fmt == "parquet" else iter_jsonl(path):
             groups.setdefault(op.history, []).append(op)
@@ -132,11 +214,11 @@ def read_groups(path: str, fmt: str, options: VerifyOptions, reproduce: Reproduc
         return [(None, _bad_file(path, options, str(exc)))]
     commands, incomplete = _run_notes(path, reproduce)
     stopped: list[GroupedRows] = [
-        (None, _incomplete_row(name, path, options, incomplete[name], commands.get(name)))
+        (None, _incomplete_row(name, printable(path), options, incomplete[name], commands.get(name)))
         for name in groups
         if name in incomplete
     ]
-    return [(name, [(path, ops)]) for name, ops in groups.items()] + stopped
+    return [(name, [(printable(path), ops)]) for name, ops in groups.items()] + stopped
 
 
 def check_files_local(
@@ -153,7 +235,12 @@ def check_files_local(
     ``out``, each file's verdicts are written as a part of their own, as a Spark task writes its
     share, and come back without their HTML pages."""
     phase = None if progress is None or isinstance(progress, bool) else progress
-    if phase is not None:
+    tally = None
+    if phase is not None and phase.unit == "operations" and fmt == "parquet" and not group_by_history:
+        # Counted in operations (its total from the files' footers: :func:`operations_in`), so that
+        # one long file or history moves the count as it is read and checked, not only when done.
+        tally = Tally(phase)
+    elif phase is not None:
         phase.set_total(len(files))
     rows: list[VerdictRow] = []
     if group_by_history:
@@ -173,7 +260,7 @@ def check_files_local(
 
         return write_part(Path(out), "grouped", rows + checked)
     for number, path in enumerate(files):
-        rows.extend(check_units([(path, None)], fmt, options, out, f"{number:05d}", reproduce))
-        if phase is not None:
+        rows.extend(check_units([(path, None)], fmt, options, out, f"{number:05d}", reproduce, tally))
+        if phase is not None and tally is None:
             phase.advance(note=Path(path).name)
     return rows

@@ -66,7 +66,7 @@ def parse_url(url: str) -> tuple[str, int]:
     if not url.startswith("pulsar://"):
         raise ValueError(f"expected pulsar://HOST:PORT, got {url!r}")
     host, _, port = url[len("pulsar://") :].rstrip("/").rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not port.isdigit() or int(port) > 65535:
         raise ValueError(f"expected pulsar://HOST:PORT, got {url!r}")
     return host, int(port)
 

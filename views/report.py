@@ -13,10 +13,13 @@ is written and shown.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
 
+from invariants.client_visible import LIVENESS as ORACLE_LIVENESS
+from invariants.client_visible import TABLE as ORACLE_TABLE
 from invariants.explain import ANOMALY_RULES, Counterexample
-from invariants.transactional import TxnResult
+from invariants.transactional import LIVENESS, TxnResult
 from invariants.verify import DeliveryExplanation, TxnExplanation, VerdictRow
 from spec.history import Operation
 from views.linearizability import linearizability_page
@@ -27,8 +30,10 @@ __all__ = [
     "MAX_HTML_BYTES",
     "MAX_HTML_OPS",
     "VERIFY_HTML_BYTES",
+    "anomaly_lines",
     "counterexample_html",
     "counterexample_stem",
+    "delivery_html",
     "delivery_text",
     "render_text",
     "render_txn_text",
@@ -88,23 +93,62 @@ def reproduce_lines(seed: int | None, reproduce: str | None) -> list[str]:
     return [f"seed {seed} (the file does not record the run's other options)"] if seed is not None else []
 
 
-def render_txn_text(result: TxnResult, *, seed: int | None = None, reproduce: str | None = None) -> str:
-    """A transactional verdict as text: each anomaly with its evidence in words."""
+def render_txn_text(
+    result: TxnResult,
+    *,
+    seed: int | None = None,
+    reproduce: str | None = None,
+    title: str = "TRANSACTIONAL ANOMALIES",
+) -> str:
+    """A history's Elle-style anomalies as text (:func:`anomaly_lines`)."""
     if result.ok:
         return f"history {result.history}: no transactional anomaly ({result.txns} txns, {result.messages} messages)"
-    lines = [
-        f"history {result.history}: TRANSACTIONAL ANOMALIES "
-        + ", ".join(f"{name} x{count}" for name, count in sorted(result.counts.items()))
-    ]
+    lines = [_headline(result.history, title, result.counts, LIVENESS)]
     lines += reproduce_lines(seed, reproduce)
-    for anomaly in result.anomalies:
-        lines.append(f"  - {anomaly}")
-    cut = sum(result.counts.values()) - len(result.anomalies)
-    if cut > 0:
-        lines.append(f"  ... {cut} more not listed")
-    if result.notes:  # reported, never failing the history (invariants.queue)
-        lines.append("  informational: " + ", ".join(f"{name} x{n}" for name, n in sorted(result.notes.items())))
+    if result.legend:
+        lines.append(result.legend)
+    lines += anomaly_lines(result.anomalies, result.counts, LIVENESS)
+    lines += informational_lines(result)
     return "\n".join(lines)
+
+
+def informational_lines(result: TxnResult | None) -> list[str]:
+    """Jepsen's informational anomalies (:mod:`invariants.queue`): counted and shown, never failing
+    the history."""
+    if result is None or not result.notes:
+        return []
+    return ["  informational: " + ", ".join(f"{name} x{n}" for name, n in sorted(result.notes.items()))]
+
+
+def _headline(history: str, title: str, counts: Mapping[str, int], liveness: Collection[str]) -> str:
+    """``history h: DELIVERY ANOMALIES: 3 safety (illegal), 791 liveness (late)``."""
+    safety = sum(n for name, n in counts.items() if name not in liveness)
+    late = sum(n for name, n in counts.items() if name in liveness)
+    parts = ([f"{safety} safety (illegal)"] if safety else []) + ([f"{late} liveness (late)"] if late else [])
+    return f"history {history}: {title}: {', '.join(parts)}"
+
+
+def anomaly_lines(found: Sequence[Any], counts: Mapping[str, int], liveness: Collection[str]) -> list[str]:
+    """Anomalies (or violations) grouped by kind, the safety ones first, then by the object each is
+    about: a line per kind with its count, then one line per anomaly kept in full, ``object  ops
+    [...]: explanation``; every kind says how many it counted but did not list."""
+    lines: list[str] = []
+    kinds = sorted(counts, key=lambda name: (name in liveness, name))
+    for name in kinds:
+        mine = sorted((f for f in found if f.name == name), key=lambda f: (f.where or "", f.ops))
+        rules = getattr(mine[0], "rules", ()) if mine else ()
+        adya = getattr(mine[0], "adya", None) if mine else None
+        tags = [t for t in (adya, ", ".join(rules)) if t]
+        kind = "liveness: a bound missed" if name in liveness else "safety"
+        tagged = f" ({'; '.join(tags)})" if tags else ""
+        lines.append(f"{name}{tagged} x{counts[name]} [{kind}]")
+        width = max((len(f.where or "") for f in mine), default=0)
+        for f in mine:
+            where = f"{f.where or '':<{width}}  " if width else ""
+            lines.append(f"  {where}ops {list(f.ops)}: {f.explanation}")
+        if counts[name] > len(mine):
+            lines.append(f"  ... {counts[name] - len(mine)} more {name} not listed")
+    return lines
 
 
 def counterexample_html(cx: Counterexample, *, max_ops: int = MAX_HTML_OPS, max_bytes: int = MAX_HTML_BYTES) -> str:
@@ -152,18 +196,64 @@ def txn_html(
     )
 
 
+def delivery_html(
+    explanation: DeliveryExplanation, *, max_ops: int = MAX_HTML_OPS, max_bytes: int = MAX_HTML_BYTES
+) -> str:
+    """A history's delivery anomalies and violations as an interactive page
+    (:func:`views.transactional.transactional_page`, each with the rule it breaks)."""
+    elle = explanation.anomalies
+    oracle = explanation.result
+    informational = elle.informational if elle is not None else ()
+    rules: dict[str, tuple[Sequence[str], str]] = dict(ANOMALY_RULES)
+    rules.update({row.name: (row.rules, row.observed) for row in ORACLE_TABLE})
+    return transactional_page(
+        history=explanation.history,
+        seed=explanation.seed,
+        reproduce=explanation.reproduce,
+        ops=explanation.ops,
+        anomalies=[*(elle.anomalies if elle is not None else ()), *oracle.violations, *informational],
+        counts={**(elle.counts if elle is not None else {}), **oracle.counts},
+        rules=rules,
+        caps=Caps(max_ops=max_ops, max_bytes=max_bytes),
+        badge="DELIVERY ANOMALIES",
+    )
+
+
 def counterexample_stem(row: VerdictRow) -> str:
     """The name a verdict's counterexample goes by: its text and page files are ``<stem>.txt`` and
-    ``<stem>.html`` (:mod:`runners.verdicts`), the index links them and the report points at them."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{row.history}.{row.checker}")
+    ``<stem>.html`` (:mod:`runners.verdicts`), the index links them and the report points at them.
+
+    A history id may be anything, of any length: characters a file name should not hold become
+    ``_``, and a name longer than :data:`MAX_STEM` keeps its start and ends with a digest of the whole
+    id (two long ids that share a start still get two files), within every file system's limit of
+    255 bytes a name."""
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in row.history)
+    if len(safe) + len(row.checker) + 1 > MAX_STEM:
+        import hashlib
+
+        digest = hashlib.sha256(row.history.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        safe = f"{safe[: MAX_STEM - len(row.checker) - 19]}--{digest}"
+    return f"{safe}.{row.checker}"
+
+
+MAX_STEM = 160  # characters (ASCII) of a counterexample file's name before its suffix
 
 
 def delivery_text(explanation: DeliveryExplanation) -> str:
-    """A history's delivery violations as text, one per line."""
-    found = explanation.result
-    lines = [f"history {explanation.history}: delivery violations {dict(sorted(found.counts.items()))}"]
-    lines += [f"  {v}" for v in found.violations]
+    """A history's delivery verdict as text: the Elle-style delivery anomalies and the delivery
+    oracle's violations, grouped by kind and object (:func:`anomaly_lines`)."""
+    oracle = explanation.result
+    elle = explanation.anomalies
+    counts = {**(elle.counts if elle is not None else {}), **oracle.counts}
+    liveness = LIVENESS | ORACLE_LIVENESS
+    lines = [_headline(explanation.history, "DELIVERY ANOMALIES", counts, liveness)]
     lines += reproduce_lines(explanation.seed, explanation.reproduce)
+    legend = oracle.legend or (elle.legend if elle is not None else "")
+    if legend:
+        lines.append(legend)
+    found: list[Any] = [*(elle.anomalies if elle is not None else ()), *oracle.violations]
+    lines += anomaly_lines(found, counts, liveness)
+    lines += informational_lines(elle)
     return "\n".join(lines)
 
 
@@ -187,5 +277,7 @@ def rendered(rows: Iterable[VerdictRow]) -> list[VerdictRow]:
                 )
         else:
             text = delivery_text(found)
+            if found.page:
+                page = delivery_html(found, max_bytes=VERIFY_HTML_BYTES)
         out.append(dataclasses.replace(row, counterexample=text, html=page, explanation=None))
     return out

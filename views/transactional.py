@@ -156,11 +156,14 @@ def transactional_page(
     rules: Mapping[str, tuple[Sequence[str], str]],
     caps: Caps = DEFAULT_CAPS,
     reproduce: str | None = None,
+    badge: str = "TRANSACTIONAL ANOMALIES",
 ) -> str:
-    """The page of one history's transactional anomalies (see the module docstring).
+    """The page of one history's transactional anomalies (see the module docstring), or of any
+    checker's whose findings have a name, operations and an explanation (``badge`` names them:
+    ``DELIVERY ANOMALIES``).
 
-    ``anomalies`` are :class:`invariants.transactional.Anomaly` values; ``rules`` maps an anomaly
-    name to the rule ids it breaks and the rule in words.
+    ``anomalies`` are :class:`invariants.transactional.Anomaly` values (or delivery oracle
+    violations); ``rules`` maps an anomaly name to the rule ids it breaks and the rule in words.
     """
     by_index = {op.index: op for op in ops}
     shown = list(anomalies[: caps.max_anomalies])
@@ -186,11 +189,11 @@ def transactional_page(
     classes = {op.index: (["evidence"] if op.index in evidence else ["weak"]) for op in ops}
     svg = timeline_svg(chosen, words, classes, lane_name=lambda p: f"client {p}")
     counted = ", ".join(f"{name} ×{n}" for name, n in sorted(counts.items()))
-    title = f"{history} · transactional anomalies"
+    title = f"{history} · {badge.lower()}"
     legend = legend_html(_TRANSACTIONAL_LEGEND)
     body = (
         f"<header><h1>{esc(title)}</h1></header>{notes_html(notes)}"
-        f"<p class='verdict bad'>TRANSACTIONAL ANOMALIES</p><p>{esc(counted)}"
+        f"<p class='verdict bad'>{esc(badge)}</p><p>{esc(counted)}"
         + "."
         + reproduce_html(seed, reproduce)
         + f"</p><section id='anomalies'>{''.join(cards)}</section>"
@@ -223,6 +226,7 @@ def transactional_page(
             rules=rules,
             caps=smaller,
             reproduce=reproduce,
+            badge=badge,
         )
     return page
 

@@ -472,6 +472,45 @@ def inspect_metadata(path: str | os.PathLike[str]) -> Json:
     return {"file": file, **_metadata_json(meta), "error": None}
 
 
+def refuse_special(directory: str, names: Iterable[str]) -> None:
+    """Refuse, before anything is read, a folder entry that is neither a file nor a folder: a FIFO
+    (reading it would wait for a writer forever), a device, a socket, or a symbolic link that
+    loops or leads nowhere; an :class:`InputError` naming the entry and what it is."""
+    import errno
+    import stat
+
+    for name in names:
+        entry = os.path.join(directory, name)
+        try:
+            mode = os.stat(entry).st_mode
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise InputError(
+                    "a symbolic link loop (a link that leads back to itself); expected a file or a folder", where=entry
+                ) from None
+            if exc.errno == errno.ENOENT and os.path.islink(entry):
+                raise InputError(
+                    f"a symbolic link to {os.readlink(entry)!r}, which does not exist; expected a file or a folder",
+                    where=entry,
+                ) from None
+            raise InputError(f"cannot read: {exc.strerror}", where=entry) from None
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            kind = next(
+                (
+                    what
+                    for test, what in (
+                        (stat.S_ISFIFO, "a FIFO"),
+                        (stat.S_ISCHR, "a character device"),
+                        (stat.S_ISBLK, "a block device"),
+                        (stat.S_ISSOCK, "a socket"),
+                    )
+                    if test(mode)
+                ),
+                "not a regular file",
+            )
+            raise InputError(f"{kind}, not a file; a ledger folder holds files and folders only", where=entry)
+
+
 def inspect_directory(
     path: str | os.PathLike[str],
     *,
@@ -486,6 +525,7 @@ def inspect_directory(
     say (:func:`~engine.storage.file_recovery.plan_recovery`): it would open the directory."""
     directory = os.fspath(path)
     names = sorted(os.listdir(directory))
+    refuse_special(directory, names)
     report: Json = {
         "directory": directory,
         "metadata": None,
@@ -597,6 +637,7 @@ def inspect_store(path: str | os.PathLike[str], *, kind: LogKind | None = None) 
     by name, with the journal's records of it; ``ok`` when the store would open."""
     directory = os.fspath(path)
     names = sorted(os.listdir(directory))
+    refuse_special(directory, names)
     segments, by_key, journal_error = _journal_of(directory, names)
     ledgers = []
     for name in names:

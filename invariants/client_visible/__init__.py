@@ -52,7 +52,7 @@ appended an entry, or re-opened an aborted transaction (TB-8), that holds maxRea
 from __future__ import annotations
 
 from invariants.client_visible.bounds import ANSWER_BOUND_MS, LAG_BOUND_MS, REDELIVERY_BOUND_MS, TXN_END_BOUND_MS
-from invariants.client_visible.checks import CHECKS, TABLE, check_client_visible
+from invariants.client_visible.checks import CHECKS, LIVENESS, TABLE, check_client_visible
 from invariants.client_visible.view import View
 from invariants.client_visible.violation import OracleResult, Violation
 
@@ -60,6 +60,7 @@ __all__ = [
     "ANSWER_BOUND_MS",
     "CHECKS",
     "LAG_BOUND_MS",
+    "LIVENESS",
     "REDELIVERY_BOUND_MS",
     "TABLE",
     "TXN_END_BOUND_MS",

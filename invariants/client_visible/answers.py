@@ -8,6 +8,7 @@ from __future__ import annotations
 from invariants.client_visible.bounds import ANSWER_BOUND_MS
 from invariants.client_visible.view import View, fmt_txn
 from invariants.client_visible.violation import Collector
+from invariants.words import seconds
 from spec.errors import is_pulsar_error
 from spec.history import OpType, parse_object
 
@@ -28,10 +29,10 @@ def refused_sends(view: View, out: Collector) -> None:
             out.add(
                 "refused-send",
                 [op],
-                f"send op {op.index} of {sent.payload!r} in {fmt_txn(sent.txn)} to {sent.partition} was refused "
-                f"with NotAllowed (done at {op.completed_at}), while the txn was certainly open until {until:g}: "
-                f"only a txn at or below the low watermark is refused as ended, and the watermark stays below "
-                f"every live txn",
+                f"send op {op.index} of {sent.payload!r} in {fmt_txn(sent.txn)} was refused with NotAllowed (done at "
+                f"{view.words.end(op)}), while the txn was certainly open until {view.words.at(until)}: only a txn at "
+                f"or below the low watermark is refused as ended, and the watermark stays below every live txn",
+                where=view.words.name(sent.partition),
             )
 
 
@@ -53,8 +54,9 @@ def unexpected_errors(view: View, out: Collector) -> None:
             out.add(
                 "unexpected-error",
                 [op],
-                f"{op.f} on {op.object} failed with {op.error!r}, which is no error of Pulsar's: "
+                f"{op.f} op {op.index} failed with {op.error!r}, which is no error of Pulsar's: "
                 "the client library raised an exception of its own",
+                where=view.words.name(op.object),
             )
         elif op.f in ("commit", "abort") and op.error == "CoordinatorNotFound":
             out.add(
@@ -62,6 +64,7 @@ def unexpected_errors(view: View, out: Collector) -> None:
                 [op],
                 f"{op.f} op {op.index} failed with CoordinatorNotFound, which the client retries until the "
                 "coordinator is loaded (TC-34) instead of handing it to the application",
+                where=view.words.name(op.object),
             )
 
 
@@ -84,13 +87,21 @@ def unanswered_ends(view: View, out: Collector) -> None:
                 continue  # done (or given up) before the answer came
             out.judged["unanswered-end"] += 1
             if end.type.indeterminate or end.completed_at is None or end.completed_at > by:
+                w = view.words
                 shown = (
-                    "never completed" if end.completed_at is None else f"ended {end.type.value} at {end.completed_at}"
+                    "never completed"
+                    if end.completed_at is None
+                    else f"ended {end.type.value} at {w.at(end.completed_at)}, "
+                    f"{seconds(end.completed_at - step.completed_at)} after the answer"
                 )
                 out.add(
                     "unanswered-end",
                     [end, step],
                     f"{end.f} op {end.index} of {fmt_txn(txn)} {shown}, although the coordinator's answer to its "
                     f"END_TXN (op {step.index}, {step.type.value}{'' if step.error is None else ' ' + step.error}) "
-                    f"reached the client at {step.completed_at}: it must complete by {by}",
+                    f"reached the client at {w.at(step.completed_at)}: it must complete by {w.at(by)}, bound "
+                    f"{seconds(ANSWER_BOUND_MS)}",
+                    where=fmt_txn(txn),
+                    late_ms=None if end.completed_at is None or end.type.indeterminate else end.completed_at - by,
+                    bound_ms=ANSWER_BOUND_MS,
                 )

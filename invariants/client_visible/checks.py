@@ -9,7 +9,7 @@ the checks and reports what they find.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -18,17 +18,19 @@ from invariants.client_visible.view import View
 from invariants.client_visible.violation import Check, Collector, OracleResult
 from spec.history import Operation
 
-__all__ = ["CHECKS", "TABLE", "OracleCheck", "check_client_visible"]
+__all__ = ["CHECKS", "LIVENESS", "TABLE", "OracleCheck", "check_client_visible"]
 
 
 @dataclass(frozen=True)
 class OracleCheck:
-    """One row of the table."""
+    """One row of the table.  ``liveness``: a bound missed, reported as its own verdict, ``late``,
+    apart from the safety violations (``illegal``)."""
 
     name: str
     rules: tuple[str, ...]
     check: Check
     observed: str  # what the history showed, in words
+    liveness: bool = False
 
 
 TABLE: tuple[OracleCheck, ...] = (
@@ -57,12 +59,14 @@ TABLE: tuple[OracleCheck, ...] = (
         ("TB-7", "TB-11", "TB-12", "TB-19", "TB-24", "TC-15", "TC-18", "DD-1", "DD-13", "DD-25"),
         visibility.late_visibility,
         "a receive found nothing although a message had been readable (and due) for longer than LAG_BOUND_MS",
+        liveness=True,
     ),
     OracleCheck(
         "missing-abort-redelivery",
         ("PA-13", "PA-14", "TC-18"),
         cursor.missing_abort_redelivery,
         "what an aborted or timed-out transaction acked individually was not delivered again within the bound",
+        liveness=True,
     ),
     OracleCheck(
         "refused-send",
@@ -102,6 +106,7 @@ TABLE: tuple[OracleCheck, ...] = (
         answers.unanswered_ends,
         "the coordinator's answer to END_TXN reached the client and the commit or abort waiting for it did not "
         "complete within ANSWER_BOUND_MS",
+        liveness=True,
     ),
     OracleCheck(
         "refused-while-open",
@@ -118,16 +123,24 @@ TABLE: tuple[OracleCheck, ...] = (
     ),
 )
 
-# check name -> the rule ids it states, in run order
+# check name -> the rule ids it states, in run order; the liveness checks
 CHECKS: Mapping[str, tuple[str, ...]] = MappingProxyType({row.name: row.rules for row in TABLE})
+LIVENESS: frozenset[str] = frozenset(row.name for row in TABLE if row.liveness)
 assert len(CHECKS) == len(TABLE), "a check is declared twice"
 
 
-def check_client_visible(ops: Sequence[Operation], *, cap: int = 20) -> OracleResult:
+def check_client_visible(
+    ops: Sequence[Operation], *, cap: int = 20, on_check: Callable[[str], None] | None = None
+) -> OracleResult:
     """Every check of :data:`TABLE` over one history (client operations; machine operations are
-    skipped); ``cap`` violations of each check are kept in full, all are counted."""
+    skipped); ``cap`` violations of each check are kept in full, all are counted.  ``on_check`` is
+    told ``view`` once the history is read, then each check's name once it ran."""
     view = View(ops)
+    if on_check is not None:
+        on_check("view")
     out = Collector(view.history, cap, CHECKS)
     for row in TABLE:
         row.check(view, out)
-    return OracleResult(view.history, tuple(out.found), dict(out.counts), dict(out.judged))
+        if on_check is not None:
+            on_check(row.name)
+    return OracleResult(view.history, tuple(out.found), dict(out.counts), dict(out.judged), view.words.legend())

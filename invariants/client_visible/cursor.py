@@ -6,6 +6,7 @@ publish time restarts the subscription there.  One function per check, each read
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 
 from invariants.client_visible.bounds import REDELIVERY_BOUND_MS
@@ -13,6 +14,7 @@ from invariants.client_visible.view import (
     INF,
     WHOLE,
     Ack,
+    Delivery,
     Message,
     MessageId,
     View,
@@ -25,7 +27,9 @@ from invariants.client_visible.view import (
     txn_of,
 )
 from invariants.client_visible.violation import Collector
-from spec.history import Operation, OpType, parse_object, split_subscription
+from invariants.ordered import MaxTree
+from invariants.words import seconds
+from spec.history import Operation, OpType
 
 __all__ = [
     "delivered_before_seek_time",
@@ -48,48 +52,100 @@ def held_back(view: View, out: Collector) -> None:
         if until <= ack.op.completed_at:
             continue
         out.judged["held-back-delivery"] += 1
-        for message in _covered(view, ack):
-            for d in view.deliveries.get(ack.sub, ()):
-                if d.payload != message.payload or d.op.completed_at is None or not d.of(message, ack):
+        for message in view.covered(ack):
+            for d in view.delivered(ack.sub, message.payload):
+                if d.op.completed_at is None or not d.of(message, ack):
                     continue
                 # strictly after: intervals are closed, so a receive invoked the instant the ack
                 # completed may have come first (millisecond clocks make such ties common)
                 if d.op.invoked_at > ack.op.completed_at and d.op.completed_at < until:
+                    w = view.words
                     out.add(
                         "held-back-delivery",
                         [message.send, ack.op, d.op],
-                        f"{ack.sub}: {fmt_txn(ack.txn)} acked {message.payload!r} at {fmt_id(message.id)} (op "
-                        f"{ack.op.index}, done at {ack.op.completed_at}) and was certainly still open until "
-                        f"{until:g}; yet receive op {d.op.index} (invoked at {d.op.invoked_at}, done at "
-                        f"{d.op.completed_at}) delivered it again: a PENDING_ACK message is not dispatched",
+                        f"{fmt_txn(ack.txn)} acked {message.payload!r} at {fmt_id(message.id)} (op {ack.op.index}, "
+                        f"done at {w.at(ack.op.completed_at)}) and was certainly still open until {w.at(until)}; yet "
+                        f"receive op {d.op.index} (invoked at {w.at(d.op.invoked_at)}, done at {w.end(d.op)}) "
+                        f"delivered it again: a PENDING_ACK message is not dispatched",
+                        where=w.name(ack.sub),
                     )
 
 
 def redelivered_after_ack(view: View, out: Collector) -> None:
     """PA-1, PA-3: once the cursor deleted a message (a plain ack, PA-11 even over a pending ack;
     a committed txn's individual ack, PA-12) it is DELETED for good, across restarts (the cursor
-    and the pending-ack log are durable before the answer, PA-18, PA-19)."""
+    and the pending-ack log are durable before the answer, PA-18, PA-19).
+
+    A cumulative ack covers a prefix of its partition: each subscription's deliveries are indexed
+    once by the furthest id an ack must cover to cover them (:class:`_Prefix`)."""
+    prefixes: dict[str, _Prefix] = {}
     for ack in view.acks:
         if ack.txn is None:
             effective = ack.op.completed_at
-            how = f"acked it{' cumulatively' if ack.cumulative else ''} (op {ack.op.index}, done at {effective})"
+            how = (
+                f"acked it{' cumulatively' if ack.cumulative else ''} (op {ack.op.index}, done at "
+                f"{view.words.end(ack.op)})"
+            )
         elif not ack.cumulative:
             effective = view.committed_at(ack.txn)
-            how = f"acked it in {fmt_txn(ack.txn)} (op {ack.op.index}), which committed by {effective}"
+            how = (
+                f"acked it in {fmt_txn(ack.txn)} (op {ack.op.index}), which committed by "
+                f"{'?' if effective is None else view.words.at(effective)}"
+            )
         else:
             continue  # a cumulative txn ack may be ignored (PA-10)
         if effective is None:
             continue
         out.judged["redelivered-after-ack"] += 1
-        for message in _covered(view, ack):
-            for d in view.deliveries.get(ack.sub, ()):
-                if d.payload == message.payload and d.op.invoked_at > effective and d.of(message, ack):
-                    out.add(
-                        "redelivered-after-ack",
-                        [message.send, ack.op, d.op],
-                        f"{ack.sub} {how}; receive op {d.op.index}, invoked later at {d.op.invoked_at}, "
-                        f"delivered {message.payload!r} at {fmt_id(message.id)} again",
-                    )
+        if ack.cumulative:
+            if ack.sub not in prefixes:
+                prefixes[ack.sub] = _Prefix(view, ack.sub)
+            again = prefixes[ack.sub].after(ack.id, effective)
+        else:
+            again = [
+                (message, d)
+                for message in view.covered(ack)
+                for d in view.delivered(ack.sub, message.payload)
+                if d.op.invoked_at > effective and d.of(message, ack)
+            ]
+        for message, d in again:
+            out.add(
+                "redelivered-after-ack",
+                [message.send, ack.op, d.op],
+                f"the subscription {how}; receive op {d.op.index}, invoked later at {view.words.at(d.op.invoked_at)}, "
+                f"delivered {message.payload!r} at {fmt_id(message.id)} again",
+                where=view.words.name(ack.sub),
+            )
+
+
+class _Prefix:
+    """One subscription's deliveries of its partition's messages, sorted by the furthest id a
+    cumulative ack must cover to cover them (the message's id, and for a message the client may have
+    written twice the id of the copy delivered too), with a tree of their invocation times: the
+    deliveries a cumulative ack covers that came after a time, in O(log n) each."""
+
+    def __init__(self, view: View, sub: str) -> None:
+        partition = view.partition_of(sub)
+        rank = {m.payload: k for k, m in enumerate(view.sends_by_partition.get(partition, ()))}
+        rows: list[tuple[MessageId, tuple[int, int], Message, Delivery]] = []
+        for order, d in enumerate(view.deliveries.get(sub, ())):
+            message = view.messages.get(d.payload)
+            if message is None or message.id is None or message.partition != partition:
+                continue
+            key = max(message.id, d.id) if message.repeatable and d.id is not None else message.id
+            rows.append((key, (rank[message.payload], order), message, d))
+        rows.sort(key=lambda row: row[0])
+        self.rows = rows
+        self.keys = [row[0] for row in rows]
+        self.calls = MaxTree([row[3].op.invoked_at for row in rows])
+
+    def after(self, acked: MessageId, after: int) -> list[tuple[Message, Delivery]]:
+        """The deliveries a cumulative ack of ``acked`` covers, by receives invoked after ``after``,
+        in send order of their messages, then by invocation."""
+        furthest = (acked[0], acked[1], INF if acked[2] == WHOLE else acked[2])
+        k = bisect.bisect_right(self.keys, furthest)
+        found = sorted((self.rows[i] for i in self.calls.above(0, k, after)), key=lambda row: row[1])
+        return [(message, d) for _, _, message, d in found]
 
 
 def missing_abort_redelivery(view: View, out: Collector) -> None:
@@ -106,6 +162,7 @@ def missing_abort_redelivery(view: View, out: Collector) -> None:
     (the watermark stays below every live txn, TC-17).  A client sends the ack only once the
     coordinator answered ADD_SUBSCRIPTION_TO_TXN (TC-30), so the race is open whenever that answer
     comes near the txn's timeout."""
+    indexes: dict[str, _GoneBy] = {}
     for ack in view.acks:
         if ack.txn is None or ack.cumulative or ack.op.completed_at is None or not view.judged(ack.sub):
             continue
@@ -115,81 +172,128 @@ def missing_abort_redelivery(view: View, out: Collector) -> None:
         if aborted is None:
             continue
         by, how = aborted
-        for message in _covered(view, ack):
-            if message.deliver_at is not None or _deleted_otherwise(view, ack, message):
+        if ack.sub not in indexes:
+            indexes[ack.sub] = _GoneBy(view, ack.sub)
+        index = indexes[ack.sub]
+        for message in view.covered(ack):
+            if message.deliver_at is not None or index.deleted_otherwise(ack, message):
                 continue
             again = min(
                 (
                     d.op.invoked_at
-                    for d in view.deliveries.get(ack.sub, ())
-                    if d.payload == message.payload and d.op.invoked_at >= ack.op.completed_at
+                    for d in view.delivered(ack.sub, message.payload)
+                    if d.op.invoked_at >= ack.op.completed_at
                 ),
                 default=INF,
             )
-            witnesses = [
-                (op.invoked_at, op, f"found nothing (invoked at least {REDELIVERY_BOUND_MS} ms later)")
-                for op in view.empty.get(ack.sub, ())
-                if op.invoked_at >= by + REDELIVERY_BOUND_MS
-            ]
-            if view.exclusive(ack.sub):
-                # An Exclusive consumer gets what an abort redelivers ahead of anything dispatched later.
-                witnesses += [
-                    (d.op.invoked_at, d.op, f"returned {d.payload!r}, sent after that (op {later.send.index})")
-                    for d in view.deliveries.get(ack.sub, ())
-                    if (later := view.messages.get(d.payload)) is not None
-                    and later.deliver_at is None
-                    and later.send.invoked_at > by
-                ]
-            if not witnesses:
+            witness = index.went_past(by)
+            if witness is None:
                 continue
-            at, witness, what = min(witnesses, key=lambda w: (w[0], w[1].index))
+            at, op, what = witness
             out.judged["missing-abort-redelivery"] += 1
             if again < at or view.blind(ack.sub, at, ack.op.invoked_at) is not None:
                 continue
+            came = (
+                "it never came again"
+                if again == INF
+                else f"it came again only at {view.words.at(again)}, {seconds(again - by)} after the abort"
+            )
             out.add(
                 "missing-abort-redelivery",
-                [message.send, ack.op, witness],
-                f"{ack.sub}: {fmt_txn(ack.txn)} acked {message.payload!r} at {fmt_id(message.id)} (op "
-                f"{ack.op.index}) and was aborted ({how}); receive op {witness.index}, invoked at {at}, "
-                f"{what}, and the message had not been delivered again",
+                [message.send, ack.op, op],
+                f"{fmt_txn(ack.txn)} acked {message.payload!r} at {fmt_id(message.id)} (op {ack.op.index}) and was "
+                f"aborted ({how}); receive op {op.index}, invoked at {view.words.at(at)}, {what}, and the message had "
+                f"not been delivered again: {came}, bound {seconds(REDELIVERY_BOUND_MS)}",
+                where=view.words.name(ack.sub),
+                late_ms=None if again == INF else max(0, int(again - by) - REDELIVERY_BOUND_MS),
+                bound_ms=REDELIVERY_BOUND_MS,
             )
 
 
-def _covered(view: View, ack: Ack) -> list[Message]:
-    """The messages of the ack's partition that the ack acknowledges."""
-    partition, _ = split_subscription(parse_object(ack.sub)[1])
-    return [
-        m
-        for m in view.sends_by_partition.get(partition, ())
-        if m.id is not None and covers(ack.id, ack.cumulative, m.id)
-    ]
+class _GoneBy:
+    """What ``missing-abort-redelivery`` asks of one subscription, each in O(log n): whether another
+    ack may have deleted a message on the cursor, and the first receive that shows the consumer went
+    past what an abort redelivered."""
 
+    def __init__(self, view: View, sub: str) -> None:
+        self.view = view
+        # Acks that may have deleted a message on the cursor (plain, or of a txn that did not
+        # certainly abort): individual ones by entry, and the furthest any cumulative one covers.
+        self.individual: dict[tuple[int, int], list[Ack]] = defaultdict(list)
+        self.furthest: tuple[float, ...] = (-INF,)
+        for other in view.acks_by_sub.get(sub, ()):
+            if other.txn is not None and view.aborted_by(other.txn) is not None:
+                continue
+            if other.cumulative:
+                self.furthest = max(
+                    self.furthest, (other.id[0], other.id[1], INF if other.id[2] == WHOLE else other.id[2])
+                )
+            else:
+                self.individual[other.id[:2]].append(other)
+        empty = sorted(view.empty.get(sub, ()), key=lambda op: (op.invoked_at, op.index))
+        self.empty_calls = [op.invoked_at for op in empty]
+        self.empty = empty
+        # An Exclusive consumer gets what an abort redelivers ahead of anything dispatched later:
+        # deliveries of messages sent at a known time, by that time, with the first of each suffix.
+        self.send_calls: list[int] = []
+        self.first_after: list[tuple[int, int, Delivery, Message] | None] = [None]
+        if view.exclusive(sub):
+            later = sorted(
+                (
+                    (m.send.invoked_at, d, m)
+                    for d in view.deliveries.get(sub, ())
+                    if (m := view.messages.get(d.payload)) is not None and m.deliver_at is None
+                ),
+                key=lambda row: row[0],
+            )
+            self.send_calls = [row[0] for row in later]
+            self.first_after = [None] * (len(later) + 1)
+            for k in range(len(later) - 1, -1, -1):
+                _, d, m = later[k]
+                nxt = self.first_after[k + 1]
+                mine = (d.op.invoked_at, d.op.index, d, m)
+                self.first_after[k] = mine if nxt is None or mine[:2] < nxt[:2] else nxt
 
-def _deleted_otherwise(view: View, ack: Ack, message: Message) -> bool:
-    """Another ack on the subscription may have deleted ``message`` on the cursor: a plain ack, or
-    an ack of a txn that did not certainly abort.  The cursor wins over a pending ack (PA-11, and a
-    committed cumulative range, PA-6), and what it deleted is not redelivered by an abort."""
-    assert message.id is not None
-    for other in view.acks:
-        if other is ack or other.sub != ack.sub or not covers(other.id, other.cumulative, message.id):
-            continue
-        if other.txn is None or view.aborted_by(other.txn) is None:
+    def deleted_otherwise(self, ack: Ack, message: Message) -> bool:
+        """Another ack on the subscription may have deleted ``message`` on the cursor: a plain ack, or
+        an ack of a txn that did not certainly abort.  The cursor wins over a pending ack (PA-11, and a
+        committed cumulative range, PA-6), and what it deleted is not redelivered by an abort."""
+        assert message.id is not None
+        if self.furthest >= message.id:
             return True
-    return False
+        return any(
+            other is not ack and covers(other.id, False, message.id)
+            for other in self.individual.get(message.id[:2], ())
+        )
+
+    def went_past(self, by: float) -> tuple[int, Operation, str] | None:
+        """The first receive (by invocation, then index) that shows the consumer went past what an
+        abort done by ``by`` redelivered: an empty one invoked REDELIVERY_BOUND_MS later, or on an
+        Exclusive subscription one of a message sent after ``by``; with what it did, in words."""
+        k = bisect.bisect_left(self.empty_calls, by + REDELIVERY_BOUND_MS)
+        empty = self.empty[k] if k < len(self.empty) else None
+        later = self.first_after[bisect.bisect_right(self.send_calls, by)]
+        if later is not None and (empty is None or later[:2] < (empty.invoked_at, empty.index)):
+            _, _, d, m = later
+            return d.op.invoked_at, d.op, f"returned {d.payload!r}, sent after that (op {m.send.index})"
+        if empty is None:
+            return None
+        return empty.invoked_at, empty, f"found nothing (invoked {seconds(empty.invoked_at - by)} after the abort)"
 
 
 def pending_ack_without_ack(view: View, out: Collector) -> None:
     """PA-21: the admin check answers PendingAck only for a position a transaction holds by an
     individual ack on that subscription, so some transactional ``ack`` of it (ok, or of unknown
     outcome) was invoked there before the answer came back."""
-    candidates: dict[str, list[tuple[Operation, MessageId]]] = defaultdict(list)
+    candidates: dict[tuple[str, tuple[int, int]], list[tuple[Operation, MessageId]]] = defaultdict(list)
     for ack in view.acks:
         if ack.txn is not None and not ack.cumulative:
-            candidates[ack.sub].append((ack.op, ack.id))
+            candidates[(ack.sub, ack.id[:2])].append((ack.op, ack.id))
     for op in view.unsure_acks:
         args = object_of(op)
         if txn_of(op, args) is not None:
-            candidates[op.object].append((op, message_id(op, args, "value")))
+            acked = message_id(op, args, "value")
+            candidates[(op.object, acked[:2])].append((op, acked))
     for op in view.queries:
         if op.f != "check_position_in_pending_ack" or op.type is not OpType.OK or op.completed_at is None:
             continue
@@ -200,15 +304,16 @@ def pending_ack_without_ack(view: View, out: Collector) -> None:
         out.judged["pending-ack-without-ack"] += 1
         done = op.completed_at
         if any(
-            ack.invoked_at < done and acked[:2] == asked[:2] and (acked[2] == asked[2] or WHOLE in (acked[2], asked[2]))
-            for ack, acked in candidates.get(op.object, ())
+            ack.invoked_at < done and (acked[2] == asked[2] or WHOLE in (acked[2], asked[2]))
+            for ack, acked in candidates.get((op.object, asked[:2]), ())
         ):
             continue
         out.add(
             "pending-ack-without-ack",
             [op],
-            f"check_position_in_pending_ack op {op.index} on {op.object} answered PendingAck for {fmt_id(asked)}, "
-            f"but no transactional ack of it was invoked on that subscription before the answer at {done}",
+            f"check_position_in_pending_ack op {op.index} answered PendingAck for {fmt_id(asked)}, but no "
+            f"transactional ack of it was invoked on that subscription before the answer at {view.words.at(done)}",
+            where=view.words.name(op.object),
         )
 
 
@@ -224,26 +329,27 @@ def delivered_before_seek_time(view: View, out: Collector) -> None:
     for sub, mine in seeks.items():
         mine.sort(key=lambda o: (o.invoked_at, o.index))
         deliveries = view.deliveries.get(sub, [])
+        calls = [d.op.invoked_at for d in deliveries]  # deliveries are in invocation order
         for k, seek in enumerate(mine):
             at = object_of(seek).get("publish_time")
             if type(at) is not int:
                 raise bad(seek, f"'publish_time' must be an integer, got {at!r}")
             until = mine[k + 1].invoked_at if k + 1 < len(mine) else INF
             assert seek.completed_at is not None
-            first = next(
-                (d for d in deliveries if seek.completed_at <= d.op.invoked_at < until),
-                None,
-            )
-            if first is None:
+            i = bisect.bisect_left(calls, seek.completed_at)
+            if i == len(deliveries) or deliveries[i].op.invoked_at >= until:
                 continue
+            first = deliveries[i]
             out.judged["delivered-before-seek-time"] += 1
             message = view.messages.get(first.payload)
             if message is None or message.send.completed_at is None or message.send.completed_at >= at:
                 continue
+            w = view.words
             out.add(
                 "delivered-before-seek-time",
                 [seek, first.op, message.send],
-                f"seek op {seek.index} on {sub} to publish time {at} returned at {seek.completed_at}; the first "
-                f"delivery after it, receive op {first.op.index}, was {message.payload!r}, whose send (op "
-                f"{message.send.index}) had completed at {message.send.completed_at}, before that time",
+                f"seek op {seek.index} to publish time {w.at(at)} returned at {w.end(seek)}; the first delivery after "
+                f"it, receive op {first.op.index}, was {message.payload!r}, whose send (op {message.send.index}) had "
+                f"completed at {w.end(message.send)}, {seconds(at - message.send.completed_at)} before that time",
+                where=w.name(sub),
             )

@@ -9,12 +9,15 @@ docstring).  The parsing helpers check a value's shape once, with a typed
 
 from __future__ import annotations
 
+import bisect
+import functools
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from invariants.client_visible.bounds import TXN_END_BOUND_MS
+from invariants.words import Words, seconds
 from spec.history import BadHistory, Operation, OpType, is_machine_operation, parse_object, split_subscription
 
 __all__ = [
@@ -133,12 +136,29 @@ def fmt_txn(txn: Txn | None) -> str:
     return "no txn" if txn is None else f"txn ({txn[0]},{txn[1]})"
 
 
+_K = TypeVar("_K")
+_R = TypeVar("_R")
+
+
+def _once(method: Callable[[View, _K], _R]) -> Callable[[View, _K], _R]:
+    """A method of one argument computed once per argument for a view (a view never changes)."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def once(view: View, arg: _K) -> _R:
+        return view.once(name, arg, lambda: method(view, arg))
+
+    return once
+
+
 class View:
     """Everything the checks need, read once from the client operations of one history."""
 
     def __init__(self, ops: Sequence[Operation]) -> None:
+        self._memo: dict[tuple[str, Any], Any] = {}  # what :func:`_once` methods computed
         self.history = ops[0].history if ops else ""
         client = [op for op in ops if not is_machine_operation(op)]
+        self.words = Words(client)
         self.client = client
         self.new_txn: dict[Txn, Operation] = {}
         self.timeout: dict[Txn, int] = {}
@@ -190,6 +210,57 @@ class View:
             self.deliveries[sub].sort(key=lambda d: (d.op.invoked_at, d.op.index))
         # PA-10: a cumulative ack on a Shared or Key_Shared subscription is answered ok and does nothing.
         self.acks = [ack for ack in self.acks if not ack.cumulative or not self.ignores_cumulative(ack.sub)]
+        self._index()
+
+    def _index(self) -> None:
+        """The lookups the checks make, built once: each message by its entry, each delivery by
+        subscription and payload, each subscription's partition; and room for what is computed of a
+        transaction or a subscription on first use."""
+        self.by_entry: dict[tuple[str, tuple[int, int]], list[Message]] = defaultdict(list)
+        for partition, sent in self.sends_by_partition.items():
+            for message in sent:
+                if message.id is not None:
+                    self.by_entry[(partition, message.id[:2])].append(message)
+        self.received: dict[str, dict[str, list[Delivery]]] = {}
+        for sub, got in self.deliveries.items():
+            mine: dict[str, list[Delivery]] = defaultdict(list)
+            for d in got:
+                mine[d.payload].append(d)
+            self.received[sub] = mine
+        self.acks_by_sub: dict[str, list[Ack]] = defaultdict(list)
+        for ack in self.acks:
+            self.acks_by_sub[ack.sub].append(ack)
+        self._partitions: dict[str, str] = {}
+
+    def once(self, name: str, key: Any, build: Callable[[], _R]) -> _R:
+        """What ``build`` computes, computed once per ``(name, key)`` for this view (a view never
+        changes once built)."""
+        memo = (name, key)
+        if memo not in self._memo:
+            self._memo[memo] = build()
+        found: _R = self._memo[memo]
+        return found
+
+    def partition_of(self, sub: str) -> str:
+        """The topic partition of a subscription's object id."""
+        found = self._partitions.get(sub)
+        if found is None:
+            found = self._partitions[sub] = split_subscription(parse_object(sub)[1])[0]
+        return found
+
+    def delivered(self, sub: str, payload: str) -> list[Delivery]:
+        """The deliveries of ``payload`` on ``sub``, by invocation."""
+        return self.received.get(sub, {}).get(payload, [])
+
+    def covered(self, ack: Ack) -> list[Message]:
+        """The messages of the ack's partition that an individual ack acknowledges, in send order
+        (a cumulative ack covers a prefix of the partition: the checks that judge one index it)."""
+        assert not ack.cumulative
+        return [
+            m
+            for m in self.by_entry.get((self.partition_of(ack.sub), ack.id[:2]), ())
+            if m.id is not None and covers(ack.id, False, m.id)
+        ]
 
     def _send(self, op: Operation) -> None:
         _, partition = parse_object(op.object)
@@ -279,6 +350,7 @@ class View:
 
     # -- transaction times -----------------------------------------------------------------------
 
+    @_once
     def open_until(self, txn: Txn) -> float:
         """Until when ``txn`` was certainly open (see :mod:`invariants.client_visible`); -inf when unknown."""
         start = self.new_txn.get(txn)
@@ -290,6 +362,7 @@ class View:
             until = min(until, end.invoked_at)
         return until
 
+    @_once
     def ended_at(self, txn: Txn) -> int | None:
         """When ``txn`` certainly ended everywhere: the first ok commit or abort completed."""
         done = [
@@ -297,6 +370,7 @@ class View:
         ]
         return min(done) if done else None
 
+    @_once
     def committed_at(self, txn: Txn) -> int | None:
         done = [
             op.completed_at
@@ -305,6 +379,7 @@ class View:
         ]
         return min(done) if done else None
 
+    @_once
     def deadline(self, txn: Txn) -> int | None:
         """The latest its coordinator may start timing ``txn`` out: it stamps the start when it
         handles NEW_TXN, before the answer reaches the client (TC-5, TC-18)."""
@@ -314,6 +389,7 @@ class View:
             return None
         return start.completed_at + timeout
 
+    @_once
     def aborted_by(self, txn: Txn) -> tuple[float, str] | None:
         """When ``txn`` certainly was aborted, with the reason: an abort returned ok, or no end of it
         took effect (none invoked, or all failed: a ``fail`` did nothing) and its coordinator must
@@ -322,7 +398,7 @@ class View:
         done = [op for op in ends if op.f == "abort" and op.type is OpType.OK and op.completed_at is not None]
         if done and not any(op.f == "commit" for op in ends):
             first = min(done, key=lambda o: o.completed_at or 0)
-            return float(first.completed_at or 0), f"abort op {first.index} returned ok at {first.completed_at}"
+            return float(first.completed_at or 0), f"abort op {first.index} returned ok at {self.words.end(first)}"
         if ends:
             return None
         deadline = self.deadline(txn)
@@ -330,10 +406,11 @@ class View:
             return None
         by = deadline + TXN_END_BOUND_MS
         return float(by), (
-            f"no end of it took effect, and its coordinator times it out by {deadline} (new_txn op "
-            f"{self.new_txn[txn].index} done plus its timeout) + {TXN_END_BOUND_MS} ms = {by}"
+            f"no end of it took effect, and its coordinator times it out by {self.words.at(deadline)} (new_txn op "
+            f"{self.new_txn[txn].index} done plus its timeout) + {seconds(TXN_END_BOUND_MS)} = {self.words.at(by)}"
         )
 
+    @_once
     def ended_by(self, txn: Txn) -> tuple[float, str] | None:
         """When ``txn`` certainly ended, committed or aborted: a commit or abort returned ok; else
         TXN_END_BOUND_MS after the later of its deadline and the last end invoked that may have
@@ -341,17 +418,17 @@ class View:
         TC-24); one that was lost leaves the txn OPEN until its coordinator times it out (TC-18)."""
         done = self.ended_at(txn)
         if done is not None:
-            return float(done), f"ended by {done}"
+            return float(done), f"ended by {self.words.at(done)}"
         deadline = self.deadline(txn)
         if deadline is None:
             return None
         calls = [op.invoked_at for op in self.ends.get(txn, []) if op.type is not OpType.FAIL]
         by = max([deadline, *calls]) + TXN_END_BOUND_MS
         later, disturbed = self.disturbed(txn, by)
-        why = f"its deadline {deadline} or its last end, plus {TXN_END_BOUND_MS} ms"
+        why = f"its deadline {self.words.at(deadline)} or its last end, plus {seconds(TXN_END_BOUND_MS)}"
         if later > by:
-            why += f", = {by}; then {disturbed}"
-        return float(later), f"ends by {later} ({why})"
+            why += f", = {self.words.at(by)}; then {disturbed}"
+        return float(later), f"ends by {self.words.at(later)} ({why})"
 
     def disturbed(self, txn: Txn, by: int) -> tuple[int, str]:
         """``by`` moved past every disturbance of ``txn``'s end that the history records, and what
@@ -372,19 +449,22 @@ class View:
         since = -INF
         for at, live in sorted(self.recoveries.get(f"coordinator:{txn[0]}", ()), key=lambda r: r[0]):
             if txn in live:
-                events.append((at, since, f"its coordinator reloaded at {at} with it unfinished (TC-24, TC-25)"))
+                events.append(
+                    (at, since, f"its coordinator reloaded at {self.words.at(at)} with it unfinished (TC-24, TC-25)")
+                )
             since = at
         for at in self.end_failures.get(txn, ()):
-            events.append((at, at, f"a participant failed its end at {at} (TC-16)"))
+            events.append((at, at, f"a participant failed its end at {self.words.at(at)} (TC-16)"))
         why: list[str] = []
         for at, since, what in sorted(events):
             if since < by < at + TXN_END_BOUND_MS:
                 by = at + TXN_END_BOUND_MS
                 why.append(what)
-        return by, f"{'; '.join(why)}; plus {TXN_END_BOUND_MS} ms"
+        return by, f"{'; '.join(why)}; plus {seconds(TXN_END_BOUND_MS)}"
 
     # -- subscriptions ---------------------------------------------------------------------------
 
+    @_once
     def judged(self, sub: str) -> bool:
         """Judged for liveness: Exclusive (one consumer at a time), or one receiving process throughout;
         never where a ``subscribe`` says ``liveness: false`` (a recorder of a real broker states that
@@ -405,17 +485,23 @@ class View:
         """A receive or subscribe of unknown outcome on ``sub``, invoked before ``t``, that may have
         taken a message dispatchable from ``dispatchable_from``: it had not ended by then.  A message
         it took stays with its consumer, and an empty receive elsewhere proves nothing about it."""
-        for op in self.unknown_receives.get(sub, ()):
-            if op.invoked_at < t and (op.completed_at is None or op.completed_at >= dispatchable_from):
-                return op
-        for op in self.subscribes.get(sub, ()):
-            if (
-                op.type.indeterminate
-                and op.invoked_at < t
-                and (op.completed_at is None or op.completed_at >= dispatchable_from)
-            ):
-                return op
-        return None
+        calls, latest = self._unknown(sub)
+        k = bisect.bisect_left(calls, t)
+        if k == 0 or latest[k - 1][0] < dispatchable_from:
+            return None
+        return latest[k - 1][1]
+
+    @_once
+    def _unknown(self, sub: str) -> tuple[list[int], list[tuple[float, Operation]]]:
+        """The receives and subscribes of unknown outcome on ``sub`` by invocation, with the one that
+        ended last (never, for one still open) among each prefix: what :meth:`blind` asks."""
+        attached = [op for op in self.subscribes.get(sub, ()) if op.type.indeterminate]
+        unknown = sorted([*self.unknown_receives.get(sub, ()), *attached], key=lambda op: op.invoked_at)
+        latest: list[tuple[float, Operation]] = []
+        for op in unknown:
+            end = INF if op.completed_at is None else float(op.completed_at)
+            latest.append((end, op) if not latest or end > latest[-1][0] else latest[-1])
+        return [op.invoked_at for op in unknown], latest
 
     def dispatchable_from(self, message: Message) -> float:
         """The earliest a correct broker may dispatch ``message``: sent, and its txn's commit invoked."""
@@ -425,6 +511,7 @@ class View:
             start = max(start, min(calls, default=INF))
         return start
 
+    @_once
     def ignores_cumulative(self, sub: str) -> bool:
         """Whether the broker ignores a cumulative ack on ``sub`` (PA-10): some subscribe on it asked
         for Shared or Key_Shared."""
@@ -433,11 +520,13 @@ class View:
             for op in self.subscribes.get(sub, ())
         )
 
+    @_once
     def exclusive(self, sub: str) -> bool:
         """Every subscribe on ``sub`` asked for Exclusive."""
         kinds = {op.args.get("sub_type") for op in self.subscribes.get(sub, ()) if isinstance(op.args, dict)}
         return kinds == {"Exclusive"}
 
+    @_once
     def delays(self, sub: str) -> bool:
         """Whether the broker holds delayed messages back on ``sub``: Shared and Key_Shared only."""
         kinds = {op.args.get("sub_type") for op in self.subscribes.get(sub, ()) if isinstance(op.args, dict)}

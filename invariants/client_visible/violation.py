@@ -22,9 +22,24 @@ class Violation:
     history: str
     ops: tuple[int, ...]
     explanation: str
+    where: str | None = None  # the object it is about, as reports name it (:class:`invariants.words.Words`)
+    # A liveness miss: how far past its bound (None with a bound: it never happened) and the bound (ms).
+    late_ms: int | None = None
+    bound_ms: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "rules": list(self.rules), "ops": list(self.ops), "explanation": self.explanation}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "rules": list(self.rules),
+            "ops": list(self.ops),
+            "explanation": self.explanation,
+        }
+        if self.where is not None:
+            out["object"] = self.where
+        if self.bound_ms is not None:
+            out["late_ms"] = self.late_ms
+            out["bound_ms"] = self.bound_ms
+        return out
 
     def __str__(self) -> str:
         return f"{self.name} ({', '.join(self.rules)}) ops {list(self.ops)}: {self.explanation}"
@@ -36,6 +51,7 @@ class OracleResult:
     violations: tuple[Violation, ...] = ()
     counts: dict[str, int] = field(default_factory=dict)  # per check, including those cut by the cap
     judged: dict[str, int] = field(default_factory=dict)  # per check, how many cases it judged
+    legend: str = ""  # what the explanations' times and names leave out (:meth:`invariants.words.Words.legend`)
 
     @property
     def ok(self) -> bool:
@@ -55,11 +71,22 @@ class Collector:
         self.counts: dict[str, int] = defaultdict(int)
         self.judged: dict[str, int] = dict.fromkeys(rules, 0)
 
-    def add(self, name: str, ops: Iterable[Operation], explanation: str) -> None:
+    def add(
+        self,
+        name: str,
+        ops: Iterable[Operation],
+        explanation: str,
+        *,
+        where: str | None = None,
+        late_ms: int | None = None,
+        bound_ms: int | None = None,
+    ) -> None:
         self.counts[name] += 1
         if self.counts[name] <= self.cap:
             index = tuple(sorted({op.index for op in ops}))
-            self.found.append(Violation(name, self.rules[name], self.history, index, explanation))
+            self.found.append(
+                Violation(name, self.rules[name], self.history, index, explanation, where, late_ms, bound_ms)
+            )
 
 
 # One check: it reads the view of a history and adds what it finds.

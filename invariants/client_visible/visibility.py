@@ -6,10 +6,14 @@ the :class:`~invariants.client_visible.view.View`."""
 from __future__ import annotations
 
 import bisect
+import itertools
+from collections import defaultdict
 
 from invariants.client_visible.bounds import LAG_BOUND_MS
 from invariants.client_visible.view import INF, Message, Txn, View, fmt_id, fmt_txn, message_id, object_of
 from invariants.client_visible.violation import Collector
+from invariants.ordered import MaxTree, PrefixBest
+from invariants.words import seconds
 from spec.history import Operation, OpType, parse_object, split_subscription
 
 __all__ = ["early_visibility", "late_visibility", "undispatchable_last_id"]
@@ -17,7 +21,14 @@ __all__ = ["early_visibility", "late_visibility", "undispatchable_last_id"]
 
 def early_visibility(view: View, out: Collector) -> None:
     """TB-7, TB-15: nothing at or after the first entry of an ongoing txn is dispatched.  A txn
-    certainly open for the whole of a receive held maxReadPosition before its first entry."""
+    certainly open for the whole of a receive held maxReadPosition before its first entry.
+
+    Each partition's txns are sorted by their first entry, with how long each was certainly open
+    (:class:`~invariants.ordered.MaxTree`): the first txn before a delivery that was still open when
+    it completed is one search."""
+    by_partition: dict[str, list[str]] = defaultdict(list)
+    for sub in view.deliveries:
+        by_partition[view.partition_of(sub)].append(sub)
     for partition, sent in view.sends_by_partition.items():
         # each txn's first entry on the partition (of its sends that returned a position)
         first: dict[Txn, Message] = {}
@@ -28,28 +39,36 @@ def early_visibility(view: View, out: Collector) -> None:
         if not holders:
             continue
         keys = [h[0] for h in holders]
-        for sub, got in view.deliveries.items():
-            if split_subscription(parse_object(sub)[1])[0] != partition:
-                continue
-            for d in got:
+        place = {txn: k for k, (_, txn, _) in enumerate(holders)}
+        until = [view.open_until(txn) for _, txn, _ in holders]
+        latest = list(itertools.accumulate(until, max))
+        open_for = MaxTree(until)
+        for sub in by_partition.get(partition, ()):
+            for d in view.deliveries[sub]:
                 message = view.messages.get(d.payload)
                 if message is None or message.id is None or d.op.completed_at is None:
                     continue
                 at = d.id if message.repeatable and d.id is not None else message.id  # the copy delivered
                 out.judged["early-visibility"] += 1
-                for entry, txn, head in holders[: bisect.bisect_left(keys, at[:2])]:
-                    if txn == message.txn:
-                        continue
-                    if d.op.completed_at < view.open_until(txn):
-                        out.add(
-                            "early-visibility",
-                            [head.send, d.op],
-                            f"{sub}: receive op {d.op.index} delivered {d.payload!r} at {fmt_id(message.id)} by "
-                            f"{d.op.completed_at}, while {fmt_txn(txn)}, whose entry {entry[0]}:{entry[1]} comes "
-                            f"before it (send op {head.send.index}), was certainly still open (until "
-                            f"{view.open_until(txn):g}): maxReadPosition stays before an ongoing txn's first entry",
-                        )
-                        break
+                k = bisect.bisect_left(keys, at[:2])
+                if k == 0 or latest[k - 1] <= d.op.completed_at:
+                    continue  # every txn before it may have ended by then
+                found = open_for.leftmost_above(0, k, d.op.completed_at)
+                if found is not None and message.txn is not None and found == place.get(message.txn):
+                    found = open_for.leftmost_above(found + 1, k, d.op.completed_at)
+                if found is None:
+                    continue
+                entry, txn, head = holders[found]
+                w = view.words
+                out.add(
+                    "early-visibility",
+                    [head.send, d.op],
+                    f"receive op {d.op.index} delivered {d.payload!r} at {fmt_id(message.id)} by "
+                    f"{w.at(d.op.completed_at)}, while {fmt_txn(txn)}, whose entry {entry[0]}:{entry[1]} comes before "
+                    f"it (send op {head.send.index}), was certainly still open (until {w.at(view.open_until(txn))}): "
+                    f"maxReadPosition stays before an ongoing txn's first entry",
+                    where=w.name(sub),
+                )
 
 
 def late_visibility(view: View, out: Collector) -> None:
@@ -66,28 +85,19 @@ def late_visibility(view: View, out: Collector) -> None:
     for sub, empties in view.empty.items():
         if not view.judged(sub):
             continue
-        partition, _ = split_subscription(parse_object(sub)[1])
-        sent = sorted((m for m in view.sends_by_partition.get(partition, ()) if m.id is not None), key=lambda m: m.id)  # type: ignore[arg-type, return-value]
-        first_unknown_txn_send = min(
-            (
-                m.send.invoked_at
-                for m in view.sends_by_partition.get(partition, ())
-                if m.txn is not None and m.send.type.indeterminate
-            ),
-            default=INF,
-        )
+        readable = _Readable.of(view, view.partition_of(sub))
         latest = view.latest_from(sub)
         delivered_at: dict[str, int] = {}
         for d in view.deliveries.get(sub, ()):
             delivered_at.setdefault(d.payload, d.op.invoked_at)
         ordered = sorted(empties, key=lambda o: (_gave_up_by(o), o.index))
         starts = [_gave_up_by(o) for o in ordered]
-        for k, message in enumerate(sent):
+        for k, message in enumerate(readable.sent):
             if latest is not None and message.send.invoked_at < latest:
                 continue
             if message.txn is not None and view.committed_at(message.txn) is None:
                 continue
-            got = _readable_at(view, message, sent[:k], sub)
+            got = readable.at(k, sub)
             if got is None:
                 continue
             at, why = got
@@ -96,48 +106,95 @@ def late_visibility(view: View, out: Collector) -> None:
                 continue
             empty = ordered[i]
             t = starts[i]
-            if t > first_unknown_txn_send or view.blind(sub, t, view.dispatchable_from(message)) is not None:
+            if t > readable.first_unknown_txn_send or view.blind(sub, t, view.dispatchable_from(message)) is not None:
                 continue
             out.judged["late-visibility"] += 1
             if delivered_at.get(message.payload, INF) < t:
                 continue
-            waited = "" if t == empty.invoked_at else f" and waiting until at least {t}"
+            w = view.words
+            waited = "" if t == empty.invoked_at else f" and waiting until at least {w.at(t)}"
+            came = delivered_at.get(message.payload)
             out.add(
                 "late-visibility",
                 [message.send, empty],
-                f"{sub}: {message.payload!r} at {fmt_id(message.id)} was readable by {at:g} ({why}); "
-                f"receive op {empty.index}, invoked at {empty.invoked_at}{waited}, {t - at:g} ms later "
-                f"(bound {LAG_BOUND_MS}), found nothing, and {sub} had not received it",
+                f"{message.payload!r} at {fmt_id(message.id)} was readable by {w.at(at)} ({why}); receive op "
+                f"{empty.index}, invoked at {w.at(empty.invoked_at)}{waited}, {seconds(t - at)} later, found nothing, "
+                f"and the subscription had not received it: "
+                + (f"first received at {w.at(came)}" if came is not None else "never received")
+                + f", bound {seconds(LAG_BOUND_MS)}",
+                where=w.name(sub),
+                late_ms=None if came is None else max(0, int(came - at) - LAG_BOUND_MS),
+                bound_ms=LAG_BOUND_MS,
             )
 
 
-def _readable_at(view: View, message: Message, before: list[Message], sub: str) -> tuple[float, str] | None:
-    """When ``message`` was certainly readable and due on ``sub`` (None: not certainly ever), and why."""
-    assert message.id is not None
-    if message.send.completed_at is None:
-        return None
-    at = float(message.send.completed_at)
-    why = f"sent by op {message.send.index} (done at {message.send.completed_at})"
-    if message.txn is not None:
-        done = view.committed_at(message.txn)
-        if done is None:
+class _Readable:
+    """When each message of a partition was certainly readable at the broker, computed once per
+    partition: its send completed, its txn committed, and every other txn with an entry before it
+    ended (:meth:`View.ended_by`).  The last of those ends before each message is a prefix maximum
+    over the messages in id order (:class:`~invariants.ordered.PrefixBest`), its own txn left out;
+    the reason names that txn."""
+
+    def __init__(self, view: View, partition: str) -> None:
+        self.view = view
+        sent = view.sends_by_partition.get(partition, ())
+        self.sent = sorted((m for m in sent if m.id is not None), key=lambda m: m.id)  # type: ignore[arg-type, return-value]
+        self.first_unknown_txn_send = min(
+            (m.send.invoked_at for m in sent if m.txn is not None and m.send.type.indeterminate), default=INF
+        )
+        ends: list[tuple[int, float, Txn | None, tuple[Message, str]]] = []
+        unended: list[tuple[int, float, Txn | None, tuple[Message, str]]] = []
+        for k, m in enumerate(self.sent):
+            if m.txn is None:
+                continue
+            ended = view.ended_by(m.txn)
+            if ended is None:
+                unended.append((k, 0.0, m.txn, (m, "")))
+            else:
+                ends.append((k, ended[0], m.txn, (m, ended[1])))
+        self.ends = PrefixBest(ends)
+        self.unended = PrefixBest(unended)
+        self.cache: dict[int, tuple[float, str] | None] = {}
+
+    @staticmethod
+    def of(view: View, partition: str) -> _Readable:
+        """The partition's, built on first use."""
+        return view.once("readable", partition, lambda: _Readable(view, partition))
+
+    def at(self, k: int, sub: str) -> tuple[float, str] | None:
+        """When ``self.sent[k]`` was certainly readable and due on ``sub`` (None: not certainly ever), and why."""
+        if k not in self.cache:
+            self.cache[k] = self._readable(k)
+        got = self.cache[k]
+        if got is None:
             return None
-        at = max(at, done)
-        why += f", {fmt_txn(message.txn)} committed by {done}"
-    for other in before:
-        txn = other.txn
-        if txn is None or txn == message.txn:
-            continue
-        ended = view.ended_by(txn)
-        if ended is None:
+        at, why = got
+        message = self.sent[k]
+        if message.deliver_at is not None and self.view.delays(sub) and message.deliver_at > at:
+            at = message.deliver_at
+            why += f", due at {self.view.words.at(message.deliver_at)}"
+        return at, why
+
+    def _readable(self, k: int) -> tuple[float, str] | None:
+        message = self.sent[k]
+        if message.send.completed_at is None:
             return None
-        if ended[0] > at:
-            at = ended[0]
-            why += f", {fmt_txn(txn)} (entry {fmt_id(other.id)} before it) {ended[1]}"
-    if message.deliver_at is not None and view.delays(sub) and message.deliver_at > at:
-        at = message.deliver_at
-        why += f", due at {message.deliver_at}"
-    return at, why
+        at = float(message.send.completed_at)
+        why = f"sent by op {message.send.index} (done at {self.view.words.end(message.send)})"
+        if message.txn is not None:
+            done = self.view.committed_at(message.txn)
+            if done is None:
+                return None
+            at = max(at, done)
+            why += f", {fmt_txn(message.txn)} committed by {self.view.words.at(done)}"
+        if self.unended.best(k, exclude=message.txn, inclusive=False) is not None:
+            return None  # a txn with an entry before it may never have ended
+        latest = self.ends.best(k, exclude=message.txn, inclusive=False)
+        if latest is not None and latest[0] > at:
+            other, ended = latest[1]
+            at = latest[0]
+            why += f", {fmt_txn(other.txn)} (entry {fmt_id(other.id)} before it) {ended}"
+        return at, why
 
 
 def _gave_up_by(receive: Operation) -> int:
@@ -161,21 +218,21 @@ def undispatchable_last_id(view: View, out: Collector) -> None:
         partition, _ = split_subscription(parse_object(op.object)[1])
         got = message_id(op, object_of(op, "result"), "result")
         out.judged["undispatchable-last-id"] += 1
-        for message in view.sends_by_partition.get(partition, ()):
-            if message.txn is None or message.id is None or message.id[:2] != got[:2]:
+        for message in view.by_entry.get((partition, got[:2]), ()):
+            if message.txn is None:
                 continue
             aborted = view.aborted_by(message.txn)
             if view.dispatchable_from(message) > op.completed_at:
-                why = f"no commit of {fmt_txn(message.txn)} was invoked before the answer at {op.completed_at}"
+                why = f"no commit of {fmt_txn(message.txn)} was invoked before the answer at {view.words.end(op)}"
             elif aborted is not None and aborted[0] <= op.invoked_at:
-                why = f"{fmt_txn(message.txn)} had certainly aborted by {aborted[0]:g} ({aborted[1]})"
+                why = f"{fmt_txn(message.txn)} had certainly aborted by {view.words.at(aborted[0])} ({aborted[1]})"
             else:
                 continue
             out.add(
                 "undispatchable-last-id",
                 [op, message.send],
-                f"get_last_message_id op {op.index} on {op.object} answered {fmt_id(got)}, the entry of "
-                f"{message.payload!r} (send op {message.send.index}), but {why}: the last message id is "
-                f"the last dispatchable position",
+                f"get_last_message_id op {op.index} answered {fmt_id(got)}, the entry of {message.payload!r} (send op "
+                f"{message.send.index}), but {why}: the last message id is the last dispatchable position",
+                where=view.words.name(op.object),
             )
             break

@@ -93,6 +93,8 @@ class PulsarView:
             if op.f == "unsubscribe" and op.type is not OpType.FAIL:
                 self.restarts[op.object].append(op)
         self.owed = self._owed()
+        # each partition's owed positions, for between's bisection (built once, not per call)
+        self.owed_positions = {partition: [o.position for o in owed] for partition, owed in self.owed.items()}
 
     def _owed(self) -> dict[str, list[_Owed]]:
         """partition -> the messages owed to its subscriptions, by position (see the module docstring)."""
@@ -148,7 +150,7 @@ class PulsarView:
 
     def between(self, partition: str, low: Position, high: Position) -> list[_Owed]:
         owed = self.owed.get(partition, [])
-        keys = [o.position for o in owed]
+        keys = self.owed_positions.get(partition, [])
         return owed[bisect.bisect_right(keys, low) : bisect.bisect_left(keys, high)]
 
 

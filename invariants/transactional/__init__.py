@@ -55,13 +55,23 @@ from __future__ import annotations
 
 from invariants.analysis import TxnAnalysis, TxnFate
 from invariants.transactional.anomaly import Anomaly, Collector, TxnResult
-from invariants.transactional.checks import ANOMALIES, CHECKS, GROUPS, TAXONOMY, check_transactional, find
+from invariants.transactional.checks import (
+    ANOMALIES,
+    CHECKS,
+    GROUPS,
+    LIVENESS,
+    TAXONOMY,
+    check_transactional,
+    find,
+    of_group,
+)
 from invariants.transactional.delivery import REDELIVERY_BOUND_MS
 
 __all__ = [
     "ANOMALIES",
     "CHECKS",
     "GROUPS",
+    "LIVENESS",
     "REDELIVERY_BOUND_MS",
     "TAXONOMY",
     "Anomaly",
@@ -71,4 +81,5 @@ __all__ = [
     "TxnResult",
     "check_transactional",
     "find",
+    "of_group",
 ]

@@ -4,12 +4,14 @@ One function per anomaly, each reading the analysis (:mod:`invariants.analysis`)
 
 from __future__ import annotations
 
+import collections
 import itertools
 from collections import defaultdict
 from typing import Any
 
 from invariants.analysis import Message, Txn, TxnAnalysis, TxnFate
 from invariants.transactional.anomaly import Collector, fmt_pos, fmt_txn
+from invariants.words import seconds
 from spec.history import Operation, OpType, parse_object, split_subscription
 
 __all__ = [
@@ -35,6 +37,7 @@ def commit_and_abort(a: TxnAnalysis, out: Collector) -> None:
                 [c_ok[0], a_ok[0]],
                 f"{fmt_txn(txn)}: commit op {c_ok[0].index} returned ok and abort op {a_ok[0].index} returned "
                 f"ok; a transaction ends exactly once",
+                where=fmt_txn(txn),
             )
 
 
@@ -52,7 +55,8 @@ def aborted_reads(a: TxnAnalysis, out: Collector) -> None:
             "aborted-read",
             [message.send, d.op, *ended],
             f"{d.payload!r} was sent in {fmt_txn(txn)} (op {message.send.index}), which did not commit "
-            f"({how}); yet receive op {d.op.index} on {d.subscription} delivered it",
+            f"({how}); yet receive op {d.op.index} delivered it at {a.words.end(d.op)}",
+            where=a.words.name(d.subscription),
         )
 
 
@@ -68,7 +72,8 @@ def uncommitted_reads(a: TxnAnalysis, out: Collector) -> None:
             "uncommitted-read",
             [message.send, d.op],
             f"{d.payload!r} was sent in {fmt_txn(txn)} (op {message.send.index}), which nobody ever "
-            f"committed; yet receive op {d.op.index} on {d.subscription} delivered it",
+            f"committed; yet receive op {d.op.index} delivered it at {a.words.end(d.op)}",
+            where=a.words.name(d.subscription),
         )
 
 
@@ -86,9 +91,12 @@ def premature_reads(a: TxnAnalysis, out: Collector) -> None:
             out.add(
                 "premature-read",
                 [message.send, d.op, *a.commits[txn]],
-                f"receive op {d.op.index} on {d.subscription} delivered {d.payload!r} of {fmt_txn(txn)} "
-                f"at {d.op.completed_at}, before the first commit of that txn was even invoked (at {start}): "
-                f"the message was dispatched while its transaction was open",
+                f"receive op {d.op.index} delivered {d.payload!r} of {fmt_txn(txn)} by "
+                f"{a.words.at(d.op.completed_at)}, {seconds(start - d.op.completed_at)} before the first commit of "
+                f"that txn was even invoked (at {a.words.at(start)}): the message was dispatched while its "
+                f"transaction was open",
+                where=a.words.name(d.subscription),
+                early_ms=start - d.op.completed_at,
             )
 
 
@@ -102,10 +110,11 @@ def fractured_reads(a: TxnAnalysis, out: Collector) -> None:
         out.add(
             "fractured-read",
             [f.seen.send, f.first.op, f.missing.send],
-            f"{fmt_txn(f.txn)} committed with {f.size} messages on {f.view.partition}; {f.view.subscription} "
-            f"received {f.seen.payload!r} (op {f.first.op.index}) and read past {fmt_pos(f.missing.position)} "
-            f"without receiving {f.missing.payload!r} (sent by op {f.missing.send.index}): the transaction "
-            f"became visible only in part",
+            f"{fmt_txn(f.txn)} committed with {f.size} messages on {a.words.name(f.view.partition)}; the "
+            f"subscription received {f.seen.payload!r} (op {f.first.op.index}) and read past "
+            f"{fmt_pos(f.missing.position)} without receiving {f.missing.payload!r} (sent by op "
+            f"{f.missing.send.index}): the transaction became visible only in part",
+            where=a.words.name(f.view.subscription),
         )
 
 
@@ -151,6 +160,7 @@ def cyclic_information_flow(a: TxnAnalysis, out: Collector) -> None:
             ops,
             "; ".join(steps) + "; a transaction cannot commit before itself",
             tuple(drawn),
+            where=" -> ".join(fmt_txn(txn) for txn in cycle),
         )
 
 
@@ -199,10 +209,10 @@ def _cycles(edges: dict[tuple[int, int], dict[tuple[int, int], Any]]) -> list[li
         members = set(component)
         start = component[0]
         parent: dict[tuple[int, int], tuple[int, int]] = {}
-        queue = [start]
+        queue = collections.deque([start])
         found = None
         while queue and found is None:
-            node = queue.pop(0)
+            node = queue.popleft()
             for child in sorted(edges.get(node, {})):
                 if child not in members:
                     continue

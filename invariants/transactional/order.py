@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 from collections import defaultdict
+from collections.abc import Sequence
 
-from invariants.analysis import WHOLE, Delivery, Message, TxnAnalysis, end_or_never, sub_type
+from invariants.analysis import WHOLE, Delivery, Message, TxnAnalysis, end_or_never
 from invariants.transactional.anomaly import Collector, fmt_pos
+from spec.history import Operation
 
 __all__ = ["garbage_reads", "inconsistent_positions", "out_of_order_deliveries", "realtime_order"]
 
@@ -21,12 +24,17 @@ def garbage_reads(a: TxnAnalysis, out: Collector) -> None:
     for d in a.deliveries:
         found = a.messages.get(d.payload)
         if found is None or found.partition != d.partition:
-            where = "" if found is None else f" (it was sent to {found.partition}, not {d.partition})"
+            where = (
+                ""
+                if found is None
+                else f" (it was sent to {a.words.name(found.partition)}, not {a.words.name(d.partition)})"
+            )
             out.add(
                 "garbage-read",
                 [d.op],
-                f"receive op {d.op.index} on {d.subscription} returned {d.payload!r}, which no send of "
-                f"this partition produced{where}",
+                f"receive op {d.op.index} returned {d.payload!r} at {a.words.end(d.op)}, "
+                f"which no send of this partition produced{where}",
+                where=a.words.name(d.subscription),
             )
 
 
@@ -41,8 +49,9 @@ def inconsistent_positions(a: TxnAnalysis, out: Collector) -> None:
             "inconsistent-position",
             [clash.send, message.send],
             f"sends op {clash.send.index} ({clash.payload!r}) and op {message.send.index} ({message.payload!r}) "
-            f"both returned position {fmt_pos(clash.position)} and {fmt_pos(message.position)} on "
-            f"{message.partition}; a position holds one message, or one batch at distinct indexes",
+            f"both returned position {fmt_pos(clash.position)} and {fmt_pos(message.position)}; a position holds "
+            f"one message, or one batch at distinct indexes",
+            where=a.words.name(message.partition),
         )
     for d, message in a.delivered():
         if message.repeatable:
@@ -53,6 +62,7 @@ def inconsistent_positions(a: TxnAnalysis, out: Collector) -> None:
                 [message.send, d.op],
                 f"send op {message.send.index} put {d.payload!r} at {fmt_pos(message.position)}, but receive "
                 f"op {d.op.index} delivered it at {fmt_pos(d.position)}",
+                where=a.words.name(d.subscription),
             )
 
 
@@ -81,10 +91,11 @@ def realtime_order(a: TxnAnalysis, out: Collector) -> None:
                 out.add(
                     "realtime-order",
                     [earlier.send, later.send],
-                    f"on {partition}, send op {earlier.send.index} ({earlier.payload!r}) completed at "
-                    f"{earlier.send.completed_at} before send op {later.send.index} ({later.payload!r}) was "
-                    f"invoked at {later.send.invoked_at}, yet got the later position "
-                    f"{fmt_pos(earlier.position)} > {fmt_pos(later.position)}",
+                    f"send op {earlier.send.index} ({earlier.payload!r}) completed at "
+                    f"{a.words.at(earlier.send.completed_at or 0)} before send op {later.send.index} "
+                    f"({later.payload!r}) was invoked at {a.words.at(later.send.invoked_at)}, yet got the later "
+                    f"position {fmt_pos(earlier.position)} > {fmt_pos(later.position)}",
+                    where=a.words.name(partition),
                 )
 
 
@@ -106,16 +117,17 @@ def out_of_order_deliveries(a: TxnAnalysis, out: Collector) -> None:
     while a seek was on its way is not judged.
     """
     ordered: list[tuple[Delivery, str | None]] = []
+    heads: dict[tuple[str, tuple[int, int]], Message | None] = {}  # each batch entry's first message
     for d in a.deliveries:
         sent = a.messages.get(d.payload)
         if sent is None:
             continue
-        sub_kind = sub_type(a.subscribes.get(d.subscription, []))
+        sub_kind = a.kind(d.subscription)
         if sub_kind in ("Shared", "mixed") or (sent.deliver_at is not None and sub_kind != "Exclusive"):
             continue
         sticky = None
         if sub_kind == "Key_Shared":
-            sticky = _sticky_key(sent, a.by_entry)
+            sticky = _sticky_key(sent, a.by_entry, heads)
             if sticky is None:
                 continue
         # Order by the id the send returned (a delivery elsewhere is an inconsistent-position), unless
@@ -126,6 +138,7 @@ def out_of_order_deliveries(a: TxnAnalysis, out: Collector) -> None:
     membership: dict[str, list[int]] = {}
     seen: set[tuple[str, str]] = set()
     blind_from = {sub: min(op.invoked_at for op in ops) for sub, ops in a.unknown_receives.items() if ops}
+    seeks = {sub: _Seeks(ops) for sub, ops in a.seeks.items() if ops}
     for d, sticky in sorted(ordered, key=lambda pair: (pair[0].op.invoked_at, pair[0].op.index)):
         first_time = (d.subscription, d.payload) not in seen
         seen.add((d.subscription, d.payload))
@@ -133,16 +146,20 @@ def out_of_order_deliveries(a: TxnAnalysis, out: Collector) -> None:
             continue
         if d.subscription in blind_from and d.op.invoked_at > blind_from[d.subscription]:
             continue
-        seeks = a.seeks.get(d.subscription, ())
-        if any(s.invoked_at <= end_or_never(d.op) and d.op.invoked_at <= end_or_never(s) for s in seeks):
-            continue
-        epoch = sum(1 for s in seeks if end_or_never(s) < d.op.invoked_at)
+        epoch = 0
+        restarts = seeks.get(d.subscription)
+        if restarts is not None:
+            if restarts.overlaps(d.op.invoked_at, end_or_never(d.op)):
+                continue
+            epoch = restarts.before(d.op.invoked_at)
         if sticky is not None:
             # Key_Shared: a change of consumers while the message waited for its consumer may have
             # handed it over behind later messages of its key already queued there (the classic
             # dispatcher redelivers a leaving consumer's messages to the key's new owner, whatever
             # that one holds): its order is judged only if it waited through no change.
-            changes = membership.setdefault(d.subscription, a.membership_changes(d.subscription))
+            changes = membership.get(d.subscription)
+            if changes is None:  # once per subscription: it reads every delivery
+                changes = membership[d.subscription] = a.membership_changes(d.subscription)
             since = a.dispatchable_from(a.messages[d.payload])
             if bisect.bisect_right(changes, d.op.invoked_at) > bisect.bisect_right(changes, since):
                 continue
@@ -154,27 +171,54 @@ def out_of_order_deliveries(a: TxnAnalysis, out: Collector) -> None:
             out.add(
                 "out-of-order-delivery",
                 [before.op, d.op],
-                f"consumer (process {d.op.process}) of {d.subscription} got {before.payload!r} at "
+                f"consumer {d.consumer or f'(process {d.op.process})'} got {before.payload!r} at "
                 f"{fmt_pos(before.position)} (op {before.op.index}) and then, as a first delivery, "
                 f"{d.payload!r} at {fmt_pos(d.position)} (op {d.op.index}); a partition is dispatched in order"
                 f"{'' if sticky is None else f' (per sticky key: both have key {sticky!r})'}",
+                where=a.words.name(d.subscription),
             )
         last[key] = d
 
 
-def _sticky_key(message: Message, by_entry: dict[tuple[str, tuple[int, int]], list[Message]]) -> str | None:
+class _Seeks:
+    """The seeks of one subscription, for the two questions order asks of them in O(log n): did one
+    run while a receive did, and how many had ended before it began."""
+
+    def __init__(self, seeks: Sequence[Operation]) -> None:
+        by_start = sorted(seeks, key=lambda s: s.invoked_at)
+        self.starts = [s.invoked_at for s in by_start]
+        self.latest_end: list[float] = list(itertools.accumulate((end_or_never(s) for s in by_start), max))
+        self.ends = sorted(end_or_never(s) for s in seeks)
+
+    def overlaps(self, start: int, end: float) -> bool:
+        """Some seek was invoked by ``end`` and had not ended before ``start``."""
+        k = bisect.bisect_right(self.starts, end)
+        return k > 0 and self.latest_end[k - 1] >= start
+
+    def before(self, start: int) -> int:
+        """How many seeks had ended before ``start``."""
+        return bisect.bisect_left(self.ends, start)
+
+
+def _sticky_key(
+    message: Message,
+    by_entry: dict[tuple[str, tuple[int, int]], list[Message]],
+    heads: dict[tuple[str, tuple[int, int]], Message | None],
+) -> str | None:
     """The key Key_Shared routes ``message`` by: its own, or for a batch message the key of the
-    batch's first message; None when that message is unknown.  Pulsar's NONE_KEY stands for no key."""
+    batch's first message; None when that message is unknown.  Pulsar's NONE_KEY stands for no key.
+    ``heads`` remembers each entry's first message once found."""
     if message.position is None:
         return None
     head = message
     if message.position[2] not in (WHOLE, 0):
-        found = [
-            m
-            for m in by_entry.get((message.partition, message.position[:2]), ())
-            if m.position is not None and m.position[2] == 0
-        ]
-        if not found:
+        entry = (message.partition, message.position[:2])
+        if entry not in heads:
+            heads[entry] = next(
+                (m for m in by_entry.get(entry, ()) if m.position is not None and m.position[2] == 0), None
+            )
+        first = heads[entry]
+        if first is None:
             return None
-        head = found[0]
+        head = first
     return "NONE_KEY" if head.key is None else head.key

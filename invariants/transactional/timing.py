@@ -10,17 +10,20 @@ from collections import defaultdict
 from typing import Any
 
 from invariants.analysis import (
+    WHOLE,
     Delivery,
     Message,
+    MessageId,
     TxnAnalysis,
     consumer_of,
     covers,
-    delays,
+    end_or_never,
     message_id,
     read_field,
     sub_type,
 )
 from invariants.transactional.anomaly import Collector
+from invariants.words import Words, seconds
 from spec.history import Operation, OpType, parse_object, split_subscription
 
 __all__ = ["early_deliveries", "late_deliveries", "lost_redeliveries"]
@@ -36,15 +39,19 @@ def early_deliveries(a: TxnAnalysis, out: Collector) -> None:
             message.deliver_at is not None
             and d.op.completed_at is not None
             and d.op.completed_at < message.deliver_at - message.early_ms
-            and delays(a.subscribes.get(d.subscription, []))
+            and a.holds_delays(d.subscription)
         ):
-            allowed = f" (a non-strict broker may deliver {message.early_ms} ms early)" if message.early_ms else ""
+            early = message.deliver_at - d.op.completed_at
+            allowed = f", {seconds(message.early_ms)} allowed to a non-strict broker" if message.early_ms else ""
             out.add(
                 "early-delivery",
                 [message.send, d.op],
-                f"send op {message.send.index} asked to deliver {d.payload!r} at {message.deliver_at}; receive "
-                f"op {d.op.index} had it by {d.op.completed_at}, {message.deliver_at - d.op.completed_at} early"
+                f"send op {message.send.index} asked to deliver {d.payload!r} at {a.words.at(message.deliver_at)}; "
+                f"receive op {d.op.index} had it by {a.words.at(d.op.completed_at)}: {seconds(early)} early"
                 f"{allowed}",
+                where=a.words.name(d.subscription),
+                early_ms=early,
+                bound_ms=message.early_ms,
             )
 
 
@@ -60,14 +67,18 @@ def late_deliveries(a: TxnAnalysis, out: Collector) -> None:
     receive loop and a margin; see ``docs/verify-your-broker.md``), counted from when the message
     was both due and readable: the dispatcher reads no further than the first entry of a
     transaction still open on the partition (TB-7), so a transaction whose entry comes before the
-    message's holds it back until that transaction certainly ended (:func:`_readable_from`; a
-    message behind one whose end the history never saw is not judged).  Judged only where the
-    history accounts for every consumer of the subscription (:func:`_consumers`), each attached
-    before the message was sent, and only for a send that returned ok outside a transaction."""
+    message's holds it back until that transaction certainly ended (:class:`_HeldBack`; a message
+    behind one whose end the history never saw cannot be judged).  Judged only where the history
+    accounts for every consumer of the subscription (:class:`_Consumers`), each attached before the
+    message was sent, and only for a send that returned ok outside a transaction."""
+    out.counts_cases("late-delivery")
     by_partition: dict[str, list[str]] = defaultdict(list)
-    for sub in a.subscribes:
+    for sub in sorted(a.subscribes):
         by_partition[split_subscription(parse_object(sub)[1])[0]].append(sub)
     held = _HeldBack(a)
+    # when the last subscribe on each subscription completed (never, for one still open)
+    attached = {sub: max(end_or_never(op) for op in ops) for sub, ops in a.subscribes.items() if ops}
+    consumers: dict[str, _Consumers] = {}
     for message in a.messages.values():
         if (
             message.deliver_at is None
@@ -78,29 +89,48 @@ def late_deliveries(a: TxnAnalysis, out: Collector) -> None:
             continue
         readable = held.readable_from(message)
         if readable is None:
+            out.cannot_judge("late-delivery", "a transaction before it on its partition never certainly ended (TB-7)")
             continue
         due = int(max(message.deliver_at, readable)) + message.within_ms
         for sub in sorted(by_partition.get(message.partition, [])):
-            subscribes = a.subscribes[sub]
-            if not delays(subscribes) or any(
-                op.completed_at is None or op.completed_at > message.send.invoked_at for op in subscribes
-            ):
+            if not a.holds_delays(sub):
+                continue  # not delayed there: not this check's case (order judges it)
+            if attached.get(sub, float("inf")) > message.send.invoked_at:
+                out.cannot_judge("late-delivery", "a consumer of the subscription attached after the message was sent")
                 continue
-            missed = _missed(a, sub, message, message.send.invoked_at - 1, due)
+            if sub not in consumers:
+                consumers[sub] = _Consumers(a, sub)
+            why_not = consumers[sub].why_not(due)
+            if why_not is not None:
+                out.cannot_judge("late-delivery", why_not)
+                continue
+            out.judge("late-delivery")
+            missed = consumers[sub].missed(message, message.send.invoked_at - 1, due)
             if missed is None:
                 continue
             idle, late = missed
-            when = (
-                f"; it came only later (receive op {late[0].op.index} at {late[0].op.completed_at})"
-                if late
-                else "; it never came"
+            w = a.words
+            first = min(late, key=lambda d: d.op.completed_at or 0) if late else None
+            held_back = (
+                f" (readable only from {w.at(int(readable))}, when a transaction before it ended: TB-7)"
+                if readable > message.deliver_at
+                else ""
+            )
+            after = seconds((first.op.completed_at or 0) - message.deliver_at) if first is not None else ""
+            came = (
+                f"delivered {after} after its time{held_back} (receive op "
+                f"{first.op.index} at {w.end(first.op)}), bound {seconds(message.within_ms)}"
+                if first is not None
+                else f"never delivered, bound {seconds(message.within_ms)}"
             )
             out.add(
                 "late-delivery",
-                [message.send, *idle.values(), *(d.op for d in late[:1])],
-                f"send op {message.send.index} asked to deliver {message.payload!r} at {message.deliver_at}, "
-                f"within {message.within_ms} ms (by {due}); every consumer of {sub} found nothing after that: "
-                f"{_idle_text(idle)}{when}",
+                [message.send, *idle.values(), *([first.op] if first is not None else [])],
+                f"send op {message.send.index} asked to deliver {message.payload!r} at {w.at(message.deliver_at)}; "
+                f"every consumer found nothing after it was due by {w.at(due)}: {_idle_text(w, idle)}; {came}",
+                where=w.name(sub),
+                late_ms=None if first is None else (first.op.completed_at or 0) - due,
+                bound_ms=message.within_ms,
             )
 
 
@@ -154,6 +184,11 @@ def _running_max(rows: list[tuple[Any, float]]) -> tuple[list[Any], list[float]]
     return keys, ends
 
 
+# A message a consumer gave back: (the message, the delivery it gave back, the negative ack or None
+# for the ack timeout, when it was due again, how it was given back in words).
+_Handback = tuple[Message, Delivery, "Operation | None", int, str]
+
+
 def lost_redeliveries(a: TxnAnalysis, out: Collector) -> None:
     """``lost-redelivery`` (liveness under a stated bound): a message a consumer gave back was not
     delivered again on the subscription within the bound the history states, although every
@@ -166,74 +201,203 @@ def lost_redeliveries(a: TxnAnalysis, out: Collector) -> None:
     and a redelivery request dispatches it again).
 
     Judged only where the history accounts for every consumer of the subscription
-    (:func:`_consumers`), with the bound counted from the negative ack's completion, or from the
+    (:class:`_Consumers`), with the bound counted from the negative ack's completion, or from the
     receive's completion plus the ack timeout."""
+    out.counts_cases("lost-redelivery")
     for sub in sorted(set(a.negative_acks) | set(a.subscribes)):
-        partition, _ = split_subscription(parse_object(sub)[1])
-        handbacks: list[tuple[Message, Delivery, Operation | None, int, str]] = []
-        for nack in a.negative_acks.get(sub, []):
-            within = read_field(nack, nack.args, "redeliver_within_ms", "value", (int,), required=False)
-            if nack.type is not OpType.OK or within is None or nack.completed_at is None:
-                continue
-            nacked = message_id(nack, nack.args, "value", required=True)
-            assert nacked is not None
-            consumer = consumer_of(nack)
-            for message in a.acked_messages(partition, nacked):
-                origins = [
-                    d
-                    for d in a.received.get(sub, {}).get(message.payload, [])
-                    if d.consumer == consumer and (d.op.completed_at or 0) <= nack.invoked_at
-                ]
-                if origins:
-                    origin = max(origins, key=lambda d: d.op.completed_at or 0)
-                    handbacks.append(
-                        (message, origin, nack, nack.completed_at + within, f"negative ack op {nack.index}")
-                    )
-        for got in a.received.get(sub, {}).values():
-            for d in got:
-                attached = _subscribe_of(a, sub, d.consumer)
-                sent = a.messages.get(d.payload)
-                if attached is None or sent is None or d.op.completed_at is None:
-                    continue
-                timeout = read_field(attached, attached.args, "ack_timeout_ms", "value", (int,), required=False)
-                bound = read_field(attached, attached.args, "redeliver_within_ms", "value", (int,), required=False)
-                if timeout is None or bound is None or _acked_by(a, sub, d.consumer, sent, d.op.completed_at):
-                    continue
-                handbacks.append(
-                    (sent, d, None, d.op.completed_at + timeout + bound, f"the ack timeout of {timeout} ms")
-                )
+        handbacks = _negative_acks(a, sub, out) + _ack_timeouts(a, sub)
+        if not handbacks:
+            continue
+        consumers = _Consumers(a, sub)
+        w = a.words
         for message, origin, request, due, how in handbacks:
             if request is not None and a.acked_since(sub, message, request.invoked_at):
-                continue  # acknowledged since it was given back (a cumulative ack past it, say): owed nothing
-            missed = _missed(a, sub, message, origin.op.completed_at or 0, due)
+                out.judge(
+                    "lost-redelivery"
+                )  # acknowledged since it was given back (a cumulative ack past it): owed nothing
+                continue
+            why_not = consumers.why_not(due)
+            if why_not is not None:
+                out.cannot_judge("lost-redelivery", why_not)
+                continue
+            out.judge("lost-redelivery")
+            missed = consumers.missed(message, origin.op.completed_at or 0, due)
             if missed is None:
                 continue
             idle, late = missed
-            when = (
-                f"; it came only later (receive op {late[0].op.index} at {late[0].op.completed_at})"
-                if late
-                else "; it never came again"
+            # counted from the negative ack's completion, or from the receive's (the ack timeout)
+            since = (request.completed_at if request is not None else origin.op.completed_at) or 0
+            bound = due - since
+            first = min(late, key=lambda d: d.op.completed_at or 0) if late else None
+            after = "the negative ack" if request is not None else "the receive"
+            came = (
+                f"redelivered {seconds((first.op.completed_at or 0) - since)} after {after} (receive op "
+                f"{first.op.index} at {w.end(first.op)}), bound {seconds(bound)}"
+                if first is not None
+                else f"never redelivered, bound {seconds(bound)} after {after}"
             )
             out.add(
                 "lost-redelivery",
-                [
-                    message.send,
-                    origin.op,
-                    *([request] if request is not None else []),
-                    *idle.values(),
-                    *(d.op for d in late[:1]),
-                ],
+                [message.send, origin.op, *([request] if request is not None else []), *idle.values()]
+                + ([first.op] if first is not None else []),
                 f"{origin.consumer} received {message.payload!r} (receive op {origin.op.index}) and gave it back by "
-                f"{how}, so it was due again on {sub} by {due}; every consumer of {sub} found nothing after that: "
-                f"{_idle_text(idle)}{when}",
+                f"{how} at {w.end(request if request is not None else origin.op)}; every consumer found nothing after "
+                f"it was due again by {w.at(due)}: {_idle_text(w, idle)}; {came}",
+                where=w.name(sub),
+                late_ms=None if first is None else (first.op.completed_at or 0) - due,
+                bound_ms=bound,
             )
 
 
+def _negative_acks(a: TxnAnalysis, sub: str, out: Collector) -> list[_Handback]:
+    """What the negative acks on ``sub`` that state a bound gave back: each message they name, with
+    the last delivery of it to that consumer before the negative ack."""
+    partition, _ = split_subscription(parse_object(sub)[1])
+    handbacks: list[_Handback] = []
+    for nack in a.negative_acks.get(sub, []):
+        within = read_field(nack, nack.args, "redeliver_within_ms", "value", (int,), required=False)
+        if nack.type is not OpType.OK or within is None or nack.completed_at is None:
+            continue
+        nacked = message_id(nack, nack.args, "value", required=True)
+        assert nacked is not None
+        consumer = consumer_of(nack)
+        for message in a.acked_messages(partition, nacked):
+            origins = [
+                d
+                for d in a.received.get(sub, {}).get(message.payload, [])
+                if d.consumer == consumer and (d.op.completed_at or 0) <= nack.invoked_at
+            ]
+            if origins:
+                origin = max(origins, key=lambda d: d.op.completed_at or 0)
+                handbacks.append((message, origin, nack, nack.completed_at + within, f"negative ack op {nack.index}"))
+            else:
+                out.cannot_judge("lost-redelivery", "a negative ack of a message its consumer had not received")
+    return handbacks
+
+
+def _ack_timeouts(a: TxnAnalysis, sub: str) -> list[_Handback]:
+    """What the ack timeout gave back on ``sub``: every delivery to a consumer whose subscribe states
+    an ack timeout and a bound, that the consumer neither acknowledged nor negatively acknowledged."""
+    attached: dict[str | None, Operation] = {}  # each consumer's last ok subscribe
+    for op in a.subscribes.get(sub, []):
+        if op.type is OpType.OK:
+            attached[consumer_of(op)] = op
+    stated: dict[str | None, tuple[int, int]] = {}
+    for consumer, op in attached.items():
+        timeout = read_field(op, op.args, "ack_timeout_ms", "value", (int,), required=False)
+        bound = read_field(op, op.args, "redeliver_within_ms", "value", (int,), required=False)
+        if timeout is not None and bound is not None:
+            stated[consumer] = (timeout, bound)
+    if not stated:
+        return []
+    acks: dict[str | None, _Acks] = {}
+    handbacks: list[_Handback] = []
+    for got in a.received.get(sub, {}).values():
+        for d in got:
+            sent = a.messages.get(d.payload)
+            if d.consumer not in stated or sent is None or d.op.completed_at is None:
+                continue
+            timeout, bound = stated[d.consumer]
+            if d.consumer not in acks:
+                acks[d.consumer] = _Acks(a, sub, d.consumer)
+            if acks[d.consumer].acked(sent, d.op.completed_at):
+                continue
+            handbacks.append((sent, d, None, d.op.completed_at + timeout + bound, f"the ack timeout of {timeout} ms"))
+    return handbacks
+
+
+class _Consumers:
+    """The consumers of one subscription by name, when the history accounts for every one of them,
+    and each one's receives that found nothing while connected, by invocation.
+
+    Accounted for: every ``subscribe`` on it completed (a lost answer may have attached a consumer
+    the history never names) and named its consumer, every receive names one of them, and no
+    receive on it has an unknown outcome.  Otherwise (``names`` is None) the subscription cannot be
+    judged for liveness."""
+
+    def __init__(self, a: TxnAnalysis, sub: str) -> None:
+        self.a = a
+        self.sub = sub
+        self.names = _consumers(a, sub)
+        self.idle: dict[str, tuple[list[int], list[Operation]]] = {}
+        if self.names is None:
+            return
+        # Key_Shared: a change of consumers once messages flow may hold a key's messages back until
+        # everything read before it is acknowledged (a recently joined consumer, see
+        # TxnAnalysis.membership_changes), which may be never within any bound.
+        self.changes: list[int] = []
+        if sub_type(a.subscribes.get(sub, [])) == "Key_Shared":
+            partition, _ = split_subscription(parse_object(sub)[1])
+            first = min((m.send.invoked_at for m in a.messages.values() if m.partition == partition), default=0)
+            self.changes = [t for t in a.membership_changes(sub) if t > first]
+        for op in sorted(a.drains.get(sub, []), key=lambda o: (o.invoked_at, o.index)):
+            name = consumer_of(op)
+            if name is not None:
+                calls, ops = self.idle.setdefault(name, ([], []))
+                calls.append(op.invoked_at)
+                ops.append(op)
+
+    def why_not(self, due: int) -> str | None:
+        """Why nothing can prove a message due by ``due`` late on this subscription (None: it can be
+        judged): the history does not account for every consumer, or some consumer never found
+        nothing, while connected, at or after ``due``."""
+        if self.names is None:
+            return (
+                "the history does not account for every consumer of the subscription (a subscribe or receive of "
+                "unknown outcome, or a consumer without a name)"
+            )
+        idle = self.first_idle(due)
+        if idle is None:
+            return "no consumer found nothing after it was due: every consumer kept receiving, or stopped asking"
+        if self.changes and self.changes[0] <= max(op.invoked_at for op in idle.values()):
+            return (
+                "the consumers of a Key_Shared subscription changed once messages flowed (a joined consumer may wait)"
+            )
+        return None
+
+    def first_idle(self, after: int) -> dict[str, Operation] | None:
+        """Each consumer's first receive that found nothing while connected, invoked at or after
+        ``after``; None unless every consumer has one.  A consumer's queue is empty while such a
+        receive waits (it would have returned anything queued), so a message dispatched to it by
+        ``after`` was received before it."""
+        assert self.names is not None
+        idle: dict[str, Operation] = {}
+        for name in self.names:
+            calls, ops = self.idle.get(name, ([], []))
+            k = bisect.bisect_left(calls, after)
+            if k == len(calls):
+                return None
+            idle[name] = ops[k]
+        return idle
+
+    def missed(self, message: Message, since: int, due: int) -> tuple[dict[str, Operation], list[Delivery]] | None:
+        """Whether ``message`` failed to reach the consumers by ``due``: every consumer found nothing
+        at or after ``due`` and none of them had received it (by a receive that completed after
+        ``since``: a consumer may have been waiting when it came) before that.  Returns the idle
+        receives and the late deliveries, or None when it arrived in time or the subscription cannot
+        be judged."""
+        if self.why_not(due) is not None:
+            return None
+        idle = self.first_idle(due)
+        assert idle is not None
+        again = [
+            d
+            for d in self.a.received.get(self.sub, {}).get(message.payload, [])
+            if d.op.completed_at is not None and d.op.completed_at > since
+        ]
+        if any(
+            d.consumer is not None
+            and d.op.completed_at is not None
+            and d.op.completed_at <= idle[d.consumer].invoked_at
+            for d in again
+        ):
+            return None
+        return idle, again
+
+
 def _consumers(a: TxnAnalysis, sub: str) -> set[str] | None:
-    """The consumers of a subscription by name, when the history accounts for every one of them:
-    every ``subscribe`` on it completed (a lost answer may have attached a consumer the history
-    never names) and named its consumer, every receive names one of them, and no receive on it has
-    an unknown outcome.  None: the subscription cannot be judged for liveness."""
+    """The consumers of a subscription by name, when the history accounts for every one of them
+    (:class:`_Consumers`); None: the subscription cannot be judged for liveness."""
     subscribes = a.subscribes.get(sub, [])
     if not subscribes or any(op.type.indeterminate for op in subscribes) or a.unknown_receives.get(sub):
         return None
@@ -247,75 +411,56 @@ def _consumers(a: TxnAnalysis, sub: str) -> set[str] | None:
     return {name for name in names if name is not None}
 
 
-def _first_idle(a: TxnAnalysis, sub: str, names: set[str], after: int) -> dict[str, Operation] | None:
-    """Each consumer's first receive that found nothing while connected, invoked at or after
-    ``after``; None unless every consumer has one.  A consumer's queue is empty while such a
-    receive waits (it would have returned anything queued), so a message dispatched to it by
-    ``after`` was received before it."""
-    idle: dict[str, Operation] = {}
-    for op in sorted(a.drains.get(sub, []), key=lambda o: (o.invoked_at, o.index)):
-        name = consumer_of(op)
-        if name is not None and op.invoked_at >= after and name not in idle:
-            idle[name] = op
-    return idle if set(idle) == names else None
-
-
-def _missed(
-    a: TxnAnalysis, sub: str, message: Message, since: int, due: int
-) -> tuple[dict[str, Operation], list[Delivery]] | None:
-    """Whether ``message`` failed to reach the consumers of ``sub`` by ``due``: every consumer found
-    nothing at or after ``due`` and none of them had received it (by a receive that completed after
-    ``since``: a consumer may have been waiting when it came) before that.  Returns the idle
-    receives and the late deliveries, or None when it arrived in time or the subscription cannot be
-    judged."""
-    names = _consumers(a, sub)
-    if names is None:
-        return None
-    idle = _first_idle(a, sub, names, due)
-    if idle is None:
-        return None
-    if sub_type(a.subscribes.get(sub, [])) == "Key_Shared":
-        # A change of consumers once messages flow may hold a key's messages back until everything
-        # read before it is acknowledged (a recently joined consumer, see membership_changes), which
-        # may be never within any bound: not judged once there has been one.
-        partition, _ = split_subscription(parse_object(sub)[1])
-        first = min((m.send.invoked_at for m in a.messages.values() if m.partition == partition), default=0)
-        latest = max(op.invoked_at for op in idle.values())
-        if any(first < t <= latest for t in a.membership_changes(sub)):
-            return None
-    again = [
-        d
-        for d in a.received.get(sub, {}).get(message.payload, [])
-        if d.op.completed_at is not None and d.op.completed_at > since
-    ]
-    if any(
-        d.consumer is not None and d.op.completed_at is not None and d.op.completed_at <= idle[d.consumer].invoked_at
-        for d in again
-    ):
-        return None
-    return idle, again
-
-
-def _idle_text(idle: dict[str, Operation]) -> str:
+def _idle_text(words: Words, idle: dict[str, Operation]) -> str:
     return ", ".join(
-        f"{name} (receive op {op.index} at {op.invoked_at})" for name, op in sorted(idle.items(), key=lambda kv: kv[0])
+        f"{name} (receive op {op.index} at {words.at(op.invoked_at)})"
+        for name, op in sorted(idle.items(), key=lambda kv: kv[0])
     )
 
 
-def _subscribe_of(a: TxnAnalysis, sub: str, consumer: str | None) -> Operation | None:
-    found = [op for op in a.subscribes.get(sub, []) if op.type is OpType.OK and consumer_of(op) == consumer]
-    return found[-1] if found else None
+class _Acks:
+    """One consumer's acknowledgements and negative acknowledgements on a subscription (any outcome:
+    one of unknown outcome may have taken effect), indexed to say in O(log n) whether one invoked
+    after a time covers a message."""
 
+    def __init__(self, a: TxnAnalysis, sub: str, consumer: str | None) -> None:
+        self.unplaced = float("-inf")  # the last invocation of one that names no position
+        self.individual: dict[tuple[int, int], list[tuple[int, MessageId]]] = defaultdict(list)
+        cumulative: list[tuple[int, MessageId]] = []
+        for op in [*a.all_acks.get(sub, []), *a.negative_acks.get(sub, [])]:
+            if consumer_of(op) != consumer:
+                continue
+            acked = message_id(op, op.args, "value", required=False)
+            if acked is None:
+                self.unplaced = max(self.unplaced, op.invoked_at)
+            elif op.f == "ack_cumulative":
+                cumulative.append((op.invoked_at, acked))
+            else:
+                self.individual[acked[:2]].append((op.invoked_at, acked))
+        cumulative.sort(key=lambda pair: pair[0])
+        self.cumulative_calls = [at for at, _ in cumulative]
+        # from each cumulative ack on (by invocation), the furthest id covered
+        furthest: list[tuple[float, ...]] = [(float("-inf"),)] * (len(cumulative) + 1)
+        for k in range(len(cumulative) - 1, -1, -1):
+            furthest[k] = max(furthest[k + 1], _cumulative_key(cumulative[k][1]))
+        self.furthest = furthest
 
-def _acked_by(a: TxnAnalysis, sub: str, consumer: str | None, message: Message, after: int) -> bool:
-    """Whether ``consumer`` acknowledged ``message`` (an ack of any outcome: one of unknown outcome
-    may have taken effect) or negatively acknowledged it, by an operation invoked after ``after``."""
-    if message.position is None:
-        return True  # not judged: which id an ack would name is unknown
-    for op in [*a.all_acks.get(sub, []), *a.negative_acks.get(sub, [])]:
-        if op.invoked_at < after or consumer_of(op) != consumer:
-            continue
-        acked = message_id(op, op.args, "value", required=False)
-        if acked is None or covers(acked, op.f == "ack_cumulative", message.position):
+    def acked(self, message: Message, after: int) -> bool:
+        """Whether the consumer acknowledged ``message`` or negatively acknowledged it, by an
+        operation invoked at or after ``after``."""
+        if message.position is None:
+            return True  # not judged: which id an ack would name is unknown
+        if self.unplaced >= after:
             return True
-    return False
+        if any(
+            at >= after and covers(acked, False, message.position)
+            for at, acked in self.individual.get(message.position[:2], ())
+        ):
+            return True
+        k = bisect.bisect_left(self.cumulative_calls, after)
+        return self.furthest[k] >= message.position
+
+
+def _cumulative_key(acked: MessageId) -> tuple[float, ...]:
+    """The largest id a cumulative ack of ``acked`` covers (every id up to it in tuple order)."""
+    return (acked[0], acked[1], float("inf") if acked[2] == WHOLE else acked[2])

@@ -217,10 +217,12 @@ def test_verify_judges_a_kafka_history(tmp_path: Path, capsys: pytest.CaptureFix
     (result,) = json.loads(capsys.readouterr().out)["histories"]
     assert set(result["checkers"]) == {"transactional"}  # the Pulsar delivery oracle does not judge Kafka
     aborted = clean.replace(":type :ok, :f :send", ":type :fail, :f :send")
-    assert main(["verify", str(_write(tmp_path / "b", aborted)), "--format", "edn", "--local", "--out", str(out)]) == 1
+    # the same --out again: verify replaces its verdicts only when told to (issue 28)
+    again = ["--format", "edn", "--local", "--out", str(out), "--overwrite"]
+    assert main(["verify", str(_write(tmp_path / "b", aborted)), *again]) == 1
     assert "G1a" in capsys.readouterr().out
     broken = clean.replace("[[:send 0 [0 1]]]", "[[:send 0 [:zero 1]]]")
-    assert main(["verify", str(_write(tmp_path / "c", broken)), "--format", "edn", "--local", "--out", str(out)]) == 2
+    assert main(["verify", str(_write(tmp_path / "c", broken)), *again]) == 2
 
 
 def test_verify_ww_deps_makes_g1c_informational(tmp_path: Path) -> None:
@@ -235,4 +237,5 @@ def test_verify_ww_deps_makes_g1c_informational(tmp_path: Path) -> None:
     path = _write(tmp_path, text + "\n")
     out = str(tmp_path / "verdicts")
     assert main(["verify", str(path), "--format", "edn", "--local", "--out", out, "--no-progress"]) == 1
-    assert main(["verify", str(path), "--format", "edn", "--local", "--out", out, "--no-progress", "--ww-deps"]) == 0
+    again = ["--format", "edn", "--local", "--out", out, "--no-progress", "--overwrite", "--ww-deps"]
+    assert main(["verify", str(path), *again]) == 0

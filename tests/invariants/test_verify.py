@@ -14,7 +14,7 @@ import pytest
 
 from invariants.models import random_register_history
 from invariants.queue.taxonomy import PULSAR_CHECKS
-from invariants.transactional import CHECKS
+from invariants.transactional import CHECKS, GROUPS
 from invariants.verify import (
     MACHINE_KINDS,
     ModelPlan,
@@ -39,10 +39,12 @@ def test_one_ranking_from_ok_to_bad_input() -> None:
         "ok",
         "skipped",
         "unknown",
+        "late",
         "illegal",
         "error",
         "bad-input",
     ]
+    assert worst(["late", "unknown"]) is Outcome.LATE and worst(["late", "illegal"]) is Outcome.ILLEGAL
     assert worst([]) is Outcome.OK
     assert worst(["ok", "unknown", "skipped"]) is Outcome.UNKNOWN
     assert worst(["illegal", "unknown"]) is Outcome.ILLEGAL
@@ -76,13 +78,17 @@ def test_check_history_gives_one_row_per_checker() -> None:
     ]
     transactional = json.loads(rows[0].detail)
     assert transactional["counts"] == {} and transactional["anomalies"] == []
-    # and beside the verdict, which checks had anything to judge (invariants.applicability)
-    # (and each anomaly of Jepsen's Kafka taxonomy judged on Pulsar histories)
-    assert set(transactional["applicability"]) == set(CHECKS) | set(PULSAR_CHECKS)
+    # and beside each verdict, which of its checks had anything to judge (invariants.applicability):
+    # each row states the checks of its group of the taxonomy; the delivery row also each anomaly of
+    # Jepsen's Kafka taxonomy judged on Pulsar histories (invariants.queue)
     delivery = json.loads(rows[1].detail)
+    assert set(transactional["applicability"]) | set(delivery["applicability"]) == set(CHECKS) | set(PULSAR_CHECKS)
+    assert {GROUPS[name] for name in transactional["applicability"]} == {"transactional"}
+    assert set(PULSAR_CHECKS) <= set(delivery["applicability"])
     assert (
         delivery["counts"] == {}
         and delivery["violations"] == []
+        and delivery["anomalies"] == []
         and sum(delivery["judged"].values()) == rows[1].objects
     )
 

@@ -45,18 +45,29 @@ class Checked:
 
     @property
     def anomalies(self) -> dict[str, list[dict[str, Any]]]:
-        """The transactional anomalies, and the delivery oracle's violations where it ran."""
+        """The Elle-style anomalies (each in the row of its group: transactional or delivery), and
+        the delivery oracle's violations where it ran."""
         out: dict[str, list[dict[str, Any]]] = {}
-        for anomaly in self.transactional["anomalies"]:
-            out.setdefault(anomaly["name"], []).append(anomaly)
         for row in self.rows:
+            if row.checker in ("transactional", "delivery") and row.detail.startswith("{"):
+                for anomaly in json.loads(row.detail).get("anomalies", []):
+                    out.setdefault(anomaly["name"], []).append(anomaly)
             if row.checker == "delivery" and row.detail.startswith("{"):
                 for violation in json.loads(row.detail).get("violations", []):
                     out.setdefault(f"delivery:{violation['name']}", []).append(violation)
         return out
 
+    @property
+    def applicability(self) -> dict[str, dict[str, Any]]:
+        """Each Elle-style check's statement of what it had to judge (each row states its own)."""
+        found: dict[str, dict[str, Any]] = {}
+        for row in self.rows:
+            if row.checker in ("transactional", "delivery") and row.detail.startswith("{"):
+                found.update(json.loads(row.detail).get("applicability", {}))
+        return found
+
     def applies(self, check: str) -> bool:
-        return bool(self.transactional["applicability"][check]["applies"])
+        return bool(self.applicability[check]["applies"])
 
     def op(self, index: int) -> Operation:
         return self.ops[index]

@@ -149,6 +149,85 @@ def _flipped_parquet(tmp: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def _parquet(tmp: Path, name: str, change: Callable[[object], object], history: str = "h") -> None:
+    """A small transactional history as Parquet, its Arrow table changed by ``change`` first."""
+    import dataclasses
+
+    import pyarrow.parquet as pq
+
+    from history_io.files import history_table
+    from tests.invariants.synthetic import generate
+
+    table = history_table([dataclasses.replace(op, history=history) for op in generate(1)])
+    path = tmp / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as handle:
+        pq.write_table(change(table), handle)
+
+
+def _duplicate_column(tmp: Path) -> None:
+    import pyarrow as pa
+
+    def twice(table: object) -> object:
+        assert isinstance(table, pa.Table)
+        return pa.Table.from_arrays([*table.columns, table.column("f")], names=[*table.column_names, "f"])
+
+    _parquet(tmp, "h.parquet", twice)
+
+
+def _missing_column(tmp: Path) -> None:
+    _parquet(tmp, "h.parquet", lambda table: table.drop(["invoked_at"]))  # type: ignore[attr-defined]
+
+
+def _zero_rows(tmp: Path) -> None:
+    _parquet(tmp, "h.parquet", lambda table: table.slice(0, 0))  # type: ignore[attr-defined]
+
+
+def _not_utf8_name(tmp: Path) -> None:
+    _parquet(tmp, os.fsdecode(b"d/h\xff.parquet"), lambda table: table)
+
+
+def _long_history_id(tmp: Path) -> None:
+    _parquet(tmp, "h.parquet", lambda table: table, history="h" * 300)
+
+
+def _out_in_use(tmp: Path) -> None:
+    _parquet(tmp, "h.parquet", lambda table: table)
+    _write("d/index.html", "an earlier run's")(tmp)
+
+
+def _link_loop(tmp: Path) -> None:
+    (tmp / "d").mkdir()
+    os.symlink("b.parquet", tmp / "d" / "a.parquet")
+    os.symlink("a.parquet", tmp / "d" / "b.parquet")
+
+
+def _trace_named_html(tmp: Path) -> None:
+    """A valid trace saved as ``t.html``: its page's default name is the trace's own."""
+    trace = {
+        "format": "txnmodel-trace",
+        "version": 1,
+        "model": "ctp",
+        "property": "p",
+        "kind": "safety",
+        "bounds": {},
+        "initial": {"coordinator": {"@type": "CoordinatorState", "txns": []}},
+        "steps": [],
+        "loop_from": None,
+    }
+    (tmp / "t.html").write_text(json.dumps(trace))
+
+
+def _ledger_dir_with_fifo(tmp: Path) -> None:
+    _ledger_dir(tmp)
+    os.mkfifo(tmp / "ml" / "ledger-00000000000000000009.log")
+
+
+def _ledger_dir_with_loop(tmp: Path) -> None:
+    _ledger_dir(tmp)
+    os.symlink("ledger-00000000000000000008.log", tmp / "ml" / "ledger-00000000000000000008.log")
+
+
 def _random_text(tmp: Path) -> None:
     import random
     import string
@@ -423,6 +502,13 @@ CASES: tuple[Case, ...] = (
     ),
     Case(
         "record",
+        "--url port past 65535",
+        ("record", "--url", "pulsar://127.0.0.1:99999", "--workload", "nack", "--out", "{tmp}/o", "--ops", "2"),
+        2,
+        ("pulsar://127.0.0.1:99999", "expected a number from 1 to 65535"),
+    ),
+    Case(
+        "record",
         "--out is a file",
         ("record", "--url", "pulsar://127.0.0.1:1", "--workload", "nack", "--out", "{tmp}/f"),
         2,
@@ -685,6 +771,106 @@ CASES: tuple[Case, ...] = (
         2,
         ("random.txt", "not a Jepsen log"),
         _random_text,
+    ),
+    # -- the issue's list (28): other tools' files
+    Case(
+        "verify",
+        "a Parquet column twice",
+        ("verify", "{tmp}/h.parquet", "--local", "--out", "{tmp}/verdicts"),
+        2,
+        ("h.parquet", "f", "more than once"),
+        _duplicate_column,
+    ),
+    Case(
+        "verify",
+        "a Parquet column missing",
+        ("verify", "{tmp}/h.parquet", "--local", "--out", "{tmp}/verdicts"),
+        2,
+        ("h.parquet", "missing column(s) invoked_at"),
+        _missing_column,
+    ),
+    Case(
+        "verify",
+        "a history of zero rows",
+        ("verify", "{tmp}/h.parquet", "--local", "--out", "{tmp}/verdicts"),
+        2,
+        ("h.parquet", "nothing to check"),
+        _zero_rows,
+    ),
+    Case(
+        "verify",
+        "a file name that is not UTF-8 (works)",
+        ("verify", "{tmp}/d", "--local", "--out", "{tmp}/verdicts"),
+        0,
+        (),
+        _not_utf8_name,
+    ),
+    Case(
+        "verify",
+        "a 300-character history id (works)",
+        ("verify", "{tmp}/h.parquet", "--local", "--out", "{tmp}/verdicts"),
+        0,
+        (),
+        _long_history_id,
+    ),
+    Case(
+        "verify",
+        "a symbolic link loop in a folder",
+        ("verify", "{tmp}/d", "--local", "--out", "{tmp}/verdicts"),
+        2,
+        ("a.parquet", "symbolic link loop"),
+        _link_loop,
+    ),
+    Case(
+        "verify",
+        "a symbolic link loop named",
+        ("verify", "{tmp}/d/a.parquet", "--local", "--out", "{tmp}/verdicts"),
+        2,
+        ("a.parquet", "symbolic link loop"),
+        _link_loop,
+    ),
+    Case(
+        "verify",
+        "a non-empty --out",
+        ("verify", "{tmp}/h.parquet", "--local", "--out", "{tmp}/d"),
+        2,
+        ("--out", "not empty", "--overwrite"),
+        _out_in_use,
+    ),
+    Case(
+        "view",
+        "its own input as the page (t.html)",
+        ("view", "{tmp}/t.html"),
+        2,
+        ("t.html", "overwrite its own input"),
+        _trace_named_html,
+    ),
+    Case(
+        "inspect",
+        "a FIFO inside a ledger folder",
+        ("inspect", "{tmp}/ml"),
+        2,
+        ("ledger-00000000000000000009.log", "a FIFO"),
+        _ledger_dir_with_fifo,
+        timeout=60,
+    ),
+    Case(
+        "inspect",
+        "a symbolic link loop inside a ledger folder",
+        ("inspect", "{tmp}/ml"),
+        2,
+        ("ledger-00000000000000000008.log", "symbolic link loop"),
+        _ledger_dir_with_loop,
+        timeout=60,
+    ),
+    Case(
+        "inspect",
+        "a symbolic link loop named",
+        ("inspect", "{tmp}/ml/ledger-00000000000000000008.log"),
+        2,
+        ("ledger-00000000000000000008.log", "symbolic link loop"),
+        _ledger_dir_with_loop,
+        timeout=60,
     ),
     Case(
         "verify",

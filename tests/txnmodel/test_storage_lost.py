@@ -59,12 +59,12 @@ def test_a_full_simulated_disk_stops_simulate_and_verify_says_so(tmp_path: Path)
     # the reproduce line says the capacity, so it reruns the same stopped run
     assert "--disk-capacity 65536" in (result["checkers"]["run"]["reproduce"] or "")
     # the same with the histories grouped across files
-    grouped = _txnmodel("verify", str(out), "--out", str(verdicts), "--group-by-history", "--json")
+    grouped = _txnmodel("verify", str(out), "--out", str(verdicts), "--group-by-history", "--json", "--overwrite")
     assert grouped.returncode == 1, grouped.stderr[-2000:]
     (result,) = json.loads(grouped.stdout)["histories"]
     assert result["checkers"]["run"]["verdict"] == "unknown"
     # --unknown-ok is the caller's way to accept it
-    assert _txnmodel("verify", str(out), "--out", str(verdicts), "--unknown-ok").returncode == 0
+    assert _txnmodel("verify", str(out), "--out", str(verdicts), "--unknown-ok", "--overwrite").returncode == 0
 
 
 def test_a_file_size_limit_on_the_real_disk_is_one_line_and_exit_2(tmp_path: Path) -> None:

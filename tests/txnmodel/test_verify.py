@@ -82,7 +82,7 @@ def test_spark_and_local_agree(spark: Any, folder: Path) -> None:
     assert _key(on_spark) == _key(local)
     verdicts = {(h, c): v for h, c, v in _key(local)}
     assert verdicts[("bad-register-1", "linearizability")] == "illegal"
-    assert verdicts[("lost-2", "transactional")] == "illegal"
+    assert verdicts[("lost-2", "delivery")] == "illegal"  # loss is a delivery anomaly (its group)
     assert all(v == "ok" for (h, _), v in verdicts.items() if h.startswith(("register-", "txn-")))
     # 6 + 1 register histories (linearizability); 4 + 1 transactional ones (transactional, delivery)
     assert len(verdicts) == 7 + 5 * 2
@@ -103,8 +103,8 @@ def test_verify_on_spark_writes_verdicts_and_counterexamples(
     table = pq.read_table(out / "verdicts.parquet").to_pylist()
     assert len(table) == 17 and {r["verdict"] for r in table} == {"ok", "illegal"}
     pages = sorted(p.name for p in (out / "counterexamples").iterdir())
-    assert "bad-register-1.linearizability.html" in pages and "lost-2.transactional.txt" in pages
-    assert "lost-message" in (out / "counterexamples" / "lost-2.transactional.html").read_text()
+    assert "bad-register-1.linearizability.html" in pages and "lost-2.delivery.txt" in pages
+    assert "lost-message" in (out / "counterexamples" / "lost-2.delivery.html").read_text()
     # the report names every counterexample file it wrote, and the index that links them
     for page in pages:
         assert f"counterexample: {out / 'counterexamples' / page}" in printed.out
@@ -129,11 +129,14 @@ def test_verify_json_on_jepsen_logs(spark: Any, tmp_path: Path, capsys: pytest.C
 
 
 def test_exit_codes_in_process(folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = ["--out", str(tmp_path / "o"), "--local", "--no-progress"]
+    out = ["--out", str(tmp_path / "o"), "--local", "--no-progress", "--overwrite"]
     good = tmp_path / "good"
     good.mkdir()
     shutil.copy(folder / "good-1.parquet", good / "a.parquet")
     assert verify_main([str(good), *out]) == 0
+    # an --out that holds an earlier run's verdicts is never overwritten silently
+    assert verify_main([str(good), *out[:-1]]) == 2
+    assert "not empty" in capsys.readouterr().err
     # unknown (budget exhausted) fails the gate unless told otherwise
     assert verify_main([str(good), "--budget", "3", *out]) == 1
     assert verify_main([str(good), "--budget", "3", "--unknown-ok", *out]) == 0
@@ -154,12 +157,22 @@ def test_a_history_split_over_two_files_is_bad_input(tmp_path: Path) -> None:
     write_parquet(tmp_path / "c.parquet", ops[10:])
     assert verify_main([str(tmp_path), "--local", "--no-progress", "--out", str(tmp_path / "o")]) == 2
     assert (
-        verify_main([str(tmp_path), "--local", "--no-progress", "--group-by-history", "--out", str(tmp_path / "o")])
+        verify_main(
+            [
+                str(tmp_path),
+                "--local",
+                "--no-progress",
+                "--group-by-history",
+                "--out",
+                str(tmp_path / "o"),
+                "--overwrite",
+            ]
+        )
         == 0
     )
     assert (
         verify_main(
-            [str(tmp_path / "b.jsonl"), "--format", "jsonl", "--local", "--no-progress", "--out", str(tmp_path / "o")]
+            [str(tmp_path / "b.jsonl"), "--format", "jsonl", "--local", "--no-progress", "--out", str(tmp_path / "p")]
         )
         == 0
     )
@@ -287,8 +300,10 @@ def test_executors_write_the_verdicts_and_return_them_without_pages(spark: Any, 
     assert all(r.html is None for r in rows)
     bad = next(r for r in rows if r.history == "bad-register-1")
     assert bad.counterexample and (out / "counterexamples" / "bad-register-1.linearizability.html").exists()
-    # A second run into the same folder replaces the first: no stale part survives.
-    code = verify_main([str(folder / "bad"), "--local", "--no-progress", "--out", str(out)])
+    # A second run into the same folder is refused, and with --overwrite replaces the first: no
+    # stale part survives.
+    assert verify_main([str(folder / "bad"), "--local", "--no-progress", "--out", str(out)]) == 2
+    code = verify_main([str(folder / "bad"), "--local", "--no-progress", "--out", str(out), "--overwrite"])
     assert code == 1 and {r["history"] for r in pq.read_table(out / "verdicts.parquet").to_pylist()} == {
         "bad-register-1",
         "lost-2",
@@ -301,6 +316,29 @@ def test_one_spark_session_per_process(spark: Any) -> None:
 
     assert spark_session("local[2]") is spark
     assert spark_session("local[2]") is spark_session("local[2]")
+
+
+def test_progress_moves_inside_one_history(tmp_path: Path) -> None:
+    """One long history is never one step from 0% to 100%: the count moves as its rows are read and
+    as each of its checks runs, the check running named (issue 28, item 4)."""
+    from runners.file_checks import operations_in
+    from views.progress import Phase
+
+    ops = [dataclasses.replace(op, history="long") for op in generate(5, txns_each=60)]
+    write_parquet(tmp_path / "long.parquet", ops)
+    files = [str(tmp_path / "long.parquet")]
+    seen: list[tuple[int, str]] = []
+    phase = Phase("verify", None, "operations", 0.0)
+    phase._changed = lambda p: seen.append((p.done, p.note))
+    phase.set_total(operations_in(files, "parquet"))
+    rows = check_files_local(files, "parquet", VerifyOptions(), progress=phase)
+    assert {r.verdict for r in rows} == {"ok"}
+    assert phase.total == len(ops) and phase.done == len(ops)
+    counts = [done for done, _ in seen]
+    assert counts == sorted(counts) and len({c for c in counts if 0 < c < len(ops)}) > 10
+    notes = {note for _, note in seen}
+    assert any(note.startswith("reading") for note in notes)
+    assert "long: lost-message" in notes and "long: late-visibility" in notes
 
 
 def test_a_kafka_workload_history_on_spark_as_in_this_process(spark: Any, tmp_path: Path) -> None:

@@ -261,4 +261,7 @@ def test_transactional_text() -> None:
         ),
     ]
     text = render_txn_text(check_transactional(ops), seed=9)
-    assert "aborted-read x1" in text and "(G1a)" in text and "seed 9" in text
+    assert "aborted-read (G1a) x1 [safety]" in text and "seed 9" in text
+    # one line per anomaly, under its kind, led by the object it is about (short: no namespace)
+    assert "\n  partition-0#s  ops [0, 1, 2]: 'a' was sent in txn (0,1)" in text, text
+    assert "TRANSACTIONAL ANOMALIES: 1 safety (illegal)" in text

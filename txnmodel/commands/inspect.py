@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import stat
 import sys
 from pathlib import Path
 
-from history_io.inputs import file_kind, read_input_bytes
+from history_io.inputs import file_kind, printable, read_input_bytes
 from spec.errors import InputError
 from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, one_line, print_json
 
@@ -25,12 +27,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from spec.types import Position
 
     path = Path(args.path)
-    if not path.exists():
-        print(f"txnmodel inspect: no such file or folder: {path}", file=sys.stderr)
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            why = "a symbolic link loop (a link that leads back to itself); expected a file or a folder"
+        elif path.is_symlink():
+            why = f"a symbolic link to {printable(os.readlink(path))}, which does not exist"
+        else:
+            why = "no such file or folder" if exc.errno == errno.ENOENT else (exc.strerror or str(exc))
+        print(f"txnmodel inspect: {printable(path)}: {why}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    mode = path.stat().st_mode
     if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):  # a FIFO would block, a device never end
-        raise InputError(f"not a file or a folder ({file_kind(mode)})", where=str(path))
+        raise InputError(f"not a file or a folder ({file_kind(mode)})", where=printable(path))
     kind = LogKind(args.kind) if args.kind else None
     position = None
     if args.entry:

@@ -15,12 +15,14 @@ The job:
    ``OUT/verdicts.parquet/`` and its counterexamples to ``OUT/counterexamples/`` (text and
    HTML); this process prints a summary.
 
-Exit codes (:mod:`txnmodel.common`): 0 every history passed every checker; 1 a violation
-(``illegal`` or a transactional anomaly), an ``error`` (a model or machine raised: a programming
-error, reported with its traceback), or an ``unknown`` verdict (a budget ran out: nothing was
-proved, so a CI gate must not pass) unless ``--unknown-ok``; 2 bad input (a file or row that breaks
-the history contract, an unknown model or format), which wins over 1 because the verdicts of bad
-input mean nothing.
+Exit codes (:mod:`txnmodel.common`): 0 every history passed every checker that had something to
+judge (a checker with nothing to judge is ``skipped``: said, not a failure); 1 a safety violation
+(``illegal``), an ``error`` (a model or machine raised: a programming error, reported with its
+traceback), a liveness miss (``late``: a bound the history or the checker states, missed) unless
+``--late-ok``, or an ``unknown`` verdict (a budget ran out: nothing was proved, so a CI gate must not
+pass) unless ``--unknown-ok``; 2 bad input (a file or row that breaks the history contract, an
+unknown model or format, an input without a single operation, a non-empty ``--out`` without
+``--overwrite``), which wins over 1 because the verdicts of bad input mean nothing.
 
 :func:`verify` is the command as a function (what ``txnmodel run`` calls).
 """
@@ -28,6 +30,7 @@ input mean nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -68,6 +71,8 @@ class VerifyRequest:
     mode: str = "auto"  # auto | local | spark (see runners.spark.use_spark)
     group_by_history: bool = False
     unknown_ok: bool = False
+    late_ok: bool = False
+    overwrite: bool = False  # accept a non-empty ``out``, replacing what verify writes there
     progress: bool = True
     json: bool = False
     # where progress goes (a views.progress.Reporter); None: a Reporter of its own on stderr
@@ -86,6 +91,7 @@ class VerifyResult:
 def verify(request: VerifyRequest) -> VerifyResult:
     """List, check, write and report; never raises on bad input (exit code 2 instead)."""
     from history_io.files import history_files
+    from history_io.inputs import printable
     from invariants.models import model_by_name
     from spec.errors import InputError
     from spec.history import BadHistory
@@ -93,12 +99,18 @@ def verify(request: VerifyRequest) -> VerifyResult:
     started = time.perf_counter()
     out = Path(request.out)
     try:
-        out_dir = out.resolve()
-        # never read our own output back as input (an --out folder inside PATH)
-        files = [str(p) for p in history_files(request.path, request.format) if out_dir not in p.resolve().parents]
+        out_dir = Path(os.path.realpath(out))
+        # never read our own output back as input (an --out folder inside PATH); realpath, which
+        # never raises, since a listed name may be a link loop that its reader refuses by name
+        files = [
+            str(p)
+            for p in history_files(request.path, request.format)
+            if out_dir not in Path(os.path.realpath(p)).parents
+        ]
         if not files:
             raise BadHistory(
-                f"no {request.format} history files outside the output folder {out_dir}", where=request.path
+                f"no {request.format} history files outside the output folder {printable(out_dir)}",
+                where=printable(request.path),
             )
         if request.options.model != "auto":
             model_by_name(request.options.model)
@@ -111,13 +123,27 @@ def verify(request: VerifyRequest) -> VerifyResult:
     options = request.options
     if request.format == "jepsen" and options.model == "auto":
         options = dataclasses.replace(options, model="cas-register")
+    from history_io.folders import UsageError, exclusive_folder
     from views.progress import Reporter
 
     reporter = request.reporter if request.reporter is not None else Reporter()
     if not request.progress:
         reporter = Reporter(enabled=False)
-    rows = _check(request, files, options, reporter)
-    return report(request, rows, time.perf_counter() - started)
+    with contextlib.ExitStack() as held:
+        try:  # checked before any work: never a silent overwrite of an earlier run's verdicts
+            held.enter_context(exclusive_folder(out, "--out", overwrite=request.overwrite, ours=_ours))
+        except UsageError as exc:
+            print(f"txnmodel verify: {one_line(str(exc))}", file=sys.stderr)
+            return VerifyResult(EXIT_BAD_INPUT)
+        rows = _check(request, files, options, reporter)
+        return report(request, rows, time.perf_counter() - started)
+
+
+def _ours(entry: Path) -> bool:
+    """What ``verify`` writes in its ``--out`` (``--overwrite`` replaces these, and nothing else)."""
+    from runners.verdicts import INDEX, PAGES, VERDICTS
+
+    return entry.name in (VERDICTS, PAGES, INDEX)
 
 
 def report(request: VerifyRequest, rows: Sequence[VerdictRow], elapsed: float) -> VerifyResult:
@@ -129,7 +155,7 @@ def report(request: VerifyRequest, rows: Sequence[VerdictRow], elapsed: float) -
 
     out = Path(request.out)
     written = write_index(out, rows)
-    code = exit_code(rows, unknown_ok=request.unknown_ok)
+    code = exit_code(rows, unknown_ok=request.unknown_ok, late_ok=request.late_ok)
     summary = summarize(rows, elapsed)
     if request.json:
         json.dump(
@@ -150,11 +176,15 @@ def report(request: VerifyRequest, rows: Sequence[VerdictRow], elapsed: float) -
             print(line)
     if code == EXIT_BAD_INPUT:  # the one line every exit 2 ends with, whatever else was printed
         bad = [row for row in rows if row.verdict == Outcome.BAD_INPUT.value]
-        first = next((row.detail for row in bad if row.detail), bad[0].history)
-        print(
-            f"txnmodel verify: bad input in {len(bad)} of {len(rows)} verdicts; first: {one_line(first)}",
-            file=sys.stderr,
-        )
+        if not bad:
+            first = next((row.detail for row in rows if row.detail), "no history in the input")
+            print(f"txnmodel verify: nothing to check: {one_line(first)}", file=sys.stderr)
+        else:
+            first = next((row.detail for row in bad if row.detail), bad[0].history)
+            print(
+                f"txnmodel verify: bad input in {len(bad)} of {len(rows)} verdicts; first: {one_line(first)}",
+                file=sys.stderr,
+            )
     return VerifyResult(code, tuple(rows), elapsed)
 
 
@@ -193,7 +223,12 @@ def _check(request: VerifyRequest, files: list[str], options: VerifyOptions, rep
                 reproduce=reproduce_command,
             )
     else:
-        with reporter.phase("verify", total=len(files), unit="files") as phase:
+        from runners.file_checks import operations_in
+
+        # in operations where the files' footers say how many (progress inside a long history)
+        total = None if grouped else operations_in(files, request.format)
+        unit = "files" if total is None else "operations"
+        with reporter.phase("verify", total=len(files) if total is None else total, unit=unit) as phase:
             rows = check_files_local(
                 files,
                 request.format,
@@ -227,6 +262,8 @@ def request_from_args(args: argparse.Namespace) -> VerifyRequest:
         mode="local" if args.local else "spark" if args.spark else "auto",
         group_by_history=args.group_by_history,
         unknown_ok=args.unknown_ok,
+        late_ok=args.late_ok,
+        overwrite=args.overwrite,
         progress=not args.no_progress,
         json=args.json,
     )
@@ -287,7 +324,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--out",
         default=DEFAULT_OUT,
-        help=f"folder for verdicts.parquet, index.html and counterexamples/ (default {DEFAULT_OUT})",
+        help=f"folder for verdicts.parquet, index.html and counterexamples/ (default {DEFAULT_OUT}), empty unless "
+        "--overwrite",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="accept a non-empty --out: the verdicts, pages and index of an earlier run there are removed first "
+        "(other files are left alone)",
     )
     parser.add_argument(
         "--budget",
@@ -310,6 +354,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "search runs, in MB; past it the verdict is unknown (default 1024)",
     )
     parser.add_argument("--unknown-ok", action="store_true", help="exit 0 even if some verdict is unknown")
+    parser.add_argument(
+        "--late-ok",
+        action="store_true",
+        help="exit 0 even if some verdict is late (a liveness bound missed; safety violations still exit 1)",
+    )
     parser.add_argument("--no-counterexamples", action="store_true", help="skip shrinking and rendering")
     parser.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--json", action="store_true", help="print one result per history as JSON")
@@ -323,8 +372,10 @@ DESCRIPTION = (
     "of the whole history (read-committed, atomic visibility, no loss, no duplicates, order, delayed never "
     "early), on Spark or locally. Writes verdicts as Parquet, every counterexample as text and as an interactive "
     "HTML page, and an index.html linking them; prints the path of each. Progress goes to stderr (a live bar on a "
-    "terminal, a line at least every 10 s otherwise). Exit 0 all ok, 1 a violation or an unknown verdict, 2 bad "
-    "input."
+    "terminal, a line at least every 10 s otherwise). Verdicts: ok, skipped (nothing to judge: not a pass), late "
+    "(a liveness bound missed), illegal (a safety violation), unknown, error, bad-input. Exit 0 all ok or skipped, "
+    "1 a safety violation, an error, a late verdict (unless --late-ok) or an unknown one (unless --unknown-ok), 2 "
+    "bad input (or nothing to check, or a non-empty --out without --overwrite)."
 )
 
 
@@ -339,12 +390,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run_verify)
 
 
-def exit_code(rows: Iterable[VerdictRow], unknown_ok: bool = False) -> int:
-    """2 for any bad input (it wins: verdicts on bad input mean nothing); 1 for a violation, an
-    error, or an unknown verdict unless ``unknown_ok``; else 0."""
+def exit_code(rows: Iterable[VerdictRow], unknown_ok: bool = False, late_ok: bool = False) -> int:
+    """2 for any bad input (it wins: verdicts on bad input mean nothing), or when nothing at all was
+    checked (every file empty); 1 for a safety violation, an error, a liveness miss unless
+    ``late_ok``, or an unknown verdict unless ``unknown_ok``; else 0 (``skipped``, a checker with
+    nothing to judge, is said and fails nothing)."""
+    rows = list(rows)
     verdicts = {Outcome(row.verdict) for row in rows}
-    if Outcome.BAD_INPUT in verdicts:
+    if Outcome.BAD_INPUT in verdicts or all(row.checker == "input" for row in rows):
         return EXIT_BAD_INPUT
-    if Outcome.ILLEGAL in verdicts or Outcome.ERROR in verdicts or (Outcome.UNKNOWN in verdicts and not unknown_ok):
+    if (
+        Outcome.ILLEGAL in verdicts
+        or Outcome.ERROR in verdicts
+        or (Outcome.LATE in verdicts and not late_ok)
+        or (Outcome.UNKNOWN in verdicts and not unknown_ok)
+    ):
         return EXIT_FAILED
     return EXIT_OK

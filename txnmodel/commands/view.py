@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-from history_io.inputs import read_json_input
+from history_io.inputs import describe_os_error, printable, read_json_input
 from spec.errors import InputError
 from txnmodel.common import EXIT_BAD_INPUT, EXIT_OK, one_line
 
@@ -22,18 +23,40 @@ def cmd_view(args: argparse.Namespace) -> int:
     source = Path(args.trace)
     try:
         data = read_json_input(source, limit=MAX_TRACE_BYTES, limit_name="MAX_TRACE_BYTES", max_depth=MAX_TRACE_DEPTH)
-        trace = Trace.from_json(data, where=str(source))
+        trace = Trace.from_json(data, where=printable(source))
     except OSError as exc:
-        print(f"txnmodel view: cannot read {source}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"txnmodel view: cannot read {printable(source)}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except InputError as exc:
         print(f"txnmodel view: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     out = Path(args.out) if args.out else source.with_suffix(".html")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(trace_page(trace), encoding="utf-8")
-    print(f"counterexample page: {out}")
+    if _same_file(source, out):
+        print(
+            f"txnmodel view: {printable(out)}: the page would overwrite its own input, the trace; expected another "
+            "path (--out PAGE.html)",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(trace_page(trace), encoding="utf-8")
+    except OSError as exc:
+        print(f"txnmodel view: cannot write the page: {describe_os_error(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"counterexample page: {printable(out)}")
     return EXIT_OK
+
+
+def _same_file(source: Path, out: Path) -> bool:
+    """Whether writing ``out`` would replace ``source`` (the same name, or another name of the same
+    file: a link, a path through a link)."""
+    if os.path.realpath(source) == os.path.realpath(out):
+        return True
+    try:
+        return os.path.samefile(source, out)
+    except OSError:
+        return False  # ``out`` does not exist yet
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

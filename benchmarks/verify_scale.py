@@ -1,0 +1,338 @@
+"""How ``verify`` scales with a history's length: the transactional and delivery checks at 10^4, 10^5
+and 10^6 operations of each ``txnmodel record`` workload shape, in one run.
+
+    .venv/bin/python benchmarks/verify_scale.py [--sizes 10000,100000,1000000] [--workloads ...]
+                                               [--templates DIR] [--out out/bench/verify-scale]
+
+The histories are **built from recordings**, not recorded at length: one history per workload
+(``produce-consume``, ``nack``, ``ack-timeout``, ``delayed``, ``ctp``, ``multi``) is recorded from
+``txnmodel serve`` (in this process, on loopback, its default options: ``--ops 300``, seed 1) or
+read from ``--templates DIR`` (``<workload>*.parquet``, e.g. ``txnmodel record`` output), then
+repeated end to end, each copy after the last in time, with its own payloads, ledger ids, transaction
+ids and client processes, on the same topics and subscriptions: the recorded shape (the operations'
+mix, the subscriptions' types, the consumers, the bounds) with as many operations as asked, whole
+copies only (so a size is the first multiple of the template's length at or past it).  The
+subscriptions grow with the history, which is what a check that loops over a subscription's
+operations per operation pays for.
+
+Each (workload, size) is measured in a fresh process: the Parquet file read into operations
+(``history_io.files.iter_histories``), the **transactional checks** (the analysis, every check of
+the taxonomy and which had anything to judge), the **delivery checks** (the delivery oracle), the
+CPU seconds of each, the verdicts (every history must pass: a clean broker's history tiled is still
+clean), and the process's peak memory above what it held before reading, per operation.
+
+Prints, with the load average: per workload and size the CPU seconds and operations per CPU second of
+each stage, the ratios t(10^6)/t(10^5) and t(10^5)/t(10^4) (goal: at most 12, where 10 is linear),
+and whether the checks run at 50,000 operations per CPU second or more at 10^6; writes the figures to
+``OUT/verify-scale.json`` and the table to ``OUT/verify-scale.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+WORKLOADS = ("produce-consume", "nack", "ack-timeout", "delayed", "ctp", "multi")
+SIZES = (10_000, 100_000, 1_000_000)
+GOAL_RATIO = 12.0
+GOAL_RATE = 50_000
+
+
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} (5 min {five:.1f}) on {os.cpu_count()} CPUs"
+
+
+# --- templates: one recorded history per workload ----------------------------------------------
+
+
+def templates(workloads: list[str], folder: Path, given: Path | None) -> dict[str, Path]:
+    """One recorded history per workload: from ``given``, else recorded once into ``folder`` from
+    ``txnmodel serve`` in this process (kept there for the next run)."""
+    found: dict[str, Path] = {}
+    for workload in workloads:
+        for source in (given, folder):
+            if source is None:
+                continue
+            matches = sorted(p for p in source.glob(f"{workload}*.parquet") if _is(workload, p))
+            if matches:
+                found[workload] = matches[0]
+                break
+    missing = [w for w in workloads if w not in found]
+    if missing:
+        from recording import RecordOptions, record
+        from runners.serve import serve
+
+        folder.mkdir(parents=True, exist_ok=True)
+        with serve() as url:
+            for workload in missing:
+                started = time.perf_counter()
+                result = record(
+                    RecordOptions(url=url, workload=workload, out=str(folder), ops=300, seed=1, progress=False)
+                )
+                found[workload] = Path(result.path)
+                print(f"recorded {workload}: {result.operations} operations in {time.perf_counter() - started:.1f}s")
+    return found
+
+
+def _is(workload: str, path: Path) -> bool:
+    """``path`` is a recording of ``workload`` (``nack`` is not ``nack-...``'s prefix of another)."""
+    rest = path.name[len(workload) :]
+    return rest.startswith(("-seed", ".", "-")) and not any(
+        other != workload and other.startswith(workload) and path.name.startswith(other) for other in WORKLOADS
+    )
+
+
+# --- tiling: the template repeated end to end -----------------------------------------------------
+
+
+def tile(template: Path, size: int, history: str) -> list[Any]:
+    """The template's operations repeated end to end until there are at least ``size`` of them (whole
+    copies): copy k is shifted in time past the one before, its payloads, ledger ids, transaction
+    ids and processes its own, its topics and subscriptions the template's."""
+    from history_io.files import read_file
+    from spec.history import Operation
+
+    ((_, ops),) = read_file(template, "parquet").items()
+    start = min(op.invoked_at for op in ops)
+    end = max(op.completed_at if op.completed_at is not None else op.invoked_at for op in ops)
+    span = end - start + 10_000  # a quiet 10 s between copies
+    ledgers = 1 + max((_ledger(op.args) for op in ops), default=0)
+    ledgers = max(ledgers, 1 + max((_ledger(op.returned) for op in ops), default=0))
+    txns = 1 + max((_txn(v) for op in ops for v in (op.args, op.returned)), default=0)
+    processes = 1 + max(op.process for op in ops)
+    copies = -(-size // len(ops))
+    out: list[Operation] = []
+    for k in range(copies):
+        shift = (k * ledgers, k * txns, k * span, f"c{k}:")
+        for op in ops:
+            value = _shifted(op.args, shift)
+            result = _shifted(op.returned, shift)
+            out.append(
+                Operation(
+                    history,
+                    op.index + k * len(ops),
+                    op.process + k * processes,
+                    op.type,
+                    op.f,
+                    op.object,
+                    json.dumps(value, separators=(",", ":")),
+                    None if op.result is None else json.dumps(result, separators=(",", ":")),
+                    op.invoked_at + k * span,
+                    None if op.completed_at is None else op.completed_at + k * span,
+                    op.error,
+                    op.seed,
+                    value,
+                    result,
+                )
+            )
+    return out
+
+
+def _ledger(value: Any) -> int:
+    position = value.get("position") if isinstance(value, dict) else None
+    return int(position[0]) if isinstance(position, list) and position else 0
+
+
+def _txn(value: Any) -> int:
+    txn = value.get("txn") if isinstance(value, dict) else None
+    return int(txn[1]) if isinstance(txn, list) and len(txn) == 2 else 0
+
+
+def _shifted(value: Any, shift: tuple[int, int, int, str]) -> Any:
+    """A value or result of copy k: its message ids in the copy's ledgers, its transaction in the
+    copy's ids, its times in the copy's span, its payload the copy's."""
+    if not isinstance(value, dict):
+        return value
+    ledgers, txns, dt, tag = shift
+    out = dict(value)
+    if isinstance(out.get("message"), str):
+        out["message"] = tag + out["message"]
+    if isinstance(out.get("position"), list) and len(out["position"]) == 2:
+        out["position"] = [out["position"][0] + ledgers, out["position"][1]]
+    for key in ("txn", "txn_id"):
+        if isinstance(out.get(key), list) and len(out[key]) == 2:
+            out[key] = [out[key][0], out[key][1] + txns]
+    for key in ("deliver_at_ms", "publish_time"):
+        if isinstance(out.get(key), int):
+            out[key] += dt
+    return out
+
+
+# --- one measurement, in a fresh process --------------------------------------------------------
+
+
+def measure(path: str) -> dict[str, Any]:
+    """Read and check one history file (the child's side): CPU seconds per stage, peak memory."""
+    import resource
+
+    from history_io.files import iter_histories
+    from invariants.applicability import applicability_of
+    from invariants.client_visible import check_client_visible
+    from invariants.transactional import TxnAnalysis, check_transactional
+    from invariants.verify import VerifyOptions, check_history
+    from spec.history import is_machine_operation
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    c0 = time.process_time()
+    ((name, ops),) = list(iter_histories(path, "parquet"))
+    c1 = time.process_time()
+    client = [op for op in ops if not is_machine_operation(op)]
+    analysis = TxnAnalysis.build(client)
+    found = check_transactional(client, analysis=analysis)
+    applies = applicability_of(analysis, found)
+    c2 = time.process_time()
+    oracle = check_client_visible(ops)
+    c3 = time.process_time()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    rows = check_history(name, ops, path, VerifyOptions())  # the verdicts, as verify gives them
+    return {
+        "ops": len(ops),
+        "read_s": c1 - c0,
+        "transactional_s": c2 - c1,
+        "delivery_s": c3 - c2,
+        "peak_bytes": peak - before,
+        "verdicts": {row.checker: row.verdict for row in rows},
+        "anomalies": {**found.counts, **oracle.counts},
+        "judged": sum(1 for a in applies if a.applies) + sum(1 for n in oracle.judged.values() if n),
+    }
+
+
+def _child(path: Path) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, __file__, "--measure", str(path)], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"measuring {path} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def _rate(ops: int, seconds: float) -> str:
+    return f"{ops / seconds:,.0f}" if seconds > 0 else "-"
+
+
+def report(figures: dict[str, dict[int, dict[str, Any]]], sizes: list[int]) -> list[str]:
+    lines = [
+        "| workload | ops | read s | transactional s (ops/CPU s) | delivery s (ops/CPU s) | both: ops/CPU s | "
+        "peak MB (bytes/op) | verdicts |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for workload, by_size in figures.items():
+        for size in sizes:
+            f = by_size.get(size)
+            if f is None:
+                continue
+            checks = f["transactional_s"] + f["delivery_s"]
+            verdicts = ", ".join(f"{k} {v}" for k, v in sorted(f["verdicts"].items()))
+            lines.append(
+                f"| {workload} | {f['ops']:,} | {f['read_s']:.2f} | {f['transactional_s']:.2f} "
+                f"({_rate(f['ops'], f['transactional_s'])}) | {f['delivery_s']:.2f} "
+                f"({_rate(f['ops'], f['delivery_s'])}) | {_rate(f['ops'], checks)} | {f['peak_bytes'] / 2**20:.0f} "
+                f"({f['peak_bytes'] / f['ops']:,.0f}) | {verdicts} |"
+            )
+    lines += [
+        "",
+        "| workload | stage | " + " | ".join(f"t({b:.0e})/t({a:.0e})" for a, b in itertools.pairwise(sizes)) + " |",
+    ]
+    lines.append("|---|---|" + "---|" * (len(sizes) - 1))
+    for workload, by_size in figures.items():
+        for stage in ("read_s", "transactional_s", "delivery_s"):
+            ratios = []
+            for a, b in itertools.pairwise(sizes):
+                fa, fb = by_size.get(a), by_size.get(b)
+                ratios.append(
+                    "-"
+                    if fa is None or fb is None or fa[stage] <= 0
+                    else f"{fb[stage] / fa[stage]:.1f} (ops x{fb['ops'] / fa['ops']:.1f})"
+                )
+            lines.append(f"| {workload} | {stage[:-2]} | " + " | ".join(ratios) + " |")
+    return lines
+
+
+def goals(figures: dict[str, dict[int, dict[str, Any]]], sizes: list[int]) -> list[str]:
+    """The issue's goals, per workload: t(10^6)/t(10^5) <= 12 and >= 50,000 operations per CPU second
+    at 10^6, on the transactional and the delivery checks."""
+    if len(sizes) < 2:
+        return []
+    big, small = sizes[-1], sizes[-2]
+    out = []
+    for workload, by_size in figures.items():
+        fb, fa = by_size.get(big), by_size.get(small)
+        if fb is None or fa is None:
+            continue
+        for stage in ("transactional_s", "delivery_s"):
+            ratio = fb[stage] / fa[stage] * (fa["ops"] / fb["ops"]) * (big / small) if fa[stage] > 0 else 0
+            rate = fb["ops"] / fb[stage] if fb[stage] > 0 else float("inf")
+            ok = ratio <= GOAL_RATIO and rate >= GOAL_RATE
+            out.append(
+                f"{'met' if ok else 'MISSED'}: {workload} {stage[:-2]}: t({big:.0e})/t({small:.0e}) = {ratio:.1f} "
+                f"(per {big // small}x operations; goal <= {GOAL_RATIO:g}), {rate:,.0f} operations per CPU second at "
+                f"{fb['ops']:,} (goal >= {GOAL_RATE:,})"
+            )
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--templates", type=Path, help="recorded histories to tile (<workload>*.parquet)")
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "verify-scale")
+    parser.add_argument("--measure", help=argparse.SUPPRESS)  # the child's side
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.measure)))
+        return 0
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    workloads = [w for w in args.workloads.split(",") if w]
+    unknown = sorted(set(workloads) - set(WORKLOADS))
+    if unknown:
+        parser.error(f"unknown workloads {unknown}; workloads are {', '.join(WORKLOADS)}")
+    from history_io.files import write_parquet
+
+    print(f"start: {_load()}")
+    found = templates(workloads, args.out / "templates", args.templates)
+    histories = args.out / "histories"
+    histories.mkdir(parents=True, exist_ok=True)
+    figures: dict[str, dict[int, dict[str, Any]]] = {}
+    for workload in workloads:
+        for size in sizes:
+            path = histories / f"{workload}-{size}.parquet"
+            ops = tile(found[workload], size, f"{workload}-{size}")
+            write_parquet(path, {ops[0].history: ops})
+            del ops
+            figures.setdefault(workload, {})[size] = _child(path)
+            f = figures[workload][size]
+            print(
+                f"{workload} {f['ops']:,} ops: read {f['read_s']:.2f}s, transactional {f['transactional_s']:.2f}s, "
+                f"delivery {f['delivery_s']:.2f}s, peak {f['peak_bytes'] / 2**20:.0f} MB, {f['verdicts']} ({_load()})"
+            )
+            path.unlink()
+    table = report(figures, sizes)
+    met = goals(figures, sizes)
+    end = _load()
+    print("\n".join(["", *table, "", *met, f"end: {end}"]))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "verify-scale.json").write_text(
+        json.dumps({"sizes": sizes, "templates": {w: str(p) for w, p in found.items()}, "figures": figures}, indent=2)
+    )
+    (args.out / "verify-scale.md").write_text("\n".join([*table, "", *met, f"end: {end}", ""]))
+    return 0 if all(line.startswith("met") for line in met) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
