@@ -108,10 +108,10 @@ def _stale(folder: Path, expected: dict[Path, str]) -> list[Path]:
 
 def _read(path: Path) -> str | None:
     """The text of the transcript at ``path``, or None when there is none."""
+    if not path.is_symlink() and not path.exists():
+        return None  # asked before reading: the reader refuses a missing file as bad input
     try:
         raw = read_input_bytes(path, limit=MAX_TRANSCRIPT_BYTES, limit_name="MAX_TRANSCRIPT_BYTES")
-    except FileNotFoundError:
-        return None
     except OSError as exc:
         raise BadTranscript(f"cannot read: {exc.strerror}", where=str(path)) from None
     except InputError as exc:

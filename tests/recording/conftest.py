@@ -94,3 +94,13 @@ def record_and_check(url: str, workload: str, *, ops: int | None = 60, **options
 
 def verdicts(rows: Sequence[VerdictRow]) -> dict[str, str]:
     return {row.checker: row.verdict for row in rows}
+
+
+def passed(rows: Sequence[VerdictRow]) -> bool:
+    """Every checker passed, save the transactional one in a history without transactions, which
+    says it had nothing to judge (``skipped``: neither a pass nor a failure); the delivery oracle
+    judges every history."""
+    without_txn = {row.history for row in rows if row.checker == "transactional" and row.verdict == "skipped"}
+    return all(
+        row.verdict == "ok" or (row.checker == "transactional" and row.verdict == "skipped") for row in rows
+    ) and all(any(r.history == h and r.checker == "delivery" and r.verdict == "ok" for r in rows) for h in without_txn)
