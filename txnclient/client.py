@@ -477,8 +477,8 @@ class WireConsumer:
         # What has arrived first, a CLOSE_CONSUMER among it: a copy already queued here must not be
         # handed out once the broker has taken it back.
         for part in self.parts:
-            if not part.connection.closed_by_broker:
-                part.connection.poll(read=True)
+            while not part.connection.closed_by_broker and part.connection.poll(read=True):
+                pass  # all the socket holds: the CLOSE_CONSUMER may follow many messages
         self._unpack()
         while not self.ready:
             for part in self.parts:

@@ -156,13 +156,14 @@ class Connection:
             if self._keep(frame) and match(frame):
                 return frame
 
-    def poll(self, *, read: bool) -> None:
-        """Take in the frames that have arrived (with ``read``, what the socket holds too), without
-        waiting: messages go to their consumers' queues."""
+    def poll(self, *, read: bool) -> bool:
+        """Take in the frames that have arrived (with ``read``, up to 64 KiB of what the socket holds
+        too), without waiting: messages go to their consumers' queues.  True when bytes were read."""
+        chunk: bytes | None = None
         if read:
             self.sock.settimeout(0.0)
             try:
-                chunk: bytes | None = self.sock.recv(1 << 16)
+                chunk = self.sock.recv(1 << 16)
             except (BlockingIOError, TimeoutError):
                 chunk = None
             except OSError:
@@ -177,7 +178,7 @@ class Connection:
             except InputError as exc:
                 raise WireError(ServerError.UnknownError, f"the broker sent a bad frame: {exc}") from None
             if parsed is None:
-                return
+                return bool(chunk)
             frame, used = parsed
             del self.buffer[:used]
             self._keep(frame)
