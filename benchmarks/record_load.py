@@ -40,7 +40,8 @@ def _serve(faults: str | None, seed: int) -> tuple[subprocess.Popen[str], str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     assert proc.stdout is not None
-    url = proc.stdout.readline().strip()
+    line = proc.stdout.readline().split()  # the service URL, then the admin URL when serve has one
+    url = line[0] if line else ""
     if not url.startswith("pulsar://"):
         proc.kill()
         raise SystemExit(f"serve did not start: {url!r}")

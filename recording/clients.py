@@ -434,14 +434,14 @@ class WireSession:
 
     def receive(self, process: Process, timeout_s: float) -> Any:
         """One receive on this session's consumer (None: nothing arrived; ``connected: false`` in the
-        value when the broker had closed the connection)."""
+        value when the broker had closed the connection or sent its consumer away)."""
         assert self.consumer is not None and self.consumer_spec is not None
         topic, subscription, _, name = self.consumer_spec
         value: dict[str, Any] = {"consumer": name}
         with process.op("receive", subscription_object(topic, subscription), value, self._outcome) as op:
             message = self.consumer.receive(timeout_millis=int(timeout_s * 1000))
             if message is None:
-                if getattr(self.client, "closed_by_broker", False):
+                if getattr(self.client, "closed_by_broker", False) or getattr(self.consumer, "closed_by_broker", False):
                     value["connected"] = False
                     op.ok(None)
                     self.reset()

@@ -455,6 +455,11 @@ class _PartitionConsumer:
     def queue(self) -> collections.deque[Frame]:
         return self.connection.queues.setdefault(self.consumer_id, collections.deque())
 
+    @property
+    def closed(self) -> bool:
+        """Whether the broker sent this consumer away (CLOSE_CONSUMER) or closed its connection."""
+        return self.connection.closed_by_broker or self.consumer_id in self.connection.closed_consumers
+
 
 @dataclass
 class WireConsumer:
@@ -469,6 +474,12 @@ class WireConsumer:
     def receive(self, timeout_millis: int | None = None) -> WireMessage | None:
         """The next message; None when none arrives in ``timeout_millis`` (None: wait for one)."""
         deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
+        # What has arrived first, a CLOSE_CONSUMER among it: a copy already queued here must not be
+        # handed out once the broker has taken it back.
+        for part in self.parts:
+            while not part.connection.closed_by_broker and part.connection.poll(read=True):
+                pass  # all the socket holds: the CLOSE_CONSUMER may follow many messages
+        self._unpack()
         while not self.ready:
             for part in self.parts:
                 part.connection.poll(read=False)  # frames read while waiting for another answer
@@ -478,7 +489,7 @@ class WireConsumer:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return None
-            if all(part.connection.closed_by_broker for part in self.parts):
+            if all(part.closed for part in self.parts):
                 return None
             socks = [part.connection.sock for part in self.parts if not part.connection.closed_by_broker]
             readable, _, _ = select.select(socks, [], [], 1.0 if left is None else min(left, 1.0))
@@ -490,9 +501,23 @@ class WireConsumer:
         part.flow(1)
         return message
 
+    @property
+    def closed_by_broker(self) -> bool:
+        """Whether the broker sent away one of this consumer's partition consumers: it must subscribe
+        again (a Pulsar client reconnects it), and nothing more arrives for it meanwhile."""
+        return any(part.closed for part in self.parts)
+
     def _unpack(self) -> None:
         """Split the MESSAGE frames that arrived into messages (a batch's, decompressed, by its
-        ``ack_set``: only the indexes still to deliver)."""
+        ``ack_set``: only the indexes still to deliver); the messages of a partition consumer the
+        broker sent away are dropped, unpacked or not (CLOSE_CONSUMER: they went back to the
+        subscription, and another consumer may acknowledge them)."""
+        if any(part.consumer_id in part.connection.closed_consumers for part in self.parts):
+            self.ready = collections.deque(
+                (part, message)
+                for part, message in self.ready
+                if part.consumer_id not in part.connection.closed_consumers
+            )
         for part in self.parts:
             while part.queue:
                 frame = part.queue.popleft()

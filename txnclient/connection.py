@@ -85,6 +85,9 @@ class Connection:
         self.queues: dict[int, collections.deque[Frame]] = {}  # consumer id -> its MESSAGE frames
         self.pending: list[Frame] = []
         self.closed_by_broker = False
+        # consumer ids the broker closed (CLOSE_CONSUMER: a topic unloaded); their queued messages
+        # were dropped, as a Pulsar client clears its receiver queue before it subscribes again
+        self.closed_consumers: set[int] = set()
         self.send(
             T(
                 type=T.CONNECT,
@@ -153,13 +156,14 @@ class Connection:
             if self._keep(frame) and match(frame):
                 return frame
 
-    def poll(self, *, read: bool) -> None:
-        """Take in the frames that have arrived (with ``read``, what the socket holds too), without
-        waiting: messages go to their consumers' queues."""
+    def poll(self, *, read: bool) -> bool:
+        """Take in the frames that have arrived (with ``read``, up to 64 KiB of what the socket holds
+        too), without waiting: messages go to their consumers' queues.  True when bytes were read."""
+        chunk: bytes | None = None
         if read:
             self.sock.settimeout(0.0)
             try:
-                chunk: bytes | None = self.sock.recv(1 << 16)
+                chunk = self.sock.recv(1 << 16)
             except (BlockingIOError, TimeoutError):
                 chunk = None
             except OSError:
@@ -174,7 +178,7 @@ class Connection:
             except InputError as exc:
                 raise WireError(ServerError.UnknownError, f"the broker sent a bad frame: {exc}") from None
             if parsed is None:
-                return
+                return bool(chunk)
             frame, used = parsed
             del self.buffer[:used]
             self._keep(frame)
@@ -186,8 +190,18 @@ class Connection:
             self.send(T(type=T.PONG, pong=api.CommandPong()))
             return False
         if kind == T.MESSAGE:
+            if frame.command.message.consumer_id in self.closed_consumers:
+                return False  # the broker no longer counts it as this consumer's
             self.queues.setdefault(frame.command.message.consumer_id, collections.deque()).append(frame)
             return True
+        if kind == T.CLOSE_CONSUMER:
+            # The broker sent this consumer away: what it had pushed is back with the subscription
+            # and may go to another consumer, whose transaction may acknowledge it; a copy kept here
+            # would be received after that commit.
+            consumer_id = frame.command.close_consumer.consumer_id
+            self.closed_consumers.add(consumer_id)
+            self.queues.pop(consumer_id, None)
+            return False
         self.pending.append(frame)
         return True
 

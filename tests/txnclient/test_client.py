@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pulsar
@@ -19,7 +20,7 @@ from runners.serve import ServeHandle, finish, start
 from spec.config import Config
 from spec.frame import Frame, encode_command, parse_frame
 from spec.pb import PulsarApi_pb2 as api
-from txnclient.client import WireClient, WireTimeout
+from txnclient.client import WireClient, WireError, WireTimeout
 
 T = api.BaseCommand
 QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
@@ -215,3 +216,42 @@ def test_compressed_messages_cross_between_this_client_and_the_official_one(serv
             assert got[4] is not None and got[4].partition_key() == "k"
     finally:
         official.close()
+
+
+def test_a_consumer_the_broker_sends_away_hands_out_nothing_it_had_queued() -> None:
+    """Issue 28: a topic unload sends the consumer away (CLOSE_CONSUMER); what the broker had pushed
+    to it goes back to the subscription, another consumer acknowledges it in a transaction that
+    commits, and the first must not then hand out its queued copy (a Pulsar client clears its
+    receiver queue before it subscribes again).  Serve's faults on demand only, one topic: the unload
+    hits it, and the PONG after it orders the CLOSE_CONSUMER before the receive."""
+    handle = start(config=Config(transaction_coordinator_enabled=True), seed=28, faults={})
+    topic = _topic("sent-away")
+    try:
+        with WireClient(handle.url, operation_timeout_seconds=5) as first, WireClient(handle.url) as second:
+            held = first.subscribe(topic, "sub", consumer_type="Shared", initial_position="Earliest")
+            producer = first.create_producer(topic)
+            for i in range(3):
+                producer.send(f"m{i}".encode())
+            taken = held.receive(timeout_millis=3000)  # the other two wait unpacked, in its queue
+            assert taken is not None and not held.closed_by_broker
+            assert handle.inject("topic_unload")
+            first.ping()
+            assert held.closed_by_broker
+            deadline = time.monotonic() + 30
+            while True:  # the topic reloads after the unload: until then a subscribe is refused
+                try:
+                    other = second.subscribe(topic, "sub", consumer_type="Shared", initial_position="Earliest")
+                    break
+                except WireError:
+                    assert time.monotonic() < deadline, "the unloaded topic did not reload in 30 s"
+                    time.sleep(0.05)
+            with second.new_transaction(timeout_ms=30_000) as txn:
+                txn.use_subscription(topic, "sub")
+                for _ in range(3):
+                    message = other.receive(timeout_millis=3000)
+                    assert message is not None
+                    other.acknowledge(message, txn=txn)
+            assert held.receive(timeout_millis=300) is None
+    finally:
+        handle.stop()
+        finish(handle)
