@@ -321,6 +321,8 @@ class Dispatcher:
                 if not live:
                     slot.unacked.discard(position)
                 slot.drop_position(position, keep)
+            if not live:
+                self.redeliveries.forget(position)
         return self.release_joined(mark_delete)
 
     def acked_upto(self, position: Position, mark_delete: Position | None) -> bool:
@@ -328,6 +330,9 @@ class Dispatcher:
         for slot in self.consumers.values():
             slot.unacked = {p for p in slot.unacked if p >= position}
             slot.drop(lambda p, _: p >= position)
+        # Below the cumulative ack nothing is deliverable again; the ack's own entry goes in acked()
+        # once no index of it is left.
+        self.redeliveries.forget_below(position)
         # A cumulative ack of a batch index leaves the rest of that entry (PIP-54).
         return self.acked([position], mark_delete)
 

@@ -27,6 +27,19 @@ class RedeliveryTracker:
         self._counts[position] = count + 1
         return count
 
+    def forget(self, position: Position) -> None:
+        """The entry at ``position`` is wholly acknowledged: Pulsar's tracker drops it, so the counts
+        kept are bounded by what is unacknowledged, not by what was ever handed out."""
+        self._counts.pop(position, None)
+
+    def forget_below(self, position: Position) -> None:
+        """A cumulative acknowledgement through ``position``: every count below it goes."""
+        if any(p < position for p in self._counts):
+            self._counts = {p: n for p, n in self._counts.items() if p >= position}
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
     def forget_acknowledged(self, acknowledged: Callable[[Position], bool]) -> None:
         """A seek: what was acknowledged before it starts its count afresh; what was held keeps counting."""
         self._counts = {p: n for p, n in self._counts.items() if not acknowledged(p)}
