@@ -364,25 +364,17 @@ class TxnAnalysis:
         it there).  On a Key_Shared subscription such a message holds the mark-delete position
         back, and with it every consumer that joined after it was read, for good (the classic
         dispatcher's recently joined consumers)."""
+        mine = [d for d in self.deliveries if d.subscription == sub]
         later: dict[str, int] = {}
-        for d in self.deliveries:
-            if d.subscription == sub:
-                later[d.payload] = max(later.get(d.payload, 0), d.op.invoked_at)
-        ignored = ignores_cumulative(self.subscribes.get(sub, []))
-        answers = [
-            (op.invoked_at, message_id(op, op.args, "value", required=False), op.f == "ack_cumulative")
-            for op in [*self.all_acks.get(sub, []), *self.negative_acks.get(sub, [])]
-            if op.type is not OpType.FAIL and not (op.f == "ack_cumulative" and ignored)
-        ]
-        for d in self.deliveries:
-            if d.subscription != sub or d.position is None or later[d.payload] > d.op.invoked_at:
-                continue
-            if not any(
-                at >= d.op.invoked_at and (acked is None or covers(acked, cumulative, d.position))
-                for at, acked, cumulative in answers
-            ):
-                return True
-        return False
+        for d in mine:
+            later[d.payload] = max(later.get(d.payload, 0), d.op.invoked_at)
+        answers = AckIndex(self, sub, outside_txn=False, negative=True)
+        return any(
+            d.position is not None
+            and later[d.payload] <= d.op.invoked_at
+            and not answers.covers_since(d.position, d.op.invoked_at)
+            for d in mine
+        )
 
     def acked_since(self, sub: str, message: Message, after: float, *, outside_txn: bool = False) -> bool:
         """Whether an ack on ``sub`` invoked at or after ``after`` covers ``message``: an individual or
@@ -531,16 +523,19 @@ class TxnAnalysis:
 
 class AckIndex:
     """The acks of one subscription that may have taken effect (ok or unknown outcome; cumulative
-    ones only where the broker honours them, PA-10), indexed for "does an ack invoked at or after t
-    cover this id": individual acks by entry, the furthest cumulative ack from each invocation on,
-    and the last ack whose id the history does not give."""
+    ones only where the broker honours them, PA-10), and with ``negative`` its negative acks,
+    indexed for "does an ack invoked at or after t cover this id": individual acks by entry, the
+    furthest cumulative ack from each invocation on, and the last ack whose id the history does not
+    give."""
 
-    def __init__(self, a: TxnAnalysis, sub: str, *, outside_txn: bool) -> None:
+    def __init__(self, a: TxnAnalysis, sub: str, *, outside_txn: bool, negative: bool = False) -> None:
+        """``negative``: negative acks answer a message too (it was given back, not kept)."""
         ignored = ignores_cumulative(a.subscribes.get(sub, []))
         self.individual: dict[tuple[int, int], list[tuple[int, MessageId]]] = defaultdict(list)
         cumulative: list[tuple[int, tuple[float, ...]]] = []
         self.unnamed_until: int | None = None  # the last invocation of an ack that names no id
-        for op in a.all_acks.get(sub, []):
+        answers = [*a.all_acks.get(sub, []), *(a.negative_acks.get(sub, []) if negative else [])]
+        for op in answers:
             if op.type is OpType.FAIL or (outside_txn and _txn_of(op, op.args) is not None):
                 continue
             is_cumulative = op.f == "ack_cumulative"
