@@ -24,6 +24,10 @@ FAULTS = "on,drop_request=0,short_txn_timeout=0"
 NEMESIS = ("broker_crash", "coordinator_crash", "topic_unload", "connection_drop")
 
 
+# How long the nemesis waits for the workload's clients to open before its first fault.
+SETUP_S = 1.5
+
+
 class Nemesis:
     """Injects component faults on a seeded schedule until stopped; then heals the broker."""
 
@@ -35,6 +39,10 @@ class Nemesis:
         self.thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
 
     def _run(self) -> None:
+        # As Jepsen's nemesis starts once its clients are open: a fault before the workload's producers
+        # and consumers exist can keep a short run from sending anything, which proves nothing.
+        if self.stopped.wait(SETUP_S):
+            return
         while not self.stopped.wait(self.rng.uniform(0.2, 0.6)):
             kind = self.rng.choice(NEMESIS)
             if self.handle.inject(kind):
@@ -50,7 +58,7 @@ def record_with_faults(
     workload: str,
     seed: int,
     *,
-    seconds: float = 3.0,
+    seconds: float = 3.0 + SETUP_S,  # three seconds of faults after setup
     ledger: str = "memory",
     data: Any = None,
     liveness: bool = False,
