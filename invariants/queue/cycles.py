@@ -32,6 +32,7 @@ from array import array
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
+from invariants.graphs import strongly_connected_components
 from invariants.queue.model import Findings, QueueHistory, Unit, fmt_offset
 from spec.history import Operation, OpType
 
@@ -52,55 +53,11 @@ def strongly_connected(
     nodes: Iterable[int], edges: Sequence[Mapping[int, Sequence[int]]], kinds: Sequence[int]
 ) -> list[list[int]]:
     """The strongly connected components of more than one node among ``nodes``, over the edges of
-    ``kinds`` (``edges[kind][node]`` lists a node's successors) that stay inside ``nodes``; Tarjan's
-    algorithm, iteratively."""
+    ``kinds`` (``edges[kind][node]`` lists a node's successors) that stay inside ``nodes``; the checkers' one Tarjan
+    (:func:`invariants.graphs.strongly_connected_components`)."""
     members = set(nodes)
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    stack: list[int] = []
-    on_stack: set[int] = set()
-    found: list[list[int]] = []
-
-    def successors(node: int) -> Iterable[int]:
-        for kind in kinds:
-            for nxt in edges[kind].get(node, ()):
-                if nxt in members:
-                    yield nxt
-
-    for root in sorted(members):
-        if root in index:
-            continue
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        work = [(root, iter(successors(root)))]
-        while work:
-            node, it = work[-1]
-            nxt = next(it, None)
-            if nxt is not None:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = len(index)
-                    stack.append(nxt)
-                    on_stack.add(nxt)
-                    work.append((nxt, iter(successors(nxt))))
-                elif nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-                continue
-            work.pop()
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    found.append(sorted(component))
-    return found
+    among = {node: [nxt for kind in kinds for nxt in edges[kind].get(node, ()) if nxt in members] for node in members}
+    return strongly_connected_components(among)
 
 
 class _Graph:

@@ -10,6 +10,7 @@ from collections import defaultdict
 from typing import Any
 
 from invariants.analysis import Message, Txn, TxnAnalysis, TxnFate
+from invariants.graphs import strongly_connected_components
 from invariants.transactional.anomaly import Collector, fmt_pos, fmt_txn
 from invariants.words import seconds
 from spec.history import Operation, OpType, parse_object, split_subscription
@@ -166,44 +167,7 @@ def cyclic_information_flow(a: TxnAnalysis, out: Collector) -> None:
 
 def _cycles(edges: dict[tuple[int, int], dict[tuple[int, int], Any]]) -> list[list[tuple[int, int]]]:
     """One shortest cycle per strongly connected component (Tarjan, then BFS inside the component)."""
-    index: dict[tuple[int, int], int] = {}
-    low: dict[tuple[int, int], int] = {}
-    stack: list[tuple[int, int]] = []
-    on_stack: set[tuple[int, int]] = set()
-    components: list[list[tuple[int, int]]] = []
-    nodes = sorted(set(edges) | {r for targets in edges.values() for r in targets})
-    for root in nodes:
-        if root in index:
-            continue
-        work = [(root, iter(sorted(edges.get(root, {}))))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(edges.get(child, {})))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    components.append(sorted(component))
+    components = strongly_connected_components(edges)
     cycles = []
     for component in components:
         members = set(component)
