@@ -45,17 +45,25 @@ REREAD_INDEX_LAG = 2
 _REREAD_CONFIG: dict[str, Any] = {"transactionPendingAckLogIndexMinLag": REREAD_INDEX_LAG}
 # The ``limits`` variant: every size and count limit the machines enforce, small enough to be met
 # within one run.  The buffer's snapshot goes segmented in the smallest segments and is taken after
-# every other move of maxReadPosition (TB-21 .. TB-23); the PIP-160 writers flush at two records or
-# a few hundred bytes, and a record at or above that size is written on its own (BW-12 .. BW-16);
+# every other move of maxReadPosition (TB-21 .. TB-23); the PIP-160 writers flush at a few records or
+# bytes, and a record at or above that size is written on its own (BW-12 .. BW-16).  The two logs
+# take different thresholds on purpose: the coordinator's records run 8 to 63 bytes, so at four records
+# and 48 bytes its writer flushes by size (three short records), and its longest records (a transaction
+# with its partitions and subscriptions) are written alone, into an empty or a waiting buffer; the
+# pending ack's records run 8 to 24 bytes, so its writer flushes by count at two.  Both wait 10 ms
+# for a batch (Pulsar's default is 1 ms, after which nearly every batch of a main-job run leaves by
+# its timer with one record, and no limit is ever met);
 # the coordinator refuses a new transaction past a handful open at once (TC-2).
 _LIMITS_CONFIG: dict[str, Any] = {
     "transactionBufferSegmentedSnapshotEnabled": True,
     "transactionBufferSnapshotSegmentSize": 64,
     "transactionBufferSnapshotMaxTransactionCount": 2,
-    "transactionLogBatchedWriteMaxRecords": 2,
-    "transactionLogBatchedWriteMaxSize": 64,
+    "transactionLogBatchedWriteMaxRecords": 4,
+    "transactionLogBatchedWriteMaxSize": 48,
+    "transactionLogBatchedWriteMaxDelayInMillis": 10,
     "transactionPendingAckBatchedWriteMaxRecords": 2,
     "transactionPendingAckBatchedWriteMaxSize": 64,
+    "transactionPendingAckBatchedWriteMaxDelayInMillis": 10,
     "maxActiveTransactionsPerCoordinator": 6,
 }
 

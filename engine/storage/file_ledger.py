@@ -488,7 +488,9 @@ class FileLedger:
     def read_entry(self, position: Position) -> bytes:
         with self._lock:
             self._check_readable()
-            ledger = self._files.get(position.ledger_id)
+            # A deleted ledger whose deletion is not durable yet still has its file, not a record.
+            listed = any(r.ledger_id == position.ledger_id for r in self._meta.ledgers)
+            ledger = self._files.get(position.ledger_id) if listed else None
             if ledger is None or not 0 <= position.entry_id < ledger.durable_entries:
                 raise NoSuchEntry(f"no entry at {position} in {self.name}")
             return self._files.read(ledger, position.entry_id, self._store.corrupted)
@@ -536,15 +538,23 @@ class FileLedger:
             ticket = self._record_meta(
                 replace(self._meta, ledgers=tuple(r for r in self._meta.ledgers if r.ledger_id not in gone))
             )
-            paths = []
-            for ledger_id in doomed:
-                paths.append(self._files.forget(ledger_id).path)
             self._dir_dirty = True
-            self._store.after_durable(ticket, partial(_unlink_all, self._fs, paths))
+            # The files stay known until the metadata without them is durable: a journal batch that
+            # fails first brings back the metadata that lists them (revert_locked), and a handle
+            # that has forgotten a file its metadata lists cannot read it or close.
+            self._store.after_durable(ticket, partial(self._drop_deleted, doomed))
             return ticket
 
         self._write_op(change)
         return doomed
+
+    def _drop_deleted(self, doomed: tuple[int, ...]) -> None:
+        """The deletion of ``doomed`` is durable: forget their files and unlink them."""
+        with self._lock:
+            paths = [
+                self._files.forget(ledger_id).path for ledger_id in doomed if self._files.get(ledger_id) is not None
+            ]
+        _unlink_all(self._fs, paths)
 
     # -- properties -----------------------------------------------------------------------------
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from engine.simulation.workloads import FAULT_MIXES, MIX_CYCLE, RunSpec, fault_mix, main_job_spec, run
+from engine.storage.bufferedwriter_metrics import PREFIXES, BufferedWriterMetrics
+from reference.batched_log import FlushObserved, FlushTrigger, LogKind
 
 
 def test_the_main_job_cycles_through_every_fault_mix() -> None:
@@ -32,3 +36,25 @@ def test_redelivering_processors_receive_again_inside_their_txn() -> None:
     result = run(RunSpec(workload="ctp", seed=2, ops=10, redeliver=True, cumulative=True))
     fs = [op.f for op in result.operations]
     assert "redeliver_unacknowledged" in fs and "ack_cumulative" in fs
+
+
+def test_the_limits_variant_flushes_the_coordinators_log_by_size_and_writes_long_records_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # BW-12 .. BW-16: with the limits variant's thresholds the coordinator's log flushes a batch by its
+    # count, by its bytes, and ahead of a record too long to batch.  At Pulsar's defaults no main-job
+    # batch ever meets a size limit.
+    seen: list[tuple[str, FlushTrigger]] = []
+    observe = BufferedWriterMetrics.observe
+
+    def counting(self: BufferedWriterMetrics, flush: FlushObserved) -> None:
+        seen.append((self.prefix, flush.trigger))
+        observe(self, flush)
+
+    monkeypatch.setattr(BufferedWriterMetrics, "observe", counting)
+    for workload, seed in (("ctp", 13), ("multi", 1)):
+        spec = main_job_spec(workload, seed)
+        assert spec.limits and spec.batching
+        run(spec)
+    tc = PREFIXES[LogKind.TRANSACTION_LOG]
+    assert {(tc, FlushTrigger.MAX_SIZE), (tc, FlushTrigger.LARGE_DATA), (tc, FlushTrigger.MAX_RECORDS)} <= set(seen)

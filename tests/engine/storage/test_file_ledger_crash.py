@@ -62,6 +62,7 @@ from engine.storage.ledger import (
     LedgerClosed,
     LedgerWriteFailed,
     ManagedLedger,
+    NoSuchEntry,
 )
 from engine.storage.memory_ledger import MemoryLedger
 from reference.cursor import CursorState
@@ -968,3 +969,31 @@ def test_a_journal_that_cannot_cut_a_failed_batch_refuses_every_write(tmp_path: 
     # never acknowledged, so either outcome is allowed; the acknowledged entry is there.
     assert [e.data for e in again.read(P(0, 0), 10)][:1] == [b"kept"]
     again.close()
+
+
+def test_a_deletion_whose_metadata_fails_keeps_the_ledgers_readable_and_closable(tmp_path: Path) -> None:
+    # A journal batch failing after consumed ledgers were deleted brings back the metadata that lists
+    # them; their files must still be there (the simulated broker's partition once raised KeyError
+    # closing such a ledger, multi seed 0 with the limits variant on file ledgers).
+    fs = FailingFileSystem()
+    ml = FileLedger(tmp_path / "ml", fs=fs)
+    ml.append(b"old")
+    ml.roll_over()
+    ml.append(b"new")
+    cursor = ml.open_cursor("sub", InitialPosition.EARLIEST)
+    cursor.mark_delete(P(1, 0))
+    fs.fail = lambda name: name == "sync"
+    with pytest.raises(LedgerWriteFailed):
+        ml.delete_consumed_ledgers()
+    fs.fail = lambda name: False
+    assert [info.ledger_id for info in ml.ledgers()] == [0, 1]
+    assert ml.read_entry(P(0, 0)) == b"old"
+    ml.close()
+    again = FileLedger(tmp_path / "ml", fs=fs)
+    assert [(e.position, e.data) for e in again.read(P(0, 0), 10)] == [(P(0, 0), b"old"), (P(1, 0), b"new")]
+    assert again.delete_consumed_ledgers() == (0, 1)  # reopening started ledger 2
+    with pytest.raises(NoSuchEntry):
+        again.read_entry(P(0, 0))
+    again.close()
+    assert not (tmp_path / "ml" / ledger_file_name(0)).exists()
+    assert not (tmp_path / "ml" / ledger_file_name(1)).exists()
