@@ -2,9 +2,11 @@
 verdict that is not ok.
 
     .venv/bin/python benchmarks/soak.py [--seeds 1000] [--first 1] [--jobs 2] [--out out/soak] [--resume]
+                                        [--workloads ctp,multi,delayed]
 
 For each seed ``s`` of ``--first .. --first + --seeds - 1``, every workload (ctp, multi, delayed) runs
-with faults on, on the memory ledger (the same histories as the file ledger), with a set of
+with faults on, odd seeds on file ledgers on the simulated disk (as the main job runs: its journal,
+group commit, failed batches and power cuts) and even seeds on the memory ledger, with a set of
 variants drawn from the seed: seeds = 0 mod 4 run the plain workload (every variant off), the others
 switch each variant on with probability 1/2 (``random.Random(f"soak:{s}")``), with the fault mix of
 the seed's place in ``MIX_CYCLE``, the delayed workload's tracker drawn too, and 40, 60 or 80
@@ -69,10 +71,15 @@ def soak_spec(workload: str, seed: int) -> RunSpec:
     # tracker (DD-30), the reread the ctp workload's.
     switches["shared_delayed"] = switches["shared_delayed"] and workload == "delayed" and tracker == "memory"
     switches["reread"] = switches["reread"] and workload == "ctp"
+    # The memory ledger was taken to give the file ledger's histories; a file-ledger bug (a failed
+    # journal batch after a ledger deletion) showed it does not where the file store itself fails.
+    on_file = seed % 2 == 1
     return RunSpec(
         workload=workload,
         seed=seed,
         ops=ops,
+        ledger="file" if on_file else "memory",
+        disk="sim" if on_file else "real",
         faults=True,
         fault_rates=dict(FAULT_MIXES[fault_mix("mixed", seed)]),
         delayed_tracker=tracker if workload == "delayed" else "memory",
@@ -130,7 +137,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def markdown(figures: dict[str, Any], rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     load = meta["load_average"]
     lines = [
-        f"{figures['histories']} histories ({meta['seeds']} seeds x {len(WORKLOADS)} workloads, from seed "
+        f"{figures['histories']} histories ({meta['seeds']} seeds x {len(meta['workloads'])} workloads, from seed "
         f"{meta['first']}), {figures['operations']:,} operations; {figures['findings']} with a verdict that is not "
         "ok, a run that raised or a component that raised.",
         f"Wall {meta['wall_seconds']:.0f} s, {figures['cpu_seconds']:.0f} CPU s in the workers "
@@ -157,7 +164,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--out", default=str(ROOT / "out" / "soak"))
     parser.add_argument("--resume", action="store_true", help="skip the histories OUT/rows.jsonl already has")
+    parser.add_argument(
+        "--workloads",
+        default=",".join(WORKLOADS),
+        help=f"comma-separated workloads (default all: {','.join(WORKLOADS)}); e.g. one workload's new variants",
+    )
     args = parser.parse_args(argv)
+    workloads = tuple(w for w in args.workloads.split(",") if w)
+    unknown = sorted(set(workloads) - set(WORKLOADS))
+    if unknown or not workloads:
+        parser.error(f"--workloads: {', '.join(unknown) or 'none given'}; the workloads are {', '.join(WORKLOADS)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows_file = out / "rows.jsonl"
@@ -168,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             done[(row["workload"], row["seed"])] = row
     elif rows_file.exists():
         rows_file.unlink()
-    jobs = [(w, s) for s in range(args.first, args.first + args.seeds) for w in WORKLOADS if (w, s) not in done]
+    jobs = [(w, s) for s in range(args.first, args.first + args.seeds) for w in workloads if (w, s) not in done]
     started = time.perf_counter()
     rows = list(done.values())
     with multiprocessing.get_context("fork").Pool(args.jobs) as pool, rows_file.open("a") as sink:
@@ -185,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "seeds": args.seeds,
         "first": args.first,
+        "workloads": list(workloads),
         "wall_seconds": round(time.perf_counter() - started, 1),
         "load_average": os.getloadavg(),
         "resumed": len(done),
