@@ -216,8 +216,11 @@ class DelayedDeliveryService:
         failed: Callable[[], None],
         observer: Callable[[], MachineObserver | None] = lambda: None,
         async_create: bool = False,
+        storage_failures: Mapping[str, int] | None = None,
     ) -> DelayedDeliveryService:
-        """Open the service and recover its tracker from the cursor and the snapshot ledgers (DD-24)."""
+        """Open the service and recover its tracker from the cursor and the snapshot ledgers (DD-24).
+        ``storage_failures``: snapshot-storage reads that fail from the start (operation -> count,
+        :meth:`fail_storage`), so recovery itself meets them (DD-27)."""
         service = cls(
             sim,
             store,
@@ -230,6 +233,8 @@ class DelayedDeliveryService:
             observer=observer,
             async_create=async_create,
         )
+        for operation, count in sorted((storage_failures or {}).items()):
+            service.fail_storage(operation, count)
         service._recover()
         return service
 
@@ -347,6 +352,14 @@ class DelayedDeliveryService:
     def inject_failure(self, operation: str, count: int = 1) -> None:
         """Queue failures the model decides on (DD-17): ``create``, ``load``, ``delete``, ``metadata``."""
         self._step(dd.InjectStorageFailure(operation, count))
+
+    def fail_storage(self, operation: str, count: int = 1) -> None:
+        """Make the next ``count`` attempts of a snapshot-storage ``operation`` fail on the ledgers
+        themselves (BookKeeper errors, DD-17): ``create``, ``metadata``, ``load``, ``delete`` or
+        ``length``.  Unlike :meth:`inject_failure` the model does not decide them: the service
+        meets them as it carries out the tracker's effects (an asynchronous creation that fails is
+        stepped as a failed ``CompleteBucketSnapshot``) or reads for a recovery."""
+        self.storage.inject_failure(operation, count)
 
     @property
     def bucket_ids(self) -> tuple[int, ...]:

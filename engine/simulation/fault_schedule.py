@@ -10,10 +10,11 @@ drawn from the simulation's ``random.Random(seed)``, and every fault goes into t
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from typing import Any
 
 from engine.broker import BrokerFaults
+from engine.broker.subscription import SubscriptionService
 from engine.ledger_store import LedgerFaults, LedgerStore
 from engine.scheduler import Future, NetworkFaults
 from engine.simulated.disk import DiskFaults, SimDisk
@@ -21,10 +22,18 @@ from engine.simulated.faults import InjectedFault
 from engine.simulation.client import Cluster
 from engine.simulation.metadata import FaultEvent
 from engine.simulation.runspec import RunSpec
+from reference import delayed as dd
 
 __all__ = ["POWER_CUT_WAIT_MS", "FaultSchedule", "cluster_faults"]
 
 Proc = Generator[Future[Any], Any, None]
+
+# The ``bucket_faults`` variant: the chance, at each of the fault process's turns, that the snapshot
+# storage of a bucket tracker fails (FaultSchedule.bucket_storage_fault).
+BUCKET_STORAGE_FAULT = 0.5
+# What fails: a creation, a segment load or a delete (each within its retries or for good), or the
+# reads of the recovery that a topic unload starts.
+BUCKET_STORAGE_KINDS = ("create", "load", "delete", "recovery")
 
 # How long a broker crash on a store with group commit may wait for the journal to have changes
 # waiting for their commit (half of those crashes do: see FaultSchedule.fault_process).
@@ -138,6 +147,47 @@ class FaultSchedule:
                 broker.partitions[partition].crash()
                 self.injected("topic-unload", partition)
                 broker.restart_later(broker.partitions[partition])
+            if self.spec.bucket_storage_faults and self.rng.random() < BUCKET_STORAGE_FAULT:
+                self.bucket_storage_fault()
+
+    def bucket_storage_fault(self) -> None:
+        """``bucket_faults``: the snapshot storage (BookKeeper in Pulsar) of one live bucket tracker
+        fails.  A creation, a segment load or a delete fails once (the retries hide it) or on every
+        attempt (DD-17): a synchronous creation's failure sends the bucket to memory mode (DD-14), an
+        asynchronous one's is the failed ``CompleteBucketSnapshot`` (DD-31), a failed load leaves the
+        bucket on its segment (DD-16), a failed delete leaves an orphan that recovery meets again
+        (DD-19, DD-26).  Or the topic is unloaded and its recovery's snapshot reads fail (DD-27).
+        The failures the tracker meets as it steps are its own ``InjectStorageFailure`` (so the
+        history holds them); the ones the service meets writing or recovering are the ledgers'."""
+        broker = self.cluster.broker
+        if not broker.up:
+            return
+        subs = [
+            (name, sub)
+            for name in sorted(broker.partitions)
+            for sub in _subscriptions(broker.partitions[name].subscriptions)
+            if sub.delayed is not None and sub.delayed.alive and isinstance(sub.delayed.state, dd.BucketTracker)
+        ]
+        if not subs:
+            return
+        partition, sub = self.rng.choice(subs)
+        service = sub.delayed
+        assert service is not None
+        kind = self.rng.choice(BUCKET_STORAGE_KINDS)
+        count = self.rng.choice((1, dd.ATTEMPTS, dd.ATTEMPTS))
+        if kind == "recovery":
+            if not any(key.startswith(dd.BUCKET_PROPERTY_PREFIX) for key in service.cursor.properties):
+                return  # nothing on storage for a recovery to read
+            sub.delays.fail_next_recovery(self.rng.choice(("metadata", "load")), dd.ATTEMPTS)
+            broker.partitions[partition].crash()
+            self.injected("bucket-recovery-reads-fail", service.obj)
+            broker.restart_later(broker.partitions[partition])
+            return
+        if kind == "create" and service.async_create:
+            service.fail_storage("create", count)
+        else:
+            service.inject_failure(kind, count)
+        self.injected(f"bucket-{kind}-fails-{count}", service.obj)
 
     def unload_at_heal(self) -> None:
         """``unload_at_heal``: unload partitions once every transaction has ended (they reload on their own)."""
@@ -190,3 +240,7 @@ class FaultSchedule:
         if not self.cluster.broker.up:
             self.cluster.broker.restart()
             self.injected("broker-restart", "broker")
+
+
+def _subscriptions(subs: Mapping[str, SubscriptionService]) -> list[SubscriptionService]:
+    return [subs[name] for name in sorted(subs)]
