@@ -338,7 +338,13 @@ class DelayedDeliveryService:
         return isinstance(result, Ok) and bool(result.value)
 
     def scheduled_messages(self, max_messages: int = 1 << 30) -> tuple[Position, ...]:
-        """The messages due now (DD-10, DD-12, DD-13, DD-15, DD-16, DD-22)."""
+        """The messages due now (DD-10, DD-12, DD-13, DD-15, DD-16, DD-22).  With ``async_create``
+        (Pulsar's asynchronous tracker) the dispatcher first asks whether one is due, as Pulsar's
+        does (``hasMessageAvailable``, which re-arms the timer when none is)."""
+        if self.async_create:
+            available = self._step(dd.HasMessageAvailable(self.sim.now))
+            if not (isinstance(available, Ok) and available.value):
+                return ()
         result = self._step(dd.GetScheduledMessages(max_messages, self.sim.now))
         return tuple(result.value) if isinstance(result, Ok) else ()
 

@@ -16,7 +16,7 @@ from typing import Any
 from engine.broker import BrokerFaults
 from engine.broker.subscription import SubscriptionService
 from engine.ledger_store import LedgerFaults, LedgerStore
-from engine.scheduler import Future, NetworkFaults
+from engine.scheduler import Future, NetworkFaults, spawn
 from engine.simulated.disk import DiskFaults, SimDisk
 from engine.simulated.faults import InjectedFault
 from engine.simulation.client import Cluster
@@ -28,12 +28,16 @@ __all__ = ["POWER_CUT_WAIT_MS", "FaultSchedule", "cluster_faults"]
 
 Proc = Generator[Future[Any], Any, None]
 
-# The ``bucket_faults`` variant: the chance, at each of the fault process's turns, that the snapshot
+# The ``bucket_faults`` variant: every 100 to 500 ms of simulated time until the heal (a delayed run's
+# faults last a few seconds, the seals and loads happen as it writes), the chance that the snapshot
 # storage of a bucket tracker fails (FaultSchedule.bucket_storage_fault).
-BUCKET_STORAGE_FAULT = 0.5
+BUCKET_STORAGE_FAULT = 0.3
 # What fails: a creation, a segment load or a delete (each within its retries or for good), or the
 # reads of the recovery that a topic unload starts.
-BUCKET_STORAGE_KINDS = ("create", "load", "delete", "recovery")
+# A tracker creates, loads and deletes snapshots a few times in a run, mostly while the workload
+# writes: each is failed twice as often as a recovery, which unloads the topic and so drops the
+# failures still queued.
+BUCKET_STORAGE_KINDS = ("create", "create", "load", "load", "delete", "delete", "recovery")
 
 # How long a broker crash on a store with group commit may wait for the journal to have changes
 # waiting for their commit (half of those crashes do: see FaultSchedule.fault_process).
@@ -114,6 +118,8 @@ class FaultSchedule:
         """Every few seconds of simulated time, maybe a broker crash (and restart), a coordinator
         crash (and reload), or a topic unload, by the run's rates; until the heal."""
         broker = self.cluster.broker
+        if self.spec.bucket_storage_faults:
+            spawn(self.sim, self.bucket_fault_process())
         while self.injecting:
             yield self.sim.sleep(self.rng.randint(1000, 4000))
             if not self.injecting:
@@ -147,7 +153,12 @@ class FaultSchedule:
                 broker.partitions[partition].crash()
                 self.injected("topic-unload", partition)
                 broker.restart_later(broker.partitions[partition])
-            if self.spec.bucket_storage_faults and self.rng.random() < BUCKET_STORAGE_FAULT:
+
+    def bucket_fault_process(self) -> Proc:
+        """``bucket_faults``: now and then a snapshot-storage failure, until the heal."""
+        while self.injecting:
+            yield self.sim.sleep(self.rng.randint(100, 500))
+            if self.injecting and self.rng.random() < BUCKET_STORAGE_FAULT:
                 self.bucket_storage_fault()
 
     def bucket_storage_fault(self) -> None:

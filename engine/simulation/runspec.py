@@ -123,13 +123,13 @@ class RunSpec:
     # ctp: a processor's client does not wait for one operation before the next: it sends from a
     # second session, acknowledges meanwhile and commits while the send is in flight.
     pipelined: bool = False
-    # The delayed workload on the bucket tracker only (``async_creates``, ``bucket_storage_faults``):
-    # snapshots are created asynchronously, the tracker going on while the snapshot ledger is
-    # written (DD-31, as Pulsar's BucketDelayedDeliveryTracker does), and, with faults on, the
-    # snapshot storage fails now and then: a creation, a segment load or a delete failing (after its
-    # retries, or recovering within them), and a recovery whose reads fail (DD-14, DD-16, DD-17,
-    # DD-19, DD-26, DD-27).
-    bucket_async: bool = False
+    # The delayed workload as asynchronous as Pulsar's (``async_creates``): the dispatcher asks the
+    # tracker whether a message is due (hasMessageAvailable, DD-13) before it asks for the scheduled
+    # messages, and a bucket tracker creates its snapshots asynchronously, going on while the
+    # snapshot ledger is written (DD-31).  The bucket tracker with faults on (``bucket_storage_faults``):
+    # the snapshot storage fails now and then, a creation, a segment load or a delete (within its
+    # retries or past them), or the reads of a recovery (DD-14, DD-16, DD-17, DD-19, DD-26, DD-27).
+    delayed_async: bool = False
     bucket_faults: bool = False
     # File ledgers only: the real disk or the simulated one (whose broker crashes are power cuts),
     # and the journal's group commit (None: every change committed as it is made).
@@ -158,8 +158,8 @@ class RunSpec:
 
     @property
     def async_creates(self) -> bool:
-        """The ``bucket_async`` variant applies: a delayed run on the bucket tracker."""
-        return self.bucket_async and self.workload == "delayed" and self.delayed_tracker == "bucket"
+        """The ``delayed_async`` variant applies: a delayed run (not on the partition's shared index)."""
+        return self.delayed_async and self.workload == "delayed" and not self.shared_delayed
 
     @property
     def bucket_storage_faults(self) -> bool:
@@ -209,7 +209,7 @@ class RunSpec:
             "limits": self.limits,
             "acks": self.acks,
             "pipelined": self.pipelined,
-            "bucket_async": self.async_creates,
+            "delayed_async": self.async_creates,
             "bucket_faults": self.bucket_storage_faults,
             "disk": self.disk if self.ledger == "file" else None,
             "group_commit_ms": self.group_commit_ms if self.ledger == "file" else None,
