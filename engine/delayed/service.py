@@ -14,7 +14,8 @@ tracker state and carries out what each step returns:
 * ``ScheduleTimer`` / ``CancelTimer`` on the simulation's clock, ``TimerFired`` back into the
   tracker, and ``ReadMoreEntries`` to the dispatcher (DD-25);
 * ``RequestCreateBucketSnapshot`` (DD-31, asynchronous creation): the snapshot ledger is written a
-  millisecond later and the outcome is stepped as ``CompleteBucketSnapshot``.
+  millisecond later, or up to ``CREATE_LATENCY_MS`` later (a busy bookie), and the outcome is
+  stepped as ``CompleteBucketSnapshot``.
 
 It feeds ``MarkDelete`` when the cursor's mark-delete position moves into a later ledger (DD-22),
 and at load rebuilds the tracker from what is durable — the cursor's bucket properties and the
@@ -68,6 +69,8 @@ IN_MEMORY_FACTORY: Final = "org.apache.pulsar.broker.delayed.InMemoryDelayedDeli
 BUCKET_FACTORY: Final = "org.apache.pulsar.broker.delayed.BucketDelayedDeliveryTrackerFactory"
 _KINDS: Final[Mapping[str, str]] = {IN_MEMORY_FACTORY: "in_memory", BUCKET_FACTORY: "bucket"}
 MACHINE: Final = "delayed"
+# The longest an asynchronous snapshot creation takes (DD-31), in simulated ms.
+CREATE_LATENCY_MS: Final = 200
 
 T = TypeVar("T")
 
@@ -446,7 +449,11 @@ class DelayedDeliveryService:
             elif isinstance(effect, dd.ReadMoreEntries):
                 read_more = True
             elif isinstance(effect, dd.RequestCreateBucketSnapshot):
-                self.sim.schedule(1, self._complete_create(effect))
+                # A BookKeeper write of a few entries: a millisecond, or longer on a busy bookie
+                # (so a creation is sometimes still in flight when its bucket's boundary falls due,
+                # a merge selects, or a trim or clear takes the bucket, DD-31).
+                latency = 1 if self.sim.rng.random() < 0.5 else self.sim.rng.randint(2, CREATE_LATENCY_MS)
+                self.sim.schedule(latency, self._complete_create(effect))
         if merged:
             self.stats.record_success("merge", elapsed_ms(started, self._clock()))
         if read_more and self.alive:

@@ -38,6 +38,7 @@ BUCKET_STORAGE_FAULT = 0.3
 # writes: each is failed twice as often as a recovery, which unloads the topic and so drops the
 # failures still queued.
 BUCKET_STORAGE_KINDS = ("create", "create", "load", "load", "delete", "delete", "recovery")
+ASYNC_CREATE_KINDS = ("create", "create", "create")
 
 # How long a broker crash on a store with group commit may wait for the journal to have changes
 # waiting for their commit (half of those crashes do: see FaultSchedule.fault_process).
@@ -184,12 +185,18 @@ class FaultSchedule:
         partition, sub = self.rng.choice(subs)
         service = sub.delayed
         assert service is not None
-        kind = self.rng.choice(BUCKET_STORAGE_KINDS)
-        count = self.rng.choice((1, dd.ATTEMPTS, dd.ATTEMPTS))
+        # An asynchronous tracker's creations are its only writes the ledgers fail (the model
+        # decides the rest); they are few, so they fail more often, and every attempt.
+        kind = self.rng.choice(
+            BUCKET_STORAGE_KINDS + ASYNC_CREATE_KINDS if service.async_create else BUCKET_STORAGE_KINDS
+        )
+        count = (
+            dd.ATTEMPTS if kind == "create" and service.async_create else self.rng.choice((1, dd.ATTEMPTS, dd.ATTEMPTS))
+        )
         if kind == "recovery":
             if not any(key.startswith(dd.BUCKET_PROPERTY_PREFIX) for key in service.cursor.properties):
                 return  # nothing on storage for a recovery to read
-            sub.delays.fail_next_recovery(self.rng.choice(("metadata", "load")), dd.ATTEMPTS)
+            sub.delays.fail_next_recovery(self.rng.choice(("metadata", "load", "load")), dd.ATTEMPTS)
             broker.partitions[partition].crash()
             self.injected("bucket-recovery-reads-fail", service.obj)
             broker.restart_later(broker.partitions[partition])
