@@ -30,7 +30,11 @@ adopted as it steps (as every machine in the broker); when a write it asked for 
 ahead of its storage and the service reports ``failed`` — the broker reloads the topic, as it does
 for any other component.  A failed delete leaves the ledger and its property (an orphan recovery
 finds again, DD-19).  Failures decided by the model (``InjectStorageFailure``,
-:meth:`DelayedDeliveryService.inject_failure`) never reach the ledgers.
+:meth:`DelayedDeliveryService.inject_failure`) never reach the ledgers; failures of the ledgers
+themselves (:meth:`DelayedDeliveryService.fail_storage`, and ``storage_failures`` at load) are met
+as the service writes or reads: an asynchronous creation's is its failed ``CompleteBucketSnapshot``,
+a recovery's its fallback.  The simulation's ``bucket_faults`` variant injects both kinds
+(``engine.simulation.fault_schedule``).
 
 Every tracker step goes through :meth:`DelayedDeliveryService._step`, which reports it to the
 broker's machine observer (``stepped``); every load reports its inputs (``recovered``).
