@@ -324,8 +324,13 @@ class DelayedDeliveryService:
             read = partial(BucketSnapshotStorage.get_bucket_snapshot_segment, self.storage)
             segments = self._retry(read, bucket_id, 1, len(metadata[0])) if metadata[0] else ([],)
             if segments is None:
+                # The snapshot is there (its metadata was read) but its segments cannot be: it stays
+                # in the inputs, without segments, and the machine's first segment load meets the
+                # failure and falls back (DD-27).  Left out, it would read as a missing snapshot,
+                # whose property and ledger recovery deletes (DD-24); so would the buckets not yet
+                # read, hence no break here.
                 failures["load"] = dd.ATTEMPTS
-                break
+                segments = ([],)
             snapshots.append([bucket_id, _snapshot_json(*bounds, metadata[0], segments[0], length[0])])
         return {
             "tracker": "bucket",
