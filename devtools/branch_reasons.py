@@ -233,7 +233,6 @@ REASONS: dict[tuple[str, str] | tuple[str, str, str], str] = {
         "rare (delayed_async): a creation finishing after its bucket left (a trim or a clear while it was in "
         "flight), or failing for a bucket whose messages were all delivered meanwhile"
     ),
-    (_BUCKET, "_create_snapshot"): "rare (bucket_faults): a synchronous creation failing past its retries",
     (_BUCKET, "_delete_snapshot"): (
         "rare: deleting a bucket with no snapshot (a memory-mode bucket trimmed or cleared), or whose cursor "
         "property another bucket took since (an orphan of a failed delete whose range a merge named again)"
@@ -241,8 +240,6 @@ REASONS: dict[tuple[str, str] | tuple[str, str, str], str] = {
     (_BUCKET, "_load_segment", "if snapshot is None:"): (
         "not sent: a load of a snapshot missing from storage (LoseBucketSnapshot; the engine's ledgers lose none)"
     ),
-    (_BUCKET, "_load_segment"): "rare (bucket_faults): a segment load failing past its retries",
-    (_BUCKET, "load_next"): "rare (bucket_faults): a segment load failing past its retries on the delivery path",
     (_BUCKET, "_trim", "if state.mark_delete_ledger < 0:"): (
         "not sent: a trim before any mark-delete (the engine hands a tracker its cursor's mark-delete ledger as "
         "it makes it)"
@@ -251,19 +248,16 @@ REASONS: dict[tuple[str, str] | tuple[str, str, str], str] = {
         "rare: a bucket ending at or past the mark-delete ledger before one below it, a failing deletion "
         "(bucket_faults) during a trim"
     ),
-    (_BUCKET, "_build_bucket"): "rare: a synchronous creation failing past its retries (bucket_faults)",
-    (_BUCKET, "_get_scheduled"): (
-        "rare: a bucket still being created when its boundary falls due (delayed_async), a pop that made no "
-        "progress or reshaped the buckets"
-    ),
     (_BUCKET, "_merge"): (
-        "rare: a merge with no eligible window, a source's segment load failing (bucket_faults), a merge of "
-        "nothing still tracked, a merged snapshot that could not be created"
+        "rare: a source's segment load failing past its retries during a merge (bucket_faults), a merge of "
+        "nothing still tracked, a merged snapshot whose synchronous creation failed (bucket_faults)"
     ),
     (_BUCKET, "select_merge"): "guard and rare: fewer than two buckets to merge; ties between candidates",
     (_BUCKET, "_seal"): "rare: sealing with nothing left, or at most the buckets allowed after a merge",
-    (_BUCKET, "_Popping.drop"): "rare: dropping a bit of a bucket still being created (delayed_async)",
-    (_BUCKET, "_add"): "rare: an add whose position another bucket or the mutable one already holds",
+    (_BUCKET, "_add"): (
+        "rare: a due add of a position no longer tracked, an add whose position another bucket or the mutable one "
+        "already holds below the mutable bucket's range"
+    ),
     (_BUCKET, "_clear"): (
         "rare: a clear (a seek or an unsubscribe, DD-23) while sealed buckets exist: the delayed workload never "
         "seeks, and its readers unsubscribe (unsubscribe variant) once they drained the topic"
@@ -275,7 +269,7 @@ REASONS: dict[tuple[str, str] | tuple[str, str, str], str] = {
     ),
     (_BUCKET, "recover"): (
         "rare (bucket_faults): recovery from cursor properties that overlap (a merge whose source's delete failed "
-        "for good, then a reload), or whose segment load fails past its retries"
+        "for good, then a reload of the topic)"
     ),
     (_RUNS, "Run.index"): "rare: a run packed 24 bytes wide (indexes past 32-bit deltas); the workloads' fit in 12",
     (_RUNS, "Run.head_ts"): "rare: a run packed 24 bytes wide (indexes past 32-bit deltas)",
