@@ -67,6 +67,7 @@ def soak_spec(workload: str, seed: int) -> RunSpec:
     switches = {name: not plain and rng.random() < 0.5 for name in VARIANTS}
     tracker = "bucket" if rng.random() < 0.5 else "memory"
     ops = rng.choice(OPS)
+    switches.update(delayed_async=not plain and rng.random() < 0.5, bucket_faults=not plain and rng.random() < 0.5)
     # As the command line has them: the shared index is the delayed workload's on the in-memory
     # tracker (DD-30), the reread the ctp workload's.
     switches["shared_delayed"] = switches["shared_delayed"] and workload == "delayed" and tracker == "memory"

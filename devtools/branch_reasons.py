@@ -211,49 +211,65 @@ REASONS: dict[tuple[str, str] | tuple[str, str, str], str] = {
     (_DELAYED, "_bucket_segments"): "vectors: an observer of the vectors and the model checker",
     (_COMMON, "check_max_messages"): _RANGE,
     (_COMMON, "check_position"): _RANGE,
-    (_COMMON, "check_storage_operation"): _not_sent("InjectStorageFailure (the vectors' way of failing storage)"),
-    (_COMMON, "has_message_available"): _not_sent("HasMessageAvailable (the dispatcher asks for scheduled messages)"),
+    (_COMMON, "check_storage_operation"): (
+        "guard: a storage failure of an operation the tracker has not (the fault schedule names only its four)"
+    ),
     (_COMMON, "timer_fired"): "guard: a timer that fires for a target no longer armed (the engine cancels it)",
-    (_MEMORY, "step"): _not_sent(
-        "the bucket tracker's commands to the in-memory one (HasMessageAvailable, MarkDelete, storage "
-        "failures, snapshots); the restart's other arm"
+    (_MEMORY, "step"): (
+        "not sent: the commands only a bucket tracker gets (MarkDelete, storage failures, a snapshot's completion "
+        "or loss): the engine sends them to a bucket tracker alone, as Pulsar has no such calls on the in-memory "
+        "tracker; the restart's other arm"
     ),
     (_BUCKET, "step"): _not_sent(
-        "HasMessageAvailable, InjectStorageFailure, CompleteBucketSnapshot (async creation off), "
-        "LoseBucketSnapshot; MarkDelete's other arm"
+        "LoseBucketSnapshot (the engine's ledgers lose no snapshot); CompleteBucketSnapshot's other arm"
     ),
     (_BUCKET, "tracked"): "vectors: an observer of the vectors and the model checker",
     (_BUCKET, "contains_message"): "vectors: an observer of the vectors and the model checker",
-    (_BUCKET, "_complete_create"): _not_sent(
-        "CompleteBucketSnapshot (DD-31's asynchronous creation is off in the engine)"
+    (_BUCKET, "_complete_create", "if cmd.request_id not in state.pending_creates:"): (
+        "guard: a completion of no creation in flight (the service drops the completions of a tracker that "
+        "restarted, DD-31)"
     ),
-    (_BUCKET, "_create_snapshot"): "not sent: a snapshot creation that fails (the vectors' InjectStorageFailure)",
+    (_BUCKET, "_complete_create"): (
+        "rare (delayed_async): a creation finishing after its bucket left (a trim or a clear while it was in "
+        "flight), or failing for a bucket whose messages were all delivered meanwhile"
+    ),
     (_BUCKET, "_delete_snapshot"): (
-        "not sent: a deletion that fails (InjectStorageFailure), of an unsealed bucket, or whose cursor property "
-        "names another bucket"
+        "rare: deleting a bucket with no snapshot (a memory-mode bucket trimmed or cleared), or whose cursor "
+        "property another bucket took since (an orphan of a failed delete whose range a merge named again)"
     ),
-    (_BUCKET, "_load_segment"): "not sent: a segment load that fails or finds no snapshot (InjectStorageFailure)",
-    (_BUCKET, "load_next"): "not sent: a segment load failure other than a missing bucket (InjectStorageFailure)",
+    (_BUCKET, "_load_segment", "if snapshot is None:"): (
+        "not sent: a load of a snapshot missing from storage (LoseBucketSnapshot; the engine's ledgers lose none)"
+    ),
+    (_BUCKET, "_trim", "if state.mark_delete_ledger < 0:"): (
+        "not sent: a trim before any mark-delete (the engine hands a tracker its cursor's mark-delete ledger as "
+        "it makes it)"
+    ),
     (_BUCKET, "_trim"): (
-        "not sent and rare: a trim before any mark-delete, a failing deletion (InjectStorageFailure), a bucket "
-        "ending past the mark-delete ledger"
+        "rare: a bucket ending at or past the mark-delete ledger before one below it, a failing deletion "
+        "(bucket_faults) during a trim"
     ),
-    (_BUCKET, "_build_bucket"): "not sent: asynchronous snapshot creation (DD-31) and an empty seal",
-    (_BUCKET, "_get_scheduled"): (
-        "not sent and rare: a bucket still being created (async creation off), a pop that made no progress "
-        "or reshaped the buckets"
+    (_BUCKET, "_merge"): (
+        "rare: a source's segment load failing past its retries during a merge (bucket_faults), a merge of "
+        "nothing still tracked, a merged snapshot whose synchronous creation failed (bucket_faults)"
     ),
-    (_BUCKET, "_merge"): "not sent and rare: merging buckets still being created (async creation off), a failed load",
     (_BUCKET, "select_merge"): "guard and rare: fewer than two buckets to merge; ties between candidates",
     (_BUCKET, "_seal"): "rare: sealing with nothing left, or at most the buckets allowed after a merge",
-    (_BUCKET, "_Popping.drop"): "not sent: dropping a bucket still being created (async creation off)",
-    (_BUCKET, "_add"): "rare: an add whose position another bucket or the mutable one already holds",
-    (_BUCKET, "_clear"): "rare: a clear (a seek, DD-23) while sealed buckets exist",
+    (_BUCKET, "_add"): (
+        "rare: a due add of a position no longer tracked, an add whose position another bucket or the mutable one "
+        "already holds below the mutable bucket's range"
+    ),
+    (_BUCKET, "_clear"): (
+        "rare: a clear (a seek or an unsubscribe, DD-23) while sealed buckets exist: the delayed workload never "
+        "seeks, and its readers unsubscribe (unsubscribe variant) once they drained the topic"
+    ),
     (_BUCKET, "_parse_key"): "guard: a cursor property that is not a bucket key; the engine writes only bucket keys",
     (_BUCKET, "boundary_owner"): "guard: a boundary with no ledger",
+    (_BUCKET, "recover", "if parsed is None:"): (
+        "guard: a cursor property that is not a bucket key (the service hands recovery only bucket keys)"
+    ),
     (_BUCKET, "recover"): (
-        "not sent and rare: recovery from cursor properties that do not parse, that overlap, whose snapshot is "
-        "gone or fails to load (InjectStorageFailure, LoseBucketSnapshot)"
+        "rare (bucket_faults): recovery from cursor properties that overlap (a merge whose source's delete failed "
+        "for good, then a reload of the topic)"
     ),
     (_RUNS, "Run.index"): "rare: a run packed 24 bytes wide (indexes past 32-bit deltas); the workloads' fit in 12",
     (_RUNS, "Run.head_ts"): "rare: a run packed 24 bytes wide (indexes past 32-bit deltas)",

@@ -59,6 +59,8 @@ class DelayedDelivery:
         self.service: DelayedDeliveryService | None = None
         self._read_more = read_more
         self._failed = failed
+        # Snapshot-storage failures the next recovery meets (a fault: the bookies fail the reads).
+        self._recovery_failures: dict[str, int] = {}
 
     @property
     def shares_index(self) -> bool:
@@ -86,7 +88,13 @@ class DelayedDelivery:
             self.service = self._open(cursor)
         return self.service
 
+    def fail_next_recovery(self, operation: str, count: int) -> None:
+        """The next recovery of this subscription's tracker meets ``count`` failed snapshot reads of
+        ``operation`` (``metadata`` or ``load``); after its retries it falls back (DD-27)."""
+        self._recovery_failures[operation] = self._recovery_failures.get(operation, 0) + count
+
     def _open(self, cursor: ManagedCursor) -> DelayedDeliveryService:
+        failures, self._recovery_failures = self._recovery_failures, {}
         return DelayedDeliveryService.load(
             self.host.sim,
             self.host.store,
@@ -98,6 +106,7 @@ class DelayedDelivery:
             failed=self._failed,
             observer=lambda: self.host.observer,
             async_create=self.host.delayed_async_create,
+            storage_failures=failures,
         )
 
     def shared_index(self) -> TopicDelayedIndex | None:

@@ -14,7 +14,8 @@ tracker state and carries out what each step returns:
 * ``ScheduleTimer`` / ``CancelTimer`` on the simulation's clock, ``TimerFired`` back into the
   tracker, and ``ReadMoreEntries`` to the dispatcher (DD-25);
 * ``RequestCreateBucketSnapshot`` (DD-31, asynchronous creation): the snapshot ledger is written a
-  millisecond later and the outcome is stepped as ``CompleteBucketSnapshot``.
+  millisecond later, or up to ``CREATE_LATENCY_MS`` later (a busy bookie), and the outcome is
+  stepped as ``CompleteBucketSnapshot``.
 
 It feeds ``MarkDelete`` when the cursor's mark-delete position moves into a later ledger (DD-22),
 and at load rebuilds the tracker from what is durable — the cursor's bucket properties and the
@@ -29,7 +30,11 @@ adopted as it steps (as every machine in the broker); when a write it asked for 
 ahead of its storage and the service reports ``failed`` — the broker reloads the topic, as it does
 for any other component.  A failed delete leaves the ledger and its property (an orphan recovery
 finds again, DD-19).  Failures decided by the model (``InjectStorageFailure``,
-:meth:`DelayedDeliveryService.inject_failure`) never reach the ledgers.
+:meth:`DelayedDeliveryService.inject_failure`) never reach the ledgers; failures of the ledgers
+themselves (:meth:`DelayedDeliveryService.fail_storage`, and ``storage_failures`` at load) are met
+as the service writes or reads: an asynchronous creation's is its failed ``CompleteBucketSnapshot``,
+a recovery's its fallback.  The simulation's ``bucket_faults`` variant injects both kinds
+(``engine.simulation.fault_schedule``).
 
 Every tracker step goes through :meth:`DelayedDeliveryService._step`, which reports it to the
 broker's machine observer (``stepped``); every load reports its inputs (``recovered``).
@@ -68,6 +73,8 @@ IN_MEMORY_FACTORY: Final = "org.apache.pulsar.broker.delayed.InMemoryDelayedDeli
 BUCKET_FACTORY: Final = "org.apache.pulsar.broker.delayed.BucketDelayedDeliveryTrackerFactory"
 _KINDS: Final[Mapping[str, str]] = {IN_MEMORY_FACTORY: "in_memory", BUCKET_FACTORY: "bucket"}
 MACHINE: Final = "delayed"
+# The longest an asynchronous snapshot creation takes (DD-31), in simulated ms.
+CREATE_LATENCY_MS: Final = 200
 
 T = TypeVar("T")
 
@@ -216,8 +223,11 @@ class DelayedDeliveryService:
         failed: Callable[[], None],
         observer: Callable[[], MachineObserver | None] = lambda: None,
         async_create: bool = False,
+        storage_failures: Mapping[str, int] | None = None,
     ) -> DelayedDeliveryService:
-        """Open the service and recover its tracker from the cursor and the snapshot ledgers (DD-24)."""
+        """Open the service and recover its tracker from the cursor and the snapshot ledgers (DD-24).
+        ``storage_failures``: snapshot-storage reads that fail from the start (operation -> count,
+        :meth:`fail_storage`), so recovery itself meets them (DD-27)."""
         service = cls(
             sim,
             store,
@@ -230,6 +240,8 @@ class DelayedDeliveryService:
             observer=observer,
             async_create=async_create,
         )
+        for operation, count in sorted((storage_failures or {}).items()):
+            service.fail_storage(operation, count)
         service._recover()
         return service
 
@@ -312,8 +324,13 @@ class DelayedDeliveryService:
             read = partial(BucketSnapshotStorage.get_bucket_snapshot_segment, self.storage)
             segments = self._retry(read, bucket_id, 1, len(metadata[0])) if metadata[0] else ([],)
             if segments is None:
+                # The snapshot is there (its metadata was read) but its segments cannot be: it stays
+                # in the inputs, without segments, and the machine's first segment load meets the
+                # failure and falls back (DD-27).  Left out, it would read as a missing snapshot,
+                # whose property and ledger recovery deletes (DD-24); so would the buckets not yet
+                # read, hence no break here.
                 failures["load"] = dd.ATTEMPTS
-                break
+                segments = ([],)
             snapshots.append([bucket_id, _snapshot_json(*bounds, metadata[0], segments[0], length[0])])
         return {
             "tracker": "bucket",
@@ -333,7 +350,13 @@ class DelayedDeliveryService:
         return isinstance(result, Ok) and bool(result.value)
 
     def scheduled_messages(self, max_messages: int = 1 << 30) -> tuple[Position, ...]:
-        """The messages due now (DD-10, DD-12, DD-13, DD-15, DD-16, DD-22)."""
+        """The messages due now (DD-10, DD-12, DD-13, DD-15, DD-16, DD-22).  With ``async_create``
+        (Pulsar's asynchronous tracker) the dispatcher first asks whether one is due, as Pulsar's
+        does (``hasMessageAvailable``, which re-arms the timer when none is)."""
+        if self.async_create:
+            available = self._step(dd.HasMessageAvailable(self.sim.now))
+            if not (isinstance(available, Ok) and available.value):
+                return ()
         result = self._step(dd.GetScheduledMessages(max_messages, self.sim.now))
         return tuple(result.value) if isinstance(result, Ok) else ()
 
@@ -347,6 +370,14 @@ class DelayedDeliveryService:
     def inject_failure(self, operation: str, count: int = 1) -> None:
         """Queue failures the model decides on (DD-17): ``create``, ``load``, ``delete``, ``metadata``."""
         self._step(dd.InjectStorageFailure(operation, count))
+
+    def fail_storage(self, operation: str, count: int = 1) -> None:
+        """Make the next ``count`` attempts of a snapshot-storage ``operation`` fail on the ledgers
+        themselves (BookKeeper errors, DD-17): ``create``, ``metadata``, ``load``, ``delete`` or
+        ``length``.  Unlike :meth:`inject_failure` the model does not decide them: the service
+        meets them as it carries out the tracker's effects (an asynchronous creation that fails is
+        stepped as a failed ``CompleteBucketSnapshot``) or reads for a recovery."""
+        self.storage.inject_failure(operation, count)
 
     @property
     def bucket_ids(self) -> tuple[int, ...]:
@@ -427,7 +458,11 @@ class DelayedDeliveryService:
             elif isinstance(effect, dd.ReadMoreEntries):
                 read_more = True
             elif isinstance(effect, dd.RequestCreateBucketSnapshot):
-                self.sim.schedule(1, self._complete_create(effect))
+                # A BookKeeper write of a few entries: a millisecond, or longer on a busy bookie
+                # (so a creation is sometimes still in flight when its bucket's boundary falls due,
+                # a merge selects, or a trim or clear takes the bucket, DD-31).
+                latency = 1 if self.sim.rng.random() < 0.5 else self.sim.rng.randint(2, CREATE_LATENCY_MS)
+                self.sim.schedule(latency, self._complete_create(effect))
         if merged:
             self.stats.record_success("merge", elapsed_ms(started, self._clock()))
         if read_more and self.alive:

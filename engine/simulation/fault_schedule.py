@@ -10,21 +10,35 @@ drawn from the simulation's ``random.Random(seed)``, and every fault goes into t
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from typing import Any
 
 from engine.broker import BrokerFaults
+from engine.broker.subscription import SubscriptionService
 from engine.ledger_store import LedgerFaults, LedgerStore
-from engine.scheduler import Future, NetworkFaults
+from engine.scheduler import Future, NetworkFaults, spawn
 from engine.simulated.disk import DiskFaults, SimDisk
 from engine.simulated.faults import InjectedFault
 from engine.simulation.client import Cluster
 from engine.simulation.metadata import FaultEvent
 from engine.simulation.runspec import RunSpec
+from reference import delayed as dd
 
 __all__ = ["POWER_CUT_WAIT_MS", "FaultSchedule", "cluster_faults"]
 
 Proc = Generator[Future[Any], Any, None]
+
+# The ``bucket_faults`` variant: every 100 to 500 ms of simulated time until the heal (a delayed run's
+# faults last a few seconds, the seals and loads happen as it writes), the chance that the snapshot
+# storage of a bucket tracker fails (FaultSchedule.bucket_storage_fault).
+BUCKET_STORAGE_FAULT = 0.3
+# What fails: a creation, a segment load or a delete (each within its retries or for good), or the
+# reads of the recovery that a topic unload starts.
+# A tracker creates, loads and deletes snapshots a few times in a run, mostly while the workload
+# writes: each is failed twice as often as a recovery, which unloads the topic and so drops the
+# failures still queued.
+BUCKET_STORAGE_KINDS = ("create", "create", "load", "load", "delete", "delete", "recovery")
+ASYNC_CREATE_KINDS = ("create", "create", "create")
 
 # How long a broker crash on a store with group commit may wait for the journal to have changes
 # waiting for their commit (half of those crashes do: see FaultSchedule.fault_process).
@@ -105,6 +119,8 @@ class FaultSchedule:
         """Every few seconds of simulated time, maybe a broker crash (and restart), a coordinator
         crash (and reload), or a topic unload, by the run's rates; until the heal."""
         broker = self.cluster.broker
+        if self.spec.bucket_storage_faults:
+            spawn(self.sim, self.bucket_fault_process())
         while self.injecting:
             yield self.sim.sleep(self.rng.randint(1000, 4000))
             if not self.injecting:
@@ -138,6 +154,58 @@ class FaultSchedule:
                 broker.partitions[partition].crash()
                 self.injected("topic-unload", partition)
                 broker.restart_later(broker.partitions[partition])
+
+    def bucket_fault_process(self) -> Proc:
+        """``bucket_faults``: now and then a snapshot-storage failure, until the heal."""
+        while self.injecting:
+            yield self.sim.sleep(self.rng.randint(100, 500))
+            if self.injecting and self.rng.random() < BUCKET_STORAGE_FAULT:
+                self.bucket_storage_fault()
+
+    def bucket_storage_fault(self) -> None:
+        """``bucket_faults``: the snapshot storage (BookKeeper in Pulsar) of one live bucket tracker
+        fails.  A creation, a segment load or a delete fails once (the retries hide it) or on every
+        attempt (DD-17): a synchronous creation's failure sends the bucket to memory mode (DD-14), an
+        asynchronous one's is the failed ``CompleteBucketSnapshot`` (DD-31), a failed load leaves the
+        bucket on its segment (DD-16), a failed delete leaves an orphan that recovery meets again
+        (DD-19, DD-26).  Or the topic is unloaded and its recovery's snapshot reads fail (DD-27).
+        The failures the tracker meets as it steps are its own ``InjectStorageFailure`` (so the
+        history holds them); the ones the service meets writing or recovering are the ledgers'."""
+        broker = self.cluster.broker
+        if not broker.up:
+            return
+        subs = [
+            (name, sub)
+            for name in sorted(broker.partitions)
+            for sub in _subscriptions(broker.partitions[name].subscriptions)
+            if sub.delayed is not None and sub.delayed.alive and isinstance(sub.delayed.state, dd.BucketTracker)
+        ]
+        if not subs:
+            return
+        partition, sub = self.rng.choice(subs)
+        service = sub.delayed
+        assert service is not None
+        # An asynchronous tracker's creations are its only writes the ledgers fail (the model
+        # decides the rest); they are few, so they fail more often, and every attempt.
+        kind = self.rng.choice(
+            BUCKET_STORAGE_KINDS + ASYNC_CREATE_KINDS if service.async_create else BUCKET_STORAGE_KINDS
+        )
+        count = (
+            dd.ATTEMPTS if kind == "create" and service.async_create else self.rng.choice((1, dd.ATTEMPTS, dd.ATTEMPTS))
+        )
+        if kind == "recovery":
+            if not any(key.startswith(dd.BUCKET_PROPERTY_PREFIX) for key in service.cursor.properties):
+                return  # nothing on storage for a recovery to read
+            sub.delays.fail_next_recovery(self.rng.choice(("metadata", "load", "load")), dd.ATTEMPTS)
+            broker.partitions[partition].crash()
+            self.injected("bucket-recovery-reads-fail", service.obj)
+            broker.restart_later(broker.partitions[partition])
+            return
+        if kind == "create" and service.async_create:
+            service.fail_storage("create", count)
+        else:
+            service.inject_failure(kind, count)
+        self.injected(f"bucket-{kind}-fails-{count}", service.obj)
 
     def unload_at_heal(self) -> None:
         """``unload_at_heal``: unload partitions once every transaction has ended (they reload on their own)."""
@@ -190,3 +258,7 @@ class FaultSchedule:
         if not self.cluster.broker.up:
             self.cluster.broker.restart()
             self.injected("broker-restart", "broker")
+
+
+def _subscriptions(subs: Mapping[str, SubscriptionService]) -> list[SubscriptionService]:
+    return [subs[name] for name in sorted(subs)]

@@ -93,6 +93,12 @@ class SimulateOptions:
     acks: str = "off"  # mixed: seeds = 0 mod 3
     pipelined: str = "off"  # the ctp workload; mixed: seeds = 0 mod 4
     limits: str = "off"  # mixed: seeds = 1 mod 6 (half of them batching runs)
+    # The delayed workload as asynchronous as Pulsar's (hasMessageAvailable first, DD-31's snapshot
+    # creation), mixed: seeds = 4..7 mod 8 (4, 5 mod 8 on the in-memory tracker, 6, 7 mod 8 on the
+    # bucket tracker, whose seeds are 2, 3 mod 4 when the tracker is mixed); snapshot storage
+    # failures (bucket tracker), mixed: odd seeds.  Each combination has a quarter of the bucket runs.
+    delayed_async: str = "off"
+    bucket_faults: str = "off"
     disk: str = "real"  # file ledgers: "real", or "sim" (broker crashes are power cuts)
     group_commit_ms: int | None = None  # file ledgers: the journal's group commit (None: every change)
     disk_capacity: int | None = None  # the simulated disk's bytes (ENOSPC past them; None: no bound)
@@ -143,6 +149,8 @@ class SimulateOptions:
                     acks=variant(self.acks, seed + 1, 3),
                     pipelined=variant(self.pipelined, seed + 1, 4),
                     limits=variant(self.limits, seed, 6),
+                    delayed_async=variant(self.delayed_async, seed, 2, step=4),
+                    bucket_faults=variant(self.bucket_faults, seed, 2),
                     shared_delayed=workload == "delayed"
                     and not variant(tracker, seed, 2, step=2)
                     and variant(self.shared_delayed, seed, 4),
@@ -179,6 +187,8 @@ MAIN_JOB = SimulateOptions(
     acks="mixed",
     pipelined="mixed",
     limits="mixed",
+    delayed_async="mixed",
+    bucket_faults="mixed",
 )
 
 

@@ -131,6 +131,14 @@ class RunSpec:
     # ctp: a processor's client does not wait for one operation before the next: it sends from a
     # second session, acknowledges meanwhile and commits while the send is in flight.
     pipelined: bool = False
+    # The delayed workload as asynchronous as Pulsar's (``async_creates``): the dispatcher asks the
+    # tracker whether a message is due (hasMessageAvailable, DD-13) before it asks for the scheduled
+    # messages, and a bucket tracker creates its snapshots asynchronously, going on while the
+    # snapshot ledger is written (DD-31).  The bucket tracker with faults on (``bucket_storage_faults``):
+    # the snapshot storage fails now and then, a creation, a segment load or a delete (within its
+    # retries or past them), or the reads of a recovery (DD-14, DD-16, DD-17, DD-19, DD-26, DD-27).
+    delayed_async: bool = False
+    bucket_faults: bool = False
     # File ledgers only: the real disk or the simulated one (whose broker crashes are power cuts),
     # and the journal's group commit (None: every change committed as it is made).
     disk: str = "real"
@@ -155,6 +163,16 @@ class RunSpec:
         if self.limits:
             config = config.with_overrides(_LIMITS_CONFIG)
         return config
+
+    @property
+    def async_creates(self) -> bool:
+        """The ``delayed_async`` variant applies: a delayed run (not on the partition's shared index)."""
+        return self.delayed_async and self.workload == "delayed" and not self.shared_delayed
+
+    @property
+    def bucket_storage_faults(self) -> bool:
+        """The ``bucket_faults`` variant applies: a delayed run on the bucket tracker, faults on."""
+        return self.bucket_faults and self.faults and self.workload == "delayed" and self.delayed_tracker == "bucket"
 
     @property
     def rereads(self) -> bool:
@@ -199,6 +217,8 @@ class RunSpec:
             "limits": self.limits,
             "acks": self.acks,
             "pipelined": self.pipelined,
+            "delayed_async": self.async_creates,
+            "bucket_faults": self.bucket_storage_faults,
             "disk": self.disk if self.ledger == "file" else None,
             "group_commit_ms": self.group_commit_ms if self.ledger == "file" else None,
             "disk_capacity": self.disk_capacity,

@@ -125,6 +125,7 @@ class _Run:
             disk_faults=disk_faults,
         )
         self.sim = self.cluster.sim
+        self.cluster.broker.delayed_async_create = spec.async_creates  # the delayed_async variant (DD-13, DD-31)
         self.faults = FaultSchedule(spec, self.cluster, rates)
         self.cluster.on_disk_failure = self.faults.disk_failure
         # A component that raises crashes and reloads; the run goes on and lists it (RunResult.failures).

@@ -227,6 +227,20 @@ def _add_reach_variants(parser: argparse.ArgumentParser) -> None:
         help="the ctp workload: a processor does not wait for one operation before the next (it sends from a second "
         "session, acknowledges meanwhile and commits while the send is in flight); mixed: seeds = 0 mod 4",
     )
+    parser.add_argument(
+        "--delayed-async",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="the delayed workload as asynchronous as Pulsar's: the dispatcher asks hasMessageAvailable first and "
+        "the bucket tracker creates snapshots asynchronously (DD-31); mixed: seeds = 4..7 mod 8",
+    )
+    parser.add_argument(
+        "--bucket-faults",
+        choices=("on", "off", "mixed"),
+        default="off",
+        help="the delayed workload on the bucket tracker, faults on: its snapshot storage fails now and then "
+        "(a creation, segment load or delete, a recovery's reads); mixed: odd seeds",
+    )
 
 
 def _disk_arguments(parser: argparse.ArgumentParser) -> None:
@@ -289,6 +303,8 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         acks=args.acks,
         limits=args.limits,
         pipelined=args.pipelined,
+        delayed_async=args.delayed_async,
+        bucket_faults=args.bucket_faults,
         disk=args.disk,
         group_commit_ms=args.group_commit,
         disk_capacity=args.disk_capacity,
@@ -560,6 +576,8 @@ def reproduce_argv(run: Mapping[str, Any]) -> list[str] | None:
             "--acks", on_off(run.get("acks", False)),
             "--limits", on_off(run.get("limits", False)),
             "--pipelined", on_off(run.get("pipelined", False)),
+            "--delayed-async", on_off(run.get("delayed_async", False)),
+            "--bucket-faults", on_off(run.get("bucket_faults", False)),
             "--deadline", str(run["deadline_ms"]),
         ]  # fmt: skip
     except KeyError:

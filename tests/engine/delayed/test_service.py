@@ -424,6 +424,40 @@ def test_dd31_asynchronous_creation_completes_later(succeed: bool) -> None:
     h.assert_delivered_on_time()
 
 
+@pytest.mark.parametrize("operation", ["metadata", "load"])
+def test_dd27_a_recovery_whose_reads_the_bookies_fail_falls_back(operation: str) -> None:
+    """DD-17, DD-27: ``fail_next_recovery`` (the bucket_faults variant's recovery fault) makes the next
+    recovery's snapshot reads fail on the ledgers past their retries: the tracker falls back, keeps
+    the snapshots for a later restart, and the dispatcher's replay delivers everything on time."""
+    h = _harness("memory", Path())
+    h.publish(8)
+    ids = h.service.bucket_ids
+    assert ids
+    h.sub.delays.fail_next_recovery(operation, dd.ATTEMPTS)
+    h.crash_and_restart()
+    assert isinstance(h.service.recovery, Err)
+    assert h.tracker.fallback and h.service.inputs["failures"] == [[operation, dd.ATTEMPTS]]
+    assert all(h.ledgers_of(ids))
+    h.subscribe()
+    h.drain(h.sim.now + FAR + 2_000)
+    h.assert_delivered_on_time()
+    h.crash_and_restart()  # the failures were the one recovery's
+    assert not h.tracker.fallback
+
+
+def test_dd13_an_asynchronous_tracker_is_asked_has_message_available_first() -> None:
+    """DD-13: with ``async_create`` the dispatcher asks ``HasMessageAvailable`` and asks for the
+    scheduled messages only when it answers true, as Pulsar's dispatcher does."""
+    h = _harness("memory", Path(), async_create=True)
+    h.publish(3, delay=500)
+    h.drain(h.sim.now + 2_000)
+    h.assert_delivered_on_time()
+    steps = [c[3] for c in h.observer.calls if c[0] == "stepped"]
+    asks = [k for k, c in enumerate(steps) if isinstance(c, dd.HasMessageAvailable)]
+    gets = [k for k, c in enumerate(steps) if isinstance(c, dd.GetScheduledMessages)]
+    assert asks and gets and all(k - 1 in asks for k in gets)
+
+
 def test_dd29_the_in_memory_tracker_by_default() -> None:
     """DD-29: Pulsar's default factory is the in-memory tracker: nothing on ledgers, a restart starts
     empty and the dispatcher's replay brings the messages back."""
