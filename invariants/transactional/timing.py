@@ -211,10 +211,11 @@ def lost_redeliveries(a: TxnAnalysis, out: Collector) -> None:
         consumers = _Consumers(a, sub)
         w = a.words
         for message, origin, request, due, how in handbacks:
-            if request is not None and a.acked_since(sub, message, request.invoked_at):
-                out.judge(
-                    "lost-redelivery"
-                )  # acknowledged since it was given back (a cumulative ack past it): owed nothing
+            # Acknowledged since the delivery given back (before the negative ack too: a negative ack
+            # names an entry, and a batch index acked before it is not among what it gives back), or
+            # since (a cumulative ack past it): owed nothing.
+            if request is not None and a.acked_since(sub, message, origin.op.invoked_at):
+                out.judge("lost-redelivery")
                 continue
             why_not = consumers.why_not(due)
             if why_not is not None:

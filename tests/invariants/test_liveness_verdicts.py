@@ -115,3 +115,36 @@ def test_words_write_times_from_the_start_and_names_without_the_shared_prefix() 
         words.name(SUB) == "p0#shared" and words.name(PART) == "p0" and words.name("coordinator:0") == "coordinator 0"
     )
     assert seconds(850) == "0.850 s" and seconds(float("inf")) == "never"
+
+
+def test_a_negative_ack_of_a_batch_entry_owes_nothing_for_an_index_acked_before_it() -> None:
+    """The delayed workload's seed 679 on the bucket tracker: a consumer received both messages of a
+    batch entry, acked the first by its batch index, then negatively acked the entry (a negative ack
+    names an entry, not an index).  Only the second is given back and redelivered; the first, acked,
+    is owed nothing (it was reported as lost-redelivery)."""
+
+    def at(index: int, message: str | None = None, **more: object) -> dict[str, object]:
+        found = {"position": [1, 0], "batch_index": index, "batch_size": 2, **more}
+        return found if message is None else {"message": message, **found}
+
+    c = {"consumer": "c"}
+    ops = [
+        op(0, 2, "subscribe", SUB, SHARED_C, at=0),
+        op(1, 0, "send", PART, {"message": "a", "txn": None}, at(0), at=2),
+        op(2, 1, "send", PART, {"message": "b", "txn": None}, at(1), at=2),
+        op(3, 2, "receive", SUB, c, at(0, "a"), at=10, done=12),
+        op(4, 2, "ack", SUB, {"position": [1, 0], "batch_index": 0, **c}, at=13, done=15),
+        op(5, 2, "receive", SUB, c, at(1, "b"), at=16, done=18),
+        op(6, 2, "negative_ack", SUB, {"position": [1, 0], "redeliver_within_ms": 1000, **c}, at=20),
+        op(7, 2, "receive", SUB, c, at(1, "b", redelivery_count=1), at=900, done=1000),
+        op(8, 2, "ack", SUB, {"position": [1, 0], "batch_index": 1, **c}, at=1001, done=1002),
+        op(9, 2, "receive", SUB, c, None, at=1100, done=1150),
+    ]
+    rows = _rows(ops)
+    assert rows["delivery"].verdict == "ok", rows["delivery"].detail
+    statements = json.loads(rows["delivery"].detail)["applicability"]
+    assert statements["lost-redelivery"]["applies"]
+    # teeth: without the redelivery of the index still owed, the miss is reported, for it alone
+    rows = _rows([o for o in ops if o.index not in (7, 8)])
+    (anomaly,) = json.loads(rows["delivery"].detail)["anomalies"]
+    assert rows["delivery"].verdict == "late" and "'b'" in anomaly["explanation"]
