@@ -45,6 +45,37 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _rows_written(histories: Path) -> int:
+    """The operations the run wrote, every one of which a checker reads: the rows of its history
+    files (from their footers; the summary counts them per checker, each checker its own kind)."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(path).metadata.num_rows for path in sorted(histories.glob("*.parquet")))
+
+
+def parse_summary(stdout: str) -> tuple[dict[str, dict[str, float | None]], int]:
+    """The summary table of ``txnmodel run``: each part's wall and CPU seconds (None where the table
+    gives none), and the histories verified."""
+    parts: dict[str, dict[str, float | None]] = {}
+    summary = stdout.split("== summary", 1)[-1].splitlines()[1:]
+    histories = 0
+    for line in summary:
+        # "<name>  <verdict>  <wall> <cpu>": the seconds are the last 15 characters, either may be
+        # blank (a checker's own line has none: its seconds are the verify line's, all checkers at once)
+        if not line.strip() or line.startswith(" "):
+            continue
+        name, part_wall, part_cpu = line.split("  ")[0].strip(), line[-15:-8].strip(), line[-7:].strip()
+        parts[name] = {
+            "wall": float(part_wall.rstrip("s")) if part_wall else None,
+            "cpu": float(part_cpu.rstrip("s")) if part_cpu else None,
+        }
+        if name == "verify":
+            # "verify  <n> histories  <wall> <cpu>"
+            verified = re.search(r"(\d+) histories", line)
+            histories = int(verified.group(1)) if verified else 0
+    return parts, histories
+
+
 def run_main_job(histories: int | None, ops: int | None, jobs: int, out: Path) -> dict[str, Any]:
     """``txnmodel run`` in a child process: its summary lines, wall and CPU seconds, operations."""
     command = [sys.executable, "-m", "txnmodel", "run", "--out", str(out), "--jobs", str(jobs)]
@@ -57,18 +88,7 @@ def run_main_job(histories: int | None, ops: int | None, jobs: int, out: Path) -
     # its progress (stderr) shows as it runs; the summary table (stdout) is read back
     done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, text=True, check=False)
     wall, cpu = time.perf_counter() - t0, _children_cpu() - cpu0
-    parts: dict[str, dict[str, float]] = {}
-    summary = done.stdout.split("== summary", 1)[-1].splitlines()[1:]
-    for line in summary:
-        # "<name>  <verdict>  <wall> <cpu>": the seconds are the last 15 characters, either may be blank
-        if not line.strip() or line.startswith(" "):
-            continue
-        name, part_wall, part_cpu = line.split("  ")[0], line[-15:-8].strip(), line[-7:].strip()
-        parts[name.strip()] = {
-            "wall": float(part_wall.rstrip("s")) if part_wall else 0.0,
-            "cpu": float(part_cpu.rstrip("s")) if part_cpu else 0.0,
-        }
-    operations = re.search(r"(\d+) histories, (\d+) operations", done.stdout)
+    parts, histories = parse_summary(done.stdout)
     return {
         "command": " ".join(command[1:]),
         "exit_code": done.returncode,
@@ -76,10 +96,10 @@ def run_main_job(histories: int | None, ops: int | None, jobs: int, out: Path) -
         "cpu": cpu,
         "load_before": load_before,
         "load_after": os.getloadavg(),
-        "histories": int(operations.group(1)) if operations else 0,
-        "operations": int(operations.group(2)) if operations else 0,
+        "histories": histories,
+        "operations": _rows_written(out / "histories"),
         "parts": parts,
-        "summary": summary,
+        "summary": done.stdout.split("== summary", 1)[-1].splitlines()[1:],
     }
 
 
@@ -131,6 +151,11 @@ def compare_verify(histories: Path, jobs: int, scratch: Path) -> dict[str, dict[
     return results
 
 
+def _seconds(value: float | None) -> str:
+    """A part's seconds, or a dash where the summary gives none (a checker's own line)."""
+    return f"{'-':>8}" if value is None else f"{value:>8.1f}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--histories", type=int, default=None, help="seeds per workload (default: the main job's)")
@@ -157,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average before {job['load_before'][0]:.2f}, after {job['load_after'][0]:.2f} (1 min)")
     print(f"{'part':<22} {'wall s':>8} {'cpu s':>8}")
     for name, part in job["parts"].items():
-        print(f"{name:<22} {part['wall']:>8.1f} {part['cpu']:>8.1f}")
+        print(f"{name:<22} {_seconds(part['wall'])} {_seconds(part['cpu'])}")
     print(f"{'whole job':<22} {job['wall']:>8.1f} {job['cpu']:>8.1f}")
     ops = job["operations"]
     per = job["cpu"] / ops * 100_000 if ops else 0.0

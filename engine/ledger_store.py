@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import os
 import random
@@ -51,6 +52,9 @@ class LedgerFaults:
     read: float = 0.0
 
 
+# Kept: every open of a ledger asks for its key, and a component whose store failed retries its
+# load every restart delay until the run ends (hundreds of thousands of opens in a long run).
+@functools.lru_cache(maxsize=4096)
 def ledger_key(name: str) -> str:
     """The directory name of managed ledger ``name`` in a file store: readable, and unique by its hash."""
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[:80]

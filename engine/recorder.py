@@ -55,7 +55,7 @@ def is_recorded(exc: BaseException) -> bool:
     return getattr(exc, "txnmodel_recorded", False) is True
 
 
-@dataclass
+@dataclass(slots=True)
 class OpenOp:
     index: int
     process: int
@@ -158,13 +158,13 @@ def config_overrides(config: Config) -> dict[str, Any]:
     return {key: to_json(value) for key, value in config.items() if value != defaults.get(key)}
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _MachineOp:
     op: OpenOp
     result: Ok[Any] | Err
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestContext:
     """One delivery of a client's request to the broker: the machine steps its handler made.
 

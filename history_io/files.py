@@ -28,7 +28,7 @@ import json
 import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from history_io.inputs import open_input, printable
 from spec.config import Config
@@ -41,6 +41,7 @@ from spec.history import (
     SCHEMA_VERSION,
     BadHistory,
     Operation,
+    OpType,
     validate_history,
 )
 from spec.json_limits import first_excess
@@ -503,8 +504,14 @@ def history_table(histories: Mapping[str, Sequence[Operation]] | Sequence[Operat
     the table, cheap to pickle, travels."""
     import pyarrow as pa
 
-    rows = _rows(histories)
-    return pa.table({name: [row[name] for row in rows] for name in FIELDS}, schema=arrow_schema())
+    ops = [op for mine in histories.values() for op in mine] if isinstance(histories, Mapping) else histories
+    # Column by column from the operations' fields (``to_row``'s columns, without a dict per row).
+    columns: dict[str, list[Any]] = {name: [getattr(op, name) for op in ops] for name in FIELDS if name != "type"}
+    columns["type"] = [_TYPE_VALUES[op.type] for op in ops]
+    return pa.table({name: columns[name] for name in FIELDS}, schema=arrow_schema())
+
+
+_TYPE_VALUES: Final = {op_type: op_type.value for op_type in OpType}
 
 
 def write_parquet(

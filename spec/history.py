@@ -104,8 +104,9 @@ from __future__ import annotations
 import enum
 import itertools
 import json
+import json.encoder
 import json.scanner
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -466,8 +467,27 @@ class Operation:
 _OP_TYPES: Final = {kind.value: kind for kind in OpType}
 # what json.loads runs under its per-call checks (the scanner JSONDecoder() builds for itself)
 _SCAN: Final = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))
-# json.dumps(value, separators=(",", ":")) without building an encoder for every call
-_compact: Final = json.JSONEncoder(separators=(",", ":")).encode
+_COMPACT: Final = json.JSONEncoder(separators=(",", ":"))
+# ``JSONEncoder.encode`` builds a new C encoder at every call, which costs more than encoding a
+# small value; the engine encodes two per recorded operation, so the encoder is built once here
+# with ``encode``'s own arguments (no circular check: a JSON value the engine built has no cycle).
+_C_MAKE_ENCODER: Final[Callable[..., Callable[[Any, int], Sequence[str]]] | None] = getattr(
+    json.encoder, "c_make_encoder", None
+)
+_C_ENCODE: Final = (
+    None
+    if _C_MAKE_ENCODER is None
+    else _C_MAKE_ENCODER(
+        None, _COMPACT.default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True
+    )
+)
+
+
+def _compact(value: Any) -> str:
+    """``value`` as compact JSON, the bytes of ``json.dumps(value, separators=(",", ":"))``."""
+    if isinstance(value, str) or _C_ENCODE is None:
+        return _COMPACT.encode(value)
+    return "".join(_C_ENCODE(value, 0))
 
 
 def _json(text: str) -> Any:
