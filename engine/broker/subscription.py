@@ -292,7 +292,9 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         # the ack is answered only once that write succeeded (PA-18, PA-19).
         return all_of(writes + cursor_writes)
 
-    def _cursor_effect_after(self, effect: CursorEffect, epoch: int, applied: Future[None], writes: Future[None]) -> None:
+    def _cursor_effect_after(
+        self, effect: CursorEffect, epoch: int, applied: Future[None], writes: Future[None]
+    ) -> None:
         if writes.error is not None:
             applied.set_exception(writes.error)
         else:
