@@ -118,8 +118,11 @@ class LedgerStore:
         # Told of each fault injected on any handle this store opened, so a run's fault schedule lists them.
         self.on_fault: Callable[[InjectedFault], None] | None = None
         # Told when the file store's journal failed for good (a disk error it could not undo): the
-        # owner must crash and reopen the store, as a bookie restarts after a journal failure.
-        self.on_failure: Callable[[BaseException], None] | None = None
+        # owner must crash and reopen the store, as a bookie restarts after a journal failure.  A
+        # failure before anyone listens (the broker's first loads, before its cluster hooks this)
+        # is kept and told as soon as someone does: nothing else would ever reopen the store.
+        self._on_failure: Callable[[BaseException], None] | None = None
+        self._untold_failure: BaseException | None = None
         # Told when a change is queued for the journal's next group commit (the simulator's
         # power cuts use it to find a busy moment).
         self.on_queue: Callable[[], None] | None = None
@@ -177,10 +180,24 @@ class LedgerStore:
         if self.on_queue is not None:
             self.on_queue()
 
+    @property
+    def on_failure(self) -> Callable[[BaseException], None] | None:
+        return self._on_failure
+
+    @on_failure.setter
+    def on_failure(self, listener: Callable[[BaseException], None] | None) -> None:
+        self._on_failure = listener
+        untold = self._untold_failure
+        if listener is not None and untold is not None:
+            self._untold_failure = None
+            listener(untold)
+
     def _store_failed(self, error: BaseException) -> None:
         self._note_fatal(error)
-        if self.on_failure is not None:
-            self.on_failure(error)
+        if self._on_failure is not None:
+            self._on_failure(error)
+        elif self._untold_failure is None:
+            self._untold_failure = error
 
     def _note_fatal(self, error: BaseException) -> None:
         full = _no_room(error)
@@ -317,6 +334,8 @@ class LedgerStore:
         self._faulty.clear()
         if self.kind == "memory":
             return
+        # A failure nobody was told of is moot: the store it failed is gone, reopened from the journal.
+        self._untold_failure = None
         if self._files is not None:
             self._files.crash()
             self._retire(self._files)

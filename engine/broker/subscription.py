@@ -266,8 +266,11 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         return result, self._carry_out(result.effects)
 
     def _carry_out(self, effects: Iterable[Effect]) -> Future[None]:
+        """Carry out a step's effects; the returned future completes once its pending-ack records
+        are logged and its cursor changes written, and never when a cursor write failed."""
         assert self.cursor is not None
         writes: list[Future[None]] = []
+        cursor_writes: list[Future[None]] = []
         for effect in effects:
             match effect:
                 case pa.AppendPendingAckRecord():
@@ -276,22 +279,42 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
                     after(all_of(list(writes)), partial(self.pending_log.trim, effect.record_id))
                 case pa.CursorIndividualAck() | pa.CursorCumulativeAck() | pa.RedeliverUnacknowledgedMessages():
                     # Pulsar touches the cursor (or redelivers) only once the pending-ack record is logged.
-                    after(all_of(list(writes)), partial(self._cursor_effect, effect, self._epoch))
+                    applied: Future[None] = Future()
+                    cursor_writes.append(applied)
+                    all_of(list(writes)).add_done_callback(
+                        partial(self._cursor_effect_after, effect, self._epoch, applied)
+                    )
                 case pa.InitPendingAckStore():
                     self.sim.schedule(1, self._init_done(self._epoch))
                 case pa.ScheduleInitRetry():
                     self.sim.schedule(effect.delay_ms, self._retry_later(self._epoch))
-        return all_of(writes)
+        # A normal ack has no pending-ack record: the cursor write is all that makes it durable, so
+        # the ack is answered only once that write succeeded (PA-18, PA-19).
+        return all_of(writes + cursor_writes)
 
-    def _cursor_effect(self, effect: CursorEffect, epoch: int) -> None:
+    def _cursor_effect_after(
+        self, effect: CursorEffect, epoch: int, applied: Future[None], writes: Future[None]
+    ) -> None:
+        if writes.error is not None:
+            applied.set_exception(writes.error)
+        else:
+            self._cursor_effect(effect, epoch, applied)
+
+    def _cursor_effect(self, effect: CursorEffect, epoch: int, applied: Future[None]) -> None:
         if not self._current(epoch) or self.cursor is None:
+            # The subscription's memory went after its pending-ack record was logged: the reload
+            # replays the record and the cursor change with it.
+            applied.set_result(None)
             return
         try:
             self._apply_cursor_effect(effect)
         except LedgerError:
             # The cursor could not be written (a disk error in a store that commits every change):
             # the pending ack ran ahead of the cursor, so reload both, as after any failed write.
+            # What waits for the write is never answered, as after a crash: the change was lost.
             self.reload()
+            return
+        applied.set_result(None)
 
     def _apply_cursor_effect(self, effect: CursorEffect) -> None:
         assert self.cursor is not None

@@ -14,9 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.ledger_store import storage_lost
+from engine.ledger_store import LedgerStore, storage_lost
+from engine.simulated.disk import SimDisk
 from engine.simulation.workloads import RunSpec, run
 from engine.storage.file_ledger import METADATA_NAME, LedgerCorrupted
+from engine.storage.ledger import LedgerWriteFailed
+from spec.config import Config
 
 
 def _spec(data: Path, **overrides: object) -> RunSpec:
@@ -78,3 +81,35 @@ def test_a_faulty_run_is_not_stopped(tmp_path: Path, disk: str) -> None:
     if disk == "sim":
         spec.data_dir = None
     assert run(spec).incomplete is None
+
+
+def test_a_store_failure_before_anyone_listens_is_told_when_someone_does() -> None:
+    """The broker's first loads open ledgers before its cluster listens for store failures: a
+    journal that failed then is told as soon as a listener is set (once), else nobody would crash
+    and reopen the store, and every later open would fail."""
+    disk = SimDisk()
+    store = LedgerStore("file", Config(), directory="/data", disk=disk)
+    disk.fail_next("sync_dir")
+    with pytest.raises(LedgerWriteFailed):
+        store.open("persistent://public/default/t-partition-0")
+    told: list[BaseException] = []
+    store.on_failure = told.append
+    assert len(told) == 1 and isinstance(told[0], OSError)
+    store.on_failure = told.append
+    assert len(told) == 1  # told once
+    # The owner's crash reopens the store from what is durable: opens work again.
+    store.close_all()
+    store.open("persistent://public/default/t-partition-0")
+    store.close()
+
+
+def test_a_store_failure_moot_after_a_crash_is_not_told() -> None:
+    disk = SimDisk()
+    store = LedgerStore("file", Config(), directory="/data", disk=disk)
+    disk.fail_next("sync_dir")
+    with pytest.raises(LedgerWriteFailed):
+        store.open("persistent://public/default/t-partition-0")
+    store.close_all()
+    told: list[BaseException] = []
+    store.on_failure = told.append
+    assert told == []

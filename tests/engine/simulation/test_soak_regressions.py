@@ -77,7 +77,55 @@ def _reader_behind_retention() -> RunSpec:
     )
 
 
+def _journal_failed_at_the_first_load() -> RunSpec:
+    """ctp on a file ledger on the simulated disk, late-append mix, seed 7: the disk failed a
+    ``sync_dir`` while the broker's first loads created a partition's managed ledger, which failed
+    the store's journal for good before the cluster listened for that; nobody crashed the broker,
+    every component retried the failed store every 50 ms to the run's deadline and nothing
+    committed.  The failure is now told once the cluster listens: the broker crashes and restarts
+    from the durable journal, as a bookie restarts after a journal fsync error."""
+    return RunSpec(
+        workload="ctp",
+        seed=7,
+        ops=60,
+        ledger="file",
+        disk="sim",
+        faults=True,
+        batch_messages=True,
+        redeliver=True,
+        readers=True,
+        reread=True,
+        limits=True,
+        acks=True,
+        fault_rates=dict(FAULT_MIXES["late-append"]),
+    )
+
+
+def _ack_whose_cursor_write_failed() -> RunSpec:
+    """multi on a file ledger on the simulated disk, coordinator mix, seed 13: a normal ack's
+    cursor write failed (an injected EIO in a store that commits every change), the subscription
+    reloaded its topic, and the ack was still answered OK, so the message came back (redelivered-
+    after-ack, PA-18/PA-19).  A step is now answered only once its cursor changes are written."""
+    return RunSpec(
+        workload="multi",
+        seed=13,
+        ops=60,
+        ledger="file",
+        disk="sim",
+        faults=True,
+        batch_messages=True,
+        unsubscribe=True,
+        queries=True,
+        readers=True,
+        bounds=True,
+        limits=True,
+        fault_rates=dict(FAULT_MIXES["coordinator"]),
+    )
+
+
 REGRESSIONS: dict[str, Callable[[], RunSpec]] = {
+    "ctp-file-seed7-late-append": _journal_failed_at_the_first_load,
+    "multi-file-seed13-coordinator": _ack_whose_cursor_write_failed,
     "ctp-redeliver-seed10": _redeliver_across_a_restart,
     "delayed-seed16": _restart_left_open,
     "multi-seed17-late-append": _add_partition_after_the_timeout,
@@ -88,7 +136,18 @@ REGRESSIONS: dict[str, Callable[[], RunSpec]] = {
 @pytest.mark.parametrize("name", sorted(REGRESSIONS))
 def test_the_seed_passes_every_check(name: str) -> None:
     spec = REGRESSIONS[name]()
-    ops = run(spec).operations
+    result = run(spec)
+    assert not result.incomplete, result.incomplete
+    ops = result.operations
     rows = check_histories({name: ops}, "soak", VerifyOptions(counterexamples=False))
     bad = [(r.checker, r.verdict, r.detail[:300]) for r in rows if r.verdict != "ok"]
     assert not bad, bad
+
+
+def test_a_journal_failed_at_the_first_load_restarts_the_broker() -> None:
+    """The run of ctp seed 7 commits and ends well before its deadline: the broker crashed and
+    restarted from the durable journal instead of retrying the failed store."""
+    result = run(_journal_failed_at_the_first_load())
+    assert not result.cut
+    assert result.crashes >= 1
+    assert result.committed > 0
