@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from invariants.heap import without_cyclic_gc
 from invariants.words import Words
 from spec.history import BadHistory, Operation, OpType, parse_object, split_subscription
 
@@ -245,6 +246,11 @@ class TxnAnalysis:
 
     @classmethod
     def build(cls, ops: Sequence[Operation]) -> TxnAnalysis:
+        with without_cyclic_gc():  # invariants.heap: no cycles among what it builds
+            return cls._build(ops)
+
+    @classmethod
+    def _build(cls, ops: Sequence[Operation]) -> TxnAnalysis:
         history = ops[0].history if ops else ""
         commits, aborts = _ends(ops, history)
         messages, by_entry, clashes = _sends(ops, history)

@@ -412,6 +412,7 @@ def _client_rows(
         if txn.ok
         else TxnExplanation(txn, tuple(client_ops), seed, reproduce, page=options.counterexamples),
     )
+    told(done[0] / steps, "delivery checks")
     delivery_row = _delivery_row(name, ops, client_ops, file, options, seed, reproduce, delivery, statements, checked)
     return [txn_row, delivery_row]
 
