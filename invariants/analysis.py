@@ -281,20 +281,13 @@ class TxnAnalysis:
         return analysis
 
     def _read_subscription_ops(self, ops: Sequence[Operation]) -> None:
+        partitions: dict[str, str] = {}  # subscription -> its partition: each object id parsed once
         for op in ops:
             if op.f not in ("receive", "ack", "ack_cumulative", "subscribe", "negative_ack", "seek"):
                 continue
-            kind, name = parse_object(op.object)
-            if kind != "subscription":
-                raise BadHistory(
-                    f"history {self.history!r} op {op.index}: {op.f} touches a subscription, not {op.object!r}",
-                    row=op.index,
-                    column="object",
-                )
-            try:
-                partition, _ = split_subscription(name)
-            except ValueError as exc:
-                raise BadHistory(str(exc), row=op.index, column="object") from None
+            partition = partitions.get(op.object)
+            if partition is None:
+                partition = partitions[op.object] = self._partition_of(op)
             if op.f == "subscribe":
                 self.subscribes[op.object].append(op)
             elif op.f == "negative_ack":
@@ -332,6 +325,21 @@ class TxnAnalysis:
                     acked = message_id(op, op.args, "value", required=True)
                     assert acked is not None
                     self.acks.append(Ack(op, op.object, txn, acked, op.f == "ack_cumulative"))
+
+    def _partition_of(self, op: Operation) -> str:
+        """The partition of the subscription ``op`` touches (a typed BadHistory if it names none)."""
+        kind, name = parse_object(op.object)
+        if kind != "subscription":
+            raise BadHistory(
+                f"history {self.history!r} op {op.index}: {op.f} touches a subscription, not {op.object!r}",
+                row=op.index,
+                column="object",
+            )
+        try:
+            partition, _ = split_subscription(name)
+        except ValueError as exc:
+            raise BadHistory(str(exc), row=op.index, column="object") from None
+        return partition
 
     def fate(self, txn: Txn) -> TxnFate:
         return self.fates.get(txn, TxnFate.OPEN)
@@ -670,10 +678,13 @@ def _sends(
     by_entry: dict[_Entry, list[Message]] = defaultdict(list)
     slots: dict[tuple[_Entry, int], Message] = {}  # (entry, batch index) -> the message there
     clashes: list[tuple[Message, Message]] = []
+    partitions: dict[str, str] = {}  # object id -> the partition it names: each parsed once
     for op in ops:
         if op.f != "send":
             continue
-        _, partition = parse_object(op.object)
+        partition = partitions.get(op.object)
+        if partition is None:
+            partition = partitions[op.object] = parse_object(op.object)[1]
         args = op.args
         payload = read_field(op, args, "message", "value", (str,))
         if payload in messages:

@@ -225,12 +225,13 @@ def plan_models(name: str, ops: Sequence[Operation]) -> list[ModelPlan]:
         if name in GENERIC_KINDS:
             return [ModelPlan(name, GENERIC_KINDS[name])]
         return [ModelPlan(name, MACHINE_KINDS.get(name))]
-    kinds = {parse_object(op.object)[0] for op in ops}
+    # each object id parsed once, in the order of first appearance (the same one is refused first)
+    kinds = {parse_object(o)[0] for o in dict.fromkeys(op.object for op in ops)}
     if kinds <= {"register"}:
         return [ModelPlan("cas-register", "register")]
     if kinds <= {"key"}:
         return [ModelPlan("kv", "key")]
-    machine_kinds = {parse_object(op.object)[0] for op in ops if is_machine_operation(op)}
+    machine_kinds = {parse_object(o)[0] for o in dict.fromkeys(op.object for op in ops if is_machine_operation(op))}
     return [ModelPlan(machine, kind) for machine, kind in MACHINE_KINDS.items() if kind in machine_kinds]
 
 
