@@ -65,7 +65,8 @@ def templates(workloads: list[str], folder: Path, given: Path | None) -> dict[st
         for source in (given, folder):
             if source is None:
                 continue
-            matches = sorted(p for p in source.glob(f"{workload}*.parquet") if _is(workload, p))
+            # record writes into a timestamped folder (with a ``latest`` link) under its --out
+            matches = sorted({p.resolve() for p in source.rglob(f"{workload}*.parquet") if _is(workload, p)})
             if matches:
                 found[workload] = matches[0]
                 break
