@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from invariants.heap import without_cyclic_gc
 from invariants.words import Words
 from spec.history import BadHistory, Operation, OpType, parse_object, split_subscription
 
@@ -245,6 +246,11 @@ class TxnAnalysis:
 
     @classmethod
     def build(cls, ops: Sequence[Operation]) -> TxnAnalysis:
+        with without_cyclic_gc():  # invariants.heap: no cycles among what it builds
+            return cls._build(ops)
+
+    @classmethod
+    def _build(cls, ops: Sequence[Operation]) -> TxnAnalysis:
         history = ops[0].history if ops else ""
         commits, aborts = _ends(ops, history)
         messages, by_entry, clashes = _sends(ops, history)
@@ -275,20 +281,13 @@ class TxnAnalysis:
         return analysis
 
     def _read_subscription_ops(self, ops: Sequence[Operation]) -> None:
+        partitions: dict[str, str] = {}  # subscription -> its partition: each object id parsed once
         for op in ops:
             if op.f not in ("receive", "ack", "ack_cumulative", "subscribe", "negative_ack", "seek"):
                 continue
-            kind, name = parse_object(op.object)
-            if kind != "subscription":
-                raise BadHistory(
-                    f"history {self.history!r} op {op.index}: {op.f} touches a subscription, not {op.object!r}",
-                    row=op.index,
-                    column="object",
-                )
-            try:
-                partition, _ = split_subscription(name)
-            except ValueError as exc:
-                raise BadHistory(str(exc), row=op.index, column="object") from None
+            partition = partitions.get(op.object)
+            if partition is None:
+                partition = partitions[op.object] = self._partition_of(op)
             if op.f == "subscribe":
                 self.subscribes[op.object].append(op)
             elif op.f == "negative_ack":
@@ -326,6 +325,21 @@ class TxnAnalysis:
                     acked = message_id(op, op.args, "value", required=True)
                     assert acked is not None
                     self.acks.append(Ack(op, op.object, txn, acked, op.f == "ack_cumulative"))
+
+    def _partition_of(self, op: Operation) -> str:
+        """The partition of the subscription ``op`` touches (a typed BadHistory if it names none)."""
+        kind, name = parse_object(op.object)
+        if kind != "subscription":
+            raise BadHistory(
+                f"history {self.history!r} op {op.index}: {op.f} touches a subscription, not {op.object!r}",
+                row=op.index,
+                column="object",
+            )
+        try:
+            partition, _ = split_subscription(name)
+        except ValueError as exc:
+            raise BadHistory(str(exc), row=op.index, column="object") from None
+        return partition
 
     def fate(self, txn: Txn) -> TxnFate:
         return self.fates.get(txn, TxnFate.OPEN)
@@ -664,10 +678,13 @@ def _sends(
     by_entry: dict[_Entry, list[Message]] = defaultdict(list)
     slots: dict[tuple[_Entry, int], Message] = {}  # (entry, batch index) -> the message there
     clashes: list[tuple[Message, Message]] = []
+    partitions: dict[str, str] = {}  # object id -> the partition it names: each parsed once
     for op in ops:
         if op.f != "send":
             continue
-        _, partition = parse_object(op.object)
+        partition = partitions.get(op.object)
+        if partition is None:
+            partition = partitions[op.object] = parse_object(op.object)[1]
         args = op.args
         payload = read_field(op, args, "message", "value", (str,))
         if payload in messages:

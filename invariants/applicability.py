@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from invariants.analysis import TxnAnalysis, TxnFate
+from invariants.heap import without_cyclic_gc
 from invariants.transactional.anomaly import TxnResult
 from invariants.transactional.checks import CHECKS, GROUPS, check_transactional
 from spec.history import Operation
@@ -240,6 +241,11 @@ def applicability_of(analysis: TxnAnalysis, result: TxnResult | None = None) -> 
     check that counts the cases it judged (``result.judged``: loss, and the liveness checks) and
     judged none cannot judge the history, whatever it holds, and says why (its most frequent
     reasons, ``result.unjudged``)."""
+    with without_cyclic_gc():  # invariants.heap: its indexes are more small objects without cycles
+        return _applicability_of(analysis, result)
+
+
+def _applicability_of(analysis: TxnAnalysis, result: TxnResult | None) -> list[Applicability]:
     statements = _statements(analysis)
     transactions = bool(analysis.commits or analysis.aborts or analysis.acks or _txn_messages(analysis))
     out = []

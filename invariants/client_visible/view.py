@@ -182,8 +182,9 @@ class View:
         self.end_failures: dict[Txn, list[int]] = defaultdict(list)
         # The coordinator's END_TXN steps whose answer reached the client (see unanswered-end).
         self.answered_ends: list[tuple[Txn, Operation]] = []
+        self._subscriptions: set[str] = set()  # the subscription ids already found well formed
         for op in ops:
-            if is_machine_operation(op) and op.object.startswith("coordinator:"):
+            if op.object.startswith("coordinator:") and is_machine_operation(op):
                 self._coordinator_row(op)
         for op in client:
             if op.f == "new_txn" and op.type is OpType.OK:
@@ -320,14 +321,16 @@ class View:
             self.answered_ends.append((_pair(op, args.get("txn_id"), "txn_id", "value"), op))
 
     def _subscription_op(self, op: Operation) -> None:
-        kind, name = parse_object(op.object)
-        if kind != "subscription":
-            raise bad(op, f"{op.f} touches a subscription, not {op.object!r}", "object")
-        try:
-            split_subscription(name)
-        except ValueError as exc:
-            raise BadHistory(str(exc), row=op.index, column="object") from None
         sub = op.object
+        if sub not in self._subscriptions:  # each id checked once, at its first operation
+            kind, name = parse_object(sub)
+            if kind != "subscription":
+                raise bad(op, f"{op.f} touches a subscription, not {op.object!r}", "object")
+            try:
+                split_subscription(name)
+            except ValueError as exc:
+                raise BadHistory(str(exc), row=op.index, column="object") from None
+            self._subscriptions.add(sub)
         if op.f == "subscribe":
             self.subscribes[sub].append(op)
         elif op.f == "receive":

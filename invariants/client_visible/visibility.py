@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import weakref
 from collections import defaultdict
 
 from invariants.client_visible.bounds import LAG_BOUND_MS
@@ -136,7 +137,9 @@ class _Readable:
     the reason names that txn."""
 
     def __init__(self, view: View, partition: str) -> None:
-        self.view = view
+        # The view keeps this (View.once): a strong reference back would make the view, millions of
+        # objects for a long history, garbage only a cyclic collection frees (invariants.heap).
+        self.view: View = weakref.proxy(view)
         sent = view.sends_by_partition.get(partition, ())
         self.sent = sorted((m for m in sent if m.id is not None), key=lambda m: m.id)  # type: ignore[arg-type, return-value]
         self.first_unknown_txn_send = min(

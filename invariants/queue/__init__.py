@@ -9,12 +9,11 @@ history by Jepsen's taxonomy alone, any other beside its own checks.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from invariants.analysis import TxnAnalysis
+from invariants.heap import without_cyclic_gc
 from invariants.queue import cycles as cyclic
 from invariants.queue import pulsar
 from invariants.queue.model import Finding, Findings, QueueHistory, is_kafka_history
@@ -55,20 +54,6 @@ class QueueVerdict:
     statements: tuple[Statement, ...]
     transactions: int = 0
     messages: int = 0
-
-
-@contextmanager
-def without_cyclic_gc() -> Iterator[None]:
-    """No cyclic garbage collection inside: the model of a history is free of reference cycles (its
-    reference counts free it), and a full collection walks the whole heap, which for a history of
-    millions of rows cost more than the checks themselves."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def check_kafka(ops: Sequence[Operation], *, cap: int = 20, options: KafkaOptions | None = None) -> QueueVerdict:
