@@ -133,6 +133,11 @@ REASONS: dict[tuple[str, str] | tuple[str, str, str], str] = {
     (_BUFFER, "_flush_pending"): "guard: a pending append the buffer refuses once ready (every one was accepted)",
     (_BUFFER, "_append_buffer_to_txn"): _STATE + " (an append to a buffer neither ready nor recovering)",
     (_BUFFER, "get_last_message_id"): _STATE,
+    (_BUFFER, "_recover_with_effects", "if record is None:"): (
+        "rare: a recovery from a segmented snapshot whose index still names a segment already trimmed "
+        "(a crash between the segment's deletion and the index's rewrite); taken in an earlier measurement "
+        "of the same seeds, not after the limits variant's new PIP-160 thresholds moved its timing"
+    ),
     (_BUFFER, "_recover_with_effects"): "vectors: recovery from the segmented snapshot's records",
     # --- client ------------------------------------------------------------------------------------
     (_CLIENT, "_decode_init"): _VECTORS,
@@ -279,6 +284,10 @@ REASONS: dict[tuple[str, str] | tuple[str, str, str], str] = {
     (_RUNS, "difference"): "guard: a bitmap difference that does not partition its input",
     # --- pending_ack -------------------------------------------------------------------------------
     (_PA, "_decode_init"): _VECTORS,
+    (_PA, "_follow_cursor", "if cmd.mark_delete_position <= cursor.mark_delete_position:"): (
+        "guard: the engine steps FollowCursor only when the durable cursor's mark-delete position is past the "
+        "view's (engine/broker/subscription.py); the vectors take the arm that changes nothing (PA-3)"
+    ),
     (_PA, "_decode_recover"): _VECTORS,
     (_PA, "_read_log"): _VECTORS,
     (_PA, "AckedPosition.__post_init__"): _RANGE,
