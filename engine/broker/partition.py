@@ -189,6 +189,7 @@ class Partition(Component[tb.BufferState, tb.Command, BufferResult]):
     def _step(self, command: tb.Command, body: MessageBody = NO_BODY) -> tuple[BufferResult, bool]:
         """Step the buffer and write what it asks; returns the result and whether every write held."""
         assert self.state is not None and self.ledger is not None
+        self._finish_roll_over()
         before = self.state.max_read_position
         result = self._advance(command)
         assert self.state is not None
@@ -235,6 +236,12 @@ class Partition(Component[tb.BufferState, tb.Command, BufferResult]):
             # choose.
             self.reload()
             return False
+        if current.entries >= self.config.managed_ledger_max_entries_per_ledger:
+            # The ledger is full and its roll-over failed (and failed again before this step): the
+            # managed ledger opens the next ledger before it writes, not where the buffer placed
+            # this entry.  Reload rather than write elsewhere.
+            self.reload()
+            return False
         carried = body if entry.kind in (tb.EntryKind.NORMAL, tb.EntryKind.TXN_DATA) else NO_BODY
         written = self.ledger.append(
             encode_entry(
@@ -278,6 +285,21 @@ class Partition(Component[tb.BufferState, tb.Command, BufferResult]):
         self.crash()
         self.host.store.delete(self.name)
         return True
+
+    def _finish_roll_over(self) -> None:
+        """A full ledger whose roll-over failed (a disk error creating the next ledger's file) is
+        still the current one, and the managed ledger rolls it before its next append (Pulsar's
+        ClosedLedger state), so that append lands at the next ledger's entry 0, not where the
+        buffer would place it.  Roll it now, before the buffer places anything; if the roll fails
+        again, ``_append`` reloads instead of writing."""
+        assert self.ledger is not None
+        if self.ledger.ledgers()[-1].entries < self.config.managed_ledger_max_entries_per_ledger:
+            return
+        try:
+            self.ledger.roll_over()
+        except LedgerError:
+            return
+        self._follow_roll_over()
 
     def _follow_roll_over(self) -> None:
         """The managed ledger rolled over on its own (full ledger): tell the buffer's view."""

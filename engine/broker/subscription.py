@@ -271,12 +271,13 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         assert self.cursor is not None
         writes: list[Future[None]] = []
         cursor_writes: list[Future[None]] = []
+        trims: list[int] = []
         for effect in effects:
             match effect:
                 case pa.AppendPendingAckRecord():
                     writes.append(self.pending_log.append(effect.record_id, effect.record))
                 case pa.TrimPendingAckLog():
-                    after(all_of(list(writes)), partial(self.pending_log.trim, effect.record_id))
+                    trims.append(effect.record_id)
                 case pa.CursorIndividualAck() | pa.CursorCumulativeAck() | pa.RedeliverUnacknowledgedMessages():
                     # Pulsar touches the cursor (or redelivers) only once the pending-ack record is logged.
                     applied: Future[None] = Future()
@@ -288,6 +289,10 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
                     self.sim.schedule(1, self._init_done(self._epoch))
                 case pa.ScheduleInitRetry():
                     self.sim.schedule(effect.delay_ms, self._retry_later(self._epoch))
+        # The machine trims what its cursor view covers, which holds this step's cursor change (a
+        # commit's acks): trimmed before that change is written, a failed write would lose them.
+        for record_id in trims:
+            after(all_of(writes + cursor_writes), partial(self.pending_log.trim, record_id))
         # A normal ack has no pending-ack record: the cursor write is all that makes it durable, so
         # the ack is answered only once that write succeeded (PA-18, PA-19).
         return all_of(writes + cursor_writes)

@@ -123,7 +123,59 @@ def _ack_whose_cursor_write_failed() -> RunSpec:
     )
 
 
+def _roll_over_that_failed() -> RunSpec:
+    """multi on a file ledger on the simulated disk, late-append mix, seed 267: a partition's ledger
+    filled (``limits``: 64 entries) and its roll-over failed (an injected EIO creating the next
+    ledger's file), so the full ledger stayed current; the buffer placed the next entry at 1:64
+    while the managed ledger rolled first and wrote it at 2:0.  The partition now finishes the
+    roll-over before the buffer places anything, and reloads rather than write elsewhere."""
+    return RunSpec(
+        workload="multi",
+        seed=267,
+        ops=60,
+        ledger="file",
+        disk="sim",
+        faults=True,
+        batching=True,
+        key_shared=True,
+        redeliver=True,
+        queries=True,
+        readers=True,
+        limits=True,
+        pipelined=True,
+        delayed_async=True,
+        fault_rates=dict(FAULT_MIXES["late-append"]),
+    )
+
+
+def _trim_before_the_commit_cursor_write() -> RunSpec:
+    """ctp on a file ledger on the simulated disk, seed 275: a commit's pending-ack log was trimmed
+    once its commit record was logged, before the commit's cursor write, which then failed; the
+    reload found neither the acks' records nor the cursor change, and the acked message came back
+    (duplicate-after-commit, redelivered-after-ack).  A trim now waits for the step's cursor writes."""
+    return RunSpec(
+        workload="ctp",
+        seed=275,
+        ops=80,
+        ledger="file",
+        disk="sim",
+        faults=True,
+        batching=True,
+        key_shared=True,
+        cumulative=True,
+        redeliver=True,
+        readers=True,
+        reread=True,
+        limits=True,
+        acks=True,
+        delayed_async=True,
+        fault_rates={},
+    )
+
+
 REGRESSIONS: dict[str, Callable[[], RunSpec]] = {
+    "multi-file-seed267-late-append": _roll_over_that_failed,
+    "ctp-file-seed275": _trim_before_the_commit_cursor_write,
     "ctp-file-seed7-late-append": _journal_failed_at_the_first_load,
     "multi-file-seed13-coordinator": _ack_whose_cursor_write_failed,
     "ctp-redeliver-seed10": _redeliver_across_a_restart,
