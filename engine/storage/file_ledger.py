@@ -216,7 +216,15 @@ class FileLedger:
             if self._private:
                 store.crash()
             raise
-        self._settle(self._opening_ticket)
+        try:
+            self._settle(self._opening_ticket)
+        except BaseException:
+            # The opening's records failed and were reverted, and the caller gets no handle to close:
+            # left attached, this handle would hold the directory's lock, and every later open of the
+            # ledger on this store would be refused as locked for good.  It stops as a killed one
+            # would; the next open recovers from what is durable.
+            self.crash()
+            raise
 
     # -- paths and small helpers ----------------------------------------------------------------
 

@@ -193,6 +193,8 @@ def missing_abort_redelivery(view: View, out: Collector) -> None:
             out.judged["missing-abort-redelivery"] += 1
             if again < at or view.blind(ack.sub, at, ack.op.invoked_at) is not None:
                 continue
+            if index.taken_over(ack, message, by, at):
+                continue
             came = (
                 "it never came again"
                 if again == INF
@@ -230,6 +232,8 @@ class _GoneBy:
                 )
             else:
                 self.individual[other.id[:2]].append(other)
+        kinds = {op.args.get("sub_type") for op in view.subscribes.get(sub, ()) if isinstance(op.args, dict)}
+        self.cumulative_honoured = bool(kinds) and not kinds & {"Shared", "Key_Shared"}
         empty = sorted(view.empty.get(sub, ()), key=lambda op: (op.invoked_at, op.index))
         self.empty_calls = [op.invoked_at for op in empty]
         self.empty = empty
@@ -265,6 +269,28 @@ class _GoneBy:
             other is not ack and covers(other.id, False, message.id)
             for other in self.individual.get(message.id[:2], ())
         )
+
+    def taken_over(self, ack: Ack, message: Message, by: float, at: int) -> bool:
+        """Another txn's cumulative ack covering ``message`` took it over from the abort: it landed
+        before the receive at ``at`` that went past, and its txn held it at the abort (certainly
+        open by ``by``) or took it after (invoked from ``by`` on).  A cumulative pending ack does
+        not lock what an individual ack holds (PA-6), so from then on the message is pending in
+        that txn: the abort's redelivery is filtered, or a copy it queued is covered by the
+        client's own cumulative ack, and that txn's abort just clears its slot with no redelivery
+        (PA-13: the client must ask).  Not on a Shared or Key_Shared subscription, where the broker
+        ignores a cumulative ack (PA-10).  Only asked of what would be reported: a linear walk."""
+        assert message.id is not None
+        if not self.cumulative_honoured:
+            return False
+        for other in self.view.acks_by_sub.get(ack.sub, ()):
+            if not other.cumulative or other.txn is None or other.txn == ack.txn:
+                continue
+            landed = other.op.completed_at
+            if landed is None or landed > at or not covers(other.id, True, message.id):
+                continue
+            if other.op.invoked_at >= by or self.view.open_until(other.txn) >= by:
+                return True
+        return False
 
     def went_past(self, by: float) -> tuple[int, Operation, str] | None:
         """The first receive (by invocation, then index) that shows the consumer went past what an

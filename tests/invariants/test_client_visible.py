@@ -390,6 +390,51 @@ def test_missing_abort_redelivery_spares_what_the_cursor_deleted_otherwise() -> 
     assert names(h) == {}
 
 
+def _taken_over(cumulative_at: int, *, sub_type: str = "Exclusive") -> H:
+    """Txn (0,1) acks m individually and is aborted at 30..40; txn (0,2) (certainly open 10..110)
+    acks cumulatively up to m at ``cumulative_at``, and is aborted at 60..70; nothing comes back."""
+    h = H()
+    h.subscribe(sub_type=sub_type)
+    h.send("m", (0, 0), 1)
+    h.receive("m", (0, 0), 5, 6)
+    h.new_txn((0, 1), 8, timeout=100, process=9)
+    h.new_txn((0, 2), 10, timeout=100, process=8)
+    h.ack((0, 0), 20, txn=(0, 1))
+    h.op("ack_cumulative", SUB, {"position": [0, 0], "txn": [0, 2]}, None, cumulative_at, cumulative_at + 2)
+    h.end("abort", (0, 1), 30, 40, process=9)
+    h.end("abort", (0, 2), 60, 70, process=8)
+    h.receive(None, None, 40 + REDELIVERY_BOUND_MS, 90 + REDELIVERY_BOUND_MS)
+    return h
+
+
+def test_missing_abort_redelivery_spares_a_message_another_txn_took_cumulatively() -> None:
+    """PA-6, PA-13: a cumulative pending ack does not lock what another txn holds individually, so
+    another txn's cumulative ack covering the message, there at the abort or taken after it, holds
+    it from then on: the abort's redelivery is filtered (or the copy it queued is covered by the
+    client's own cumulative ack), and that txn's abort clears its slot with no redelivery (the
+    client must ask).  Found as ctp seed 617 on the simulated disk (soak)."""
+    assert names(_taken_over(45)) == {}  # taken after the abort
+    assert names(_taken_over(12)) == {}  # held at the abort: (0,2) certainly open until 60
+    # On a Shared subscription the broker ignores a cumulative ack (PA-10): the abort still owes it.
+    assert names(_taken_over(45, sub_type="Shared")) == {"missing-abort-redelivery": 1}
+
+
+def test_missing_abort_redelivery_still_owes_what_a_cumulative_ack_held_only_before_the_abort() -> None:
+    """A cumulative ack whose txn ended before the abort holds nothing at the abort (PA-13 cleared it)."""
+    h = H()
+    h.subscribe()
+    h.send("m", (0, 0), 1)
+    h.receive("m", (0, 0), 5, 6)
+    h.new_txn((0, 2), 7, timeout=100, process=8)
+    h.op("ack_cumulative", SUB, {"position": [0, 0], "txn": [0, 2]}, None, 9, 11)
+    h.end("abort", (0, 2), 12, 14, process=8)
+    h.new_txn((0, 1), 15, timeout=100, process=9)
+    h.ack((0, 0), 20, txn=(0, 1))
+    h.end("abort", (0, 1), 30, 40, process=9)
+    h.receive(None, None, 40 + REDELIVERY_BOUND_MS, 90 + REDELIVERY_BOUND_MS)
+    assert names(h) == {"missing-abort-redelivery": 1}
+
+
 def _late_ack(ack_at: int) -> H:
     """A txn with a 100 ms timeout (new_txn invoked at 10: certainly open until 110) acks at
     ``ack_at``, answered 2 ms later; nobody ends it and nothing comes back."""

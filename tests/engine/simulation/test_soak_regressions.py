@@ -173,7 +173,67 @@ def _trim_before_the_commit_cursor_write() -> RunSpec:
     )
 
 
+def _open_that_failed_kept_its_lock() -> RunSpec:
+    """ctp on a file ledger on the simulated disk, coordinator mix, seed 553: a coordinator reload
+    reopened its log, whose new ledger's journal sync failed once; the store went on, but the
+    handle the open gave up on kept the log directory's lock, so every later reload failed as
+    locked.  Txn (0,36) committed 'in-19>w0.8' behind txn (0,32), left COMMITTING when the
+    coordinator crashed with its marker not yet written on the partition, which was never
+    finished: the message was never readable (lost-message).  A failed open now lets go of the
+    ledger as a crashed handle would."""
+    return RunSpec(
+        workload="ctp",
+        seed=553,
+        ops=80,
+        ledger="file",
+        disk="sim",
+        faults=True,
+        batching=True,
+        batch_messages=True,
+        cumulative=True,
+        redeliver=True,
+        queries=True,
+        readers=True,
+        reread=True,
+        limits=True,
+        acks=True,
+        pipelined=True,
+        fault_rates=dict(FAULT_MIXES["coordinator"]),
+    )
+
+
+def _abort_redelivery_taken_over_cumulatively() -> RunSpec:
+    """ctp on a file ledger on the simulated disk, late-append mix, seed 617: txn (0,6) acked
+    'in-22' (0:1#1) individually and was aborted; the broker queued 0:1 again behind the consumer's
+    backlog, and before it came the client acked 0:1#2 cumulatively in txn (0,7), which covers
+    'in-22', then emptied its queue (redeliverUnacknowledgedMessages).  'in-22' was pending in
+    (0,7) from then on, and (0,7)'s abort cleared its slot without a redelivery (PA-13); when the
+    client asked again, a later txn's cumulative ack that landed after its own abort held it.  The
+    checker owed the first abort's redelivery still (a false alarm): another txn's cumulative ack
+    that takes the message over now ends what the abort owes."""
+    return RunSpec(
+        workload="ctp",
+        seed=617,
+        ops=60,
+        ledger="file",
+        disk="sim",
+        faults=True,
+        batching=True,
+        batch_messages=True,
+        unsubscribe=True,
+        cumulative=True,
+        redeliver=True,
+        reread=True,
+        bounds=True,
+        acks=True,
+        bucket_faults=True,
+        fault_rates=dict(FAULT_MIXES["late-append"]),
+    )
+
+
 REGRESSIONS: dict[str, Callable[[], RunSpec]] = {
+    "ctp-file-seed553-coordinator": _open_that_failed_kept_its_lock,
+    "ctp-file-seed617-late-append": _abort_redelivery_taken_over_cumulatively,
     "multi-file-seed267-late-append": _roll_over_that_failed,
     "ctp-file-seed275": _trim_before_the_commit_cursor_write,
     "ctp-file-seed7-late-append": _journal_failed_at_the_first_load,

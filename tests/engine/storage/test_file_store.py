@@ -343,6 +343,29 @@ def test_a_sync_store_whose_journal_failed_for_good_refuses_writes() -> None:
     store.crash()
 
 
+def test_an_open_whose_journal_commit_failed_leaves_the_ledger_free_to_open_again() -> None:
+    # Found by the soak (ctp seed 553 on the simulated disk): reopening the coordinator's log wrote
+    # its new ledger's record, whose journal sync failed once; the store went on (the journal cut
+    # the batch off), but the handle the open gave up on kept the directory's lock, so every later
+    # load of the coordinator failed as locked and a committing txn was never finished.
+    disk = SimDisk()
+    store = FileStore("/s", CONFIG, fs=disk)
+    ledger = store.open_ledger("a")
+    ledger.append(b"kept")
+    ledger.close()
+    disk.fail_next("sync", path="journal-")
+    with pytest.raises(LedgerWriteFailed):
+        store.open_ledger("a")
+    assert store.failed is None
+    again = store.open_ledger("a")
+    assert [e.data for e in again.read(P(0, 0), 10)] == [b"kept"]
+    again.append(b"after")
+    store.close()
+    third = FileStore("/s", CONFIG, fs=disk)
+    assert [e.data for e in third.open_ledger("a").read(P(0, 0), 10)] == [b"kept", b"after"]
+    third.close()
+
+
 def test_a_dropped_ledger_stays_dropped_and_its_name_can_be_reused() -> None:
     disk = SimDisk()
     store = FileStore("/s", CONFIG, fs=disk)
