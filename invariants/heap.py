@@ -17,8 +17,8 @@ __all__ = ["without_cyclic_gc"]
 @contextmanager
 def without_cyclic_gc() -> Iterator[None]:
     """No cyclic garbage collection inside (nested uses included): the collector is switched back on
-    on the way out only if it was on on the way in, and the garbage of cycles made inside, if any,
-    is collected after."""
+    on the way out only if it was on on the way in; garbage of a cycle made inside, if any, waits
+    for its next run."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -236,7 +236,7 @@ class Partition(Component[tb.BufferState, tb.Command, BufferResult]):
             # choose.
             self.reload()
             return False
-        if current.entries >= self.config.managed_ledger_max_entries_per_ledger:
+        if self.ledger.roll_owed():
             # The ledger is full and its roll-over failed (and failed again before this step): the
             # managed ledger opens the next ledger before it writes, not where the buffer placed
             # this entry.  Reload rather than write elsewhere.
@@ -293,7 +293,7 @@ class Partition(Component[tb.BufferState, tb.Command, BufferResult]):
         buffer would place it.  Roll it now, before the buffer places anything; if the roll fails
         again, ``_append`` reloads instead of writing."""
         assert self.ledger is not None
-        if self.ledger.ledgers()[-1].entries < self.config.managed_ledger_max_entries_per_ledger:
+        if not self.ledger.roll_owed():
             return
         try:
             self.ledger.roll_over()

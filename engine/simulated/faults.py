@@ -300,6 +300,9 @@ class FaultyLedger:
     def ledgers(self) -> tuple[LedgerInfo, ...]:
         return self._inner.ledgers()
 
+    def roll_owed(self) -> bool:
+        return self._inner.roll_owed()
+
     def roll_over(self) -> None:
         self._run(Operation(Op.ROLL_OVER, self.name), self._inner.roll_over)
         self._faults.append_blocked = False

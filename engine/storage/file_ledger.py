@@ -471,6 +471,11 @@ class FileLedger:
     def _settle_locked(self, ticket: int) -> None:
         self._settle(ticket)
 
+    def roll_owed(self) -> bool:
+        with self._lock:
+            self._check_open()
+            return self._current.full
+
     def roll_over(self) -> None:
         """Close the current ledger at its last written entry and open the next one."""
         self._write_op(lambda: self._roll_locked(self._current))

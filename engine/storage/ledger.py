@@ -114,6 +114,11 @@ class ManagedLedger(Protocol):
     def roll_over(self) -> None:
         """Close the current ledger and open the next one."""
 
+    def roll_owed(self) -> bool:
+        """The current ledger is full (``reference.ledger.ledger_is_full``) and its roll-over failed:
+        the next append opens the next ledger first (Pulsar's ClosedLedger state), so it lands at
+        that ledger's entry 0, not after the current ledger's last entry."""
+
     def delete_consumed_ledgers(self, up_to: int | None = None) -> tuple[int, ...]:
         """Delete every ledger wholly at or before every cursor's mark-delete position (never the
         current one; with ``up_to``, none whose id is above it); returns the deleted ledger ids."""

@@ -232,8 +232,9 @@ class _GoneBy:
                 )
             else:
                 self.individual[other.id[:2]].append(other)
-        kinds = {op.args.get("sub_type") for op in view.subscribes.get(sub, ()) if isinstance(op.args, dict)}
-        self.cumulative_honoured = bool(kinds) and not kinds & {"Shared", "Key_Shared"}
+        # PA-10 (a subscribe that names no type is Exclusive); unknown when no subscribe is recorded
+        recorded = any(isinstance(op.args, dict) for op in view.subscribes.get(sub, ()))
+        self.cumulative_honoured = recorded and not view.ignores_cumulative(sub)
         empty = sorted(view.empty.get(sub, ()), key=lambda op: (op.invoked_at, op.index))
         self.empty_calls = [op.invoked_at for op in empty]
         self.empty = empty

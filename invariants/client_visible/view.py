@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from invariants.analysis import ignores_cumulative
 from invariants.client_visible.bounds import TXN_END_BOUND_MS
 from invariants.words import Words, seconds
 from spec.history import BadHistory, Operation, OpType, is_machine_operation, parse_object, split_subscription
@@ -518,10 +519,7 @@ class View:
     def ignores_cumulative(self, sub: str) -> bool:
         """Whether the broker ignores a cumulative ack on ``sub`` (PA-10): some subscribe on it asked
         for Shared or Key_Shared."""
-        return any(
-            isinstance(op.args, dict) and op.args.get("sub_type") in ("Shared", "Key_Shared")
-            for op in self.subscribes.get(sub, ())
-        )
+        return ignores_cumulative(self.subscribes.get(sub, ()))
 
     @_once
     def exclusive(self, sub: str) -> bool:

@@ -19,7 +19,8 @@ from spec.types import Position
 P0 = partition_name("topic", 0)
 
 
-def test_an_ack_whose_cursor_write_failed_is_not_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+def _one_message_to_ack() -> tuple[Cluster, subscription.SubscriptionService, int]:
+    """A cluster whose Exclusive subscription ``sub`` holds one message, m0 at 0:0, and its consumer."""
     cluster = Cluster.start(seed=11)
     client = cluster.client()
     producer = client.create_producer("topic")
@@ -27,7 +28,11 @@ def test_an_ack_whose_cursor_write_failed_is_not_answered(monkeypatch: pytest.Mo
     producer.send("m0")
     sub = cluster.broker.subscription(P0, "sub")
     assert sub is not None and sub.ready and sub.cursor is not None
-    consumer_id = next(iter(sub.consumers))
+    return cluster, sub, next(iter(sub.consumers))
+
+
+def test_an_ack_whose_cursor_write_failed_is_not_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster, sub, consumer_id = _one_message_to_ack()
 
     def failing_write(*_args: object) -> None:
         raise LedgerError("injected: the cursor write failed")
@@ -40,14 +45,8 @@ def test_an_ack_whose_cursor_write_failed_is_not_answered(monkeypatch: pytest.Mo
 
 
 def test_an_ack_whose_cursor_write_succeeded_is_answered() -> None:
-    cluster = Cluster.start(seed=11)
-    client = cluster.client()
-    producer = client.create_producer("topic")
-    client.subscribe("topic", "sub", consumer_type=ConsumerType.Exclusive)
-    producer.send("m0")
-    sub = cluster.broker.subscription(P0, "sub")
-    assert sub is not None and sub.ready and sub.cursor is not None
-    answer = sub.acknowledge(next(iter(sub.consumers)), Position(0, 0), None, cumulative=False)
+    cluster, sub, consumer_id = _one_message_to_ack()
+    answer = sub.acknowledge(consumer_id, Position(0, 0), None, cumulative=False)
     assert answer.done and answer.error is None
-    assert sub.cursor.mark_delete_position >= Position(0, 0)
+    assert sub.cursor is not None and sub.cursor.mark_delete_position >= Position(0, 0)
     cluster.close()
