@@ -195,6 +195,9 @@ class Broker:
         # Told the name of a partition whose memory went while the broker stays up (an unload, a
         # reload after a failed write, a deletion): a server sends its producers and consumers away.
         self.unload_listeners: list[Callable[[str], None]] = []
+        # Set by a server whose clients give their consumers permits (FLOW): a Shared or Key_Shared
+        # dispatcher hands nothing to a consumer that has not asked yet (see Dispatcher.asked).
+        self.consumer_asked: Callable[[int], bool] | None = None
         self.start()
 
     @property

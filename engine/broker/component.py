@@ -124,6 +124,9 @@ class BrokerHost(Protocol):
     writer_metrics: dict[LogKind, BufferedWriterMetrics]
     delayed_async_create: bool
     shared_delayed_index: bool
+    # Whether a consumer (by its server-wide id) has asked for messages yet; None: every consumer
+    # has (the simulation's consumers take what they are given).
+    consumer_asked: Callable[[int], bool] | None
 
     def restart_later(self, component: Restartable) -> None: ...
 

@@ -122,11 +122,24 @@ class ConsumerSlot:
 class Dispatcher:
     """The consumers of one subscription, its read position, and what is handed out to whom."""
 
-    def __init__(self, sim: Simulation, entries: Entries, sub_type: pa.SubType, deliverable: Deliverable) -> None:
+    def __init__(
+        self,
+        sim: Simulation,
+        entries: Entries,
+        sub_type: pa.SubType,
+        deliverable: Deliverable,
+        *,
+        asked: Callable[[int], bool] = lambda _: True,
+    ) -> None:
         self.sim = sim
         self.entries = entries
         self.sub_type = sub_type
         self.deliverable = deliverable
+        # Whether a consumer has asked for messages (a FLOW): Pulsar's Shared and Key_Shared
+        # dispatchers give entries only to consumers with permits.  One whose client never asked
+        # (its subscribe's answer was lost, and the client gave up on it) would otherwise hold what
+        # it was given until it left (found in CI: a subscription silent through a final drain).
+        self.asked = asked
         self.consumers: dict[int, ConsumerSlot] = {}
         self.read_after: Position = EARLIEST
         # The buffer state and read position of the last dispatch that consulted the buffer.
@@ -170,6 +183,10 @@ class Dispatcher:
         slots = sorted(self.consumers.values(), key=lambda s: s.consumer_id)
         if self.sub_type in (pa.SubType.Exclusive, pa.SubType.Failover):
             return slots[:1]
+        if self.sub_type is pa.SubType.Shared:
+            # Round-robin over the consumers that asked; Key_Shared routes by every consumer's
+            # range and holds what goes to one that has not asked (_route).
+            return [s for s in slots if self.asked(s.consumer_id)]
         return slots
 
     def add_consumer(self, consumer_id: int, mark_delete: Position | None) -> None:
@@ -244,6 +261,8 @@ class Dispatcher:
         chosen = select(active, sticky_key_hash(message.partition_key))
         if chosen.joined_after is not None and position > chosen.joined_after:
             return None
+        if not self.asked(chosen.consumer_id):
+            return None  # held until it asks, or leaves and its range goes to another
         return chosen
 
     def release_joined(self, mark_delete: Position | None) -> bool:

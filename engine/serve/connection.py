@@ -112,6 +112,7 @@ class Consumer:
     partition: str
     subscription: str
     permits: int = 0
+    asked: bool = False  # a FLOW gave it permits: only then does a Shared or Key_Shared dispatcher serve it
     held: collections.deque[Delivered] = field(default_factory=collections.deque)
     waiting: Future[Delivered | None] | None = None
     closed: bool = False

@@ -182,8 +182,17 @@ class Consumers:
         consumer = conn.consumers.get(cmd.consumer_id)
         if consumer is not None:
             consumer.permits += cmd.messagePermits
+            consumer.asked = consumer.asked or cmd.messagePermits > 0
             self._pump(conn, consumer)
         self.replies.done(conn, context, True)
+
+    def asked(self, engine_id: int) -> bool:
+        """Whether the client of the engine's consumer ``engine_id`` has asked for messages: its
+        subscribe was answered and a FLOW gave it permits (the broker's ``consumer_asked``).  A
+        consumer whose SUBSCRIBE answer the client never saw gets none, as under Pulsar, where a
+        Shared dispatcher gives entries only to consumers with permits."""
+        found = self._by_engine_id.get(engine_id)
+        return found is not None and found[1].asked
 
     def wake(self, engine_id: int) -> None:
         """The consumer has work: the loop's next turn pumps it."""

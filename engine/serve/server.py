@@ -155,6 +155,7 @@ class PulsarServer:
         self.schemas = Schemas(self.replies)
         self.producers = Producers(self.broker, self.topics, self.schemas, self.network, self.replies)
         self.consumers = Consumers(self.broker, self.topics, self.network, self.replies)
+        self.broker.consumer_asked = self.consumers.asked
         self.network.on_close.append(self.consumers.drop_all)
         self.network.on_writable.append(self.consumers.writable)
         self.broker.unload_listeners.append(self.close_handles)
