@@ -122,6 +122,7 @@ def options_json(options: RecordOptions) -> dict[str, Any]:
         out[spec.name] = getattr(options, spec.name)
     out["longest_delay_ms"] = options.longest_delay_ms
     out["quiet_ms_used"] = options.quiet
+    out["quiet_ms_if_disturbed"] = options.quiet_disturbed
     return out
 
 

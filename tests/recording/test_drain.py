@@ -3,7 +3,7 @@ needs to prove a subscription was read to its end (``invariants.analysis._final_
 
 from __future__ import annotations
 
-from recording.runtime import Drain
+from recording.runtime import Drain, RecordOptions
 
 
 class Clock:
@@ -49,3 +49,32 @@ def test_every_consumer_must_be_idle_and_quiet_for_the_period() -> None:
     assert drain.quiet()
     drain.saw("c0", message=False, connected=False, invoked_ms=2_400)  # disconnected: not idle
     assert not drain.quiet()
+
+
+def test_a_disturbed_run_drains_for_the_longer_period() -> None:
+    """Found in CI: a run recorded with liveness on (a 600 ms quiet period) whose consumers were
+    disconnected by a nemesis ended its drain while a subscription was still catching up after
+    they came back, and the messages it delivered a second later were reported lost.  Once the run
+    is disturbed, the drain waits the quiet period of a run with faults."""
+    clock = Clock()
+    disturbed = [False]
+    drain = Drain(["c0"], quiet_ms=600, now_ms=clock.now_ms, disturbed_quiet_ms=5_000, disturbed=lambda: disturbed[0])
+    drain.start()
+    clock.ms = 100
+    drain.saw("c0", message=False, connected=True, invoked_ms=50)
+    clock.ms = 700
+    assert drain.quiet() and drain.period_ms() == 600  # undisturbed: the short period ends it
+    disturbed[0] = True
+    assert not drain.quiet() and drain.period_ms() == 5_000
+    clock.ms = 5_000
+    assert drain.quiet()
+
+
+def test_a_given_quiet_period_is_kept_when_disturbed() -> None:
+    """``--quiet-ms`` is the user's: a disturbance does not lengthen it."""
+    given = RecordOptions(url="pulsar://127.0.0.1:6650", workload="delayed", out="o", quiet_ms=700)
+    assert given.quiet == given.quiet_disturbed == 700
+    default = RecordOptions(url="pulsar://127.0.0.1:6650", workload="delayed", out="o")
+    assert (default.quiet, default.quiet_disturbed) == (600, 5_000)
+    off = RecordOptions(url="pulsar://127.0.0.1:6650", workload="delayed", out="o", liveness=False)
+    assert (off.quiet, off.quiet_disturbed) == (5_000, 5_000)

@@ -171,7 +171,7 @@ def _bounds(parser: argparse.ArgumentParser) -> None:
         "--quiet-ms",
         type=positive_int,
         help="the final drain ends once every consumer found nothing for this long (default 600, 5000 with "
-        "--liveness off: clients reconnecting after faults catch up slowly)",
+        "--liveness off or once a consumer was disconnected: clients reconnecting after faults catch up slowly)",
     )
     parser.add_argument(
         "--max-drain-s", type=positive_float, default=60.0, help="longest final drain, seconds (default 60)"
