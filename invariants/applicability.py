@@ -109,7 +109,7 @@ def _delivery_statements(a: TxnAnalysis) -> dict[str, Statement]:
         delayed = [m for m in a.messages.values() if m.deliver_at is not None]
         if not delayed:
             return False, "no delayed message"
-        held = [(d, m) for d, m in a.delivered() if m.deliver_at is not None and a.holds_delays(d.subscription)]
+        held = [(d, m) for d, m in a.delivered_delayed() if a.holds_delays(d.subscription)]
         if not held:
             return False, f"{_plural(len(delayed), 'delayed message')}, none received where delays are held back"
         # A delivery can be seen early only if its time, less the earliness a non-strict broker may

@@ -46,7 +46,7 @@ def aborted_reads(a: TxnAnalysis, out: Collector) -> None:
     """``aborted-read`` (Adya G1a, Elle ``:G1a``): a message of a transaction that did not commit
     (an abort returned ok, or every end attempt completed without committing) was delivered.  The
     dispatcher skips and acknowledges an aborted transaction's messages (TB-16)."""
-    for d, message in a.delivered():
+    for d, message in a.delivered_in_txn():
         txn = message.txn
         if txn is None or a.fate(txn) is not TxnFate.ABORTED:
             continue
@@ -65,7 +65,7 @@ def uncommitted_reads(a: TxnAnalysis, out: Collector) -> None:
     """``uncommitted-read`` (Adya G1a, Elle ``:G1a``, for a transaction nobody ended): a message of a
     transaction that no commit or abort ever named was delivered.  An open transaction's messages lie
     beyond ``max_read_position`` and are never dispatched (TB-7, TB-15)."""
-    for d, message in a.delivered():
+    for d, message in a.delivered_in_txn():
         txn = message.txn
         if txn is None or a.fate(txn) is not TxnFate.OPEN:
             continue
@@ -83,7 +83,7 @@ def premature_reads(a: TxnAnalysis, out: Collector) -> None:
     commit of the message's (committed or maybe-committed) transaction was even invoked, so the
     message was dispatched while its transaction was open: a dispatch beyond ``max_read_position``
     (TB-7, TB-15)."""
-    for d, message in a.delivered():
+    for d, message in a.delivered_in_txn():
         txn = message.txn
         if txn is None or a.fate(txn) in (TxnFate.ABORTED, TxnFate.OPEN):
             continue

@@ -21,7 +21,7 @@ def garbage_reads(a: TxnAnalysis, out: Collector) -> None:
     """``garbage-read``: a receive returned a payload that no send of its partition produced
     (payloads are unique, so every delivery names the send it came from: Elle's recoverability).
     The other checks of a delivery are skipped for such a delivery."""
-    for d in a.deliveries:
+    for d in a.unmatched_deliveries():
         found = a.messages.get(d.payload)
         if found is None or found.partition != d.partition:
             where = (

@@ -34,7 +34,7 @@ def early_deliveries(a: TxnAnalysis, out: Collector) -> None:
     subscription where Pulsar holds delayed messages back (Shared and Key_Shared, or no subscribe
     recorded).  The tracker releases a message only once due (DD-1, DD-2, DD-13; DD-29 for the
     in-memory tracker)."""
-    for d, message in a.delivered():
+    for d, message in a.delivered_delayed():
         if (
             message.deliver_at is not None
             and d.op.completed_at is not None

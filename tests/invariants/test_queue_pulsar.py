@@ -5,8 +5,12 @@ the history alone."""
 
 from __future__ import annotations
 
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from invariants.queue.pulsar import _Restarts
 from invariants.transactional import TxnResult, check_transactional
-from spec.history import OpType
+from spec.history import Operation, OpType
 from tests.invariants.history_builder import SUB, H
 
 T1 = (0, 1)
@@ -139,3 +143,38 @@ def test_the_pulsar_statements_say_what_had_something_to_judge() -> None:
     assert set(statements) == {"poll-skip", "lost-write", "duplicate", "unseen", "realtime-lag"}
     assert not statements["poll-skip"].applies and "Exclusive" in statements["poll-skip"].evidence
     assert statements["realtime-lag"].applies and "informational" in statements["realtime-lag"].evidence
+
+
+def _restart(invoked: int, took: int | None) -> Operation:
+    return Operation(
+        history="h",
+        index=invoked,
+        process=0,
+        type=OpType.OK if took is not None else OpType.INFO,
+        f="seek",
+        object=SUB,
+        invoked_at=invoked,
+        completed_at=None if took is None else invoked + took,
+    )
+
+
+@given(
+    # small times, so that a receive often starts or ends just as a restart does
+    st.lists(st.tuples(st.integers(0, 10), st.none() | st.integers(0, 4)), max_size=8),
+    st.integers(0, 16),
+    st.integers(0, 4),
+)
+@example([(2, 3)], 5, 0)  # the restart completes as the receive starts: they overlap
+@example([(5, 1)], 1, 4)  # invoked as the receive ends: they overlap
+def test_restarts_answer_as_a_walk_over_every_restart_would(
+    restarts: list[tuple[int, int | None]], start: int, length: int
+) -> None:
+    """poll-skip's restarts are asked per delivery in O(log r) (:class:`_Restarts`); the answers are
+    the definition's: some restart invoked by the receive's end and not completed before its start,
+    and how many completed before it."""
+    ops = [_restart(invoked, took) for invoked, took in restarts]
+    index = _Restarts(ops)
+    end = start + length
+    never = float("inf")
+    assert index.overlap(start, end) == any(r.invoked_at <= end and start <= (r.completed_at or never) for r in ops)
+    assert index.ended_before(start) == sum(1 for r in ops if (r.completed_at or never) < start)
