@@ -165,7 +165,9 @@ def static_layers(mutant: Mutant, ctx: Context, conn: Any) -> None:
         conn.send(("vectors", f"killed (raised {type(exc).__name__})"))
     if mutant.function in ctx.proof_reach.get(mutant.machine, set()):
         try:
-            rows = prove_machine(mutant.machine, timeout_ms=20_000)
+            # the framework's own resource limit (deterministic, unlike a timeout); an argument it
+            # does not take had made every such call raise TypeError, counted as a kill
+            rows = prove_machine(mutant.machine)
             bad = [r.name for r in rows if r.verdict is not Verdict.PROVED]
             conn.send(("proofs", f"killed ({bad[0]})" if bad else "survived"))
         except Exception as exc:
@@ -175,12 +177,36 @@ def static_layers(mutant: Mutant, ctx: Context, conn: Any) -> None:
     conn.send(("model", model_layer()))
 
 
+def client_view(ops: list[Operation]) -> list[tuple[Any, ...]]:
+    """What the clients saw, up to naming: each client operation without its index, its process
+    renamed in order of first appearance.  The engine numbers client and machine-level processes
+    from one counter and indexes every row, so a flip that only adds or drops machine rows renumbers
+    the clients' processes and shifts their indexes without changing a thing any client saw (found
+    triaging the pending ack's flips: ``_end_txn``'s commit arm on ctp seed 1)."""
+    from spec.history import is_machine_operation
+
+    names: dict[int, int] = {}
+    return [
+        (
+            names.setdefault(op.process, len(names)),
+            op.type,
+            op.f,
+            op.object,
+            op.value,
+            op.result,
+            op.invoked_at,
+            op.completed_at,
+            op.error,
+        )
+        for op in ops
+        if not is_machine_operation(op)
+    ]
+
+
 def history_layer(specs: list[RunSpec], ctx: Context, conn: Any, to_checker: Any) -> dict[str, Any]:
     """The histories of ``specs`` with the mutant applied, each compared with its unmutated run and,
     when it changed, checked in the checker process.  ``client_changed``: a client operation
-    changed, not only the machines' rows."""
-    from spec.history import is_machine_operation
-
+    changed, not only the machines' rows (:func:`client_view`)."""
     state: dict[str, Any] = {"changed": False, "reached": True, "bulk": None, "oracle": None, "flags": []}
     for spec in specs:
         name = _name(spec)
@@ -199,10 +225,8 @@ def history_layer(specs: list[RunSpec], ctx: Context, conn: Any, to_checker: Any
             continue
         state["changed"] = True
         state.setdefault("first_changed", name)
-        if not state.get("client_changed"):
-            mine = [op for op in ops if not is_machine_operation(op)]
-            if mine != [op for op in ctx.baseline[name] if not is_machine_operation(op)]:
-                state["client_changed"] = name
+        if not state.get("client_changed") and client_view(ops) != client_view(ctx.baseline[name]):
+            state["client_changed"] = name
         to_checker.send((name, ops))
         bulk, oracle, flags = to_checker.recv()
         if bulk and state["bulk"] is None:
@@ -591,11 +615,11 @@ def flip_context(args: argparse.Namespace, machines: list[str]) -> tuple[list[Mu
     chosen: list[Mutant] = []
     specs_for: dict[str, list[RunSpec]] = {}
     for m in population:
-        histories = sites.get(m.module, {}).get(str(m.line), [])
-        if histories:
+        executed = sites.get(m.module, {}).get(str(m.line), [])
+        if executed:
             specs_for[m.id] = [
                 dataclasses.replace(main_job_spec(w, seed, args.flip_ops), deadline_ms=args.deadline)
-                for w, seed in _spread(histories, args.per_branch)
+                for w, seed in _spread(executed, args.per_branch)
             ]
             chosen.append(m)
     if args.mutants:
