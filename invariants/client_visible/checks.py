@@ -89,6 +89,13 @@ TABLE: tuple[OracleCheck, ...] = (
         "the admin check answered PendingAck for a position no transaction had acknowledged on that subscription",
     ),
     OracleCheck(
+        "missing-pending-ack",
+        ("PA-21", "PA-1"),
+        cursor.missing_pending_ack,
+        "the admin check said no transaction held a position that an open transaction had acknowledged "
+        "individually there",
+    ),
+    OracleCheck(
         "delivered-before-seek-time",
         ("PA-23",),
         cursor.delivered_before_seek_time,

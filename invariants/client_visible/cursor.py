@@ -17,6 +17,7 @@ from invariants.client_visible.view import (
     Delivery,
     Message,
     MessageId,
+    Txn,
     View,
     bad,
     covers,
@@ -340,6 +341,82 @@ def pending_ack_without_ack(view: View, out: Collector) -> None:
             [op],
             f"check_position_in_pending_ack op {op.index} answered PendingAck for {fmt_id(asked)}, but no "
             f"transactional ack of it was invoked on that subscription before the answer at {view.words.at(done)}",
+            where=view.words.name(op.object),
+        )
+
+
+# The admin check's answers that say no transaction holds the position.  PendingAckNotReady is not
+# among them: the handle may be recovering, whatever it holds.
+_NOT_HELD = frozenset({"MarkDelete", "NotInPendingAck", "InvalidPosition"})
+
+
+def missing_pending_ack(view: View, out: Collector) -> None:
+    """PA-21, the other way round: the admin check answered MarkDelete, NotInPendingAck or
+    InvalidPosition for a position that a transaction certainly still held there.  A transactional
+    individual ack of exactly that id (entry and batch index) returned ok before the check was
+    invoked (at the same instant, by the same process), and the answer came back while that
+    transaction was certainly open (no commit or abort of it invoked, its timeout, counted from the
+    ``new_txn`` invocation, not run out): the pending ack holds what an open transaction acknowledged
+    individually until the transaction ends (PA-1, PA-12 .. PA-14), the position is above the
+    mark-delete position while it is held, and an id a transaction acknowledged is a valid one.  Not
+    judged when something else may have moved the cursor past it in the meantime: a plain ack of that
+    entry, or a seek, unsubscribe or cumulative ack on the subscription, invoked before the answer
+    came back."""
+    held: dict[tuple[str, tuple[int, int]], list[tuple[Operation, MessageId, Txn]]] = defaultdict(list)
+    for a in view.acks:
+        if a.txn is not None and not a.cumulative and a.op.type is OpType.OK and a.op.completed_at is not None:
+            held[(a.sub, a.id[:2])].append((a.op, a.id, a.txn))
+    if not held:
+        return
+    # Whatever else may move the cursor: plain acks (by entry; a cumulative one by subscription),
+    # seeks and unsubscribes, ok or of unknown outcome, by invocation time.
+    plain: dict[tuple[str, tuple[int, int]], list[int]] = defaultdict(list)
+    moved: dict[str, list[int]] = defaultdict(list)
+    for a in view.acks:
+        if a.txn is None:
+            if a.cumulative:
+                moved[a.sub].append(a.op.invoked_at)
+            else:
+                plain[(a.sub, a.id[:2])].append(a.op.invoked_at)
+    for op in view.unsure_acks:
+        args = object_of(op)
+        if txn_of(op, args) is None:
+            plain[(op.object, message_id(op, args, "value")[:2])].append(op.invoked_at)
+    for op in view.client:
+        if op.f in ("seek", "unsubscribe", "ack_cumulative") and op.type is not OpType.FAIL:
+            moved[op.object].append(op.invoked_at)
+    for op in view.queries:
+        if op.f != "check_position_in_pending_ack" or op.type is not OpType.OK or op.completed_at is None:
+            continue
+        state = object_of(op, "result").get("state")
+        if state not in _NOT_HELD:
+            continue
+        asked = message_id(op, object_of(op), "value")
+        done = op.completed_at
+        holders = [
+            (ack, txn)
+            for ack, acked, txn in held.get((op.object, asked[:2]), ())
+            if acked == asked
+            and ack.completed_at is not None
+            # returned before the check was invoked; at the same instant only in one process's order
+            and (ack.completed_at < op.invoked_at or (ack.completed_at == op.invoked_at and ack.process == op.process))
+            and done < view.open_until(txn)
+        ]
+        if not holders:
+            continue
+        first = min(holder.invoked_at for holder, _ in holders)
+        if any(first <= t < done for t in plain.get((op.object, asked[:2]), ())) or any(
+            t < done for t in moved.get(op.object, ())
+        ):
+            continue
+        out.judged["missing-pending-ack"] += 1
+        holder, txn = holders[0]
+        out.add(
+            "missing-pending-ack",
+            [holder, op],
+            f"check_position_in_pending_ack op {op.index} answered {state} for {fmt_id(asked)} at "
+            f"{view.words.at(done)}, but {fmt_txn(txn)} (still open then) had acknowledged it there by "
+            f"ack op {holder.index}, which returned ok at {view.words.end(holder)}: the pending ack holds it",
             where=view.words.name(op.object),
         )
 

@@ -11,6 +11,7 @@ from typing import Any
 from engine.simulation.client import Cluster, ConsumerType
 from engine.simulation.workloads import RunSpec, main_job_spec, run
 from invariants.client_visible import CHECKS, check_client_visible
+from reference import pending_ack as pa
 from spec.history import TXN_FUNCTIONS, OpType, make_operation
 from tests.invariants.history_builder import SUB, H, P
 
@@ -112,6 +113,80 @@ def test_a_txn_ack_of_unknown_outcome_may_have_made_it_pending() -> None:
     h.op("ack", SUB, {"position": [0, 3], "txn": list(T)}, None, 5, None, kind=OpType.INFO)
     h.check((0, 3), "PendingAck", 10)
     assert counts(h) == {}
+
+
+# --- missing-pending-ack (PA-21, the other way round) -----------------------------------------------
+
+
+def _held(answer: str) -> H:
+    """A transaction acked (0, 3) individually (ok at 7), and the admin check answered ``answer`` at 10-12."""
+    h = H(distinct_processes=True)
+    h.new_txn(T, 0)
+    h.ack((0, 3), 5, txn=T)
+    h.check((0, 3), answer, 10)
+    return h
+
+
+def test_a_position_an_open_txn_holds_is_not_reported_unheld() -> None:
+    for answer in ("NotInPendingAck", "MarkDelete", "InvalidPosition"):
+        assert counts(_held(answer)) == {"missing-pending-ack": 1}, answer
+    # the handle may be recovering whatever it holds; and PendingAck is the right answer
+    for answer in ("PendingAckNotReady", "PendingAck"):
+        assert counts(_held(answer)) == {}, answer
+
+
+def test_missing_pending_ack_is_judged_only_while_the_txn_certainly_holds_it() -> None:
+    h = H(distinct_processes=True)
+    h.new_txn(T, 0)
+    h.ack((0, 3), 5, txn=T)
+    h.end("commit", T, 8, 20)  # an end invoked before the answer: it may have released the position
+    h.check((0, 3), "MarkDelete", 10)
+    assert counts(h) == {}
+    h = H(distinct_processes=True)
+    h.new_txn(T, 0, timeout=9)  # timed out by the answer
+    h.ack((0, 3), 5, txn=T)
+    h.check((0, 3), "NotInPendingAck", 10)
+    assert counts(h) == {}
+    h = H(distinct_processes=True)
+    h.new_txn(T, 0)
+    h.ack((0, 3), 5, txn=T, batch_index=1)  # another index of the entry
+    h.check((0, 3), "NotInPendingAck", 10, batch_index=2)
+    assert counts(h) == {}
+    h = H(distinct_processes=True)
+    h.new_txn(T, 0)
+    h.ack((0, 3), 8, txn=T)  # returned at 10, after the check was invoked by another process
+    h.check((0, 3), "NotInPendingAck", 9)
+    assert counts(h) == {}
+
+
+def test_missing_pending_ack_spares_what_else_may_have_moved_the_cursor() -> None:
+    h = _held("MarkDelete")
+    h.ack((0, 3), 8)  # a plain ack of that entry
+    assert counts(h) == {}
+    h = _held("MarkDelete")
+    h.op("seek", SUB, {"publish_time": 0}, None, 8, 9)
+    assert counts(h) == {}
+
+
+def test_missing_pending_ack_has_teeth_on_a_main_job_history() -> None:
+    """A planted bug at the workload's default options: the admin check reports what a transaction
+    holds as not held.  ctp's queries variant (seed 9) asks the check of the input each processor
+    just acked in its transaction; the unmutated history passes."""
+    spec = main_job_spec("ctp", 9)
+    assert spec.queries
+    assert check_client_visible(run(spec).operations).ok
+    original = pa.check_position_in_pending_ack_state
+
+    def unheld(*args: Any, **kwargs: Any) -> pa.PositionInPendingAck:
+        answer = original(*args, **kwargs)
+        return pa.PositionInPendingAck.NotInPendingAck if answer is pa.PositionInPendingAck.PendingAck else answer
+
+    pa.check_position_in_pending_ack_state = unheld
+    try:
+        result = check_client_visible(run(spec).operations)
+    finally:
+        pa.check_position_in_pending_ack_state = original
+    assert set(result.counts) == {"missing-pending-ack"}, result.counts
 
 
 # --- the engine and the workloads ------------------------------------------------------------------
