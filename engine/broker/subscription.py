@@ -108,6 +108,17 @@ def reader_start(
     return start
 
 
+def _asked_of(host: BrokerHost) -> Callable[[int], bool]:
+    """Whether a consumer asked for messages yet, by its id (the hook is read at call time: a server
+    sets it after the broker starts)."""
+
+    def asked(consumer_id: int) -> bool:
+        hook = host.consumer_asked
+        return hook is None or hook(consumer_id)
+
+    return asked
+
+
 class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckResult]):
     """One subscription of a partition."""
 
@@ -137,7 +148,7 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         self.pending_log = PendingAckLog(
             host, f"{partition.name}-{name}__transaction_pending_ack", owner=self, failed=self.reload
         )
-        self.dispatcher = Dispatcher(self.sim, partition, self.sub_type, self.deliverable, asked=self._asked)
+        self.dispatcher = Dispatcher(self.sim, partition, self.sub_type, self.deliverable, asked=_asked_of(host))
         self.delays = DelayedDelivery(
             host, partition, name, self.sub_type, durable=self.durable, read_more=self.dispatch, failed=self.reload
         )
@@ -418,11 +429,6 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         if slot is not None:
             self.dispatcher.hand_over(slot)
             self.dispatch()
-
-    def _asked(self, consumer_id: int) -> bool:
-        """Whether the consumer asked for messages yet (read at call time: a server sets the hook)."""
-        asked = self.host.consumer_asked
-        return asked is None or asked(consumer_id)
 
     def deliverable(self, position: Position) -> list[int | None]:
         """The messages of an entry still PENDING: ``[None]`` for a single message, else the batch
