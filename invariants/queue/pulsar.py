@@ -97,6 +97,7 @@ class PulsarView:
         for op in ops:
             if op.f == "unsubscribe" and op.type is not OpType.FAIL:
                 self.restarts[op.object].append(op)
+        self._acks: dict[str, _AckIndex] = {}
         self.owed = self._owed()
         # each partition's owed positions, for between's bisection (built once, not per call)
         self.owed_positions = {partition: [o.position for o in owed] for partition, owed in self.owed.items()}
@@ -142,21 +143,62 @@ class PulsarView:
         return max(starts) if starts else None
 
     def acked_before(self, sub: str, position: Position, when: float) -> bool:
-        """Some ack on the subscription, invoked before ``when``, acknowledges the position."""
-        for op in self.a.all_acks.get(sub, ()):
-            args = op.args
-            if op.invoked_at >= when or not isinstance(args, dict) or not isinstance(args.get("position"), list):
-                continue
-            index = args.get("batch_index")
-            acked = (*args["position"][:2], -1 if not isinstance(index, int) else index)
-            if _covers(acked, op.f == "ack_cumulative", position):
-                return True
-        return False
+        """Some ack on the subscription, invoked before ``when``, acknowledges the position
+        (:func:`_covers`), in O(log a) per question (it is asked once per owed message)."""
+        index = self._acks.get(sub)
+        if index is None:
+            index = self._acks[sub] = _AckIndex(self.a.all_acks.get(sub, ()))
+        return index.acked_before(position, when)
 
     def between(self, partition: str, low: Position, high: Position) -> list[_Owed]:
         owed = self.owed.get(partition, [])
         keys = self.owed_positions.get(partition, [])
         return owed[bisect.bisect_right(keys, low) : bisect.bisect_left(keys, high)]
+
+
+class _AckIndex:
+    """A subscription's acks, for "did an ack invoked before ``when`` acknowledge this position".
+
+    An individual ack covers its own entry (a whole entry on either side covers the entry, else the
+    same batch index): the earliest invocation per (entry, index) answers it.  A cumulative ack of
+    ``acked`` covers everything an ack of a larger id covers too, ordering a whole entry after its
+    indexes: the largest id acked cumulatively among the acks invoked before ``when`` (a prefix
+    maximum over the acks in invocation order) answers it."""
+
+    def __init__(self, ops: Sequence[Operation]) -> None:
+        never = float("inf")
+        self._single: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)
+        cumulative: list[tuple[float, tuple[int, int, float]]] = []
+        for op in ops:
+            args = op.args
+            if not isinstance(args, dict) or not isinstance(args.get("position"), list):
+                continue
+            index = args.get("batch_index")
+            acked = (*args["position"][:2], -1 if not isinstance(index, int) else index)
+            if op.f == "ack_cumulative":
+                cumulative.append((op.invoked_at, (acked[0], acked[1], never if acked[2] == -1 else acked[2])))
+            else:
+                first = self._single[(acked[0], acked[1])]
+                first[acked[2]] = min(first.get(acked[2], never), op.invoked_at)
+        cumulative.sort(key=lambda c: c[0])
+        self._invoked = [t for t, _ in cumulative]
+        self._furthest = list(itertools.accumulate((key for _, key in cumulative), max))
+
+    def acked_before(self, position: Position, when: float) -> bool:
+        entry = (position[0], position[1])
+        first = self._single.get(entry)
+        if first:
+            index = position[2]
+            times = first.values() if index == -1 else (first.get(index), first.get(-1))
+            if any(t is not None and t < when for t in times):
+                return True
+        k = bisect.bisect_left(self._invoked, when)
+        if not k:
+            return False
+        furthest = self._furthest[k - 1]
+        if furthest[:2] != entry:
+            return furthest[:2] > entry
+        return position[2] == -1 or furthest[2] == float("inf") or position[2] <= furthest[2]
 
 
 class _Restarts:

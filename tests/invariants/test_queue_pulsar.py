@@ -5,10 +5,12 @@ the history alone."""
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from invariants.queue.pulsar import _Restarts
+from invariants.queue.pulsar import _AckIndex, _covers, _Restarts
 from invariants.transactional import TxnResult, check_transactional
 from spec.history import Operation, OpType
 from tests.invariants.history_builder import SUB, H
@@ -178,3 +180,44 @@ def test_restarts_answer_as_a_walk_over_every_restart_would(
     never = float("inf")
     assert index.overlap(start, end) == any(r.invoked_at <= end and start <= (r.completed_at or never) for r in ops)
     assert index.ended_before(start) == sum(1 for r in ops if (r.completed_at or never) < start)
+
+
+def _ack_op(i: int, cumulative: bool, entry: int, index: int | None, invoked: int) -> Operation:
+    value = {"position": [0, entry], **({} if index is None else {"batch_index": index})}
+    return Operation(
+        history="h",
+        index=i,
+        process=0,
+        type=OpType.OK,
+        f="ack_cumulative" if cumulative else "ack",
+        object=SUB,
+        value=json.dumps(value),
+        invoked_at=invoked,
+        completed_at=invoked + 1,
+    )
+
+
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.integers(0, 3), st.none() | st.integers(0, 3), st.integers(0, 10)), max_size=10
+    ),
+    st.integers(0, 3),
+    st.integers(-1, 3),
+    st.integers(0, 12),
+)
+@example([(True, 1, None, 2)], 1, 2, 3)  # a cumulative ack of a whole entry covers its indexes
+@example([(False, 1, 2, 5)], 1, 2, 5)  # invoked at the question's time: not before it
+@example([(True, 1, 2, 0)], 1, 2, 5)  # a cumulative ack covers its own batch index
+@example([(False, 1, None, 0)], 1, 2, 5)  # an individual ack of the whole entry covers each index
+def test_ack_index_answers_as_a_walk_over_every_ack_would(
+    acks: list[tuple[bool, int, int | None, int]], entry: int, index: int, when: int
+) -> None:
+    """poll-skip's "acked before" is asked once per owed message (:class:`_AckIndex`, O(log a)); the
+    answers are the definition's: some ack invoked before ``when`` covers the position."""
+    ops = [_ack_op(i, *ack) for i, ack in enumerate(acks)]
+    position = (0, entry, index)
+    expected = any(
+        op.invoked_at < when and _covers((0, e, -1 if i is None else i), cumulative, position)
+        for op, (cumulative, e, i, _) in zip(ops, acks, strict=True)
+    )
+    assert _AckIndex(ops).acked_before(position, when) == expected
