@@ -117,7 +117,8 @@ class ManagedLedger(Protocol):
     def roll_owed(self) -> bool:
         """The current ledger is full (``reference.ledger.ledger_is_full``) and its roll-over failed:
         the next append opens the next ledger first (Pulsar's ClosedLedger state), so it lands at
-        that ledger's entry 0, not after the current ledger's last entry."""
+        that ledger's entry 0, not after the current ledger's last entry.  Never raises: a failed or
+        closed ledger's next append reports the failure."""
 
     def delete_consumed_ledgers(self, up_to: int | None = None) -> tuple[int, ...]:
         """Delete every ledger wholly at or before every cursor's mark-delete position (never the

@@ -231,7 +231,32 @@ def _abort_redelivery_taken_over_cumulatively() -> RunSpec:
     )
 
 
+def _roll_owed_asked_of_a_failed_journal() -> RunSpec:
+    """multi on a file ledger on the simulated disk, seed 381 (the soak at stop 36): a directory sync
+    failed (injected EIO) and failed the store's journal; the next append on another partition asked
+    its ledger whether a roll-over was owed, and the question raised LedgerWriteFailed out of the
+    partition's step (a component raised; the buffer's history then read as illegal).  The question
+    no longer raises: the append that follows reports the failure where failed writes are handled."""
+    return RunSpec(
+        workload="multi",
+        seed=381,
+        ops=80,
+        ledger="file",
+        disk="sim",
+        faults=True,
+        batching=True,
+        batch_messages=True,
+        key_shared=True,
+        queries=True,
+        bounds=True,
+        limits=True,
+        pipelined=True,
+        deadline_ms=3_600_000,
+    )
+
+
 REGRESSIONS: dict[str, Callable[[], RunSpec]] = {
+    "multi-file-seed381": _roll_owed_asked_of_a_failed_journal,
     "ctp-file-seed553-coordinator": _open_that_failed_kept_its_lock,
     "ctp-file-seed617-late-append": _abort_redelivery_taken_over_cumulatively,
     "multi-file-seed267-late-append": _roll_over_that_failed,
