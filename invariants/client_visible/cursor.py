@@ -213,6 +213,89 @@ def missing_abort_redelivery(view: View, out: Collector) -> None:
             )
 
 
+def _acked_key(mid: MessageId) -> tuple[float, ...]:
+    """A cumulative ack's id, ordered so that a larger one covers everything a smaller one covers
+    (:func:`covers`): a whole entry after its batch indexes."""
+    return (mid[0], mid[1], INF if mid[2] == WHOLE else mid[2])
+
+
+def _message_key(mid: MessageId) -> tuple[float, ...]:
+    """A message's id such that a cumulative ack covers it exactly when ``_acked_key(ack) >=`` it: a
+    whole entry is covered by any ack of that entry, so it sorts before every index of it."""
+    return (mid[0], mid[1], -INF if mid[2] == WHOLE else mid[2])
+
+
+# The two largest ``w`` among some acks, of distinct transactions (None: no ack).
+_Best = tuple[tuple[float, Txn | None], tuple[float, Txn | None]]
+_NONE: _Best = ((-INF, None), (-INF, None))
+
+
+def _better(best: _Best, w: float, txn: Txn) -> _Best:
+    (w1, t1), (w2, t2) = best
+    if txn == t1:
+        return ((max(w, w1), t1), (w2, t2))
+    if w > w1:
+        return ((w, txn), (w1, t1))
+    if w > w2:
+        return ((w1, t1), (w, txn))
+    return best
+
+
+class _TakeOvers:
+    """A subscription's cumulative transactional acks, for one question: did some ack that landed by
+    ``at``, of an id covering ``key``, of a txn other than ``txn``, have ``w`` (from when its txn is
+    taken to have held or taken the message) of at least ``by``.  A segment tree over the acks in
+    landing order; each node keeps its acks by id, largest first, with the two largest ``w`` of
+    distinct txns among each prefix: O(log n) nodes per question, one bisection each."""
+
+    def __init__(self, acks: list[tuple[int, tuple[float, ...], float, Txn]]) -> None:
+        rows = sorted(acks)
+        self._landed = [row[0] for row in rows]
+        size = 1
+        while size < len(rows):
+            size *= 2
+        self._size = size
+        members: list[list[tuple[tuple[float, ...], float, Txn]]] = [[] for _ in range(2 * size)]
+        for i, (_, key, w, txn) in enumerate(rows):
+            members[size + i] = [(key, w, txn)]
+        for node in range(size - 1, 0, -1):
+            members[node] = members[2 * node] + members[2 * node + 1]
+        self._nodes: list[tuple[list[tuple[float, ...]], list[_Best]]] = []
+        for group in members:
+            group = sorted(group, key=lambda m: m[0], reverse=True)
+            bests: list[_Best] = []
+            best = _NONE
+            for _, w, txn in group:
+                best = _better(best, w, txn)
+                bests.append(best)
+            self._nodes.append(([tuple(-x for x in m[0]) for m in group], bests))
+
+    def any(self, at: float, key: tuple[float, ...], by: float, txn: Txn | None) -> bool:
+        negated = tuple(-x for x in key)
+        lo, hi = self._size, self._size + bisect.bisect_right(self._landed, at)  # landed by ``at``
+
+        def found(node: int) -> bool:
+            ordered, bests = self._nodes[node]
+            j = bisect.bisect_right(ordered, negated)  # the acks of ids >= key come first
+            if not j:
+                return False
+            (w1, t1), (w2, t2) = bests[j - 1]
+            return (t1 is not None and t1 != txn and w1 >= by) or (t2 is not None and t1 == txn and w2 >= by)
+
+        while lo < hi:
+            if lo & 1:
+                if found(lo):
+                    return True
+                lo += 1
+            if hi & 1:
+                hi -= 1
+                if found(hi):
+                    return True
+            lo //= 2
+            hi //= 2
+        return False
+
+
 class _GoneBy:
     """What ``missing-abort-redelivery`` asks of one subscription, each in O(log n): whether another
     ack may have deleted a message on the cursor, and the first receive that shows the consumer went
@@ -233,6 +316,7 @@ class _GoneBy:
                 )
             else:
                 self.individual[other.id[:2]].append(other)
+        self._takeovers: _TakeOvers | None = None  # built on the first question (only violations ask)
         # PA-10 (a subscribe that names no type is Exclusive); unknown when no subscribe is recorded
         recorded = any(isinstance(op.args, dict) for op in view.subscribes.get(sub, ()))
         self.cumulative_honoured = recorded and not view.ignores_cumulative(sub)
@@ -280,19 +364,24 @@ class _GoneBy:
         that txn: the abort's redelivery is filtered, or a copy it queued is covered by the
         client's own cumulative ack, and that txn's abort just clears its slot with no redelivery
         (PA-13: the client must ask).  Not on a Shared or Key_Shared subscription, where the broker
-        ignores a cumulative ack (PA-10).  Only asked of what would be reported: a linear walk."""
+        ignores a cumulative ack (PA-10).  O(log^2 n) per question (:class:`_TakeOvers`)."""
         assert message.id is not None
         if not self.cumulative_honoured:
             return False
-        for other in self.view.acks_by_sub.get(ack.sub, ()):
-            if not other.cumulative or other.txn is None or other.txn == ack.txn:
-                continue
-            landed = other.op.completed_at
-            if landed is None or landed > at or not covers(other.id, True, message.id):
-                continue
-            if other.op.invoked_at >= by or self.view.open_until(other.txn) >= by:
-                return True
-        return False
+        if self._takeovers is None:
+            self._takeovers = _TakeOvers(
+                [
+                    (
+                        other.op.completed_at,
+                        _acked_key(other.id),
+                        max(other.op.invoked_at, self.view.open_until(other.txn)),
+                        other.txn,
+                    )
+                    for other in self.view.acks_by_sub.get(ack.sub, ())
+                    if other.cumulative and other.txn is not None and other.op.completed_at is not None
+                ]
+            )
+        return self._takeovers.any(at, _message_key(message.id), by, ack.txn)
 
     def went_past(self, by: float) -> tuple[int, Operation, str] | None:
         """The first receive (by invocation, then index) that shows the consumer went past what an

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from engine.simulation.workloads import LONG_RECEIVE_MS, SimulateOptions, main_job_spec, run
 from invariants.client_visible import (
@@ -17,6 +19,8 @@ from invariants.client_visible import (
     TXN_END_BOUND_MS,
     check_client_visible,
 )
+from invariants.client_visible.cursor import _acked_key, _message_key, _TakeOvers
+from invariants.client_visible.view import covers
 from spec.history import BadHistory, OpType, make_operation
 from spec.rules import RULES_DIR, parse_rules
 from tests.invariants.history_builder import PART, SUB, H
@@ -719,3 +723,37 @@ def test_aborted_commit_needs_a_failed_operation() -> None:
     assert names(_open_txn(sent, commit)) == {"aborted-commit": 1}
     failed = ("send", SEND, None, 20, 22, "TransactionConflict")
     assert names(_open_txn(failed, commit)) == {}
+
+
+_ID = st.tuples(st.just(0), st.integers(0, 3), st.integers(-1, 3))  # (ledger, entry, index; -1 whole)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 10), _ID, st.integers(0, 10), st.integers(0, 2)),  # landed, id, w, txn
+        max_size=9,
+    ),
+    st.integers(0, 11),
+    _ID,
+    st.integers(0, 11),
+    st.integers(0, 2),
+)
+@example([(1, (0, 1, -1), 5, 1)], 2, (0, 1, 2), 5, 0)  # a whole-entry ack covers each index, w == by
+@example([(1, (0, 1, 2), 5, 1)], 2, (0, 1, -1), 5, 0)  # an ack of one index covers the whole entry
+@example([(2, (0, 2, 0), 5, 1)], 2, (0, 1, 3), 5, 0)  # landed at ``at``; a later entry covers
+@example([(1, (0, 1, 1), 9, 0), (1, (0, 1, 1), 6, 1)], 2, (0, 1, 1), 6, 0)  # the asker's own txn is skipped
+def test_take_overs_answer_as_a_walk_over_every_ack_would(
+    acks: list[tuple[int, tuple[int, int, int], int, int]],
+    at: int,
+    message: tuple[int, int, int],
+    by: int,
+    txn: int,
+) -> None:
+    """missing-abort-redelivery's take-over question in O(log^2 n) (:class:`_TakeOvers`) answers as
+    the definition: some cumulative ack of another txn landed by ``at``, covers the message, and its
+    txn held or took it from ``by`` on."""
+    index = _TakeOvers([(landed, _acked_key(mid), w, (0, t)) for landed, mid, w, t in acks])
+    expected = any(
+        landed <= at and covers(mid, True, message) and w >= by and (0, t) != (0, txn) for landed, mid, w, t in acks
+    )
+    assert index.any(at, _message_key(message), by, (0, txn)) == expected
