@@ -472,10 +472,7 @@ class FileLedger:
         self._settle(ticket)
 
     def roll_owed(self) -> bool:
-        # A question, not a write: a ledger whose journal failed (or that is closed) answers it too,
-        # and the append that follows reports the failure where the caller handles failed writes
-        # (found by the soak: multi seed 381 on the simulated disk, a partition raised
-        # LedgerWriteFailed from this check after another partition's directory sync failed).
+        # A question, not a write: a failed or closed ledger's next append reports it (soak seed 381)
         with self._lock:
             return not self._closed and self._current.full
 
