@@ -35,6 +35,7 @@ __all__ = [
     "TxnFate",
     "consumer_of",
     "covers",
+    "cumulative_reach",
     "delays",
     "end_or_never",
     "exclusive",
@@ -134,6 +135,14 @@ def message_id(op: Operation, data: Any, column: str, required: bool) -> Message
             column=column,
         )
     return (ledger, entry, WHOLE if index is None else index)
+
+
+def cumulative_reach(acked: MessageId) -> tuple[float, ...]:
+    """The furthest id a cumulative ack of ``acked`` covers: ``covers(acked, True, got)`` exactly when
+    ``got <= cumulative_reach(acked)`` in tuple order (PA-2; a whole-entry ack covers the entry's
+    indexes, and a plain message's id, index WHOLE, sorts before them).  Indexes of acks keep this
+    key, so that "some cumulative ack covers it" is one comparison with the largest."""
+    return (acked[0], acked[1], float("inf") if acked[2] == WHOLE else acked[2])
 
 
 def covers(acked: MessageId, cumulative: bool, got: MessageId) -> bool:

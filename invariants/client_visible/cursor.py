@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 
+from invariants.analysis import cumulative_reach
 from invariants.client_visible.bounds import REDELIVERY_BOUND_MS
 from invariants.client_visible.view import (
     INF,
@@ -143,7 +144,7 @@ class _Prefix:
     def after(self, acked: MessageId, after: int) -> list[tuple[Message, Delivery]]:
         """The deliveries a cumulative ack of ``acked`` covers, by receives invoked after ``after``,
         in send order of their messages, then by invocation."""
-        furthest = (acked[0], acked[1], INF if acked[2] == WHOLE else acked[2])
+        furthest = cumulative_reach(acked)
         k = bisect.bisect_right(self.keys, furthest)
         found = sorted((self.rows[i] for i in self.calls.above(0, k, after)), key=lambda row: row[1])
         return [(message, d) for _, _, message, d in found]
@@ -213,18 +214,6 @@ def missing_abort_redelivery(view: View, out: Collector) -> None:
             )
 
 
-def _acked_key(mid: MessageId) -> tuple[float, ...]:
-    """A cumulative ack's id, ordered so that a larger one covers everything a smaller one covers
-    (:func:`covers`): a whole entry after its batch indexes."""
-    return (mid[0], mid[1], INF if mid[2] == WHOLE else mid[2])
-
-
-def _message_key(mid: MessageId) -> tuple[float, ...]:
-    """A message's id such that a cumulative ack covers it exactly when ``_acked_key(ack) >=`` it: a
-    whole entry is covered by any ack of that entry, so it sorts before every index of it."""
-    return (mid[0], mid[1], -INF if mid[2] == WHOLE else mid[2])
-
-
 # The two largest ``w`` among some acks, of distinct transactions (None: no ack).
 _Best = tuple[tuple[float, Txn | None], tuple[float, Txn | None]]
 _NONE: _Best = ((-INF, None), (-INF, None))
@@ -242,11 +231,12 @@ def _better(best: _Best, w: float, txn: Txn) -> _Best:
 
 
 class _TakeOvers:
-    """A subscription's cumulative transactional acks, for one question: did some ack that landed by
-    ``at``, of an id covering ``key``, of a txn other than ``txn``, have ``w`` (from when its txn is
-    taken to have held or taken the message) of at least ``by``.  A segment tree over the acks in
-    landing order; each node keeps its acks by id, largest first, with the two largest ``w`` of
-    distinct txns among each prefix: O(log n) nodes per question, one bisection each."""
+    """A subscription's cumulative transactional acks, each keyed by its
+    :func:`~invariants.analysis.cumulative_reach`, for one question: did some ack that landed by
+    ``at``, of a reach at least the message id ``key``, of a txn other than ``txn``, have ``w`` (from
+    when its txn is taken to have held or taken the message) of at least ``by``.  A segment tree over
+    the acks in landing order; each node keeps its acks by reach, largest first, with the two largest
+    ``w`` of distinct txns among each prefix: O(log n) nodes per question, one bisection each."""
 
     def __init__(self, acks: list[tuple[int, tuple[float, ...], float, Txn]]) -> None:
         rows = sorted(acks)
@@ -311,9 +301,7 @@ class _GoneBy:
             if other.txn is not None and view.aborted_by(other.txn) is not None:
                 continue
             if other.cumulative:
-                self.furthest = max(
-                    self.furthest, (other.id[0], other.id[1], INF if other.id[2] == WHOLE else other.id[2])
-                )
+                self.furthest = max(self.furthest, cumulative_reach(other.id))
             else:
                 self.individual[other.id[:2]].append(other)
         self._takeovers: _TakeOvers | None = None  # built on the first question (only violations ask)
@@ -373,7 +361,7 @@ class _GoneBy:
                 [
                     (
                         other.op.completed_at,
-                        _acked_key(other.id),
+                        cumulative_reach(other.id),
                         max(other.op.invoked_at, self.view.open_until(other.txn)),
                         other.txn,
                     )
@@ -381,7 +369,7 @@ class _GoneBy:
                     if other.cumulative and other.txn is not None and other.op.completed_at is not None
                 ]
             )
-        return self._takeovers.any(at, _message_key(message.id), by, ack.txn)
+        return self._takeovers.any(at, message.id, by, ack.txn)
 
     def went_past(self, by: float) -> tuple[int, Operation, str] | None:
         """The first receive (by invocation, then index) that shows the consumer went past what an

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from invariants.analysis import ignores_cumulative
+from invariants.analysis import covers, ignores_cumulative  # covers: PA-2, one definition for both
 from invariants.client_visible.bounds import TXN_END_BOUND_MS
 from invariants.words import Words, seconds
 from spec.history import BadHistory, Operation, OpType, is_machine_operation, parse_object, split_subscription
@@ -114,17 +114,6 @@ def message_id(op: Operation, data: dict[str, Any], column: str) -> MessageId:
 def txn_of(op: Operation, data: dict[str, Any]) -> Txn | None:
     raw = data.get("txn")
     return None if raw is None else _pair(op, raw, "txn", "value")
-
-
-def covers(acked: MessageId, cumulative: bool, got: MessageId) -> bool:
-    """Whether an ack of ``acked`` acknowledges the message ``got`` (PA-2: an ack without a batch
-    index is a whole-entry ack; a cumulative ack at (p, i) covers every entry before p and the
-    indexes 0..i of p)."""
-    if got[:2] == acked[:2]:
-        if WHOLE in (acked[2], got[2]):
-            return True
-        return got[2] <= acked[2] if cumulative else got[2] == acked[2]
-    return cumulative and got[:2] < acked[:2]
 
 
 def fmt_id(mid: MessageId | None) -> str:

@@ -36,7 +36,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from invariants.analysis import TxnAnalysis, TxnFate
+from invariants.analysis import TxnAnalysis, TxnFate, cumulative_reach
 from invariants.queue.model import Findings
 from spec.history import Operation, OpType, parse_object, split_subscription
 
@@ -52,16 +52,6 @@ def _fmt(position: Position | None) -> str:
         return "?"
     text = f"{position[0]}:{position[1]}"
     return text if len(position) < 3 or position[2] < 0 else f"{text}#{position[2]}"
-
-
-def _covers(acked: Position, cumulative: bool, got: Position) -> bool:
-    """Whether an ack of ``acked`` acknowledges the message at ``got`` (a whole entry on either side
-    covers the entry; a cumulative ack covers everything before)."""
-    if got[:2] == acked[:2]:
-        if -1 in (acked[2], got[2]):
-            return True
-        return got[2] <= acked[2] if cumulative else got[2] == acked[2]
-    return cumulative and got[:2] < acked[:2]
 
 
 def _consumer(d: Any) -> object:
@@ -144,7 +134,7 @@ class PulsarView:
 
     def acked_before(self, sub: str, position: Position, when: float) -> bool:
         """Some ack on the subscription, invoked before ``when``, acknowledges the position
-        (:func:`_covers`), in O(log a) per question (it is asked once per owed message)."""
+        (:func:`~invariants.analysis.covers`), in O(log a) per question (it is asked once per owed message)."""
         index = self._acks.get(sub)
         if index is None:
             index = self._acks[sub] = _AckIndex(self.a.all_acks.get(sub, ()))
@@ -160,15 +150,14 @@ class _AckIndex:
     """A subscription's acks, for "did an ack invoked before ``when`` acknowledge this position".
 
     An individual ack covers its own entry (a whole entry on either side covers the entry, else the
-    same batch index): the earliest invocation per (entry, index) answers it.  A cumulative ack of
-    ``acked`` covers everything an ack of a larger id covers too, ordering a whole entry after its
-    indexes: the largest id acked cumulatively among the acks invoked before ``when`` (a prefix
-    maximum over the acks in invocation order) answers it."""
+    same batch index): the earliest invocation per (entry, index) answers it.  A cumulative one covers
+    everything up to its :func:`~invariants.analysis.cumulative_reach`: the largest reach among the
+    acks invoked before ``when`` (a prefix maximum over the acks in invocation order) answers it."""
 
     def __init__(self, ops: Sequence[Operation]) -> None:
         never = float("inf")
         self._single: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)
-        cumulative: list[tuple[float, tuple[int, int, float]]] = []
+        cumulative: list[tuple[float, tuple[float, ...]]] = []
         for op in ops:
             args = op.args
             if not isinstance(args, dict) or not isinstance(args.get("position"), list):
@@ -176,7 +165,7 @@ class _AckIndex:
             index = args.get("batch_index")
             acked = (*args["position"][:2], -1 if not isinstance(index, int) else index)
             if op.f == "ack_cumulative":
-                cumulative.append((op.invoked_at, (acked[0], acked[1], never if acked[2] == -1 else acked[2])))
+                cumulative.append((op.invoked_at, cumulative_reach(acked)))
             else:
                 first = self._single[(acked[0], acked[1])]
                 first[acked[2]] = min(first.get(acked[2], never), op.invoked_at)
@@ -193,12 +182,7 @@ class _AckIndex:
             if any(t is not None and t < when for t in times):
                 return True
         k = bisect.bisect_left(self._invoked, when)
-        if not k:
-            return False
-        furthest = self._furthest[k - 1]
-        if furthest[:2] != entry:
-            return furthest[:2] > entry
-        return position[2] == -1 or furthest[2] == float("inf") or position[2] <= furthest[2]
+        return bool(k) and self._furthest[k - 1] >= position
 
 
 class _Restarts:

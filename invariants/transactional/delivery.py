@@ -11,7 +11,6 @@ from collections import defaultdict
 from typing import Any
 
 from invariants.analysis import (
-    WHOLE,
     Ack,
     Delivery,
     Message,
@@ -20,6 +19,7 @@ from invariants.analysis import (
     TxnAnalysis,
     TxnFate,
     covers,
+    cumulative_reach,
     end_or_never,
     latest_start,
     sub_type,
@@ -129,12 +129,6 @@ def duplicates_after_commit(a: TxnAnalysis, out: Collector) -> None:
             )
 
 
-def _cumulative_key(acked: MessageId) -> tuple[float, ...]:
-    """The largest id a cumulative ack of ``acked`` covers: every id up to it in tuple order is covered
-    (:func:`~invariants.analysis.covers`; a whole-entry ack covers the entry's indexes)."""
-    return (acked[0], acked[1], float("inf") if acked[2] == WHOLE else acked[2])
-
-
 class _Judged:
     """One subscription's deliveries by the id each is judged at: the id its send returned (a
     delivery that reports another is already an inconsistent-position and must not cascade), or,
@@ -163,7 +157,7 @@ class _Judged:
         """The deliveries an ack of ``acked`` covers whose receive was invoked after ``after``, in
         report order."""
         if cumulative:
-            k = bisect.bisect_right(self.ids, _cumulative_key(acked))
+            k = bisect.bisect_right(self.ids, cumulative_reach(acked))
             found = [self.by_id[i] for i in self.calls.above(0, k, after)]
         else:
             found = [
@@ -218,7 +212,7 @@ class _Redelivery:
             if other.subscription != sub or a.fate(other.txn) is TxnFate.ABORTED:
                 continue
             if other.cumulative:
-                furthest = _two_furthest(furthest, (_cumulative_key(other.position), other.txn))
+                furthest = _two_furthest(furthest, (cumulative_reach(other.position), other.txn))
             else:
                 self.individual[other.position[:2]].append(other)
         self.furthest = furthest

@@ -10,13 +10,13 @@ from collections import defaultdict
 from typing import Any
 
 from invariants.analysis import (
-    WHOLE,
     Delivery,
     Message,
     MessageId,
     TxnAnalysis,
     consumer_of,
     covers,
+    cumulative_reach,
     end_or_never,
     message_id,
     read_field,
@@ -443,7 +443,7 @@ class _Acks:
         # from each cumulative ack on (by invocation), the furthest id covered
         furthest: list[tuple[float, ...]] = [(float("-inf"),)] * (len(cumulative) + 1)
         for k in range(len(cumulative) - 1, -1, -1):
-            furthest[k] = max(furthest[k + 1], _cumulative_key(cumulative[k][1]))
+            furthest[k] = max(furthest[k + 1], cumulative_reach(cumulative[k][1]))
         self.furthest = furthest
 
     def acked(self, message: Message, after: int) -> bool:
@@ -460,8 +460,3 @@ class _Acks:
             return True
         k = bisect.bisect_left(self.cumulative_calls, after)
         return self.furthest[k] >= message.position
-
-
-def _cumulative_key(acked: MessageId) -> tuple[float, ...]:
-    """The largest id a cumulative ack of ``acked`` covers (every id up to it in tuple order)."""
-    return (acked[0], acked[1], float("inf") if acked[2] == WHOLE else acked[2])

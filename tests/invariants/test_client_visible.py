@@ -11,6 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from engine.simulation.workloads import LONG_RECEIVE_MS, SimulateOptions, main_job_spec, run
+from invariants.analysis import cumulative_reach
 from invariants.client_visible import (
     ANSWER_BOUND_MS,
     CHECKS,
@@ -19,7 +20,7 @@ from invariants.client_visible import (
     TXN_END_BOUND_MS,
     check_client_visible,
 )
-from invariants.client_visible.cursor import _acked_key, _message_key, _TakeOvers
+from invariants.client_visible.cursor import _TakeOvers
 from invariants.client_visible.view import covers
 from spec.history import BadHistory, OpType, make_operation
 from spec.rules import RULES_DIR, parse_rules
@@ -752,8 +753,8 @@ def test_take_overs_answer_as_a_walk_over_every_ack_would(
     """missing-abort-redelivery's take-over question in O(log^2 n) (:class:`_TakeOvers`) answers as
     the definition: some cumulative ack of another txn landed by ``at``, covers the message, and its
     txn held or took it from ``by`` on."""
-    index = _TakeOvers([(landed, _acked_key(mid), w, (0, t)) for landed, mid, w, t in acks])
+    index = _TakeOvers([(landed, cumulative_reach(mid), w, (0, t)) for landed, mid, w, t in acks])
     expected = any(
         landed <= at and covers(mid, True, message) and w >= by and (0, t) != (0, txn) for landed, mid, w, t in acks
     )
-    assert index.any(at, _message_key(message), by, (0, txn)) == expected
+    assert index.any(at, message, by, (0, txn)) == expected

@@ -10,7 +10,8 @@ import json
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from invariants.queue.pulsar import _AckIndex, _covers, _Restarts
+from invariants.analysis import covers
+from invariants.queue.pulsar import _AckIndex, _Restarts
 from invariants.transactional import TxnResult, check_transactional
 from spec.history import Operation, OpType
 from tests.invariants.history_builder import SUB, H
@@ -217,7 +218,7 @@ def test_ack_index_answers_as_a_walk_over_every_ack_would(
     ops = [_ack_op(i, *ack) for i, ack in enumerate(acks)]
     position = (0, entry, index)
     expected = any(
-        op.invoked_at < when and _covers((0, e, -1 if i is None else i), cumulative, position)
+        op.invoked_at < when and covers((0, e, -1 if i is None else i), cumulative, position)
         for op, (cumulative, e, i, _) in zip(ops, acks, strict=True)
     )
     assert _AckIndex(ops).acked_before(position, when) == expected
