@@ -445,23 +445,22 @@ def missing_pending_ack(view: View, out: Collector) -> None:
             held[(a.sub, a.id[:2])].append((a.op, a.id, a.txn))
     if not held:
         return
-    # Whatever else may move the cursor: plain acks (by entry; a cumulative one by subscription),
-    # seeks and unsubscribes, ok or of unknown outcome, by invocation time.
+    # Whatever else may move the cursor, ok or of unknown outcome: plain acks of an entry (their
+    # invocations, sorted), and the earliest seek, unsubscribe or cumulative ack of each subscription.
     plain: dict[tuple[str, tuple[int, int]], list[int]] = defaultdict(list)
-    moved: dict[str, list[int]] = defaultdict(list)
+    moved: dict[str, int] = {}
     for a in view.acks:
-        if a.txn is None:
-            if a.cumulative:
-                moved[a.sub].append(a.op.invoked_at)
-            else:
-                plain[(a.sub, a.id[:2])].append(a.op.invoked_at)
+        if a.txn is None and not a.cumulative:
+            plain[(a.sub, a.id[:2])].append(a.op.invoked_at)
     for op in view.unsure_acks:
         args = object_of(op)
         if txn_of(op, args) is None:
             plain[(op.object, message_id(op, args, "value")[:2])].append(op.invoked_at)
+    for calls in plain.values():
+        calls.sort()
     for op in view.client:
         if op.f in ("seek", "unsubscribe", "ack_cumulative") and op.type is not OpType.FAIL:
-            moved[op.object].append(op.invoked_at)
+            moved[op.object] = min(moved.get(op.object, op.invoked_at), op.invoked_at)
     for op in view.queries:
         if op.f != "check_position_in_pending_ack" or op.type is not OpType.OK or op.completed_at is None:
             continue
@@ -482,9 +481,9 @@ def missing_pending_ack(view: View, out: Collector) -> None:
         if not holders:
             continue
         first = min(holder.invoked_at for holder, _ in holders)
-        if any(first <= t < done for t in plain.get((op.object, asked[:2]), ())) or any(
-            t < done for t in moved.get(op.object, ())
-        ):
+        calls = plain.get((op.object, asked[:2]), [])
+        k = bisect.bisect_left(calls, first)
+        if (k < len(calls) and calls[k] < done) or moved.get(op.object, INF) < done:
             continue
         out.judged["missing-pending-ack"] += 1
         holder, txn = holders[0]
