@@ -246,6 +246,9 @@ class Drain:
         self._lock = threading.Lock()
         self._busy: dict[str, int] = dict.fromkeys(names, 0)
         self._idle: dict[str, bool] = dict.fromkeys(names, False)
+        # when each consumer's last receive was invoked: an idle consumer's proves the subscription
+        # empty only from then on
+        self._invoked: dict[str, int] = dict.fromkeys(names, 0)
         self.draining = threading.Event()
         self.done = threading.Event()
         self.timed_out = False
@@ -261,6 +264,7 @@ class Drain:
         with self._lock:
             after_start = self._started_ms is not None and invoked_ms > self._started_ms
             self._idle[name] = not message and connected and after_start
+            self._invoked[name] = invoked_ms
             if message or not connected:
                 self._busy[name] = self._now()
 
@@ -281,18 +285,27 @@ class Drain:
         """The quiet period that ends the drain now: longer once the run was disturbed."""
         return self.disturbed_quiet_ms if self._disturbed() else self.quiet_ms
 
-    def quiet(self) -> bool:
+    def quiet(self, not_before_ms: int = 0) -> bool:
+        """Every consumer found nothing, on a receive invoked at or after ``not_before_ms``, and has
+        been quiet for the period."""
         period = self.period_ms()
         now = self._now()
         with self._lock:
-            return all(self._idle.values()) and all(now - busy >= period for busy in self._busy.values())
+            return (
+                all(self._idle.values())
+                and all(invoked >= not_before_ms for invoked in self._invoked.values())
+                and all(now - busy >= period for busy in self._busy.values())
+            )
 
     def wait(self, not_before_ms: int, max_s: float) -> None:
-        """Start the drain and return once every consumer is quiet (or ``max_s`` passed)."""
+        """Start the drain and return once every consumer is quiet with an empty receive invoked at
+        or after ``not_before_ms`` (or ``max_s`` passed): a workload that states a liveness bound
+        passes the time by which everything must have come, so that the history shows every consumer
+        finding nothing after it (what ``late-delivery`` judges)."""
         self.start()
         deadline = time.monotonic() + max_s
         while not self.cancelled.is_set():
-            if self._now() >= not_before_ms and self.quiet():
+            if self.quiet(not_before_ms):
                 break
             if time.monotonic() >= deadline:
                 self.timed_out = True

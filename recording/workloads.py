@@ -372,7 +372,13 @@ def delayed(run: Run, budget: Budget) -> WorkloadResult:
     maps = _producers(run, topics, run.options.clients)
     writers = [run.thread(_writer, run, budget, f"w{i}", maps[i], choose, name=f"w{i}") for i in range(len(maps))]
     run.join(writers)
-    not_before = latest[0] + run.options.broker_tick_ms + run.options.slack_ms
+    # Every delayed message must have come by its time plus the bound the sends state: the drain
+    # goes on until each consumer found nothing after that, so late-delivery can judge the last ones
+    # too (with a drain ending at the quiet period, a burst of sends, all delayed by a few ticks,
+    # could leave no empty receive past any message's bound).  The bound is counted from the send's
+    # invocation, a moment after ``choose`` read the clock: one receive timeout covers that.
+    bound = within if within is not None else run.options.broker_tick_ms + run.options.slack_ms
+    not_before = latest[0] + bound + run.options.receive_timeout_ms
     timed_out = _finish(run, drain, consumers, not_before_ms=not_before)
     return WorkloadResult(topics, [s.name for s in subs], drain_timed_out=timed_out)
 

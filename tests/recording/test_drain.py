@@ -78,3 +78,23 @@ def test_a_given_quiet_period_is_kept_when_disturbed() -> None:
     assert (default.quiet, default.quiet_disturbed) == (600, 5_000)
     off = RecordOptions(url="pulsar://127.0.0.1:6650", workload="delayed", out="o", liveness=False)
     assert (off.quiet, off.quiet_disturbed) == (5_000, 5_000)
+
+
+def test_the_drain_goes_on_until_every_consumer_found_nothing_after_the_bound() -> None:
+    """Found in CI: the delayed workload sent its 60 messages within 60 ms, each delayed by at most
+    three 20 ms ticks, and its drain ended after the 600 ms quiet period, before any message's
+    deliver time plus the 620 ms bound its sends stated: no consumer's empty receive came after a
+    bound, and late-delivery had nothing to judge.  The workload passes that time as the drain's
+    ``not_before_ms``; only empty receives invoked from then on end it."""
+    clock = Clock()
+    drain = Drain(["c0", "c1"], quiet_ms=600, now_ms=clock.now_ms)
+    drain.start()
+    clock.ms = 700
+    drain.saw("c0", message=False, connected=True, invoked_ms=600)
+    drain.saw("c1", message=False, connected=True, invoked_ms=650)
+    assert drain.quiet() and not drain.quiet(not_before_ms=660)
+    clock.ms = 800
+    drain.saw("c0", message=False, connected=True, invoked_ms=700)
+    assert not drain.quiet(not_before_ms=660)  # c1's last empty receive was invoked before the bound
+    drain.saw("c1", message=False, connected=True, invoked_ms=700)
+    assert drain.quiet(not_before_ms=660)
