@@ -59,7 +59,7 @@ MessageId = tuple[int, int, int]
 WHOLE = -1
 
 
-@dataclass
+@dataclass(slots=True)
 class Message:
     send: Operation
     payload: str
@@ -77,7 +77,7 @@ class Message:
     repeatable: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class Delivery:
     op: Operation
     subscription: str  # object id
@@ -184,7 +184,7 @@ Txn = tuple[int, int]
 _Entry = tuple[str, tuple[int, int]]  # (partition, (ledger, entry)): the messages of one entry
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Ack:
     """An ``ack`` or ``ack_cumulative`` that returned ok inside a transaction."""
 

@@ -50,7 +50,7 @@ INF = float("inf")
 FINAL_END_ERRORS = frozenset({"TransactionNotFound", "InvalidTxnStatus"})
 
 
-@dataclass
+@dataclass(slots=True)
 class Message:
     send: Operation
     payload: str
@@ -64,7 +64,7 @@ class Message:
     repeatable: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class Delivery:
     op: Operation
     sub: str
@@ -77,7 +77,7 @@ class Delivery:
         return not message.repeatable or self.id is None or covers(ack.id, ack.cumulative, self.id)
 
 
-@dataclass
+@dataclass(slots=True)
 class Ack:
     op: Operation
     sub: str
