@@ -52,7 +52,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +100,7 @@ def traced(modules: set[str]) -> Iterator[set[tuple[str, str]]]:
         yield seen
     finally:
         sys.setprofile(None)
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)
 
 
 def check_history(name: str, ops: list[Operation]) -> tuple[bool, bool, list[str]]:
@@ -424,13 +424,13 @@ def proof_reach(args: argparse.Namespace) -> dict[str, set[str]]:
         if proof.exists():
             ptree = ast.parse(proof.read_text(encoding="utf-8"))
             short = module.rsplit(".", 1)[1]
-            for node in ast.walk(ptree):
-                if isinstance(node, ast.ImportFrom) and node.module == module:
-                    used |= {a.name for a in node.names}
+            for found in ast.walk(ptree):
+                if isinstance(found, ast.ImportFrom) and found.module == module:
+                    used |= {a.name for a in found.names}
                 elif (
-                    isinstance(node, ast.ImportFrom)
-                    and node.module == "reference"
-                    and any(a.name == short for a in node.names)
+                    isinstance(found, ast.ImportFrom)
+                    and found.module == "reference"
+                    and any(a.name == short for a in found.names)
                 ):
                     used |= {n.attr for n in ast.walk(ptree) if isinstance(n, ast.Attribute)}
         todo = [n for n in used if n in defs]
@@ -676,7 +676,7 @@ def flip_markdown(table: list[dict[str, Any]], rows: list[dict[str, Any]]) -> st
             f"| {_pct(t['client_changed'], c)} | {_pct(t['flagged'], c)} | {_pct(t['client_flagged'], c)} "
             f"| {t['run_fails']} |"
         )
-    for title, keep in (
+    sections: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
         (
             "Flips no check flags (the history changed)",
             lambda r: r.get("changed") and not (r.get("bulk") or r.get("oracle")),
@@ -686,7 +686,8 @@ def flip_markdown(table: list[dict[str, Any]], rows: list[dict[str, Any]]) -> st
             lambda r: not r.get("changed") and "error" not in r,
         ),
         ("Flips not judged (errors)", lambda r: "error" in r),
-    ):
+    )
+    for title, keep in sections:
         lines += ["", f"{title}:", ""]
         for r in rows:
             if keep(r):
