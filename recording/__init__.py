@@ -28,15 +28,20 @@ why it stopped (``RecordResult.stopped``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
+import signal
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from recording.log import HistoryLog
@@ -230,6 +235,41 @@ def _withdraw_liveness(run: Run) -> None:
     run.notes.append(f"liveness bounds withdrawn: the run was not fault-free ({run.disturbance})")
 
 
+# What a stop by each signal is called (the KeyboardInterrupt's text where it reaches the run).
+_STOP_REASONS: dict[int, str] = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "stopped by SIGTERM"}
+
+
+@contextlib.contextmanager
+def _signals_stop(run: Run) -> Iterator[None]:
+    """Ctrl-C and SIGTERM stop the run first, then do what they did before (raise KeyboardInterrupt).
+    The official client turns a signal that comes during one of its blocking calls into its own
+    exception (``pulsar.Interrupted``, an ``Exception``), which the recorder takes for that call's
+    failure: the KeyboardInterrupt never reached the run (found in CI: Ctrl-C five seconds into a
+    run that was still subscribing its consumers, and the run recorded its whole 60 s).  Once the
+    run is stopped, every retry loop, the writers and the drains see it whatever became of the
+    exception.  Only a handler that is a Python function is wrapped (Python's own for Ctrl-C, the
+    command line's for SIGTERM); outside the main thread nothing can be installed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[int, Any] = {}
+
+    def stop(number: int, frame: FrameType | None) -> None:
+        run.stop(_STOP_REASONS.get(number, f"stopped by {signal.Signals(number).name}"))
+        previous[number](number, frame)
+
+    for number in _STOP_REASONS:
+        handler = signal.getsignal(number)
+        if callable(handler):
+            previous[number] = handler
+            signal.signal(number, stop)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
 def _wind_down(run: Run, progress: RecordProgress) -> list[str]:
     """A stopped run: let the calls in flight finish for a while (a second Ctrl-C cuts it short);
     the threads still busy after it, whose operations stay open (unknown outcomes)."""
@@ -369,7 +409,8 @@ def record(options: RecordOptions, *, edn: bool = False) -> RecordResult:
     budget = Budget(options.budget_ops, options.seconds)
     run.budget = budget
     run.watch_broker(host, port)
-    result, cleanup = _run_workload(run, budget, progress)
+    with _signals_stop(run):
+        result, cleanup = _run_workload(run, budget, progress)
     if run.errors:
         raise run.errors[0]
     run.phase = "write"

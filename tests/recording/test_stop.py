@@ -75,6 +75,41 @@ def test_a_signal_keeps_what_was_recorded(sig: int, code: int, reason: str) -> N
     _verifies(path)
 
 
+def test_a_signal_the_official_client_turns_into_its_own_error_still_stops_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found in CI: Ctrl-C five seconds into a run still subscribing its consumers, and the run went
+    on for its whole 60 s.  The official client checks for signals while it waits in a blocking call
+    and raises its own ``pulsar.Interrupted`` (an ``Exception``) instead of the KeyboardInterrupt,
+    which the recorder took for a failed subscribe and retried.  Here the signal comes inside the
+    first subscribe, as it did there, and the client answers as it does."""
+    import pulsar
+
+    real = pulsar.Client.subscribe
+    calls: list[int] = []
+
+    def subscribe(self: pulsar.Client, *args: object, **kwargs: object) -> object:
+        if not calls:
+            calls.append(1)
+            try:
+                signal.raise_signal(signal.SIGINT)  # the handler runs inside the client's call
+            except KeyboardInterrupt:
+                raise pulsar.Interrupted("Interrupted") from None
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pulsar.Client, "subscribe", subscribe)
+    assert threading.current_thread() is threading.main_thread()  # where signal handlers run
+    out = tempfile.mkdtemp(prefix="record-interrupted-")
+    with serve() as url:
+        started = time.monotonic()
+        result = record(RecordOptions(url=url, workload="nack", out=out, seconds=30, progress=False))
+        took = time.monotonic() - started
+    assert calls and result.stopped == "interrupted (Ctrl-C)", result.stopped
+    assert took < 20, took  # stopped at once, not after its 30 s
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    _stopped_run(result.path)
+
+
 def test_a_broker_that_dies_during_the_run() -> None:
     out = tempfile.mkdtemp(prefix="record-gone-")
     handle = start()
