@@ -270,6 +270,24 @@ def _signals_stop(run: Run) -> Iterator[None]:
             signal.signal(number, handler)
 
 
+def _state_visibility_slack(run: Run) -> None:
+    """Every subscribe of a run with liveness bounds states the slack the delivery oracle's
+    ``late-visibility`` adds to its dispatch bound (``visible_slack_ms``): the recorder's slack for a
+    busy machine plus the longest any send of the run took to be answered.  A broker that stalled
+    that long answering a send may stall as long dispatching to a consumer (found in CI: under a
+    saturating nack workload on a loaded machine one send took 1.1 s, and two messages written just
+    then reached their Exclusive consumer 1.1 s after they were readable, past the oracle's 1 s)."""
+    if not run.options.liveness or run.disturbance is not None:
+        return  # no liveness bound is stated at all (_withdraw_liveness)
+    slack = run.options.slack_ms + run.log.longest("send")
+
+    def state(f: str, value: dict[str, Any]) -> None:
+        if f == "subscribe":
+            value["visible_slack_ms"] = slack
+
+    run.log.restate(state)
+
+
 def _wind_down(run: Run, progress: RecordProgress) -> list[str]:
     """A stopped run: let the calls in flight finish for a while (a second Ctrl-C cuts it short);
     the threads still busy after it, whose operations stay open (unknown outcomes)."""
@@ -415,6 +433,7 @@ def record(options: RecordOptions, *, edn: bool = False) -> RecordResult:
         raise run.errors[0]
     run.phase = "write"
     _withdraw_liveness(run)
+    _state_visibility_slack(run)
     with progress.phase("write", counts=False):
         ops = log.operations(cut_short=run.stop_reason is not None)
         unknown = sum(op.type.indeterminate for op in ops)

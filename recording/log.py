@@ -106,6 +106,18 @@ class HistoryLog:
                 if isinstance(row.value, dict):
                     change(row.f, row.value)
 
+    def longest(self, f: str) -> int:
+        """The longest an operation ``f`` that returned ok took, in milliseconds (0: none did)."""
+        with self._lock:
+            return max(
+                (
+                    r.completed_at - r.invoked_at
+                    for r in self._rows
+                    if r.f == f and r.completed_at is not None and r.outcome is not None and r.outcome.type is OpType.OK
+                ),
+                default=0,
+            )
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._rows)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from invariants.analysis import covers, ignores_cumulative  # covers: PA-2, one definition for both
-from invariants.client_visible.bounds import TXN_END_BOUND_MS
+from invariants.client_visible.bounds import LAG_BOUND_MS, TXN_END_BOUND_MS
 from invariants.words import Words, seconds
 from spec.history import BadHistory, Operation, OpType, is_machine_operation, parse_object, split_subscription
 
@@ -84,6 +84,10 @@ class Ack:
     id: MessageId
     txn: Txn | None
     cumulative: bool
+
+
+# What a subscribe states its late-visibility bound needs beyond LAG_BOUND_MS (View.lag_bound).
+VISIBLE_SLACK = "visible_slack_ms"
 
 
 def bad(op: Operation, what: str, column: str = "value") -> BadHistory:
@@ -322,6 +326,9 @@ class View:
                 raise BadHistory(str(exc), row=op.index, column="object") from None
             self._subscriptions.add(sub)
         if op.f == "subscribe":
+            stated = op.args.get(VISIBLE_SLACK) if isinstance(op.args, dict) else None
+            if stated is not None and not (type(stated) is int and stated >= 0):
+                raise bad(op, f"{VISIBLE_SLACK} must be a whole number of milliseconds, 0 or more, got {stated!r}")
             self.subscribes[sub].append(op)
         elif op.f == "receive":
             self.receivers[sub].add(op.process)
@@ -456,6 +463,21 @@ class View:
         return by, f"{'; '.join(why)}; plus {seconds(TXN_END_BOUND_MS)}"
 
     # -- subscriptions ---------------------------------------------------------------------------
+
+    @_once
+    def lag_bound(self, sub: str) -> int:
+        """How long after a message became readable an empty receive on ``sub`` is a lag
+        (``late-visibility``): :data:`~invariants.client_visible.bounds.LAG_BOUND_MS` plus the slack
+        its subscribes state (``visible_slack_ms``, the largest; none in a simulated history).  A
+        recorder of a real broker states its slack for a busy machine plus the longest the broker
+        took to answer a send in that run: a broker that stalled that long answering sends may stall
+        as long dispatching."""
+        stated = [
+            op.args[VISIBLE_SLACK]
+            for op in self.subscribes.get(sub, ())
+            if isinstance(op.args, dict) and op.args.get(VISIBLE_SLACK) is not None
+        ]
+        return LAG_BOUND_MS + max(stated, default=0)
 
     @_once
     def judged(self, sub: str) -> bool:

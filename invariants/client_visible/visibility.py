@@ -10,7 +10,6 @@ import itertools
 import weakref
 from collections import defaultdict
 
-from invariants.client_visible.bounds import LAG_BOUND_MS
 from invariants.client_visible.view import INF, Message, Txn, View, fmt_id, fmt_txn, message_id, object_of
 from invariants.client_visible.violation import Collector
 from invariants.ordered import MaxTree, PrefixBest
@@ -82,10 +81,12 @@ def late_visibility(view: View, out: Collector) -> None:
 
     Per message only the first empty receive past the bound needs judging: whatever excuses it (a
     receive or subscribe of unknown outcome before it, a transactional send of unknown outcome
-    before it, an earlier delivery) excuses every later one too."""
+    before it, an earlier delivery) excuses every later one too.  The bound is the subscription's
+    (:meth:`View.lag_bound`: what a recorder stated, else LAG_BOUND_MS)."""
     for sub, empties in view.empty.items():
         if not view.judged(sub):
             continue
+        bound = view.lag_bound(sub)
         readable = _Readable.of(view, view.partition_of(sub))
         latest = view.latest_from(sub)
         delivered_at: dict[str, int] = {}
@@ -102,7 +103,7 @@ def late_visibility(view: View, out: Collector) -> None:
             if got is None:
                 continue
             at, why = got
-            i = bisect.bisect_left(starts, at + LAG_BOUND_MS)
+            i = bisect.bisect_left(starts, at + bound)
             if i == len(ordered):
                 continue
             empty = ordered[i]
@@ -122,10 +123,10 @@ def late_visibility(view: View, out: Collector) -> None:
                 f"{empty.index}, invoked at {w.at(empty.invoked_at)}{waited}, {seconds(t - at)} later, found nothing, "
                 f"and the subscription had not received it: "
                 + (f"first received at {w.at(came)}" if came is not None else "never received")
-                + f", bound {seconds(LAG_BOUND_MS)}",
+                + f", bound {seconds(bound)}",
                 where=w.name(sub),
-                late_ms=None if came is None else max(0, int(came - at) - LAG_BOUND_MS),
-                bound_ms=LAG_BOUND_MS,
+                late_ms=None if came is None else max(0, int(came - at) - bound),
+                bound_ms=bound,
             )
 
 

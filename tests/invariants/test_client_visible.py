@@ -214,6 +214,31 @@ def test_late_visibility_is_not_judged_where_a_subscribe_states_no_liveness() ->
     assert names(h) == {}
 
 
+def _stating_slack(h: H, slack: object) -> H:
+    h.ops = [
+        dataclasses.replace(op, value=op.value[:-1] + f',"visible_slack_ms":{slack}}}', _value=None)
+        if op.f == "subscribe"
+        else op
+        for op in h.ops
+    ]
+    return h
+
+
+def test_late_visibility_adds_the_slack_a_subscribe_states() -> None:
+    """A recorder of a real broker states its slack (its own, plus the longest send of the run):
+    the bound is LAG_BOUND_MS plus that, to the millisecond."""
+    assert names(_stating_slack(_late(30 + LAG_BOUND_MS + 700 - 1), 700)) == {}
+    assert names(_stating_slack(_late(30 + LAG_BOUND_MS + 700), 700)) == {"late-visibility": 1}
+    assert names(_stating_slack(_late(30 + LAG_BOUND_MS), 0)) == {"late-visibility": 1}
+
+
+@pytest.mark.parametrize("slack", ["-1", '"500"', "1.5", "true"])
+def test_a_stated_slack_that_is_not_milliseconds_is_bad_input(slack: str) -> None:
+    h = _stating_slack(_late(30 + LAG_BOUND_MS), slack)
+    with pytest.raises(BadHistory, match="visible_slack_ms must be a whole number of milliseconds"):
+        names(h)
+
+
 def test_late_visibility_passes_within_the_bound() -> None:
     assert names(_late(30 + LAG_BOUND_MS - 1)) == {}
 

@@ -8,6 +8,7 @@ import tempfile
 import pytest
 
 from runners.serve import serve
+from spec.history import OpType
 from tests.recording.conftest import CONFIG, WORKLOADS, record_and_check, verdicts
 
 # What each workload must give the checkers to judge (beyond garbage and positions).
@@ -36,6 +37,10 @@ def test_every_workload_verifies_clean(workload: str, ledger: str) -> None:
     )
     missing = {check for check in MUST_APPLY[workload] if not checked.applies(check)}
     assert not missing, {c: checked.applicability[c] for c in missing}
+    # every subscribe states late-visibility's slack: the recorder's own plus the run's longest send
+    sends = [op for op in checked.ops if op.f == "send" and op.type is OpType.OK and op.completed_at is not None]
+    longest = max(((op.completed_at or 0) - op.invoked_at for op in sends), default=0)
+    assert {op.args.get("visible_slack_ms") for op in checked.ops if op.f == "subscribe"} == {500 + longest}
     run = checked.result.metadata["runs"][checked.result.history]
     assert not run["drain_timed_out"]
     assert run["transactions"] == (workload in ("ctp", "multi"))
