@@ -39,6 +39,19 @@ def _verifies(path: Path) -> None:
     assert passed(rows), [row.detail[:500] for row in rows if row.verdict != "ok"]
 
 
+@contextmanager
+def _ctrl_c_as_at_a_terminal() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt in this process, and a child starts with it at its default, as
+    at a terminal.  A suite started in the background by a non-interactive shell inherits Ctrl-C
+    ignored (POSIX), and a child started from it ignores it too; a library may have left its own
+    handler (PySpark's SparkContext installs one and keeps it)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _stopped_run(path: Path) -> dict[str, object]:
     metadata = read_metadata(path)
     assert metadata is not None
@@ -54,7 +67,8 @@ def test_a_signal_keeps_what_was_recorded(sig: int, code: int, reason: str) -> N
         command = [sys.executable, "-m", "txnmodel", "record", "--url", url, "--workload", "nack"]
         command += ["--seconds", "60", "--out", out]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        with _ctrl_c_as_at_a_terminal():  # the child starts with Ctrl-C at its default
+            proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         try:
             time.sleep(5)  # the writers are running
             proc.send_signal(sig)
@@ -100,13 +114,13 @@ def test_a_signal_the_official_client_turns_into_its_own_error_still_stops_the_r
     monkeypatch.setattr(pulsar.Client, "subscribe", subscribe)
     assert threading.current_thread() is threading.main_thread()  # where signal handlers run
     out = tempfile.mkdtemp(prefix="record-interrupted-")
-    with serve() as url:
+    with serve() as url, _ctrl_c_as_at_a_terminal():
         started = time.monotonic()
         result = record(RecordOptions(url=url, workload="nack", out=out, seconds=30, progress=False))
         took = time.monotonic() - started
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
     assert calls and result.stopped == "interrupted (Ctrl-C)", result.stopped
     assert took < 20, took  # stopped at once, not after its 30 s
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
     _stopped_run(result.path)
 
 
