@@ -29,7 +29,7 @@ from invariants.client_visible.view import (
     txn_of,
 )
 from invariants.client_visible.violation import Collector
-from invariants.ordered import MaxTree
+from invariants.ordered import MaxTree, PrefixBest
 from invariants.words import seconds
 from spec.history import Operation, OpType
 
@@ -214,29 +214,13 @@ def missing_abort_redelivery(view: View, out: Collector) -> None:
             )
 
 
-# The two largest ``w`` among some acks, of distinct transactions (None: no ack).
-_Best = tuple[tuple[float, Txn | None], tuple[float, Txn | None]]
-_NONE: _Best = ((-INF, None), (-INF, None))
-
-
-def _better(best: _Best, w: float, txn: Txn) -> _Best:
-    (w1, t1), (w2, t2) = best
-    if txn == t1:
-        return ((max(w, w1), t1), (w2, t2))
-    if w > w1:
-        return ((w, txn), (w1, t1))
-    if w > w2:
-        return ((w1, t1), (w, txn))
-    return best
-
-
 class _TakeOvers:
     """A subscription's cumulative transactional acks, each keyed by its
     :func:`~invariants.analysis.cumulative_reach`, for one question: did some ack that landed by
     ``at``, of a reach at least the message id ``key``, of a txn other than ``txn``, have ``w`` (from
     when its txn is taken to have held or taken the message) of at least ``by``.  A segment tree over
-    the acks in landing order; each node keeps its acks by reach, largest first, with the two largest
-    ``w`` of distinct txns among each prefix: O(log n) nodes per question, one bisection each."""
+    the acks in landing order; each node is a :class:`~invariants.ordered.PrefixBest` over its acks by
+    reach, largest first: O(log n) nodes per question, one bisection each."""
 
     def __init__(self, acks: list[tuple[int, tuple[float, ...], float, Txn]]) -> None:
         rows = sorted(acks)
@@ -250,27 +234,16 @@ class _TakeOvers:
             members[size + i] = [(key, w, txn)]
         for node in range(size - 1, 0, -1):
             members[node] = members[2 * node] + members[2 * node + 1]
-        self._nodes: list[tuple[list[tuple[float, ...]], list[_Best]]] = []
-        for group in members:
-            group = sorted(group, key=lambda m: m[0], reverse=True)
-            bests: list[_Best] = []
-            best = _NONE
-            for _, w, txn in group:
-                best = _better(best, w, txn)
-                bests.append(best)
-            self._nodes.append(([tuple(-x for x in m[0]) for m in group], bests))
+        # a reach negated, so that "a reach at least the key" is a prefix of the node's acks
+        self._nodes = [PrefixBest([(_negated(key), w, txn, None) for key, w, txn in group]) for group in members]
 
     def any(self, at: float, key: tuple[float, ...], by: float, txn: Txn | None) -> bool:
-        negated = tuple(-x for x in key)
+        negated = _negated(key)
         lo, hi = self._size, self._size + bisect.bisect_right(self._landed, at)  # landed by ``at``
 
         def found(node: int) -> bool:
-            ordered, bests = self._nodes[node]
-            j = bisect.bisect_right(ordered, negated)  # the acks of ids >= key come first
-            if not j:
-                return False
-            (w1, t1), (w2, t2) = bests[j - 1]
-            return (t1 is not None and t1 != txn and w1 >= by) or (t2 is not None and t1 == txn and w2 >= by)
+            best = self._nodes[node].best(negated, exclude=txn)
+            return best is not None and best[0] >= by
 
         while lo < hi:
             if lo & 1:
@@ -284,6 +257,10 @@ class _TakeOvers:
             lo //= 2
             hi //= 2
         return False
+
+
+def _negated(key: tuple[float, ...]) -> tuple[float, ...]:
+    return tuple(-x for x in key)
 
 
 class _GoneBy:

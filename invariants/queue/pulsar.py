@@ -36,7 +36,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from invariants.analysis import TxnAnalysis, TxnFate, cumulative_reach
+from invariants.analysis import MessageId, TxnAnalysis, TxnFate, covers, cumulative_reach
 from invariants.queue.model import Findings
 from spec.history import Operation, OpType, parse_object, split_subscription
 
@@ -147,16 +147,17 @@ class PulsarView:
 
 
 class _AckIndex:
-    """A subscription's acks, for "did an ack invoked before ``when`` acknowledge this position".
+    """A subscription's acks, for "did an ack invoked before ``when`` acknowledge this position"
+    (:func:`~invariants.analysis.covers`, the one definition of PA-2).
 
-    An individual ack covers its own entry (a whole entry on either side covers the entry, else the
-    same batch index): the earliest invocation per (entry, index) answers it.  A cumulative one covers
-    everything up to its :func:`~invariants.analysis.cumulative_reach`: the largest reach among the
-    acks invoked before ``when`` (a prefix maximum over the acks in invocation order) answers it."""
+    An individual ack covers only its own entry: the acks of the position's entry, each at its
+    earliest invocation, are asked.  A cumulative one covers everything up to its
+    :func:`~invariants.analysis.cumulative_reach`: the largest reach among the acks invoked before
+    ``when`` (a prefix maximum over the acks in invocation order) answers it."""
 
     def __init__(self, ops: Sequence[Operation]) -> None:
         never = float("inf")
-        self._single: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)
+        self._single: dict[tuple[int, int], dict[Position, float]] = defaultdict(dict)
         cumulative: list[tuple[float, tuple[float, ...]]] = []
         for op in ops:
             args = op.args
@@ -168,21 +169,23 @@ class _AckIndex:
                 cumulative.append((op.invoked_at, cumulative_reach(acked)))
             else:
                 first = self._single[(acked[0], acked[1])]
-                first[acked[2]] = min(first.get(acked[2], never), op.invoked_at)
+                first[acked] = min(first.get(acked, never), op.invoked_at)
         cumulative.sort(key=lambda c: c[0])
         self._invoked = [t for t, _ in cumulative]
         self._furthest = list(itertools.accumulate((key for _, key in cumulative), max))
 
     def acked_before(self, position: Position, when: float) -> bool:
-        entry = (position[0], position[1])
-        first = self._single.get(entry)
-        if first:
-            index = position[2]
-            times = first.values() if index == -1 else (first.get(index), first.get(-1))
-            if any(t is not None and t < when for t in times):
-                return True
+        entry = self._single.get((position[0], position[1]), {})
+        got = _message_id(position)
+        if any(t < when and covers(_message_id(acked), False, got) for acked, t in entry.items()):
+            return True
         k = bisect.bisect_left(self._invoked, when)
         return bool(k) and self._furthest[k - 1] >= position
+
+
+def _message_id(position: Position) -> MessageId:
+    """A position as :func:`~invariants.analysis.covers` takes it: no batch index is the whole entry."""
+    return (position[0], position[1], position[2] if len(position) > 2 else -1)
 
 
 class _Restarts:
