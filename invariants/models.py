@@ -289,7 +289,7 @@ class MachineModel:
         return [self._decode(op, epoch) for op, epoch in zip(ops, epochs, strict=True)]
 
     def _decode(self, op: Operation, epoch: int | None) -> tuple[Any, Any]:
-        from spec.jsonvalues import JsonError
+        from spec.jsonvalues import JsonError, from_json
 
         if op.f == RECOVER and is_machine_operation(op):
             state, diverged = self._recovery(op)
@@ -305,7 +305,7 @@ class MachineModel:
             )
         args = op.args
         try:
-            command = _decode_command({} if args is None else args, command_type)
+            command = from_json({} if args is None else args, command_type)
         except JsonError as exc:
             raise _bad(op, "value", f"not a {command_type.__name__}: {exc}") from None
         if op.type.indeterminate:
@@ -454,48 +454,6 @@ class MachineModel:
         epoch, machine = state
         found, left = rows(machine, max_rows=max_rows - 1)
         return [("epoch", str(epoch)), *found], left
-
-
-_FIELDS: dict[type, tuple[dict[str, Any], dict[str, Any]]] = {}
-
-
-def _decode_command(data: Any, target: type) -> Any:
-    """``from_json(data, target)`` for a command dataclass, with its fields and type hints looked up
-    once per class: an engine history holds hundreds of thousands of commands, and the hint lookup
-    was most of the time of checking one.  Field values still go through ``from_json``."""
-    import dataclasses
-    import typing
-
-    from spec.jsonvalues import JsonError, from_json
-
-    known = _FIELDS.get(target)
-    if known is None:
-        if not dataclasses.is_dataclass(target):
-            return from_json(data, target)
-        known = _FIELDS[target] = (
-            {f.name: f for f in dataclasses.fields(target) if f.init},
-            typing.get_type_hints(target),
-        )
-    fields, hints = known
-    if not isinstance(data, dict):
-        raise JsonError("$", f"expected an object for {target.__name__}, got {data!r}")
-    unknown = set(data) - set(fields) - {"@type"}
-    if unknown:
-        raise JsonError(
-            "$",
-            f"{target.__name__} has no field(s) {', '.join(sorted(unknown))}; "
-            f"fields are {', '.join(fields) or '(none)'}",
-        )
-    kwargs = {}
-    for name, f in fields.items():
-        if name in data:
-            kwargs[name] = from_json(data[name], hints[name], f"$.{name}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise JsonError("$", f"{target.__name__} needs field {name!r}")
-    try:
-        return target(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise JsonError("$", f"{target.__name__}: {exc}") from None
 
 
 def _canonical(value: Any) -> str:

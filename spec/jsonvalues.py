@@ -29,6 +29,7 @@ expected and a Position where a Position is expected.  Errors say which JSON pat
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -151,74 +152,171 @@ def _short(value: int) -> str:
 
 def from_json(data: JSON, target: Any, path: str = "$") -> Any:
     """Decode ``data`` as ``target`` (a class or a typing form such as ``tuple[TxnID, ...]``)."""
+    known = _DECODERS.get(target)
+    # Typing forms compare equal whatever the order of a union's options (``int | float == float |
+    # int``), and the first option that fits wins: a cached decoder serves the very form it was built
+    # for, or one spelled the same.
+    if known is None or (known[0] is not target and known[1] != repr(target)):
+        known = (target, repr(target), _decoder(target))
+        with contextlib.suppress(TypeError):  # a typing form that cannot be hashed is not kept
+            _DECODERS[target] = known
+    return known[2](data, path)
+
+
+# How to decode depends on the target alone: a checker decodes the same few command types hundreds
+# of thousands of times, so the branch is chosen (and the hints resolved) once per target.
+_Decoder = Callable[[JSON, str], Any]
+_DECODERS: dict[Any, tuple[Any, str, _Decoder]] = {}
+
+
+def _decoder(target: Any) -> _Decoder:
+    """How to decode a value as ``target``, in the module table's order of precedence."""
     origin = get_origin(target)
     if target is Any:
-        return data
+        return lambda data, path: data
     if origin in (Union, types.UnionType):
-        options = get_args(target)
-        if data is None and type(None) in options:
+        return _union_decoder(target)
+    if origin is typing.Literal:
+        allowed = get_args(target)
+
+        def decode_literal(data: JSON, path: str) -> Any:
+            if data in allowed:
+                return data
+            raise JsonError(path, f"expected one of {allowed}, got {data!r}")
+
+        return decode_literal
+    if target is type(None):
+        return _decode_null
+    if target is bool:
+        return _decode_bool
+    if target is int:
+        return _decode_int
+    if target is float:
+        return _decode_float
+    if target is str:
+        return _decode_str
+    if target is bytes:
+        return _decode_bytes
+    if target in (TxnID, Position, BatchedPosition, Subscription):
+        return lambda data, path: _decode_word(data, target, path)
+    if isinstance(target, type) and issubclass(target, enum.Enum):
+        members = target.__members__
+
+        def decode_enum(data: JSON, path: str) -> Any:
+            if isinstance(data, str) and data in members:
+                return members[data]
+            raise JsonError(path, f"expected one of {', '.join(members)}, got {data!r}")
+
+        return decode_enum
+    if origin in (tuple, frozenset, list) or target in (tuple, frozenset):
+        return _sequence_decoder(target, origin)
+    if origin in (Mapping, dict, immutables.Map) or origin is typing.Mapping:
+        return _mapping_decoder(target, origin)
+    if target in (FrozenBitMap, BitMap):
+        return _decode_bitmap
+    if dataclasses.is_dataclass(target) and isinstance(target, type):
+        return _dataclass_decoder(target)
+
+    def no_decoding(data: JSON, path: str) -> Any:
+        raise JsonError(path, f"no JSON decoding for {target!r}")
+
+    return no_decoding
+
+
+def _union_decoder(target: Any) -> _Decoder:
+    options = get_args(target)
+    nullable = type(None) in options
+    tried = tuple(option for option in options if option is not type(None))
+
+    def decode_union(data: JSON, path: str) -> Any:
+        if data is None and nullable:
             return None
         problems = []
-        for option in options:
-            if option is type(None):
-                continue
+        for option in tried:
             try:
                 return from_json(data, option, path)
             except JsonError as exc:
                 problems.append(str(exc))
         raise JsonError(path, f"does not fit {target}: " + "; ".join(problems))
-    if origin is typing.Literal:
-        if data in get_args(target):
-            return data
-        raise JsonError(path, f"expected one of {get_args(target)}, got {data!r}")
-    if target is type(None):
-        if data is not None:
-            raise JsonError(path, f"expected null, got {data!r}")
-        return None
-    if target is bool:
-        if not isinstance(data, bool):
-            raise JsonError(path, f"expected true/false, got {data!r}")
-        return data
-    if target is int:
-        if not isinstance(data, int) or isinstance(data, bool):
-            raise JsonError(path, f"expected an integer, got {data!r}")
-        if not _INT_MIN <= data <= _INT_MAX:
-            raise JsonError(path, f"expected an integer Pulsar's 64-bit fields can hold, got {_short(data)}")
-        return data
-    if target is float:
-        if not isinstance(data, int | float) or isinstance(data, bool):
-            raise JsonError(path, f"expected a number, got {data!r}")
-        return float(data)
-    if target is str:
-        if not isinstance(data, str):
-            raise JsonError(path, f"expected a string, got {data!r}")
-        return data
-    if target is bytes:
-        if isinstance(data, dict) and set(data) == {"@bytes"} and isinstance(data["@bytes"], str):
-            try:
-                return bytes.fromhex(data["@bytes"])
-            except ValueError as exc:
-                raise JsonError(path, f"bad hex: {exc}") from None
-        raise JsonError(path, f'expected {{"@bytes": "<hex>"}}, got {data!r}')
-    if target in (TxnID, Position, BatchedPosition, Subscription):
-        return _decode_word(data, target, path)
-    if isinstance(target, type) and issubclass(target, enum.Enum):
-        if isinstance(data, str) and data in target.__members__:
-            return target[data]
-        raise JsonError(path, f"expected one of {', '.join(target.__members__)}, got {data!r}")
-    if origin in (tuple, frozenset, list) or target in (tuple, frozenset):
-        args = get_args(target)
-        if not isinstance(data, list):
-            raise JsonError(path, f"expected an array, got {data!r}")
-        if origin is tuple and args and args[-1] is not Ellipsis:
+
+    return decode_union
+
+
+def _decode_null(data: JSON, path: str) -> None:
+    if data is not None:
+        raise JsonError(path, f"expected null, got {data!r}")
+
+
+def _decode_bool(data: JSON, path: str) -> bool:
+    if not isinstance(data, bool):
+        raise JsonError(path, f"expected true/false, got {data!r}")
+    return data
+
+
+def _decode_int(data: JSON, path: str) -> int:
+    if not isinstance(data, int) or isinstance(data, bool):
+        raise JsonError(path, f"expected an integer, got {data!r}")
+    if not _INT_MIN <= data <= _INT_MAX:
+        raise JsonError(path, f"expected an integer Pulsar's 64-bit fields can hold, got {_short(data)}")
+    return data
+
+
+def _decode_float(data: JSON, path: str) -> float:
+    if not isinstance(data, int | float) or isinstance(data, bool):
+        raise JsonError(path, f"expected a number, got {data!r}")
+    return float(data)
+
+
+def _decode_str(data: JSON, path: str) -> str:
+    if not isinstance(data, str):
+        raise JsonError(path, f"expected a string, got {data!r}")
+    return data
+
+
+def _decode_bytes(data: JSON, path: str) -> bytes:
+    if isinstance(data, dict) and set(data) == {"@bytes"} and isinstance(data["@bytes"], str):
+        try:
+            return bytes.fromhex(data["@bytes"])
+        except ValueError as exc:
+            raise JsonError(path, f"bad hex: {exc}") from None
+    raise JsonError(path, f'expected {{"@bytes": "<hex>"}}, got {data!r}')
+
+
+def _decode_bitmap(data: JSON, path: str) -> FrozenBitMap:
+    if not isinstance(data, list) or not all(isinstance(x, int) and x >= 0 for x in data):
+        raise JsonError(path, f"expected an array of non-negative integers, got {data!r}")
+    return FrozenBitMap(cast("list[int]", data))
+
+
+def _sequence_decoder(target: Any, origin: Any) -> _Decoder:
+    args = get_args(target)
+    if origin is tuple and args and args[-1] is not Ellipsis:
+
+        def decode_fixed(data: JSON, path: str) -> Any:
+            if not isinstance(data, list):
+                raise JsonError(path, f"expected an array, got {data!r}")
             if len(args) != len(data):
                 raise JsonError(path, f"expected {len(args)} items, got {len(data)}")
             return tuple(from_json(d, a, f"{path}[{i}]") for i, (d, a) in enumerate(zip(data, args, strict=True)))
-        item = args[0] if args else Any
+
+        return decode_fixed
+    item = args[0] if args else Any
+    frozen = origin is frozenset or target is frozenset
+
+    def decode_items(data: JSON, path: str) -> Any:
+        if not isinstance(data, list):
+            raise JsonError(path, f"expected an array, got {data!r}")
         items = [from_json(d, item, f"{path}[{i}]") for i, d in enumerate(data)]
-        return frozenset(items) if origin is frozenset or target is frozenset else tuple(items)
-    if origin in (Mapping, dict, immutables.Map) or origin is typing.Mapping:
-        key_t, value_t = get_args(target) or (Any, Any)
+        return frozenset(items) if frozen else tuple(items)
+
+    return decode_items
+
+
+def _mapping_decoder(target: Any, origin: Any) -> _Decoder:
+    key_t, value_t = get_args(target) or (Any, Any)
+    persistent = origin is immutables.Map
+
+    def decode_mapping(data: JSON, path: str) -> Any:
         if not isinstance(data, list):
             raise JsonError(path, f"expected an array of [key, value] pairs, got {data!r}")
         pairs = {}
@@ -226,14 +324,9 @@ def from_json(data: JSON, target: Any, path: str = "$") -> Any:
             if not isinstance(pair, list) or len(pair) != 2:
                 raise JsonError(f"{path}[{i}]", f"expected [key, value], got {pair!r}")
             pairs[from_json(pair[0], key_t, f"{path}[{i}][0]")] = from_json(pair[1], value_t, f"{path}[{i}][1]")
-        return immutables.Map(pairs) if origin is immutables.Map else pairs
-    if target in (FrozenBitMap, BitMap):
-        if not isinstance(data, list) or not all(isinstance(x, int) and x >= 0 for x in data):
-            raise JsonError(path, f"expected an array of non-negative integers, got {data!r}")
-        return FrozenBitMap(cast("list[int]", data))
-    if dataclasses.is_dataclass(target) and isinstance(target, type):
-        return _decode_dataclass(data, target, path)
-    raise JsonError(path, f"no JSON decoding for {target!r}")
+        return immutables.Map(pairs) if persistent else pairs
+
+    return decode_mapping
 
 
 def _decode_word(data: JSON, target: type, path: str) -> Any:
@@ -255,25 +348,34 @@ def _decode_word(data: JSON, target: type, path: str) -> Any:
         raise JsonError(path, str(exc)) from None
 
 
-def _decode_dataclass(data: JSON, target: type, path: str) -> Any:
-    if not isinstance(data, dict):
-        raise JsonError(path, f"expected an object for {target.__name__}, got {data!r}")
-    hints = _type_hints(target)
-    fields = {f.name: f for f in dataclasses.fields(target) if f.init}
-    unknown = set(data) - set(fields) - {"@type"}
-    if unknown:
-        raise JsonError(
-            path,
-            f"{target.__name__} has no field(s) {', '.join(sorted(unknown))}; "
-            f"fields are {', '.join(fields) or '(none)'}",
-        )
-    kwargs = {}
-    for name, f in fields.items():
-        if name in data:
-            kwargs[name] = from_json(data[name], hints[name], f"{path}.{name}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise JsonError(path, f"{target.__name__} needs field {name!r}")
-    try:
-        return target(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise JsonError(path, f"{target.__name__}: {exc}") from None
+def _dataclass_decoder(target: type) -> _Decoder:
+    """A dataclass's decoder; its fields and hints are looked up on first use, so a dataclass whose
+    fields name types defined after it (or itself) can be decoded."""
+    layout: list[tuple[dict[str, dataclasses.Field[Any]], dict[str, Any], frozenset[str]]] = []
+
+    def decode_dataclass(data: JSON, path: str) -> Any:
+        if not layout:
+            fields = {f.name: f for f in dataclasses.fields(target) if f.init}
+            layout.append((fields, _type_hints(target), frozenset(fields) | {"@type"}))
+        fields, hints, known = layout[0]
+        if not isinstance(data, dict):
+            raise JsonError(path, f"expected an object for {target.__name__}, got {data!r}")
+        if not known.issuperset(data):
+            unknown = set(data) - known
+            raise JsonError(
+                path,
+                f"{target.__name__} has no field(s) {', '.join(sorted(unknown))}; "
+                f"fields are {', '.join(fields) or '(none)'}",
+            )
+        kwargs = {}
+        for name, f in fields.items():
+            if name in data:
+                kwargs[name] = from_json(data[name], hints[name], f"{path}.{name}")
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise JsonError(path, f"{target.__name__} needs field {name!r}")
+        try:
+            return target(**kwargs)
+        except (TypeError, ValueError) as exc:
+            raise JsonError(path, f"{target.__name__}: {exc}") from None
+
+    return decode_dataclass

@@ -88,3 +88,24 @@ def test_nested_error_path() -> None:
     with pytest.raises(JsonError) as info:
         from_json(bad, Sample)
     assert info.value.path == "$.acked[0][0][1]"
+
+
+def test_a_union_tries_its_options_in_its_own_order() -> None:
+    # int | float and float | int are equal (and hash alike) as typing forms, and so are forms that
+    # nest them: the decoders kept per target must not let one stand for the other, since the first
+    # option that fits wins.  Twice, so that the second round decodes with the kept decoders.
+    for _ in range(2):
+        assert type(from_json(3, int | float)) is int
+        assert type(from_json(3, float | int)) is float
+        assert type(from_json([3], tuple[float | int, ...])[0]) is float
+        assert type(from_json([3], tuple[int | float, ...])[0]) is int
+
+
+def test_a_recursive_dataclass_decodes() -> None:
+    assert from_json({"value": 1, "rest": {"value": 2, "rest": None}}, Chain) == Chain(1, Chain(2, None))
+
+
+@dataclasses.dataclass(frozen=True)
+class Chain:
+    value: int
+    rest: Chain | None
