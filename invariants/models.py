@@ -19,6 +19,7 @@ nothing and checks nothing).
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -325,7 +326,6 @@ class MachineModel:
         The checker runs the unmodified reference, so an engine whose recovery misreads or misreplays
         its log is caught here even when no later step shows it."""
         from reference.conformance import RecoveryDiverged
-        from spec.config import Config
         from spec.errors import BadConfig
         from spec.history import state_digest
         from spec.jsonvalues import JsonError
@@ -345,7 +345,7 @@ class MachineModel:
             raise _bad(op, "value", f"recovered is the recovered state's digest, a string, not {claimed!r}")
         diverged: str | None = None
         try:
-            config = Config().with_overrides(inputs.pop("config", {}) or {})
+            config = _config(inputs.pop("config", {}) or {})
             build = self._vectors.recover if self._vectors.recover is not None else self._vectors.initial
             state = build(config, inputs)
         except RecoveryDiverged as exc:
@@ -454,6 +454,25 @@ class MachineModel:
         epoch, machine = state
         found, left = rows(machine, max_rows=max_rows - 1)
         return [("epoch", str(epoch)), *found], left
+
+
+def _config(overrides: Any) -> Any:
+    """The configuration a ``recover`` row states (its broker.conf overrides): a history's recoveries
+    state the same few, and building one checks every key, so each is built once per spelling."""
+    if not isinstance(overrides, dict):
+        return _config_of(overrides)  # not a mapping: with_overrides says what is wrong
+    return _configs(json.dumps(overrides, sort_keys=True))
+
+
+def _config_of(overrides: Any) -> Any:
+    from spec.config import Config
+
+    return Config().with_overrides(overrides)
+
+
+@functools.lru_cache(maxsize=64)
+def _configs(spelling: str) -> Any:
+    return _config_of(json.loads(spelling))
 
 
 def _canonical(value: Any) -> str:

@@ -197,7 +197,9 @@ def _decoder(target: Any) -> _Decoder:
         return _decode_str
     if target is bytes:
         return _decode_bytes
-    if target in (TxnID, Position, BatchedPosition, Subscription):
+    if target in (TxnID, Position, BatchedPosition):
+        return _word_decoder(target)
+    if target is Subscription:
         return lambda data, path: _decode_word(data, target, path)
     if isinstance(target, type) and issubclass(target, enum.Enum):
         members = target.__members__
@@ -329,13 +331,16 @@ def _mapping_decoder(target: Any, origin: Any) -> _Decoder:
     return decode_mapping
 
 
+_WORD_WIDTHS: dict[type, int] = {TxnID: 2, Position: 2, BatchedPosition: 4, Subscription: 2}
+
+
 def _decode_word(data: JSON, target: type, path: str) -> Any:
-    width = {TxnID: 2, Position: 2, BatchedPosition: 4, Subscription: 2}[target]
     if target is TxnID and isinstance(data, str):
         try:
             return TxnID.parse(data)
         except ValueError as exc:
             raise JsonError(path, str(exc)) from None
+    width = _WORD_WIDTHS[target]
     if not isinstance(data, list) or len(data) != width:
         raise JsonError(path, f"expected a {target.__name__} as an array of {width}, got {data!r}")
     kind = str if target is Subscription else int
@@ -346,6 +351,22 @@ def _decode_word(data: JSON, target: type, path: str) -> Any:
         return target(*data)
     except (TypeError, ValueError) as exc:
         raise JsonError(path, str(exc)) from None
+
+
+def _word_decoder(target: type) -> _Decoder:
+    """A TxnID, Position or BatchedPosition spelled as it nearly always is (an array of plain ints)
+    is built at once; anything else takes :func:`_decode_word`'s checks and errors."""
+    width = _WORD_WIDTHS[target]
+
+    def decode_word(data: JSON, path: str) -> Any:
+        if type(data) is list and len(data) == width and all(type(part) is int for part in data):
+            try:
+                return target(*data)
+            except (TypeError, ValueError) as exc:
+                raise JsonError(path, str(exc)) from None
+        return _decode_word(data, target, path)
+
+    return decode_word
 
 
 def _dataclass_decoder(target: type) -> _Decoder:
