@@ -8,6 +8,7 @@ checker imports them from here.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from invariants.base import Invariant, StepProperty
@@ -16,13 +17,17 @@ from reference.batched_log import (
     AddFailed,
     AsyncAddData,
     AsyncAddEntry,
+    LoggedEntry,
+    WriterConfig,
     WriterState,
     WriterStatus,
 )
+from spec.envelope import decode_entry
+from spec.errors import InputError
 from spec.result import Ok
 from spec.types import BatchedPosition
 
-__all__ = ["INVARIANTS", "STEP_PROPERTIES"]
+__all__ = ["INVARIANTS", "STEP_PROPERTIES", "batch_layout_problem", "entry_layout_problem", "log_layout_problem"]
 
 
 def below_thresholds(s: WriterState) -> bool:
@@ -111,6 +116,73 @@ INVARIANTS: tuple[Invariant[WriterState], ...] = (
 
 
 # --------------------------------------------------------------------------------------------
+# What the thresholds leave in the log: a reader of the durable entries (a history's ``recover``
+# rows) sees every rule of adding records at work without seeing the writer.
+
+
+def batch_layout_problem(cfg: WriterConfig, sizes: Sequence[int]) -> str | None:
+    """What a batched entry of records of ``sizes`` bytes shows against the thresholds of a writer
+    with ``cfg``, whatever its switch (BW-22) was when it wrote it, or None: batching is effective
+    only with maxRecords above one (BW-2); a batch holds at most maxRecords records (BW-9), none of
+    maxSize bytes or more (BW-8), and the records before its last hold fewer than maxSize bytes
+    (BW-10, BW-11: the buffer is flushed as soon as they reach it)."""
+    if cfg.max_records <= 1:
+        return f"a batch of {len(sizes)} records, although maxRecords {cfg.max_records} never batches (BW-2)"
+    if len(sizes) > cfg.max_records:
+        return f"a batch of {len(sizes)} records, more than maxRecords {cfg.max_records} (BW-9)"
+    large = next((size for size in sizes if size >= cfg.max_size), None)
+    if large is not None:
+        return f"a record of {large} bytes inside a batch; from maxSize {cfg.max_size} on it is written alone (BW-8)"
+    before_last = sum(sizes[:-1])
+    if before_last >= cfg.max_size:
+        return (
+            f"a batch of {len(sizes)} records whose first {len(sizes) - 1} already hold {before_last} bytes, "
+            f"at least maxSize {cfg.max_size}: the buffer was not flushed when they reached it (BW-10)"
+        )
+    return None
+
+
+def entry_layout_problem(cfg: WriterConfig, batched: bool, sizes: Sequence[int]) -> str | None:
+    """What one entry written by a writer with ``cfg`` (its switch included) shows against the
+    rules of adding records, from its layout alone (a batch or a plain record, its records'
+    serialized sizes), or None: without effective batching every entry is plain (BW-5); with it, a
+    plain entry is a record of maxSize bytes or more (BW-8: a smaller one waits in a batch), and a
+    batch is as :func:`batch_layout_problem` says."""
+    if not cfg.effective:
+        return f"a batch of {len(sizes)} records, although batching is off (BW-5)" if batched else None
+    if not batched:
+        if sizes[0] < cfg.max_size:
+            return (
+                f"a record of {sizes[0]} bytes written alone with batching on; below maxSize {cfg.max_size} "
+                "it waits in a batch (BW-8)"
+            )
+        return None
+    return batch_layout_problem(cfg, sizes)
+
+
+def _layout(data: bytes, cfg: WriterConfig) -> tuple[bool, tuple[int, ...]] | None:
+    """An entry's layout (batched, its records' sizes), or None when it does not decode (which its
+    reader reports, BW-23)."""
+    try:
+        decoded = decode_entry(data, cfg.kind)
+    except InputError:
+        return None
+    return decoded.batched, tuple(record.ByteSize() for record in decoded.records)
+
+
+def log_layout_problem(cfg: WriterConfig, log: Iterable[LoggedEntry]) -> str | None:
+    """The first batched entry of a durable log that a writer with ``cfg``'s thresholds could not
+    have written (:func:`batch_layout_problem`), named by its position; None when every one fits.
+    Plain entries are not judged: whether batching was switched on when each was written (BW-22)
+    is not in the log.  Deleted entries and indexes keep the layout they were written with."""
+    for entry in log:
+        layout = _layout(entry.data, cfg)
+        if layout is not None and layout[0] and layout[1] and (problem := batch_layout_problem(cfg, layout[1])):
+            return f"entry {entry.position}: {problem}"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
 # Step properties: facts about one step's effects.
 
 
@@ -152,9 +224,21 @@ def writes_preserve_arrival_order(before: WriterState, command: Any, result: Any
     return all(a < b for a, b in itertools.pairwise(seq))
 
 
+def writes_fit_thresholds(before: WriterState, command: Any, result: Any, after: WriterState) -> bool:
+    """Every entry a step writes has the layout its writer's thresholds allow
+    (:func:`entry_layout_problem`: BW-5, BW-8, BW-9, BW-10)."""
+    for effect in result.effects:
+        if isinstance(effect, AsyncAddEntry):
+            layout = _layout(effect.data, before.config)
+            if layout is None or entry_layout_problem(before.config, *layout) is not None:
+                return False
+    return True
+
+
 STEP_PROPERTIES: tuple[StepProperty[WriterState], ...] = (
     StepProperty("batch_positions_distinct", ("BW-15",), batch_positions_distinct),
     StepProperty("successes_in_request_order", ("BW-17",), successes_in_request_order),
     StepProperty("one_callback_per_request", ("BW-17",), one_callback_per_request),
     StepProperty("writes_preserve_arrival_order", ("BW-6", "BW-8"), writes_preserve_arrival_order),
+    StepProperty("writes_fit_thresholds", ("BW-5", "BW-8", "BW-9", "BW-10"), writes_fit_thresholds),
 )

@@ -360,6 +360,9 @@ class MachineModel:
                     f"the engine recovered another state than its durable inputs give ({rule}): "
                     f"digest {claimed}, the machine's recovery of them {mine}"
                 )
+        log_kind = getattr(self._vectors, "log_kind", None)
+        if diverged is None and log_kind is not None and "log" in inputs:
+            diverged = _log_layout(config, log_kind, inputs["log"])
         self._recovered[op.value] = (state, diverged)
         return state, diverged
 
@@ -454,6 +457,18 @@ class MachineModel:
         epoch, machine = state
         found, left = rows(machine, max_rows=max_rows - 1)
         return [("epoch", str(epoch)), *found], left
+
+
+def _log_layout(config: Any, kind: Any, log: Any) -> str | None:
+    """How a ``recover`` row's durable log shows its writer breaking the rules of adding records
+    (:func:`invariants.batched_log.log_layout_problem` under the row's configuration), or None."""
+    from invariants.batched_log import log_layout_problem
+    from reference.batched_log import logged_entries, writer_config
+
+    problem = log_layout_problem(writer_config(config, kind), logged_entries(log))
+    if problem is None:
+        return None
+    return f"the engine's durable log holds an entry its PIP-160 writer could not have written: {problem}"
 
 
 def _config(overrides: Any) -> Any:

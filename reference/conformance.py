@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
 from spec.config import Config
+from spec.envelope import LogKind
 from spec.jsonvalues import JsonError, from_json, to_json
 from spec.machines import machine_info
 from spec.result import Err, Ok
@@ -63,6 +64,9 @@ class MachineVectors:
     # breaks (a history's ``recover`` row, format version 3): TC-21 for the coordinator, PA-18 for
     # the pending ack; empty when the machine's recover rows carry no durable log.
     recovery_rule: str = ""
+    # The PIP-160 log whose durable entries the machine's recover rows carry (``log``): a checker
+    # reads in them what the writer's thresholds allowed it to write (BW-5, BW-8..BW-10).
+    log_kind: LogKind | None = None
 
 
 class RecoveryDiverged(ValueError):

@@ -35,6 +35,7 @@ import immutables
 from reference.conformance import MachineVectors, decoded_log_records
 from reference.persistent import HashOnce, evolve, slot_init
 from spec.config import END_TXN_RETRY_INTERVAL_MS, TIMEOUT_TRACKER_TICK_MS, Config
+from spec.envelope import LogKind
 from spec.errors import (
     BadRecord,
     CoordinatorNotFound,
@@ -1076,7 +1077,6 @@ def _decode_init(config: Config, init: dict[str, object] | object) -> Coordinato
 def _read_log(data: object) -> list[TxnLogRecord]:
     """The transaction log's live records in a ``recover`` row's ``log`` (BW-23, BW-24)."""
     from reference import batched_log as bl
-    from spec.envelope import LogKind
 
     out = []
     for replayed in bl.replay(LogKind.TRANSACTION_LOG, bl.logged_entries(data)):
@@ -1118,6 +1118,7 @@ VECTORS = MachineVectors(
     initial=lambda config, init: _decode_init(config, init),
     recover=_decode_recover,
     recovery_rule="TC-21",
+    log_kind=LogKind.TRANSACTION_LOG,
     step=step,
     commands={
         "init_store": InitStore,

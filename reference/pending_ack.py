@@ -33,6 +33,7 @@ import immutables
 from reference.conformance import MachineVectors, decoded_log_records
 from reference.persistent import HashOnce, evolve, evolver, slot_init, unchecked
 from spec.config import PENDING_ACK_INIT_BACKOFF_INITIAL_MS, Config
+from spec.envelope import LogKind
 from spec.errors import BadRecord, DomainError, NotAllowed, ServiceUnitNotReady, TransactionConflict
 from spec.jsonvalues import from_json
 from spec.pb import TransactionPendingAck_pb2 as pb
@@ -1571,7 +1572,6 @@ def _obs_batch_deleted(state: PendingAckState, position: Position) -> tuple[int,
 def _read_log(data: object) -> list[PendingAckRecord]:
     """The pending-ack log's live records in a ``recover`` row's ``log`` (BW-23, BW-24)."""
     from reference import batched_log as bl
-    from spec.envelope import LogKind
 
     out = []
     for replayed in bl.replay(LogKind.PENDING_ACK, bl.logged_entries(data)):
@@ -1608,6 +1608,7 @@ VECTORS = MachineVectors(
     initial=_decode_init,
     recover=_decode_recover,
     recovery_rule="PA-18",
+    log_kind=LogKind.PENDING_ACK,
     step=step,
     commands={
         "individual_ack": IndividualAck,

@@ -16,7 +16,10 @@ afterwards with the unmodified reference, as ``txnmodel verify`` judges any othe
   ack whose replay drops the records it reads (replay_record) are flagged at their ``recover``
   row, with the rule id, although no later step of theirs shows it;
 * the same histories without the version-3 fields (a version-2 history) still verify: the checker
-  then recovers from the records as the engine decoded them, as before.
+  then recovers from the records as the engine decoded them, as before;
+* a PIP-160 writer that lets a batch grow past maxRecords writes a log that decodes and replays
+  correctly, yet is flagged at the ``recover`` row that carries it (BW-9, read off the entries'
+  layout by ``invariants.batched_log.log_layout_problem``).
 """
 
 from __future__ import annotations
@@ -47,10 +50,12 @@ def _machine_ops(ops: list[Operation], kind: str) -> list[Operation]:
     return [op for op in ops if is_machine_operation(op) and parse_object(op.object)[0] == kind]
 
 
-def _crash_mid_commit(*, batching: bool = False, txns: int = 1) -> tuple[Cluster, list[Operation]]:
+def _crash_mid_commit(
+    *, batching: bool = False, txns: int = 1, config: Config | None = None
+) -> tuple[Cluster, list[Operation]]:
     """Transactions that send and ack; their commits reach the coordinator, then the broker dies
     and loads again: the coordinator replays COMMITTING records, the subscription its ACK records."""
-    cluster = Cluster.start(seed=4, topics={"in": 1}, batching=batching)
+    cluster = Cluster.start(seed=4, topics={"in": 1}, batching=batching, config=config)
     client = cluster.client()
     producer = client.create_producer("in")
     consumer = client.subscribe("in", "sub")
@@ -176,6 +181,25 @@ def test_a_pending_ack_whose_replay_drops_records_is_flagged() -> None:
     blocked, text = _blocked_text(ops, "subscription")
     assert blocked.f == RECOVER and "(PA-18)" in text, text
     assert _verdict(_as_version_2(ops), "subscription").verdict is Verdict.OK
+
+
+def test_a_writer_that_batches_past_max_records_is_flagged() -> None:
+    original = bl.async_add_data
+
+    def never_full(state: bl.WriterState, cmd: bl.AsyncAddData) -> Any:
+        # the count threshold forgotten (BW-9): the size threshold and the timer still flush
+        cfg = state.config
+        after, result = original(dataclasses.replace(state, config=dataclasses.replace(cfg, max_records=1 << 30)), cmd)
+        return dataclasses.replace(after, config=cfg), result
+
+    config = Config().with_overrides({"transactionLogBatchedWriteMaxRecords": 2})
+    _, clean = _crash_mid_commit(batching=True, txns=4, config=config)
+    assert _verdict(clean, "coordinator").verdict is Verdict.OK
+    with _engine_with(bl, "async_add_data", never_full):
+        _, ops = _crash_mid_commit(batching=True, txns=4, config=config)
+    blocked, text = _blocked_text(ops, "coordinator")
+    assert blocked.f == RECOVER and "more than maxRecords 2 (BW-9)" in text, text
+    assert "could not have written" in text and "records, more than" in text
 
 
 def test_the_reference_decodes_a_row_log_and_checks_the_engine_records() -> None:
