@@ -7,7 +7,7 @@ Rule ids refer to ``spec/rules/buffer.md``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from invariants.base import Invariant, StepProperty
@@ -16,6 +16,7 @@ from reference.buffer import (
     BufferStatus,
     EntryKind,
     LogEntry,
+    WriteSnapshotSegment,
     dispatchable,
     first_ongoing_position,
     is_message_aborted,
@@ -24,9 +25,10 @@ from reference.buffer import (
     readable_max_read_position,
     segment_capacity,
 )
+from spec.config import Config
 from spec.types import Position, TxnID
 
-__all__ = ["INVARIANTS", "STEP_PROPERTIES", "messages_with_next_end"]
+__all__ = ["INVARIANTS", "STEP_PROPERTIES", "messages_with_next_end", "snapshot_records_problem"]
 
 _RECOVERED = (BufferStatus.READY, BufferStatus.NO_SNAPSHOT)
 
@@ -214,14 +216,36 @@ def aborted_messages_before_marker(s: BufferState) -> bool:
     return True
 
 
+def _sealed_full(ids: int, capacity: int) -> bool:
+    """A sealed segment holds at least capacity ids: exactly, unless an upgrade from a single
+    snapshot overfilled the unsealed list it was sealed from (TB-22)."""
+    return ids >= capacity
+
+
 def segments_respect_capacity(s: BufferState) -> bool:
-    """TB-22: every sealed segment holds at least capacity ids (exactly, unless an upgrade from a
-    single snapshot overfilled the unsealed list), and once a segment is sealed the unsealed list is
-    below capacity."""
+    """TB-22: every sealed segment holds at least capacity ids (:func:`_sealed_full`), and once a
+    segment is sealed the unsealed list is below capacity."""
     if not s.config.transaction_buffer_segmented_snapshot_enabled:
         return not s.unsealed and not s.segments
     cap = segment_capacity(s.config, s.topic)
-    return all(len(seg.aborts) >= cap for seg in s.segments) and (len(s.unsealed) < cap or not s.segments)
+    return all(_sealed_full(len(seg.aborts), cap) for seg in s.segments) and (len(s.unsealed) < cap or not s.segments)
+
+
+def snapshot_records_problem(config: Config, topic: str, records: Iterable[object]) -> str | None:
+    """The first write to the snapshot topics (a ``recover`` row's ``snapshot_records``) that the
+    buffer of ``topic`` could not have made with ``config``, or None: in segmented mode a segment is
+    sealed only once its unsealed list is full (TB-22, :func:`_sealed_full`).  A segment sealed
+    early recovers the same aborted set, so only the durable records show it."""
+    if not config.transaction_buffer_segmented_snapshot_enabled:
+        return None  # segments written under another configuration stay readable (TB-24)
+    cap = segment_capacity(config, topic)
+    for i, record in enumerate(records):
+        if isinstance(record, WriteSnapshotSegment) and not _sealed_full(len(record.segment.aborts), cap):
+            return (
+                f"snapshot record {i}: segment {record.segment.sequence_id} sealed with "
+                f"{len(record.segment.aborts)} aborted txn ids, below the segment capacity {cap} (TB-22)"
+            )
+    return None
 
 
 def parked_appends_only_while_waiting(s: BufferState) -> bool:

@@ -360,9 +360,8 @@ class MachineModel:
                     f"the engine recovered another state than its durable inputs give ({rule}): "
                     f"digest {claimed}, the machine's recovery of them {mine}"
                 )
-        log_kind = getattr(self._vectors, "log_kind", None)
-        if diverged is None and log_kind is not None and "log" in inputs:
-            diverged = _log_layout(config, log_kind, inputs["log"])
+        if diverged is None:
+            diverged = _durable_layout(self._vectors, config, inputs)
         self._recovered[op.value] = (state, diverged)
         return state, diverged
 
@@ -459,16 +458,28 @@ class MachineModel:
         return [("epoch", str(epoch)), *found], left
 
 
-def _log_layout(config: Any, kind: Any, log: Any) -> str | None:
-    """How a ``recover`` row's durable log shows its writer breaking the rules of adding records
-    (:func:`invariants.batched_log.log_layout_problem` under the row's configuration), or None."""
-    from invariants.batched_log import log_layout_problem
-    from reference.batched_log import logged_entries, writer_config
+def _durable_layout(vectors: Any, config: Any, inputs: Mapping[str, Any]) -> str | None:
+    """What a ``recover`` row's durable inputs show of writes their component could not have
+    made, though they recover correctly, or None: a PIP-160 log's batches past its writer's
+    thresholds (:func:`invariants.batched_log.log_layout_problem`), a buffer's snapshot segment
+    sealed before it was full (:func:`invariants.buffer.snapshot_records_problem`)."""
+    log_kind = getattr(vectors, "log_kind", None)
+    if log_kind is not None and "log" in inputs:
+        from invariants.batched_log import log_layout_problem
+        from reference.batched_log import logged_entries, writer_config
 
-    problem = log_layout_problem(writer_config(config, kind), logged_entries(log))
-    if problem is None:
-        return None
-    return f"the engine's durable log holds an entry its PIP-160 writer could not have written: {problem}"
+        problem = log_layout_problem(writer_config(config, log_kind), logged_entries(inputs["log"]))
+        if problem is not None:
+            return f"the engine's durable log holds an entry its PIP-160 writer could not have written: {problem}"
+    if getattr(vectors, "name", None) == "buffer" and inputs.get("snapshot_records"):
+        from invariants.buffer import snapshot_records_problem
+        from reference.buffer import DEFAULT_TOPIC, decode_snapshot_records
+
+        records = decode_snapshot_records(inputs["snapshot_records"])
+        problem = snapshot_records_problem(config, str(inputs.get("topic", DEFAULT_TOPIC)), records)
+        if problem is not None:
+            return f"the engine's snapshot topics hold a write its buffer could not have made: {problem}"
+    return None
 
 
 def _config(overrides: Any) -> Any:

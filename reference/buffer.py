@@ -1452,6 +1452,27 @@ def _init(config: Config, init: Mapping[str, Any]) -> BufferState:
     return initial(config, **_decode_init(init))
 
 
+SnapshotRecord = WriteSnapshot | WriteSnapshotSegment | WriteSnapshotIndexes | DeleteSnapshotSegment | ClearSnapshot
+
+
+def decode_snapshot_records(data: Any, path: str = "$.snapshot_records") -> tuple[SnapshotRecord, ...]:
+    """The snapshot-topic writes a ``recover`` row's ``snapshot_records`` spells, each by its
+    ``@type``; anything else is a KeyError naming its JSON path."""
+    from spec.jsonvalues import from_json
+
+    kinds: dict[str, type] = {
+        cls.__name__: cls
+        for cls in (WriteSnapshot, WriteSnapshotSegment, WriteSnapshotIndexes, DeleteSnapshotSegment, ClearSnapshot)
+    }
+    records = []
+    for i, raw in enumerate(from_json(data, tuple[Any, ...], path)):
+        kind = kinds.get(str(raw.get("@type"))) if isinstance(raw, dict) else None
+        if kind is None:
+            raise KeyError(f"{path}[{i}]: not a snapshot record: {raw!r}")
+        records.append(from_json(raw, kind, f"{path}[{i}]"))
+    return tuple(records)
+
+
 def _recover_view(config: Config, inputs: Mapping[str, Any]) -> BufferState:
     """A history's ``recover`` operation: :func:`recovery_view` from its JSON inputs.
 
@@ -1462,23 +1483,13 @@ def _recover_view(config: Config, inputs: Mapping[str, Any]) -> BufferState:
     unknown = set(inputs) - {"topic", "ledger_id", "ledgers", "entries", "snapshot_records"}
     if unknown:
         raise KeyError(f"unknown recovery input(s) {sorted(unknown)}")
-    kinds: dict[str, type] = {
-        cls.__name__: cls
-        for cls in (WriteSnapshot, WriteSnapshotSegment, WriteSnapshotIndexes, DeleteSnapshotSegment, ClearSnapshot)
-    }
-    records = []
-    for i, raw in enumerate(from_json(inputs.get("snapshot_records", []), tuple[Any, ...], "$.snapshot_records")):
-        kind = kinds.get(str(raw.get("@type"))) if isinstance(raw, dict) else None
-        if kind is None:
-            raise KeyError(f"$.snapshot_records[{i}]: not a snapshot record: {raw!r}")
-        records.append(from_json(raw, kind, f"$.snapshot_records[{i}]"))
     ledgers = from_json(inputs["ledgers"], tuple[LedgerInfo, ...], "$.ledgers")
     return recovery_view(
         config,
         topic=from_json(inputs.get("topic", DEFAULT_TOPIC), str, "$.topic"),
         ledger_id=from_json(inputs.get("ledger_id", ledgers[-1].ledger_id), int, "$.ledger_id"),
         ledgers=ledgers,
-        snapshot_records=records,
+        snapshot_records=decode_snapshot_records(inputs.get("snapshot_records", [])),
         entries=from_json(inputs.get("entries", []), tuple[LogEntry, ...], "$.entries"),
     )
 

@@ -19,7 +19,9 @@ afterwards with the unmodified reference, as ``txnmodel verify`` judges any othe
   then recovers from the records as the engine decoded them, as before;
 * a PIP-160 writer that lets a batch grow past maxRecords writes a log that decodes and replays
   correctly, yet is flagged at the ``recover`` row that carries it (BW-9, read off the entries'
-  layout by ``invariants.batched_log.log_layout_problem``).
+  layout by ``invariants.batched_log.log_layout_problem``); so is a buffer that seals its
+  aborted-txn segments before they are full (TB-22, ``invariants.buffer.snapshot_records_problem``),
+  whose recovery gives the same aborted set.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from engine.simulation.client import Cluster
 from invariants.linearizability import Verdict, check_history
 from invariants.models import model_by_name
 from reference import batched_log as bl
+from reference import buffer as tb
 from reference import coordinator as tc
 from reference import pending_ack as pa
 from reference.conformance import RecoveryDiverged
@@ -200,6 +203,44 @@ def test_a_writer_that_batches_past_max_records_is_flagged() -> None:
     blocked, text = _blocked_text(ops, "coordinator")
     assert blocked.f == RECOVER and "more than maxRecords 2 (BW-9)" in text, text
     assert "could not have written" in text and "records, more than" in text
+
+
+def _aborts_then_reload() -> list[Operation]:
+    """Eight transactions that send and abort on a partition whose segmented snapshot seals every
+    four aborted ids, then a crash: the buffer recovers from its segments."""
+    config = Config().with_overrides(
+        # capacity (64 - 8 - len("persistent://public/default/in-partition-0")) // 3 = 4 (TB-22)
+        {"transactionBufferSegmentedSnapshotEnabled": True, "transactionBufferSnapshotSegmentSize": 64}
+    )
+    cluster = Cluster.start(seed=4, topics={"in": 1}, config=config)
+    producer = cluster.client().create_producer("in")
+    for i in range(8):
+        txn = cluster.client().new_transaction()
+        producer.send(f"t{i}", txn=txn)
+        txn.abort()
+    cluster.broker.crash()
+    cluster.broker.restart()
+    return cluster.history(machines=True)
+
+
+def test_a_buffer_that_seals_segments_early_is_flagged() -> None:
+    clean = _aborts_then_reload()
+    rows = [op for op in _machine_ops(clean, "partition") if op.f == RECOVER and op.args["snapshot_records"]]
+    segments = [r for op in rows for r in tb.decode_snapshot_records(op.args["snapshot_records"])]
+    assert any(isinstance(r, tb.WriteSnapshotSegment) for r in segments)
+    assert check_history(model_by_name("buffer"), _machine_ops(clean, "partition")).verdict is Verdict.OK
+
+    original = tb.segment_capacity
+    with _engine_with(tb, "segment_capacity", lambda config, topic: max(1, original(config, topic) - 1)):
+        ops = _aborts_then_reload()
+    result = check_history(model_by_name("buffer"), _machine_ops(ops, "partition"))
+    assert result.verdict is Verdict.ILLEGAL
+    failing = result.failing()
+    assert failing is not None
+    blocked = {op.index: op for op in ops}[failing.blocked]
+    model = model_by_name("buffer")
+    text = model.describe_op(*model.decode(blocked))
+    assert blocked.f == RECOVER and "below the segment capacity 4 (TB-22)" in text, text
 
 
 def test_the_reference_decodes_a_row_log_and_checks_the_engine_records() -> None:
