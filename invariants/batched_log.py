@@ -170,14 +170,23 @@ def _layout(data: bytes, cfg: WriterConfig) -> tuple[bool, tuple[int, ...]] | No
     return decoded.batched, tuple(record.ByteSize() for record in decoded.records)
 
 
-def log_layout_problem(cfg: WriterConfig, log: Iterable[LoggedEntry]) -> str | None:
-    """The first batched entry of a durable log that a writer with ``cfg``'s thresholds could not
-    have written (:func:`batch_layout_problem`), named by its position; None when every one fits.
-    Plain entries are not judged: whether batching was switched on when each was written (BW-22)
-    is not in the log.  Deleted entries and indexes keep the layout they were written with."""
+def log_layout_problem(cfg: WriterConfig, log: Iterable[LoggedEntry], *, switch_known: bool = False) -> str | None:
+    """The first entry of a durable log that a writer with ``cfg`` could not have written, named by
+    its position; None when every one fits.  With ``switch_known`` (the log was written under one
+    setting of BW-22's switch, ``cfg.enabled``) every entry is held to :func:`entry_layout_problem`;
+    otherwise only batched entries, to :func:`batch_layout_problem`, since whether batching was on
+    when a plain entry was written is not in the log.  Deleted entries and indexes keep the layout
+    they were written with."""
     for entry in log:
         layout = _layout(entry.data, cfg)
-        if layout is not None and layout[0] and layout[1] and (problem := batch_layout_problem(cfg, layout[1])):
+        if layout is None or not layout[1]:
+            continue
+        batched, sizes = layout
+        if switch_known:
+            problem = entry_layout_problem(cfg, batched, sizes)
+        else:
+            problem = batch_layout_problem(cfg, sizes) if batched else None
+        if problem is not None:
             return f"entry {entry.position}: {problem}"
     return None
 

@@ -460,15 +460,18 @@ class MachineModel:
 
 def _durable_layout(vectors: Any, config: Any, inputs: Mapping[str, Any]) -> str | None:
     """What a ``recover`` row's durable inputs show of writes their component could not have
-    made, though they recover correctly, or None: a PIP-160 log's batches past its writer's
-    thresholds (:func:`invariants.batched_log.log_layout_problem`), a buffer's snapshot segment
+    made, though they recover correctly, or None: a PIP-160 log's entries against its writer's
+    thresholds and switch (:func:`invariants.batched_log.log_layout_problem`), a buffer's snapshot segment
     sealed before it was full (:func:`invariants.buffer.snapshot_records_problem`)."""
     log_kind = getattr(vectors, "log_kind", None)
     if log_kind is not None and "log" in inputs:
         from invariants.batched_log import log_layout_problem
         from reference.batched_log import logged_entries, writer_config
 
-        problem = log_layout_problem(writer_config(config, log_kind), logged_entries(inputs["log"]))
+        switch = inputs.get("batched_write")  # the writer's BW-22 switch, when the row states it
+        known = isinstance(switch, bool)
+        cfg = writer_config(config, log_kind, enabled=switch if known else None)
+        problem = log_layout_problem(cfg, logged_entries(inputs["log"]), switch_known=known)
         if problem is not None:
             return f"the engine's durable log holds an entry its PIP-160 writer could not have written: {problem}"
     if getattr(vectors, "name", None) == "buffer" and inputs.get("snapshot_records"):

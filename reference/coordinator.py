@@ -1097,9 +1097,11 @@ def _decode_recover(config: Config, inputs: dict[str, object] | object) -> Coord
     from spec.jsonvalues import from_json
 
     params = dict(inputs) if isinstance(inputs, dict) else {}
-    unknown = set(params) - {"coordinator_id", "records", "max_local_txn_id", "next_record_id", "log", "recovered"}
+    known = {"coordinator_id", "records", "max_local_txn_id", "next_record_id", "log", "batched_write", "recovered"}
+    unknown = set(params) - known
     if unknown:
         raise KeyError(f"unknown recovery input(s) {sorted(unknown)}")
+    from_json(params.get("batched_write"), bool | None, "$.batched_write")  # the checkers' (BW-22)
     records = decoded_log_records(params, _read_log, TxnLogRecord, "TC-21")
     if records is None:
         records = from_json(params.get("records", []), tuple[tuple[int, TxnLogRecord], ...], "$.records")

@@ -1589,13 +1589,14 @@ def _decode_recover(config: Config, inputs: Mapping[str, Any]) -> PendingAckStat
     Format version 3 adds ``log``, the durable entries those records were read from: the records are
     then decoded from it here, and ``records`` (what the engine decoded) must agree
     (:func:`~reference.conformance.decoded_log_records`); ``recovered`` is the model's to check."""
-    unknown = set(inputs) - {"sub_type", "cursor", "records", "next_record_id", "log", "recovered"}
+    unknown = set(inputs) - {"sub_type", "cursor", "records", "next_record_id", "log", "batched_write", "recovered"}
     if unknown:
         raise KeyError(f"unknown recovery input(s) {sorted(unknown)}")
     sub_type = from_json(inputs.get("sub_type", "Exclusive"), SubType, "$.sub_type")
     cursor = from_json(inputs.get("cursor", {}), CursorView, "$.cursor")
     if "records" not in inputs and "log" not in inputs:
         return initial(config, sub_type=sub_type, cursor=cursor)
+    from_json(inputs.get("batched_write"), bool | None, "$.batched_write")  # the checkers' (BW-22)
     records = decoded_log_records(inputs, _read_log, PendingAckRecord, "PA-18")
     if records is None:
         records = from_json(inputs["records"], tuple[tuple[int, PendingAckRecord], ...], "$.records")

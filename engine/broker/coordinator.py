@@ -115,6 +115,7 @@ class CoordinatorService(Component[tc.CoordinatorState, tc.Command, tc.Result]):
                 "max_local_txn_id": max_local,
                 "next_record_id": len(records),
                 "log": bl.durable_entries(durable),
+                "batched_write": log.state.config.enabled,
                 "recovered": state_digest(self.state),
             }
         )

@@ -79,6 +79,12 @@ class PendingAckLog:
         self.log = log
         return records, durable
 
+    @property
+    def batched_write(self) -> bool:
+        """The PIP-160 switch the open log's writer has (BW-22): what its entries were written with."""
+        assert self.log is not None
+        return self.log.state.config.enabled
+
     def delete_consumed_ledgers(self) -> None:
         """Retention of the log (PA-16): the ledgers no live record is in go."""
         assert self.log is not None

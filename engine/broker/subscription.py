@@ -225,6 +225,7 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
                     records=records,
                     next_record_id=len(records),
                     log=bl.durable_entries(durable),
+                    batched_write=self.pending_log.batched_write,
                     recovered=state_digest(self.state),
                 )
                 self.pending_log.delete_consumed_ledgers()  # retention of the pending-ack log (PA-16)

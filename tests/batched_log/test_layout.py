@@ -64,3 +64,16 @@ def test_a_durable_log_is_read_batch_by_batch_and_plain_entries_are_left_alone()
     three = encode_batch([_record(4), _record(5), _record(6)], LogKind.TRANSACTION_LOG)
     found = log_layout_problem(cfg, [*fine, bl.LoggedEntry(Position(3, 2), three, deleted=True)])
     assert found == "entry 3:2: a batch of 3 records, more than maxRecords 2 (BW-9)"
+
+
+def test_with_the_switch_known_plain_entries_are_judged_too() -> None:
+    config = Config().with_overrides({"transactionLogBatchedWriteMaxRecords": 2})
+    on = bl.writer_config(config, LogKind.TRANSACTION_LOG, enabled=True)
+    off = bl.writer_config(config, LogKind.TRANSACTION_LOG, enabled=False)
+    plain = [bl.LoggedEntry(Position(3, 0), encode_plain(_record(1)))]
+    batch = [bl.LoggedEntry(Position(3, 1), encode_batch([_record(2)], LogKind.TRANSACTION_LOG))]
+    assert log_layout_problem(on, plain) is None  # the switch unknown: a plain entry says nothing
+    assert "(BW-8)" in (log_layout_problem(on, plain, switch_known=True) or "")
+    assert log_layout_problem(off, plain, switch_known=True) is None
+    assert log_layout_problem(off, batch) is None  # a batch of one within the thresholds
+    assert "(BW-5)" in (log_layout_problem(off, batch, switch_known=True) or "")

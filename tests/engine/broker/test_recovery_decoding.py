@@ -17,9 +17,10 @@ afterwards with the unmodified reference, as ``txnmodel verify`` judges any othe
   row, with the rule id, although no later step of theirs shows it;
 * the same histories without the version-3 fields (a version-2 history) still verify: the checker
   then recovers from the records as the engine decoded them, as before;
-* a PIP-160 writer that lets a batch grow past maxRecords writes a log that decodes and replays
-  correctly, yet is flagged at the ``recover`` row that carries it (BW-9, read off the entries'
-  layout by ``invariants.batched_log.log_layout_problem``); so is a buffer that seals its
+* a PIP-160 writer that lets a batch grow past maxRecords, or writes every record alone although
+  the row states that batching was on (``batched_write``), writes a log that decodes and replays
+  correctly, yet is flagged at the ``recover`` row that carries it (BW-9, BW-8, read off the
+  entries' layout by ``invariants.batched_log.log_layout_problem``); so is a buffer that seals its
   aborted-txn segments before they are full (TB-22, ``invariants.buffer.snapshot_records_problem``),
   whose recovery gives the same aborted set.
 """
@@ -93,7 +94,7 @@ def _as_version_2(ops: list[Operation]) -> list[Operation]:
     out = []
     for op in ops:
         if op.f == RECOVER and is_machine_operation(op):
-            value = {k: v for k, v in op.args.items() if k not in ("log", "recovered")}
+            value = {k: v for k, v in op.args.items() if k not in ("log", "batched_write", "recovered")}
             text = json.dumps(value, separators=(",", ":"))
             op = dataclasses.replace(op, value=text, _value=json.loads(text))
         out.append(op)
@@ -203,6 +204,34 @@ def test_a_writer_that_batches_past_max_records_is_flagged() -> None:
     blocked, text = _blocked_text(ops, "coordinator")
     assert blocked.f == RECOVER and "more than maxRecords 2 (BW-9)" in text, text
     assert "could not have written" in text and "records, more than" in text
+
+
+def test_recover_rows_state_the_writers_switch_and_a_writer_that_ignores_it_is_flagged() -> None:
+    for batching in (False, True):
+        _, ops = _crash_mid_commit(batching=batching, txns=2)
+        for kind in MACHINE_OF:
+            rows = [op for op in _machine_ops(ops, kind) if op.f == RECOVER and "log" in op.args]
+            assert rows and all(op.args["batched_write"] is batching for op in rows)
+    original = bl.async_add_data
+
+    def unbatched(state: bl.WriterState, cmd: bl.AsyncAddData) -> Any:
+        # every record written alone although batching is on (BW-8): the log reads back the same
+        cfg = state.config
+        after, result = original(dataclasses.replace(state, config=dataclasses.replace(cfg, enabled=False)), cmd)
+        return dataclasses.replace(after, config=cfg), result
+
+    with _engine_with(bl, "async_add_data", unbatched):
+        _, ops = _crash_mid_commit(batching=True, txns=2)
+    blocked, text = _blocked_text(ops, "coordinator")
+    assert blocked.f == RECOVER and "written alone with batching on" in text and "(BW-8)" in text, text
+    # without the switch stated, a plain entry says nothing (BW-22 may have switched batching off)
+    unstated = []
+    for op in ops:
+        if op.f == RECOVER and is_machine_operation(op) and "batched_write" in op.args:
+            text = json.dumps({k: v for k, v in op.args.items() if k != "batched_write"}, separators=(",", ":"))
+            op = dataclasses.replace(op, value=text, _value=json.loads(text))
+        unstated.append(op)
+    assert _verdict(unstated, "coordinator").verdict is Verdict.OK
 
 
 def _aborts_then_reload() -> list[Operation]:
