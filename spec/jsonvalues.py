@@ -29,7 +29,6 @@ expected and a Position where a Position is expected.  Errors say which JSON pat
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
 import functools
@@ -152,14 +151,15 @@ def _short(value: int) -> str:
 
 def from_json(data: JSON, target: Any, path: str = "$") -> Any:
     """Decode ``data`` as ``target`` (a class or a typing form such as ``tuple[TxnID, ...]``)."""
-    known = _DECODERS.get(target)
+    try:
+        known = _DECODERS.get(target)
+    except TypeError:  # a typing form that cannot be hashed is decoded without the cache
+        return _decoder(target)(data, path)
     # Typing forms compare equal whatever the order of a union's options (``int | float == float |
     # int``), and the first option that fits wins: a cached decoder serves the very form it was built
     # for, or one spelled the same.
     if known is None or (known[0] is not target and known[1] != repr(target)):
-        known = (target, repr(target), _decoder(target))
-        with contextlib.suppress(TypeError):  # a typing form that cannot be hashed is not kept
-            _DECODERS[target] = known
+        known = _DECODERS[target] = (target, repr(target), _decoder(target))
     return known[2](data, path)
 
 

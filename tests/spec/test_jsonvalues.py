@@ -109,3 +109,11 @@ def test_a_recursive_dataclass_decodes() -> None:
 class Chain:
     value: int
     rest: Chain | None
+
+
+def test_a_target_that_cannot_be_hashed_gets_the_decoders_answer() -> None:
+    class Unhashable:
+        __hash__ = None  # type: ignore[assignment]
+
+    with pytest.raises(JsonError, match="no JSON decoding"):
+        from_json(1, Unhashable())
