@@ -88,6 +88,7 @@ REASONS: dict[tuple[str, str] | tuple[str, str, str], str] = {
     # --- buffer ------------------------------------------------------------------------------------
     (_BUFFER, "_decode_init"): _VECTORS,
     (_BUFFER, "_recover_view"): _VECTORS,
+    (_BUFFER, "decode_snapshot_records"): _VECTORS,
     (_BUFFER, "BufferState.__post_init__"): _RANGE,
     (_BUFFER, "classify_entry"): "guard: a transaction marker without a transaction id; the engine writes none",
     (_BUFFER, "initial"): "vectors: an initial state built as recovered (the vectors' init)",
