@@ -114,8 +114,7 @@ class CoordinatorService(Component[tc.CoordinatorState, tc.Command, tc.Result]):
                 "records": records,
                 "max_local_txn_id": max_local,
                 "next_record_id": len(records),
-                "log": bl.durable_entries(durable),
-                "batched_write": log.state.config.enabled,
+                **log.recovery_inputs(durable),
                 "recovered": state_digest(self.state),
             }
         )

@@ -11,7 +11,7 @@ ahead of its log: the log calls ``failed``, and the subscription reloads.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from engine.broker.component import BrokerHost
 from engine.scheduler import Future
@@ -79,11 +79,10 @@ class PendingAckLog:
         self.log = log
         return records, durable
 
-    @property
-    def batched_write(self) -> bool:
-        """The PIP-160 switch the open log's writer has (BW-22): what its entries were written with."""
+    def recovery_inputs(self, durable: Sequence[bl.LoggedEntry]) -> dict[str, object]:
+        """What the ``recover`` row states of the open log (:meth:`RecordLog.recovery_inputs`)."""
         assert self.log is not None
-        return self.log.state.config.enabled
+        return self.log.recovery_inputs(durable)
 
     def delete_consumed_ledgers(self) -> None:
         """Retention of the log (PA-16): the ledgers no live record is in go."""

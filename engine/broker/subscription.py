@@ -42,7 +42,6 @@ from engine.scheduler import Future
 from engine.storage.ledger import InitialPosition, LedgerError, ManagedCursor, ManagedLedger
 from engine.storage.memory_ledger import non_durable_cursor
 from engine.storage.record_log import LogWriteFailed, RecordLog
-from reference import batched_log as bl
 from reference import buffer as tb
 from reference import delayed as dl
 from reference import pending_ack as pa
@@ -224,8 +223,7 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
                 recovery.update(
                     records=records,
                     next_record_id=len(records),
-                    log=bl.durable_entries(durable),
-                    batched_write=self.pending_log.batched_write,
+                    **self.pending_log.recovery_inputs(durable),
                     recovered=state_digest(self.state),
                 )
                 self.pending_log.delete_consumed_ledgers()  # retention of the pending-ack log (PA-16)

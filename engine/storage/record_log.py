@@ -108,6 +108,12 @@ class RecordLog:
         live = tuple(entry for entry in self._logged() if not entry.deleted)
         return live, [(r.position, r.record) for r in bl.replay(self.kind, live)]
 
+    def recovery_inputs(self, durable: Sequence[bl.LoggedEntry]) -> dict[str, object]:
+        """What a ``recover`` row states of this log (spec/history.md, version 3): the durable entries
+        :meth:`read_back` read, and the PIP-160 switch of its writer, which a run never changes, so
+        every entry was written under it (BW-22)."""
+        return {"log": bl.durable_entries(durable), "batched_write": self.state.config.enabled}
+
     # -- writing ----------------------------------------------------------------------------------
 
     def add(self, data: bytes) -> Future[RecordPosition]:
