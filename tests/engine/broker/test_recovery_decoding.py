@@ -45,7 +45,7 @@ from reference import pending_ack as pa
 from reference.conformance import RecoveryDiverged
 from spec.config import Config
 from spec.envelope import LogKind
-from spec.history import RECOVER, Operation, is_machine_operation, parse_object, state_digest
+from spec.history import RECOVER, BadHistory, Operation, is_machine_operation, parse_object, state_digest
 
 MACHINE_OF = {"coordinator": "coordinator", "subscription": "pending_ack"}
 
@@ -232,6 +232,18 @@ def test_recover_rows_state_the_writers_switch_and_a_writer_that_ignores_it_is_f
             op = dataclasses.replace(op, value=text, _value=json.loads(text))
         unstated.append(op)
     assert _verdict(unstated, "coordinator").verdict is Verdict.OK
+
+
+def test_a_stated_switch_that_is_not_a_boolean_is_one_line_of_bad_input() -> None:
+    _, ops = _crash_mid_commit(batching=True)
+    bad = []
+    for op in ops:
+        if op.f == RECOVER and is_machine_operation(op) and "batched_write" in op.args:
+            text = json.dumps(dict(op.args, batched_write="yes"), separators=(",", ":"))
+            op = dataclasses.replace(op, value=text, _value=json.loads(text))
+        bad.append(op)
+    with pytest.raises(BadHistory, match=r"not the recovery inputs of coordinator: \$\.batched_write: "):
+        _verdict(bad, "coordinator")
 
 
 def _aborts_then_reload() -> list[Operation]:
