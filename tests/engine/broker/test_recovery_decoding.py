@@ -206,21 +206,24 @@ def test_a_writer_that_batches_past_max_records_is_flagged() -> None:
     assert "could not have written" in text and "records, more than" in text
 
 
+_ADD_DATA = bl.async_add_data
+
+
+def _unbatched(state: bl.WriterState, cmd: bl.AsyncAddData) -> Any:
+    """A writer slip: every record written alone although batching is on (BW-8); the log reads back
+    the same records, so only its layout shows it."""
+    cfg = state.config
+    after, result = _ADD_DATA(dataclasses.replace(state, config=dataclasses.replace(cfg, enabled=False)), cmd)
+    return dataclasses.replace(after, config=cfg), result
+
+
 def test_recover_rows_state_the_writers_switch_and_a_writer_that_ignores_it_is_flagged() -> None:
     for batching in (False, True):
         _, ops = _crash_mid_commit(batching=batching, txns=2)
         for kind in MACHINE_OF:
             rows = [op for op in _machine_ops(ops, kind) if op.f == RECOVER and "log" in op.args]
             assert rows and all(op.args["batched_write"] is batching for op in rows)
-    original = bl.async_add_data
-
-    def unbatched(state: bl.WriterState, cmd: bl.AsyncAddData) -> Any:
-        # every record written alone although batching is on (BW-8): the log reads back the same
-        cfg = state.config
-        after, result = original(dataclasses.replace(state, config=dataclasses.replace(cfg, enabled=False)), cmd)
-        return dataclasses.replace(after, config=cfg), result
-
-    with _engine_with(bl, "async_add_data", unbatched):
+    with _engine_with(bl, "async_add_data", _unbatched):
         _, ops = _crash_mid_commit(batching=True, txns=2)
     blocked, text = _blocked_text(ops, "coordinator")
     assert blocked.f == RECOVER and "written alone with batching on" in text and "(BW-8)" in text, text
@@ -282,6 +285,32 @@ def test_a_buffer_that_seals_segments_early_is_flagged() -> None:
     model = model_by_name("buffer")
     text = model.describe_op(*model.decode(blocked))
     assert blocked.f == RECOVER and "below the segment capacity 4 (TB-22)" in text, text
+
+
+@pytest.mark.parametrize("slip", ["unbatched", "early-seal"])
+def test_the_durable_checks_fire_on_a_main_job_history(slip: str) -> None:
+    """At the main job's own options (ctp seed 1: batching and the limits variant's thresholds and
+    segmented snapshot), ``verify``'s per-object check flags each slip at a ``recover`` row."""
+    from engine.simulation.options import main_job_spec
+    from engine.simulation.workloads import run
+    from invariants.verify import VerifyOptions
+    from invariants.verify import check_history as verify_history
+
+    def judged() -> str:
+        ops = run(main_job_spec("ctp", 1)).operations
+        return str(verify_history(ops[0].history, ops, "ctp-seed1", VerifyOptions()))
+
+    clean = judged()
+    assert "BW-" not in clean and "TB-22" not in clean
+    if slip == "unbatched":
+        with _engine_with(bl, "async_add_data", _unbatched):
+            text = judged()
+        assert "written alone with batching on" in text and "(BW-8)" in text
+    else:
+        capacity = tb.segment_capacity
+        with _engine_with(tb, "segment_capacity", lambda config, topic: max(1, capacity(config, topic) - 1)):
+            text = judged()
+        assert "below the segment capacity" in text and "(TB-22)" in text
 
 
 def test_the_reference_decodes_a_row_log_and_checks_the_engine_records() -> None:
