@@ -19,6 +19,7 @@ function, crosses the process boundary.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import time
 from collections import deque
@@ -70,8 +71,13 @@ class Pipeline:
     def __post_init__(self) -> None:
         if self.jobs < 1:
             raise ValueError(f"jobs must be at least 1, got {self.jobs}")
-        # Fork: the workers inherit every module this process imported.
-        self._executor = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("fork"))
+        # Fork: the workers inherit every module this process imported.  What they inherit is not
+        # theirs to collect (gc.freeze): a native object of this process in an uncollected cycle (an
+        # official client's consumer) would be destroyed in the child, whose copy has none of its
+        # threads, and its destructor would wait for them forever.
+        self._executor = ProcessPoolExecutor(
+            self.jobs, mp_context=multiprocessing.get_context("fork"), initializer=gc.freeze
+        )
 
     def phase(self, name: str) -> PhaseTimes:
         return self.phases.setdefault(name, PhaseTimes(name))

@@ -455,11 +455,13 @@ def _runs(
         for spec in specs:
             yield run(spec, say)
         return
+    import gc
     import multiprocessing
 
-    # Fork: the children inherit the imported engine instead of importing it again.
+    # Fork: the children inherit the imported engine instead of importing it again, and leave what
+    # they inherited to this process's collector (runners.main_job.Pipeline says why).
     context = multiprocessing.get_context("fork")
-    with context.Pool(min(jobs, len(specs))) as pool:
+    with context.Pool(min(jobs, len(specs)), initializer=gc.freeze) as pool:
         yield from pool.imap(run, specs)
 
 
