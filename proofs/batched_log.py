@@ -40,7 +40,7 @@ from typing import Any
 
 import z3
 
-from proofs.framework import Obligation, Outcome, prove_inductive, prove_valid
+from proofs.framework import Obligation, Outcome, prove_each, prove_inductive, prove_valid
 
 __all__ = [
     "COMMANDS",
@@ -641,12 +641,12 @@ def _roundtrip(k: int) -> Obligation:
 
 
 def _sequence_lemmas() -> Obligation:
-    """L1-L5 of ``_lemma_instances``, for all integer sequences."""
+    """L1-L5 of ``_lemma_instances``, for all integer sequences, a query each (:func:`prove_each`)."""
 
     def check(rlimit: int) -> Outcome:
         x, y, f = z3.Consts("X Y F", INT_SEQ)
         v, k, n = z3.Ints("v k n")
-        lemmas = z3.And(
+        lemmas = [
             z3.ForAll([x, v, k], z3.Implies(z3.And(k >= 0, k < z3.Length(x)), z3.Concat(x, z3.Unit(v))[k] == x[k])),
             z3.ForAll([x, v], z3.Concat(x, z3.Unit(v))[z3.Length(x)] == v),
             z3.ForAll(
@@ -654,8 +654,8 @@ def _sequence_lemmas() -> Obligation:
             ),
             z3.ForAll([x, y, k], z3.Implies(z3.And(k >= 0, k < z3.Length(x)), z3.Concat(x, y)[k] == x[k])),
             z3.ForAll([f, n, k], z3.Implies(z3.And(k >= 0, k < n, n <= z3.Length(f)), z3.SubSeq(f, 0, n)[k] == f[k])),
-        )
-        return prove_valid(lemmas, rlimit=rlimit)
+        ]
+        return prove_each(lemmas, rlimit=rlimit)
 
     return Obligation("sequence lemmas L1-L5", ("BW-17",), "unbounded", check)
 
