@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spec.config import Config
-from spec.history import RAISED, RECOVER, Operation, OpType, make_operation
+from spec.history import EFFECTS, RAISED, RECOVER, Operation, OpType, effects_digest, make_operation
 from spec.jsonvalues import to_json
 from spec.result import Err, Ok
 
@@ -197,6 +197,8 @@ class MachineObserver:
         """A machine stepped ``command`` on ``obj`` and returned ``result``."""
         f = _command_name(machine, command)
         value = to_json(command)
+        assert isinstance(value, dict)  # a command is a dataclass, spelled as an object
+        value[EFFECTS] = effects_digest(result.effects)  # format version 4: the step's effects too
         context = self.context
         if context is not None and context.target is None:
             context.target = obj

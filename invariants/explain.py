@@ -377,7 +377,10 @@ def _what_next(
                 (ops[k].index, f"{words}: the model accepts it here, but every way on from it fails before a return")
             )
         else:
-            why.append((ops[k].index, f"{words}: the model refuses it in this state"))
+            refusal = getattr(model, "refusal", None)
+            reason = refusal(state, *decoded[k]) if refusal is not None else None
+            because = f": {reason}" if reason else ""
+            why.append((ops[k].index, f"{words}: the model refuses it in this state{because}"))
     return tuple(why), ops[first_return].index
 
 

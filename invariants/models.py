@@ -27,7 +27,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from invariants.linearizability import NOT_A_READ, UNKNOWN, Model, partition_by_object
-from spec.history import RAISED, RECOVER, BadHistory, Operation, OpType, is_machine_operation, make_operation, object_id
+from spec.history import (
+    EFFECTS,
+    RAISED,
+    RECOVER,
+    BadHistory,
+    Operation,
+    OpType,
+    effects_digest,
+    is_machine_operation,
+    make_operation,
+    object_id,
+)
 
 __all__ = [
     "MODELS",
@@ -305,6 +316,12 @@ class MachineModel:
                 f"machine {self.name!r} has no command {op.f!r}; commands are {', '.join(sorted(self._commands))}",
             )
         args = op.args
+        effects = None
+        if isinstance(args, dict) and EFFECTS in args:  # format version 4 (spec.history.EFFECTS)
+            args = dict(args)
+            effects = args.pop(EFFECTS)
+            if not _is_digest(effects):
+                raise _bad(op, "value", f"{EFFECTS} is the step's effects' digest, 16 hex digits, not {effects!r}")
         try:
             command = from_json({} if args is None else args, command_type)
         except JsonError as exc:
@@ -312,8 +329,8 @@ class MachineModel:
         if op.type.indeterminate:
             return _Step(epoch, command), UNKNOWN
         if op.type is OpType.FAIL:
-            return _Step(epoch, command), NO_EFFECT if op.error is None else ("err", op.error)
-        return _Step(epoch, command), ("ok", None if op.result is None else _canonical(op.returned))
+            return _Step(epoch, command), NO_EFFECT if op.error is None else ("err", op.error, effects)
+        return _Step(epoch, command), ("ok", None if op.result is None else _canonical(op.returned), effects)
 
     def _recovery(self, op: Operation) -> tuple[Any, str | None]:
         """The machine state a ``recover`` row restarts from, and how the engine's recovery
@@ -381,16 +398,17 @@ class MachineModel:
         new_state = (epoch, new_machine)
         if op_output is UNKNOWN:
             return True, new_state
-        kind, expected = op_output
-        if result.ok:
-            if kind != "ok":
-                return False, new_state
-            if expected is None:
-                return True, new_state
-            from spec.jsonvalues import to_json
+        return _mismatch(result, op_output) is None, new_state
 
-            return _canonical(to_json(result.value)) == expected, new_state
-        return kind == "err" and result.error.name == expected, new_state
+    def refusal(self, state: Any, op_input: Any, op_output: Any) -> str | None:
+        """Why :meth:`step` refuses a step's row in ``state``, in words (None: it does not, or the
+        row is not a step's): what the machine returns there, or the effects it asks for."""
+        if not isinstance(op_input, _Step) or op_output is UNKNOWN or op_output is NO_EFFECT:
+            return None
+        epoch, machine = state
+        if op_input.epoch is not None and op_input.epoch != epoch:
+            return f"the row is of component epoch {op_input.epoch}, the state of epoch {epoch}"
+        return _mismatch(self._step(machine, op_input.command)[1], op_output)
 
     def may_skip(self, decoded: Sequence[tuple[Any, Any]]) -> list[bool]:
         """An operation of unknown outcome is accepted in any state of its own crash epoch, so it
@@ -436,6 +454,8 @@ class MachineModel:
             shown = "not sent"
         else:
             shown = op_output[1] if op_output[0] == "err" else ("ok" if op_output[1] is None else op_output[1])
+            if op_output[2] is not None:
+                shown += f" (effects {op_output[2]})"
         from invariants.readable import short
 
         command = op_input.command if isinstance(op_input, _Step) else op_input
@@ -483,6 +503,41 @@ def _durable_layout(vectors: Any, config: Any, inputs: Mapping[str, Any]) -> str
         if problem is not None:
             return f"the engine's snapshot topics hold a write its buffer could not have made: {problem}"
     return None
+
+
+def _mismatch(result: Any, op_output: tuple[str, Any, str | None]) -> str | None:
+    """How the machine's ``result`` differs from a step row's decoded output (None: it does not):
+    the answer first, then the effects' digest when the row carries one (format version 4)."""
+    kind, expected, effects = op_output
+    if result.ok:
+        if kind != "ok":
+            return f"the machine returns ok here, the row failed with {expected}"
+        if expected is not None:
+            from spec.jsonvalues import to_json
+
+            returned = _canonical(to_json(result.value))
+            if returned != expected:
+                return f"the machine returns {returned} here, the row {expected}"
+    elif kind != "err" or result.error.name != expected:
+        row = "ok" if kind == "ok" else f"failed with {expected}"
+        return f"the machine fails with {result.error.name} here, the row {row}"
+    if effects is not None:
+        mine = effects_digest(result.effects)
+        if mine != effects:
+            from invariants.readable import short
+
+            return (
+                f"the machine asks for other effects here: {short(list(result.effects), limit=300)} "
+                f"(digest {mine}), the row's digest {effects}"
+            )
+    return None
+
+
+def _is_digest(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 16 and _HEX_DIGITS.issuperset(value)
+
+
+_HEX_DIGITS: frozenset[str] = frozenset("0123456789abcdef")
 
 
 def _config(overrides: Any) -> Any:

@@ -63,6 +63,10 @@ its machine.  They are told apart from client operations by their ``value``: a J
 * ``f`` is the machine's ``VECTORS`` command name (``new_txn``, ``append_buffer_to_txn``,
   ``individual_ack``, ...), ``value`` the command in :mod:`spec.jsonvalues` spelling, ``result`` the
   JSON of the step's ``Ok`` value, ``error`` the ``Err``'s name.
+* Format version 4: ``value`` also carries :data:`EFFECTS`, the digest of the step's effects
+  (:func:`effects_digest`): what the machine asked its component to do (write this record, send
+  that marker, arm this timer).  A step is what it returned *and* what it asked for, and most of a
+  machine's decisions show only in the second.
 * Each operation is its own ``process``.  A step the broker made while handling a client's request
   spans the request: ``invoked_at`` is when the client sent it, ``completed_at`` when the answer
   reached the client; ``ok``/``fail`` by the machine's result, ``info`` when the answer was an engine
@@ -102,6 +106,7 @@ This module is pure: no I/O.  Reading and writing files is :mod:`history_io.file
 from __future__ import annotations
 
 import enum
+import hashlib
 import itertools
 import json
 import json.encoder
@@ -114,6 +119,7 @@ from spec.errors import InputError
 from spec.json_limits import first_excess
 
 __all__ = [
+    "EFFECTS",
     "FIELDS",
     "JSONL_REQUIRED",
     "NULLABLE",
@@ -127,6 +133,7 @@ __all__ = [
     "Event",
     "OpType",
     "Operation",
+    "effects_digest",
     "is_machine_operation",
     "make_operation",
     "object_id",
@@ -143,7 +150,10 @@ __all__ = [
 # 3: a coordinator's or pending ack's ``recover`` row also carries the durable entries its recovery
 # decoded (``log``) and the digest of the state it recovered (``recovered``); the columns are those
 # of version 1, and a version-1 or version-2 history reads and checks as before.
-SCHEMA_VERSION: Final = 3
+# 4: a machine step's ``value`` also carries the digest of the step's effects (:data:`EFFECTS`); the
+# columns are those of version 1, and older histories read and check as before (their steps' effects
+# are not judged).
+SCHEMA_VERSION: Final = 4
 
 
 class OpType(enum.Enum):
@@ -260,12 +270,36 @@ def state_digest(state: object) -> str:
     (:func:`spec.jsonvalues.to_json`, keys sorted, no spaces).  Another implementation computes the
     same digest of the same state, so a checker compares what it recovers with what the engine did
     without the row carrying the whole state."""
-    import hashlib
-
     from spec.jsonvalues import to_json
 
-    text = json.dumps(to_json(state), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return hashlib.sha256(_sorted_compact(to_json(state)).encode()).hexdigest()[:16]
+
+
+def _sorted_compact(value: Any) -> str:
+    """``json.dumps(value, sort_keys=True, separators=(",", ":"))``: every machine step with effects
+    is digested (format version 4), so the C encoder is built once (as for :func:`_compact`)."""
+    if isinstance(value, str) or _C_ENCODE_SORTED is None:
+        return _SORTED.encode(value)
+    return "".join(_C_ENCODE_SORTED(value, 0))
+
+
+_NO_EFFECTS: Final = hashlib.sha256(b"[]").hexdigest()[:16]
+
+
+#: The key of a machine step's ``value`` (format version 4) that carries :func:`effects_digest` of
+#: the step's effects; the rest of the value is the command.
+EFFECTS: Final = "@effects"
+
+
+def effects_digest(effects: Sequence[object]) -> str:
+    """The digest a machine step's row gives of the step's effects (``Ok.effects`` or
+    ``Err.effects``, in order): :func:`state_digest` of them as a JSON list.  The engine writes it and
+    the checker compares it with the reference's effects for the same command in the same state, so
+    a component whose machine decides the same answer but asks for other work (another record,
+    another timer, no snapshot) is caught at that step."""
+    if not effects:
+        return _NO_EFFECTS
+    return state_digest(list(effects))
 
 
 def object_id(kind: str, name: str | int) -> str:
@@ -479,6 +513,16 @@ _C_ENCODE: Final = (
     if _C_MAKE_ENCODER is None
     else _C_MAKE_ENCODER(
         None, _COMPACT.default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True
+    )
+)
+
+
+_SORTED: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+_C_ENCODE_SORTED: Final = (
+    None
+    if _C_MAKE_ENCODER is None
+    else _C_MAKE_ENCODER(
+        None, _SORTED.default, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True
     )
 )
 

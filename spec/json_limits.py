@@ -33,6 +33,8 @@ def first_excess(text: str, *, max_depth: int, max_digits: int) -> tuple[str, in
 
     Linear in the text and without recursion.  Text that is not JSON at all is left to the parser.
     """
+    if len(text) <= max_digits and len(text) <= max_depth:
+        return None  # too short to hold either: most of a history's values
     if text.count("[") + text.count("{") <= max_depth and _long_number(max_digits).search(text) is None:
         return None  # the common case, decided in C
     depth = 0

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -30,7 +32,18 @@ from invariants.models import MachineModel, model_by_name
 from invariants.verify import MACHINE_KINDS, VerifyOptions, check_histories, failing_part
 from reference import buffer as tb
 from spec.config import Config
-from spec.history import RECOVER, Operation, OpType, is_machine_operation, parse_object, validate_history
+from spec.history import (
+    EFFECTS,
+    RAISED,
+    RECOVER,
+    BadHistory,
+    Operation,
+    OpType,
+    effects_digest,
+    is_machine_operation,
+    parse_object,
+    validate_history,
+)
 
 KIND_MACHINE = {kind: machine for machine, kind in MACHINE_KINDS.items()}
 
@@ -108,9 +121,12 @@ def test_a_changed_machine_result_is_illegal_and_named(faulty_run: list[Operatio
     assert result.verdict is Verdict.ILLEGAL
     failing = result.failing()
     assert failing is not None and failing.object == victim.object
-    assert failing.blocked == victim.index
+    # The search stops at the first return it cannot get past: the victim's, or that of a step whose
+    # effects (format version 4) only fit after the victim's (a later log record id, say).
+    by_index = {op.index: op for op in changed}
+    assert failing.blocked == victim.index or by_index[failing.blocked].completed_at <= victim.completed_at
     cx = explain(model, failing_part(model, changed, failing), failing)
-    assert victim.index in cx.core and cx.blocked == victim.index
+    assert cx.core == (victim.index,) and cx.blocked == victim.index
 
 
 def test_a_lost_answer_leaves_the_step_unknown_and_a_later_one_fixes_it() -> None:
@@ -239,3 +255,105 @@ def test_an_engine_that_loses_a_machine_update_is_caught(monkeypatch: pytest.Mon
         failing is not None
         and failing.blocked == [op.index for op in ops if op.f == "new_txn" and is_machine_operation(op)][2]
     )
+
+
+# -- the steps' effects (history format version 4) -------------------------------------------------
+
+
+def _with_effects(op: Operation, digest: object) -> Operation:
+    args = dict(op.args)
+    args[EFFECTS] = digest
+    return dataclasses.replace(op, value=json.dumps(args, separators=(",", ":")), _value=args)
+
+
+def test_every_step_row_states_its_effects_digest(faulty_run: list[Operation]) -> None:
+    steps = [op for op in faulty_run if is_machine_operation(op) and op.f not in (RECOVER, RAISED)]
+    assert steps and all(re.fullmatch(r"[0-9a-f]{16}", op.args[EFFECTS]) for op in steps)
+    digests = Counter(op.args[EFFECTS] for op in steps)
+    assert digests[effects_digest(())] < len(steps)  # some steps ask for work, some do not
+    assert all(EFFECTS not in op.args for op in faulty_run if op.f in (RECOVER, RAISED) and is_machine_operation(op))
+
+
+@pytest.mark.parametrize("kind", ["coordinator", "partition", "subscription"])
+def test_a_step_that_asks_for_other_effects_is_illegal_and_explained(faulty_run: list[Operation], kind: str) -> None:
+    """Same answer, other work asked for: the row's digest is not the reference's for that command
+    in that state, and the counterexample says what the machine asks for there."""
+    mine = _machine_ops(faulty_run, kind)
+    model = model_by_name(KIND_MACHINE[kind])
+    assert isinstance(model, MachineModel)
+    epoch, victim = next(
+        (part, op)
+        for part in sorted(model.partition(mine), key=len, reverse=True)
+        for op in part[1:]
+        if op.type is OpType.OK and op.args[EFFECTS] != effects_digest(())
+    )
+    changed = [_with_effects(op, "0123456789abcdef") if op.index == victim.index else op for op in mine]
+    result = check_history(model, changed)
+    assert result.verdict is Verdict.ILLEGAL
+    failing = result.failing()
+    assert failing is not None and failing.object == victim.object
+    cx = explain(model, failing_part(model, changed, failing), failing)
+    assert cx.core == (victim.index,) and cx.blocked == victim.index
+    # In the order the engine stepped, everything before the victim is accepted, and the victim is
+    # refused for its effects alone, which the model says in words.
+    state = model.init()
+    for op in epoch:
+        decoded = model.decode(_with_effects(op, "0123456789abcdef") if op is victim else op)
+        if op is victim:
+            said = model.refusal(state, *decoded)
+            assert said is not None and said.startswith("the machine asks for other effects here: [")
+            assert said.endswith("the row's digest 0123456789abcdef")
+            break
+        accepted, state = model.step(state, *decoded)
+        assert accepted
+
+
+def test_a_history_without_effects_digests_is_judged_on_answers_alone(faulty_run: list[Operation]) -> None:
+    """Format versions 1 to 3 (or a recorder that does not state effects): no digest, no judgement."""
+    for kind in ("coordinator", "partition", "subscription"):
+        stripped = []
+        for op in _machine_ops(faulty_run, kind):
+            args = op.args
+            if EFFECTS in args:
+                args = {k: v for k, v in args.items() if k != EFFECTS}
+                op = dataclasses.replace(op, value=json.dumps(args, separators=(",", ":")), _value=args)
+            stripped.append(op)
+        assert check_history(model_by_name(KIND_MACHINE[kind]), stripped).verdict is Verdict.OK
+
+
+@pytest.mark.parametrize("digest", ["", "0123", "0123456789ABCDEF", 12, None])
+def test_an_effects_digest_that_is_not_one_is_bad_input(faulty_run: list[Operation], digest: object) -> None:
+    mine = _machine_ops(faulty_run, "coordinator")
+    victim = next(op for op in mine if op.f not in (RECOVER, RAISED))
+    with pytest.raises(BadHistory, match=r"@effects is the step's effects' digest, 16 hex digits"):
+        model_by_name("coordinator").decode(_with_effects(victim, digest))
+
+
+def test_a_buffer_that_snapshots_late_is_flagged_on_a_main_job_history() -> None:
+    """At the main job's own options (ctp seed 1: the limits variant's snapshot every few
+    transactions), a buffer that takes its snapshot one transaction late (TB-21) answers every
+    command as the reference does, and recovers what it wrote; only the effects of the step that
+    should have snapshotted differ, and ``verify`` flags that step."""
+    from engine.simulation.options import main_job_spec
+    from invariants.verify import check_history as verify_history
+
+    def judged(ops: list[Operation]) -> str:
+        return str(verify_history(ops[0].history, ops, "ctp-seed1", VerifyOptions()))
+
+    clean = judged(run(main_job_spec("ctp", 1)).operations)
+    assert "asks for other effects" not in clean and "illegal" not in clean
+    original = tb._snapshot_by_count
+
+    def late(state: tb.BufferState) -> tuple[tb.BufferState, tuple[object, ...]]:
+        limit = state.config.transaction_buffer_snapshot_max_transaction_count
+        if state.status is tb.BufferStatus.READY and state.change_max_read_position_count > limit:
+            return tb._take_snapshot(state)
+        return state, ()
+
+    tb._snapshot_by_count = late  # the engine's buffer only: the checker runs after, unmodified
+    try:
+        ops = run(main_job_spec("ctp", 1)).operations
+    finally:
+        tb._snapshot_by_count = original
+    text = judged(ops)
+    assert "'illegal'" in text and "asks for other effects" in text and "WriteSnapshot" in text, text[:3000]
