@@ -19,6 +19,7 @@ page, and the page for a history's transactional anomalies, each named with the 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -30,7 +31,7 @@ from invariants.models import NO_EFFECT
 from invariants.queue.taxonomy import QUEUE_RULES
 from invariants.readable import Row, rows
 from invariants.transactional import ANOMALIES
-from spec.history import Operation, OpType
+from spec.history import EFFECTS, Operation, OpType
 
 __all__ = ["ANOMALY_RULES", "Counterexample", "Linearization", "ddmin", "explain", "partial_linearizations"]
 
@@ -141,7 +142,20 @@ class Counterexample:
 
 
 def _weaken(op: Operation) -> Operation:
-    return dataclasses.replace(op, type=OpType.INFO, result=None, error=None, _result=None)
+    """``op`` open at a cut: nothing of its outcome is known there, not even what a machine step
+    asked for (its effects, format version 4: they depend on steps the cut may drop)."""
+    weaker = dataclasses.replace(op, type=OpType.INFO, result=None, error=None, _result=None)
+    args = op.args
+    if isinstance(args, dict) and EFFECTS in args:
+        args = {key: value for key, value in args.items() if key != EFFECTS}
+        weaker = dataclasses.replace(weaker, value=json.dumps(args, separators=(",", ":")), _value=args)
+    return weaker
+
+
+def _open_at_cut(op: Operation, at: int) -> bool:
+    if op.type.indeterminate:
+        return EFFECTS in op.value  # else it says nothing of its outcome already
+    return (op.completed_at or 0) > at
 
 
 def ddmin(items: Sequence[int], fails: Callable[[Sequence[int]], bool], *, max_tests: int = 400) -> list[int]:
@@ -196,8 +210,9 @@ def explain(
     Two sound reductions, each of which keeps "not linearizable" true of the original history:
 
     1. *Cut* at the earliest instant whose prefix is already illegal (binary search): operations
-       invoked later are dropped and operations still open at the cut become ``info``
-       (linearizability is prefix-closed, so an illegal prefix proves the whole history illegal).
+       invoked later are dropped and operations still open at the cut become ``info`` with nothing
+       of their outcome kept, a machine step's effects included (linearizability is prefix-closed,
+       so an illegal prefix proves the whole history illegal).
     2. *Ignore outputs* (ddmin): an operation outside the core keeps its interval and its effect on
        the state, but its recorded output is no longer checked (any output is accepted).  The core
        is 1-minimal: the history is illegal with exactly the core's outputs checked, and checking
@@ -211,11 +226,7 @@ def explain(
     step_budget = max(step_budget, 2 * result.steps)
 
     def cut(at: int) -> list[Operation]:
-        return [
-            op if op.type.indeterminate or (op.completed_at or 0) <= at else _weaken(op)
-            for op in ops
-            if op.invoked_at <= at
-        ]
+        return [_weaken(op) if _open_at_cut(op, at) else op for op in ops if op.invoked_at <= at]
 
     def illegal(history: Sequence[Operation], ignore: frozenset[int] = frozenset()) -> bool:
         nonlocal searches
@@ -241,11 +252,9 @@ def explain(
     if best is not None:
         current = best
     decoded = {op.index: model.decode(op)[1] for op in current}
-    candidates = [
-        op.index
-        for op in current
-        if not op.type.indeterminate and decoded[op.index] is not UNKNOWN and decoded[op.index] is not NO_EFFECT
-    ]
+    # Every op whose output the model checks: a determinate one's answer, or what an indeterminate
+    # machine step asked for (its effects' digest, history format version 4).
+    candidates = [op.index for op in current if decoded[op.index] is not UNKNOWN and decoded[op.index] is not NO_EFFECT]
     everything = frozenset(candidates)
 
     def fails(core: Sequence[int]) -> bool:

@@ -327,7 +327,10 @@ class MachineModel:
         except JsonError as exc:
             raise _bad(op, "value", f"not a {command_type.__name__}: {exc}") from None
         if op.type.indeterminate:
-            return _Step(epoch, command), UNKNOWN
+            # The client never learned the answer, but the row is a step the machine made: the work
+            # it asked for is known, and holds wherever the step is placed (it is then no longer
+            # accepted in every state, so never left for last: may_skip).
+            return _Step(epoch, command), UNKNOWN if effects is None else (_UNANSWERED, None, effects)
         if op.type is OpType.FAIL:
             return _Step(epoch, command), NO_EFFECT if op.error is None else ("err", op.error, effects)
         return _Step(epoch, command), ("ok", None if op.result is None else _canonical(op.returned), effects)
@@ -453,7 +456,8 @@ class MachineModel:
         elif op_output is NO_EFFECT:
             shown = "not sent"
         else:
-            shown = op_output[1] if op_output[0] == "err" else ("ok" if op_output[1] is None else op_output[1])
+            kind = op_output[0]
+            shown = "?" if kind == _UNANSWERED else op_output[1] if kind == "err" else (op_output[1] or "ok")
             if op_output[2] is not None:
                 shown += f" (effects {op_output[2]})"
         from invariants.readable import short
@@ -509,7 +513,9 @@ def _mismatch(result: Any, op_output: tuple[str, Any, str | None]) -> str | None
     """How the machine's ``result`` differs from a step row's decoded output (None: it does not):
     the answer first, then the effects' digest when the row carries one (format version 4)."""
     kind, expected, effects = op_output
-    if result.ok:
+    if kind == _UNANSWERED:
+        pass  # no answer to compare, only the effects
+    elif result.ok:
         if kind != "ok":
             return f"the machine returns ok here, the row failed with {expected}"
         if expected is not None:
@@ -531,6 +537,11 @@ def _mismatch(result: Any, op_output: tuple[str, Any, str | None]) -> str | None
                 f"(digest {mine}), the row's digest {effects}"
             )
     return None
+
+
+# The kind of a decoded step row whose answer never reached the client (``info``, ``invoke``) but
+# whose effects' digest it states.
+_UNANSWERED = "?"
 
 
 def _is_digest(value: Any) -> bool:

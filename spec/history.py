@@ -521,9 +521,7 @@ _SORTED: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 _C_ENCODE_SORTED: Final = (
     None
     if _C_MAKE_ENCODER is None
-    else _C_MAKE_ENCODER(
-        None, _SORTED.default, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True
-    )
+    else _C_MAKE_ENCODER(None, _SORTED.default, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True)
 )
 
 

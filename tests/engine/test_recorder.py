@@ -357,3 +357,29 @@ def test_a_buffer_that_snapshots_late_is_flagged_on_a_main_job_history() -> None
         tb._snapshot_by_count = original
     text = judged(ops)
     assert "'illegal'" in text and "asks for other effects" in text and "WriteSnapshot" in text, text[:3000]
+
+
+def test_an_unanswered_step_is_held_to_its_effects() -> None:
+    """An ``info`` or ``invoke`` step row: the client never learned its answer, but the machine made
+    the step and the row states what it asked for; placed anywhere, it must ask for that (the
+    branch flip of the buffer's parked-append test showed only there: its step never answered)."""
+    ops = run(RunSpec(workload="ctp", seed=7, ops=30, faults=True)).operations
+    checked = 0
+    for kind in ("coordinator", "partition", "subscription"):
+        mine = _machine_ops(ops, kind)
+        model = model_by_name(KIND_MACHINE[kind])
+        unanswered = [op for op in mine if op.type.indeterminate and op.f not in (RECOVER, RAISED)]
+        if not unanswered:
+            continue
+        victim = unanswered[0]
+        changed = [_with_effects(op, "0123456789abcdef") if op.index == victim.index else op for op in mine]
+        result = check_history(model, changed)
+        assert result.verdict is Verdict.ILLEGAL, (kind, victim)
+        failing = result.failing()
+        assert failing is not None and failing.object == victim.object
+        # An unanswered step has no return to cut the history at (the cut drops what it asked for),
+        # so the explanation may keep more than the victim in its core; the victim is in it.
+        cx = explain(model, failing_part(model, changed, failing), failing)
+        assert victim.index in cx.core
+        checked += 1
+    assert checked >= 2
