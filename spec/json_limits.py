@@ -27,6 +27,27 @@ def _long_number(max_digits: int) -> re.Pattern[str]:
     return re.compile(r"\d{" + str(max_digits + 1) + ",}")
 
 
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+# an array or object with no array or object inside it
+_INNERMOST = re.compile(r"[\[{][^\[\]{}]*[\]}]")
+
+
+def _within(text: str, max_depth: int, max_digits: int) -> bool:
+    """Whether ``text`` certainly keeps both bounds, by passes of C regexes: its strings blanked
+    (brackets and digits inside them do not count), no number too long, then the innermost arrays
+    and objects removed a level a pass.  False when it does not, or when brackets are left
+    unpaired (text that is not JSON): the token scan below then finds the place, or leaves the text
+    to the parser."""
+    bare = _STRING.sub('""', text)
+    if _long_number(max_digits).search(bare) is not None:
+        return False
+    for _ in range(max_depth + 1):
+        bare, removed = _INNERMOST.subn("0", bare)
+        if not removed:
+            return "[" not in bare and "{" not in bare and "]" not in bare and "}" not in bare
+    return False
+
+
 def first_excess(text: str, *, max_depth: int, max_digits: int) -> tuple[str, int] | None:
     """The first place where ``text`` nests arrays and objects deeper than ``max_depth`` or has a
     number of more than ``max_digits`` digits: ``(what, character index)``; ``None`` within bounds.
@@ -37,6 +58,8 @@ def first_excess(text: str, *, max_depth: int, max_digits: int) -> tuple[str, in
         return None  # too short to hold either: most of a history's values
     if text.count("[") + text.count("{") <= max_depth and _long_number(max_digits).search(text) is None:
         return None  # the common case, decided in C
+    if _within(text, max_depth, max_digits):
+        return None  # a long value (a recovery's log, a long list), decided in C too
     depth = 0
     for token in _tokens(max_digits).finditer(text):
         first = token.group()[0]
