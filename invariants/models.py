@@ -401,7 +401,7 @@ class MachineModel:
         new_state = (epoch, new_machine)
         if op_output is UNKNOWN:
             return True, new_state
-        return _mismatch(result, op_output) is None, new_state
+        return _mismatch(result, op_output, words=False) is None, new_state
 
     def refusal(self, state: Any, op_input: Any, op_output: Any) -> str | None:
         """Why :meth:`step` refuses a step's row in ``state``, in words (None: it does not, or the
@@ -509,9 +509,11 @@ def _durable_layout(vectors: Any, config: Any, inputs: Mapping[str, Any]) -> str
     return None
 
 
-def _mismatch(result: Any, op_output: tuple[str, Any, str | None]) -> str | None:
+def _mismatch(result: Any, op_output: tuple[str, Any, str | None], *, words: bool = True) -> str | None:
     """How the machine's ``result`` differs from a step row's decoded output (None: it does not):
-    the answer first, then the effects' digest when the row carries one (format version 4)."""
+    the answer first, then the effects' digest when the row carries one (format version 4).
+    ``words=False``: only whether it does (the search asks that at every step it tries, and the
+    effects are spelled out only for a counterexample)."""
     kind, expected, effects = op_output
     if kind == _UNANSWERED:
         pass  # no answer to compare, only the effects
@@ -530,6 +532,8 @@ def _mismatch(result: Any, op_output: tuple[str, Any, str | None]) -> str | None
     if effects is not None:
         mine = effects_digest(result.effects)
         if mine != effects:
+            if not words:
+                return "other effects"
             from invariants.readable import short
 
             return (
