@@ -103,7 +103,14 @@ def branches(data: dict[str, Any]) -> list[Branch]:
 
 def site_histories(data: dict[str, Any], found: list[Branch]) -> dict[str, dict[str, list[str]]]:
     """Module -> line -> the histories (``workload:seed``) that executed it, for every ``if`` and
-    ``elif`` with a reached arc: where ``benchmarks/mutation_report.py --flips`` judges its flip."""
+    ``elif`` with a reached arc: where ``benchmarks/mutation_report.py --flips`` judges its flip.
+
+    Each list puts first the histories that take the **rarest path of the statement's function**:
+    a history's rank is the fewest histories that executed any line of that function it executed
+    (ties by seed).  A flip's consequence often shows only past a later, rarer test of the same
+    function (the buffer's low-watermark loop executes its ``if first is None`` in every history,
+    and aborts a transaction only in the late-append fault mix's), and the lowest seeds, judged
+    first before, rarely take those paths."""
     files = _files()
     wanted: dict[str, set[int]] = {}
     for b in found:
@@ -114,11 +121,23 @@ def site_histories(data: dict[str, Any], found: list[Branch]) -> dict[str, dict[
         key = files.get(str(Path(path).resolve())) or files.get(str((ROOT / path).resolve()))
         if key is None or key[1] not in wanted:
             continue
-        contexts = entry.get("contexts", {})
-        out[key[1]] = {
-            str(line): sorted({c for c in contexts.get(str(line), []) if c}, key=_history_order)
-            for line in sorted(wanted[key[1]])
-        }
+        module = key[1]
+        statements = branch_sites(module)
+        executed = {int(line): {c for c in cs if c} for line, cs in entry.get("contexts", {}).items()}
+        rank: dict[str, dict[str, int]] = {}  # function -> history -> its rarest line's count
+        for line, histories in executed.items():
+            site = statements.get(line)
+            if site is None or not histories:
+                continue
+            best = rank.setdefault(site.function, {})
+            for h in histories:
+                best[h] = min(best.get(h, len(histories)), len(histories))
+        out[module] = {}
+        for line in sorted(wanted[module]):
+            ranks = rank.get(statements[line].function, {})
+            out[module][str(line)] = sorted(
+                executed.get(line, set()), key=lambda h: (ranks.get(h, 0), _history_order(h))
+            )
     return out
 
 

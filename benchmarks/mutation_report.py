@@ -103,22 +103,33 @@ def traced(modules: set[str]) -> Iterator[set[tuple[str, str]]]:
         threading.setprofile(None)
 
 
+# The verdicts that flag a history: a violation (safety or liveness) or rows that break the history
+# contract.  ``skipped`` (nothing to judge), ``unknown`` (the search gave up) and ``error`` (a checker
+# raised) say the check could not judge: they are listed, never counted as flagging the mutant.
+FLAGGING = ("illegal", "late", "bad-input")
+
+
 def check_history(name: str, ops: list[Operation]) -> tuple[bool, bool, list[str]]:
     """(bulk flagged, oracle flagged, what) for one history, as ``txnmodel verify`` checks it: the
-    linearizability and transactional rows are the bulk checker's, the ``delivery`` row the oracle's."""
+    linearizability and transactional rows are the bulk checker's, the ``delivery`` row the oracle's.
+    ``what`` names every verdict that is not ok; only those in :data:`FLAGGING` flag."""
     from invariants.verify import VerifyOptions, check_histories
 
     bulk: list[str] = []
     oracle: list[str] = []
+    undecided: list[str] = []
     for r in check_histories({name: ops}, "mutation", VerifyOptions(counterexamples=False)):
         if r.verdict == "ok":
+            continue
+        if r.verdict not in FLAGGING:
+            undecided.append(f"{r.checker}:{r.verdict}")
             continue
         names = [r.verdict]
         if r.checker in ("transactional", "delivery") and r.verdict == "illegal":
             with contextlib.suppress(Exception):
                 names = sorted(json.loads(r.detail)["counts"])
         (oracle if r.checker == "delivery" else bulk).extend(f"{r.checker}:{n}" for n in names)
-    return bool(bulk), bool(oracle), bulk + oracle
+    return bool(bulk), bool(oracle), bulk + oracle + undecided
 
 
 @dataclass
@@ -229,12 +240,15 @@ def history_layer(specs: list[RunSpec], ctx: Context, conn: Any, to_checker: Any
             state["client_changed"] = name
         to_checker.send((name, ops))
         bulk, oracle, flags = to_checker.recv()
+        had_flag = bool(state["bulk"] or state["oracle"])
         if bulk and state["bulk"] is None:
             state["bulk"] = name
         if oracle and state["oracle"] is None:
             state["oracle"] = name
-        if flags and not state["flags"]:
-            state["flags"] = flags
+        if flags and (not state["flags"] or ((bulk or oracle) and not had_flag)):
+            state["flags"] = flags  # the first history's, or the first that flags
+        if flags and not (bulk or oracle) and "undecided" not in state:
+            state["undecided"] = name  # a check could not judge it (FLAGGING): not flagged
         if not state.get("client_check") and any(f.startswith(("transactional:", "delivery:")) for f in flags):
             state["client_check"] = name  # flagged by a check of the clients' operations
         if state["bulk"] and state["oracle"]:
@@ -385,8 +399,8 @@ def baseline(args: argparse.Namespace) -> Context:
         for spec in specs:
             histories[_name(spec)] = run(spec).operations
     for name, ops in histories.items():
-        bulk, oracle, flags = check_history(name, ops)
-        if bulk or oracle:
+        *_, flags = check_history(name, ops)
+        if flags:
             raise SystemExit(f"the unmutated history {name} is not clean: {flags}")
         assert check_client_visible(ops).ok
     again = run(specs[0]).operations
@@ -589,16 +603,13 @@ def retest(args: argparse.Namespace) -> int:
 
 
 def _spread(histories: list[str], k: int) -> list[tuple[str, int]]:
-    """Up to ``k`` of ``histories`` (``workload:seed``, lowest seeds first), one workload after another."""
-    by_workload: dict[str, list[int]] = {}
-    for h in histories:
-        workload, _, seed = h.partition(":")
-        by_workload.setdefault(workload, []).append(int(seed))
+    """The first ``k`` of ``histories`` (``workload:seed``), in the reach report's order: the
+    histories that take the rarest paths of the flip's function first (``benchmarks/branch_reach.py``,
+    ``site_histories``)."""
     picked: list[tuple[str, int]] = []
-    while len(picked) < k and any(by_workload.values()):
-        for workload in sorted(by_workload):
-            if by_workload[workload] and len(picked) < k:
-                picked.append((workload, by_workload[workload].pop(0)))
+    for h in histories[:k]:
+        workload, _, seed = h.partition(":")
+        picked.append((workload, int(seed)))
     return picked
 
 
@@ -631,8 +642,8 @@ def flip_context(args: argparse.Namespace, machines: list[str]) -> tuple[list[Mu
             name = _name(spec)
             if name not in histories:
                 histories[name] = ops = run(spec).operations
-                bulk, oracle, flags = check_history(name, ops)
-                if bulk or oracle or not check_client_visible(ops).ok:
+                *_, flags = check_history(name, ops)
+                if flags or not check_client_visible(ops).ok:
                     raise SystemExit(f"the unmutated history {name} is not clean: {flags}")
     reached = {(m.module, m.function) for m in chosen}
     return chosen, len(population), Context([], histories, reached, {}, specs_for)
@@ -655,6 +666,7 @@ def flip_table(rows: list[dict[str, Any]], population: dict[str, int]) -> list[d
                 "flagged": sum(bool(r.get("bulk") or r.get("oracle")) for r in changed),
                 "client_flagged": sum(bool(r.get("client_check")) for r in changed),
                 "run_fails": sum(bool(r.get("engine") or r.get("raised")) for r in changed),
+                "undecided": sum(bool(r.get("undecided")) and not (r.get("bulk") or r.get("oracle")) for r in changed),
                 "errors": sum("error" in r for r in rows if machine in ("overall", r["machine"])),
             }
         )
@@ -666,15 +678,15 @@ def flip_markdown(table: list[dict[str, Any]], rows: list[dict[str, Any]]) -> st
 
     lines = [
         "| machine | if statements | reached | flip changes a history | a client operation | flagged by a check "
-        "| by a check of client operations | component raised or run failed |",
-        "|---|---|---|---|---|---|---|---|",
+        "| by a check of client operations | not flagged, a check could not judge | component raised or run failed |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for t in table:
         c = t["changed"]
         lines.append(
             f"| {t['machine']} | {t['ifs']} | {t['reached']} | {_pct(c, t['reached'])} "
             f"| {_pct(t['client_changed'], c)} | {_pct(t['flagged'], c)} | {_pct(t['client_flagged'], c)} "
-            f"| {t['run_fails']} |"
+            f"| {t.get('undecided', 0)} | {t['run_fails']} |"
         )
     sections: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
         (
@@ -692,6 +704,8 @@ def flip_markdown(table: list[dict[str, Any]], rows: list[dict[str, Any]]) -> st
         for r in rows:
             if keep(r):
                 why = flip_reason(r["module"], r["function"], r["before"]) or "unexplained"
+                if r.get("undecided") and not (r.get("bulk") or r.get("oracle")):
+                    why += f" (could not judge: {', '.join(r['flags'])} on {r['undecided']})"
                 lines.append(f"- {r['id']} `{r['module']}.{r['function']}` line {r['line']} `{r['before']}`: {why}")
     return "\n".join(lines)
 
@@ -760,7 +774,8 @@ def main(argv: list[str] | None = None) -> int:
         metavar="REACH_JSON",
         help="the branch-flip layer: every if of the machines that a history of this branch-reach report "
         "(benchmarks/branch_reach.py's report.json) executed, with its condition negated, judged by the history "
-        "checkers on up to --per-branch of those histories; writes OUT/flips.{json,md}",
+        "checkers on up to --per-branch of those histories (those that take the rarest paths of the if's "
+        "function first); writes OUT/flips.{json,md}",
     )
     parser.add_argument("--per-branch", type=int, default=3, help="--flips: histories per flip (default 3)")
     parser.add_argument("--flip-ops", type=int, default=60, help="--flips: transactions per history (default 60)")
