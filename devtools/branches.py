@@ -141,5 +141,21 @@ def flip_reason(module: str, function: str, before: str) -> str | None:
 
 # Branch flips with no consequence a check can judge, and why: (module, function) for every ``if`` of
 # the function, (module, function, condition) for one.  Filled from benchmarks/mutation_report.py
-# --flips; docs/known_bugs.md lists them per machine.
-FLIP_EQUIVALENT: dict[tuple[str, str] | tuple[str, str, str], str] = {}
+# --flips; docs/known_bugs.md lists them per machine.  Only flips whose two arms compute the same
+# thing are here (tests/devtools/test_branches.py runs each flipped against the unflipped code); a
+# flip that differs where no workload looks is not equivalent, however invisible.
+FLIP_EQUIVALENT: dict[tuple[str, str] | tuple[str, str, str], str] = {
+    ("reference.delayed_runs", "merge_runs", "len(packed) >= _ARRAY_MERGE * 24"): (
+        "equivalent: both arms sort the same 24-byte keys (numpy's stable sort past _ARRAY_MERGE records, "
+        "Python's below it); the threshold picks the faster one, never the order"
+    ),
+    ("reference.buffer", "BufferState.__post_init__", "not isinstance(self.entries, Log)"): (
+        "equivalent in every step: every state the machine builds already holds its entries as a Log "
+        "(initial's Log(), recovery's _as_log, a step's append or drop_first), so the flip only copies "
+        "the log into an equal one"
+    ),
+    ("reference.delayed_bucket", "boundary_owner", "ledger is None"): (
+        "equivalent in every step: the tracker's one call passes the ledger it unpacked from the same "
+        "head, so the flip recomputes the same value (only a direct call without the ledger differs)"
+    ),
+}
