@@ -105,12 +105,13 @@ def site_histories(data: dict[str, Any], found: list[Branch]) -> dict[str, dict[
     """Module -> line -> the histories (``workload:seed``) that executed it, for every ``if`` and
     ``elif`` with a reached arc: where ``benchmarks/mutation_report.py --flips`` judges its flip.
 
-    Each list puts first the histories that take the **rarest path of the statement's function**:
-    a history's rank is the fewest histories that executed any line of that function it executed
-    (ties by seed).  A flip's consequence often shows only past a later, rarer test of the same
-    function (the buffer's low-watermark loop executes its ``if first is None`` in every history,
-    and aborts a transaction only in the late-append fault mix's), and the lowest seeds, judged
-    first before, rarely take those paths."""
+    Each list alternates two orders, each history once: the histories that take the **rarest path
+    of the statement's function** (a history's rank is the fewest histories that executed any line
+    of that function it executed; ties by seed), and the lowest seeds.  A flip's consequence often
+    shows only past a later, rarer test of the same function (the buffer's low-watermark loop
+    executes its ``if first is None`` in every history, and aborts a transaction only in the
+    late-append fault mix's), which the lowest seeds rarely take; and the rarest paths of a function
+    are not always where its flip shows (the pending ack's admin check is judged on ctp seed 9)."""
     files = _files()
     wanted: dict[str, set[int]] = {}
     for b in found:
@@ -135,9 +136,21 @@ def site_histories(data: dict[str, Any], found: list[Branch]) -> dict[str, dict[
         out[module] = {}
         for line in sorted(wanted[module]):
             ranks = rank.get(statements[line].function, {})
-            out[module][str(line)] = sorted(
-                executed.get(line, set()), key=lambda h: (ranks.get(h, 0), _history_order(h))
-            )
+            histories = executed.get(line, set())
+            rarest = sorted(histories, key=lambda h: (ranks.get(h, 0), _history_order(h)))
+            out[module][str(line)] = _alternate(rarest, sorted(histories, key=_history_order))
+    return out
+
+
+def _alternate(first: list[str], second: list[str]) -> list[str]:
+    """``first[0]``, ``second[0]``, ``first[1]``, ... each item once (both lists hold the same items)."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for pair in zip(first, second, strict=True):
+        for h in pair:
+            if h not in seen:
+                seen.add(h)
+                out.append(h)
     return out
 
 

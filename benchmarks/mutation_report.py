@@ -604,8 +604,8 @@ def retest(args: argparse.Namespace) -> int:
 
 def _spread(histories: list[str], k: int) -> list[tuple[str, int]]:
     """The first ``k`` of ``histories`` (``workload:seed``), in the reach report's order: the
-    histories that take the rarest paths of the flip's function first (``benchmarks/branch_reach.py``,
-    ``site_histories``)."""
+    histories that take the rarest paths of the flip's function, alternating with the lowest seeds
+    (``benchmarks/branch_reach.py``, ``site_histories``)."""
     picked: list[tuple[str, int]] = []
     for h in histories[:k]:
         workload, _, seed = h.partition(":")
@@ -775,7 +775,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the branch-flip layer: every if of the machines that a history of this branch-reach report "
         "(benchmarks/branch_reach.py's report.json) executed, with its condition negated, judged by the history "
         "checkers on up to --per-branch of those histories (those that take the rarest paths of the if's "
-        "function first); writes OUT/flips.{json,md}",
+        "function, alternating with the lowest seeds); writes OUT/flips.{json,md}",
     )
     parser.add_argument("--per-branch", type=int, default=3, help="--flips: histories per flip (default 3)")
     parser.add_argument("--flip-ops", type=int, default=60, help="--flips: transactions per history (default 60)")
