@@ -214,6 +214,12 @@ def client_view(ops: list[Operation]) -> list[tuple[Any, ...]]:
     ]
 
 
+# A mutated machine's step that loops forever is stopped by the run's watchdog (engine.simulation.watchdog)
+# after this many wall seconds and contained as its component's failure, so its history is judged;
+# clean steps take milliseconds, and a mutant's runs get the layer's whole timeout between them.
+MUTANT_EVENT_LIMIT_S = 5.0
+
+
 def history_layer(specs: list[RunSpec], ctx: Context, conn: Any, to_checker: Any) -> dict[str, Any]:
     """The histories of ``specs`` with the mutant applied, each compared with its unmutated run and,
     when it changed, checked in the checker process.  ``client_changed``: a client operation
@@ -223,7 +229,7 @@ def history_layer(specs: list[RunSpec], ctx: Context, conn: Any, to_checker: Any
         name = _name(spec)
         conn.send(("running", name))
         try:
-            result = run(spec)
+            result = run(spec, event_limit_s=MUTANT_EVENT_LIMIT_S)
         except Exception as exc:
             state.update(changed=True, engine=f"{name}: raised {type(exc).__name__}: {str(exc)[:120]}")
             state.setdefault("first_changed", name)

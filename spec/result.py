@@ -45,6 +45,13 @@ class Err:
     error: DomainError
     effects: tuple[Effect, ...] = ()
 
+    def __post_init__(self) -> None:
+        # The error is what a broker answers on the wire (its ``server_error``): anything else is a
+        # machine's programming error no broker could answer with.  Raised here, inside the step,
+        # so a runner contains it as the step raising instead of handing it on to a client.
+        if not isinstance(self.error, DomainError):
+            raise TypeError(f"Err needs a DomainError, got {type(self.error).__name__}: {self.error!r:.80}")
+
     @property
     def ok(self) -> bool:
         return False

@@ -35,6 +35,7 @@ from reference import pending_ack as pa
 from spec.config import Config
 from spec.envelope import LogKind
 from spec.errors import (
+    BadRecord,
     InputError,
     NotAllowed,
     RequestTimeout,
@@ -153,10 +154,16 @@ class Broker:
         observer: MachineObserver | None = None,
         delayed_async_create: bool = False,
         shared_delayed_index: bool = False,
+        own_ledgers: bool = False,
     ) -> None:
         self.sim = sim
         self.store = store
         self.config = config
+        # Whether every ledger this broker reads was written by this broker's own machines (a
+        # simulation's store): then a record its machine cannot decode is that machine's bug,
+        # contained as any other raise.  A data folder from elsewhere (``serve --data``) can hold
+        # anything: there it is bad input, which ends the start with one line (see contain).
+        self.own_ledgers = own_ledgers
         # PIP-195's asynchronous snapshot creation (DD-31) has no broker.conf key: an engine option.
         self.delayed_async_create = delayed_async_create
         # PIP-195's shared delayed index across subscriptions (DD-30), never built in Pulsar: an
@@ -261,9 +268,10 @@ class Broker:
         """An event raised ``exc``: if a component was running (the innermost on the stack; a
         subscription's partition, which owns its memory), crash it, reload it later from its durable
         state, list the failure and return True (the run goes on, its history is still recorded).
-        False, to raise it on, for bad durable input (``InputError``: the run cannot go on) and for an
-        exception no component raised (a workload's or the simulator's own)."""
-        if isinstance(exc, InputError):
+        False, to raise it on, for bad durable input (``InputError``: the run cannot go on; but a
+        record that does not decode, on ledgers only this broker wrote, is its machine's bug) and
+        for an exception no component raised (a workload's or the simulator's own)."""
+        if isinstance(exc, InputError) and not (self.own_ledgers and isinstance(exc, BadRecord)):
             return False
         owner: Component[object, object, Ok[object] | Err] | None = None
         where = ""
@@ -386,7 +394,10 @@ class Broker:
             return fail(SubscriptionNotFound(f"subscription {name} of {partition} does not exist"))
         if sub.state is None:
             return fail(ServiceUnitNotReady(f"subscription {name} of {partition} is not loaded"))
-        return Future.completed(pa.check_position_in_pending_ack_state(sub.state, position, batch_index))
+        state = sub.state
+        # asked of the subscription's machine as its own work: a raise is contained as its failure
+        where = sub.within(lambda: pa.check_position_in_pending_ack_state(state, position, batch_index))
+        return Future.completed(where)
 
     def delete_topic(self, topic: str, *, force: bool = False) -> Future[None]:
         """The admin API's topic deletion, every partition of ``topic``.  Without ``force`` it is

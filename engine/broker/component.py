@@ -168,6 +168,13 @@ class Component(Generic[S, C, R]):
     def crash(self) -> None:
         raise NotImplementedError
 
+    def within(self, call: Callable[[], T]) -> T:
+        """``call`` run as this component's own work: a query of its machine, or a fault done to
+        it from outside a request.  Its frame puts the component on the stack, so what ``call``
+        raises is contained as this component raising it (:meth:`Broker.contain` crashes the
+        innermost component on the stack), not taken for the simulator's own bug."""
+        return call()
+
     # -- step, then record ------------------------------------------------------------------------
 
     def _machine_step(self, state: S, command: C) -> tuple[S, R]:

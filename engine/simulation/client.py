@@ -55,7 +55,7 @@ from engine.storage.ledger import InitialPosition
 from spec.config import CLIENT_DEFAULT_TXN_TIMEOUT_MS, Config
 from spec.errors import DomainError
 from spec.history import is_machine_operation, object_id
-from spec.types import Position, TxnID
+from spec.types import Position
 
 __all__ = [
     "BatchMessageId",
@@ -72,6 +72,12 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+U = TypeVar("U")
+
+
+def _itself(value: T) -> T:
+    return value
+
 
 DEFAULT_OPERATION_TIMEOUT_MS = 30_000
 
@@ -161,6 +167,10 @@ class Cluster:
             def schedule(action: Callable[[], None]) -> None:
                 sim.schedule(delay, action)
 
+        # A store that starts empty (memory, the simulated disk, a new folder): every record the run
+        # reads back, its own machines wrote.
+        reused = ledger == "file" and disk != "sim" and data_dir is not None and os.path.isdir(data_dir)
+        own_ledgers = not (reused and os.listdir(data_dir))
         store = LedgerStore(
             ledger,
             config,
@@ -183,6 +193,7 @@ class Cluster:
             batching=batching,
             observer=observer,
             shared_delayed_index=shared_delayed_index,
+            own_ledgers=own_ledgers,
         )
         network = Network(sim, faults=network_faults, barrier=store.barrier if store.deferred else None)
         cluster = cls(sim, broker, network, recorder, processes)
@@ -261,8 +272,21 @@ class Client:
         """Record ``f`` on ``obj`` as invoked, run ``call``, and record its outcome: ``ok`` with
         ``render`` of its value, ``fail`` with the error, or ``info`` when no answer comes within the
         operation timeout."""
+        return self.building(f, obj, value, call, _itself, render)
+
+    def building(
+        self,
+        f: str,
+        obj: str,
+        value: Any,
+        call: Callable[[], Future[T]],
+        build: Callable[[T], U],
+        render: Callable[[U], Any] = lambda _: None,
+    ) -> Future[U]:
+        """:meth:`operation` whose answer the library turns into what the application gets
+        (``build``, run before the call returns): a library that raises doing so fails the call."""
         op = self.recorder.begin(self.process, f, obj, value)
-        out: Future[T] = Future()
+        out: Future[U] = Future()
         try:
             answer = call()
         except ClientLibraryError as exc:
@@ -284,9 +308,14 @@ class Client:
                 else:
                     raise error
                 return
-            value = done.result()
-            self.recorder.ok(op, render(value))
-            out.set_result(value)
+            try:
+                built = build(done.result())
+            except ClientLibraryError as exc:
+                self.recorder.fail(op, exc.name)
+                out.set_exception(exc)
+                return
+            self.recorder.ok(op, render(built))
+            out.set_result(built)
 
         answer.add_done_callback(finish)
         self.sim.schedule(self.operation_timeout_ms, lambda: self._timed_out(op, out))
@@ -323,23 +352,15 @@ class Client:
 
     def new_transaction_async(self, timeout_ms: int = CLIENT_DEFAULT_TXN_TIMEOUT_MS) -> Future[Transaction]:
         coordinator = self.broker.coordinator
-        result: Future[Transaction] = Future()
-        issued = self.operation(
+        return self.building(
             "new_txn",
             object_id("coordinator", coordinator.coordinator_id),
             {"timeout_ms": timeout_ms},
             lambda: self.network.call(lambda: coordinator.new_txn(timeout_ms)),
-            lambda txn: {"txn": txn_json(txn)},
+            # the library's own state for the TxnID the coordinator gave (reference.client)
+            lambda txn_id: Transaction(self, txn_id, timeout_ms),
+            lambda txn: {"txn": txn_json(txn.txn_id)},
         )
-
-        def made(done: Future[TxnID]) -> None:
-            if done.error is not None:
-                result.set_exception(done.error)
-            else:
-                result.set_result(Transaction(self, done.result(), timeout_ms))
-
-        issued.add_done_callback(made)
-        return result
 
     def new_transaction(self, timeout_ms: int = CLIENT_DEFAULT_TXN_TIMEOUT_MS) -> Transaction:
         return self.wait(self.new_transaction_async(timeout_ms))

@@ -201,10 +201,17 @@ class FaultSchedule:
             self.injected("bucket-recovery-reads-fail", service.obj)
             broker.restart_later(broker.partitions[partition])
             return
-        if kind == "create" and service.async_create:
-            service.fail_storage("create", count)
-        else:
-            service.inject_failure(kind, count)
+        try:
+            # done to the subscription: a tracker that raises on it fails as its component does, and
+            # the faults go on
+            if kind == "create" and service.async_create:
+                sub.within(lambda: service.fail_storage("create", count))
+            else:
+                sub.within(lambda: service.inject_failure(kind, count))
+        except Exception as exc:
+            if not broker.contain(exc):
+                raise
+            return
         self.injected(f"bucket-{kind}-fails-{count}", service.obj)
 
     def unload_at_heal(self) -> None:

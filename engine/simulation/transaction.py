@@ -32,7 +32,7 @@ class Transaction:
     def __init__(self, client: Session, txn_id: TxnID, timeout_ms: int) -> None:
         self.client = client
         self.txn_id = txn_id
-        self.state = ct.initial(client.broker.config, txn_id, timeout_ms)
+        self.state = self._library(lambda: ct.initial(client.broker.config, txn_id, timeout_ms))
         self._registered: dict[str, Future[None]] = {}
         self._end: Future[None] | None = None
         client.sim.schedule(timeout_ms, self._timeout_fired)
@@ -54,12 +54,13 @@ class Transaction:
     def txn_state(self) -> ClientTxnState:
         return self.state.state
 
-    def _step(self, command: Any) -> ct.Result:
+    def _library(self, call: Callable[[], T]) -> T:
+        """``call`` (the client machine's) as the library's own code: what it raises is a bug in the
+        client library, so the caller's operation fails with it, the run goes on, and the run lists
+        it as it lists a broker component that raised (loud: exit 1)."""
         try:
-            self.state, result = ct.step(self.state, command)
+            return call()
         except Exception as exc:
-            # A bug in the client library: the caller's operation fails with it, the run goes on,
-            # and the run lists it as it lists a broker component that raised (loud: exit 1).
             where = ""
             for frame, line in traceback.walk_tb(exc.__traceback__):
                 where = f"{os.path.basename(frame.f_code.co_filename)}:{line} in {frame.f_code.co_qualname}"
@@ -68,6 +69,9 @@ class Transaction:
             )
             self.client.broker.failures.append(failure)
             raise ClientLibraryError(exc) from exc
+
+    def _step(self, command: Any) -> ct.Result:
+        self.state, result = self._library(lambda: ct.step(self.state, command))
         for effect in result.effects:
             if isinstance(effect, ct.SendAddPartitionToTxn):
                 self._registered[effect.topic] = self._add_partition(effect.topic)

@@ -64,6 +64,7 @@ from engine.simulation.options import (
 )
 from engine.simulation.programs import KEY_SHARED_READERS, KEYS, LONG_RECEIVE_MS, TAIL_DELAYS_MS, Proc, Programs
 from engine.simulation.runspec import DEFAULT_DEADLINE_MS, TRACKERS, WORKLOADS, RunSpec
+from engine.simulation.watchdog import EVENT_LIMIT_S, watchdog
 
 __all__ = [
     "DEFAULT_DEADLINE_MS",
@@ -277,14 +278,18 @@ class _Run:
         )
 
 
-def run(spec: RunSpec, progress: Callable[[str], None] | None = None) -> RunResult:
-    """One seeded run of a workload; returns its history."""
+def run(
+    spec: RunSpec, progress: Callable[[str], None] | None = None, *, event_limit_s: float | None = EVENT_LIMIT_S
+) -> RunResult:
+    """One seeded run of a workload; returns its history.  An event that runs ``event_limit_s``
+    wall seconds without returning fails as its component (:mod:`engine.simulation.watchdog`)."""
     if spec.workload not in WORKLOADS:
         raise ValueError(f"unknown workload {spec.workload!r}; workloads are {', '.join(WORKLOADS)}")
     runner = _Run(spec)
     try:
         try:
-            return runner.execute(progress)
+            with watchdog(runner.sim, event_limit_s):
+                return runner.execute(progress)
         except Exception:
             if runner.stopped is None:
                 raise

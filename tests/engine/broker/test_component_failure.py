@@ -14,6 +14,11 @@
   broker start) is recorded as a ``raised`` row on the component's object, flagged by the
   per-object check; one of the client library fails the caller's operation with the exception's
   type (TC-37), and the run goes on.
+* A record that does not decode is bad input on a data folder from elsewhere, but the machine's own
+  bug on ledgers only the run wrote; a machine query and a fault done to a component from outside
+  a request raise as that component; an ``Err`` without an error value raises inside its step; the
+  client library raising as it builds a transaction fails ``new_txn``.  The branch flips that used
+  to end their runs this way are each contained, and their histories flagged.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from engine.simulation.workloads import RunSpec, run
 from history_io.files import read_parquet
 from invariants.verify import VerifyOptions, check_histories
 from reference import buffer as tb
-from spec.errors import BadConfig
+from spec.errors import BadConfig, BadRecord
 from spec.history import RAISED, RECOVER, OpType, is_machine_operation
 from txnmodel.commands.simulate import simulate_main
 
@@ -282,3 +287,58 @@ def test_a_client_library_exception_in_a_callback_fails_the_waiting_end(monkeypa
     (failed,) = [op for op in result.operations if op.error == "RuntimeError"]
     assert failed.f in ("commit", "abort") and failed.type is OpType.FAIL
     assert result.operations[-1].index > failed.index
+
+
+def test_a_record_that_does_not_decode_is_a_machine_bug_only_on_the_runs_own_ledgers() -> None:
+    cluster = Cluster.start(seed=1, topics={"t": 1})
+    try:
+        broker = cluster.broker
+        assert broker.own_ledgers, "a simulation's store starts empty: its machines wrote every record"
+        broker.own_ledgers = False  # as serve's broker, on a data folder that may come from elsewhere
+        assert not broker.contain(_raised_in(broker.coordinator, BadRecord("no metadata_op", offset=0)))
+        assert broker.failures == [] and broker.coordinator.ready
+        broker.own_ledgers = True
+        assert broker.contain(_raised_in(broker.coordinator, BadRecord("no metadata_op", offset=0)))
+        (failure,) = broker.failures
+        assert failure.error == "BadRecord: no metadata_op (at byte offset 0)" and not broker.coordinator.ready
+    finally:
+        cluster.close()
+
+
+def test_an_err_without_an_error_value_raises_where_it_is_made() -> None:
+    from spec.errors import NotAllowed
+    from spec.result import Err
+
+    assert Err(NotAllowed("refused")).error.message == "refused"
+    for wrong in (None, ["a position"], "NotAllowed"):
+        with pytest.raises(TypeError, match="Err needs a DomainError"):
+            Err(wrong)  # type: ignore[arg-type]
+
+
+# Branch flips (devtools.branches) whose runs used to end in an exception the engine did not contain,
+# so that no history was judged; each with a main-job history that takes the flipped branch.
+RAISING_FLIPS = [
+    ("coordinator:26", "ctp", 1),  # the log's decoder refuses every record of the broker's own log
+    ("pending_ack:57", "ctp", 1),  # the same for the pending-ack log
+    ("pending_ack:131", "ctp", 14),  # the admin query of the pending ack (PA-21) raises
+    ("pending_ack:446", "ctp", 3),  # an individual ack answered with Err of a list
+    ("pending_ack:455", "ctp", 22),  # a cumulative ack answered with Err(None)
+    ("delayed:82", "delayed", 3),  # a storage fault done to the tracker from the fault schedule
+    ("client:0", "ctp", 1),  # the client library refuses every timeout as it builds a Transaction
+]
+
+
+@pytest.mark.parametrize(("flip", "workload", "seed"), RAISING_FLIPS, ids=[f for f, _, _ in RAISING_FLIPS])
+def test_a_flip_that_raises_is_contained_and_its_history_flagged(flip: str, workload: str, seed: int) -> None:
+    from devtools.mutation import applied, flip_mutants
+    from engine.simulation.options import main_job_spec
+
+    spec = main_job_spec(workload, seed)
+    assert run(spec).failures == []
+    (mutant,) = [m for m in flip_mutants(flip.split(":")[0]) if m.id == flip]
+    with applied(mutant):
+        result = run(spec)
+    assert result.failures, "the flip raised, and the run went on"
+    # judged by the unflipped reference, as txnmodel verify judges another broker's history
+    rows = check_histories({flip: result.operations}, "test", VerifyOptions(counterexamples=False))
+    assert any(r.verdict == "illegal" for r in rows), [(r.checker, r.verdict) for r in rows]
