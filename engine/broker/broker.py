@@ -24,6 +24,7 @@ from engine.broker.coordinator import CoordinatorService
 from engine.broker.partition import Partition
 from engine.broker.snapshot_topics import encode_keyed_message
 from engine.broker.subscription import SubscriptionService, reader_start
+from engine.delayed.service import DelayedDeliveryService
 from engine.ledger_store import LedgerStore
 from engine.recorder import is_recorded
 from engine.scheduler import Future, Simulation
@@ -277,8 +278,10 @@ class Broker:
         where = ""
         for frame, line in traceback.walk_tb(exc.__traceback__):
             candidate = frame.f_locals.get("self")
-            # A component's record log (the PIP-160 writer and its timers) raises on its owner's behalf.
-            candidate = getattr(candidate, "owner", None) if isinstance(candidate, RecordLog) else candidate
+            # A component's record log (the PIP-160 writer and its timers) and a subscription's
+            # delayed tracker (its timers, its snapshot completions) raise on their owner's behalf.
+            if isinstance(candidate, RecordLog | DelayedDeliveryService):
+                candidate = getattr(candidate, "owner", None)
             if isinstance(candidate, Component):
                 owner = candidate
             path = Path(frame.f_code.co_filename)

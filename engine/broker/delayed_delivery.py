@@ -48,10 +48,13 @@ class DelayedDelivery:
         durable: bool,
         read_more: Callable[[], None],
         failed: Callable[[], None],
+        owner: object = None,
     ) -> None:
         """``read_more``: what a tracker's timer calls when messages fall due (the dispatcher reads);
-        ``failed``: what a failed snapshot write calls (the subscription reloads)."""
+        ``failed``: what a failed snapshot write calls (the subscription reloads); ``owner``: the
+        component the tracker's own events run for (the subscription)."""
         self.host = host
+        self.owner = owner
         self.topic = topic
         self.subscription = subscription
         self.durable = durable
@@ -107,6 +110,7 @@ class DelayedDelivery:
             observer=lambda: self.host.observer,
             async_create=self.host.delayed_async_create,
             storage_failures=failures,
+            owner=self.owner,
         )
 
     def shared_index(self) -> TopicDelayedIndex | None:

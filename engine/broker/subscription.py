@@ -149,7 +149,14 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
         )
         self.dispatcher = Dispatcher(self.sim, partition, self.sub_type, self.deliverable, asked=_asked_of(host))
         self.delays = DelayedDelivery(
-            host, partition, name, self.sub_type, durable=self.durable, read_more=self.dispatch, failed=self.reload
+            host,
+            partition,
+            name,
+            self.sub_type,
+            durable=self.durable,
+            read_more=self.dispatch,
+            failed=self.reload,
+            owner=self,
         )
         self._queued: list[Future[None]] = []  # requests the handle queued until its store is ready
 

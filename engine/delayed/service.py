@@ -174,8 +174,12 @@ class DelayedDeliveryService:
         failed: Callable[[], None],
         observer: Callable[[], MachineObserver | None] = lambda: None,
         async_create: bool = False,
+        owner: object = None,
     ) -> None:
         self.sim = sim
+        # The broker component this tracker's events (timers, snapshot completions) run for: what
+        # they raise is contained as that component's failure (Broker.contain).
+        self.owner = owner
         self.store = store
         self.config = config
         self.cursor = cursor
@@ -224,6 +228,7 @@ class DelayedDeliveryService:
         observer: Callable[[], MachineObserver | None] = lambda: None,
         async_create: bool = False,
         storage_failures: Mapping[str, int] | None = None,
+        owner: object = None,
     ) -> DelayedDeliveryService:
         """Open the service and recover its tracker from the cursor and the snapshot ledgers (DD-24).
         ``storage_failures``: snapshot-storage reads that fail from the start (operation -> count,
@@ -239,6 +244,7 @@ class DelayedDeliveryService:
             failed=failed,
             observer=observer,
             async_create=async_create,
+            owner=owner,
         )
         for operation, count in sorted((storage_failures or {}).items()):
             service.fail_storage(operation, count)

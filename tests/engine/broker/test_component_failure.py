@@ -15,8 +15,8 @@
   per-object check; one of the client library fails the caller's operation with the exception's
   type (TC-37), and the run goes on.
 * A record that does not decode is bad input on a data folder from elsewhere, but the machine's own
-  bug on ledgers only the run wrote; a machine query and a fault done to a component from outside
-  a request raise as that component; an ``Err`` without an error value raises inside its step; the
+  bug on ledgers only the run wrote; a machine query, a fault done to a component from outside
+  a request and a delayed tracker's own event raise as that component; an ``Err`` without an error value raises inside its step; the
   client library raising as it builds a transaction fails ``new_txn``.  The branch flips that used
   to end their runs this way are each contained, and their histories flagged.
 """
@@ -324,6 +324,7 @@ RAISING_FLIPS = [
     ("pending_ack:446", "ctp", 3),  # an individual ack answered with Err of a list
     ("pending_ack:455", "ctp", 22),  # a cumulative ack answered with Err(None)
     ("delayed:82", "delayed", 3),  # a storage fault done to the tracker from the fault schedule
+    ("delayed:875", "delayed", 38),  # a snapshot's completion (the tracker's own event) misreads its run
     ("client:0", "ctp", 1),  # the client library refuses every timeout as it builds a Transaction
 ]
 
