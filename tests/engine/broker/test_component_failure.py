@@ -15,10 +15,11 @@
   per-object check; one of the client library fails the caller's operation with the exception's
   type (TC-37), and the run goes on.
 * A record that does not decode is bad input on a data folder from elsewhere, but the machine's own
-  bug on ledgers only the run wrote; a machine query, a fault done to a component from outside
-  a request and a delayed tracker's own event raise as that component; an ``Err`` without an error value raises inside its step; the
-  client library raising as it builds a transaction fails ``new_txn``.  The branch flips that used
-  to end their runs this way are each contained, and their histories flagged.
+  bug on ledgers only the run wrote; a machine query, a fault done to a component from outside a
+  request and a delayed tracker's own event raise as that component; an ``Err`` without an error
+  value raises inside its step; the client library raising as it builds a transaction fails
+  ``new_txn``.  The branch flips that used to end their runs this way are each contained, and their
+  histories flagged.
 """
 
 from __future__ import annotations
