@@ -23,7 +23,7 @@ from reference import delayed as dl
 from reference import pending_ack as pa
 from spec.types import Position
 
-__all__ = ["DelayedDelivery", "DelayedTopic"]
+__all__ = ["DelayedDelivery", "DelayedOwner", "DelayedTopic"]
 
 
 class DelayedTopic(Protocol):
@@ -33,6 +33,16 @@ class DelayedTopic(Protocol):
     delayed_index: TopicDelayedIndex | None
 
     def shared_delayed_index(self) -> TopicDelayedIndex: ...
+
+
+class DelayedOwner(Protocol):
+    """The subscription whose delayed messages these are: its dispatcher reads when messages fall
+    due, it reloads when a snapshot write failed, and what the tracker's own events raise is
+    contained as its failure."""
+
+    def dispatch(self) -> None: ...
+
+    def reload(self) -> None: ...
 
 
 class DelayedDelivery:
@@ -46,13 +56,10 @@ class DelayedDelivery:
         sub_type: pa.SubType,
         *,
         durable: bool,
-        read_more: Callable[[], None],
-        failed: Callable[[], None],
-        owner: object = None,
+        owner: DelayedOwner,
     ) -> None:
-        """``read_more``: what a tracker's timer calls when messages fall due (the dispatcher reads);
-        ``failed``: what a failed snapshot write calls (the subscription reloads); ``owner``: the
-        component the tracker's own events run for (the subscription)."""
+        """``owner``: the subscription (its ``dispatch`` is what a tracker's timer calls when
+        messages fall due, its ``reload`` what a failed snapshot write calls)."""
         self.host = host
         self.owner = owner
         self.topic = topic
@@ -60,8 +67,8 @@ class DelayedDelivery:
         self.durable = durable
         self.enabled = host.config.delayed_delivery_enabled and sub_type in (pa.SubType.Shared, pa.SubType.Key_Shared)
         self.service: DelayedDeliveryService | None = None
-        self._read_more = read_more
-        self._failed = failed
+        self._read_more: Callable[[], None] = owner.dispatch
+        self._failed: Callable[[], None] = owner.reload
         # Snapshot-storage failures the next recovery meets (a fault: the bookies fail the reads).
         self._recovery_failures: dict[str, int] = {}
 

@@ -148,16 +148,7 @@ class SubscriptionService(Component[pa.PendingAckState, pa.Command, PendingAckRe
             host, f"{partition.name}-{name}__transaction_pending_ack", owner=self, failed=self.reload
         )
         self.dispatcher = Dispatcher(self.sim, partition, self.sub_type, self.deliverable, asked=_asked_of(host))
-        self.delays = DelayedDelivery(
-            host,
-            partition,
-            name,
-            self.sub_type,
-            durable=self.durable,
-            read_more=self.dispatch,
-            failed=self.reload,
-            owner=self,
-        )
+        self.delays = DelayedDelivery(host, partition, name, self.sub_type, durable=self.durable, owner=self)
         self._queued: list[Future[None]] = []  # requests the handle queued until its store is ready
 
     @property

@@ -130,6 +130,10 @@ class Producers:
                 return failed(ServerError.ChecksumError, f"the batch's payload is corrupt: {exc}")
             except InputError as exc:
                 return failed(ServerError.UnknownError, f"malformed batch: {exc}")
+            if not singles:
+                # A batch entry has a message per bit of its ack set: one of none could be neither
+                # delivered nor acknowledged, and a seek into it has no batch to reset to.
+                return failed(ServerError.UnknownError, "malformed batch: num_messages_in_batch is 0")
             batch = [
                 BatchedMessage(s.payload, s.metadata.partition_key if s.metadata.HasField("partition_key") else None)
                 for s in singles

@@ -14,12 +14,15 @@ Clean events take microseconds; the limit is a wall-clock bound far above any of
 whose events all return is never touched and stays deterministic.  The interrupt is Python's own
 (``_thread.interrupt_main`` with SIGALRM's handler set for the run): no signal reaches the process,
 so no system call is interrupted.  It raises only inside an event (``Simulation.run_one`` on the
-stack); the run's own bookkeeping between events (building its result, say) is left alone.
+stack); the run's own bookkeeping between events (building its result, say) is left alone, and an
+interrupt that lands in a collector's callback (whose exceptions the interpreter only reports) is
+tried again at the watchdog's next look.
 """
 
 from __future__ import annotations
 
 import _thread
+import gc
 import signal
 import threading
 import time
@@ -43,12 +46,17 @@ class EventHung(Exception):
 _RUN_ONE = Simulation.run_one.__code__
 
 
-def _in_event(frame: FrameType | None) -> bool:
+def _where(frame: FrameType | None) -> str:
+    """``event`` when ``frame`` runs inside an event, ``callback`` when inside a collector's
+    callback inside an event (the interpreter only reports what those raise), ``outside`` else."""
+    callbacks = {getattr(c, "__code__", None) for c in gc.callbacks}
+    in_callback = False
     while frame is not None:
         if frame.f_code is _RUN_ONE:
-            return True
+            return "callback" if in_callback else "event"
+        in_callback = in_callback or frame.f_code in callbacks
         frame = frame.f_back
-    return False
+    return "outside"
 
 
 @contextmanager
@@ -61,11 +69,16 @@ def watchdog(sim: Simulation, limit_s: float | None = EVENT_LIMIT_S) -> Iterator
         return
     limit = limit_s
     active = [True]
+    again = [False]  # the interrupt landed where a raise is swallowed: try at the next look
     stop = threading.Event()
 
     def interrupted(signum: int, frame: FrameType | None) -> None:
-        if active[0] and _in_event(frame):
-            raise EventHung(f"an event ran for more than {limit:g} s without returning (a loop that never ends?)")
+        where = _where(frame) if active[0] else "outside"
+        if where == "callback":  # a raise there is only reported, and the loop would go on
+            again[0] = True
+        if where != "event":
+            return
+        raise EventHung(f"an event ran for more than {limit:g} s without returning (a loop that never ends?)")
 
     def watch() -> None:
         seen, since = sim.events_run, time.monotonic()
@@ -73,8 +86,8 @@ def watchdog(sim: Simulation, limit_s: float | None = EVENT_LIMIT_S) -> Iterator
             now = time.monotonic()
             if sim.events_run != seen:
                 seen, since = sim.events_run, now
-            elif now - since >= limit:
-                since = now  # once per limit: the contained event's successors get their own
+            elif now - since >= limit or again[0]:
+                since, again[0] = now, False  # once per limit: the contained event's successors get their own
                 _thread.interrupt_main(signal.SIGALRM)
 
     previous = signal.signal(signal.SIGALRM, interrupted)

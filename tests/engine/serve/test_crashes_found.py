@@ -3,7 +3,7 @@ them, each in a test of its own: the request gets Pulsar's error (or is ignored,
 has no answer), the connection stays, and the broker serves on.
 
 The first four were found by a random-frame fuzzer (issue 31); the others by the structure-aware
-fuzzer of :mod:`tests.engine.serve.fuzzing`.
+fuzzer of :mod:`tests.engine.serve.fuzzing` (the batch of no messages by its run in stop 41's tests).
 """
 
 from __future__ import annotations
@@ -245,6 +245,34 @@ def test_an_ack_the_cursor_would_refuse_fails_alone(
         peer.send(T(type=T.PING, ping=api.CommandPing()))
         while (frame := peer.read()) is not None and frame.type != T.PONG:
             assert frame.type not in (T.CLOSE_PRODUCER, T.CLOSE_CONSUMER)
+        _still_served(handle, peer)
+    assert not errors
+
+
+def test_a_batch_of_no_messages_is_refused_and_a_seek_into_it_cannot_follow(
+    handle: ServeHandle, errors: ServerLog
+) -> None:
+    """Found by the structure-aware fuzzer (stop 41): a SEND whose metadata says
+    ``num_messages_in_batch: 0`` with an empty payload was stored as a batch of size 0, and a SEEK
+    to it with an ack set ended its connection (the cursor's reset needs a batch of at least one)."""
+    with RawPeer(handle.url) as peer:
+        topic = _topic()
+        _producer(peer, topic)
+        _subscribe(peer, topic, sub_type=api.CommandSubscribe.Exclusive)
+        peer.send(
+            T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=0)),
+            message_bytes(b"", num_messages_in_batch=0),
+        )
+        refused = peer.read_type(T.SEND_ERROR).send_error
+        assert refused.error == ServerError.UnknownError and "num_messages_in_batch is 0" in refused.message
+        mid = _send(peer, sequence_id=1)
+        seek = api.CommandSeek(
+            consumer_id=1,
+            request_id=9,
+            message_id=api.MessageIdData(ledgerId=mid.ledgerId, entryId=mid.entryId, ack_set=[0]),
+        )
+        peer.send(T(type=T.SEEK, seek=seek))
+        assert peer.read_type(T.SUCCESS).success.request_id == 9
         _still_served(handle, peer)
     assert not errors
 

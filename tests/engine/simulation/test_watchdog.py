@@ -6,6 +6,7 @@ ack that loops forever (devtools.branches) is stopped, contained and flagged."""
 
 from __future__ import annotations
 
+import gc
 import signal
 import threading
 import time
@@ -40,6 +41,34 @@ def test_an_event_that_never_returns_raises_inside_itself_and_the_run_goes_on() 
     assert [type(exc) for exc in caught] == [EventHung] and "0.2 s" in str(caught[0])
     assert ran == ["next"], "the event after the hung one ran"
     assert signal.getsignal(signal.SIGALRM) is before
+
+
+def test_an_interrupt_inside_a_collectors_callback_is_tried_again_in_the_loop() -> None:
+    """The interpreter only reports what a gc callback raises, and the loop would go on: the
+    watchdog does not raise there, and interrupts again at its next look."""
+    sim = Simulation()
+    caught: list[Exception] = []
+    sim.on_error = lambda exc: caught.append(exc) or True
+    spinning = [True]
+
+    def slow_callback(phase: str, info: dict[str, int]) -> None:
+        if spinning[0]:
+            spinning[0] = False
+            _spin(0.5)  # the interrupt arrives in here
+
+    def forever() -> None:
+        gc.collect()
+        while True:
+            pass
+
+    sim.schedule(0, forever)
+    gc.callbacks.append(slow_callback)
+    try:
+        with watchdog(sim, 0.2):
+            sim.run_one()
+    finally:
+        gc.callbacks.remove(slow_callback)
+    assert [type(exc) for exc in caught] == [EventHung]
 
 
 def test_events_that_return_and_work_between_events_are_left_alone() -> None:
