@@ -14,7 +14,8 @@ Clean events take microseconds; the limit is a wall-clock bound far above any of
 whose events all return is never touched and stays deterministic.  The interrupt is Python's own
 (``_thread.interrupt_main`` with SIGALRM's handler set for the run): no signal reaches the process,
 so no system call is interrupted.  It raises only inside an event (``Simulation.run_one`` on the
-stack); the run's own bookkeeping between events (building its result, say) is left alone, and an
+stack, and still the event it was asked for: one that ended just then leaves its successor alone);
+the run's own bookkeeping between events (building its result, say) is left alone, and an
 interrupt that lands in a collector's callback (whose exceptions the interpreter only reports) is
 tried again at the watchdog's next look.
 """
@@ -70,10 +71,11 @@ def watchdog(sim: Simulation, limit_s: float | None = EVENT_LIMIT_S) -> Iterator
     limit = limit_s
     active = [True]
     again = [False]  # the interrupt landed where a raise is swallowed: try at the next look
+    hung = [-1]  # the count of events when the interrupt was asked for: that event, and no later one
     stop = threading.Event()
 
     def interrupted(signum: int, frame: FrameType | None) -> None:
-        where = _where(frame) if active[0] else "outside"
+        where = _where(frame) if active[0] and sim.events_run == hung[0] else "outside"
         if where == "callback":  # a raise there is only reported, and the loop would go on
             again[0] = True
         if where != "event":
@@ -88,6 +90,7 @@ def watchdog(sim: Simulation, limit_s: float | None = EVENT_LIMIT_S) -> Iterator
                 seen, since = sim.events_run, now
             elif now - since >= limit or again[0]:
                 since, again[0] = now, False  # once per limit: the contained event's successors get their own
+                hung[0] = seen
                 _thread.interrupt_main(signal.SIGALRM)
 
     previous = signal.signal(signal.SIGALRM, interrupted)
