@@ -37,7 +37,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from spec.history import RAISED, RECOVER, Operation, OpType, is_machine_operation, parse_object
+from spec.history import RAISED, RECOVER, Operation, OpType, is_machine_operation, is_query, parse_object
 
 __all__ = [
     "ENGINE_SITES",
@@ -181,7 +181,7 @@ def replay_reach(ops: Sequence[Operation]) -> Counter[Site]:
             for op, (op_input, _) in zip(mine, decoded, strict=True):
                 if (op.type is OpType.FAIL and op.error is None) or op.f == RAISED:
                     continue  # never reached the machine, or raised outside any step
-                if op.f != RECOVER:
+                if op.f != RECOVER and not is_query(op):  # a query's observer is traced as it runs
                     command = op_input.command
                     calls[(type(command).__module__, type(command).__qualname__)] += 1
                 # UNKNOWN: step and keep whatever it returned (the replay only watches).

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spec.config import Config
-from spec.history import EFFECTS, RAISED, RECOVER, Operation, OpType, effects_digest, make_operation
+from spec.history import EFFECTS, ORDERED, QUERY, RAISED, RECOVER, Operation, OpType, effects_digest, make_operation
 from spec.jsonvalues import to_json
 from spec.result import Err, Ok
 
@@ -225,9 +225,18 @@ class MachineObserver:
         op = self.recorder.begin(self._new_process(), RAISED, obj, value)
         self.recorder.fail(op, STEP_RAISED)
 
+    def queried(self, obj: str, machine: str, name: str, args: Mapping[str, object], answer: object) -> None:
+        """The broker answered ``name`` (a ``VECTORS`` observer of ``machine``) from ``obj``'s state:
+        an atomic query row completed ``ok`` with the answer (:data:`spec.history.QUERY`); ``args``
+        and ``answer`` are JSON."""
+        value = {"@type": QUERY, "machine": machine, **args}
+        op = self.recorder.begin(self._new_process(), name, obj, value)
+        self.recorder.ok(op, answer, null=True)
+
     def recovered(self, obj: str, machine: str, inputs: Mapping[str, object]) -> None:
         """``obj`` was loaded from its durable state; ``inputs`` (JSON) is what its recovery read."""
-        value = {"@type": "Recover", "machine": machine, "config": self._config, **inputs}
+        # ``ordered``: every row of this object is numbered as its machine steps (format version 5)
+        value = {"@type": "Recover", "machine": machine, "config": self._config, ORDERED: True, **inputs}
         op = self.recorder.begin(self._new_process(), RECOVER, obj, value)
         self.recorder.ok(op)
 

@@ -31,7 +31,11 @@ for operations of unknown outcome and for reads (the loop is :mod:`invariants._w
   vouches for, such as the order an engine stepped its machine in.  It is replayed first; when it
   respects real time (no operation placed after one that was called only after it returned) and
   the model accepts every step, it is a linearization and the part is ``ok`` in one pass.  Anything
-  else is left to the search, so a witness can only shorten the search, never change a verdict.
+  else is left to the search, so a witness can only shorten the search, never change a verdict;
+  unless the model says the witness is binding for the part (``Model.witness_binding(ops)``,
+  optional: the recorder states that this is the order its operations took effect in, each at its
+  place).  Then the replay is the check: the part is ``illegal`` at the first operation the replay
+  cannot place, whatever other order would fit, and no search runs (linear in the part).
 
 Linearizability is local (Herlihy and Wing), so a history is linearizable iff each object's
 sub-history is: :func:`check_history` splits first (``Model.partition``), lets the parts take
@@ -138,6 +142,8 @@ class Model(Protocol):
     # Optional: ``may_skip(decoded)``, per operation of a part, whether it is accepted in every state
     # reachable after its call when its output is UNKNOWN (then the search may leave it for last).
     # Optional: ``witness_order(ops)``, positions in the part of an order to try first (see above).
+    # Optional: ``witness_binding(ops)``, whether that order is the one the part's operations took
+    # effect in (then it is the only order tried, see above).
 
     def describe_op(self, op_input: Any, op_output: Any) -> str: ...
 
@@ -268,6 +274,7 @@ class _Found:
     order: list[int]
     blocked: int | None
     state: Any
+    in_order: bool = False  # illegal in the binding witness order (no search ran)
 
 
 def _search_module() -> ModuleType:
@@ -357,8 +364,10 @@ class _Part:
         may_skip = getattr(model, "may_skip", None)
         witness_order = getattr(model, "witness_order", None)
         witness = None if witness_order is None else list(witness_order(ops))
+        witness_binding = getattr(model, "witness_binding", None)
+        binding = witness is not None and witness_binding is not None and bool(witness_binding(ops))
         self._search = _search(
-            model.init(), model.step, decoded, calls, returns, step_budget, read_state, may_skip, witness
+            model.init(), model.step, decoded, calls, returns, step_budget, read_state, may_skip, witness, binding
         )
 
     @property
@@ -407,7 +416,15 @@ class _Part:
         indexes = tuple(ops[i].index for i in found.order)
         blocked_index = ops[found.blocked].index if found.blocked is not None else None
         reason = ""
-        if found.verdict is Verdict.ILLEGAL and found.blocked is not None:
+        if found.verdict is Verdict.ILLEGAL and found.blocked is not None and found.in_order:
+            inp, out = self.decoded[found.blocked]
+            reason = (
+                f"after {len(found.order)} operations in the order they took effect (the recorder vouches for "
+                f"it) the state is {model.describe_state(found.state)}; op {blocked_index} "
+                f"({model.describe_op(inp, out)}) cannot be placed there: the model rejects it (or it returned "
+                f"before one placed ahead of it was called)"
+            )
+        elif found.verdict is Verdict.ILLEGAL and found.blocked is not None:
             inp, out = self.decoded[found.blocked]
             reason = (
                 f"after {len(found.order)} linearized operations the state is {model.describe_state(found.state)}; "
@@ -482,6 +499,7 @@ def _search(
     read_state: Callable[[Any, Any], Any] | None = None,
     may_skip: Callable[[Sequence[tuple[Any, Any]]], Sequence[bool]] | None = None,
     witness: Sequence[int] | None = None,
+    binding: bool = False,
 ) -> Generator[None, None, _Found]:
     """The search of one part (:func:`invariants._wgl.search`, compiled when it could be built),
     then the optional operations it left out placed last: a linearization of every operation.
@@ -489,13 +507,16 @@ def _search(
     An operation is optional when it never returned and the model's ``may_skip`` says it is
     accepted in every state reachable after its call (so leaving it for last is always possible);
     without ``may_skip`` none is, and each must be placed before the end like any other.  A
-    ``witness`` order that :func:`_replay` accepts is the linearization, without a search."""
+    ``witness`` order that :func:`_replay` accepts is the linearization, without a search; a
+    ``binding`` one that it does not accept makes the part illegal at the operation it stopped at."""
     inputs = [d[0] for d in decoded]
     outputs = [d[1] for d in decoded]
     if witness is not None and sorted(witness) == list(range(len(decoded))):
-        replayed = _replay(init, step, inputs, outputs, calls, returns, witness)
-        if replayed is not None:
-            return _Found(Verdict.OK, len(witness), list(witness), None, replayed[0])
+        stepped, after = _replay(init, step, inputs, outputs, calls, returns, witness)
+        if len(stepped) == len(witness):
+            return _Found(Verdict.OK, len(witness), list(witness), None, after)
+        if binding:
+            return _Found(Verdict.ILLEGAL, len(stepped) + 1, stepped, witness[len(stepped)], after, in_order=True)
     skippable = [False] * len(decoded) if may_skip is None else list(may_skip(decoded))
     optional = [skippable[i] and returns[i] == math.inf for i in range(len(decoded))]
     if read_state is None:
@@ -528,17 +549,20 @@ def _replay(
     calls: Sequence[int],
     returns: Sequence[float],
     order: Sequence[int],
-) -> tuple[Any] | None:
-    """The state after stepping the operations in ``order`` (in a 1-tuple), or None when the order
-    is no linearization: it puts an operation after one that was called only after it returned,
-    or the model rejects a step."""
+) -> tuple[list[int], Any]:
+    """The operations of ``order`` stepped, up to the first that makes it no linearization (one
+    placed after an operation that was called only after it returned, or that the model rejects),
+    and the state after them: all of ``order`` when it is a linearization."""
     state = init
     latest_call = -math.inf
+    placed: list[int] = []
     for i in order:
         if returns[i] < latest_call:
-            return None
-        latest_call = max(latest_call, calls[i])
-        accepted, state = step(state, inputs[i], outputs[i])
+            break
+        accepted, after = step(state, inputs[i], outputs[i])
         if not accepted:
-            return None
-    return (state,)
+            break
+        latest_call = max(latest_call, calls[i])
+        state = after
+        placed.append(i)
+    return placed, state

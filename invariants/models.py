@@ -29,6 +29,7 @@ from typing import Any
 from invariants.linearizability import NOT_A_READ, UNKNOWN, Model, partition_by_object
 from spec.history import (
     EFFECTS,
+    ORDERED,
     RAISED,
     RECOVER,
     BadHistory,
@@ -36,6 +37,7 @@ from spec.history import (
     OpType,
     effects_digest,
     is_machine_operation,
+    is_query,
     make_operation,
     object_id,
 )
@@ -218,6 +220,17 @@ class _Raised:
 
 
 @dataclass(frozen=True, slots=True)
+class _Query:
+    """A query row (:data:`spec.history.QUERY`): the observer ``name`` asked with ``args`` in the
+    component epoch it was recorded in; it answers in the state and leaves it as it was."""
+
+    epoch: int | None
+    name: str
+    observe: Callable[..., Any] = field(compare=False)
+    args: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class _Recover:
     """A ``recover`` row: the component restarts from ``state`` (already built from its inputs).
     ``diverged`` says how the engine's recovery disagrees with the machine's own recovery of the
@@ -308,6 +321,8 @@ class MachineModel:
             return _Recover(epoch, state, op.value, diverged), None
         if op.f == RAISED and is_machine_operation(op):
             return _Raised(epoch, op.value), ("err", op.error)
+        if is_query(op):
+            return self._query(op, epoch)
         command_type = self._commands.get(op.f)
         if command_type is None:
             raise _bad(
@@ -335,6 +350,46 @@ class MachineModel:
             return _Step(epoch, command), NO_EFFECT if op.error is None else ("err", op.error, effects)
         return _Step(epoch, command), ("ok", None if op.result is None else _canonical(op.returned), effects)
 
+    def _query(self, op: Operation, epoch: int | None) -> tuple[_Query, tuple[str, Any, None]]:
+        """A query row: the observer it names (the machine's ``VECTORS.observers``), its arguments
+        decoded as the observer's parameters, and the answer it recorded."""
+        from reference.conformance import decode_args
+        from spec.jsonvalues import JsonError
+
+        observers = {} if self._vectors is None else self._vectors.observers
+        observe = observers.get(op.f)
+        if observe is None:
+            known = ", ".join(sorted(observers)) or "none"
+            raise _bad(op, "f", f"machine {self.name!r} has no observer {op.f!r} to query; observers are {known}")
+        args = dict(op.args)
+        args.pop("@type")
+        machine = args.pop("machine", self.name)
+        if machine != self.name:
+            raise _bad(op, "value", f"a query of machine {machine!r} on an object checked against {self.name!r}")
+        if op.type is not OpType.OK:
+            raise _bad(op, "type", f"a query row is ok (the broker answered it at once), not {op.type.value}")
+        try:
+            decoded = decode_args(observe, args, "$.value")
+        except JsonError as exc:
+            raise _bad(op, "value", f"not the arguments of {op.f}: {exc}") from None
+        query = _Query(epoch, op.f, observe, tuple(sorted(decoded.items())))
+        try:
+            hash(query)  # the search remembers the configurations it saw
+        except TypeError:
+            raise _bad(op, "value", f"the arguments of {op.f} are not values a query takes: {op.value}") from None
+        return query, ("ok", _canonical(op.returned), None)
+
+    def _answer(self, machine: Any, query: _Query) -> str:
+        """What ``query``'s observer answers in ``machine`` (JSON, canonical); a question outside the
+        machine's domain (:data:`reference.conformance.REFUSED`) is answered by no state."""
+        from reference.conformance import REFUSED, refusal
+        from spec.jsonvalues import to_json
+
+        try:
+            return _canonical(to_json(query.observe(machine, **dict(query.args))))
+        except REFUSED as exc:
+            return f"refused: {refusal(exc)}"
+
     def _recovery(self, op: Operation) -> tuple[Any, str | None]:
         """The machine state a ``recover`` row restarts from, and how the engine's recovery
         diverged from it (None: it did not, or the row carries nothing to tell).
@@ -357,6 +412,8 @@ class MachineModel:
             raise _bad(op, "f", f"machine model {self.name!r} was built without VECTORS: it cannot recover")
         inputs = dict(op.args)
         inputs.pop("@type", None)
+        if type(inputs.pop(ORDERED, True)) is not bool:
+            raise _bad(op, "value", f"{ORDERED} says whether the rows are in the order they took effect: true or false")
         machine = inputs.pop("machine", self.name)
         if machine != self.name:
             raise _bad(op, "value", f"a recovery of machine {machine!r} on an object checked against {self.name!r}")
@@ -393,6 +450,10 @@ class MachineModel:
             return True, (epoch + 1, op_input.state)
         if isinstance(op_input, _Raised):
             return False, state
+        if isinstance(op_input, _Query):
+            if op_input.epoch is not None and op_input.epoch != epoch:
+                return False, state
+            return op_output is UNKNOWN or self._answer(machine, op_input) == op_output[1], state
         if op_output is NO_EFFECT:
             return True, state
         if op_input.epoch is not None and op_input.epoch != epoch:
@@ -406,6 +467,12 @@ class MachineModel:
     def refusal(self, state: Any, op_input: Any, op_output: Any) -> str | None:
         """Why :meth:`step` refuses a step's row in ``state``, in words (None: it does not, or the
         row is not a step's): what the machine returns there, or the effects it asks for."""
+        if isinstance(op_input, _Query) and op_output is not UNKNOWN:
+            epoch, machine = state
+            if op_input.epoch is not None and op_input.epoch != epoch:
+                return f"the row is of component epoch {op_input.epoch}, the state of epoch {epoch}"
+            answer = self._answer(machine, op_input)
+            return None if answer == op_output[1] else f"the machine answers {answer} here, the row {op_output[1]}"
         if not isinstance(op_input, _Step) or op_output is UNKNOWN or op_output is NO_EFFECT:
             return None
         epoch, machine = state
@@ -422,6 +489,17 @@ class MachineModel:
             op_output is UNKNOWN and isinstance(op_input, _Step) and (op_input.epoch is None or op_input.epoch == last)
             for op_input, op_output in decoded
         ]
+
+    def witness_binding(self, ops: Sequence[Operation]) -> bool:
+        """Whether the part's index order is the order its steps took effect in, each at its place
+        (format version 5): its first row is a ``recover`` row that says so (:data:`spec.history.ORDERED`).
+        Then that order is the check, not a hint: a step the machine rejects at its own place is
+        illegal even when another order of the rows would fit their windows (an unanswered request
+        the engine never served can be placed anywhere, and a window hides which step came first)."""
+        if not ops:
+            return False
+        first = min(ops, key=lambda o: o.index)
+        return first.f == RECOVER and is_machine_operation(first) and first.args.get(ORDERED) is True
 
     def witness_order(self, ops: Sequence[Operation]) -> list[int]:
         """The order to replay before any search: index order, the order the engine stepped the
@@ -451,6 +529,11 @@ class MachineModel:
             return text if op_input.diverged is None else f"{text}: {op_input.diverged}"
         if isinstance(op_input, _Raised):
             return f"raised {op_input.text} (a correct component never raises)"
+        if isinstance(op_input, _Query):
+            from invariants.readable import short
+
+            asked = ", ".join(f"{key}={short(value)}" for key, value in op_input.args)
+            return f"query {op_input.name}({asked}) -> {'?' if op_output is UNKNOWN else op_output[1]}"
         if op_output is UNKNOWN:
             shown = "?"
         elif op_output is NO_EFFECT:

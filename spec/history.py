@@ -94,6 +94,18 @@ its machine.  They are told apart from client operations by their ``value``: a J
   ``UnknownError`` (what a broker answers when a handler throws).  A step of a machine that raised is
   recorded as that command, ``fail`` with ``UnknownError``.  A correct broker raises nowhere, so
   no model accepts either.
+* A query row (:data:`QUERY`, format version 5): the broker answered a question from the machine's
+  state without stepping it (the admin ``checkPositionInPendingAckState``, PA-21).  ``f`` is the
+  machine's ``VECTORS`` observer name, ``value`` is ``{"@type": "Query", "machine": ..., <the
+  observer's arguments>}``, ``result`` the JSON of its answer; atomic, ``ok``.  The model accepts
+  the row in a state only if the observer gives that answer there, and the state does not move:
+  what a client was told about a machine's state is judged against the state its steps built.
+* Format version 5: a ``recover`` row may carry ``"ordered": true`` (:data:`ORDERED`): the recorder
+  vouches that the rows of that epoch are numbered in the order they took effect, each at its place
+  (a row of unknown outcome too: the machine stepped it there; a ``fail`` without ``error`` never
+  reached the machine).  The model then replays them in that order and nothing else: a row it rejects
+  at its place is illegal even if another order would fit the rows' windows.  The engine's recorder
+  says so (it numbers each row when the machine steps); a history without the key is searched as before.
 
 Client operations that the client library itself failed (format version 2).  A client library that
 throws an exception of its own (not one of Pulsar's errors) fails the application's call with it:
@@ -124,7 +136,9 @@ __all__ = [
     "JSONL_REQUIRED",
     "NULLABLE",
     "OBJECT_KINDS",
+    "ORDERED",
     "PARQUET_COLUMNS",
+    "QUERY",
     "RAISED",
     "RECOVER",
     "SCHEMA_VERSION",
@@ -135,6 +149,7 @@ __all__ = [
     "Operation",
     "effects_digest",
     "is_machine_operation",
+    "is_query",
     "make_operation",
     "object_id",
     "pair_events",
@@ -153,7 +168,9 @@ __all__ = [
 # 4: a machine step's ``value`` also carries the digest of the step's effects (:data:`EFFECTS`); the
 # columns are those of version 1, and older histories read and check as before (their steps' effects
 # are not judged).
-SCHEMA_VERSION: Final = 4
+# 5: query rows (:data:`QUERY`): an answer the broker gave from a machine's state; the columns are those
+# of version 1, and older histories read and check as before (they hold no query to judge).
+SCHEMA_VERSION: Final = 5
 
 
 class OpType(enum.Enum):
@@ -254,6 +271,12 @@ RECOVER: Final = "recover"
 # The ``f`` of a machine-level operation that records a component raising outside any step of its
 # machine (see the module docstring).  No machine has such a command: the model never accepts one.
 RAISED: Final = "raised"
+# The key of a ``recover`` row (format version 5) by which the recorder vouches that the rows of that
+# epoch are numbered in the order they took effect, each at its place (see the module docstring).
+ORDERED: Final = "ordered"
+# The ``@type`` of a machine-level row that records a query of the machine (format version 5; its
+# ``f`` is the ``VECTORS`` observer asked, see the module docstring).
+QUERY: Final = "Query"
 
 
 def is_machine_operation(op: Operation) -> bool:
@@ -262,6 +285,14 @@ def is_machine_operation(op: Operation) -> bool:
         return False
     args = op.args
     return isinstance(args, dict) and "@type" in args
+
+
+def is_query(op: Operation) -> bool:
+    """A machine-level query row (:data:`QUERY`)."""
+    if '"Query"' not in op.value:  # most rows: no parse
+        return False
+    args = op.args
+    return isinstance(args, dict) and args.get("@type") == QUERY
 
 
 def state_digest(state: object) -> str:

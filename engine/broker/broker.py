@@ -31,7 +31,6 @@ from engine.scheduler import Future, Simulation
 from engine.storage.bufferedwriter_metrics import BufferedWriterMetrics
 from engine.storage.ledger import InitialPosition, LedgerError, ManagedLedger
 from engine.storage.record_log import RecordLog
-from reference import buffer as tb
 from reference import pending_ack as pa
 from spec.config import Config
 from spec.envelope import LogKind
@@ -43,6 +42,7 @@ from spec.errors import (
     ServiceUnitNotReady,
     SubscriptionBusy,
     SubscriptionNotFound,
+    error_by_name,
 )
 from spec.result import Err, Ok
 from spec.types import Position, Subscription, TxnAction, TxnID
@@ -378,10 +378,13 @@ class Broker:
         part = self._serving(partition)
         if part is None or part.state is None:
             return Future()
-        result = tb.get_last_message_id(part.state)
-        if not isinstance(result, Ok):
-            return fail(result.error)
-        return Future.completed(result.value)
+        # recorded as a query row of the buffer (the observer answers the position, or the error's
+        # name while it recovers), judged against the state the buffer's steps built
+        answer = part.query("last_message_id")
+        if isinstance(answer, str):
+            return fail(error_by_name(answer)("Failed to recover Transaction Buffer."))
+        assert isinstance(answer, Position)
+        return Future.completed(answer)
 
     def check_position_in_pending_ack(
         self, partition: str, name: str, position: Position, batch_index: int | None
@@ -397,9 +400,10 @@ class Broker:
             return fail(SubscriptionNotFound(f"subscription {name} of {partition} does not exist"))
         if sub.state is None:
             return fail(ServiceUnitNotReady(f"subscription {name} of {partition} is not loaded"))
-        state = sub.state
-        # asked of the subscription's machine as its own work: a raise is contained as its failure
-        where = sub.within(lambda: pa.check_position_in_pending_ack_state(state, position, batch_index))
+        # asked of the subscription's machine as its own work (a raise is contained as its failure)
+        # and recorded as a query row, which the checker judges against the state the steps built
+        where = sub.query("check_position_in_pending_ack_state", position=position, batch_index=batch_index)
+        assert isinstance(where, pa.PositionInPendingAck)
         return Future.completed(where)
 
     def delete_topic(self, topic: str, *, force: bool = False) -> Future[None]:

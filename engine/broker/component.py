@@ -43,6 +43,7 @@ from engine.scheduler import Future, Simulation
 from engine.storage.bufferedwriter_metrics import BufferedWriterMetrics
 from engine.storage.ledger import LedgerError, ManagedLedger
 from engine.storage.record_log import LogWriteFailed
+from reference.conformance import machine_vectors
 from spec.config import Config
 from spec.envelope import LogKind
 from spec.errors import DomainError, error_by_name
@@ -174,6 +175,25 @@ class Component(Generic[S, C, R]):
         raises is contained as this component raising it (:meth:`Broker.contain` crashes the
         innermost component on the stack), not taken for the simulator's own bug."""
         return call()
+
+    def query(self, name: str, **args: object) -> object:
+        """Ask the machine's ``VECTORS`` observer ``name`` about the current state, as this
+        component's own work (:meth:`within`), and record the answer as a query row
+        (:data:`spec.history.QUERY`): the checker asks the same observer of the state the recorded
+        steps built, so an answer the state does not give is flagged at its row.  The observer is
+        looked up at call time, as :meth:`_machine_step` looks up ``step``."""
+        assert self.state is not None
+        state = self.state
+        vectors = machine_vectors(self.machine)
+        assert vectors is not None, self.machine
+        observe = vectors.observers[name]
+        answer = self.within(lambda: observe(state, **args))
+        observer = self.host.observer
+        if observer is not None:
+            observer.queried(
+                self.obj, self.machine, name, {key: to_json(value) for key, value in args.items()}, to_json(answer)
+            )
+        return answer
 
     # -- step, then record ------------------------------------------------------------------------
 

@@ -294,6 +294,11 @@ class Programs:
                         yield from self.send(client, "out", target, f"{more.payload.decode()}>w{w}.{n}b", txn=txn)
                         yield consumer.acknowledge_async(more, txn=txn)
                 yield from self.end(txn)
+                if self.spec.queries:
+                    # Asked again once the txn ended: no txn holds it now, so the answer is where the
+                    # pending ack's own view of the cursor puts it (MarkDelete at or below its
+                    # mark-delete position, else NotInPendingAck), a view no other answer shows.
+                    yield from self.query(lambda: consumer.check_position_in_pending_ack_async(msg))
 
             yield from attempt(one)
         if self.spec.rereads:
@@ -334,6 +339,9 @@ class Programs:
         except OperationFailed:
             yield txn.commit_async()
             self.committed += 1
+        if self.spec.queries:
+            # the admin check once the txn ended, as the processor that waits asks it (ctp_worker)
+            yield from self.query(lambda: consumer.check_position_in_pending_ack_async(msg))
 
     def close_input(self, consumer: Consumer) -> Proc:
         """A processor is done with its input subscription."""

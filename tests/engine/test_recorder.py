@@ -34,6 +34,7 @@ from reference import buffer as tb
 from spec.config import Config
 from spec.history import (
     EFFECTS,
+    ORDERED,
     RAISED,
     RECOVER,
     BadHistory,
@@ -41,6 +42,7 @@ from spec.history import (
     OpType,
     effects_digest,
     is_machine_operation,
+    is_query,
     parse_object,
     validate_history,
 )
@@ -56,6 +58,7 @@ def _recovery(machine: str, op: Operation) -> object:
     vectors = importlib.import_module(f"reference.{machine}").VECTORS
     inputs = dict(op.args)
     assert inputs.pop("@type") == "Recover" and inputs.pop("machine") == machine
+    assert inputs.pop(ORDERED) is True  # the recorder numbers every row as its machine steps
     return vectors.recover(Config().with_overrides(inputs.pop("config")), inputs)
 
 
@@ -100,6 +103,27 @@ def test_unknown_outcomes_and_windows_are_recorded() -> None:
     atomic = [op for op in machine if op.completed_at == op.invoked_at]
     assert windows and atomic
     assert {op.f for op in atomic} >= {"tick", RECOVER}  # the broker's own steps are instants
+
+
+def test_an_answer_from_a_machine_state_is_an_atomic_query_row() -> None:
+    """The broker's answers from a machine's state (PA-21's admin check, TB-18's last message id)
+    are query rows (format version 5): their own process, an instant, ok, the observer's name and
+    arguments, the answer the client got, on the object of the machine that gave it."""
+    ops = run(RunSpec(workload="ctp", seed=2, ops=10, queries=True)).operations
+    queries = [op for op in ops if is_query(op)]
+    assert {op.f for op in queries} == {"check_position_in_pending_ack_state", "last_message_id"}
+    for op in queries:
+        assert op.type is OpType.OK and op.invoked_at == op.completed_at and is_machine_operation(op)
+        args = op.args
+        assert args["@type"] == "Query"
+        assert args["machine"] == KIND_MACHINE[parse_object(op.object)[0]]
+    asked = [op for op in queries if op.f == "check_position_in_pending_ack_state"]
+    assert all(set(op.args) == {"@type", "machine", "position", "batch_index"} for op in asked)
+    answered = Counter(op.returned for op in asked)
+    got = Counter(
+        op.returned["state"] for op in ops if op.f == "check_position_in_pending_ack" and op.type is OpType.OK
+    )
+    assert answered == got  # each answer a client got is a query row's, and no other
 
 
 @pytest.mark.parametrize("kind", ["coordinator", "partition", "subscription"])
@@ -383,3 +407,44 @@ def test_an_unanswered_step_is_held_to_its_effects() -> None:
         assert victim.index in cx.core
         checked += 1
     assert checked >= 2
+
+
+def test_a_step_refused_at_its_place_is_caught_though_another_order_fits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Format version 5: the recorder vouches that each object's rows are numbered as its machine
+    stepped them (``ordered`` on every recover row), so the per-object check replays that order and
+    no other.  Planted on ctp seed 1 of the main job: a pending ack that refuses its store's failure
+    while it initializes (PA-17 retries it).  Its handle never becomes ready and the ack that started
+    the init is never answered, so that ack's row is of unknown outcome and its window would let it
+    come after the refusal, where the refusal is right.  In the recorded order it is refused where
+    the machine retries."""
+    from engine.simulation.workloads import main_job_spec
+    from reference import pending_ack as pa
+    from spec.errors import NotAllowed
+    from spec.result import Err
+
+    original = pa._init_failed
+
+    def refused(state: pa.PendingAckState, retryable: bool) -> pa.Step:
+        if state.handle_state is pa.HandleState.INITIALIZING:
+            return state, Err(NotAllowed("planted"))
+        return original(state, retryable)
+
+    spec = main_job_spec("ctp", 1)
+    with monkeypatch.context() as patched:
+        patched.setattr(pa, "_init_failed", refused)
+        ops = run(spec).operations
+    refusals = [op for op in ops if op.f == "init_failed" and op.error == "NotAllowed"]
+    assert refusals, "the planted refusal happens on this history"
+    rows = {r.checker: r for r in check_histories({"ctp-seed1": ops}, "f", VerifyOptions())}
+    assert rows["linearizability"].verdict == "illegal"
+    assert rows["linearizability"].failing_object == refusals[0].object
+    assert rows["transactional"].verdict == rows["delivery"].verdict == "ok"  # no client rule sees it
+    # Without the recorder's word for the order, the windows explain it away.
+    unvouched = []
+    for op in ops:
+        if op.f == RECOVER and is_machine_operation(op):
+            value = {k: v for k, v in op.args.items() if k != ORDERED}
+            op = dataclasses.replace(op, value=json.dumps(value, separators=(",", ":")), _value=value)
+        unvouched.append(op)
+    again = {r.checker: r.verdict for r in check_histories({"ctp-seed1": unvouched}, "f", VerifyOptions())}
+    assert again["linearizability"] == "ok"

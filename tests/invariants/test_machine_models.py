@@ -57,13 +57,16 @@ class _History:
         self.ops.append(op)
         return op
 
-    def recover(self, at: int, records: list[Any] | None = None, **config: Any) -> Operation:
+    def recover(
+        self, at: int, records: list[Any] | None = None, *, ordered: bool | None = None, **config: Any
+    ) -> Operation:
+        header: dict[str, Any] = {"@type": "Recover", "machine": "coordinator", "config": config}
+        if ordered is not None:
+            header["ordered"] = ordered
         return self.add(
             RECOVER,
             {
-                "@type": "Recover",
-                "machine": "coordinator",
-                "config": config,
+                **header,
                 "coordinator_id": 0,
                 "records": records or [],
                 "max_local_txn_id": -1,
@@ -132,6 +135,41 @@ def test_an_unknown_op_may_be_applied_or_not() -> None:
     h.new_txn(1, None, OpType.INVOKE)
     h.new_txn(5, 2)
     assert _verdict(h.ops) is Verdict.ILLEGAL  # one unknown op cannot account for two TxnIDs
+
+
+def test_rows_the_recorder_vouches_are_in_order_are_replayed_in_that_order_only() -> None:
+    """Format version 5: a recover row with ``ordered`` true says each row of its epoch took effect
+    at its place (an unknown outcome too: the machine stepped it there).  The windows then no longer
+    let a rejected step be explained by another order."""
+    for ordered, verdict in ((None, Verdict.OK), (False, Verdict.OK), (True, Verdict.ILLEGAL)):
+        h = _History()
+        h.recover(0, ordered=ordered)
+        h.new_txn(1, None, OpType.INFO, until=3)  # stepped first, at its place: it issued (0,0)
+        h.new_txn(5, 0)
+        result = check_history(model_by_name("coordinator"), h.ops)
+        assert result.verdict is verdict, ordered
+    (bad,) = [o for o in result.objects if o.verdict is Verdict.ILLEGAL]
+    assert bad.blocked == 2 and bad.linearization == (0, 1)
+    assert "in the order they took effect (the recorder vouches for it)" in bad.reason
+    assert "cannot be placed there" in bad.reason
+    h = _History()
+    h.recover(0, ordered=True)
+    h.new_txn(1, None, OpType.INFO, until=3)
+    h.new_txn(5, 1)  # what the order says: ok in one pass, no search
+    result = check_history(model_by_name("coordinator"), h.ops)
+    assert result.verdict is Verdict.OK and result.objects[0].steps == 3
+
+
+def test_an_ordered_flag_that_is_not_a_boolean_is_bad_input() -> None:
+    from spec.history import BadHistory
+
+    h = _History()
+    h.recover(0)
+    h.ops[0] = make_operation(
+        "h", 0, 0, OpType.OK, RECOVER, OBJ, {**h.ops[0].args, "ordered": "yes"}, None, invoked_at=0, completed_at=0
+    )
+    with pytest.raises(BadHistory, match="ordered says whether the rows are in the order they took effect"):
+        model_by_name("coordinator").decode_all(h.ops)  # type: ignore[attr-defined]
 
 
 def test_an_op_left_open_by_a_crash_cannot_take_effect_after_the_recovery() -> None:
@@ -248,3 +286,89 @@ def test_bulk_checks_machine_ops_per_machine_and_clients_transactionally() -> No
     assert lin.verdict == "illegal" and lin.failing_object == OBJ and lin.explanation is not None
     explicit = check_histories({"h": [*h.ops, client]}, "f", VerifyOptions(model="coordinator"))
     assert next(r for r in explicit if r.checker == "linearizability").ops == 2  # the client's op is not fed
+
+
+# --- query rows (format version 5): an answer the broker gave from a machine's state -----------------
+
+SUB = "subscription:persistent://public/default/t-partition-0#s"
+_ACK = to_json(pa.IndividualAck(TxnID(0, 0), (pa.AckedPosition(Position(0, 0)),)))
+
+
+def _query(h: _History, at: int, answer: Any, *, f: str = "check_position_in_pending_ack_state", **extra: Any) -> None:
+    value = {"@type": "Query", "machine": "pending_ack", "position": [0, 0], **extra}
+    h.add(f, value, OpType.OK, answer, at=at, obj=SUB)
+
+
+def _pending_ack_history(before: str, after: str) -> _History:
+    """A pending ack asked where 0:0 stands before its store is ready and after a txn's ack of it is
+    applied: ``before`` and ``after`` are the answers the rows record."""
+    h = _History()
+    h.add("individual_ack", _ACK, OpType.OK, {"@type": "Queued", "queue_length": 1}, at=1, obj=SUB)
+    _query(h, 2, before)
+    h.add("init_complete", {"@type": "PendingAckInitComplete"}, OpType.OK, None, at=3, obj=SUB)
+    _query(h, 4, after)
+    return h
+
+
+def _pa_verdict(ops: list[Operation]) -> Verdict:
+    return check_history(model_by_name("pending_ack"), ops).verdict
+
+
+def test_a_query_row_is_judged_against_the_state_the_steps_built() -> None:
+    assert _pa_verdict(_pending_ack_history("PendingAckNotReady", "PendingAck").ops) is Verdict.OK
+    # PA-21: not ready while its store initializes, the txn's ack once it is ready; either answer in
+    # the other state is one the machine never gives
+    assert _pa_verdict(_pending_ack_history("PendingAck", "PendingAck").ops) is Verdict.ILLEGAL
+    assert _pa_verdict(_pending_ack_history("PendingAckNotReady", "PendingAckNotReady").ops) is Verdict.ILLEGAL
+    assert _pa_verdict(_pending_ack_history("PendingAckNotReady", "NotInPendingAck").ops) is Verdict.ILLEGAL
+
+
+def test_a_query_changes_nothing_and_is_told_in_words() -> None:
+    model = model_by_name("pending_ack")
+    h = _pending_ack_history("PendingAckNotReady", "NotInPendingAck")
+    decoded = [model.decode(op) for op in h.ops]
+    state = model.init()
+    for op_input, op_output in decoded[:3]:
+        accepted, after = model.step(state, op_input, op_output)
+        assert accepted
+        if op_input is decoded[1][0]:
+            assert after == state  # the query left the state as it was
+        state = after
+    query_input, query_output = decoded[3]
+    assert model.refusal(state, query_input, query_output) == (
+        'the machine answers "PendingAck" here, the row "NotInPendingAck"'
+    )
+    assert model.describe_op(query_input, query_output).startswith("query check_position_in_pending_ack_state(")
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"f": "no_such_observer"}, "has no observer 'no_such_observer' to query"),
+        ({"machine": "coordinator"}, "a query of machine 'coordinator'"),
+        ({"extra": {"when": 3}}, "not the arguments of check_position_in_pending_ack_state"),
+        ({"extra": {"position": "0:0"}}, "not the arguments of check_position_in_pending_ack_state"),
+        ({"type": OpType.INFO}, "a query row is ok"),
+    ],
+)
+def test_a_malformed_query_row_is_refused_in_one_line(change: dict[str, Any], words: str) -> None:
+    from spec.history import BadHistory
+
+    value: dict[str, Any] = {"@type": "Query", "machine": change.get("machine", "pending_ack"), "position": [0, 0]}
+    value.update(change.get("extra", {}))
+    op_type = change.get("type", OpType.OK)
+    op = make_operation(
+        "h",
+        0,
+        0,
+        op_type,
+        change.get("f", "check_position_in_pending_ack_state"),
+        SUB,
+        value,
+        "PendingAck",
+        invoked_at=1,
+        completed_at=None if op_type is OpType.INVOKE else 1,
+    )
+    with pytest.raises(BadHistory, match=words) as raised:
+        model_by_name("pending_ack").decode(op)
+    assert "\n" not in str(raised.value)

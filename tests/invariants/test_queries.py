@@ -12,7 +12,7 @@ from engine.simulation.client import Cluster, ConsumerType
 from engine.simulation.workloads import RunSpec, main_job_spec, run
 from invariants.client_visible import CHECKS, check_client_visible
 from reference import pending_ack as pa
-from spec.history import TXN_FUNCTIONS, OpType, make_operation
+from spec.history import TXN_FUNCTIONS, OpType, is_query, make_operation
 from tests.invariants.history_builder import SUB, H, P
 
 T = (0, 1)
@@ -189,6 +189,71 @@ def test_missing_pending_ack_has_teeth_on_a_main_job_history() -> None:
     assert set(result.counts) == {"missing-pending-ack"}, result.counts
 
 
+def _planted(module: Any, name: str, wrong: Any) -> list[Any]:
+    """The ctp queries history of seed 9 with ``module.name`` replaced by ``wrong`` (given the
+    original), and its verdict rows."""
+    from invariants.verify import VerifyOptions, check_histories
+
+    spec = main_job_spec("ctp", 9)
+    original = getattr(module, name)
+    setattr(module, name, wrong(original))
+    try:
+        ops = run(spec).operations
+    finally:
+        setattr(module, name, original)
+    return [ops, check_histories({"ctp-seed9": ops}, "f", VerifyOptions())]
+
+
+def test_the_answers_are_query_rows_the_per_object_check_judges() -> None:
+    """Each answer is recorded as a query row of the machine that gave it (format version 5), and
+    the per-object check asks the same observer of the state the recorded steps built.  From the
+    client's side either planted answer is allowed (a handle or a buffer may be recovering at any
+    time), so only the query rows show them: a pending ack that answers not-ready while ready
+    (PA-21), and a buffer that answers not-ready once recovered (TB-18)."""
+    from invariants.verify import VerifyOptions, check_histories
+    from reference import buffer as tb
+    from spec.errors import ServiceUnitNotReady
+    from spec.history import is_query
+    from spec.result import Err
+
+    clean = run(main_job_spec("ctp", 9)).operations
+    asked = {op.f for op in clean if is_query(op)}
+    assert asked == {"check_position_in_pending_ack_state", "last_message_id"}
+
+    def not_ready_pending_ack(original: Any) -> Any:
+        def answer(state: pa.PendingAckState, *args: Any) -> pa.PositionInPendingAck:
+            if state.handle_state is pa.HandleState.READY:
+                return pa.PositionInPendingAck.PendingAckNotReady
+            return original(state, *args)
+
+        return answer
+
+    def not_ready_buffer(original: Any) -> Any:
+        def answer(state: Any) -> Any:
+            return Err(ServiceUnitNotReady("planted")) if state.status is tb.BufferStatus.READY else original(state)
+
+        return answer
+
+    for module, name, wrong, kind in (
+        (pa, "check_position_in_pending_ack_state", not_ready_pending_ack, "subscription:"),
+        (tb, "get_last_message_id", not_ready_buffer, "partition:"),
+    ):
+        ops, rows = _planted(module, name, wrong)
+        assert check_client_visible(ops).ok, name  # no rule of the clients' operations judges it
+        verdicts = {row.checker: row for row in rows}
+        assert {c: r.verdict for c, r in verdicts.items()} == {
+            "linearizability": "illegal",
+            "transactional": "ok",
+            "delivery": "ok",
+        }, name
+        failing = verdicts["linearizability"].failing_object
+        assert failing is not None and failing.startswith(kind), (name, failing)
+        # and it is the query rows that show it: the steps alone are the machine's
+        without = [op for op in ops if not is_query(op)]
+        again = check_histories({"ctp-seed9": without}, "f", VerifyOptions())
+        assert {r.verdict for r in again} == {"ok"}, name
+
+
 # --- the engine and the workloads ------------------------------------------------------------------
 
 
@@ -214,7 +279,18 @@ def test_the_engine_answers_the_last_dispatchable_position_and_the_pending_ack_s
     assert consumer.get_last_message_id() > first
     fs = [op.f for op in cluster.history()]
     assert fs.count("get_last_message_id") == 3 and fs.count("check_position_in_pending_ack") == 3
-    assert check_client_visible(cluster.history(machines=True)).ok
+    everything = cluster.history(machines=True)
+    assert check_client_visible(everything).ok
+    # every answer is also the machine's query row, with the answer the client got
+    queries = [(op.f, op.returned) for op in everything if is_query(op)]
+    assert queries == [
+        ("last_message_id", [first.ledger_id, first.entry_id]),
+        ("last_message_id", [first.ledger_id, first.entry_id]),
+        ("check_position_in_pending_ack_state", "PendingAckNotReady"),
+        ("check_position_in_pending_ack_state", "PendingAck"),
+        ("check_position_in_pending_ack_state", "MarkDelete"),
+        ("last_message_id", queries[-1][1]),
+    ]
 
 
 def test_a_txn_ended_after_its_subscription_was_unsubscribed_ends_as_pulsar_does() -> None:
