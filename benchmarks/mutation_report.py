@@ -141,6 +141,9 @@ class Context:
     # The flip layer (``--flips``): the histories each mutant is judged on (by mutant id), and only
     # the history layer runs.
     specs_for: dict[str, list[RunSpec]] | None = None
+    # and the histories it is judged on next when none of those flags it: one per variant of the main
+    # job that none of them has switched on (:func:`_variant_histories`)
+    more_for: dict[str, list[RunSpec]] | None = None
 
 
 def _name(spec: RunSpec) -> str:
@@ -220,12 +223,20 @@ def client_view(ops: list[Operation]) -> list[tuple[Any, ...]]:
 MUTANT_EVENT_LIMIT_S = 5.0
 
 
-def history_layer(specs: list[RunSpec], ctx: Context, conn: Any, to_checker: Any) -> dict[str, Any]:
+def history_layer(
+    specs: list[RunSpec], ctx: Context, conn: Any, to_checker: Any, more: list[RunSpec] | None = None
+) -> dict[str, Any]:
     """The histories of ``specs`` with the mutant applied, each compared with its unmutated run and,
     when it changed, checked in the checker process.  ``client_changed``: a client operation
-    changed, not only the machines' rows (:func:`client_view`)."""
+    changed, not only the machines' rows (:func:`client_view`).  ``more``: histories judged next,
+    only while no check has flagged the mutant, up to the first that does (``by_variant`` names it)."""
     state: dict[str, Any] = {"changed": False, "reached": True, "bulk": None, "oracle": None, "flags": []}
-    for spec in specs:
+    first = len(specs)
+    for k, spec in enumerate([*specs, *(more or [])]):
+        if k >= first and (state["bulk"] or state["oracle"] or "engine" in state):
+            break
+        if k == first:
+            state["more_histories"] = len(more or [])
         name = _name(spec)
         conn.send(("running", name))
         try:
@@ -257,6 +268,8 @@ def history_layer(specs: list[RunSpec], ctx: Context, conn: Any, to_checker: Any
             state["undecided"] = name  # a check could not judge it (FLAGGING): not flagged
         if not state.get("client_check") and any(f.startswith(("transactional:", "delivery:")) for f in flags):
             state["client_check"] = name  # flagged by a check of the clients' operations
+        if k >= first and (bulk or oracle):
+            state["by_variant"] = name
         if state["bulk"] and state["oracle"]:
             break
     return state
@@ -278,7 +291,8 @@ def child(mutant: Mutant, ctx: Context, conn: Any) -> None:
                 conn.send(("history", {"changed": False, "reached": False}))
                 return
             specs = ctx.specs if ctx.specs_for is None else ctx.specs_for.get(mutant.id, [])
-            conn.send(("history", history_layer(specs, ctx, conn, to_checker)))
+            more = None if ctx.more_for is None else ctx.more_for.get(mutant.id)
+            conn.send(("history", history_layer(specs, ctx, conn, to_checker, more)))
     except MutationError as exc:
         conn.send(("error", str(exc)))
     finally:
@@ -619,10 +633,46 @@ def _spread(histories: list[str], k: int) -> list[tuple[str, int]]:
     return picked
 
 
+def _variant_histories(histories: list[str], picked: list[tuple[str, int]], limit: int) -> list[tuple[str, int]]:
+    """For each variant of the main job (a switch :data:`MAIN_JOB` mixes by seed) that none of
+    ``picked`` has on, the first of ``histories`` (the reach report's order) with it on; at most
+    ``limit`` in all.  A flip's consequence often shows only where a variant asks a question that
+    shows it (the admin check after a transaction ends, of the queries variant, shows the pending
+    ack's own view of the cursor), and neither the rarest paths nor the lowest seeds need have it."""
+    from engine.simulation.options import MAIN_JOB
+
+    switches = [f.name for f in dataclasses.fields(RunSpec) if getattr(MAIN_JOB, f.name, None) == "mixed"]
+    specs: dict[tuple[str, int], RunSpec] = {}
+
+    def spec_of(key: tuple[str, int]) -> RunSpec:
+        found = specs.get(key)
+        if found is None:
+            found = specs[key] = main_job_spec(*key)
+        return found
+
+    on = {name for h in picked for name in switches if getattr(spec_of(h), name) is True}
+    out: list[tuple[str, int]] = []
+    for name in switches:
+        if name in on or len(out) >= limit:
+            continue
+        for h in histories:
+            workload, _, seed = h.partition(":")
+            key = (workload, int(seed))
+            if key in picked or key in out:
+                continue
+            spec = spec_of(key)
+            if getattr(spec, name) is True:
+                out.append(key)
+                on.update(n for n in switches if getattr(spec, n) is True)
+                break
+    return out
+
+
 def flip_context(args: argparse.Namespace, machines: list[str]) -> tuple[list[Mutant], int, Context]:
     """The flip mutants (``devtools.mutation.flip_mutants``) of ``machines`` whose ``if`` some history of
     the branch-reach report executed, the flips in all, and the context judging each one on up to
-    ``--per-branch`` of those histories (the main job's runs at ``--flip-ops``), against their
+    ``--per-branch`` of those histories (the main job's runs at ``--flip-ops``) and, while none of them
+    flags it, on the histories of :func:`_variant_histories` (``--per-variant``), against their
     unmutated runs."""
     from devtools.mutation import flip_mutants
     from invariants.client_visible import check_client_visible
@@ -631,12 +681,18 @@ def flip_context(args: argparse.Namespace, machines: list[str]) -> tuple[list[Mu
     population = [m for machine in machines for m in flip_mutants(machine)]
     chosen: list[Mutant] = []
     specs_for: dict[str, list[RunSpec]] = {}
+    more_for: dict[str, list[RunSpec]] = {}
     for m in population:
         executed = sites.get(m.module, {}).get(str(m.line), [])
         if executed:
+            picked = _spread(executed, args.per_branch)
             specs_for[m.id] = [
                 dataclasses.replace(main_job_spec(w, seed, args.flip_ops), deadline_ms=args.deadline)
-                for w, seed in _spread(executed, args.per_branch)
+                for w, seed in picked
+            ]
+            more_for[m.id] = [
+                dataclasses.replace(main_job_spec(w, seed, args.flip_ops), deadline_ms=args.deadline)
+                for w, seed in _variant_histories(executed, picked, args.per_variant)
             ]
             chosen.append(m)
     if args.mutants:
@@ -644,7 +700,7 @@ def flip_context(args: argparse.Namespace, machines: list[str]) -> tuple[list[Mu
         chosen = [m for m in chosen if m.id in wanted]
     histories: dict[str, list[Operation]] = {}
     for m in chosen:
-        for spec in specs_for[m.id]:
+        for spec in [*specs_for[m.id], *more_for[m.id]]:
             name = _name(spec)
             if name not in histories:
                 histories[name] = ops = run(spec).operations
@@ -652,7 +708,7 @@ def flip_context(args: argparse.Namespace, machines: list[str]) -> tuple[list[Mu
                 if flags or not check_client_visible(ops).ok:
                     raise SystemExit(f"the unmutated history {name} is not clean: {flags}")
     reached = {(m.module, m.function) for m in chosen}
-    return chosen, len(population), Context([], histories, reached, {}, specs_for)
+    return chosen, len(population), Context([], histories, reached, {}, specs_for, more_for)
 
 
 def flip_table(rows: list[dict[str, Any]], population: dict[str, int]) -> list[dict[str, Any]]:
@@ -671,6 +727,7 @@ def flip_table(rows: list[dict[str, Any]], population: dict[str, int]) -> list[d
                 "client_changed": sum(bool(r.get("client_changed")) for r in changed),
                 "flagged": sum(bool(r.get("bulk") or r.get("oracle")) for r in changed),
                 "client_flagged": sum(bool(r.get("client_check")) for r in changed),
+                "by_variant": sum(bool(r.get("by_variant")) for r in changed),
                 "run_fails": sum(bool(r.get("engine") or r.get("raised")) for r in changed),
                 "undecided": sum(bool(r.get("undecided")) and not (r.get("bulk") or r.get("oracle")) for r in changed),
                 "errors": sum("error" in r for r in rows if machine in ("overall", r["machine"])),
@@ -684,15 +741,16 @@ def flip_markdown(table: list[dict[str, Any]], rows: list[dict[str, Any]]) -> st
 
     lines = [
         "| machine | if statements | reached | flip changes a history | a client operation | flagged by a check "
-        "| by a check of client operations | not flagged, a check could not judge | component raised or run failed |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| by a check of client operations | first on a variant's history | not flagged, a check could not judge "
+        "| component raised or run failed |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for t in table:
         c = t["changed"]
         lines.append(
             f"| {t['machine']} | {t['ifs']} | {t['reached']} | {_pct(c, t['reached'])} "
             f"| {_pct(t['client_changed'], c)} | {_pct(t['flagged'], c)} | {_pct(t['client_flagged'], c)} "
-            f"| {t.get('undecided', 0)} | {t['run_fails']} |"
+            f"| {t.get('by_variant', 0)} | {t.get('undecided', 0)} | {t['run_fails']} |"
         )
     sections: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
         (
@@ -738,7 +796,8 @@ def flips_main(args: argparse.Namespace, machines: list[str]) -> int:
     wall, load = time.perf_counter() - started, os.getloadavg()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"flips": population, "reached": len(chosen), "per_branch": args.per_branch, "ops": args.flip_ops,
+    meta = {"flips": population, "reached": len(chosen), "per_branch": args.per_branch,
+            "per_variant": args.per_variant, "ops": args.flip_ops,
             "wall_seconds": round(wall, 1), "load_average": load, "reach": args.flips}  # fmt: skip
     (out / "flips.json").write_text(json.dumps({"meta": meta, "table": table, "flips": rows}, indent=1))
     text = flip_markdown(table, rows)
@@ -781,9 +840,17 @@ def main(argv: list[str] | None = None) -> int:
         help="the branch-flip layer: every if of the machines that a history of this branch-reach report "
         "(benchmarks/branch_reach.py's report.json) executed, with its condition negated, judged by the history "
         "checkers on up to --per-branch of those histories (those that take the rarest paths of the if's "
-        "function, alternating with the lowest seeds); writes OUT/flips.{json,md}",
+        "function, alternating with the lowest seeds) and, while none flags it, on up to --per-variant more (one "
+        "per variant of the main job none of those has on); writes OUT/flips.{json,md}",
     )
     parser.add_argument("--per-branch", type=int, default=3, help="--flips: histories per flip (default 3)")
+    parser.add_argument(
+        "--per-variant",
+        type=int,
+        default=16,
+        help="--flips: at most this many more histories for a flip its first ones leave unflagged, one per "
+        "variant none of them has on (default 16: every switch of the main job)",
+    )
     parser.add_argument("--flip-ops", type=int, default=60, help="--flips: transactions per history (default 60)")
     args = parser.parse_args(argv)
     if args.retest:
