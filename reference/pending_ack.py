@@ -1224,14 +1224,20 @@ def _normal_ack(state: PendingAckState, cmd: NormalAck) -> Step:
     return _strip_deleted(evolve(state, cursor=cursor), touched, mark_delete_moved=cumulative), Ok(None, (effect,))
 
 
+_VIEW_AHEAD: Final = "the view's mark-delete position is at or past it"
+
+
 def _follow_cursor(state: PendingAckState, cmd: FollowCursor) -> Step:
     """PA-25: the view takes the durable cursor's mark-delete position when it is past its own
     (the cursor folded contiguous deletes across a ledger boundary); what lies at or below it leaves
     the view's deletes and the pending maps (PA-11).  Nothing is logged and no cursor effect is
-    emitted: the cursor moved already.  A position at or below the view's changes nothing (PA-3)."""
+    emitted: the cursor moved already.  A position at or below the view's changes nothing (PA-3)
+    and says so (:class:`Ignored`)."""
     cursor = state.cursor
     if cmd.mark_delete_position <= cursor.mark_delete_position:
-        return state, Ok(None)
+        # said, not silent: the broker asks only when the durable cursor is past the view, so a
+        # history's follow that the view had no need of shows a view that fell behind or ran ahead
+        return state, Ok(Ignored(_VIEW_AHEAD))
     moved = _normalize_cursor(CursorView(cmd.mark_delete_position, cursor.individually_deleted, cursor.batch_deleted))
     return _strip_deleted(evolve(state, cursor=moved), (), mark_delete_moved=True), Ok(None)
 

@@ -448,3 +448,32 @@ def test_a_step_refused_at_its_place_is_caught_though_another_order_fits(monkeyp
         unvouched.append(op)
     again = {r.checker: r.verdict for r in check_histories({"ctp-seed1": unvouched}, "f", VerifyOptions())}
     assert again["linearizability"] == "ok"
+
+
+def test_a_view_that_fell_behind_is_caught_at_the_follow_that_resyncs_it() -> None:
+    """PA-25: the broker asks the pending ack to follow the durable cursor only when that is past the
+    view, and a follow the view had no need of answers ``Ignored``.  Planted on ctp seed 93 of the main
+    job: a view that folds no run of deletes into its mark-delete position within a ledger (the
+    branch-flip of ``if entry == md.entry_id`` in ``_cursor_delete_distinct``).  The broker then resyncs
+    it with a follow after each such ack, and no answer to a client differs; the follow's row, a bare
+    success where the view the recorded steps built says ``Ignored``, is what shows it."""
+    from devtools.mutation import applied, flip_mutants
+    from engine.simulation.workloads import main_job_spec
+
+    (flip,) = [
+        m
+        for m in flip_mutants("pending_ack")
+        if m.function == "_cursor_delete_distinct" and m.before == "if entry == md.entry_id"
+    ]
+    spec = main_job_spec("ctp", 93)
+    clean = run(spec).operations
+    with applied(flip):
+        ops = run(spec).operations
+    follows = [op for op in ops if op.f == "follow_cursor"]
+    assert len(follows) > len([op for op in clean if op.f == "follow_cursor"])
+    rows = {r.checker: r for r in check_histories({"ctp-seed93": ops}, "f", VerifyOptions())}
+    assert rows["linearizability"].verdict == "illegal"
+    assert rows["transactional"].verdict == rows["delivery"].verdict == "ok"
+    failing = rows["linearizability"].failing_object
+    assert failing is not None and failing.startswith("subscription:")
+    assert {r.verdict for r in check_histories({"ctp-seed93": clean}, "f", VerifyOptions())} == {"ok"}
