@@ -51,6 +51,7 @@ _PA = "reference.pending_ack"
 REASONS: dict[tuple[str, str] | tuple[str, str, str], str] = {
     # --- batched_log -------------------------------------------------------------------------------
     (_BATCHED, "_decode_init"): _VECTORS,
+    (_BATCHED, "_decode_recover"): _VECTORS,
     (_BATCHED, "sample_record"): "vectors: builds sample records of a given size for the vectors and benchmarks",
     (_BATCHED, "canonical_record"): (
         "guard: a record that starts with the batched-entry magic or lacks its op; the engine's machines "

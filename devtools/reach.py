@@ -79,6 +79,7 @@ MACHINE_OF_KIND = {
     "partition": "buffer",
     "subscription": "pending_ack",
     "tracker": "delayed",
+    "log": "batched_log",
 }
 
 Site = tuple[str, str]  # (module, qualname)

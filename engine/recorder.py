@@ -193,12 +193,19 @@ class MachineObserver:
 
     # -- the API the broker calls ---------------------------------------------------------------
 
-    def stepped(self, obj: str, machine: str, command: object, result: Ok[object] | Err) -> None:
-        """A machine stepped ``command`` on ``obj`` and returned ``result``."""
+    def stepped(
+        self, obj: str, machine: str, command: object, result: Ok[object] | Err, *, atomic: bool = False
+    ) -> None:
+        """A machine stepped ``command`` on ``obj`` and returned ``result``.  ``atomic``: a step of a
+        machine the request does not address (a component's PIP-160 writer), an instant whatever
+        request it serves."""
         f = _command_name(machine, command)
         value = to_json(command)
         assert isinstance(value, dict)  # a command is a dataclass, spelled as an object
         value[EFFECTS] = effects_digest(result.effects)  # format version 4: the step's effects too
+        if atomic:
+            self._complete(_MachineOp(self.recorder.begin(self._new_process(), f, obj, value), result))
+            return
         context = self.context
         if context is not None and context.target is None:
             context.target = obj

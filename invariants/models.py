@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from invariants.linearizability import NOT_A_READ, UNKNOWN, Model, partition_by_object
+from reference.conformance import REFUSED, refusal
 from spec.history import (
     EFFECTS,
     ORDERED,
@@ -382,7 +383,6 @@ class MachineModel:
     def _answer(self, machine: Any, query: _Query) -> str:
         """What ``query``'s observer answers in ``machine`` (JSON, canonical); a question outside the
         machine's domain (:data:`reference.conformance.REFUSED`) is answered by no state."""
-        from reference.conformance import REFUSED, refusal
         from spec.jsonvalues import to_json
 
         try:
@@ -458,7 +458,10 @@ class MachineModel:
             return True, state
         if op_input.epoch is not None and op_input.epoch != epoch:
             return False, state
-        new_machine, result = self._step(machine, op_input.command)
+        try:
+            new_machine, result = self._step(machine, op_input.command)
+        except REFUSED:
+            return False, state  # a command outside the machine's domain in this state (a search's try)
         new_state = (epoch, new_machine)
         if op_output is UNKNOWN:
             return True, new_state
@@ -478,7 +481,11 @@ class MachineModel:
         epoch, machine = state
         if op_input.epoch is not None and op_input.epoch != epoch:
             return f"the row is of component epoch {op_input.epoch}, the state of epoch {epoch}"
-        return _mismatch(self._step(machine, op_input.command)[1], op_output)
+        try:
+            result = self._step(machine, op_input.command)[1]
+        except REFUSED as exc:
+            return f"the machine refuses the command here: {refusal(exc)}"
+        return _mismatch(result, op_output)
 
     def may_skip(self, decoded: Sequence[tuple[Any, Any]]) -> list[bool]:
         """An operation of unknown outcome is accepted in any state of its own crash epoch, so it

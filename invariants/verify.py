@@ -75,6 +75,7 @@ MACHINE_KINDS: Mapping[str, str] = {
     "buffer": "partition",
     "pending_ack": "subscription",
     "delayed": "tracker",
+    "batched_log": "log",
 }
 GENERIC_KINDS: Mapping[str, str] = {"register": "register", "cas-register": "register", "kv": "key"}
 TXN_VOCABULARY = frozenset({"send", "receive", "commit", "abort", "ack", "ack_cumulative"})

@@ -59,7 +59,7 @@ class Words:
 
     def _shorten(self, obj: str) -> str:
         kind, sep, rest = obj.partition(":")
-        if not sep or kind not in ("partition", "subscription", "coordinator", "tracker", "register", "key"):
+        if not sep or kind not in ("partition", "subscription", "coordinator", "tracker", "log", "register", "key"):
             kind, rest = "", obj
         if kind not in ("", "partition", "subscription"):
             return f"{kind} {rest}"

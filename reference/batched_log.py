@@ -87,6 +87,7 @@ __all__ = [
     "read_entry",
     "recover",
     "recover_for",
+    "recovery_inputs",
     "replay",
     "sample_record",
     "step",
@@ -899,6 +900,51 @@ def _decode_init(config: Config, init: Mapping[str, Any]) -> WriterState:
     return initial(config, kind, int(init.get("now_ms", 0)), init.get("enabled"))
 
 
+# What a history's ``recover`` row of a writer states (history format version 5, spelled by
+# :func:`recovery_inputs`, read by :func:`_decode_recover`): the writer's settings and the entries
+# its recovery found, each ``[position, batch size, batched, the live batch indexes]``.
+RecoveredEntry = tuple[Position, int, bool, tuple[int, ...]]
+
+
+def recovery_inputs(state: WriterState, now_ms: int) -> dict[str, Any]:
+    """What a ``recover`` row carries of a writer just recovered at ``now_ms`` (BW-25): its log kind,
+    its PIP-160 switch and the live entries it holds, not their bytes (its owner's own ``recover``
+    row carries those, and the owner's recovery decodes them)."""
+    from spec.jsonvalues import to_json
+
+    entries = [
+        (position, view.batch_size, view.batched, tuple(view.remaining)) for position, view in state.entries.items()
+    ]
+    return {
+        "kind": state.config.kind.name,
+        "now_ms": now_ms,
+        "enabled": state.config.enabled,
+        "entries": to_json(tuple(sorted(entries))),
+    }
+
+
+def _decode_recover(config: Config, inputs: Mapping[str, Any]) -> WriterState:
+    """A history's ``recover`` row of a writer (:func:`recovery_inputs`): the writer :func:`recover`
+    builds over a log with exactly those live entries."""
+    from spec.jsonvalues import from_json
+
+    unknown = set(inputs) - {"kind", "now_ms", "enabled", "entries"}
+    if unknown:
+        raise KeyError(f"unknown recovery input(s) {sorted(unknown)}")
+    kind = LogKind[from_json(inputs.get("kind", "TRANSACTION_LOG"), str, "$.kind")]
+    now_ms = from_json(inputs.get("now_ms", 0), int, "$.now_ms")
+    enabled = from_json(inputs.get("enabled"), bool | None, "$.enabled")
+    cfg = writer_config(config, kind, enabled=enabled)
+    found: dict[Position, EntryView] = {}
+    for position, size, batched, remaining in from_json(
+        inputs.get("entries", []), tuple[RecoveredEntry, ...], "$.entries"
+    ):
+        if size < 1 or not remaining or any(not 0 <= i < size for i in remaining):
+            raise ValueError(f"entry {position}: live indexes {list(remaining)} of a batch of {size}")
+        found[position] = EntryView(size, batched, FrozenBitMap(remaining))
+    return _fresh(cfg, now_ms, immutables.Map(found))
+
+
 def _entry(state: WriterState, position: Position) -> EntryView | None:
     return state.entries.get(position)
 
@@ -914,6 +960,8 @@ def _in_flight(state: WriterState) -> tuple[tuple[int, ...], ...]:
 VECTORS = MachineVectors(
     name="batched_log",
     initial=_decode_init,
+    recover=_decode_recover,
+    recovery_rule="BW-25",
     step=step,
     commands={
         "async_add_data": AsyncAddData,

@@ -100,6 +100,12 @@ its machine.  They are told apart from client operations by their ``value``: a J
   observer's arguments>}``, ``result`` the JSON of its answer; atomic, ``ok``.  The model accepts
   the row in a state only if the observer gives that answer there, and the state does not move:
   what a client was told about a machine's state is judged against the state its steps built.
+* Format version 5: the PIP-160 writer of a coordinator's or subscription's log, while it batches
+  (BW-2), is a machine of its own (``batched_log``) on the object ``log:<its owner's object>``
+  (``log:coordinator:0``): each of its steps is a row, atomic, and each load of its owner starts it
+  with a ``recover`` row stating its settings and the live entries it found
+  (:func:`reference.batched_log.recovery_inputs`).  A writer that does not batch writes one record
+  per entry and is not recorded.
 * Format version 5: a ``recover`` row may carry ``"ordered": true`` (:data:`ORDERED`): the recorder
   vouches that the rows of that epoch are numbered in the order they took effect, each at its place
   (a row of unknown outcome too: the machine stepped it there; a ``fail`` without ``error`` never
@@ -241,7 +247,7 @@ NULLABLE: Final = frozenset(name for name, _, nullable in PARQUET_COLUMNS if nul
 # A JSON Lines row may leave out nullable columns; these it must carry.
 JSONL_REQUIRED: Final = tuple(name for name in FIELDS if name not in NULLABLE)
 
-OBJECT_KINDS: Final = frozenset({"coordinator", "partition", "subscription", "tracker", "register", "key"})
+OBJECT_KINDS: Final = frozenset({"coordinator", "partition", "subscription", "tracker", "log", "register", "key"})
 
 # The operations of the transactional vocabulary and the object kind each one touches.  The
 # value/result shapes are in docs/spec/history.md; invariants.transactional reads exactly these.

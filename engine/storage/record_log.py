@@ -26,6 +26,7 @@ from reference import batched_log as bl
 from spec.config import Config
 from spec.envelope import LogKind
 from spec.errors import DomainError
+from spec.history import object_id, state_digest
 from spec.result import Err, Ok
 from spec.types import BatchedPosition, Position
 
@@ -81,7 +82,22 @@ class RecordLog:
         self.entries_written = 0
         self.ledger_rolls = 0  # closed-ledger rolls (BW-26)
         self.state = bl.recover(config, self._logged(), kind, now_ms=sim.now, enabled=batching)
+        self._recorded = self._record_to()
+        if self._recorded is not None:
+            observer, obj = self._recorded
+            inputs = bl.recovery_inputs(self.state, sim.now)
+            observer.recovered(obj, "batched_log", {**inputs, "recovered": state_digest(self.state)})
         self._arm(self.state.timer_due_ms)
+
+    def _record_to(self) -> tuple[Any, str] | None:
+        """Where this writer's steps go (history format version 5): its owner's broker's machine
+        observer, on ``log:<the owner's object>``, while it batches (a writer that does not batch
+        writes one record per entry: nothing of its own to judge).  None: not recorded."""
+        host = getattr(self.owner, "host", None)
+        observer = getattr(host, "observer", None)
+        if observer is None or not self.state.config.effective:
+            return None
+        return observer, object_id("log", self.owner.obj)  # type: ignore[attr-defined]
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -156,6 +172,9 @@ class RecordLog:
 
     def _step(self, command: Any) -> Ok[Any] | Err:
         self.state, result = bl.step(self.state, command)
+        if self._recorded is not None:
+            observer, obj = self._recorded
+            observer.stepped(obj, "batched_log", command, result, atomic=True)
         for effect in result.effects:
             if isinstance(effect, bl.AsyncAddEntry):
                 self._write(effect)

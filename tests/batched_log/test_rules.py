@@ -568,3 +568,32 @@ def test_bw25_recovery_keeps_the_batch_indexes_not_deleted() -> None:
     assert list(state.entries[Position(1, 0)].remaining) == [1, 2]
     assert list(state.entries[Position(1, 2)].remaining) == [0, 1, 2]
     assert state.entries[Position(1, 1)].batched is False and list(state.entries[Position(1, 1)].remaining) == [0]
+
+
+def test_bw25_a_recover_row_states_the_recovered_writer_and_rebuilds_it() -> None:
+    """BW-25 as a history states it (format version 5): the writer's settings and the live entries it
+    recovered, which the model's recovery rebuilds into the same state; entries that no batch could
+    hold are refused."""
+    from spec.history import state_digest
+    from spec.jsonvalues import JsonError
+
+    batch = encode_batch([tc_pb.TransactionMetadataEntry.FromString(bl.sample_record(4, i)) for i in range(3)], TC)
+    log = [bl.LoggedEntry(Position(1, 0), batch, (0b110,)), bl.LoggedEntry(Position(1, 1), bl.sample_record(6, 9))]
+    state = bl.recover(Config(), log, TC, now_ms=40, enabled=True)
+    inputs = bl.recovery_inputs(state, 40)
+    assert inputs == {
+        "kind": "TRANSACTION_LOG",
+        "now_ms": 40,
+        "enabled": True,
+        "entries": [[[1, 0], 3, True, [1, 2]], [[1, 1], 1, False, [0]]],
+    }
+    assert bl.VECTORS.recover is not None and bl.VECTORS.recovery_rule == "BW-25"
+    rebuilt = bl.VECTORS.recover(Config(), inputs)
+    assert rebuilt == state and state_digest(rebuilt) == state_digest(state)
+    for entries in ([[[1, 0], 3, True, [3]]], [[[1, 0], 0, True, []]], [[[1, 0], 2, True, []]]):
+        with pytest.raises(ValueError, match="live indexes"):
+            bl.VECTORS.recover(Config(), {**inputs, "entries": entries})
+    with pytest.raises(JsonError):
+        bl.VECTORS.recover(Config(), {**inputs, "entries": [["1:0", 3, True, [1]]]})
+    with pytest.raises(KeyError, match="unknown recovery input"):
+        bl.VECTORS.recover(Config(), {**inputs, "log": []})

@@ -44,6 +44,7 @@ from spec.history import (
     is_machine_operation,
     is_query,
     parse_object,
+    state_digest,
     validate_history,
 )
 
@@ -477,3 +478,50 @@ def test_a_view_that_fell_behind_is_caught_at_the_follow_that_resyncs_it() -> No
     failing = rows["linearizability"].failing_object
     assert failing is not None and failing.startswith("subscription:")
     assert {r.verdict for r in check_histories({"ctp-seed93": clean}, "f", VerifyOptions())} == {"ok"}
+
+
+def test_a_batching_writer_is_a_machine_of_its_own_judged_step_by_step() -> None:
+    """Format version 5: while it batches, a log's PIP-160 writer records its steps on
+    ``log:<owner>``, each of its loads a ``recover`` row whose entries rebuild the engine's writer
+    (the digest agrees).  Planted on ctp seed 1 of the main job (batching): a writer that flushes at
+    every record below its count threshold instead of at it (the branch-flip of ``if
+    len(state.buffer) >= cfg.max_records`` in ``async_add_data``).  Every entry it writes is a batch a
+    correct writer could also have written (a timer's flush of one record), so the durable layout
+    passes and no client sees a difference: its own step rows show it."""
+    from devtools.mutation import applied, flip_mutants
+    from engine.simulation.workloads import main_job_spec
+    from reference import batched_log as bl
+
+    spec = main_job_spec("ctp", 1)
+    assert spec.batching
+    clean = run(spec).operations
+    writers = [op for op in clean if parse_object(op.object)[0] == "log"]
+    assert {op.object for op in writers} >= {"log:coordinator:0"}
+    assert Counter(op.f for op in writers).keys() >= {"recover", "async_add_data", "add_entry_complete", "timer_fired"}
+    first: dict[str, Operation] = {}
+    for op in writers:
+        first.setdefault(op.object, op)
+        assert is_machine_operation(op) and (op.f == RECOVER or op.invoked_at == op.completed_at)
+    assert all(op.f == RECOVER and op.args[ORDERED] is True for op in first.values())
+    row = next(iter(first.values()))
+    inputs = {k: v for k, v in row.args.items() if k not in ("@type", "machine", "config", ORDERED, "recovered")}
+    assert bl.VECTORS.recover is not None
+    rebuilt = bl.VECTORS.recover(Config().with_overrides(row.args["config"]), inputs)
+    assert state_digest(rebuilt) == row.args["recovered"]
+    assert {r.verdict for r in check_histories({"ctp-seed1": clean}, "f", VerifyOptions())} == {"ok"}
+
+    (flip,) = [
+        m
+        for m in flip_mutants("batched_log")
+        if m.function == "async_add_data" and m.before == "if len(state.buffer) >= cfg.max_records"
+    ]
+    with applied(flip):
+        ops = run(spec).operations
+    rows = {r.checker: r for r in check_histories({"ctp-seed1": ops}, "f", VerifyOptions())}
+    assert rows["linearizability"].verdict == "illegal"
+    failing = rows["linearizability"].failing_object
+    assert failing is not None and failing.startswith("log:")
+    assert rows["transactional"].verdict == rows["delivery"].verdict == "ok"
+    # without the writer's rows the same history passes: nothing else shows it
+    others = [op for op in ops if parse_object(op.object)[0] != "log"]
+    assert {r.verdict for r in check_histories({"ctp-seed1": others}, "f", VerifyOptions())} == {"ok"}
