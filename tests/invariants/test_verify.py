@@ -63,7 +63,7 @@ def test_the_plan_picks_models_by_the_objects_present() -> None:
     assert plan_models("kv", register) == [ModelPlan("kv", "key")]
     assert plan_models("coordinator", register) == [ModelPlan("coordinator", "coordinator")]
     assert ModelPlan("buffer", "partition").machine and not ModelPlan("kv", "key").machine
-    assert set(MACHINE_KINDS) == {"coordinator", "buffer", "pending_ack", "delayed"}
+    assert set(MACHINE_KINDS) == {"coordinator", "buffer", "pending_ack", "delayed", "batched_log"}
 
 
 def test_check_history_gives_one_row_per_checker() -> None:
