@@ -931,7 +931,10 @@ def _decode_recover(config: Config, inputs: Mapping[str, Any]) -> WriterState:
     unknown = set(inputs) - {"kind", "now_ms", "enabled", "entries"}
     if unknown:
         raise KeyError(f"unknown recovery input(s) {sorted(unknown)}")
-    kind = LogKind[from_json(inputs.get("kind", "TRANSACTION_LOG"), str, "$.kind")]
+    kind_name = from_json(inputs.get("kind", "TRANSACTION_LOG"), str, "$.kind")
+    if kind_name not in LogKind.__members__:
+        raise ValueError(f"$.kind: {kind_name!r} is not a log kind; kinds are {', '.join(LogKind.__members__)}")
+    kind = LogKind[kind_name]
     now_ms = from_json(inputs.get("now_ms", 0), int, "$.now_ms")
     enabled = from_json(inputs.get("enabled"), bool | None, "$.enabled")
     cfg = writer_config(config, kind, enabled=enabled)

@@ -40,6 +40,7 @@ from spec.result import Effect, Err, Ok
 from spec.types import EARLIEST, LedgerInfo, Position, PulsarName, TxnID, previous_position
 
 __all__ = [
+    "NOT_RECOVERED",
     "VECTORS",
     "AbortTxn",
     "AbortTxnMetadata",
@@ -1235,11 +1236,16 @@ def last_dispatchable_position(state: BufferState) -> Position:
     return limit
 
 
+# TB-18's refusal while the buffer recovers (also what a broker answering from the ``last_message_id``
+# observer, which gives the error's name only, puts in its reply).
+NOT_RECOVERED = "Failed to recover Transaction Buffer."
+
+
 def get_last_message_id(state: BufferState) -> Ok[Position] | Err:
     """``getLastMessageIds``: waits for recovery (here: fails while not recovered), then the last
     dispatchable position.  (TB-18)"""
     if state.status not in (BufferStatus.READY, BufferStatus.NO_SNAPSHOT, BufferStatus.FIRST_SNAPSHOTTING):
-        return Err(ServiceUnitNotReady("Failed to recover Transaction Buffer."))
+        return Err(ServiceUnitNotReady(NOT_RECOVERED))
     return Ok(last_dispatchable_position(state))
 
 

@@ -31,6 +31,7 @@ from engine.scheduler import Future, Simulation
 from engine.storage.bufferedwriter_metrics import BufferedWriterMetrics
 from engine.storage.ledger import InitialPosition, LedgerError, ManagedLedger
 from engine.storage.record_log import RecordLog
+from reference import buffer as tb
 from reference import pending_ack as pa
 from spec.config import Config
 from spec.envelope import LogKind
@@ -382,7 +383,7 @@ class Broker:
         # name while it recovers), judged against the state the buffer's steps built
         answer = part.query("last_message_id")
         if isinstance(answer, str):
-            return fail(error_by_name(answer)("Failed to recover Transaction Buffer."))
+            return fail(error_by_name(answer)(tb.NOT_RECOVERED))
         assert isinstance(answer, Position)
         return Future.completed(answer)
 

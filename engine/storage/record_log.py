@@ -93,11 +93,12 @@ class RecordLog:
         """Where this writer's steps go (history format version 5): its owner's broker's machine
         observer, on ``log:<the owner's object>``, while it batches (a writer that does not batch
         writes one record per entry: nothing of its own to judge).  None: not recorded."""
-        host = getattr(self.owner, "host", None)
-        observer = getattr(host, "observer", None)
-        if observer is None or not self.state.config.effective:
+        # the owner is a broker component (engine.broker, a layer above this one): read, not imported
+        observer = getattr(getattr(self.owner, "host", None), "observer", None)
+        owner_obj = getattr(self.owner, "obj", None)
+        if observer is None or not isinstance(owner_obj, str) or not self.state.config.effective:
             return None
-        return observer, object_id("log", self.owner.obj)  # type: ignore[attr-defined]
+        return observer, object_id("log", owner_obj)
 
     # -- reading ----------------------------------------------------------------------------------
 

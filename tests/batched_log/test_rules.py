@@ -597,3 +597,5 @@ def test_bw25_a_recover_row_states_the_recovered_writer_and_rebuilds_it() -> Non
         bl.VECTORS.recover(Config(), {**inputs, "entries": [["1:0", 3, True, [1]]]})
     with pytest.raises(KeyError, match="unknown recovery input"):
         bl.VECTORS.recover(Config(), {**inputs, "log": []})
+    with pytest.raises(ValueError, match="is not a log kind"):
+        bl.VECTORS.recover(Config(), {**inputs, "kind": "DELAYED_INDEX"})

@@ -189,7 +189,7 @@ def test_missing_pending_ack_has_teeth_on_a_main_job_history() -> None:
     assert set(result.counts) == {"missing-pending-ack"}, result.counts
 
 
-def _planted(module: Any, name: str, wrong: Any) -> list[Any]:
+def _planted(module: Any, name: str, wrong: Any) -> tuple[list[Any], list[Any]]:
     """The ctp queries history of seed 9 with ``module.name`` replaced by ``wrong`` (given the
     original), and its verdict rows."""
     from invariants.verify import VerifyOptions, check_histories
@@ -201,7 +201,7 @@ def _planted(module: Any, name: str, wrong: Any) -> list[Any]:
         ops = run(spec).operations
     finally:
         setattr(module, name, original)
-    return [ops, check_histories({"ctp-seed9": ops}, "f", VerifyOptions())]
+    return ops, check_histories({"ctp-seed9": ops}, "f", VerifyOptions())
 
 
 def test_the_answers_are_query_rows_the_per_object_check_judges() -> None:
