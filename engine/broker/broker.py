@@ -14,6 +14,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -386,6 +387,31 @@ class Broker:
             return fail(error_by_name(answer)(tb.NOT_RECOVERED))
         assert isinstance(answer, Position)
         return Future.completed(answer)
+
+    def scrape_metrics(self) -> None:
+        """A scrape of the broker's metrics endpoint: the coordinator's
+        ``TransactionMetadataStoreStats`` (its counters of created, committed, aborted and timed-out
+        transactions) and every subscription's delayed-index stats (DD-28).  Each is answered from
+        its machine's state and recorded as a query row (the observers ``stats`` and ``metrics``),
+        which the checker judges against the state the recorded steps built: counters no client
+        operation shows."""
+        if not self.up:
+            return
+        asks: list[Callable[[], object]] = []
+        if self.coordinator.state is not None:
+            asks.append(lambda: self.coordinator.query("stats"))
+        for part in self.partitions.values():
+            for sub in part.subscriptions.values():
+                service = sub.delayed
+                if service is not None and service.alive:
+                    asks.append(partial(service.query, "metrics"))
+        for ask in asks:
+            # outside every event (as start-up is): a raise is contained here, as its component's failure
+            try:
+                ask()
+            except Exception as exc:
+                if not self.contain(exc):
+                    raise
 
     def check_position_in_pending_ack(
         self, partition: str, name: str, position: Position, batch_index: int | None

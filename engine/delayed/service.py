@@ -86,6 +86,8 @@ class MachineObserver(Protocol):
 
     def recovered(self, obj: str, machine: str, inputs: Mapping[str, object]) -> None: ...
 
+    def queried(self, obj: str, machine: str, name: str, args: Mapping[str, object], answer: object) -> None: ...
+
 
 def tracker_kind(config: Config) -> str:
     """``bucket`` or ``in_memory``, from ``delayedDeliveryTrackerFactoryClassName`` as in Pulsar."""
@@ -394,6 +396,21 @@ class DelayedDeliveryService:
 
     def ledger_name(self, bucket_id: int) -> str:
         return self.storage.name_of(bucket_id)
+
+    def query(self, name: str, **args: object) -> object:
+        """Ask the tracker's ``VECTORS`` observer ``name`` about its current state, as the owner's
+        own work (what it raises is contained as the owner's failure), and record the answer as a
+        query row, as ``Component.query`` does for the broker's other machines."""
+        state = self.state
+        observe = dd.VECTORS.observers[name]
+        within = getattr(self.owner, "within", None)
+        answer = within(lambda: observe(state, **args)) if callable(within) else observe(state, **args)
+        observer = self._observer()
+        if observer is not None:
+            observer.queried(
+                self.obj, MACHINE, name, {key: to_json(value) for key, value in args.items()}, to_json(answer)
+            )
+        return answer
 
     # -- the funnel -------------------------------------------------------------------------------
 

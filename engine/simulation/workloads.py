@@ -222,6 +222,10 @@ class _Run:
         while self.running > 0 and not self.past_deadline():
             if not self.sim.run_one():
                 break
+        if spec.queries and self.stopped is None and not self.cut:
+            # The end of the run's metrics scrape: counters that no client operation shows, recorded
+            # as query rows and judged against the machines' recorded steps.
+            self.cluster.broker.scrape_metrics()
         if self.errors and self.stopped is None:  # after a lost store, errors are its consequences
             raise self.errors[0]
         return self.result()

@@ -107,12 +107,17 @@ def test_unknown_outcomes_and_windows_are_recorded() -> None:
 
 
 def test_an_answer_from_a_machine_state_is_an_atomic_query_row() -> None:
-    """The broker's answers from a machine's state (PA-21's admin check, TB-18's last message id)
-    are query rows (format version 5): their own process, an instant, ok, the observer's name and
-    arguments, the answer the client got, on the object of the machine that gave it."""
+    """The broker's answers from a machine's state (PA-21's admin check, TB-18's last message id,
+    and the run's closing metrics scrape: the coordinator's stats, TC-20) are query rows (format
+    version 5): their own process, an instant, ok, the observer's name and arguments, the answer the
+    client got, on the object of the machine that gave it."""
     ops = run(RunSpec(workload="ctp", seed=2, ops=10, queries=True)).operations
     queries = [op for op in ops if is_query(op)]
-    assert {op.f for op in queries} == {"check_position_in_pending_ack_state", "last_message_id"}
+    assert {op.f for op in queries} == {"check_position_in_pending_ack_state", "last_message_id", "stats"}
+    (scrape,) = [op for op in queries if op.f == "stats"]
+    assert scrape.object == "coordinator:0" and set(scrape.args) == {"@type", "machine"}
+    assert scrape.index == max(op.index for op in ops)  # the scrape ends the run
+    assert set(scrape.returned) == {"@type", "created", "committed", "aborted", "timeout"}
     for op in queries:
         assert op.type is OpType.OK and op.invoked_at == op.completed_at and is_machine_operation(op)
         args = op.args

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
+
 from engine.simulation.client import Cluster, ConsumerType
 from engine.simulation.workloads import RunSpec, main_job_spec, run
 from invariants.client_visible import CHECKS, check_client_visible
@@ -218,7 +220,7 @@ def test_the_answers_are_query_rows_the_per_object_check_judges() -> None:
 
     clean = run(main_job_spec("ctp", 9)).operations
     asked = {op.f for op in clean if is_query(op)}
-    assert asked == {"check_position_in_pending_ack_state", "last_message_id"}
+    assert asked == {"check_position_in_pending_ack_state", "last_message_id", "stats"}
 
     def not_ready_pending_ack(original: Any) -> Any:
         def answer(state: pa.PendingAckState, *args: Any) -> pa.PositionInPendingAck:
@@ -424,3 +426,44 @@ def test_the_readers_variant_looks_back_on_its_seeds() -> None:
     assert len(subscribes) == 2 and all(op.args["durable"] is False for op in subscribes)
     assert len(seeks) == 2 and all(op.type is OpType.OK for op in seeks)
     assert check_client_visible(result.operations).ok
+
+
+# --- the end of a run's metrics scrape ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("workload", "seed", "machine", "function", "condition", "kind"),
+    [
+        # the coordinator's counter of timed-out transactions (TransactionMetadataStoreStats)
+        ("ctp", 9, "coordinator", "_update_txn_status", "if new is TxnStatus.ABORTING and is_timeout", "coordinator:"),
+        # the bucket tracker's stats (DD-28) read as the in-memory tracker's
+        ("delayed", 14, "delayed", "metrics", "if isinstance(state, InMemoryTracker)", "tracker:"),
+    ],
+)
+def test_the_metrics_scrape_is_query_rows_the_per_object_check_judges(
+    workload: str, seed: int, machine: str, function: str, condition: str, kind: str
+) -> None:
+    """With the queries variant on, the run ends with a scrape of the broker's metrics: the
+    coordinator's stats and every subscription tracker's, each a query row (``stats``, ``metrics``)
+    that the per-object check asks of the state the recorded steps built.  Counters no client
+    operation shows: planted at the workload's default options (a branch-flip that counts the
+    wrong thing), only the scrape's rows show it."""
+    from devtools.mutation import applied, flip_mutants
+    from invariants.verify import VerifyOptions, check_histories
+
+    spec = main_job_spec(workload, seed)
+    assert spec.queries
+    clean = run(spec).operations
+    scraped = {op.f for op in clean if is_query(op) and op.object.startswith(kind)}
+    assert scraped >= {"stats" if machine == "coordinator" else "metrics"}
+    assert {r.verdict for r in check_histories({"clean": clean}, "f", VerifyOptions())} == {"ok"}
+    (flip,) = [m for m in flip_mutants(machine) if m.function == function and m.before == condition]
+    with applied(flip):
+        ops = run(spec).operations
+    rows = {r.checker: r for r in check_histories({"flipped": ops}, "f", VerifyOptions())}
+    assert rows["linearizability"].verdict == "illegal"
+    assert rows["transactional"].verdict in ("ok", "skipped") and rows["delivery"].verdict == "ok"
+    failing = rows["linearizability"].failing_object
+    assert failing is not None and failing.startswith(kind), failing
+    without = [op for op in ops if not (is_query(op) and op.f in ("stats", "metrics"))]
+    assert {r.verdict for r in check_histories({"unscraped": without}, "f", VerifyOptions())} <= {"ok", "skipped"}
