@@ -129,6 +129,13 @@ TABLE: tuple[OracleCheck, ...] = (
         client_txn.aborted_commits,
         "a commit failed with TransactionHasOperationFailed although every send and ack of its transaction returned ok",
     ),
+    OracleCheck(
+        "end-after-error",
+        ("TC-34", "TC-35"),
+        client_txn.ends_after_error,
+        "a commit or abort invoked after an earlier end of its transaction came back TransactionNotFound was not "
+        "refused on the client with InvalidTxnStatus",
+    ),
 )
 
 # check name -> the rule ids it states, in run order; the liveness checks

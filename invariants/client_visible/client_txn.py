@@ -1,6 +1,7 @@
 """What the client's own transaction refuses (TC-38): nothing while the transaction is certainly
-open, and a commit only after one of its operations failed.  One function per check, each reading
-the :class:`~invariants.client_visible.view.View`."""
+open, and a commit only after one of its operations failed; and what it must refuse (TC-34, TC-35):
+every end of a transaction the coordinator did not find.  One function per check, each reading the
+:class:`~invariants.client_visible.view.View`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from invariants.client_visible.view import INF, Txn, View, fmt_txn, object_of, t
 from invariants.client_visible.violation import Collector
 from spec.history import Operation, OpType
 
-__all__ = ["aborted_commits", "refused_while_open"]
+__all__ = ["aborted_commits", "ends_after_error", "refused_while_open"]
 
 _USES = ("send", "ack", "ack_cumulative")
 
@@ -93,3 +94,45 @@ def aborted_commits(view: View, out: Collector) -> None:
                     f"every send and ack of the txn before it returned ok ({len(before)} of them): the client "
                     f"turns a commit into an abort only after one of them failed",
                 )
+
+
+def ends_after_error(view: View, out: Collector) -> None:
+    """TC-34, TC-35: what a client's transaction refuses for good once an end came back refused.
+
+    * After a commit or abort came back ``TransactionNotFound`` (an answer only the coordinator
+      gives) the transaction is in ERROR, so every later commit or abort of it fails on the client
+      with ``InvalidTxnStatus`` and sends nothing.
+    * After a commit came back ``InvalidTxnStatus`` every later commit of it fails so too: either
+      the coordinator refused it (ERROR), or the client did, from a state that refuses a commit
+      (ABORTING, COMMITTED, ABORTED, ERROR, TIME_OUT), and none of those ever leads back to one that
+      accepts it.  (Not so for an abort: the client refuses one while a commit is in flight, and the
+      commit may still turn into an abort, TC-32.)
+
+    Judged for each end the same process invoked after that answer: a process has at most one open
+    invocation (docs/spec/history.md), so its later rows were invoked after the answer came back."""
+    for txn, ends in view.ends.items():
+        if len(ends) < 2:
+            continue
+        refused: dict[tuple[int, bool], Operation] = {}  # (process, commits only) -> the answer that decided it
+        for end in sorted(ends, key=lambda o: o.index):
+            first = refused.get((end.process, False)) or (
+                refused.get((end.process, True)) if end.f == "commit" else None
+            )
+            if first is not None:
+                out.judged["end-after-error"] += 1
+                if end.type is OpType.OK or (end.type is OpType.FAIL and end.error != "InvalidTxnStatus"):
+                    answer = "returned ok" if end.type is OpType.OK else f"failed with {end.error}"
+                    out.add(
+                        "end-after-error",
+                        [first, end],
+                        f"{end.f} op {end.index} of {fmt_txn(txn)} {answer} (invoked at {end.invoked_at}), after "
+                        f"{first.f} op {first.index} of it by the same client came back {first.error} at "
+                        f"{first.completed_at}: the client then refuses every "
+                        f"{'end' if first.error == 'TransactionNotFound' else 'commit'} of the txn with "
+                        f"InvalidTxnStatus",
+                    )
+                continue
+            if end.type is OpType.FAIL and end.error == "TransactionNotFound":
+                refused[(end.process, False)] = end
+            elif end.type is OpType.FAIL and end.f == "commit" and end.error == "InvalidTxnStatus":
+                refused.setdefault((end.process, True), end)

@@ -274,7 +274,11 @@ class _GoneBy:
         # certainly abort): individual ones by entry, and the furthest any cumulative one covers.
         self.individual: dict[tuple[int, int], list[Ack]] = defaultdict(list)
         self.furthest: tuple[float, ...] = (-INF,)
+        # every transactional individual ack, by entry: one may hold a message an abort gave back
+        self.held: dict[tuple[int, int], list[Ack]] = defaultdict(list)
         for other in view.acks_by_sub.get(sub, ()):
+            if other.txn is not None and not other.cumulative:
+                self.held[other.id[:2]].append(other)
             if other.txn is not None and view.aborted_by(other.txn) is not None:
                 continue
             if other.cumulative:
@@ -331,6 +335,8 @@ class _GoneBy:
         (PA-13: the client must ask).  Not on a Shared or Key_Shared subscription, where the broker
         ignores a cumulative ack (PA-10).  O(log^2 n) per question (:class:`_TakeOvers`)."""
         assert message.id is not None
+        if self._held_again(ack, message, by, at):
+            return True
         if not self.cumulative_honoured:
             return False
         if self._takeovers is None:
@@ -347,6 +353,22 @@ class _GoneBy:
                 ]
             )
         return self._takeovers.any(at, message.id, by, ack.txn)
+
+    def _held_again(self, ack: Ack, message: Message, by: float, at: int) -> bool:
+        """Another txn's individual ack of ``message`` took it after the abort: invoked from ``by``
+        on (before it the message was held by the aborting txn, and an ack of it would conflict,
+        PA-5) and landed, or may have, before the receive at ``at``.  The message is then pending in
+        that txn and the abort's redelivery skips it; and an ack that reached the subscription after
+        its own txn's abort holds it until the low watermark passes that txn there (PA-14), which
+        may never come.  O(acks of the message's entry) per question."""
+        assert message.id is not None
+        for other in self.held.get(message.id[:2], ()):
+            if other.txn == ack.txn or other is ack or not covers(other.id, False, message.id):
+                continue
+            landed = other.op.invoked_at if other.op.type.indeterminate else other.op.completed_at
+            if landed is not None and landed <= at and other.op.invoked_at >= by:
+                return True
+        return False
 
     def went_past(self, by: float) -> tuple[int, Operation, str] | None:
         """The first receive (by invocation, then index) that shows the consumer went past what an

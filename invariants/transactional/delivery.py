@@ -194,6 +194,12 @@ def missing_redeliveries(a: TxnAnalysis, out: Collector) -> None:
                 out.judge("missing-redelivery")  # an ack outside the transaction deleted it whenever it came (PA-11)
             elif index.deleted_by_another_txn(ack, message):
                 out.cannot_judge("missing-redelivery", "another transaction's ack may have deleted it on the cursor")
+            elif index.taken_after(ack, message, abort):
+                out.cannot_judge(
+                    "missing-redelivery",
+                    "another transaction acked it after the abort, so it may hold it (one whose ack reached the "
+                    "subscription after its own abort holds it until the low watermark passes it there, PA-14)",
+                )
             else:
                 _missing_redelivery(a, ack, abort, message, index, out)
 
@@ -207,8 +213,12 @@ class _Redelivery:
         # Acks of transactions not certainly aborted: individual ones by entry, and for cumulative
         # ones the two furthest of distinct transactions (the one asking may own the furthest).
         self.individual: dict[tuple[int, int], list[Ack]] = defaultdict(list)
+        # every individual ack, aborted or not, by entry: one may hold what an abort gave back
+        self.held: dict[tuple[int, int], list[Ack]] = defaultdict(list)
         furthest: list[tuple[tuple[float, ...], Txn]] = []
         for other in a.acks:
+            if other.subscription == sub and not other.cumulative:
+                self.held[other.position[:2]].append(other)
             if other.subscription != sub or a.fate(other.txn) is TxnFate.ABORTED:
                 continue
             if other.cumulative:
@@ -256,6 +266,20 @@ class _Redelivery:
         ):
             return True
         return any(txn != ack.txn and key >= message.position for key, txn in self.furthest)
+
+    def taken_after(self, ack: Ack, message: Message, abort: Operation) -> bool:
+        """Another transaction's individual ack covering ``message`` that returned ok after ``abort``
+        was invoked: it may have taken the message once the abort gave it back (before, the two
+        would conflict, PA-5), and the abort's redelivery then skips it; that transaction's own
+        abort gives it back only if its ack reached the subscription first (PA-13, PA-14)."""
+        if message.position is None:
+            return False
+        return any(
+            other.txn != ack.txn
+            and (other.op.completed_at or 0) >= abort.invoked_at
+            and covers(other.position, False, message.position)
+            for other in self.held.get(message.position[:2], ())
+        )
 
     def again_after(self, position: MessageId | None, after: float) -> int | None:
         """When the message at ``position`` was first received again, by a receive that completed after ``after``."""

@@ -449,6 +449,35 @@ def test_missing_abort_redelivery_spares_a_message_another_txn_took_cumulatively
     assert names(_taken_over(45, sub_type="Shared")) == {"missing-abort-redelivery": 1}
 
 
+def _taken_individually(ack_at: int, done_at: int) -> H:
+    """Txn (0,1) acks m individually and is aborted at 30..40; txn (0,2) (timeout 100 from 10) acks m
+    individually at ``ack_at``..``done_at`` and is aborted at 110..112; nothing comes back."""
+    h = H()
+    h.subscribe()
+    h.send("m", (0, 0), 1)
+    h.receive("m", (0, 0), 5, 6)
+    h.new_txn((0, 1), 8, timeout=100, process=9)
+    h.new_txn((0, 2), 10, timeout=100, process=8)
+    h.ack((0, 0), 20, txn=(0, 1))
+    h.end("abort", (0, 1), 30, 40, process=9)
+    h.op("ack", SUB, {"position": [0, 0], "txn": [0, 2]}, None, ack_at, done_at)
+    h.end("abort", (0, 2), 110, 112, process=8)
+    h.receive(None, None, 40 + REDELIVERY_BOUND_MS, 90 + REDELIVERY_BOUND_MS)
+    return h
+
+
+def test_missing_abort_redelivery_spares_a_message_another_txn_took_individually_after_the_abort() -> None:
+    """PA-5, PA-13, PA-14: once the abort gave the message back, another txn's individual ack may take
+    it, and the abort's redelivery then skips it; an ack that reached the subscription after its own
+    txn's abort holds it until the low watermark passes that txn there, which may never come.  Found
+    as ctp seed 37 on the simulated disk (the soak at stop 43)."""
+    assert names(_taken_individually(45, 108)) == {}  # invoked after the abort was done
+    # an ack that came back before the abort was invoked held nothing the abort gave back: the two
+    # would conflict (PA-5), so the ok one was the other's and the abort still owes the message
+    h = _taken_individually(12, 14)
+    assert names(h) == {"missing-abort-redelivery": 1}
+
+
 def test_missing_abort_redelivery_still_owes_what_a_cumulative_ack_held_only_before_the_abort() -> None:
     """A cumulative ack whose txn ended before the abort holds nothing at the abort (PA-13 cleared it)."""
     h = H()
@@ -749,6 +778,60 @@ def test_aborted_commit_needs_a_failed_operation() -> None:
     assert names(_open_txn(sent, commit)) == {"aborted-commit": 1}
     failed = ("send", SEND, None, 20, 22, "TransactionConflict")
     assert names(_open_txn(failed, commit)) == {}
+
+
+# --- end-after-error (TC-34, TC-35) ------------------------------------------------------------------
+
+END = {"txn": [0, 1]}
+
+
+def test_end_after_error_flags_an_end_the_client_should_have_refused() -> None:
+    not_found = ("commit", END, None, 20, 30, "TransactionNotFound")
+    # the txn is in ERROR: every later end by the same client is refused on the client
+    assert names(_open_txn(not_found, ("commit", END, None, 40, 41, "InvalidTxnStatus"))) == {}
+    assert names(_open_txn(not_found, ("abort", END, None, 40, 41, "InvalidTxnStatus"))) == {}
+    assert names(_open_txn(not_found, ("commit", END, None, 40, 45, "TransactionNotFound"))) == {"end-after-error": 1}
+    assert names(_open_txn(not_found, ("abort", END, None, 40, 45, None))) == {"end-after-error": 1}
+    # a commit the client or the coordinator refused as InvalidTxnStatus: later commits are refused too
+    # (past the txn's timeout, so that refusal itself is rightful)
+    refused = ("commit", END, None, 1_020, 1_030, "InvalidTxnStatus")
+    again = ("commit", END, None, 1_040, 1_045, "TransactionNotFound")
+    assert names(_open_txn(refused, again)) == {"end-after-error": 1}
+    assert names(_open_txn(refused, ("commit", END, None, 1_040, 1_040, "InvalidTxnStatus"))) == {}
+    # ... but not an abort: a commit in flight refuses it, and may still turn into an abort (TC-32)
+    assert names(_open_txn(refused, ("abort", END, None, 1_040, 1_045, None))) == {}
+    # any other failure leaves the txn as it was: the user may end it again (TC-34)
+    timed_out = ("commit", END, None, 20, 30, "PersistenceError")
+    assert names(_open_txn(timed_out, ("commit", END, None, 40, 45, None))) == {}
+
+
+def test_end_after_error_judges_the_same_client_only() -> None:
+    h = _open_txn(("commit", END, None, 20, 30, "TransactionNotFound"))
+    h.ops.append(
+        make_operation("h", len(h.ops), 10, OpType.OK, "abort", TC_OBJ, END, None, invoked_at=40, completed_at=45)
+    )
+    result = check_client_visible(h.ops)
+    assert result.counts == {} and result.judged.get("end-after-error", 0) == 0
+
+
+def test_end_after_error_has_teeth_on_a_main_job_history() -> None:
+    """Planted at the workload's default options (ctp seed 32 of the main job): a client whose
+    transaction does not go to ERROR when the coordinator refuses its commit as InvalidTxnStatus (the
+    branch-flip of TC-34's test in ``reference.client._end_response``).  The processor asks for the
+    commit once more, as its workload does after a failed commit; the flipped client sends it, and
+    the coordinator answers TransactionNotFound where the client should have refused it."""
+    from devtools.mutation import applied, flip_mutants
+
+    (flip,) = [
+        m
+        for m in flip_mutants("client")
+        if m.function == "_end_response" and "TransactionNotFound.__name__" in m.before
+    ]
+    spec = main_job_spec("ctp", 32)
+    assert check_client_visible(run(spec).operations).ok
+    with applied(flip):
+        result = check_client_visible(run(spec).operations)
+    assert set(result.counts) == {"end-after-error"}, result.counts
 
 
 _ID = st.tuples(st.just(0), st.integers(0, 3), st.integers(-1, 3))  # (ledger, entry, index; -1 whole)

@@ -495,6 +495,29 @@ def test_missing_redelivery_is_not_judged_where_it_cannot_be_proved() -> None:
     assert check_transactional(unknown).ok
 
 
+def test_missing_redelivery_is_not_judged_when_another_txn_acked_it_after_the_abort() -> None:
+    """PA-5, PA-13, PA-14: once T2's abort gave the message back, T1's individual ack may take it and
+    hold it (until T1 ends, or, when its ack reached the subscription after T1's own abort, until the
+    low watermark passes T1 there), and the abort's redelivery skips it (ctp seed 37, the soak at
+    stop 43).  An ack of T1 that came back before T2's abort was invoked took nothing T2 gave back."""
+    from invariants.transactional import REDELIVERY_BOUND_MS
+
+    late = op(7, 1, "receive", SUB, {}, None, at=11 + REDELIVERY_BOUND_MS)
+    taken = _acked_then_aborted(
+        op(5, 2, "ack", SUB, {"position": [1, 0], "txn": T1}, at=12, done=14),
+        op(6, 2, "abort", TC, {"txn": T1}, at=20, done=22),
+        late,
+    )
+    result = check_transactional(taken)
+    assert result.ok and any("after the abort" in why for why in result.unjudged.get("missing-redelivery", {}))
+    before = _acked_then_aborted(
+        op(5, 2, "ack", SUB, {"position": [1, 0], "txn": T1}, at=2, done=3),
+        op(6, 2, "abort", TC, {"txn": T1}, at=20, done=22),
+        late,
+    )
+    assert set(check_transactional(before).counts) == {"missing-redelivery"}
+
+
 def test_loss_is_judged_for_messages_visible_only_after_an_unknown_receive_ended() -> None:
     """An info receive may have taken a message dispatchable before it ended, not one committed after."""
     blind = op(0, 2, "receive", SUB, {}, None, at=0, done=30, kind=OpType.INFO)

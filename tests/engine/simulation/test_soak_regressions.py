@@ -255,10 +255,38 @@ def _roll_owed_asked_of_a_failed_journal() -> RunSpec:
     )
 
 
+def _abort_redelivery_taken_by_a_late_individual_ack() -> RunSpec:
+    """ctp on a file ledger on the simulated disk, late-append mix, seed 37 (the soak at stop 43): txn
+    (0,36) acked 'in-21' (0:2#0) individually and was aborted; the processor then acked the same
+    input again in a txn of its own (0,39: the acks variant), whose ack reached the subscription after
+    that txn's own timeout abort had, so the pending ack held 'in-21' for (0,39) until the low
+    watermark passes it (PA-14), which it never did, and the first abort's redelivery skipped it.
+    Both checks still owed the first abort's redelivery (a false alarm): another txn's individual
+    ack that takes the message after the abort now ends what the abort owes, as a cumulative one
+    did (seed 617)."""
+    return RunSpec(
+        workload="ctp",
+        seed=37,
+        ops=80,
+        ledger="file",
+        disk="sim",
+        faults=True,
+        batch_messages=True,
+        key_shared=True,
+        unsubscribe=True,
+        queries=True,
+        bounds=True,
+        acks=True,
+        limits=True,
+        fault_rates=dict(FAULT_MIXES["late-append"]),
+    )
+
+
 REGRESSIONS: dict[str, Callable[[], RunSpec]] = {
     "multi-file-seed381": _roll_owed_asked_of_a_failed_journal,
     "ctp-file-seed553-coordinator": _open_that_failed_kept_its_lock,
     "ctp-file-seed617-late-append": _abort_redelivery_taken_over_cumulatively,
+    "ctp-file-seed37-late-append": _abort_redelivery_taken_by_a_late_individual_ack,
     "multi-file-seed267-late-append": _roll_over_that_failed,
     "ctp-file-seed275": _trim_before_the_commit_cursor_write,
     "ctp-file-seed7-late-append": _journal_failed_at_the_first_load,
