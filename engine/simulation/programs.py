@@ -294,6 +294,16 @@ class Programs:
                         yield from self.send(client, "out", target, f"{more.payload.decode()}>w{w}.{n}b", txn=txn)
                         yield consumer.acknowledge_async(more, txn=txn)
                 yield from self.end(txn)
+                if self.spec.acks and self.rng.random() < 0.25:
+                    # The input once more, in a transaction of its own that then aborts, as a processor
+                    # that lost track of what it committed would: once the commit deleted the position
+                    # or its batch index on the cursor, the pending ack refuses it (PA-3:
+                    # TransactionConflict) and nothing comes back; after an abort it is taken again.
+                    late = yield client.new_transaction_async(self.txn_timeout(client.process))
+                    with contextlib.suppress(*ERRORS):
+                        yield consumer.acknowledge_async(msg, txn=late)
+                    yield late.abort_async()
+                    self.aborted += 1
                 if self.spec.queries:
                     # Asked again once the txn ended: no txn holds it now, so the answer is where the
                     # pending ack's own view of the cursor puts it (MarkDelete at or below its
@@ -489,9 +499,11 @@ class Programs:
         message: individually; cumulatively (a cumulative ack on a Shared or Key_Shared subscription
         is refused or ignored, PA-10, so it is followed by an individual one); twice (the second
         names a position already deleted, PA-3, PA-11); in a transaction, individually or
-        cumulatively, that commits (PA-12) or aborts (PA-13: the message comes back); or in a
-        transaction while another transaction holds it (PA-6, PA-8: TransactionConflict), the
-        other then committing."""
+        cumulatively, that commits (PA-12) or aborts (PA-13: the message comes back); in a
+        transaction while another transaction holds it, individually or (on an ordered
+        subscription) cumulatively (PA-6, PA-8: TransactionConflict), the other then committing; or
+        plainly, then again in a transaction that aborts (the position, or the batch index, is
+        already deleted on the cursor: TransactionConflict, and nothing comes back, PA-3)."""
         draw = self.rng.random()
         ordered = kind in (ConsumerType.Exclusive, ConsumerType.Failover)
         try:
@@ -522,13 +534,25 @@ class Programs:
                 yield consumer.acknowledge_async(got)  # whatever the cumulative ack in the txn did
         elif draw < 0.7:
             holder = yield client.new_transaction_async(self.txn_timeout(client.process))
-            yield consumer.acknowledge_async(got, txn=holder)
+            if ordered and self.rng.random() < 0.5:
+                # the holder's cumulative ack: the other's abort then meets a slot it does not own
+                # (PA-13: logged, the slot kept)
+                yield consumer.acknowledge_cumulative_async(got, txn=holder)
+            else:
+                yield consumer.acknowledge_async(got, txn=holder)
             other = yield client.new_transaction_async(self.txn_timeout(client.process))
             with contextlib.suppress(*ERRORS):
                 yield consumer.acknowledge_async(got, txn=other)
             yield other.abort_async()
             yield holder.commit_async()
             self.committed += 1
+        elif draw < 0.8:
+            yield consumer.acknowledge_async(got)
+            late = yield client.new_transaction_async(self.txn_timeout(client.process))
+            with contextlib.suppress(*ERRORS):
+                yield consumer.acknowledge_async(got, txn=late)
+            yield late.abort_async()
+            self.aborted += 1
         else:
             yield consumer.acknowledge_async(got)
 

@@ -619,6 +619,21 @@ def test_tc26_record_without_op_is_bad_input() -> None:
         tc.TxnLogRecord.from_pb(PulsarTransactionMetadata_pb2.TransactionMetadataEntry(txnid_least_bits=1))
 
 
+# Rules: TC-26
+@pytest.mark.parametrize("out_of_range", [-1, 1 << 64])
+@pytest.mark.parametrize("others", ["none", "in range", "out of range"])
+def test_tc26_a_record_field_outside_uint64_is_refused(out_of_range: int, others: str) -> None:
+    """The proto's fields are uint64: a record (from a history's JSON, say) with a time, timeout or
+    id outside that range is refused, whatever the other fields hold -- unset, in range, or out of
+    range themselves."""
+    names = ("timeout_ms", "start_time", "last_modification_time", "max_local_txn_id")
+    rest: int | None = {"none": None, "in range": 7, "out of range": out_of_range}[others]
+    for name in names:
+        fields = dict.fromkeys(names, rest) | {name: out_of_range}
+        with pytest.raises(ValueError, match="is not a uint64"):
+            tc.TxnLogRecord(tc.TxnMetadataOp.NEW, TxnID(0, 1), **fields)  # type: ignore[arg-type]
+
+
 # Rules: TC-27
 def test_tc27_slow_transactions_compare_timeouts() -> None:
     s, a = new_txn(tc.initial(CONFIG), timeout_ms=10_000, now=0)

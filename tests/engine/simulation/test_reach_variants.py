@@ -58,3 +58,34 @@ def test_the_limits_variant_flushes_the_coordinators_log_by_size_and_writes_long
         run(spec)
     tc = PREFIXES[LogKind.TRANSACTION_LOG]
     assert {(tc, FlushTrigger.MAX_SIZE), (tc, FlushTrigger.LARGE_DATA), (tc, FlushTrigger.MAX_RECORDS)} <= set(seen)
+
+
+def test_a_position_acked_again_in_a_transaction_is_refused_and_a_flip_that_accepts_it_is_flagged() -> None:
+    """The acks variant (ctp seed 3 of the main job: batch messages on) acknowledges inputs again in a
+    transaction of their own once their position, or their batch index, is deleted on the cursor: a
+    committed processor's input, and a reader's message it acked plainly.  The pending ack refuses
+    each (PA-3: TransactionConflict), and the history shows it.  A pending ack that lets either
+    through (the branch-flips of ``if replay`` in ``_individual_checked``: a deleted position, and a
+    deleted batch index, skipped as in a replay) is flagged by the per-object check."""
+    from devtools.mutation import applied, flip_mutants
+    from invariants.verify import VerifyOptions, check_histories
+
+    spec = main_job_spec("ctp", 3)
+    assert spec.acks and spec.batch_messages
+    clean = run(spec).operations
+    refused = [
+        op
+        for op in clean
+        if op.f == "ack" and '"txn"' in op.value and op.error == "TransactionConflict" and '"batch_index"' in op.value
+    ]
+    assert refused
+    assert {r.verdict for r in check_histories({"clean": clean}, "f", VerifyOptions())} == {"ok"}
+    flips = [m for m in flip_mutants("pending_ack") if m.function == "_individual_checked" and m.before == "if replay"]
+    assert len(flips) == 2
+    for flip in flips:
+        with applied(flip):
+            ops = run(spec).operations
+        rows = {r.checker: r for r in check_histories({"flipped": ops}, "f", VerifyOptions())}
+        assert rows["linearizability"].verdict == "illegal", flip.id
+        failing = rows["linearizability"].failing_object
+        assert failing is not None and failing.startswith("subscription:"), (flip.id, failing)
