@@ -668,6 +668,59 @@ def _variant_histories(histories: list[str], picked: list[tuple[str, int]], limi
     return out
 
 
+def _callers(module: str) -> dict[str, list[tuple[str, list[int]]]]:
+    """For each function of ``module`` (by its last name), the functions of the same module that call
+    it (their qualified names, a call by name or as an attribute) with the lines of their ``if``,
+    ``for`` and ``while`` statements."""
+    import ast
+    import importlib
+
+    source = Path(importlib.import_module(module).__file__ or "").read_text(encoding="utf-8")
+    out: dict[str, list[tuple[str, list[int]]]] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                name = f"{prefix}{child.name}"
+                called: set[str] = set()
+                lines: list[int] = []
+                for inner in ast.walk(child):
+                    if isinstance(inner, ast.Call):
+                        func = inner.func
+                        called.add(func.id if isinstance(func, ast.Name) else getattr(func, "attr", ""))
+                    elif isinstance(inner, ast.If | ast.For | ast.While):
+                        lines.append(inner.lineno)
+                for callee in called - {"", child.name}:
+                    out.setdefault(callee, []).append((name, sorted(lines)))
+
+    visit(ast.parse(source), "")
+    return out
+
+
+def _caller_histories(
+    m: Mutant, sites: dict[str, dict[str, list[str]]], picked: list[tuple[str, int]], limit: int
+) -> list[tuple[str, int]]:
+    """For a flip in a function that others of its module call, the history that takes the rarest
+    path of each caller (of each branch site of a caller, the first of its first three histories in the
+    reach report's order that is not taken yet), at most
+    ``limit`` in all.  A small helper's own lines are taken by every history that calls it, so its
+    rarest paths are its callers': the low-watermark abort in ``_first_ongoing``'s one caller is
+    taken by a few histories only, none of them among the lowest seeds."""
+    module_sites = sites.get(m.module, {})
+    out: list[tuple[str, int]] = []
+    for _, lines in _callers(m.module).get(m.function.rsplit(".", 1)[-1], []):
+        for line in lines:
+            for h in module_sites.get(str(line), [])[:3]:
+                workload, _, seed = h.partition(":")
+                key = (workload, int(seed))
+                if key not in picked and key not in out and len(out) < limit:
+                    out.append(key)
+                    break
+    return out
+
+
 def flip_context(args: argparse.Namespace, machines: list[str]) -> tuple[list[Mutant], int, Context]:
     """The flip mutants (``devtools.mutation.flip_mutants``) of ``machines`` whose ``if`` some history of
     the branch-reach report executed, the flips in all, and the context judging each one on up to
@@ -690,9 +743,11 @@ def flip_context(args: argparse.Namespace, machines: list[str]) -> tuple[list[Mu
                 dataclasses.replace(main_job_spec(w, seed, args.flip_ops), deadline_ms=args.deadline)
                 for w, seed in picked
             ]
+            more = _variant_histories(executed, picked, args.per_variant)
+            more += [h for h in _caller_histories(m, sites, [*picked, *more], args.per_caller) if h not in more]
             more_for[m.id] = [
                 dataclasses.replace(main_job_spec(w, seed, args.flip_ops), deadline_ms=args.deadline)
-                for w, seed in _variant_histories(executed, picked, args.per_variant)
+                for w, seed in more
             ]
             chosen.append(m)
     if args.mutants:
@@ -741,8 +796,8 @@ def flip_markdown(table: list[dict[str, Any]], rows: list[dict[str, Any]]) -> st
 
     lines = [
         "| machine | if statements | reached | flip changes a history | a client operation | flagged by a check "
-        "| by a check of client operations | first on a variant's history | not flagged, a check could not judge "
-        "| component raised or run failed |",
+        "| by a check of client operations | first on a further history (a variant's, a caller's) "
+        "| not flagged, a check could not judge | component raised or run failed |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for t in table:
@@ -797,7 +852,7 @@ def flips_main(args: argparse.Namespace, machines: list[str]) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"flips": population, "reached": len(chosen), "per_branch": args.per_branch,
-            "per_variant": args.per_variant, "ops": args.flip_ops,
+            "per_variant": args.per_variant, "per_caller": args.per_caller, "ops": args.flip_ops,
             "wall_seconds": round(wall, 1), "load_average": load, "reach": args.flips}  # fmt: skip
     (out / "flips.json").write_text(json.dumps({"meta": meta, "table": table, "flips": rows}, indent=1))
     text = flip_markdown(table, rows)
@@ -841,7 +896,8 @@ def main(argv: list[str] | None = None) -> int:
         "(benchmarks/branch_reach.py's report.json) executed, with its condition negated, judged by the history "
         "checkers on up to --per-branch of those histories (those that take the rarest paths of the if's "
         "function, alternating with the lowest seeds) and, while none flags it, on up to --per-variant more (one "
-        "per variant of the main job none of those has on); writes OUT/flips.{json,md}",
+        "per variant of the main job none of those has on) and --per-caller more (one per caller of the if's "
+        "function, the history taking its rarest path); writes OUT/flips.{json,md}",
     )
     parser.add_argument("--per-branch", type=int, default=3, help="--flips: histories per flip (default 3)")
     parser.add_argument(
@@ -850,6 +906,13 @@ def main(argv: list[str] | None = None) -> int:
         default=16,
         help="--flips: at most this many more histories for a flip its first ones leave unflagged, one per "
         "variant none of them has on (default 16: every switch of the main job)",
+    )
+    parser.add_argument(
+        "--per-caller",
+        type=int,
+        default=8,
+        help="--flips: and at most this many more, the history that takes the rarest path of each function of "
+        "the module that calls the flip's function (default 8)",
     )
     parser.add_argument("--flip-ops", type=int, default=60, help="--flips: transactions per history (default 60)")
     args = parser.parse_args(argv)
