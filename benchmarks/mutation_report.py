@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import multiprocessing
 import os
@@ -668,6 +669,7 @@ def _variant_histories(histories: list[str], picked: list[tuple[str, int]], limi
     return out
 
 
+@functools.cache
 def _callers(module: str) -> dict[str, list[tuple[str, list[int]]]]:
     """For each function of ``module`` (by its last name), the functions of the same module that call
     it (their qualified names, a call by name or as an attribute) with the lines of their ``if``,
