@@ -23,7 +23,9 @@ clean), and the process's peak memory above what it held before reading, per ope
 
 Each (workload, size) is measured ``--repeat`` times (default 3), each time in a fresh process, and
 the table gives each stage's **median**: between runs of the same tree one stage's ratio moved by up
-to 1.8, so one run decides nothing near the goal.  Every run's figures are in the JSON.
+to 1.8, so one run decides nothing near the goal.  The repeats go round the sizes (every size once,
+then again), so the machine's drift over a workload's minutes falls on every size alike.  Every
+run's figures are in the JSON.
 
 **The machine's linear anchor**, measured in the same child on the same operations after the
 checks: the least work any check of a history does, by construction linear -- every operation filed
@@ -446,22 +448,28 @@ def main() -> int:
     histories.mkdir(parents=True, exist_ok=True)
     figures: dict[str, dict[int, dict[str, Any]]] = {}
     for workload in workloads:
+        paths: dict[int, Path] = {}
         for size in sizes:
-            path = histories / f"{workload}-{size}.parquet"
+            paths[size] = histories / f"{workload}-{size}.parquet"
             ops = tile(found[workload], size, f"{workload}-{size}")
-            write_parquet(path, {ops[0].history: ops})
+            write_parquet(paths[size], {ops[0].history: ops})
             del ops
-            runs = []
-            for _ in range(max(1, args.repeat)):
-                f = _child(path)
-                runs.append(f)
+        # The repeats go round the sizes (10^4, 10^5, 10^6, then again), so that the machine's
+        # drift over the minutes a workload takes (other tenants, its caches' state) falls on every
+        # size alike instead of on whichever size ran last.
+        runs: dict[int, list[dict[str, Any]]] = {size: [] for size in sizes}
+        for _ in range(max(1, args.repeat)):
+            for size in sizes:
+                f = _child(paths[size])
+                runs[size].append(f)
                 print(
                     f"{workload} {f['ops']:,} ops: read {f['read_s']:.2f}s, transactional {f['transactional_s']:.2f}s, "
                     f"delivery {f['delivery_s']:.2f}s, anchor {f['anchor_s']:.3f}s, peak {f['peak_bytes'] / 2**20:.0f} "
                     f"MB, {f['verdicts']} ({_load()})"
                 )
-            figures.setdefault(workload, {})[size] = median_figures(runs)
-            path.unlink()
+        for size in sizes:
+            figures.setdefault(workload, {})[size] = median_figures(runs[size])
+            paths[size].unlink()
     table = report(figures, sizes)
     met = goals(figures, sizes)
     end = _load()

@@ -262,7 +262,10 @@ class TxnAnalysis:
     def _build(cls, ops: Sequence[Operation]) -> TxnAnalysis:
         history = ops[0].history if ops else ""
         commits, aborts = _ends(ops, history)
-        messages, by_entry, clashes = _sends(ops, history)
+        # each ended transaction's id as one tuple (the ends' own): later lookups by a message's or
+        # an ack's transaction then match their key by identity, reading no second copy
+        txns = {txn: txn for ended in (commits, aborts) for txn in ended}
+        messages, by_entry, clashes = _sends(ops, history, txns)
         analysis = cls(
             history,
             len(ops),
@@ -279,7 +282,7 @@ class TxnAnalysis:
             [],
         )
         analysis.words = Words(ops)
-        analysis._read_subscription_ops(ops)
+        analysis._read_subscription_ops(ops, txns)
         analysis.gave_up = _gave_up(ops)
         # PA-10: a cumulative ack on a Shared or Key_Shared subscription is answered ok and does nothing.
         analysis.acks = [
@@ -289,7 +292,7 @@ class TxnAnalysis:
         ]
         return analysis
 
-    def _read_subscription_ops(self, ops: Sequence[Operation]) -> None:
+    def _read_subscription_ops(self, ops: Sequence[Operation], txns: dict[Txn, Txn]) -> None:
         partitions: dict[str, str] = {}  # subscription -> its partition: each object id parsed once
         for op in ops:
             if op.f not in ("receive", "ack", "ack_cumulative", "subscribe", "negative_ack", "seek"):
@@ -314,12 +317,18 @@ class TxnAnalysis:
                     if _flag(op, op.args, "connected") is not False:
                         self.drains[op.object].append(op)
                     continue
+                payload: str = read_field(op, got, "message", "result", (str,))
+                sent = self.messages.get(payload)
+                if sent is not None:
+                    # The send's own string: every later lookup by this payload then matches the key
+                    # by identity, without reading a second copy elsewhere in a large heap.
+                    payload = sent.payload
                 self.deliveries.append(
                     Delivery(
                         op,
                         op.object,
                         partition,
-                        read_field(op, got, "message", "result", (str,)),
+                        payload,
                         message_id(op, got, "result", required=False),
                         read_field(op, got, "redelivery_count", "result", (int,), required=False) or 0,
                         consumer_of(op),
@@ -331,6 +340,7 @@ class TxnAnalysis:
                     continue
                 txn = _txn_of(op, op.args)
                 if txn is not None:
+                    txn = txns.get(txn, txn)
                     acked = message_id(op, op.args, "value", required=True)
                     assert acked is not None
                     self.acks.append(Ack(op, op.object, txn, acked, op.f == "ack_cumulative"))
@@ -672,11 +682,13 @@ def _ends(ops: Sequence[Operation], history: str) -> tuple[dict[Txn, list[Operat
     """Each transaction's commit and abort operations."""
     commits: dict[Txn, list[Operation]] = defaultdict(list)
     aborts: dict[Txn, list[Operation]] = defaultdict(list)
+    canon: dict[Txn, Txn] = {}
     for op in ops:
         if op.f in ("commit", "abort"):
             txn = _txn_of(op, op.args)
             if txn is None:
                 raise BadHistory(f"history {history!r} op {op.index}: {op.f} needs 'txn'", row=op.index, column="value")
+            txn = canon.setdefault(txn, txn)
             (commits if op.f == "commit" else aborts)[txn].append(op)
     return commits, aborts
 
@@ -712,7 +724,7 @@ def _fates(commits: dict[Txn, list[Operation]], aborts: dict[Txn, list[Operation
 
 
 def _sends(
-    ops: Sequence[Operation], history: str
+    ops: Sequence[Operation], history: str, txns: dict[Txn, Txn]
 ) -> tuple[dict[str, Message], dict[_Entry, list[Message]], list[tuple[Message, Message]]]:
     """Every send as a message (payloads must be unique), the messages of each entry, and the sends
     that clash with an earlier one at the same id (an entry holds one message, or a batch of them at
@@ -740,11 +752,12 @@ def _sends(
         position = None
         if op.type is OpType.OK and op.returned is not None:
             position = message_id(op, op.returned, "result", required=True)
+        txn = _txn_of(op, args)
         message = Message(
             op,
             payload,
             partition,
-            _txn_of(op, args),
+            None if txn is None else txns.get(txn, txn),
             position,
             read_field(op, args, "deliver_at_ms", "value", (int,), required=False),
             read_field(op, args, "partition_key", "value", (str,), required=False),

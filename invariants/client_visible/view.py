@@ -343,6 +343,11 @@ class View:
                     if not isinstance(payload, str):
                         raise bad(op, f"a receive returns a 'message' string, got {got!r}", "result")
                     reported = message_id(op, got, "result") if got.get("position") is not None else None
+                    sent = self.messages.get(payload)
+                    if sent is not None:
+                        # the send's own string: later lookups by it match their key by identity, and
+                        # read no second copy elsewhere in a large heap
+                        payload = sent.payload
                     self.deliveries[sub].append(Delivery(op, sub, payload, reported))
         elif op.type is OpType.OK:
             args = object_of(op)
