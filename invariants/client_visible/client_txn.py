@@ -9,11 +9,14 @@ from collections import defaultdict
 
 from invariants.client_visible.view import INF, Txn, View, fmt_txn, object_of, txn_of
 from invariants.client_visible.violation import Collector
+from spec.errors import InvalidTxnStatus, TransactionNotFound
 from spec.history import Operation, OpType
 
 __all__ = ["aborted_commits", "ends_after_error", "refused_while_open"]
 
 _USES = ("send", "ack", "ack_cumulative")
+_INVALID = InvalidTxnStatus.__name__
+_NOT_FOUND = TransactionNotFound.__name__
 
 
 def _uses(view: View) -> dict[Txn, list[Operation]]:
@@ -45,7 +48,7 @@ def refused_while_open(view: View, out: Collector) -> None:
         for op in ops:
             if op.type is OpType.FAIL and _answered(op) < until:
                 out.judged["refused-while-open"] += 1
-                if op.error == "InvalidTxnStatus":
+                if op.error == _INVALID:
                     out.add(
                         "refused-while-open",
                         [view.new_txn[txn], op],
@@ -62,7 +65,7 @@ def refused_while_open(view: View, out: Collector) -> None:
         first = min(ends, key=lambda o: (o.invoked_at, o.index))
         if first.type is OpType.FAIL and _answered(first) < start.invoked_at + timeout:
             out.judged["refused-while-open"] += 1
-            if first.error == "InvalidTxnStatus":
+            if first.error == _INVALID:
                 out.add(
                     "refused-while-open",
                     [start, first],
@@ -109,7 +112,9 @@ def ends_after_error(view: View, out: Collector) -> None:
       commit may still turn into an abort, TC-32.)
 
     Judged for each end the same process invoked after that answer: a process has at most one open
-    invocation (docs/spec/history.md), so its later rows were invoked after the answer came back."""
+    invocation (docs/spec/history.md), so its later rows were invoked after the answer came back.
+    Both consequences are checked against ``reference.client`` over every state it reaches
+    (tests/client/test_rules.py)."""
     for txn, ends in view.ends.items():
         if len(ends) < 2:
             continue
@@ -120,7 +125,7 @@ def ends_after_error(view: View, out: Collector) -> None:
             )
             if first is not None:
                 out.judged["end-after-error"] += 1
-                if end.type is OpType.OK or (end.type is OpType.FAIL and end.error != "InvalidTxnStatus"):
+                if end.type is OpType.OK or (end.type is OpType.FAIL and end.error != _INVALID):
                     answer = "returned ok" if end.type is OpType.OK else f"failed with {end.error}"
                     out.add(
                         "end-after-error",
@@ -128,11 +133,11 @@ def ends_after_error(view: View, out: Collector) -> None:
                         f"{end.f} op {end.index} of {fmt_txn(txn)} {answer} (invoked at {end.invoked_at}), after "
                         f"{first.f} op {first.index} of it by the same client came back {first.error} at "
                         f"{first.completed_at}: the client then refuses every "
-                        f"{'end' if first.error == 'TransactionNotFound' else 'commit'} of the txn with "
+                        f"{'end' if first.error == _NOT_FOUND else 'commit'} of the txn with "
                         f"InvalidTxnStatus",
                     )
                 continue
-            if end.type is OpType.FAIL and end.error == "TransactionNotFound":
+            if end.type is OpType.FAIL and end.error == _NOT_FOUND:
                 refused[(end.process, False)] = end
-            elif end.type is OpType.FAIL and end.f == "commit" and end.error == "InvalidTxnStatus":
+            elif end.type is OpType.FAIL and end.f == "commit" and end.error == _INVALID:
                 refused.setdefault((end.process, True), end)

@@ -178,3 +178,50 @@ def test_tc36_timeout_only_from_open_and_cancelled_by_commit() -> None:
     committing = run(cl.Commit())
     after, _ = ok(committing, cl.TimeoutFired())
     assert after == committing
+
+
+# Rules: TC-34, TC-35
+def test_tc35_what_end_after_error_relies_on_holds_in_every_reachable_state() -> None:
+    """``end-after-error`` (invariants/client_visible/client_txn.py) judges histories by two
+    consequences of TC-34 and TC-35, checked here against the machine itself over every state a
+    transaction reaches (up to two operations in flight): once a user's end came back
+    ``TransactionNotFound``, every later commit and abort is refused with ``InvalidTxnStatus`` and
+    sends nothing; once a commit came back ``InvalidTxnStatus`` (refused here, or answered so), every
+    later commit is."""
+    from spec.errors import InvalidTxnStatus, TransactionNotFound
+
+    tnf, its = TransactionNotFound.__name__, InvalidTxnStatus.__name__
+    commands: list[object] = [
+        cl.Send("t"),
+        cl.OpCompleted(False),
+        cl.OpCompleted(True),
+        cl.Commit(),
+        cl.Abort(),
+        cl.TimeoutFired(),
+        *(cl.EndTxnResponse(e) for e in (None, tnf, its, "CoordinatorNotFound", "PersistenceError")),
+    ]
+    start = (cl.initial(Config()), False, False)  # (state, every end refused, every commit refused)
+    seen, frontier = {start}, [start]
+    judged = {"after TransactionNotFound": 0, "after a refused commit": 0}
+    while frontier:
+        txn, all_ends, commits = frontier.pop()
+        for cmd in commands:
+            if isinstance(cmd, cl.Send) and txn.pending_ops >= 2:
+                continue
+            try:
+                after, result = cl.step(txn, cmd)  # type: ignore[arg-type]
+            except ValueError:
+                continue  # an operation completed while none was pending: not an input
+            if isinstance(cmd, cl.Commit | cl.Abort) and (all_ends or (commits and isinstance(cmd, cl.Commit))):
+                judged["after TransactionNotFound" if all_ends else "after a refused commit"] += 1
+                assert isinstance(result, Err) and result.error.name == its and not result.effects, (txn, cmd)
+            ends = [e for e in result.effects if isinstance(e, cl.CompleteEnd)]
+            now_all = all_ends or any(e.error == tnf for e in ends)
+            now_commits = commits or any(e.action is TxnAction.COMMIT and e.error in (tnf, its) for e in ends)
+            if isinstance(cmd, cl.Commit) and isinstance(result, Err) and result.error.name == its:
+                now_commits = True
+            nxt = (after, now_all, now_commits)
+            if nxt not in seen:
+                seen.add(nxt)
+                frontier.append(nxt)
+    assert all(judged.values()), judged  # both claims were put to the machine, not vacuously true
