@@ -384,7 +384,7 @@ class TxnAnalysis:
         each change moves hash ranges, and a consumer that joins is held to the entries read before
         it joined until the ones before them are acknowledged (the classic dispatcher's recently
         joined consumers), so neither a key's order nor a delivery bound holds across one."""
-        processes = {d.op.process for d in self.deliveries if d.subscription == sub}
+        processes = {d.op.process for d in self.by_subscription.get(sub, ())}
         processes |= {op.process for op in self.drains.get(sub, []) + self.unknown_receives.get(sub, [])}
         processes |= {op.process for op in self.subscribes.get(sub, [])}
         times = [t for p in processes for t in self.gave_up.get(p, ())]
@@ -397,7 +397,7 @@ class TxnAnalysis:
         it there).  On a Key_Shared subscription such a message holds the mark-delete position
         back, and with it every consumer that joined after it was read, for good (the classic
         dispatcher's recently joined consumers)."""
-        mine = [d for d in self.deliveries if d.subscription == sub]
+        mine = self.by_subscription.get(sub, [])
         later: dict[str, int] = {}
         for d in mine:
             later[d.payload] = max(later.get(d.payload, 0), d.op.invoked_at)
@@ -474,6 +474,25 @@ class TxnAnalysis:
     def unmatched_deliveries(self) -> Iterator[Delivery]:
         """The deliveries of a payload that no send of their partition produced."""
         return iter(self._matched[3])
+
+    @functools.cached_property
+    def by_subscription(self) -> dict[str, list[Delivery]]:
+        """subscription -> its deliveries in history order: a question about one subscription reads
+        its own, not every delivery of the history (once per subscription, that was O(subscriptions x
+        deliveries) on a recording with a subscription per consumer)."""
+        out: dict[str, list[Delivery]] = defaultdict(list)
+        for d in self.deliveries:
+            out[d.subscription].append(d)
+        return out
+
+    @functools.cached_property
+    def acks_by_subscription(self) -> dict[str, list[Ack]]:
+        """subscription -> its transactional acks that returned ok, in history order (as
+        :attr:`by_subscription`)."""
+        out: dict[str, list[Ack]] = defaultdict(list)
+        for ack in self.acks:
+            out[ack.subscription].append(ack)
+        return out
 
     @functools.cached_property
     def received(self) -> dict[str, dict[str, list[Delivery]]]:

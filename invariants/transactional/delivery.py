@@ -216,17 +216,17 @@ class _Redelivery:
         # every individual ack, aborted or not, by entry: one may hold what an abort gave back
         self.held: dict[tuple[int, int], list[Ack]] = defaultdict(list)
         furthest: list[tuple[tuple[float, ...], Txn]] = []
-        for other in a.acks:
-            if other.subscription == sub and not other.cumulative:
+        for other in a.acks_by_subscription.get(sub, ()):
+            if not other.cumulative:
                 self.held[other.position[:2]].append(other)
-            if other.subscription != sub or a.fate(other.txn) is TxnFate.ABORTED:
+            if a.fate(other.txn) is TxnFate.ABORTED:
                 continue
             if other.cumulative:
                 furthest = _two_furthest(furthest, (cumulative_reach(other.position), other.txn))
             else:
                 self.individual[other.position[:2]].append(other)
         self.furthest = furthest
-        deliveries = [d for d in a.deliveries if d.subscription == sub]
+        deliveries = a.by_subscription.get(sub, [])
         self.again: dict[MessageId | None, list[int]] = defaultdict(list)
         for d in deliveries:
             self.again[d.position].append(d.op.completed_at or 0)

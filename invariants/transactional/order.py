@@ -5,12 +5,11 @@ order, and a consumer gets a partition's first deliveries in log order.  One fun
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import itertools
 from collections import defaultdict
 from collections.abc import Sequence
 
-from invariants.analysis import WHOLE, Delivery, Message, TxnAnalysis, end_or_never
+from invariants.analysis import WHOLE, Delivery, Message, MessageId, TxnAnalysis, end_or_never
 from invariants.transactional.anomaly import Collector, fmt_pos
 from spec.history import Operation
 
@@ -116,7 +115,8 @@ def out_of_order_deliveries(a: TxnAnalysis, out: Collector) -> None:
     deliveries after it are judged apart from those before it, and a delivery whose receive ran
     while a seek was on its way is not judged.
     """
-    ordered: list[tuple[Delivery, str | None]] = []
+    # (delivery, the position its order is judged at, its sticky key), in history order
+    ordered: list[tuple[Delivery, MessageId | None, str | None]] = []
     heads: dict[tuple[str, tuple[int, int]], Message | None] = {}  # each batch entry's first message
     for d in a.deliveries:
         sent = a.messages.get(d.payload)
@@ -133,16 +133,20 @@ def out_of_order_deliveries(a: TxnAnalysis, out: Collector) -> None:
         # Order by the id the send returned (a delivery elsewhere is an inconsistent-position), unless
         # the client may have written the message twice: then each copy is ordered where it is.
         judged_at = d.position if sent.repeatable and d.position is not None else sent.position or d.position
-        ordered.append((dataclasses.replace(d, position=judged_at), sticky))
-    last: dict[tuple[str, int | str, str | None, int], Delivery] = {}
+        ordered.append((d, judged_at, sticky))  # at None: judged nowhere, but it was received
+    last: dict[tuple[str, int | str, str | None, int], tuple[Delivery, MessageId]] = {}
     membership: dict[str, list[int]] = {}
-    seen: set[tuple[str, str]] = set()
+    seen: dict[str, set[str]] = {}  # subscription -> the payloads received there so far
     blind_from = {sub: min(op.invoked_at for op in ops) for sub, ops in a.unknown_receives.items() if ops}
     seeks = {sub: _Seeks(ops) for sub, ops in a.seeks.items() if ops}
-    for d, sticky in sorted(ordered, key=lambda pair: (pair[0].op.invoked_at, pair[0].op.index)):
-        first_time = (d.subscription, d.payload) not in seen
-        seen.add((d.subscription, d.payload))
-        if d.position is None or d.redelivery or not first_time:
+    ordered.sort(key=lambda entry: (entry[0].op.invoked_at, entry[0].op.index))
+    for d, position, sticky in ordered:
+        got = seen.get(d.subscription)
+        if got is None:
+            got = seen[d.subscription] = set()
+        first_time = d.payload not in got
+        got.add(d.payload)
+        if position is None or d.redelivery or not first_time:
             continue
         if d.subscription in blind_from and d.op.invoked_at > blind_from[d.subscription]:
             continue
@@ -166,18 +170,19 @@ def out_of_order_deliveries(a: TxnAnalysis, out: Collector) -> None:
         # One consumer: its name when the history gives one (a consumer outlives a process that
         # ended 'info'), else its process; and the seeks before (each restarts the order).
         key = (d.subscription, d.op.process if d.consumer is None else d.consumer, sticky, epoch)
-        before = last.get(key)
-        if before is not None and before.position is not None and before.position >= d.position:
+        previous = last.get(key)
+        if previous is not None and previous[1] >= position:
+            before, before_at = previous
             out.add(
                 "out-of-order-delivery",
                 [before.op, d.op],
                 f"consumer {d.consumer or f'(process {d.op.process})'} got {before.payload!r} at "
-                f"{fmt_pos(before.position)} (op {before.op.index}) and then, as a first delivery, "
-                f"{d.payload!r} at {fmt_pos(d.position)} (op {d.op.index}); a partition is dispatched in order"
+                f"{fmt_pos(before_at)} (op {before.op.index}) and then, as a first delivery, "
+                f"{d.payload!r} at {fmt_pos(position)} (op {d.op.index}); a partition is dispatched in order"
                 f"{'' if sticky is None else f' (per sticky key: both have key {sticky!r})'}",
                 where=a.words.name(d.subscription),
             )
-        last[key] = d
+        last[key] = (d, position)
 
 
 class _Seeks:
