@@ -154,6 +154,19 @@ FLIP_EQUIVALENT: dict[tuple[str, str] | tuple[str, str, str], str] = {
         "(initial's Log(), recovery's _as_log, a step's append or drop_first), so the flip only copies "
         "the log into an equal one"
     ),
+    ("reference.delayed_bucket", "_Popping.drop", "b.bucket_id < 0 and (not b.pending_create)"): (
+        "equivalent in every step: ``reshaped`` only makes the pop loop finish the gathered pops and go on "
+        "from the state they make, which is the state it would reach anyway (tests/delayed/"
+        "test_batched_pops.py); a memory-mode bucket left in the range map after its last bit went owns no "
+        "boundary (its boundary is None) and answers every later drop in its range as not tracked, as the "
+        "gap it leaves does"
+    ),
+    ("reference.delayed_bucket", "_get_scheduled", "pops.reshaped"): (
+        "equivalent in every step: finishing the gathered pops and going on from the state they make is "
+        "what popping on would make (tests/delayed/test_batched_pops.py), so finishing after every other "
+        "pop and not after an emptied memory-mode bucket (which owns no boundary and answers every drop "
+        "in its range as not tracked) only changes when the pops reach the state"
+    ),
     ("reference.delayed_bucket", "boundary_owner", "ledger is None"): (
         "equivalent in every step: the tracker's one call passes the ledger it unpacked from the same "
         "head, so the flip recomputes the same value (only a direct call without the ledger differs)"

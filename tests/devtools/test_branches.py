@@ -16,6 +16,7 @@ from devtools.branches import FLIP_EQUIVALENT, flip_reason
 from devtools.mutation import Mutant, applied, flip_mutants
 from reference.delayed_runs import Run, compact_run, merge_runs, pack
 from runners.vectors import run_paths
+from tests.delayed import test_batched_pops
 
 ROOT = Path(__file__).resolve().parents[2]
 MACHINES = ("client", "coordinator", "buffer", "pending_ack", "batched_log", "delayed")
@@ -84,3 +85,11 @@ def test_the_merge_threshold_flip_merges_the_same_records(parts: list[Run]) -> N
     with applied(_flip("reference.delayed_runs", "merge_runs")):
         flipped = merge_runs(parts)
     assert (flipped.data, flipped.width, flipped.offset) == (expected.data, expected.width, expected.offset)
+
+
+@pytest.mark.parametrize("function", ["_Popping.drop", "_get_scheduled"])
+def test_the_mid_pop_refresh_flips_make_the_states_one_pop_at_a_time_makes(function: str) -> None:
+    # the gathered pops against one pop at a time, storage faults and memory-mode buckets included
+    with applied(_flip("reference.delayed_bucket", function)):
+        test_batched_pops.test_gathered_pops_make_the_state_one_pop_at_a_time_makes()
+        test_batched_pops.test_gathered_pops_agree_on_long_runs()
