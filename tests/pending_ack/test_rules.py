@@ -520,6 +520,17 @@ def test_pa19_replay_after_normal_ack_keeps_the_other_positions() -> None:
     assert message_state(recovered, m(2)) is PENDING_ACK
 
 
+def test_pa19_replay_keeps_the_batch_indexes_the_cursor_did_not_delete_since() -> None:
+    # A normal ack took index 1 of the txn's batch ack (PA-11); at replay the record's indexes lose
+    # the deleted one and the rest is held again (mutation flip pending_ack:345 skips that rest).
+    run = Run()
+    run(IndividualAck(T1, (idx(3, 4, 1, 2),)))
+    run(NormalAck(AckType.INDIVIDUAL, (idx(3, 4, 1),)))
+    recovered = run.restart()
+    assert message_state(recovered, m(3), 2) is PENDING_ACK
+    assert message_state(recovered, m(3), 1) is DELETED
+
+
 def test_pa19_replay_of_a_rejected_cumulative_ack_cannot_happen() -> None:
     run = Run()
     run(CumulativeAck(T1, (whole(4),)))
