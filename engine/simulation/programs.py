@@ -75,6 +75,8 @@ TAIL_DELAYS_MS = (400, 900)
 # of first deliveries a reader gives back by negative ack.
 LIVENESS_BOUND_MS = 1_000
 NACK_SHARE = 0.2
+# ``acks``: how many more messages a reader's slow transaction stays open for after its ack
+SLOW_TXN_MESSAGES = 3
 
 
 class Budget:
@@ -129,6 +131,9 @@ class Programs:
         self.inputs: list[Consumer] = []  # ``reread``: the processors' input consumers, kept open
         self.lookers = 0  # Readers opened so far (``readers``): each gets a subscription name of its own
         self.sending: dict[Client, Future[Any]] = {}  # ``pipelined``: each helper session's send in flight
+        # ``acks``: a reader's slow transaction, open with one ack while the reader goes on, and how
+        # many more of its messages it stays open for
+        self.lingering: dict[Consumer, tuple[Any, int]] = {}
         bucket = spec.workload == "delayed" and spec.delayed_tracker == "bucket"
         self.max_delay_ms = BUCKET_MAX_DELAY_MS if bucket else MAX_DELAY_MS
 
@@ -481,6 +486,9 @@ class Programs:
         # several consumers (Key_Shared) what it still held goes to the others, which read to the end.
         # (A consumer that stayed connected without reading would keep its keys' messages for good,
         # in Pulsar too, and the drain of another consumer would then prove nothing.)
+        slow = self.lingering.pop(consumer, None)
+        if slow is not None:
+            yield from self.let_go(slow[0])
         if self.spec.queries:
             # The partition's last message id as the reader stops (TB-18): never a message of a
             # transaction still open or aborted.
@@ -501,9 +509,17 @@ class Programs:
         names a position already deleted, PA-3, PA-11); in a transaction, individually or
         cumulatively, that commits (PA-12) or aborts (PA-13: the message comes back); in a
         transaction while another transaction holds it, individually or (on an ordered
-        subscription) cumulatively (PA-6, PA-8: TransactionConflict), the other then committing; or
-        plainly, then again in a transaction that aborts (the position, or the batch index, is
-        already deleted on the cursor: TransactionConflict, and nothing comes back, PA-3)."""
+        subscription) cumulatively (PA-6, PA-8: TransactionConflict), the other then committing (or,
+        beside a cumulative holder, committing an individual ack of its own first); plainly, then
+        again in a transaction that aborts (the position, or the batch index, is already deleted on
+        the cursor: TransactionConflict, and nothing comes back, PA-3); or, on an ordered
+        subscription, in a slow transaction that stays open for the next few messages and then
+        aborts."""
+        slow = self.lingering.pop(consumer, None)
+        if slow is not None and slow[1] > 0:
+            self.lingering[consumer] = (slow[0], slow[1] - 1)
+        elif slow is not None:
+            yield from self.let_go(slow[0])
         draw = self.rng.random()
         ordered = kind in (ConsumerType.Exclusive, ConsumerType.Failover)
         try:
@@ -534,16 +550,27 @@ class Programs:
                 yield consumer.acknowledge_async(got)  # whatever the cumulative ack in the txn did
         elif draw < 0.7:
             holder = yield client.new_transaction_async(self.txn_timeout(client.process))
-            if ordered and self.rng.random() < 0.5:
+            cumulative = ordered and self.rng.random() < 0.5
+            if cumulative:
                 # the holder's cumulative ack: the other's abort then meets a slot it does not own
                 # (PA-13: logged, the slot kept)
                 yield consumer.acknowledge_cumulative_async(got, txn=holder)
             else:
                 yield consumer.acknowledge_async(got, txn=holder)
             other = yield client.new_transaction_async(self.txn_timeout(client.process))
+            taken = False
             with contextlib.suppress(*ERRORS):
                 yield consumer.acknowledge_async(got, txn=other)
-            yield other.abort_async()
+                taken = True
+            if taken and cumulative and self.rng.random() < 0.5:
+                # An individual ack is checked against the individual acks only (PA-6), so the other
+                # holds the message beside the holder's cumulative slot.  Its commit deletes the
+                # entry; once the mark-delete position reaches the slot the cursor wins and the slot
+                # goes (PA-11), and the holder's commit then finds no cumulative ack of its own.
+                yield other.commit_async()
+                self.committed += 1
+            else:
+                yield other.abort_async()
             yield holder.commit_async()
             self.committed += 1
         elif draw < 0.8:
@@ -553,8 +580,24 @@ class Programs:
                 yield consumer.acknowledge_async(got, txn=late)
             yield late.abort_async()
             self.aborted += 1
+        elif draw >= 0.9 and ordered and consumer not in self.lingering:
+            # A slow transaction: it acks the message and stays open while the reader goes on, then
+            # aborts a few messages later (PA-13: the message comes back).  A plain cumulative ack
+            # meanwhile takes the message from it (the cursor wins, PA-11): its abort then gives
+            # nothing back.
+            slow = yield client.new_transaction_async(self.txn_timeout(client.process))
+            self.lingering[consumer] = (slow, SLOW_TXN_MESSAGES)
+            yield consumer.acknowledge_async(got, txn=slow)
         else:
             yield consumer.acknowledge_async(got)
+
+    def let_go(self, txn: Any) -> Proc:
+        """A reader's slow transaction ends: it aborts (an abort that fails leaves it to its timeout)."""
+        try:
+            yield txn.abort_async()
+            self.aborted += 1
+        except ERRORS:
+            pass
 
     def look_back(self, client: Client, topic: str, partition: int, start: Position, since: int) -> Proc:
         """A Reader over what is still in the partition: a non-durable subscription whose cursor
