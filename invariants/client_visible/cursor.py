@@ -46,12 +46,18 @@ def held_back(view: View, out: Collector) -> None:
     """PA-1: a message an individual ack of an open txn holds is PENDING_ACK, and a PENDING_ACK
     message is not dispatched on that subscription (the dispatcher filters it; a restart replays
     the pending-ack log first, PA-18).  Cumulative txn acks are left out: the broker may ignore one
-    and still answer ok (PA-10)."""
+    and still answer ok (PA-10).  Not judged is an ack during which the subscription reloaded (a
+    pending-ack ``recover`` row in the ack's window): the reload hands the unacked messages out again,
+    and a copy that reached the consumer's receiver queue before the ack took effect is received from
+    there later, while the transaction holds the message."""
     for ack in view.acks:
         if ack.txn is None or ack.cumulative or ack.op.completed_at is None:
             continue
         until = view.open_until(ack.txn)
         if until <= ack.op.completed_at:
+            continue
+        reloads = view.reloads.get(ack.sub, [])
+        if bisect.bisect_right(reloads, ack.op.completed_at) > bisect.bisect_left(reloads, ack.op.invoked_at):
             continue
         out.judged["held-back-delivery"] += 1
         for message in view.covered(ack):

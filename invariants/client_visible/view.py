@@ -177,9 +177,21 @@ class View:
         # The coordinator's END_TXN steps whose answer reached the client (see unanswered-end).
         self.answered_ends: list[tuple[Txn, Operation]] = []
         self._subscriptions: set[str] = set()  # the subscription ids already found well formed
+        # The pending-ack recoveries of each subscription (machine rows: a reload of the subscription,
+        # after which the dispatcher hands its unacked messages out again, PA-18).
+        self.reloads: dict[str, list[int]] = defaultdict(list)
         for op in ops:
             if op.object.startswith("coordinator:") and is_machine_operation(op):
                 self._coordinator_row(op)
+            elif (
+                op.f == "recover"
+                and op.object.startswith("subscription:")
+                and is_machine_operation(op)
+                and op.args.get("machine") == "pending_ack"
+            ):
+                self.reloads[op.object].append(op.invoked_at)
+        for times in self.reloads.values():
+            times.sort()
         for op in client:
             if op.f == "new_txn" and op.type is OpType.OK:
                 got = object_of(op, "result")

@@ -194,6 +194,12 @@ def missing_redeliveries(a: TxnAnalysis, out: Collector) -> None:
                 out.judge("missing-redelivery")  # an ack outside the transaction deleted it whenever it came (PA-11)
             elif index.deleted_by_another_txn(ack, message):
                 out.cannot_judge("missing-redelivery", "another transaction's ack may have deleted it on the cursor")
+            elif index.held_by_cumulative(ack, message, abort):
+                out.cannot_judge(
+                    "missing-redelivery",
+                    "another transaction's cumulative ack covered it when the abort gave it back: the dispatcher holds "
+                    "it for that transaction (PA-1), whose own abort gives nothing back (PA-13)",
+                )
             elif index.taken_after(ack, message, abort):
                 out.cannot_judge(
                     "missing-redelivery",
@@ -216,9 +222,14 @@ class _Redelivery:
         # every individual ack, aborted or not, by entry: one may hold what an abort gave back
         self.held: dict[tuple[int, int], list[Ack]] = defaultdict(list)
         furthest: list[tuple[tuple[float, ...], Txn]] = []
+        # every cumulative ack, whatever its transaction's fate, by invocation: with the two
+        # furthest of distinct transactions invoked up to each (see held_by_cumulative)
+        cumulative: list[tuple[int, tuple[float, ...], Txn]] = []
         for other in a.acks_by_subscription.get(sub, ()):
             if not other.cumulative:
                 self.held[other.position[:2]].append(other)
+            else:
+                cumulative.append((other.op.invoked_at, cumulative_reach(other.position), other.txn))
             if a.fate(other.txn) is TxnFate.ABORTED:
                 continue
             if other.cumulative:
@@ -226,6 +237,13 @@ class _Redelivery:
             else:
                 self.individual[other.position[:2]].append(other)
         self.furthest = furthest
+        cumulative.sort(key=lambda row: row[0])
+        self.cumulative_calls = [at for at, _, _ in cumulative]
+        self.cumulative_upto: list[list[tuple[tuple[float, ...], Txn]]] = []
+        best: list[tuple[tuple[float, ...], Txn]] = []
+        for _, key, txn in cumulative:
+            best = _two_furthest(best, (key, txn))
+            self.cumulative_upto.append(best)
         deliveries = a.by_subscription.get(sub, [])
         self.again: dict[MessageId | None, list[int]] = defaultdict(list)
         for d in deliveries:
@@ -266,6 +284,17 @@ class _Redelivery:
         ):
             return True
         return any(txn != ack.txn and key >= message.position for key, txn in self.furthest)
+
+    def held_by_cumulative(self, ack: Ack, message: Message, abort: Operation) -> bool:
+        """Another transaction's cumulative ack covering ``message``, invoked before ``abort``
+        completed: while it is pending the message lies within the cumulative pending ack, so the
+        dispatcher holds the abort's redelivery back (PA-1), and that transaction's own abort gives
+        nothing back (PA-13: a cumulative ack is just cleared).  Whether it was still pending when
+        the redelivery ran the history cannot say (a timeout's abort shows no client operation)."""
+        if message.position is None:
+            return False
+        k = bisect.bisect_left(self.cumulative_calls, abort.completed_at or abort.invoked_at)
+        return k > 0 and any(txn != ack.txn and key >= message.position for key, txn in self.cumulative_upto[k - 1])
 
     def taken_after(self, ack: Ack, message: Message, abort: Operation) -> bool:
         """Another transaction's individual ack covering ``message`` that returned ok after ``abort``

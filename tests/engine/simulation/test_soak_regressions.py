@@ -282,11 +282,62 @@ def _abort_redelivery_taken_by_a_late_individual_ack() -> RunSpec:
     )
 
 
+def _abort_redelivery_held_by_a_pending_cumulative_ack() -> RunSpec:
+    """multi on a file ledger on the simulated disk, late-append mix, seed 617 (the soak at stop 44):
+    a reader's slow txn (0,59) acked 'w2.11.p1' (0:62#0) individually; before it aborted, txn (0,72)
+    acked 1:1 cumulatively, which covers 0:62, and timed out.  The slow txn's abort gave 0:62 back
+    while (0,72)'s slot was still pending, so the dispatcher held it for (0,72) (PA-1), and (0,72)'s
+    abort cleared the slot without a redelivery (PA-13).  ``missing-redelivery`` owed the first abort's
+    redelivery still (a false alarm): another txn's cumulative ack covering the message, invoked
+    before the abort completed, now ends what the abort owes."""
+    return RunSpec(
+        workload="multi",
+        seed=617,
+        ops=60,
+        ledger="file",
+        disk="sim",
+        faults=True,
+        batching=True,
+        batch_messages=True,
+        unsubscribe=True,
+        cumulative=True,
+        redeliver=True,
+        bounds=True,
+        acks=True,
+        deadline_ms=3_600_000,
+        fault_rates=dict(FAULT_MIXES["late-append"]),
+    )
+
+
+def _txn_ack_across_a_subscription_reload() -> RunSpec:
+    """ctp, seed 430 (the soak at stop 44): a reader's slow txn (0,109) acked 'in-50>w2.11' (32:2)
+    while the subscription reloaded (a pending-ack ``recover`` row inside the ack's window); the
+    reload handed 32:2 out again, and that copy reached the consumer's receiver queue before the ack
+    took effect, so a later receive returned it while (0,109) was open.  ``held-back-delivery``
+    flagged it (a false alarm): an ack during which its subscription reloaded is no longer judged."""
+    return RunSpec(
+        workload="ctp",
+        seed=430,
+        ops=80,
+        faults=True,
+        batching=True,
+        unsubscribe=True,
+        redeliver=True,
+        reread=True,
+        bounds=True,
+        acks=True,
+        limits=True,
+        deadline_ms=3_600_000,
+    )
+
+
 REGRESSIONS: dict[str, Callable[[], RunSpec]] = {
     "multi-file-seed381": _roll_owed_asked_of_a_failed_journal,
     "ctp-file-seed553-coordinator": _open_that_failed_kept_its_lock,
     "ctp-file-seed617-late-append": _abort_redelivery_taken_over_cumulatively,
     "ctp-file-seed37-late-append": _abort_redelivery_taken_by_a_late_individual_ack,
+    "multi-file-seed617-late-append": _abort_redelivery_held_by_a_pending_cumulative_ack,
+    "ctp-seed430": _txn_ack_across_a_subscription_reload,
     "multi-file-seed267-late-append": _roll_over_that_failed,
     "ctp-file-seed275": _trim_before_the_commit_cursor_write,
     "ctp-file-seed7-late-append": _journal_failed_at_the_first_load,
