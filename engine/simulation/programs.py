@@ -15,6 +15,7 @@ processes run, so a seed gives one history.
 from __future__ import annotations
 
 import contextlib
+import random
 from collections.abc import Callable, Generator
 from typing import Any, NamedTuple
 
@@ -113,7 +114,118 @@ class WorkloadPrograms(NamedTuple):
     readers: list[Proc]
 
 
-class Programs:
+class Settling:
+    """The ``acks`` variant's ways for a reader to settle a message it received (part of
+    :class:`Programs`, which holds the state they share)."""
+
+    rng: random.Random
+    txn_timeout: Callable[[int], int]
+    committed: int
+    aborted: int
+    # a reader's slow transaction, open with one ack while the reader goes on, and how many more of
+    # its messages it stays open for
+    lingering: dict[Consumer, tuple[Any, int]]
+    end: Callable[[Any], Proc]  # Programs.end: commit, or now and then abort
+
+    def settle(self, client: Client, consumer: Consumer, got: Any, kind: ConsumerType) -> Proc:
+        """``acks``: a reader acknowledges ``got`` in one of the ways an application may, drawn per
+        message: individually; cumulatively (a cumulative ack on a Shared or Key_Shared subscription
+        is refused or ignored, PA-10, so it is followed by an individual one); twice (the second
+        names a position already deleted, PA-3, PA-11); in a transaction, individually or
+        cumulatively, that commits (PA-12) or aborts (PA-13: the message comes back); in a
+        transaction while another transaction holds it, individually or (on an ordered
+        subscription) cumulatively (PA-6, PA-8: TransactionConflict), the other then committing (or,
+        beside a cumulative holder, committing an individual ack of its own first); plainly, then
+        again in a transaction that aborts (the position, or the batch index, is already deleted on
+        the cursor: TransactionConflict, and nothing comes back, PA-3); or, on an ordered
+        subscription, in a slow transaction that stays open for the next few messages and then
+        aborts."""
+        slow = self.lingering.pop(consumer, None)
+        if slow is not None and slow[1] > 0:
+            self.lingering[consumer] = (slow[0], slow[1] - 1)
+        elif slow is not None:
+            yield from self.let_go(slow[0])
+        draw = self.rng.random()
+        ordered = kind in (ConsumerType.Exclusive, ConsumerType.Failover)
+        try:
+            yield from self.settle_by(client, consumer, got, draw, ordered)
+        except ERRORS:
+            # As an application does when its transaction failed: acknowledge the message plainly, so
+            # it is not kept for good (on Key_Shared a kept message stalls the keys of a consumer
+            # that joined after it).
+            yield consumer.acknowledge_async(got)
+
+    def settle_by(self, client: Client, consumer: Consumer, got: Any, draw: float, ordered: bool) -> Proc:
+        """The ways of :meth:`settle`, by ``draw``."""
+        if draw < 0.2:
+            yield consumer.acknowledge_cumulative_async(got)
+            if not ordered:
+                yield consumer.acknowledge_async(got)
+        elif draw < 0.35:
+            yield consumer.acknowledge_async(got)
+            yield consumer.acknowledge_async(got)
+        elif draw < 0.6:
+            txn = yield client.new_transaction_async(self.txn_timeout(client.process))
+            if self.rng.random() < 0.3:
+                yield consumer.acknowledge_cumulative_async(got, txn=txn)
+            else:
+                yield consumer.acknowledge_async(got, txn=txn)
+            yield from self.end(txn)
+            if not ordered:
+                yield consumer.acknowledge_async(got)  # whatever the cumulative ack in the txn did
+        elif draw < 0.7:
+            holder = yield client.new_transaction_async(self.txn_timeout(client.process))
+            cumulative = ordered and self.rng.random() < 0.5
+            if cumulative:
+                # the holder's cumulative ack: the other's abort then meets a slot it does not own
+                # (PA-13: logged, the slot kept)
+                yield consumer.acknowledge_cumulative_async(got, txn=holder)
+            else:
+                yield consumer.acknowledge_async(got, txn=holder)
+            other = yield client.new_transaction_async(self.txn_timeout(client.process))
+            taken = False
+            with contextlib.suppress(*ERRORS):
+                yield consumer.acknowledge_async(got, txn=other)
+                taken = True
+            if taken and cumulative and self.rng.random() < 0.5:
+                # An individual ack is checked against the individual acks only (PA-6), so the other
+                # holds the message beside the holder's cumulative slot.  Its commit deletes the
+                # entry; once the mark-delete position reaches the slot the cursor wins and the slot
+                # goes (PA-11), and the holder's commit then finds no cumulative ack of its own.
+                yield other.commit_async()
+                self.committed += 1
+            else:
+                yield other.abort_async()
+            yield holder.commit_async()
+            self.committed += 1
+        elif draw < 0.8:
+            yield consumer.acknowledge_async(got)
+            late = yield client.new_transaction_async(self.txn_timeout(client.process))
+            with contextlib.suppress(*ERRORS):
+                yield consumer.acknowledge_async(got, txn=late)
+            yield late.abort_async()
+            self.aborted += 1
+        elif draw >= 0.9 and ordered and consumer not in self.lingering:
+            # A slow transaction: it acks the message and stays open while the reader goes on, then
+            # aborts a few messages later (PA-13: the message comes back).  A plain cumulative ack
+            # meanwhile takes the message from it (the cursor wins, PA-11): its abort then gives
+            # nothing back.
+            slow = yield client.new_transaction_async(self.txn_timeout(client.process))
+            self.lingering[consumer] = (slow, SLOW_TXN_MESSAGES)
+            yield consumer.acknowledge_async(got, txn=slow)
+        else:
+            yield consumer.acknowledge_async(got)
+
+    def let_go(self, txn: Any) -> Proc:
+        """A reader's slow transaction ends: it aborts (an abort that fails leaves it to its timeout)."""
+        try:
+            yield txn.abort_async()
+            self.aborted += 1
+        except ERRORS:
+            pass
+
+
+class Programs(Settling):
     """The client programs of one run, and what they share: the budget of transactions, the
     producers of ``batch_messages`` runs, the counts of commits and aborts."""
 
@@ -131,9 +243,7 @@ class Programs:
         self.inputs: list[Consumer] = []  # ``reread``: the processors' input consumers, kept open
         self.lookers = 0  # Readers opened so far (``readers``): each gets a subscription name of its own
         self.sending: dict[Client, Future[Any]] = {}  # ``pipelined``: each helper session's send in flight
-        # ``acks``: a reader's slow transaction, open with one ack while the reader goes on, and how
-        # many more of its messages it stays open for
-        self.lingering: dict[Consumer, tuple[Any, int]] = {}
+        self.lingering = {}  # ``acks``: see Settling
         bucket = spec.workload == "delayed" and spec.delayed_tracker == "bucket"
         self.max_delay_ms = BUCKET_MAX_DELAY_MS if bucket else MAX_DELAY_MS
 
@@ -501,103 +611,6 @@ class Programs:
             yield from self.unsubscribe(consumer)
         else:
             consumer.close()
-
-    def settle(self, client: Client, consumer: Consumer, got: Any, kind: ConsumerType) -> Proc:
-        """``acks``: a reader acknowledges ``got`` in one of the ways an application may, drawn per
-        message: individually; cumulatively (a cumulative ack on a Shared or Key_Shared subscription
-        is refused or ignored, PA-10, so it is followed by an individual one); twice (the second
-        names a position already deleted, PA-3, PA-11); in a transaction, individually or
-        cumulatively, that commits (PA-12) or aborts (PA-13: the message comes back); in a
-        transaction while another transaction holds it, individually or (on an ordered
-        subscription) cumulatively (PA-6, PA-8: TransactionConflict), the other then committing (or,
-        beside a cumulative holder, committing an individual ack of its own first); plainly, then
-        again in a transaction that aborts (the position, or the batch index, is already deleted on
-        the cursor: TransactionConflict, and nothing comes back, PA-3); or, on an ordered
-        subscription, in a slow transaction that stays open for the next few messages and then
-        aborts."""
-        slow = self.lingering.pop(consumer, None)
-        if slow is not None and slow[1] > 0:
-            self.lingering[consumer] = (slow[0], slow[1] - 1)
-        elif slow is not None:
-            yield from self.let_go(slow[0])
-        draw = self.rng.random()
-        ordered = kind in (ConsumerType.Exclusive, ConsumerType.Failover)
-        try:
-            yield from self.settle_by(client, consumer, got, draw, ordered)
-        except ERRORS:
-            # As an application does when its transaction failed: acknowledge the message plainly, so
-            # it is not kept for good (on Key_Shared a kept message stalls the keys of a consumer
-            # that joined after it).
-            yield consumer.acknowledge_async(got)
-
-    def settle_by(self, client: Client, consumer: Consumer, got: Any, draw: float, ordered: bool) -> Proc:
-        """The ways of :meth:`settle`, by ``draw``."""
-        if draw < 0.2:
-            yield consumer.acknowledge_cumulative_async(got)
-            if not ordered:
-                yield consumer.acknowledge_async(got)
-        elif draw < 0.35:
-            yield consumer.acknowledge_async(got)
-            yield consumer.acknowledge_async(got)
-        elif draw < 0.6:
-            txn = yield client.new_transaction_async(self.txn_timeout(client.process))
-            if self.rng.random() < 0.3:
-                yield consumer.acknowledge_cumulative_async(got, txn=txn)
-            else:
-                yield consumer.acknowledge_async(got, txn=txn)
-            yield from self.end(txn)
-            if not ordered:
-                yield consumer.acknowledge_async(got)  # whatever the cumulative ack in the txn did
-        elif draw < 0.7:
-            holder = yield client.new_transaction_async(self.txn_timeout(client.process))
-            cumulative = ordered and self.rng.random() < 0.5
-            if cumulative:
-                # the holder's cumulative ack: the other's abort then meets a slot it does not own
-                # (PA-13: logged, the slot kept)
-                yield consumer.acknowledge_cumulative_async(got, txn=holder)
-            else:
-                yield consumer.acknowledge_async(got, txn=holder)
-            other = yield client.new_transaction_async(self.txn_timeout(client.process))
-            taken = False
-            with contextlib.suppress(*ERRORS):
-                yield consumer.acknowledge_async(got, txn=other)
-                taken = True
-            if taken and cumulative and self.rng.random() < 0.5:
-                # An individual ack is checked against the individual acks only (PA-6), so the other
-                # holds the message beside the holder's cumulative slot.  Its commit deletes the
-                # entry; once the mark-delete position reaches the slot the cursor wins and the slot
-                # goes (PA-11), and the holder's commit then finds no cumulative ack of its own.
-                yield other.commit_async()
-                self.committed += 1
-            else:
-                yield other.abort_async()
-            yield holder.commit_async()
-            self.committed += 1
-        elif draw < 0.8:
-            yield consumer.acknowledge_async(got)
-            late = yield client.new_transaction_async(self.txn_timeout(client.process))
-            with contextlib.suppress(*ERRORS):
-                yield consumer.acknowledge_async(got, txn=late)
-            yield late.abort_async()
-            self.aborted += 1
-        elif draw >= 0.9 and ordered and consumer not in self.lingering:
-            # A slow transaction: it acks the message and stays open while the reader goes on, then
-            # aborts a few messages later (PA-13: the message comes back).  A plain cumulative ack
-            # meanwhile takes the message from it (the cursor wins, PA-11): its abort then gives
-            # nothing back.
-            slow = yield client.new_transaction_async(self.txn_timeout(client.process))
-            self.lingering[consumer] = (slow, SLOW_TXN_MESSAGES)
-            yield consumer.acknowledge_async(got, txn=slow)
-        else:
-            yield consumer.acknowledge_async(got)
-
-    def let_go(self, txn: Any) -> Proc:
-        """A reader's slow transaction ends: it aborts (an abort that fails leaves it to its timeout)."""
-        try:
-            yield txn.abort_async()
-            self.aborted += 1
-        except ERRORS:
-            pass
 
     def look_back(self, client: Client, topic: str, partition: int, start: Position, since: int) -> Proc:
         """A Reader over what is still in the partition: a non-durable subscription whose cursor
