@@ -71,6 +71,20 @@ def test_held_back_passes_a_receive_that_may_have_come_before_the_ack() -> None:
     assert names(h) == {"held-back-delivery": 1}
 
 
+def test_held_back_leaves_out_an_ack_during_which_the_subscription_reloaded() -> None:
+    """ctp seed 430 (the soak at stop 44): the subscription reloaded while the ack was on its way, and
+    the copy the reload handed out reached the consumer's queue before the ack took effect.  A
+    reload outside the ack's window excuses nothing."""
+
+    def reloaded(at: int) -> H:
+        h = _held(100)
+        h.op("recover", SUB, {"@type": "Recover", "machine": "pending_ack", "records": []}, None, at, at)
+        return h
+
+    assert names(reloaded(21)) == {}
+    assert names(reloaded(50)) == {"held-back-delivery": 1}
+
+
 def test_held_back_passes_a_delivery_once_the_txn_may_have_ended() -> None:
     # After the commit is invoked the redelivery is judged by redelivered-after-ack, not here.
     assert "held-back-delivery" not in names(_held(505))

@@ -518,6 +518,27 @@ def test_missing_redelivery_is_not_judged_when_another_txn_acked_it_after_the_ab
     assert set(check_transactional(before).counts) == {"missing-redelivery"}
 
 
+def test_missing_redelivery_is_not_judged_when_another_txns_cumulative_ack_covered_it() -> None:
+    """PA-1, PA-13: T1's cumulative ack of b covers a; while it is pending the dispatcher holds the
+    message T2's abort gave back for T1, and T1's abort (a timeout's, which no client operation
+    shows) gives nothing back (multi seed 617, the soak at stop 44).  A cumulative ack invoked only
+    after the abort completed did not hold it when the abort gave it back."""
+    from invariants.transactional import REDELIVERY_BOUND_MS
+
+    def cumulative_at(at: int) -> list[Operation]:
+        return _acked_then_aborted(
+            op(5, 0, "send", PART, {"message": "b", "txn": None}, {"position": [1, 1]}, at=0),
+            op(6, 2, "ack_cumulative", SUB, {"position": [1, 1], "txn": T1}, at=at, done=at + 2),
+            op(7, 2, "abort", TC, {"txn": T1}, at=at + 40, done=at + 42),
+            op(8, 1, "receive", SUB, {}, {"message": "b", "position": [1, 1]}, at=13),
+            op(9, 1, "receive", SUB, {}, None, at=11 + REDELIVERY_BOUND_MS),
+        )
+
+    result = check_transactional(cumulative_at(7))
+    assert result.ok and any("cumulative ack" in why for why in result.unjudged.get("missing-redelivery", {}))
+    assert set(check_transactional(cumulative_at(12)).counts) == {"missing-redelivery"}
+
+
 def test_loss_is_judged_for_messages_visible_only_after_an_unknown_receive_ended() -> None:
     """An info receive may have taken a message dispatchable before it ended, not one committed after."""
     blind = op(0, 2, "receive", SUB, {}, None, at=0, done=30, kind=OpType.INFO)
