@@ -145,6 +145,9 @@ class Context:
     # and the histories it is judged on next when none of those flags it: one per variant of the main
     # job that none of them has switched on (:func:`_variant_histories`)
     more_for: dict[str, list[RunSpec]] | None = None
+    # and, in a second round for a flip that none of those changed, the next histories in the reach
+    # report's order that executed its ``if`` (``--per-seed``)
+    seed_for: dict[str, list[RunSpec]] | None = None
 
 
 def _name(spec: RunSpec) -> str:
@@ -727,16 +730,17 @@ def flip_context(args: argparse.Namespace, machines: list[str]) -> tuple[list[Mu
     """The flip mutants (``devtools.mutation.flip_mutants``) of ``machines`` whose ``if`` some history of
     the branch-reach report executed, the flips in all, and the context judging each one on up to
     ``--per-branch`` of those histories (the main job's runs at ``--flip-ops``) and, while none of them
-    flags it, on the histories of :func:`_variant_histories` (``--per-variant``), against their
-    unmutated runs."""
+    flags it, on the histories of :func:`_variant_histories` (``--per-variant``) and
+    :func:`_caller_histories` (``--per-caller``), against their unmutated runs; and the histories
+    of :func:`further_seeds`' second round (``--per-seed``), whose clean runs wait for it."""
     from devtools.mutation import flip_mutants
-    from invariants.client_visible import check_client_visible
 
     sites = json.loads(Path(args.flips).read_text())["sites"]
     population = [m for machine in machines for m in flip_mutants(machine)]
     chosen: list[Mutant] = []
     specs_for: dict[str, list[RunSpec]] = {}
     more_for: dict[str, list[RunSpec]] = {}
+    tried_for: dict[str, list[tuple[str, int]]] = {}
     for m in population:
         executed = sites.get(m.module, {}).get(str(m.line), [])
         if executed:
@@ -752,20 +756,50 @@ def flip_context(args: argparse.Namespace, machines: list[str]) -> tuple[list[Mu
                 for w, seed in more
             ]
             chosen.append(m)
+            seen = {*picked, *more}
+            tried_for[m.id] = [key for key in (_key(h) for h in executed) if key not in seen][: args.per_seed]
     if args.mutants:
         wanted = set(args.mutants.split(","))
         chosen = [m for m in chosen if m.id in wanted]
     histories: dict[str, list[Operation]] = {}
-    for m in chosen:
-        for spec in [*specs_for[m.id], *more_for[m.id]]:
-            name = _name(spec)
-            if name not in histories:
-                histories[name] = ops = run(spec).operations
-                *_, flags = check_history(name, ops)
-                if flags or not check_client_visible(ops).ok:
-                    raise SystemExit(f"the unmutated history {name} is not clean: {flags}")
+    _clean_baselines([s for m in chosen for s in [*specs_for[m.id], *more_for[m.id]]], histories, args.jobs)
     reached = {(m.module, m.function) for m in chosen}
-    return chosen, len(population), Context([], histories, reached, {}, specs_for, more_for)
+    seed_for = {
+        m.id: [
+            dataclasses.replace(main_job_spec(w, seed, args.flip_ops), deadline_ms=args.deadline)
+            for w, seed in tried_for[m.id]
+        ]
+        for m in chosen
+    }
+    return chosen, len(population), Context([], histories, reached, {}, specs_for, more_for, seed_for)
+
+
+def _key(history: str) -> tuple[str, int]:
+    workload, _, seed = history.partition(":")
+    return workload, int(seed)
+
+
+def _baseline(spec: RunSpec) -> tuple[str, list[Operation], list[str], bool]:
+    from invariants.client_visible import check_client_visible
+
+    name = _name(spec)
+    ops = run(spec).operations
+    *_, flags = check_history(name, ops)
+    return name, ops, flags, check_client_visible(ops).ok
+
+
+def _clean_baselines(specs: list[RunSpec], into: dict[str, list[Operation]], jobs: int) -> None:
+    """The unmutated runs of ``specs`` not in ``into`` yet, ``jobs`` at a time in forked processes
+    (each run is CPU-bound Python), each checked clean: a flip is judged against a history every
+    check passes, or the report would credit the checker with a false alarm."""
+    todo = list({_name(s): s for s in specs if _name(s) not in into}.values())
+    if not todo:
+        return
+    with multiprocessing.get_context("fork").Pool(max(1, jobs)) as pool:
+        for name, ops, flags, client_ok in pool.imap_unordered(_baseline, todo):
+            if flags or not client_ok:
+                raise SystemExit(f"the unmutated history {name} is not clean: {flags}")
+            into[name] = ops
 
 
 def flip_table(rows: list[dict[str, Any]], population: dict[str, int]) -> list[dict[str, Any]]:
@@ -793,8 +827,23 @@ def flip_table(rows: list[dict[str, Any]], population: dict[str, int]) -> list[d
     return table
 
 
+def _why(row: dict[str, Any]) -> str:
+    """Why a flip that is not flagged is not: listed equivalent, or listed as unjudged by any history
+    with the test that kills it (``devtools.branches``), or unexplained."""
+    from devtools.branches import flip_reason, unjudged
+    from devtools.mutation import flip_mutants
+
+    found = flip_reason(row["module"], row["function"], row["before"])
+    if found is not None:
+        return found
+    mutant = next((m for m in flip_mutants(row["machine"]) if m.id == row["id"]), None)
+    entry = None if mutant is None else unjudged(mutant)
+    if entry is None:
+        return "unexplained"
+    return f"not equivalent, no history shows it: {entry.why} (killed by {entry.killer})"
+
+
 def flip_markdown(table: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
-    from devtools.branches import flip_reason
 
     lines = [
         "| machine | if statements | reached | flip changes a history | a client operation | flagged by a check "
@@ -824,11 +873,41 @@ def flip_markdown(table: list[dict[str, Any]], rows: list[dict[str, Any]]) -> st
         lines += ["", f"{title}:", ""]
         for r in rows:
             if keep(r):
-                why = flip_reason(r["module"], r["function"], r["before"]) or "unexplained"
+                why = _why(r)
                 if r.get("undecided") and not (r.get("bulk") or r.get("oracle")):
                     why += f" (could not judge: {', '.join(r['flags'])} on {r['undecided']})"
                 lines.append(f"- {r['id']} `{r['module']}.{r['function']}` line {r['line']} `{r['before']}`: {why}")
     return "\n".join(lines)
+
+
+def further_seeds(
+    rows: list[dict[str, Any]], chosen: list[Mutant], ctx: Context, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """The second round: each flip that changed none of its histories is judged again on the next
+    ``--per-seed`` histories that executed its ``if`` (the reach report's order), up to the first
+    that a check flags; its row is replaced when one of them changes.  A branch taken in a hundred
+    histories may matter in one: the client's error arm 64 changes ctp seed 12, the tenth history
+    that executes it.  Their clean runs are made only now, for the few flips that need them."""
+    by_id = {m.id: m for m in chosen}
+    again = [
+        by_id[r["id"]]
+        for r in rows
+        if r["id"] in by_id and r.get("reached") and not r.get("changed") and "error" not in r
+    ]
+    seed_for = ctx.seed_for or {}
+    again = [m for m in again if seed_for.get(m.id)]
+    if not again:
+        return rows
+    _clean_baselines([s for m in again for s in seed_for[m.id]], ctx.baseline, args.jobs)
+    print(f"second round: {len(again)} flips changed no history; up to {args.per_seed} more each", flush=True)
+    second = dataclasses.replace(ctx, specs_for={m.id: [] for m in again}, more_for=seed_for)
+    redone: dict[str, dict[str, Any]] = {}
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for row in pool.map(lambda m: judge(m, second, args), again):
+            if row.get("changed"):
+                row["by_seed"] = row.get("first_changed")
+                redone[row["id"]] = row
+    return [redone.get(r["id"], r) for r in rows]
 
 
 def flips_main(args: argparse.Namespace, machines: list[str]) -> int:
@@ -849,17 +928,28 @@ def flips_main(args: argparse.Namespace, machines: list[str]) -> int:
         for row in pool.map(lambda m: judge(m, ctx, args), chosen):
             rows.append(row)
             phase.advance(note=row["id"])
+    rows = further_seeds(rows, chosen, ctx, args)
     table = flip_table(rows, per_machine)
     wall, load = time.perf_counter() - started, os.getloadavg()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"flips": population, "reached": len(chosen), "per_branch": args.per_branch,
-            "per_variant": args.per_variant, "per_caller": args.per_caller, "ops": args.flip_ops,
-            "wall_seconds": round(wall, 1), "load_average": load, "reach": args.flips}  # fmt: skip
+            "per_variant": args.per_variant, "per_caller": args.per_caller, "per_seed": args.per_seed,
+            "ops": args.flip_ops, "wall_seconds": round(wall, 1), "load_average": load,
+            "reach": args.flips}  # fmt: skip
     (out / "flips.json").write_text(json.dumps({"meta": meta, "table": table, "flips": rows}, indent=1))
-    text = flip_markdown(table, rows)
+    return write_flips_markdown(out)
+
+
+def write_flips_markdown(out: Path) -> int:
+    """``OUT/flips.md`` from ``OUT/flips.json`` (``--flips --rewrite`` makes it again, with the reasons
+    ``devtools.branches`` gives now)."""
+    data = json.loads((out / "flips.json").read_text())
+    meta, load = data["meta"], data["meta"]["load_average"]
+    text = flip_markdown(data["table"], data["flips"])
     text += (
-        f"\n\n{len(chosen)} flips judged, wall {wall:.0f} s, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n"
+        f"\n\n{meta['reached']} flips judged, wall {meta['wall_seconds']:.0f} s, "
+        f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n"
     )
     (out / "flips.md").write_text(text)
     print("\n" + text)
@@ -899,7 +989,8 @@ def main(argv: list[str] | None = None) -> int:
         "checkers on up to --per-branch of those histories (those that take the rarest paths of the if's "
         "function, alternating with the lowest seeds) and, while none flags it, on up to --per-variant more (one "
         "per variant of the main job none of those has on) and --per-caller more (one per caller of the if's "
-        "function, the history taking its rarest path); writes OUT/flips.{json,md}",
+        "function, the history taking its rarest path), then, for a flip none of them changed, on up to --per-seed "
+        "more (the next histories that executed it); writes OUT/flips.{json,md}",
     )
     parser.add_argument("--per-branch", type=int, default=3, help="--flips: histories per flip (default 3)")
     parser.add_argument(
@@ -916,10 +1007,19 @@ def main(argv: list[str] | None = None) -> int:
         help="--flips: and at most this many more, the history that takes the rarest path of each function of "
         "the module that calls the flip's function (default 8)",
     )
+    parser.add_argument(
+        "--per-seed",
+        type=int,
+        default=16,
+        help="--flips: a second round for a flip none of those histories changed: at most this many more, the "
+        "next in the reach report's order that executed its if (default 16)",
+    )
     parser.add_argument("--flip-ops", type=int, default=60, help="--flips: transactions per history (default 60)")
     args = parser.parse_args(argv)
     if args.retest:
         return retest(args)
+    if args.rewrite and args.flips:
+        return write_flips_markdown(Path(args.out))
     if args.rewrite:
         data = json.loads((Path(args.out) / "report.json").read_text())
         meta = data["meta"]

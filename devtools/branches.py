@@ -16,22 +16,30 @@ Pure: reading a module's source is the only thing it does.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from devtools.branch_reasons import REASONS
 
+if TYPE_CHECKING:
+    from devtools.mutation import Mutant
+
 __all__ = [
     "FLIP_EQUIVALENT",
+    "FLIP_UNJUDGED",
     "UNREACHED",
     "Branch",
     "BranchSite",
+    "Unjudged",
     "branch_sites",
     "flip_reason",
     "module_file",
     "reason_for",
+    "unjudged",
 ]
 
 
@@ -170,5 +178,117 @@ FLIP_EQUIVALENT: dict[tuple[str, str] | tuple[str, str, str], str] = {
     ("reference.delayed_bucket", "boundary_owner", "ledger is None"): (
         "equivalent in every step: the tracker's one call passes the ledger it unpacked from the same "
         "head, so the flip recomputes the same value (only a direct call without the ledger differs)"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Unjudged:
+    """A flip that changes no history of the main job although it is not equivalent: ``why`` no
+    workload of a correct engine shows it, and ``killer``, the test (a pytest node id) that fails with
+    it applied (tests/devtools/test_branches.py runs each one so)."""
+
+    why: str
+    killer: str
+
+
+def unjudged(mutant: Mutant) -> Unjudged | None:
+    """The :data:`FLIP_UNJUDGED` entry of a flip mutant: for its condition's text in its function,
+    the entry keyed with its occurrence (the k-th ``if`` of that text in the function, from 0) first."""
+    text = mutant.before.removeprefix("if ")
+    same = [
+        m.index
+        for m in _flips(mutant.machine)
+        if (m.module, m.function, m.before) == (mutant.module, mutant.function, mutant.before)
+    ]
+    nth = same.index(mutant.index) if mutant.index in same else 0
+    return FLIP_UNJUDGED.get((mutant.module, mutant.function, text, nth)) or FLIP_UNJUDGED.get(
+        (mutant.module, mutant.function, text)
+    )
+
+
+@functools.cache
+def _flips(machine: str) -> tuple[Mutant, ...]:
+    from devtools.mutation import flip_mutants
+
+    return tuple(flip_mutants(machine))
+
+
+_PA_TESTS = "tests/pending_ack/test_rules.py::"
+_BUFFER_TESTS = "tests/buffer/test_rules.py::"
+_DELAYED_TESTS = "tests/delayed/test_rules.py::"
+
+# Branch flips that change no history of the main job and are not equivalent: why no workload of a
+# correct engine (or none of the main job's) shows them, and the test that kills each.  Keyed as
+# FLIP_EQUIVALENT, with the occurrence of the condition's text in the function as a fourth element
+# where the text is not unique there.
+FLIP_UNJUDGED: dict[tuple[str, str, str] | tuple[str, str, str, int], Unjudged] = {
+    ("reference.coordinator", "TxnLogRecord.__post_init__", "value is not None and (not 0 <= value < _U64_LIMIT)"): (
+        Unjudged(
+            "input validation: a record field outside uint64, which no step, decoder or engine builds",
+            "tests/coordinator/test_rules.py::test_tc26_a_record_field_outside_uint64_is_refused",
+        )
+    ),
+    ("reference.buffer", "entry_metadata", "entry.kind.is_marker"): Unjudged(
+        "the wire metadata of an entry, which only `serve` encodes; the simulated broker hands entries over as values",
+        _BUFFER_TESTS + "test_tb16_entry_metadata_round_trips_and_classifies",
+    ),
+    ("reference.buffer", "SnapshotStore.apply", "isinstance(effect, DeleteSnapshotSegment)"): Unjudged(
+        "the machine's own fold of the snapshot topics is read only by the recovery that starts an epoch, "
+        "and the engine starts each epoch from its own durable records: a delete the fold missed is never "
+        "read again",
+        _BUFFER_TESTS + "test_tb1_close_from_any_state_and_clear_only_from_close",
+    ),
+    ("reference.buffer", "SnapshotStore.apply", "effect.sequence_id not in self.segments"): Unjudged(
+        "as the fold's delete above: the fold is read only by the recovery that starts an epoch",
+        _BUFFER_TESTS + "test_vectors_all_pass",
+    ),
+    ("reference.buffer", "_end_markers", "e.kind.is_marker and e.txn_id is not None"): Unjudged(
+        "the abort_hides_committed quirk's arms need an append after the transaction's commit marker and "
+        "then its low-watermark abort; a client that holds END_TXN until every send is answered (TC-32) "
+        "never causes the append",
+        "tests/buffer/test_proofs.py::test_visible_agrees_with_reference_dispatchable",
+    ),
+    ("reference.buffer", "_AbortedMessages.__call__", "self.state.config.txnmodel_quirk_abort_hides_committed"): (
+        Unjudged(
+            "as _end_markers above: the quirk's arm matters only for a message of a committed transaction "
+            "that a late append re-opened and the low watermark then aborted",
+            "tests/buffer/test_proofs.py::test_visible_agrees_with_reference_dispatchable",
+        )
+    ),
+    ("reference.pending_ack", "_normalize_cursor", "was_normal"): Unjudged(
+        "every caller passes a cursor that may hold deletes at or below its new mark-delete position; the "
+        "fast path leaves them in the view, which every question of the view answers as deleted all the "
+        "same (is_deleted, deleted_bits, the admin check look at the mark-delete position first)",
+        "tests/pending_ack/test_ledger_rollover.py::TestRollingTopic::runTest",
+    ),
+    ("reference.pending_ack", "_individual_checked", "bits == 0", 1): Unjudged(
+        "a replay of a transaction's batch-index ack of which a plain ack took some indexes, not all, since "
+        "(PA-11): it needs that plain ack and then a crash while the transaction is open; none of the "
+        "main job's histories that replay a record has both",
+        _PA_TESTS + "test_pa19_replay_keeps_the_batch_indexes_the_cursor_did_not_delete_since",
+    ),
+    ("reference.pending_ack", "recover", "next_record_id is not None"): Unjudged(
+        "the engine passes exactly the count of records it replayed, so both arms agree there; a recovery "
+        "without a record id (the tests') crashes the flip",
+        _PA_TESTS + "test_pa16_replay_builds_the_sparse_index",
+    ),
+    (
+        "reference.batched_log",
+        "canonical_record",
+        "message is not None and data and (data[0] != MAGIC >> 8) and message.HasField...",
+    ): Unjudged(
+        "a record the fast path rejects: the engine writes only records its own encoder made",
+        "tests/batched_log/test_rules.py::test_bw7_unserializable_record_fails_alone",
+    ),
+    ("reference.delayed_bucket", "_trim", "state.mark_delete_ledger < 0"): Unjudged(
+        "a trim below the mark-delete ledger at a seal: it needs a mark-delete position past undelivered "
+        "delayed messages (a seek or skip), and the delayed workload's subscriptions only acknowledge",
+        _DELAYED_TESTS + "test_dd22_trim_and_delete_failure",
+    ),
+    ("reference.delayed_bucket", "_add", "not dropped"): Unjudged(
+        "a due add of a position the tracker still holds (added before it was due, read again once due "
+        "before the tracker handed it out, DD-2): on the other arm the timer it re-arms is the one it has",
+        _DELAYED_TESTS + "test_dd2_rejection_forgets_an_existing_bit",
     ),
 }

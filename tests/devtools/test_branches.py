@@ -1,18 +1,23 @@
-"""The branch-flip layer's list of equivalent flips (devtools/branches.py, ``FLIP_EQUIVALENT``).
+"""The branch-flip layer's lists (devtools/branches.py): the equivalent flips (``FLIP_EQUIVALENT``)
+and the ones no main-job history shows (``FLIP_UNJUDGED``).
 
-A flip is listed only when its two arms compute the same thing, so each entry must name a flip
-that exists, and the flipped code must agree with the unflipped code where it is called: on the
-machine's conformance vectors, and directly where the arms are two ways of computing one value."""
+A flip is listed equivalent only when its two arms compute the same thing, so each entry must name
+a flip that exists, and the flipped code must agree with the unflipped code where it is called: on
+the machine's conformance vectors, and directly where the arms are two ways of computing one value.
+A flip listed as unjudged is not equivalent, and the test it names must fail with it applied."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from devtools.branches import FLIP_EQUIVALENT, flip_reason
+from devtools.branches import FLIP_EQUIVALENT, FLIP_UNJUDGED, flip_reason, unjudged
 from devtools.mutation import Mutant, applied, flip_mutants
 from reference.delayed_runs import Run, compact_run, merge_runs, pack
 from runners.vectors import run_paths
@@ -93,3 +98,35 @@ def test_the_mid_pop_refresh_flips_make_the_states_one_pop_at_a_time_makes(funct
     with applied(_flip("reference.delayed_bucket", function)):
         test_batched_pops.test_gathered_pops_make_the_state_one_pop_at_a_time_makes()
         test_batched_pops.test_gathered_pops_agree_on_long_runs()
+
+
+def _unjudged() -> list[Mutant]:
+    """The flip mutants ``FLIP_UNJUDGED`` names."""
+    return [m for machine in MACHINES for m in flip_mutants(machine) if unjudged(m) is not None]
+
+
+def test_every_unjudged_entry_names_one_flip_that_is_not_listed_equivalent() -> None:
+    listed = _unjudged()
+    assert len(listed) == len(FLIP_UNJUDGED)  # one flip per entry: an occurrence picks one of a text
+    for m in listed:
+        assert flip_reason(m.module, m.function, m.before) is None, m.id
+
+
+@pytest.mark.parametrize("mutant", _unjudged(), ids=lambda m: m.id)
+def test_an_unjudged_flip_fails_the_test_it_names(mutant: Mutant, tmp_path: Path) -> None:
+    # in a fresh interpreter, as benchmarks/mutation_report.py runs a machine's tests with a mutant:
+    # the mutant is applied before the test module is imported
+    entry = unjudged(mutant)
+    assert entry is not None
+    env = {**os.environ, "TXNMODEL_MUTANT": mutant.id, "HYPOTHESIS_STORAGE_DIRECTORY": str(tmp_path)}
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:xdist", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [*command, "-p", "devtools.mutation_pytest", entry.killer],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert "FAILED" in done.stdout
