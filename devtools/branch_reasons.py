@@ -317,10 +317,10 @@ REASONS: dict[tuple[str, str] | tuple[str, str, str], str] = {
         "a batch, or on a handle not ready (it asks of the position the open transaction just acked)"
     ),
     (_PA, "_cumulative_conflict"): (
-        "rare: a transactional cumulative ack of an empty ack set, at or below the mark-delete position, while "
-        "another transaction holds the cumulative slot, or not past its own"
+        "rare: a transactional cumulative ack of an empty ack set (the client sends none), or a transaction "
+        "moving its own cumulative slot on (the acks variant acks the same message again, refused as not "
+        "above its own; the processors end a transaction after one cumulative ack)"
     ),
-    (_PA, "_cum_key"): "rare: the ordering key of a whole entry's or an index's cumulative slot (see above)",
     (_PA, "_ignored_cumulative"): "guard: a cumulative ack of other than one message id (the client sends one)",
     (_PA, "_individual_checked"): "rare: an individual ack of an empty ack set, replayed from the log over a conflict",
     (_PA, "_individual_ack"): "rare: an individual transactional ack whose positions were all deleted already",

@@ -134,12 +134,16 @@ class Settling:
         names a position already deleted, PA-3, PA-11); in a transaction, individually or
         cumulatively, that commits (PA-12) or aborts (PA-13: the message comes back); in a
         transaction while another transaction holds it, individually or (on an ordered
-        subscription) cumulatively (PA-6, PA-8: TransactionConflict), the other then committing (or,
-        beside a cumulative holder, committing an individual ack of its own first); plainly, then
-        again in a transaction that aborts (the position, or the batch index, is already deleted on
-        the cursor: TransactionConflict, and nothing comes back, PA-3); or, on an ordered
+        subscription) cumulatively (PA-6, PA-8, PA-9: TransactionConflict), the other then committing
+        (or, beside a cumulative holder, committing an individual ack of its own first); plainly
+        (on an ordered subscription now and then cumulatively), then again in a transaction that
+        aborts (the position, or the batch index, is already deleted on the cursor, or at or below
+        the mark-delete position: TransactionConflict, and nothing comes back, PA-3, PA-9); a
+        transaction's cumulative ack twice (the second not above its own: TransactionConflict, and
+        the commit becomes an abort, TC-32); or, on an ordered
         subscription, in a slow transaction that stays open for the next few messages and then
-        aborts."""
+        aborts, or in a transaction that also acks the message after the next one and leaves the one
+        between for a plain ack (:meth:`settle_around`)."""
         slow = self.lingering.pop(consumer, None)
         if slow is not None and slow[1] > 0:
             self.lingering[consumer] = (slow[0], slow[1] - 1)
@@ -168,6 +172,11 @@ class Settling:
             txn = yield client.new_transaction_async(self.txn_timeout(client.process))
             if self.rng.random() < 0.3:
                 yield consumer.acknowledge_cumulative_async(got, txn=txn)
+                if ordered and draw >= 0.55:
+                    # the same cumulative ack again: not above the transaction's own (PA-9,
+                    # TransactionConflict), and the failed ack turns the commit into an abort (TC-32)
+                    with contextlib.suppress(*ERRORS):
+                        yield consumer.acknowledge_cumulative_async(got, txn=txn)
             else:
                 yield consumer.acknowledge_async(got, txn=txn)
             yield from self.end(txn)
@@ -185,7 +194,11 @@ class Settling:
             other = yield client.new_transaction_async(self.txn_timeout(client.process))
             taken = False
             with contextlib.suppress(*ERRORS):
-                yield consumer.acknowledge_async(got, txn=other)
+                if cumulative and draw < 0.63:
+                    # a cumulative ack of its own while the holder's slot stands (PA-9)
+                    yield consumer.acknowledge_cumulative_async(got, txn=other)
+                else:
+                    yield consumer.acknowledge_async(got, txn=other)
                 taken = True
             if taken and cumulative and self.rng.random() < 0.5:
                 # An individual ack is checked against the individual acks only (PA-6), so the other
@@ -199,12 +212,22 @@ class Settling:
             yield holder.commit_async()
             self.committed += 1
         elif draw < 0.8:
-            yield consumer.acknowledge_async(got)
+            cumulative = ordered and draw >= 0.75
+            if cumulative:
+                yield consumer.acknowledge_cumulative_async(got)
+            else:
+                yield consumer.acknowledge_async(got)
             late = yield client.new_transaction_async(self.txn_timeout(client.process))
             with contextlib.suppress(*ERRORS):
-                yield consumer.acknowledge_async(got, txn=late)
+                if cumulative:
+                    # at or below the mark-delete position the plain ack moved (PA-9)
+                    yield consumer.acknowledge_cumulative_async(got, txn=late)
+                else:
+                    yield consumer.acknowledge_async(got, txn=late)
             yield late.abort_async()
             self.aborted += 1
+        elif draw < 0.84 and ordered:
+            yield from self.settle_around(client, consumer, got)
         elif draw >= 0.9 and ordered and consumer not in self.lingering:
             # A slow transaction: it acks the message and stays open while the reader goes on, then
             # aborts a few messages later (PA-13: the message comes back).  A plain cumulative ack
@@ -215,6 +238,32 @@ class Settling:
             yield consumer.acknowledge_async(got, txn=slow)
         else:
             yield consumer.acknowledge_async(got)
+
+    def settle_around(self, client: Client, consumer: Consumer, got: Any) -> Proc:
+        """A transaction that acknowledges ``got`` and the message after the next one, and leaves the
+        one between for later: its commit moves the mark-delete position to ``got`` and leaves the
+        other deleted above the gap (PA-3, PA-12), until the plain ack of the one between folds both
+        in.  (An abort gives both back, PA-13.)  What a failure leaves unsettled is acknowledged
+        plainly, as :meth:`settle` does."""
+        txn = yield client.new_transaction_async(self.txn_timeout(client.process))
+        yield consumer.acknowledge_async(got, txn=txn)
+        between = after = None
+        with contextlib.suppress(*ERRORS):
+            between = yield consumer.receive_async(20)
+            if between is not None:
+                after = yield consumer.receive_async(20)
+        try:
+            if after is not None:
+                yield consumer.acknowledge_async(after, txn=txn)
+            yield from self.end(txn)
+        except ERRORS:
+            for message in (got, after):
+                if message is not None:
+                    with contextlib.suppress(*ERRORS):
+                        yield consumer.acknowledge_async(message)
+        if between is not None:
+            with contextlib.suppress(*ERRORS):
+                yield consumer.acknowledge_async(between)
 
     def let_go(self, txn: Any) -> Proc:
         """A reader's slow transaction ends: it aborts (an abort that fails leaves it to its timeout)."""

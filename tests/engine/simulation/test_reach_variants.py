@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from devtools.mutation import Mutant
 from engine.simulation.workloads import FAULT_MIXES, MIX_CYCLE, RunSpec, fault_mix, main_job_spec, run
 from engine.storage.bufferedwriter_metrics import PREFIXES, BufferedWriterMetrics
 from reference.batched_log import FlushObserved, FlushTrigger, LogKind
@@ -67,7 +68,7 @@ def test_a_position_acked_again_in_a_transaction_is_refused_and_a_flip_that_acce
     each (PA-3: TransactionConflict), and the history shows it.  A pending ack that lets either
     through (the branch-flips of ``if replay`` in ``_individual_checked``: a deleted position, and a
     deleted batch index, skipped as in a replay) is flagged by the per-object check."""
-    from devtools.mutation import applied, flip_mutants
+    from devtools.mutation import flip_mutants
     from invariants.verify import VerifyOptions, check_histories
 
     spec = main_job_spec("ctp", 3)
@@ -83,9 +84,60 @@ def test_a_position_acked_again_in_a_transaction_is_refused_and_a_flip_that_acce
     flips = [m for m in flip_mutants("pending_ack") if m.function == "_individual_checked" and m.before == "if replay"]
     assert len(flips) == 2
     for flip in flips:
-        with applied(flip):
-            ops = run(spec).operations
-        rows = {r.checker: r for r in check_histories({"flipped": ops}, "f", VerifyOptions())}
-        assert rows["linearizability"].verdict == "illegal", flip.id
-        failing = rows["linearizability"].failing_object
-        assert failing is not None and failing.startswith("subscription:"), (flip.id, failing)
+        _assert_flagged_on_a_subscription(spec, flip)
+
+
+def _assert_flagged_on_a_subscription(spec: RunSpec, flip: Mutant) -> None:
+    """The run of ``spec`` with ``flip`` applied is flagged by the per-object check of a subscription."""
+    from devtools.mutation import applied
+    from invariants.verify import VerifyOptions, check_histories
+
+    with applied(flip):
+        ops = run(spec).operations
+    rows = {r.checker: r for r in check_histories({"flipped": ops}, "f", VerifyOptions())}
+    assert rows["linearizability"].verdict == "illegal", flip.id
+    failing = rows["linearizability"].failing_object
+    assert failing is not None and failing.startswith("subscription:"), (flip.id, failing)
+
+
+def _flagged_on_a_subscription(spec: RunSpec, function: str, before: str) -> None:
+    """The unmutated run of ``spec`` passes every check, and the branch-flip of ``before`` in the
+    pending ack's ``function`` is flagged there by the per-object check of a subscription."""
+    from devtools.mutation import flip_mutants
+    from invariants.verify import VerifyOptions, check_histories
+
+    (flip,) = [m for m in flip_mutants("pending_ack") if (m.function, m.before) == (function, before)]
+    clean = run(spec).operations
+    assert {r.verdict for r in check_histories({"clean": clean}, "f", VerifyOptions())} == {"ok"}
+    _assert_flagged_on_a_subscription(spec, flip)
+
+
+def test_a_transaction_that_acks_around_a_gap_keeps_the_later_message_deleted_above_it() -> None:
+    """The acks variant (multi seed 3 of the main job) has a reader's transaction ack a message and
+    the one after the next, leaving the one between for a plain ack.  Its commit moves the
+    mark-delete position to the first and leaves the other deleted above the gap (PA-3, PA-12).
+    A pending ack whose view of the cursor drops what lies above the new mark-delete position
+    instead (the flip of ``_cursor_delete_distinct``'s keep test) is flagged."""
+    spec = main_job_spec("multi", 3)
+    assert spec.acks
+    _flagged_on_a_subscription(spec, "_cursor_delete_distinct", "if p.ledger_id != ledger or p.entry_id > entry")
+
+
+@pytest.mark.parametrize(
+    ("workload", "seed", "before"),
+    [
+        # a plain cumulative ack, then the same message cumulatively in a transaction
+        ("ctp", 3, "if acked.position <= state.cursor.mark_delete_position"),
+        # another transaction's cumulative ack while the holder's slot stands (here a processor's,
+        # ``cumulative`` on)
+        ("ctp", 22, "if slot.txn_id != txn"),
+        # a transaction's cumulative ack again, not above its own
+        ("ctp", 3, "if _cum_key(acked.position, acked.batch_size, acked.acked) <= _cum_key(slot.posi..."),
+    ],
+)
+def test_a_refused_transactional_cumulative_ack_is_judged(workload: str, seed: int, before: str) -> None:
+    """The transactional cumulative acks that PA-9 refuses (TransactionConflict), from the acks
+    variant and the processors: a pending ack that takes any of them is flagged at its step."""
+    spec = main_job_spec(workload, seed)
+    assert spec.acks or spec.cumulative
+    _flagged_on_a_subscription(spec, "_cumulative_conflict", before)
