@@ -6,8 +6,9 @@ a slip in ``reference/`` is also in that model.  This module states, from ``spec
 nothing in ``reference/``, what a correct broker lets a consumer see, given the sends, acks,
 commits and aborts that it and the other clients made.  It judges client operations; of the machine
 operations it reads only the coordinator's reloads and failed phase-3 steps, as the history's record
-of the faults that delayed a transaction's end (see Times), so it applies unchanged to a trace of a
-real broker, which has none.
+of the faults that delayed a transaction's end (see Times), and a subscription's reloads and
+transaction aborts, as the record of when it may have handed its unacked messages out again (see
+``held-back-delivery``), so it applies unchanged to a trace of a real broker, which has none.
 
 Every check fires only on evidence no correct broker can produce: an operation of unknown outcome
 gets the benefit of the doubt, an interval is judged by the end that favours the broker, and a

@@ -46,22 +46,25 @@ def held_back(view: View, out: Collector) -> None:
     """PA-1: a message an individual ack of an open txn holds is PENDING_ACK, and a PENDING_ACK
     message is not dispatched on that subscription (the dispatcher filters it; a restart replays
     the pending-ack log first, PA-18).  Cumulative txn acks are left out: the broker may ignore one
-    and still answer ok (PA-10).  Not judged is an ack during which the subscription reloaded (a
-    pending-ack ``recover`` row in the ack's window): the reload hands the unacked messages out again,
-    and a copy that reached the consumer's receiver queue before the ack took effect is received from
-    there later, while the transaction holds the message."""
+    and still answer ok (PA-10).  Not judged is a message whose subscription may have handed it out
+    again after the delivery the ack answers and before the ack completed (a reload, a transaction's
+    abort, a client's request for redelivery: :attr:`View.redispatches`): a copy that reached the
+    consumer's receiver queue before the ack took effect is received from there later, while the
+    transaction holds the message."""
     for ack in view.acks:
         if ack.txn is None or ack.cumulative or ack.op.completed_at is None:
             continue
         until = view.open_until(ack.txn)
         if until <= ack.op.completed_at:
             continue
-        reloads = view.reloads.get(ack.sub, [])
-        if bisect.bisect_right(reloads, ack.op.completed_at) > bisect.bisect_left(reloads, ack.op.invoked_at):
-            continue
-        out.judged["held-back-delivery"] += 1
+        redispatches = view.redispatches.get(ack.sub, [])
+        judged = False
         for message in view.covered(ack):
-            for d in view.delivered(ack.sub, message.payload):
+            deliveries = view.delivered(ack.sub, message.payload)
+            if redispatches and _redispatched_since_delivery(redispatches, deliveries, ack):
+                continue
+            judged = True
+            for d in deliveries:
                 if d.op.completed_at is None or not d.of(message, ack):
                     continue
                 # strictly after: intervals are closed, so a receive invoked the instant the ack
@@ -77,6 +80,22 @@ def held_back(view: View, out: Collector) -> None:
                         f"delivered it again: a PENDING_ACK message is not dispatched",
                         where=w.name(ack.sub),
                     )
+        if judged:
+            out.judged["held-back-delivery"] += 1
+
+
+def _redispatched_since_delivery(redispatches: list[int], deliveries: list[Delivery], ack: Ack) -> bool:
+    """Whether the subscription may have handed the message out again (:attr:`View.redispatches`)
+    between the last delivery of it that completed before ``ack`` was invoked (the copy the ack
+    answers; the ack's invocation when there is none) and the ack's completion."""
+    assert ack.op.completed_at is not None
+    since = ack.op.invoked_at
+    for d in deliveries:  # by invocation
+        if d.op.invoked_at > ack.op.invoked_at:
+            break
+        if d.op.completed_at is not None and d.op.completed_at <= ack.op.invoked_at:
+            since = d.op.invoked_at
+    return bisect.bisect_right(redispatches, ack.op.completed_at) > bisect.bisect_left(redispatches, since)
 
 
 def redelivered_after_ack(view: View, out: Collector) -> None:

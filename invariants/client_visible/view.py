@@ -145,6 +145,12 @@ def _once(method: Callable[[View, _K], _R]) -> Callable[[View, _K], _R]:
     return once
 
 
+# Machine rows after which a subscription may hand its unacked messages out again, and the client
+# operations that ask it to (see View.redispatches).
+_REDISPATCH_ROWS = frozenset({"recover", "abort_txn"})
+_REDISPATCH_REQUESTS = frozenset({"redeliver_unacknowledged", "negative_ack"})
+
+
 class View:
     """Everything the checks need, read once from the client operations of one history."""
 
@@ -177,20 +183,22 @@ class View:
         # The coordinator's END_TXN steps whose answer reached the client (see unanswered-end).
         self.answered_ends: list[tuple[Txn, Operation]] = []
         self._subscriptions: set[str] = set()  # the subscription ids already found well formed
-        # The pending-ack recoveries of each subscription (machine rows: a reload of the subscription,
-        # after which the dispatcher hands its unacked messages out again, PA-18).
-        self.reloads: dict[str, list[int]] = defaultdict(list)
+        # When each subscription may have handed its unacked messages out again: its pending-ack
+        # recoveries (a reload, PA-18) and transaction aborts (PA-13: an aborted cumulative ack gives
+        # back every unacked message of the consumer), both machine rows, and the clients' requests
+        # for redelivery (a redeliver-unacknowledged or a negative ack).
+        self.redispatches: dict[str, list[int]] = defaultdict(list)
         for op in ops:
             if op.object.startswith("coordinator:") and is_machine_operation(op):
                 self._coordinator_row(op)
-            elif (
-                op.f == "recover"
-                and op.object.startswith("subscription:")
-                and is_machine_operation(op)
-                and op.args.get("machine") == "pending_ack"
-            ):
-                self.reloads[op.object].append(op.invoked_at)
-        for times in self.reloads.values():
+            elif not op.object.startswith("subscription:"):
+                continue
+            elif op.f in _REDISPATCH_ROWS and is_machine_operation(op):
+                if op.f == "abort_txn" or op.args.get("machine") == "pending_ack":
+                    self.redispatches[op.object].append(op.invoked_at)
+            elif op.f in _REDISPATCH_REQUESTS and not is_machine_operation(op):
+                self.redispatches[op.object].append(op.invoked_at)
+        for times in self.redispatches.values():
             times.sort()
         for op in client:
             if op.f == "new_txn" and op.type is OpType.OK:

@@ -85,6 +85,31 @@ def test_held_back_leaves_out_an_ack_during_which_the_subscription_reloaded() ->
     assert names(reloaded(50)) == {"held-back-delivery": 1}
 
 
+def test_held_back_leaves_out_a_message_handed_out_again_since_the_delivery_the_ack_answers() -> None:
+    """ctp seeds 883 and 283 (the soak at stop 45): the reader acked, 30 s after receiving it, a
+    copy of the message, and in between the subscription reloaded (883) or another transaction's
+    abort gave the consumer's unacked messages back (283, PA-13); that copy was already queued at the
+    consumer when the ack took effect.  So is one a client asked for again.  A redelivery before the
+    delivery the ack answers, or after the ack, excuses nothing."""
+    machine_rows = {
+        "recover": {"@type": "Recover", "machine": "pending_ack", "records": []},
+        "abort_txn": {"@type": "AbortTxn", "txn_id": [0, 7], "low_water_mark": 0},
+    }
+
+    def redispatched(f: str, at: int) -> H:
+        h = _held(100)
+        if f in machine_rows:
+            h.op(f, SUB, machine_rows[f], None, at, at)
+        else:
+            h.op(f, SUB, {}, None, at, at + 1, process=3)
+        return h
+
+    for f in ("recover", "abort_txn", "redeliver_unacknowledged", "negative_ack"):
+        assert names(redispatched(f, 8)) == {}, f  # after the delivery at 5, before the ack at 20
+        assert names(redispatched(f, 3)) == {"held-back-delivery": 1}, f  # before the delivery
+        assert names(redispatched(f, 50)) == {"held-back-delivery": 1}, f  # after the ack
+
+
 def test_held_back_passes_a_delivery_once_the_txn_may_have_ended() -> None:
     # After the commit is invoked the redelivery is judged by redelivered-after-ack, not here.
     assert "held-back-delivery" not in names(_held(505))

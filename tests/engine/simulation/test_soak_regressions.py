@@ -331,7 +331,58 @@ def _txn_ack_across_a_subscription_reload() -> RunSpec:
     )
 
 
+def _txn_ack_after_a_reload_that_queued_a_copy() -> RunSpec:
+    """ctp, seed 883 (the soak at stop 45), coordinator mix: a reader received 'in-32>w0.5' (0:32),
+    then stayed in other work for 30 s; meanwhile the subscription reloaded and handed 0:32 out again,
+    into the consumer's receiver queue.  The reader's slow txn (0,55) then acked its first copy, and
+    a later receive returned the queued one while (0,55) was open.  ``held-back-delivery`` judged only
+    a reload inside the ack's own window (seed 430), and flagged it: a false alarm.  A message the
+    subscription may have handed out again since the delivery the ack answers is not judged."""
+    return RunSpec(
+        workload="ctp",
+        seed=883,
+        ops=60,
+        ledger="file",
+        disk="sim",
+        faults=True,
+        fault_rates=dict(FAULT_MIXES["coordinator"]),
+        batch_messages=True,
+        redeliver=True,
+        reread=True,
+        bounds=True,
+        limits=True,
+        acks=True,
+        bucket_faults=True,
+    )
+
+
+def _txn_ack_after_an_abort_that_queued_a_copy() -> RunSpec:
+    """ctp, seed 283 (the soak at stop 45), coordinator mix: a reader received 'in-27>w3.10' (0:28)
+    again after its txn (0,62) aborted; before it acked that copy in (0,70), 30 s later, another
+    txn's abort on the subscription gave every unacked message of the consumer back (PA-13), 0:28
+    among them, and a receive after the ack returned that copy.  ``held-back-delivery`` flagged it
+    (a false alarm); a transaction's abort on the subscription is one of the times it may have
+    handed the message out again."""
+    return RunSpec(
+        workload="ctp",
+        seed=283,
+        ops=80,
+        ledger="file",
+        disk="sim",
+        faults=True,
+        fault_rates=dict(FAULT_MIXES["coordinator"]),
+        batching=True,
+        unsubscribe=True,
+        cumulative=True,
+        queries=True,
+        readers=True,
+        acks=True,
+    )
+
+
 REGRESSIONS: dict[str, Callable[[], RunSpec]] = {
+    "ctp-file-seed883-coordinator": _txn_ack_after_a_reload_that_queued_a_copy,
+    "ctp-file-seed283-coordinator": _txn_ack_after_an_abort_that_queued_a_copy,
     "multi-file-seed381": _roll_owed_asked_of_a_failed_journal,
     "ctp-file-seed553-coordinator": _open_that_failed_kept_its_lock,
     "ctp-file-seed617-late-append": _abort_redelivery_taken_over_cumulatively,
