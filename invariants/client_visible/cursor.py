@@ -48,7 +48,8 @@ def held_back(view: View, out: Collector) -> None:
     the pending-ack log first, PA-18).  Cumulative txn acks are left out: the broker may ignore one
     and still answer ok (PA-10).  Not judged is a message whose subscription may have handed it out
     again after the delivery the ack answers and before the ack completed (a reload, a transaction's
-    abort, a client's request for redelivery: :attr:`View.redispatches`): a copy that reached the
+    abort: :attr:`View.redispatches`; a client's request for redelivery sent before the ack came
+    back: :attr:`View.redelivery_requests`): a copy that reached the
     consumer's receiver queue before the ack took effect is received from there later, while the
     transaction holds the message."""
     for ack in view.acks:
@@ -57,11 +58,12 @@ def held_back(view: View, out: Collector) -> None:
         until = view.open_until(ack.txn)
         if until <= ack.op.completed_at:
             continue
-        redispatches = view.redispatches.get(ack.sub, [])
+        rows = view.redispatches.get(ack.sub, [])
+        requests = view.redelivery_requests.get(ack.sub, [])
         judged = False
         for message in view.covered(ack):
             deliveries = view.delivered(ack.sub, message.payload)
-            if redispatches and _redispatched_since_delivery(redispatches, deliveries, ack):
+            if (rows or requests) and _redispatched_since_delivery(rows, requests, deliveries, ack):
                 continue
             judged = True
             for d in deliveries:
@@ -84,18 +86,23 @@ def held_back(view: View, out: Collector) -> None:
             out.judged["held-back-delivery"] += 1
 
 
-def _redispatched_since_delivery(redispatches: list[int], deliveries: list[Delivery], ack: Ack) -> bool:
-    """Whether the subscription may have handed the message out again (:attr:`View.redispatches`)
-    between the last delivery of it that completed before ``ack`` was invoked (the copy the ack
-    answers; the ack's invocation when there is none) and the ack's completion."""
-    assert ack.op.completed_at is not None
+def _redispatched_since_delivery(rows: list[int], requests: list[int], deliveries: list[Delivery], ack: Ack) -> bool:
+    """Whether the subscription may have handed the message out again between the last delivery of
+    it that completed before ``ack`` was invoked (the copy the ack answers; the ack's invocation when
+    there is none) and the ack's completion: a machine row of :attr:`View.redispatches` up to that
+    instant, or a client's request (:attr:`View.redelivery_requests`) invoked before it (a request
+    sent once the ack came back finds the message held already)."""
+    done = ack.op.completed_at
+    assert done is not None
     since = ack.op.invoked_at
     for d in deliveries:  # by invocation
         if d.op.invoked_at > ack.op.invoked_at:
             break
         if d.op.completed_at is not None and d.op.completed_at <= ack.op.invoked_at:
             since = d.op.invoked_at
-    return bisect.bisect_right(redispatches, ack.op.completed_at) > bisect.bisect_left(redispatches, since)
+    return bisect.bisect_right(rows, done) > bisect.bisect_left(rows, since) or bisect.bisect_left(
+        requests, done
+    ) > bisect.bisect_left(requests, since)
 
 
 def redelivered_after_ack(view: View, out: Collector) -> None:

@@ -184,10 +184,13 @@ class View:
         self.answered_ends: list[tuple[Txn, Operation]] = []
         self._subscriptions: set[str] = set()  # the subscription ids already found well formed
         # When each subscription may have handed its unacked messages out again: its pending-ack
-        # recoveries (a reload, PA-18) and transaction aborts (PA-13: an aborted cumulative ack gives
-        # back every unacked message of the consumer), both machine rows, and the clients' requests
-        # for redelivery (a redeliver-unacknowledged or a negative ack).
+        # recoveries (a reload, PA-18) and transaction aborts (PA-13: the abort redelivers the txn's
+        # positions, and a single-active-consumer dispatcher does that by handing out every unacked
+        # message again), both machine rows, and the clients' requests for redelivery (a
+        # redeliver-unacknowledged or a negative ack; in ``redelivery_requests``, apart: a request
+        # is a cause only when invoked before the ack came back, a machine row also at that instant).
         self.redispatches: dict[str, list[int]] = defaultdict(list)
+        self.redelivery_requests: dict[str, list[int]] = defaultdict(list)
         for op in ops:
             if op.object.startswith("coordinator:") and is_machine_operation(op):
                 self._coordinator_row(op)
@@ -197,8 +200,8 @@ class View:
                 if op.f == "abort_txn" or op.args.get("machine") == "pending_ack":
                     self.redispatches[op.object].append(op.invoked_at)
             elif op.f in _REDISPATCH_REQUESTS and not is_machine_operation(op):
-                self.redispatches[op.object].append(op.invoked_at)
-        for times in self.redispatches.values():
+                self.redelivery_requests[op.object].append(op.invoked_at)
+        for times in [*self.redispatches.values(), *self.redelivery_requests.values()]:
             times.sort()
         for op in client:
             if op.f == "new_txn" and op.type is OpType.OK:

@@ -108,6 +108,26 @@ def test_held_back_leaves_out_a_message_handed_out_again_since_the_delivery_the_
         assert names(redispatched(f, 8)) == {}, f  # after the delivery at 5, before the ack at 20
         assert names(redispatched(f, 3)) == {"held-back-delivery": 1}, f  # before the delivery
         assert names(redispatched(f, 50)) == {"held-back-delivery": 1}, f  # after the ack
+    # the ack came back at 22: a request sent that instant found the message held already (the
+    # processors ask for redelivery right after their ack), a machine row then may have come first
+    assert names(redispatched("redeliver_unacknowledged", 22)) == {"held-back-delivery": 1}
+    assert names(redispatched("recover", 22)) == {}
+
+
+def test_held_back_has_teeth_on_a_main_job_history() -> None:
+    """Planted at the workload's default options (ctp seed 3 of the main job): a pending ack that
+    never holds a transaction's individual ack (the branch-flip of ``if accepted`` in
+    ``reference.pending_ack._individual_ack``), so the dispatcher hands the message out again while
+    the transaction is open.  Each processor asks for redelivery the instant its ack came back; that
+    request excuses nothing."""
+    from devtools.mutation import applied, flip_mutants
+
+    (flip,) = [m for m in flip_mutants("pending_ack") if (m.function, m.before) == ("_individual_ack", "if accepted")]
+    spec = main_job_spec("ctp", 3)
+    assert check_client_visible(run(spec).operations).ok
+    with applied(flip):
+        result = check_client_visible(run(spec).operations)
+    assert result.counts.get("held-back-delivery", 0) > 0, result.counts
 
 
 def test_held_back_passes_a_delivery_once_the_txn_may_have_ended() -> None:

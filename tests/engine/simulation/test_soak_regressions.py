@@ -359,8 +359,9 @@ def _txn_ack_after_a_reload_that_queued_a_copy() -> RunSpec:
 def _txn_ack_after_an_abort_that_queued_a_copy() -> RunSpec:
     """ctp, seed 283 (the soak at stop 45), coordinator mix: a reader received 'in-27>w3.10' (0:28)
     again after its txn (0,62) aborted; before it acked that copy in (0,70), 30 s later, another
-    txn's abort on the subscription gave every unacked message of the consumer back (PA-13), 0:28
-    among them, and a receive after the ack returned that copy.  ``held-back-delivery`` flagged it
+    txn, (0,52), aborted on the subscription and its ack of 0:22 was redelivered (PA-13), which this
+    Exclusive subscription's single-active-consumer dispatcher does by handing every unacked message
+    out again, 0:28 among them; a receive after the ack returned that copy.  ``held-back-delivery`` flagged it
     (a false alarm); a transaction's abort on the subscription is one of the times it may have
     handed the message out again."""
     return RunSpec(
